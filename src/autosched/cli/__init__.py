@@ -1,0 +1,20 @@
+"""The ``autosched`` command line. Each command group lives in its own module."""
+
+from __future__ import annotations
+
+import typer
+
+from .simulate import policies_cmd, simulate_cmd
+
+app = typer.Typer(
+    help="autosched: keep a GPU cluster's scheduler well configured as its workload drifts.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+app.command("simulate")(simulate_cmd)
+app.command("policies")(policies_cmd)
+
+
+def main() -> None:
+    app()

@@ -1,0 +1,93 @@
+"""Pieces every command shares: loading inputs with clear errors, progress, JSON output."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, NoReturn
+
+import typer
+
+from ..cluster import ClusterError, ClusterSpec, fit_to_cluster, parse_cluster
+from ..policies import UnknownPolicy
+from ..space import ConfigError
+from ..trace import LoadReport, Trace, TraceError, load_trace
+
+# Errors that come from bad input: shown as one line, exit code 2, no traceback.
+INPUT_ERRORS = (TraceError, ClusterError, ConfigError, UnknownPolicy, OSError)
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def note(message: str) -> None:
+    typer.echo(message, err=True)
+
+
+@contextmanager
+def input_errors() -> Iterator[None]:
+    """Turn input errors raised inside into a clean 'error: ...' and a non-zero exit."""
+    try:
+        yield
+    except INPUT_ERRORS as e:
+        fail(str(e))
+
+
+def default_trace_and_cluster(trace: Path | None, cluster: str | None) -> tuple[Path, str]:
+    """With no trace, use the bundled sample (and its cluster, unless one is given)."""
+    if trace is not None:
+        if cluster is None:
+            fail("--cluster is required with a trace (e.g. --cluster 32x8, or a VC file such as philly_vc_nodes.csv)")
+        return trace, cluster
+    from ..data import SAMPLE_CLUSTER, sample_path
+
+    return sample_path(), cluster or SAMPLE_CLUSTER
+
+
+def load_inputs(trace_path: Path, cluster_spec: str, fmt: str | None = None,
+                strict: bool = False, quiet: bool = False) -> tuple[Trace, ClusterSpec, LoadReport]:
+    """Load a trace and a cluster, drop (and report) jobs the cluster cannot run."""
+    with input_errors():
+        cluster = parse_cluster(cluster_spec)
+        trace, report = load_trace(trace_path, format=fmt, strict=strict)
+        trace, report = fit_to_cluster(trace, cluster, strict=strict, report=report)
+    if not quiet and (report.dropped or report.notes):
+        note(report.summary())
+    if len(trace) == 0:
+        fail(f"{trace_path}: no jobs left to simulate")
+    return trace, cluster, report
+
+
+def print_json(obj: Any) -> None:
+    json.dump(obj, sys.stdout, indent=2, default=_json_default)
+    sys.stdout.write("\n")
+
+
+def _json_default(x: Any) -> Any:
+    if hasattr(x, "item"):
+        return x.item()
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+@contextmanager
+def progress_bar(description: str, total: int, enabled: bool = True):
+    """A rich progress bar on a terminal (stderr); a no-op callback elsewhere.
+
+    Yields ``update(done, total)``.
+    """
+    if not enabled or not sys.stderr.isatty():
+        yield lambda done, total: None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), transient=True) as bar:
+        task = bar.add_task(description, total=total)
+        yield lambda done, total: bar.update(task, completed=done, total=total)

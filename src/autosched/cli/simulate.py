@@ -1,0 +1,126 @@
+"""``autosched simulate`` and ``autosched policies``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from ..policies import POLICIES, Policy, get_policy
+from ..space import ConfigError, parse_config_json
+from .common import (default_trace_and_cluster, fail, input_errors, load_inputs, print_json,
+                     progress_bar)
+
+
+def build_policy(name: str, sets: list[str], config_file: Path | None) -> Policy:
+    """A policy from its name, an optional config file and ``knob=value`` overrides."""
+    with input_errors():
+        cls = get_policy(name)
+        base: dict = {}
+        if config_file is not None:
+            file_policy, base = parse_config_json(config_file.read_text(), str(config_file))
+            if file_policy is not None and file_policy != name:
+                raise ConfigError(f"{config_file}: the config is for policy {file_policy!r}, not {name!r}")
+            base = cls.space.validate(base)
+        return cls(cls.space.parse_assignments(sets, base))
+
+
+def policy_from_config_file(config_file: Path) -> str | None:
+    with input_errors():
+        name, _ = parse_config_json(config_file.read_text(), str(config_file))
+    return name
+
+
+def simulate_cmd(
+    trace: Optional[Path] = typer.Argument(None, help="trace file (any supported format); default: the bundled Philly sample"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="NODESxGPUS (e.g. 32x8) or a VC file (vc,nodes); required with a trace"),
+    policy: Optional[str] = typer.Option(None, "--policy", "-p", help="scheduling policy (see `autosched policies`); default fifo, or the one named in --config"),
+    set_: list[str] = typer.Option([], "--set", "-s", help="knob=value (repeatable)"),
+    config: Optional[Path] = typer.Option(None, "--config", help="JSON config file, as written by `autosched tune`"),
+    fmt: Optional[str] = typer.Option(None, "--format", help="trace format (default: detected from the header)"),
+    strict: bool = typer.Option(False, "--strict", help="fail on the first row that cannot be simulated instead of dropping it"),
+    as_json: bool = typer.Option(False, "--json", help="print the metrics as one JSON object"),
+    jobs_out: Optional[Path] = typer.Option(None, "--jobs-out", help="write per-job records (.csv or .parquet)"),
+) -> None:
+    """Replay a trace on a cluster under a policy and print the metrics."""
+    from ..sim import Simulator, result_of
+
+    name = policy or (policy_from_config_file(config) if config else None) or "fifo"
+    pol = build_policy(name, set_, config)
+    trace_path, cluster_spec = default_trace_and_cluster(trace, cluster)
+    tr, cl, _ = load_inputs(trace_path, cluster_spec, fmt, strict, quiet=as_json)
+    with progress_bar(f"simulating {len(tr):,} jobs", len(tr)) as update:
+        sim = Simulator(tr, cl, pol, progress=update).run()
+    res = result_of(sim)
+    if jobs_out is not None:
+        from ..sim.records_io import write_records
+
+        with input_errors():
+            write_records(res.records, tr, jobs_out)
+    if as_json:
+        out = {"policy": pol.name, "oracle": pol.oracle, "config": pol.config,
+               "cluster": cl.describe(), **res.metrics.to_dict()}
+        print_json(out)
+        return
+    _print_metrics(pol, cl.describe(), str(trace_path), res.metrics)
+
+
+def _print_metrics(pol: Policy, cluster: str, trace: str, m) -> None:
+    from ..sim import METRIC_HELP
+
+    console = Console()
+    oracle = " [bold red](oracle: reads true durations)[/]" if pol.oracle else ""
+    console.print(f"[bold]{pol.name}[/]{oracle} on {cluster}, trace {trace}")
+    console.print("config: " + ", ".join(f"{k}={_fmt(v)}" for k, v in pol.config.items()))
+    table = Table(show_header=True, header_style="bold")
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("meaning", style="dim")
+    for key, value in m.to_dict().items():
+        table.add_row(key, _fmt_metric(key, value), METRIC_HELP[key][0])
+    console.print(table)
+
+
+def _fmt(v) -> str:
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def _fmt_metric(key: str, v) -> str:
+    if isinstance(v, int):
+        return f"{v:,}"
+    if key in ("utilization", "fairness", "avg_slowdown"):
+        return f"{v:.3f}"
+    return f"{v:,.0f} s ({v / 3600:.2f} h)"
+
+
+def policies_cmd(
+    name: Optional[str] = typer.Argument(None, help="a policy to show in full"),
+    as_json: bool = typer.Option(False, "--json", help="print as JSON"),
+) -> None:
+    """List the scheduling policies and their knobs."""
+    chosen = [get_policy(name)] if name else list(POLICIES.values())
+    if as_json:
+        print_json({cls.name: {"summary": cls.summary, "oracle": cls.oracle, "preemptive": cls.preemptive,
+                               "knobs": {k.name: {"type": type(k).__name__.lower(), "range": k.describe(),
+                                                  "default": k.default, "help": k.help,
+                                                  "condition": k.condition} for k in cls.space}}
+                    for cls in chosen})
+        return
+    console = Console()
+    for cls in chosen:
+        tag = " [bold red]ORACLE[/] (reads true job durations; a baseline, not deployable)" if cls.oracle else ""
+        console.print(f"[bold cyan]{cls.name}[/]: {cls.summary}{tag}")
+        if name:
+            console.print(f"  {(cls.__doc__ or '').strip()}\n", style="dim")
+        table = Table(show_header=True, header_style="bold", box=None, padding=(0, 2))
+        for col in ("knob", "type / range", "default", "help"):
+            table.add_column(col)
+        for k in cls.space:
+            cond = f" (when {k.condition[0]} = {'/'.join(map(str, k.condition[1]))})" if k.condition else ""
+            table.add_row(k.name, k.describe(), _fmt(k.default), k.help + cond)
+        console.print(table)
+        console.print()

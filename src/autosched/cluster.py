@@ -1,0 +1,163 @@
+"""The cluster: nodes of GPUs, optionally split into virtual clusters, and its fixed properties."""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .trace.report import LoadReport, RowCheck
+from .trace.table import Trace
+
+PLACEMENTS = ("consolidate", "spread", "count")
+PLACEMENT_HELP = (
+    "consolidate: a job that fits in one node goes on one node (best fit), larger jobs take whole "
+    "free nodes; spread: first fit across nodes; count: only GPU counts, node boundaries ignored "
+    "(idealised, as the Tiresias simulator's 'count' scheme)"
+)
+
+
+class ClusterError(ValueError):
+    """A cluster spec that cannot be read."""
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    """Nodes × GPUs per node, optionally split into virtual clusters (VCs).
+
+    With VCs, each job runs only on its VC's nodes (as in the Helios and Lucid simulators); with a
+    uniform spec, the trace's VCs are ignored and all jobs share one pool.
+    """
+
+    gpus_per_node: int
+    vc_nodes: tuple[tuple[str, int], ...]  # (name, nodes); a uniform cluster is one unnamed pool
+    uniform: bool = True
+    # Properties of the cluster, not knobs: restart cost after a preemption (s) for jobs of at most
+    # `overhead_cutoff` GPUs and above (Lucid's 40 s / 60 s), and the run-time factor of a job whose
+    # GPUs span several nodes (1.0 = no penalty).
+    restart_overhead: tuple[float, float] = (40.0, 60.0)
+    overhead_cutoff: int = 8
+    spread_slowdown: float = 1.0
+    source: str = field(default="", compare=False)
+
+    @classmethod
+    def uniform_nodes(cls, nodes: int, gpus_per_node: int, **kw) -> "ClusterSpec":
+        if nodes < 1 or gpus_per_node < 1:
+            raise ClusterError("a cluster needs at least one node with at least one GPU")
+        return cls(gpus_per_node, (("", nodes),), True, **kw)
+
+    @property
+    def nodes(self) -> int:
+        return sum(n for _, n in self.vc_nodes)
+
+    @property
+    def gpus(self) -> int:
+        return self.nodes * self.gpus_per_node
+
+    def describe(self) -> str:
+        if self.uniform:
+            return f"{self.nodes}x{self.gpus_per_node} ({self.gpus} GPUs)"
+        return f"{len(self.vc_nodes)} VCs, {self.nodes} nodes x {self.gpus_per_node} ({self.gpus} GPUs)"
+
+    def overhead(self, gpus: int) -> float:
+        return self.restart_overhead[0] if gpus <= self.overhead_cutoff else self.restart_overhead[1]
+
+    def partition_of(self, trace: Trace) -> np.ndarray:
+        """Each job's partition index; -1 for a job whose VC the spec does not have."""
+        if self.uniform:
+            return np.zeros(len(trace), dtype=np.int64)
+        if trace.vc is None:
+            raise ClusterError(
+                f"the cluster spec {self.source or ''} has virtual clusters but the trace has no 'vc' column; "
+                "use a uniform spec such as 32x8"
+            )
+        index = {name: i for i, (name, _) in enumerate(self.vc_nodes)}
+        return np.fromiter((index.get(v, -1) for v in trace.vc), dtype=np.int64, count=len(trace))
+
+    def partition_gpus(self) -> list[int]:
+        return [n * self.gpus_per_node for _, n in self.vc_nodes]
+
+
+_NXG = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
+
+
+def parse_cluster(spec: str, **kw) -> ClusterSpec:
+    """``NxG`` (N nodes of G GPUs) or a CSV file of virtual clusters.
+
+    The file has columns ``vc`` and ``nodes`` (Philly's ``node num`` works too), and optionally
+    ``gpus_per_node`` (one value for all rows; default 8, as HeliosArtifact and Lucid).
+    """
+    m = _NXG.match(spec)
+    if m:
+        return ClusterSpec.uniform_nodes(int(m.group(1)), int(m.group(2)), source=spec, **kw)
+    path = Path(spec)
+    if not path.exists():
+        raise ClusterError(f"cluster spec {spec!r} is neither NODESxGPUS (e.g. 32x8) nor an existing file")
+    return _read_vc_file(path, **kw)
+
+
+def _read_vc_file(path: Path, **kw) -> ClusterSpec:
+    with open(path, newline="", encoding="utf-8-sig") as f:
+        rows = list(csv.reader(f))
+    if not rows:
+        raise ClusterError(f"{path}: empty cluster file")
+    header = [c.strip().lower() for c in rows[0]]
+    nodes_col = next((c for c in ("nodes", "node num", "node_num") if c in header), None)
+    if "vc" not in header or nodes_col is None:
+        raise ClusterError(f"{path}: line 1: need columns 'vc' and 'nodes' (or 'node num'); found {', '.join(header)}")
+    iv, inn = header.index("vc"), header.index(nodes_col)
+    ig = header.index("gpus_per_node") if "gpus_per_node" in header else None
+    vcs: list[tuple[str, int]] = []
+    gpn_seen: set[int] = set()
+    for line, r in enumerate(rows[1:], start=2):
+        if not r or not any(c.strip() for c in r):
+            continue
+        try:
+            n = int(r[inn])
+        except (ValueError, IndexError):
+            raise ClusterError(f"{path}: line {line}, column {nodes_col!r}: node count is not an integer") from None
+        if n < 1:
+            raise ClusterError(f"{path}: line {line}, column {nodes_col!r}: a VC needs at least one node (got {n})")
+        name = r[iv].strip()
+        if name in dict(vcs):
+            raise ClusterError(f"{path}: line {line}, column 'vc': VC {name!r} appears twice")
+        vcs.append((name, n))
+        if ig is not None:
+            try:
+                gpn_seen.add(int(r[ig]))
+            except (ValueError, IndexError):
+                raise ClusterError(f"{path}: line {line}, column 'gpus_per_node': not an integer") from None
+    if not vcs:
+        raise ClusterError(f"{path}: no virtual clusters listed")
+    if len(gpn_seen) > 1:
+        raise ClusterError(f"{path}: column 'gpus_per_node': all VCs must have the same GPUs per node")
+    gpn = gpn_seen.pop() if gpn_seen else 8
+    if gpn < 1:
+        raise ClusterError(f"{path}: column 'gpus_per_node' must be >= 1")
+    return ClusterSpec(gpn, tuple(vcs), False, source=str(path), **kw)
+
+
+def fit_to_cluster(trace: Trace, cluster: ClusterSpec, strict: bool = False,
+                   report: LoadReport | None = None) -> tuple[Trace, LoadReport]:
+    """Drop (and count) jobs the cluster can never run: unknown VC, or more GPUs than the partition."""
+    report = report or LoadReport(source=trace.source or "trace", format="", rows=len(trace), kept=len(trace))
+    check = RowCheck(report, strict)
+    part = cluster.partition_of(trace)
+    cap = np.asarray(cluster.partition_gpus())
+    unknown = part < 0
+    too_big = ~unknown & (trace.num_gpus > cap[np.maximum(part, 0)])
+    for i in np.flatnonzero(unknown | too_big):
+        where = f"job {trace.job_id[i]!r}"
+        if unknown[i]:
+            check.drop(where, "vc", f"VC is not in the cluster spec {cluster.source}", trace.vc[i])
+        else:
+            check.drop(where, "num_gpus",
+                       f"job needs more GPUs than its partition has ({cap[part[i]]})", int(trace.num_gpus[i]))
+    bad = unknown | too_big
+    if bad.any():
+        trace = trace.take(~bad)
+    report.kept = len(trace)
+    return trace, report

@@ -1,0 +1,23 @@
+"""Scheduling policies. Each declares its knobs in a `ConfigSpace`; `POLICIES` is the registry."""
+
+from __future__ import annotations
+
+from .base import PLACEMENT, Policy
+from .fifo import Fifo
+from .tiresias import Tiresias
+
+POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (Fifo, Tiresias)}
+
+
+class UnknownPolicy(ValueError):
+    pass
+
+
+def get_policy(name: str) -> type[Policy]:
+    try:
+        return POLICIES[name]
+    except KeyError:
+        raise UnknownPolicy(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
+
+
+__all__ = ["Policy", "POLICIES", "PLACEMENT", "get_policy", "UnknownPolicy"]

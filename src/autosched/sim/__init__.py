@@ -1,0 +1,37 @@
+"""The trace-driven cluster simulator: engine, placement and metrics."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..cluster import ClusterSpec
+from ..trace.table import Trace
+from .engine import JobRecords, Partition, SimulationError, Simulator
+from .metrics import METRIC_HELP, Metrics, compute_metrics
+
+if TYPE_CHECKING:
+    from ..policies.base import Policy
+
+
+@dataclass(frozen=True)
+class SimResult:
+    records: JobRecords
+    metrics: Metrics
+
+
+def simulate(trace: Trace, cluster: ClusterSpec, policy: "Policy", progress=None) -> SimResult:
+    """Run `policy` on `trace` (already fitted to `cluster`) to the end."""
+    sim = Simulator(trace, cluster, policy, progress=progress).run()
+    return result_of(sim)
+
+
+def result_of(sim: Simulator) -> SimResult:
+    rec = sim.records()
+    trace = sim.trace
+    groups = trace.vc if trace.vc is not None else trace.user
+    return SimResult(rec, compute_metrics(rec, sim.cluster.gpus, groups))
+
+
+__all__ = ["Simulator", "Partition", "SimulationError", "JobRecords", "Metrics", "METRIC_HELP",
+           "SimResult", "simulate", "compute_metrics", "result_of"]

@@ -1,0 +1,317 @@
+"""The discrete-event engine.
+
+Time jumps from event to event: job arrivals, job completions, and wake-ups that a policy asks
+for (a job crossing a queue threshold, a decision interval). After all events of one instant are
+applied, the policy of every partition they touched decides which jobs start or stop.
+
+Per-job state lives in flat lists indexed by the job's row in the (submit-sorted) trace.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from heapq import heappop, heappush
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..cluster import ClusterSpec
+from ..trace.table import Trace
+from .placement import Alloc, NodePool
+
+if TYPE_CHECKING:
+    from ..policies.base import Policy
+
+_FINISH, _WAKE = 0, 1
+WAITING, RUNNING, DONE, FUTURE = 0, 1, 2, 3
+
+
+class SimulationError(RuntimeError):
+    """The simulation cannot go on (a policy broke a rule of the engine)."""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    """What a scheduler knows about jobs. ``duration`` is set only for oracle policies."""
+
+    submit: list[float]
+    gpus: list[int]
+    vc: list[int] | None
+    user: list[int] | None
+    duration: list[float] | None
+
+
+class Partition:
+    """One scheduling domain (the whole cluster, or one VC): its nodes and its running jobs.
+
+    This is the whole interface between a policy and the engine.
+    """
+
+    def __init__(self, sim: "Simulator", index: int, name: str, pool: NodePool):
+        self.sim = sim
+        self.index = index
+        self.name = name
+        self.pool = pool
+        self.capacity = pool.capacity
+        self.running: dict[int, None] = {}  # job -> None, in start order
+        self.placement = "consolidate"
+        self._wake_version = 0
+
+    @property
+    def free(self) -> int:
+        return self.pool.free_gpus
+
+    def start(self, j: int) -> bool:
+        """Start (or resume) waiting job j; False when placement finds no room."""
+        return self.sim._start(self, j)
+
+    def preempt(self, j: int) -> None:
+        """Stop running job j; it keeps its progress and pays the restart overhead when resumed."""
+        self.sim._preempt(self, j)
+
+    def wake_at(self, t: float) -> None:
+        """Ask for a decision at time t (replaces the previous request of this partition)."""
+        if t <= self.sim.now or t == math.inf:
+            return
+        self._wake_version += 1
+        self.sim._push(t, _WAKE, self.index, self._wake_version)
+
+    def attained(self, j: int, now: float) -> float:
+        """GPU-seconds job j has held its GPUs so far (restart overhead included)."""
+        return self.executed(j, now) * self.sim._gpus[j]
+
+    def executed(self, j: int, now: float) -> float:
+        """Seconds job j has held its GPUs so far."""
+        s = self.sim
+        return s._executed[j] + (now - s._run_start[j] if j in self.running else 0.0)
+
+    def run_started(self, j: int) -> float:
+        """When the current run of running job j began."""
+        return self.sim._run_start[j]
+
+    def waiting_since(self, j: int) -> float:
+        """When waiting job j last began waiting (its submission, or its last preemption)."""
+        return self.sim._wait_start[j]
+
+    def remaining(self, j: int, now: float) -> float:
+        """Seconds of work left (oracle policies only: a real scheduler cannot know this)."""
+        s = self.sim
+        if s.jobs.duration is None:
+            raise SimulationError("remaining() reads true durations; only oracle policies may call it")
+        if j in self.running:
+            done = max(0.0, now - s._run_start[j] - s._overhead[j]) * s._speed[j]
+            return max(0.0, s._remaining[j] - done)
+        return s._remaining[j]
+
+
+@dataclass(frozen=True)
+class JobRecords:
+    """What happened to every job (arrays in trace order). Times in seconds."""
+
+    submit: np.ndarray
+    first_start: np.ndarray
+    end: np.ndarray
+    gpus: np.ndarray
+    duration: np.ndarray
+    run_time: np.ndarray  # seconds holding GPUs (restart overheads included)
+    preemptions: np.ndarray
+    partition: np.ndarray
+
+    @property
+    def jct(self) -> np.ndarray:
+        return self.end - self.submit
+
+    @property
+    def queue(self) -> np.ndarray:
+        return self.jct - self.run_time
+
+
+class Simulator:
+    """Replays a trace on a cluster under a policy.
+
+    ``run(until=t)`` stops before the first event after t, so a caller can ``reconfigure`` the
+    policy (as an operator would reconfigure the live scheduler) and ``run()`` on.
+    """
+
+    def __init__(self, trace: Trace, cluster: ClusterSpec, policy: "Policy", *,
+                 record_segments: bool = False,
+                 progress: Callable[[int, int], None] | None = None):
+        self.trace = trace
+        self.cluster = cluster
+        self.now = 0.0
+        n = len(trace)
+        self.n = n
+        part = cluster.partition_of(trace)
+        if n and part.min() < 0:
+            raise SimulationError("some jobs belong to no partition of the cluster; call fit_to_cluster first")
+        cap = np.asarray(cluster.partition_gpus())
+        if n and (trace.num_gpus > cap[part]).any():
+            raise SimulationError("some jobs need more GPUs than their partition has; call fit_to_cluster first")
+        self._part = part.tolist()
+        self._submit = trace.submit_time.tolist()
+        self._gpus = trace.num_gpus.tolist()
+        self._remaining = trace.duration.tolist()
+        self._overhead = [0.0] * n  # restart overhead of the current run
+        self._pending_overhead = [0.0] * n
+        self._speed = [1.0] * n
+        self._run_start = [math.nan] * n
+        self._first_start = [math.nan] * n
+        self._end = [math.nan] * n
+        self._executed = [0.0] * n
+        self._preemptions = [0] * n
+        self._alloc: list[Alloc | None] = [None] * n
+        self._version = [0] * n
+        self._wait_start = list(self._submit)
+        self.state = [FUTURE] * n
+        self.segments: list[tuple[int, float, float, Alloc]] | None = [] if record_segments else None
+        self._heap: list[tuple[float, int, int, int, int]] = []
+        self._seq = 0
+        self._next_arrival = 0
+        self.finished = 0
+        self._progress = progress
+        self.jobs = JobInfo(
+            submit=self._submit,
+            gpus=self._gpus,
+            vc=_codes(trace.vc),
+            user=_codes(trace.user),
+            duration=trace.duration.tolist() if policy.oracle else None,
+        )
+        self.partitions = [
+            Partition(self, i, name, NodePool(nodes, cluster.gpus_per_node))
+            for i, (name, nodes) in enumerate(cluster.vc_nodes)
+        ]
+        self.policies = [type(policy)(policy.config) for _ in self.partitions]
+        for pol, p in zip(self.policies, self.partitions):
+            pol.bind(p, self.jobs)
+
+    # ------------------------------------------------------------------------------ the loop
+
+    def run(self, until: float = math.inf) -> "Simulator":
+        heap, submit, n = self._heap, self._submit, self.n
+        policies, part_of = self.policies, self._part
+        i = self._next_arrival
+        steps = 0
+        while True:
+            t = submit[i] if i < n else math.inf
+            if heap and heap[0][0] < t:
+                t = heap[0][0]
+            if t == math.inf or t > until:
+                break
+            self.now = t
+            dirty: set[int] = set()
+            while i < n and submit[i] == t:
+                p = part_of[i]
+                self.state[i] = WAITING
+                policies[p].on_arrival(i, t)
+                dirty.add(p)
+                i += 1
+            while heap and heap[0][0] == t:
+                _, _, kind, a, version = heappop(heap)
+                if kind == _FINISH:
+                    if version == self._version[a] and self.state[a] == RUNNING:
+                        self._finish(a, t)
+                        dirty.add(part_of[a])
+                elif version == self.partitions[a]._wake_version:
+                    dirty.add(a)
+            for p in sorted(dirty) if len(dirty) > 1 else dirty:
+                policies[p].schedule(t)
+            steps += 1
+            if self._progress is not None and steps % 2048 == 0:
+                self._progress(self.finished, n)
+        self._next_arrival = i
+        if until == math.inf and self.finished < n:
+            stuck = [j for j in range(n) if self.state[j] != DONE][:5]
+            raise SimulationError(
+                f"{n - self.finished} job(s) never finished (e.g. rows {stuck}); "
+                "the policy left them waiting with nothing left to wake it"
+            )
+        if self._progress is not None:
+            self._progress(self.finished, n)
+        return self
+
+    def reconfigure(self, config: dict[str, Any]) -> None:
+        """Give every partition's policy a new config now; queued and running jobs carry over."""
+        for pol in self.policies:
+            pol.reconfigure(config)
+        for p, pol in zip(self.partitions, self.policies):
+            pol.schedule(self.now)
+
+    # ------------------------------------------------------------------------ job transitions
+
+    def _push(self, t: float, kind: int, a: int, version: int) -> None:
+        self._seq += 1
+        heappush(self._heap, (t, self._seq, kind, a, version))
+
+    def _start(self, part: Partition, j: int) -> bool:
+        if self.state[j] != WAITING:
+            raise SimulationError(f"job {j} cannot start: it is not waiting")
+        alloc = part.pool.place(self._gpus[j], part.placement)
+        if alloc is None:
+            return False
+        now = self.now
+        self._alloc[j] = alloc
+        speed = 1.0 / self.cluster.spread_slowdown if len(alloc) > 1 else 1.0
+        self._speed[j] = speed
+        self._overhead[j] = ovh = self._pending_overhead[j]
+        self._pending_overhead[j] = 0.0
+        self._run_start[j] = now
+        if self._first_start[j] != self._first_start[j]:  # NaN: first run
+            self._first_start[j] = now
+        self.state[j] = RUNNING
+        part.running[j] = None
+        self._push(now + ovh + self._remaining[j] / speed, _FINISH, j, self._version[j])
+        return True
+
+    def _preempt(self, part: Partition, j: int) -> None:
+        if self.state[j] != RUNNING:
+            raise SimulationError(f"job {j} cannot be preempted: it is not running")
+        now = self.now
+        elapsed = now - self._run_start[j]
+        done = max(0.0, elapsed - self._overhead[j]) * self._speed[j]
+        self._remaining[j] = max(0.0, self._remaining[j] - done)
+        self._stop(part, j, now)
+        self._pending_overhead[j] = self.cluster.overhead(self._gpus[j])
+        self._preemptions[j] += 1
+        self._version[j] += 1
+        self._wait_start[j] = now
+        self.state[j] = WAITING
+
+    def _finish(self, j: int, now: float) -> None:
+        part = self.partitions[self._part[j]]
+        self._remaining[j] = 0.0
+        self._stop(part, j, now)
+        self._end[j] = now
+        self.state[j] = DONE
+        self.finished += 1
+        self.policies[self._part[j]].on_finish(j, now)
+
+    def _stop(self, part: Partition, j: int, now: float) -> None:
+        self._executed[j] += now - self._run_start[j]
+        part.pool.release(self._gpus[j], self._alloc[j])
+        del part.running[j]
+        if self.segments is not None:
+            self.segments.append((j, self._run_start[j], now, self._alloc[j]))
+        self._alloc[j] = None
+
+    # ---------------------------------------------------------------------------- results
+
+    def records(self) -> JobRecords:
+        return JobRecords(
+            submit=np.asarray(self._submit),
+            first_start=np.asarray(self._first_start),
+            end=np.asarray(self._end),
+            gpus=np.asarray(self._gpus, dtype=np.int64),
+            duration=self.trace.duration,
+            run_time=np.asarray(self._executed),
+            preemptions=np.asarray(self._preemptions, dtype=np.int64),
+            partition=np.asarray(self._part, dtype=np.int64),
+        )
+
+
+def _codes(col: np.ndarray | None) -> list[int] | None:
+    if col is None:
+        return None
+    _, inverse = np.unique(col.astype(str), return_inverse=True)
+    return inverse.tolist()

@@ -1,0 +1,7 @@
+"""The canonical job table and loaders for real trace formats."""
+
+from .io import load_trace, write_trace
+from .report import LoadReport
+from .table import COLUMNS, OPTIONAL, REQUIRED, Trace, TraceError
+
+__all__ = ["Trace", "TraceError", "LoadReport", "load_trace", "write_trace", "COLUMNS", "REQUIRED", "OPTIONAL"]

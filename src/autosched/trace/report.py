@@ -1,0 +1,94 @@
+"""What a loader kept and dropped, and why."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .table import TraceError
+
+
+@dataclass
+class DropRule:
+    rule: str
+    column: str
+    count: int = 0
+    examples: list[str] = field(default_factory=list)  # "line 12 ('abc')"
+
+
+@dataclass
+class LoadReport:
+    """Rows read, rows kept, and every dropped row counted under the rule it broke."""
+
+    source: str
+    format: str = ""
+    rows: int = 0
+    kept: int = 0
+    drops: dict[str, DropRule] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def dropped(self) -> int:
+        return sum(d.count for d in self.drops.values())
+
+    def summary(self) -> str:
+        head = f"{self.source}: read {self.rows:,} rows ({self.format}), kept {self.kept:,}"
+        if not self.drops:
+            lines = [head]
+        else:
+            lines = [head + f", dropped {self.dropped:,}:"]
+            for d in self.drops.values():
+                ex = "; e.g. " + ", ".join(d.examples) if d.examples else ""
+                lines.append(f"  - {d.count:,} × column {d.column!r}: {d.rule}{ex}")
+        lines += [f"  note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+
+class RowCheck:
+    """Collects row problems while a file is parsed; in strict mode the first one is an error.
+
+    ``where`` is what a person needs to find the row, such as ``line 12`` or ``job 'abc'``.
+    """
+
+    def __init__(self, report: LoadReport, strict: bool = False):
+        self.report = report
+        self.strict = strict
+
+    def drop(self, where: str, column: str, rule: str, value: object = None) -> None:
+        got = "" if value is None else f" (got {value!r})"
+        if self.strict:
+            raise TraceError(f"{self.report.source}: {where}, column {column!r}: {rule}{got}")
+        d = self.report.drops.setdefault(rule, DropRule(rule, column))
+        d.count += 1
+        if len(d.examples) < 3:
+            d.examples.append(f"{where}{got}")
+
+    def gpus(self, where: str, column: str, text: str) -> int | None:
+        """Parse a GPU count; None (after recording the drop) when unusable."""
+        try:
+            x = float(text)
+        except (TypeError, ValueError):
+            self.drop(where, column, "GPU count is not a number", text)
+            return None
+        if not math.isfinite(x) or x != int(x):
+            self.drop(where, column, "GPU count is not a whole number", text)
+            return None
+        if x < 1:
+            self.drop(where, column, "job requests no GPUs (must be >= 1)", text)
+            return None
+        return int(x)
+
+    def seconds(self, where: str, column: str, text: str, positive: bool = False) -> float | None:
+        """Parse a time in seconds; durations must be positive."""
+        try:
+            x = float(text)
+        except (TypeError, ValueError):
+            self.drop(where, column, "time is not a number", text)
+            return None
+        if not math.isfinite(x):
+            self.drop(where, column, "time is not finite", text)
+            return None
+        if positive and x <= 0:
+            self.drop(where, column, "duration is not positive", text)
+            return None
+        return x

@@ -1,0 +1,109 @@
+"""The canonical job table."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+REQUIRED = ("job_id", "submit_time", "num_gpus", "duration")
+OPTIONAL = ("user", "vc", "status", "num_cpus", "name")
+COLUMNS = REQUIRED + OPTIONAL
+_TEXT = {"job_id", "user", "vc", "status", "name"}
+
+
+class TraceError(ValueError):
+    """Input that cannot become a Trace. The message names file, row, column and rule."""
+
+
+@dataclass(frozen=True)
+class Trace:
+    """An immutable, columnar job table sorted by submit time.
+
+    Times are seconds (float). ``duration`` is the run time at the requested GPUs. Optional
+    columns are ``None`` when the source does not have them.
+    """
+
+    job_id: np.ndarray
+    submit_time: np.ndarray
+    num_gpus: np.ndarray
+    duration: np.ndarray
+    user: np.ndarray | None = None
+    vc: np.ndarray | None = None
+    status: np.ndarray | None = None
+    num_cpus: np.ndarray | None = None
+    name: np.ndarray | None = None
+    source: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        n = len(self.job_id)
+        for col in COLUMNS:
+            arr = getattr(self, col)
+            if arr is None:
+                continue
+            if len(arr) != n:
+                raise TraceError(f"{self.source or 'trace'}: column {col!r} has {len(arr)} rows, job_id has {n}")
+            arr.flags.writeable = False
+        if n and np.any(np.diff(self.submit_time) < 0):
+            raise TraceError(f"{self.source or 'trace'}: rows are not sorted by submit_time")
+
+    @classmethod
+    def from_columns(cls, columns: Mapping[str, Sequence | np.ndarray], source: str = "") -> "Trace":
+        """Build a trace from plain columns, sorting by submit time (stable)."""
+        missing = [c for c in REQUIRED if c not in columns]
+        if missing:
+            raise TraceError(f"{source or 'trace'}: missing required column(s) {', '.join(missing)}")
+        unknown = [c for c in columns if c not in COLUMNS]
+        if unknown:
+            raise TraceError(f"{source or 'trace'}: unknown column(s) {', '.join(unknown)}")
+        arrays = {c: _as_array(c, v) for c, v in columns.items() if v is not None}
+        order = np.argsort(arrays["submit_time"], kind="stable")
+        if np.any(order != np.arange(len(order))):
+            arrays = {c: a[order] for c, a in arrays.items()}
+        return cls(**arrays, source=source)
+
+    def __len__(self) -> int:
+        return len(self.job_id)
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The present columns, in canonical order."""
+        return {c: getattr(self, c) for c in COLUMNS if getattr(self, c) is not None}
+
+    def take(self, index: np.ndarray) -> "Trace":
+        """Rows selected by a boolean mask or increasing integer index (order is kept)."""
+        return Trace(**{c: a[index] for c, a in self.columns().items()}, source=self.source)
+
+    def window(self, start: float, end: float) -> "Trace":
+        """Jobs submitted in [start, end)."""
+        lo, hi = np.searchsorted(self.submit_time, [start, end], side="left")
+        return self.take(np.arange(lo, hi))
+
+    def shifted(self, dt: float) -> "Trace":
+        cols = self.columns()
+        cols["submit_time"] = self.submit_time + dt
+        return Trace(**cols, source=self.source)
+
+    def replace(self, **columns: np.ndarray | None) -> "Trace":
+        cols: dict = self.columns()
+        cols.update(columns)
+        return Trace.from_columns(cols, source=self.source)
+
+    @property
+    def start(self) -> float:
+        return float(self.submit_time[0]) if len(self) else 0.0
+
+    @property
+    def end(self) -> float:
+        return float(self.submit_time[-1]) if len(self) else 0.0
+
+    def gpu_seconds(self) -> float:
+        return float(np.dot(self.num_gpus.astype(np.float64), self.duration))
+
+
+def _as_array(col: str, values) -> np.ndarray:
+    if col in _TEXT:
+        return np.asarray(values, dtype=object).astype(str).astype(object)
+    if col in ("num_gpus", "num_cpus"):
+        return np.asarray(values, dtype=np.int64)
+    return np.asarray(values, dtype=np.float64)
