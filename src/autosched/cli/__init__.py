@@ -5,6 +5,7 @@ from __future__ import annotations
 import typer
 
 from .simulate import policies_cmd, simulate_cmd
+from .trace_cmd import trace_app
 
 app = typer.Typer(
     help="autosched: keep a GPU cluster's scheduler well configured as its workload drifts.",
@@ -14,6 +15,7 @@ app = typer.Typer(
 )
 app.command("simulate")(simulate_cmd)
 app.command("policies")(policies_cmd)
+app.add_typer(trace_app, name="trace")
 
 
 def main() -> None:

@@ -7,58 +7,13 @@ write a parser and append it to `FORMATS`.
 
 from __future__ import annotations
 
-import calendar
-import csv
-import gzip
-import io
-from collections.abc import Callable
-from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
+from . import helios, philly_json, slurm
+from .parsing import (Columns, Format, cell_count_ok, column_index, csv_header, from_first_day, head_text,
+                      new_columns, open_text, read_csv_rows, wallclock_seconds)
 from .report import RowCheck
 from .table import COLUMNS, OPTIONAL, TraceError
-
-Columns = dict[str, list]
-
-
-@dataclass(frozen=True)
-class Format:
-    name: str
-    help: str
-    detect: Callable[[str], bool]  # gets the first 4 KiB of the file as text
-    parse: Callable[[Path, RowCheck], Columns]
-
-
-def csv_header(head: str) -> list[str]:
-    first = head.splitlines()[0] if head else ""
-    return [c.strip().lower() for c in next(csv.reader([first]), [])]
-
-
-def read_csv_rows(path: Path, delimiter: str = ",") -> tuple[list[str], list[tuple[int, list[str]]]]:
-    """Header (lower-cased) and (line number, cells) per non-blank data row."""
-    with open_text(path) as f:
-        reader = csv.reader(f, delimiter=delimiter)
-        try:
-            header = [c.strip().lower() for c in next(reader)]
-        except StopIteration:
-            raise TraceError(f"{path}: the file is empty (no header row)") from None
-        rows = [(reader.line_num, r) for r in reader if r and any(c.strip() for c in r)]
-    return header, rows
-
-
-def column_index(path: Path, header: list[str], names: tuple[str, ...]) -> dict[str, int]:
-    missing = [n for n in names if n not in header]
-    if missing:
-        raise TraceError(
-            f"{path}: line 1 (header): missing column(s) {', '.join(missing)}; found {', '.join(header)}"
-        )
-    return {n: header.index(n) for n in names}
-
-
-def _new_columns(*names: str) -> Columns:
-    return {n: [] for n in names}
-
 
 # ---------------------------------------------------------------------------------- canonical CSV
 
@@ -67,11 +22,10 @@ def _parse_canonical(path: Path, check: RowCheck) -> Columns:
     header, rows = read_csv_rows(path)
     idx = column_index(path, header, ("job_id", "submit_time", "num_gpus", "duration"))
     extra = {c: header.index(c) for c in OPTIONAL if c in header}
-    cols = _new_columns("job_id", "submit_time", "num_gpus", "duration", *extra)
+    cols = new_columns("job_id", "submit_time", "num_gpus", "duration", *extra)
     for line, r in rows:
         where = f"line {line}"
-        if len(r) != len(header):
-            check.drop(where, "*", f"row has {len(r)} cells, header has {len(header)}")
+        if not cell_count_ok(check, where, r, header):
             continue
         t = check.seconds(where, "submit_time", r[idx["submit_time"]])
         g = check.gpus(where, "num_gpus", r[idx["num_gpus"]])
@@ -90,7 +44,7 @@ def _parse_canonical(path: Path, check: RowCheck) -> Columns:
         cols["num_gpus"].append(g)
         cols["duration"].append(d)
         for c, i in extra.items():
-            cols[c].append(num_cpus or 0 if c == "num_cpus" else r[i])
+            cols[c].append((num_cpus or 0) if c == "num_cpus" else r[i])
     return cols
 
 
@@ -113,13 +67,12 @@ def _parse_philly_csv(path: Path, check: RowCheck) -> Columns:
     """
     header, rows = read_csv_rows(path)
     idx = column_index(path, header, ("timestamp", "duration", "num_gpus", "cluster"))
-    stamps, cols = [], _new_columns("job_id", "num_gpus", "duration", "vc")
+    stamps, cols = [], new_columns("job_id", "num_gpus", "duration", "vc")
     for line, r in rows:
         where = f"line {line}"
-        if len(r) != len(header):
-            check.drop(where, "*", f"row has {len(r)} cells, header has {len(header)}")
+        if not cell_count_ok(check, where, r, header):
             continue
-        ts = _wallclock_seconds(r[idx["timestamp"]])
+        ts = wallclock_seconds(r[idx["timestamp"]])
         if ts is None:
             check.drop(where, "timestamp", f"time is not of the form {PHILLY_TIME}", r[idx["timestamp"]])
             continue
@@ -132,16 +85,8 @@ def _parse_philly_csv(path: Path, check: RowCheck) -> Columns:
         cols["num_gpus"].append(g)
         cols["duration"].append(d)
         cols["vc"].append(r[idx["cluster"]].strip())
-    t0 = min(stamps) // 86400 * 86400 if stamps else 0
-    cols["submit_time"] = [float(s - t0) for s in stamps]
+    cols["submit_time"] = from_first_day(stamps)
     return cols
-
-
-def _wallclock_seconds(text: str) -> int | None:
-    try:
-        return calendar.timegm(datetime.strptime(text.strip(), PHILLY_TIME).timetuple())
-    except ValueError:
-        return None
 
 
 def _is_philly_csv(head: str) -> bool:
@@ -155,9 +100,11 @@ def _parse_itp_csv(path: Path, check: RowCheck) -> Columns:
     """``job_id,submission_time,duration,num_gpu``: seconds since the collection window began."""
     header, rows = read_csv_rows(path)
     idx = column_index(path, header, ("job_id", "submission_time", "duration", "num_gpu"))
-    cols = _new_columns("job_id", "submit_time", "num_gpus", "duration")
+    cols = new_columns("job_id", "submit_time", "num_gpus", "duration")
     for line, r in rows:
         where = f"line {line}"
+        if not cell_count_ok(check, where, r, header):
+            continue
         t = check.seconds(where, "submission_time", r[idx["submission_time"]])
         g = check.gpus(where, "num_gpu", r[idx["num_gpu"]])
         d = check.seconds(where, "duration", r[idx["duration"]], positive=True)
@@ -181,6 +128,12 @@ FORMATS: list[Format] = [
            _is_philly_csv, _parse_philly_csv),
     Format("itp", "Microsoft ITP / ElasticFlow CSV (job_id,submission_time,duration,num_gpu)",
            _is_itp_csv, _parse_itp_csv),
+    Format("helios", "Helios cluster_log.csv (job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,...)",
+           helios.detect, helios.parse),
+    Format("philly-json", "original Philly cluster_job_log (JSON list of jobs with attempts)",
+           philly_json.detect, philly_json.parse),
+    Format("slurm", "Slurm `sacct --parsable2` output (JobID|User|Partition|Submit|Start|End|State|AllocTRES|...)",
+           slurm.detect, slurm.parse),
 ]
 
 
@@ -204,21 +157,3 @@ def detect_format(path: Path, head: str) -> Format:
         f"{path}: cannot tell the trace format from its first line {first!r}; "
         f"pass --format, one of: {', '.join(format_names())}"
     )
-
-
-def open_text(path: Path):
-    """Open a text file, gzip-compressed or not (by its first bytes)."""
-    with open(path, "rb") as f:
-        gz = f.read(2) == b"\x1f\x8b"
-    if gz:
-        return gzip.open(path, "rt", newline="", encoding="utf-8-sig")
-    return open(path, newline="", encoding="utf-8-sig")
-
-
-def head_text(path: Path, size: int = 4096) -> str:
-    with open(path, "rb") as f:
-        raw = f.read(size)
-    if raw[:2] == b"\x1f\x8b":
-        with gzip.open(path, "rb") as f:
-            raw = f.read(size)
-    return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8-sig", errors="replace").read()

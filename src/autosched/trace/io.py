@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import csv
+import gzip
 import os
 import tempfile
+import zlib
 from pathlib import Path
 
 import numpy as np
 
-from .formats import detect_format, find_format, format_names, head_text
+from .formats import detect_format, find_format, format_names
+from .parsing import head_bytes
 from .report import LoadReport, RowCheck
 from .table import COLUMNS, REQUIRED, Trace, TraceError
 
@@ -21,13 +24,11 @@ def load_trace(path: str | os.PathLike, format: str | None = None, strict: bool 
     first such row raises `TraceError` instead.
     """
     path = Path(path)
-    if not path.exists():
-        raise TraceError(f"{path}: no such file")
-    if path.is_dir():
-        raise TraceError(f"{path}: is a directory, not a trace file")
-    if format == "parquet" or (format is None and path.suffix.lower() in (".parquet", ".pq")):
+    head = _head(path)
+    if format == "parquet" or (format is None and (head[:4] == b"PAR1" or path.suffix.lower() in (".parquet", ".pq"))):
         return _read_parquet(path, strict)
-    fmt = find_format(format) if format else detect_format(path, head_text(path))
+    text = _head_as_text(path, head)
+    fmt = find_format(format) if format else detect_format(path, text)
     report = LoadReport(source=str(path), format=fmt.name)
     try:
         cols = fmt.parse(path, RowCheck(report, strict))
@@ -35,15 +36,41 @@ def load_trace(path: str | os.PathLike, format: str | None = None, strict: bool 
         raise TraceError(f"{path}: not a UTF-8 text file ({e.reason} at byte {e.start}); is it the right format?") from None
     except csv.Error as e:
         raise TraceError(f"{path}: malformed CSV: {e}") from None
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise TraceError(f"{path}: damaged gzip file ({e or 'truncated'})") from None
     report.rows = len(cols["job_id"]) + report.dropped
     trace = Trace.from_columns(cols, source=str(path))
     report.kept = len(trace)
     return trace, report
 
 
+def _head(path: Path) -> bytes:
+    """The first bytes (decompressed), after checking the path is a non-empty readable file."""
+    if not path.exists():
+        raise TraceError(f"{path}: no such file")
+    if path.is_dir():
+        raise TraceError(f"{path}: is a directory, not a trace file")
+    try:
+        head = head_bytes(path)
+    except (gzip.BadGzipFile, EOFError, zlib.error) as e:
+        raise TraceError(f"{path}: damaged gzip file ({e or 'truncated'})") from None
+    if not head.strip():
+        raise TraceError(f"{path}: the file is empty")
+    return head
+
+
+def _head_as_text(path: Path, head: bytes) -> str:
+    """The head as text; a binary file is refused here rather than misread as a trace."""
+    text = head.decode("utf-8-sig", errors="replace")
+    # NUL bytes, or more than 1% undecodable bytes (one may be a character cut at the end of the head)
+    if b"\x00" in head or text.count("\ufffd") > len(text) // 100:
+        raise TraceError(f"{path}: a binary file, not a text trace (for Parquet, name it .parquet or pass --format parquet)")
+    return text
+
+
 def write_trace(trace: Trace, path: str | os.PathLike) -> None:
-    """Write canonical CSV, or Parquet when the name ends in .parquet. Atomic: a failed write
-    leaves any existing file as it was."""
+    """Write canonical CSV (gzip-compressed when the name ends in .gz), or Parquet when the name
+    ends in .parquet. Atomic: a failed write leaves any existing file as it was."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -52,16 +79,16 @@ def write_trace(trace: Trace, path: str | os.PathLike) -> None:
         if path.suffix.lower() in (".parquet", ".pq"):
             _write_parquet(trace, Path(tmp))
         else:
-            _write_csv(trace, Path(tmp))
+            _write_csv(trace, Path(tmp), compress=path.suffix.lower() == ".gz")
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
 
 
-def _write_csv(trace: Trace, path: Path) -> None:
+def _write_csv(trace: Trace, path: Path, compress: bool = False) -> None:
     cols = trace.columns()
-    with open(path, "w", newline="") as f:
+    with (gzip.open(path, "wt", newline="") if compress else open(path, "w", newline="")) as f:
         w = csv.writer(f)
         w.writerow(list(cols))
         text = [_fmt_column(name, a) for name, a in cols.items()]

@@ -31,6 +31,14 @@ class LoadReport:
     def dropped(self) -> int:
         return sum(d.count for d in self.drops.values())
 
+    def to_dict(self) -> dict:
+        """Plain data for JSON output."""
+        return {"source": self.source, "format": self.format, "rows": self.rows, "kept": self.kept,
+                "dropped": self.dropped,
+                "drops": [{"rule": d.rule, "column": d.column, "count": d.count, "examples": list(d.examples)}
+                          for d in self.drops.values()],
+                "notes": list(self.notes)}
+
     def summary(self) -> str:
         head = f"{self.source}: read {self.rows:,} rows ({self.format}), kept {self.kept:,}"
         if not self.drops:
@@ -53,11 +61,15 @@ class RowCheck:
     def __init__(self, report: LoadReport, strict: bool = False):
         self.report = report
         self.strict = strict
+        self._dropped: set[str] = set()  # a row that breaks two rules is counted once, under the first
 
     def drop(self, where: str, column: str, rule: str, value: object = None) -> None:
         got = "" if value is None else f" (got {value!r})"
         if self.strict:
             raise TraceError(f"{self.report.source}: {where}, column {column!r}: {rule}{got}")
+        if where in self._dropped:
+            return
+        self._dropped.add(where)
         d = self.report.drops.setdefault(rule, DropRule(rule, column))
         d.count += 1
         if len(d.examples) < 3:

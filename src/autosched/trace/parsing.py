@@ -1,0 +1,140 @@
+"""Pieces every trace parser shares: the `Format` record, reading text (gzip or not), CSV rows
+with line numbers, header checks, and wall-clock times.
+
+Kept apart from `formats.py` (the registry) so that each format's module can import them
+without a circular import.
+"""
+
+from __future__ import annotations
+
+import calendar
+import csv
+import gzip
+import io
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from pathlib import Path
+
+from .report import RowCheck
+from .table import TraceError
+
+Columns = dict[str, list]
+
+
+@dataclass(frozen=True)
+class Format:
+    name: str
+    help: str
+    detect: Callable[[str], bool]  # gets the first 4 KiB of the file as text
+    parse: Callable[[Path, RowCheck], Columns]
+
+
+def csv_header(head: str, delimiter: str = ",") -> list[str]:
+    first = head.splitlines()[0] if head else ""
+    return [c.strip().lower() for c in next(csv.reader([first], delimiter=delimiter), [])]
+
+
+def read_csv_rows(path: Path, delimiter: str = ",", quoting: int = csv.QUOTE_MINIMAL
+                  ) -> tuple[list[str], list[tuple[int, list[str]]]]:
+    """Header (lower-cased) and (line number, cells) per non-blank data row."""
+    with open_text(path) as f:
+        reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
+        try:
+            header = [c.strip().lower() for c in next(reader)]
+        except StopIteration:
+            raise TraceError(f"{path}: the file is empty (no header row)") from None
+        rows = [(reader.line_num, r) for r in reader if r and any(c.strip() for c in r)]
+    return header, rows
+
+
+def column_index(path: Path, header: list[str], names: Sequence[str]) -> dict[str, int]:
+    missing = [n for n in names if n not in header]
+    if missing:
+        raise TraceError(
+            f"{path}: line 1 (header): missing column(s) {', '.join(missing)}; found {', '.join(header)}"
+        )
+    return {n: header.index(n) for n in names}
+
+
+def new_columns(*names: str) -> Columns:
+    return {n: [] for n in names}
+
+
+def cell_count_ok(check: RowCheck, where: str, row: list[str], header: list[str]) -> bool:
+    """A row with more or fewer cells than the header cannot be trusted: drop it."""
+    if len(row) == len(header):
+        return True
+    check.drop(where, "*", f"row has {len(row)} cells, header has {len(header)}")
+    return False
+
+
+# ----------------------------------------------------------------------------- wall-clock times
+
+# Traces give local times without a zone. They are read as naive wall-clock times (UTC
+# arithmetic, no daylight-saving shifts), so the result is the same on every machine.
+WALLCLOCK_FORMATS = ("%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S")
+
+
+_STAMP = re.compile(r"(\d{4})-(\d\d)-(\d\d)[ T]([01]\d|2[0-3]):([0-5]\d):([0-5]\d)")
+
+
+def wallclock_seconds(text: str) -> int | None:
+    """Seconds since 1970 of ``YYYY-MM-DD HH:MM:SS`` (or with ``T``); None if it is not one."""
+    text = text.strip()
+    m = _STAMP.fullmatch(text)
+    if m:  # the common case, ten times faster than strptime (a full Philly trace has 100k stamps)
+        day = _day_start(int(m[1]), int(m[2]), int(m[3]))
+        return None if day is None else day + int(m[4]) * 3600 + int(m[5]) * 60 + int(m[6])
+    for fmt in WALLCLOCK_FORMATS:
+        try:
+            return calendar.timegm(datetime.strptime(text, fmt).timetuple())
+        except ValueError:
+            continue
+    return None
+
+
+@lru_cache(maxsize=4096)
+def _day_start(year: int, month: int, day: int) -> int | None:
+    try:
+        return calendar.timegm(datetime(year, month, day).timetuple())
+    except ValueError:  # e.g. 2017-02-30
+        return None
+
+
+def from_first_day(stamps: Sequence[int]) -> list[float]:
+    """Times counted from 00:00 of the first stamp's day, so ``t % 86400`` is the time of day."""
+    t0 = min(stamps) // 86400 * 86400 if stamps else 0
+    return [float(s - t0) for s in stamps]
+
+
+# ----------------------------------------------------------------------------------- raw files
+
+
+def is_gzip(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return f.read(2) == b"\x1f\x8b"
+
+
+def open_text(path: Path):
+    """Open a text file, gzip-compressed or not (by its first bytes)."""
+    if is_gzip(path):
+        return gzip.open(path, "rt", newline="", encoding="utf-8-sig")
+    return open(path, newline="", encoding="utf-8-sig")
+
+
+def head_bytes(path: Path, size: int = 4096) -> bytes:
+    """The first bytes of the (decompressed) file."""
+    with open(path, "rb") as f:
+        raw = f.read(size)
+    if raw[:2] == b"\x1f\x8b":
+        with gzip.open(path, "rb") as f:
+            raw = f.read(size)
+    return raw
+
+
+def head_text(path: Path, size: int = 4096) -> str:
+    raw = head_bytes(path, size)
+    return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8-sig", errors="replace").read()
