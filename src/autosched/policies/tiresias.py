@@ -6,6 +6,8 @@ import math
 from bisect import bisect_left, insort
 from heapq import heappop, heappush
 
+import numpy as np
+
 from ..space import ConfigSpace, Float, Int
 from .base import PLACEMENT, Policy
 
@@ -52,22 +54,42 @@ class Tiresias(Policy):
 
     def bind(self, part, jobs) -> None:
         super().bind(part, jobs)
-        self.lists: list[list[int]] = [[] for _ in range(self.config["queues"])]
+        self._new_queues(self.config["queues"])
         self.queue_of: dict[int, int] = {}
         self.base: dict[int, float] = {}  # attained service forgiven by starvation promotions
         self.demand = 0  # GPUs asked for by all active (waiting or running) jobs
         # Timers: (time, kind, job, stamp); a timer is stale once the job's run or wait it was
         # set for (identified by its start time) is over.
         self.timers: list[tuple[float, int, int, float]] = []
+        n = len(jobs.gpus)
+        self.gpus = np.asarray(jobs.gpus, dtype=np.int64)
+        self.running_flag = np.zeros(n, dtype=bool)
+        self.protected: set[int] = set()  # running jobs younger than min_run
+        self.protected_flag = np.zeros(n, dtype=bool)
+
+    def _new_queues(self, count: int) -> None:
+        # Per queue: all its jobs in submission order, their total GPUs, and who runs or waits.
+        # The totals let a decision take a whole queue at once when it fits.
+        self.lists: list[list[int]] = [[] for _ in range(count)]
+        self.qsum = [0] * count
+        self.running_in: list[list[int]] = [[] for _ in range(count)]  # sorted
+        self.waiting_in: list[list[int]] = [[] for _ in range(count)]  # sorted
+        # Per queue, (jobs, their GPUs, cumulative GPUs) as arrays; None when the queue changed.
+        self._arrays: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = [None] * count
 
     def _refile(self, now: float) -> None:
         part = self.part
-        self.lists = [[] for _ in range(self.config["queues"])]
+        self._new_queues(self.config["queues"])
         self.timers = []
+        for j in list(self.protected):
+            self._unprotect(j)
         for j in sorted(self.queue_of):
             q = self._queue_for(part.attained(j, now) - self.base[j])
             self.queue_of[j] = q
             self.lists[q].append(j)
+            self._arrays[q] = None
+            self.qsum[q] += self.jobs.gpus[j]
+            (self.running_in if j in part.running else self.waiting_in)[q].append(j)
             if j in part.running:
                 self._set_run_timers(j, now)
             elif self.starvation > 0 and q > 0 and part.executed(j, now) > 0:
@@ -85,21 +107,35 @@ class Tiresias(Policy):
         self.queue_of[j] = 0
         self.base[j] = 0.0
         self.lists[0].append(j)  # arrivals come in submission order: the list stays sorted
+        self._arrays[0] = None
+        self.qsum[0] += self.jobs.gpus[j]
+        self.waiting_in[0].append(j)
         self.demand += self.jobs.gpus[j]
 
     def on_finish(self, j: int, now: float) -> None:
+        self._unprotect(j)
         self._move(j, None)
+        self.running_flag[j] = False
         del self.base[j]
         self.demand -= self.jobs.gpus[j]
 
     def _move(self, j: int, q: int | None) -> None:
-        old = self.lists[self.queue_of[j]]
-        del old[bisect_left(old, j)]
+        """Move job j to queue q (None: it left the system)."""
+        old, g = self.queue_of[j], self.jobs.gpus[j]
+        members = self.running_in if self.running_flag[j] else self.waiting_in
+        lst = self.lists[old]
+        del lst[bisect_left(lst, j)]
+        self._arrays[old] = None
+        self.qsum[old] -= g
+        _remove(members[old], j)
         if q is None:
             del self.queue_of[j]
         else:
             self.queue_of[j] = q
             insort(self.lists[q], j)
+            self._arrays[q] = None
+            self.qsum[q] += g
+            insort(members[q], j)
 
     def schedule(self, now: float) -> None:
         part = self.part
@@ -136,17 +172,35 @@ class Tiresias(Policy):
                 if q != self.queue_of[j]:
                     self._move(j, q)
                 self._set_demote_timer(j, now)
-            # _PROTECTED: the timer only makes the job preemptible again at the next decision
+            elif kind == _PROTECTED and j in self.protected and part.run_started(j) == stamp:
+                self._unprotect(j)
+
+    def _unprotect(self, j: int) -> None:
+        self.protected.discard(j)
+        self.protected_flag[j] = False
 
     def _start(self, j: int, now: float) -> None:
         if self.part.start(j):
+            q = self.queue_of[j]
+            _remove(self.waiting_in[q], j)
+            insort(self.running_in[q], j)
+            self.running_flag[j] = True
             self._set_run_timers(j, now)
+
+    def _preempt(self, j: int) -> None:
+        self.part.preempt(j)
+        q = self.queue_of[j]
+        _remove(self.running_in[q], j)
+        insort(self.waiting_in[q], j)
+        self.running_flag[j] = False
 
     def _set_run_timers(self, j: int, now: float) -> None:
         self._set_demote_timer(j, now)
         if self.min_run > 0:
             stamp = self.part.run_started(j)
             heappush(self.timers, (stamp + self.min_run, _PROTECTED, j, stamp))
+            self.protected.add(j)
+            self.protected_flag[j] = True
 
     def _set_demote_timer(self, j: int, now: float) -> None:
         q = self.queue_of[j]
@@ -163,34 +217,75 @@ class Tiresias(Policy):
                     self._start(j, now)
 
     def _decide(self, now: float) -> None:
-        part, gpus = self.part, self.jobs.gpus
-        running = part.running
-        quota = part.capacity
-        keep: set[int] = set()
-        if self.min_run > 0:
-            keep = {j for j in running if now - part.run_started(j) < self.min_run}
-            quota -= sum(gpus[j] for j in keep)
+        """Take jobs in priority order while their GPUs fit in the partition's GPU count.
+
+        The same result as walking all jobs one by one, without the walk: a queue whose total
+        fits is taken whole; in the first queue that does not fit, the longest prefix that fits
+        is taken at once (cumulative sum); after it only jobs small enough for the remainder are
+        looked at, and the running jobs of lower queues are preempted.
+        """
+        gpus = self.jobs.gpus
+        quota = self.part.capacity
+        held = [0] * len(self.lists)  # GPUs of protected (min_run) jobs per queue: always kept
+        for j in self.protected:
+            held[self.queue_of[j]] += gpus[j]
+            quota -= gpus[j]
         start: list[int] = []
-        for queue in self.lists:
-            if quota <= 0:
-                break
-            for j in queue:
-                g = gpus[j]
-                if g <= quota and j not in keep:
-                    quota -= g
-                    if j in running:
-                        keep.add(j)
-                    else:
-                        start.append(j)
-                    if quota == 0:
-                        break
-        if len(keep) < len(running):
-            for j in [j for j in running if j not in keep]:
-                part.preempt(j)
-                if self.starvation > 0 and self.queue_of[j] > 0:
-                    self._watch_starvation(j)
+        preempt: list[int] = []
+        left = None  # GPUs left after the first queue that does not fit whole
+        for q in range(len(self.lists)):
+            if left is None and self.qsum[q] - held[q] <= quota:
+                quota -= self.qsum[q] - held[q]
+                start.extend(self.waiting_in[q])
+                continue
+            whole_prefix = left is None
+            s, p, left = self._split(q, quota if whole_prefix else left, whole_prefix, held[q] > 0)
+            start.extend(s)
+            preempt.extend(p)
+        for j in preempt:
+            self._preempt(j)
+            if self.starvation > 0 and self.queue_of[j] > 0:
+                self._watch_starvation(j)
         for j in start:
             self._start(j, now)
+
+    def _queue_arrays(self, q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        cached = self._arrays[q]
+        if cached is None:
+            arr = np.asarray(self.lists[q], dtype=np.int64)
+            g = self.gpus[arr]
+            cached = self._arrays[q] = (arr, g, np.cumsum(g))
+        return cached
+
+    def _split(self, q: int, quota: int, whole_prefix: bool, has_protected: bool) -> tuple[list[int], list[int], int]:
+        """Greedy take-if-it-fits over queue q given `quota` GPUs: (to start, to preempt, GPUs left).
+
+        With `whole_prefix`, the longest prefix that fits is found by binary search on the
+        cumulative GPUs; jobs are in submission order, so "in the prefix" is "job index below
+        the first job left out", a bisection in the sorted waiting and running lists.
+        """
+        arr, g, cum = self._queue_arrays(q)
+        if has_protected:
+            keep = ~self.protected_flag[arr]
+            arr, g = arr[keep], g[keep]
+            cum = np.cumsum(g)
+        k = int(np.searchsorted(cum, quota, side="right")) if whole_prefix else 0
+        left = quota - (int(cum[k - 1]) if k else 0)
+        bound = int(arr[k]) if k < len(arr) else math.inf
+        picks: set[int] = set()
+        if left > 0 and k < len(arr):
+            for c in np.flatnonzero(g[k:] <= left).tolist():
+                gc = int(g[k + c])
+                if gc <= left:
+                    picks.add(int(arr[k + c]))
+                    left -= gc
+                    if left == 0:
+                        break
+        waiting, running = self.waiting_in[q], self.running_in[q]
+        start = waiting[:bisect_left(waiting, bound)] + sorted(j for j in picks if not self.running_flag[j])
+        preempt = [j for j in running[bisect_left(running, bound):]
+                   if j not in picks and not self.protected_flag[j]]
+        return start, preempt, left
 
     def _watch_starvation(self, j: int) -> None:
         part = self.part
@@ -199,3 +294,7 @@ class Tiresias(Policy):
 
 
 _DEMOTE, _PROMOTE, _PROTECTED = 0, 1, 2
+
+
+def _remove(sorted_list: list[int], j: int) -> None:
+    del sorted_list[bisect_left(sorted_list, j)]
