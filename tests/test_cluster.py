@@ -1,0 +1,65 @@
+"""Cluster specs: parsing, partitions and what the cluster can never run."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from autosched.cluster import ClusterError, fit_to_cluster, parse_cluster
+from autosched.trace import Trace, TraceError
+
+
+def _trace(gpus, vcs=None):
+    n = len(gpus)
+    return Trace.from_columns({"job_id": [str(i) for i in range(n)], "submit_time": list(range(n)),
+                               "num_gpus": gpus, "duration": [10.0] * n, "vc": vcs}, source="t.csv")
+
+
+def test_uniform_spec():
+    c = parse_cluster("32x8")
+    assert (c.nodes, c.gpus_per_node, c.gpus, c.uniform) == (32, 8, 256, True)
+    assert parse_cluster(" 4 X 2 ").gpus == 8
+
+
+@pytest.mark.parametrize("bad", ["32", "0x8", "x8", "no_such_file.csv"])
+def test_bad_uniform_spec(bad):
+    with pytest.raises(ClusterError):
+        parse_cluster(bad)
+
+
+def test_philly_vc_file(shared_traces):
+    c = parse_cluster(str(shared_traces / "philly" / "philly_vc_nodes.csv"))
+    assert c.nodes == 352 and c.gpus == 2816 and not c.uniform
+    assert dict(c.vc_nodes)["6214e9"] == 64
+
+
+def test_vc_file_errors(tmp_path):
+    f = tmp_path / "vcs.csv"
+    f.write_text("vc,nodes\na,2\na,3\n")
+    with pytest.raises(ClusterError, match=r"line 3, column 'vc': VC 'a' appears twice"):
+        parse_cluster(str(f))
+    f.write_text("vc,nodes\na,two\n")
+    with pytest.raises(ClusterError, match=r"line 2, column 'nodes': node count is not an integer"):
+        parse_cluster(str(f))
+    f.write_text("name,size\n")
+    with pytest.raises(ClusterError, match="need columns 'vc' and 'nodes'"):
+        parse_cluster(str(f))
+
+
+def test_fit_drops_unknown_vc_and_oversized_jobs(tmp_path):
+    f = tmp_path / "vcs.csv"
+    f.write_text("vc,nodes,gpus_per_node\na,1,4\nb,2,4\n")
+    c = parse_cluster(str(f))
+    t = _trace([4, 5, 8, 1], ["a", "a", "b", "zz"])
+    kept, report = fit_to_cluster(t, c)
+    assert kept.job_id.tolist() == ["0", "2"]
+    assert report.dropped == 2
+    text = report.summary()
+    assert "more GPUs than its partition has (4)" in text and "VC is not in the cluster spec" in text
+    with pytest.raises(TraceError, match=r"job '1', column 'num_gpus'"):
+        fit_to_cluster(t, c, strict=True)
+
+
+def test_uniform_ignores_vcs():
+    t = _trace([1, 2], ["a", "b"])
+    assert np.all(parse_cluster("1x2").partition_of(t) == 0)
