@@ -171,6 +171,7 @@ class Simulator:
         self._next_arrival = 0
         self.finished = 0
         self._progress = progress
+        self._spread_speed = 1.0 / cluster.spread_slowdown
         self.jobs = JobInfo(
             submit=self._submit,
             gpus=self._gpus,
@@ -190,7 +191,8 @@ class Simulator:
 
     def run(self, until: float = math.inf) -> "Simulator":
         heap, submit, n = self._heap, self._submit, self.n
-        policies, part_of = self.policies, self._part
+        policies, part_of, state, version = self.policies, self._part, self.state, self._version
+        partitions, progress = self.partitions, self._progress
         i = self._next_arrival
         steps = 0
         while True:
@@ -200,26 +202,30 @@ class Simulator:
             if t == math.inf or t > until:
                 break
             self.now = t
-            dirty: set[int] = set()
+            dirty: list[int] = []  # partitions touched at this instant (few: a list beats a set)
             while i < n and submit[i] == t:
                 p = part_of[i]
-                self.state[i] = WAITING
+                state[i] = WAITING
                 policies[p].on_arrival(i, t)
-                dirty.add(p)
+                if p not in dirty:
+                    dirty.append(p)
                 i += 1
             while heap and heap[0][0] == t:
-                _, _, kind, a, version = heappop(heap)
+                _, _, kind, a, v = heappop(heap)
                 if kind == _FINISH:
-                    if version == self._version[a] and self.state[a] == RUNNING:
+                    if v == version[a] and state[a] == RUNNING:
                         self._finish(a, t)
-                        dirty.add(part_of[a])
-                elif version == self.partitions[a]._wake_version:
-                    dirty.add(a)
-            for p in sorted(dirty) if len(dirty) > 1 else dirty:
+                        if part_of[a] not in dirty:
+                            dirty.append(part_of[a])
+                elif v == partitions[a]._wake_version and a not in dirty:
+                    dirty.append(a)
+            if len(dirty) > 1:
+                dirty.sort()
+            for p in dirty:
                 policies[p].schedule(t)
             steps += 1
-            if self._progress is not None and steps % 2048 == 0:
-                self._progress(self.finished, n)
+            if progress is not None and steps % 2048 == 0:
+                progress(self.finished, n)
         self._next_arrival = i
         if until == math.inf and self.finished < n:
             stuck = [j for j in range(n) if self.state[j] != DONE][:5]
@@ -252,7 +258,7 @@ class Simulator:
             return False
         now = self.now
         self._alloc[j] = alloc
-        speed = 1.0 / self.cluster.spread_slowdown if len(alloc) > 1 else 1.0
+        speed = self._spread_speed if len(alloc) > 1 else 1.0
         self._speed[j] = speed
         self._overhead[j] = ovh = self._pending_overhead[j]
         self._pending_overhead[j] = 0.0
