@@ -156,6 +156,8 @@ class Tiresias(Policy):
         if self.interval > 0:
             if self.queue_of:
                 part.wake_at(self._next_tick)
+            else:  # no wake is pending: the next arrival must not wait for a tick nobody set
+                self._next_tick = -math.inf
         elif self.timers:
             part.wake_at(self.timers[0][0])
 
