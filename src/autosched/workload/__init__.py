@@ -1,0 +1,52 @@
+"""Generative models of a cluster's workload: fit on its history, sample its next period.
+
+    from autosched.workload import get_model, load_model
+    model = get_model("stat")().fit(history)        # constructor kwargs are the model's params
+    week = model.sample(start, 7 * 86400, seed=0)   # a Trace of jobs submitted in [start, start+7d)
+    model.save("m.npz"); same = load_model("m.npz")
+
+``MODELS`` maps a name to its class: ``replay`` (the baseline), ``stat`` (statistical, fits in
+seconds) and ``neural`` (a GRU over the job sequence; needs ``pip install autosched[neural]``).
+"""
+
+from __future__ import annotations
+
+import os
+
+from .base import WorkloadError, WorkloadModel, read_model_file
+from .neural import Neural
+from .replay import Replay
+from .stat import Stat
+
+MODELS: dict[str, type[WorkloadModel]] = {cls.name: cls for cls in (Replay, Stat, Neural)}
+
+
+def get_model(name: str) -> type[WorkloadModel]:
+    try:
+        return MODELS[name]
+    except KeyError:
+        raise WorkloadError(f"unknown workload model {name!r}; known: {', '.join(MODELS)}") from None
+
+
+def parse_model_spec(spec: str) -> WorkloadModel:
+    """``name`` or ``name:param=value:param=value`` (as typed after ``--models``) -> a model."""
+    name, *assignments = [s.strip() for s in spec.split(":")]
+    cls = get_model(name)
+    return cls(**dict(cls.space.parse_assignments(assignments)))
+
+
+def load_model(path: str | os.PathLike) -> WorkloadModel:
+    """A fitted model from a file written by ``WorkloadModel.save``."""
+    header, arrays = read_model_file(path)
+    cls = get_model(header["model"])
+    model = cls(**header["params"])
+    model.history_start, model.history_end, model.history_jobs = header["history"]
+    model.history_jobs = int(model.history_jobs)
+    model.vc_names = header["vc_names"]
+    model._restore(header["state"], arrays)
+    model.fitted = True
+    return model
+
+
+__all__ = ["MODELS", "WorkloadModel", "WorkloadError", "get_model", "load_model", "parse_model_spec",
+           "Replay", "Stat", "Neural"]

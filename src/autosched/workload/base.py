@@ -1,0 +1,169 @@
+"""What a workload model is: fit on a cluster's history, then sample its next period.
+
+A model's parameters are declared once, as a `ConfigSpace` (the same typed knobs policies use),
+and validated there. ``fit`` sees only the history it is given; ``sample`` returns a valid
+`Trace` of jobs submitted in ``[start, start + horizon)``. ``save``/``load_model`` round-trip a
+fitted model through one ``.npz`` file (arrays plus a JSON header; no pickle, so a model file
+cannot run code when loaded).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from ..space import ConfigSpace
+from ..trace.table import Trace
+
+FORMAT_VERSION = 1
+
+
+class WorkloadError(ValueError):
+    """Bad input to a workload model: empty history, horizon <= 0, unknown model, bad model file."""
+
+
+class WorkloadModel:
+    """Base class. Subclasses declare ``name``, ``summary``, ``space`` and implement
+    ``_fit``, ``_sample``, ``_state`` and ``_restore``."""
+
+    name: ClassVar[str]
+    summary: ClassVar[str]
+    space: ClassVar[ConfigSpace] = ConfigSpace([])
+    # True if sample() ignores the seed (one sample says everything; the evaluation runs one).
+    deterministic: ClassVar[bool] = False
+
+    def __init__(self, **params: Any):
+        self.params: dict[str, Any] = self.space.validate(params)
+        self.fitted = False
+        self.history_start = 0.0
+        self.history_end = 0.0
+        self.history_jobs = 0
+        self.vc_names: list[str] | None = None  # None: the history has no VC column
+
+    # ----------------------------------------------------------------------------- public API
+
+    def fit(self, history: Trace) -> "WorkloadModel":
+        """Learn the workload from `history` (and nothing after its last submission)."""
+        if len(history) == 0:
+            raise WorkloadError(f"{self.name}: cannot fit on an empty history")
+        self.history_start, self.history_end = history.start, history.end
+        self.history_jobs = len(history)
+        self.vc_names = sorted(set(history.vc.tolist())) if history.vc is not None else None
+        self._fit(history)
+        self.fitted = True
+        return self
+
+    def sample(self, start: float, horizon: float, seed: int) -> Trace:
+        """A workload of jobs submitted in ``[start, start + horizon)``, reproducible for a seed."""
+        if not self.fitted:
+            raise WorkloadError(f"{self.name}: call fit() before sample()")
+        start, horizon = float(start), float(horizon)
+        if not math.isfinite(start):
+            raise WorkloadError(f"{self.name}: start {start!r} is not a finite time")
+        if not (math.isfinite(horizon) and horizon > 0):
+            raise WorkloadError(f"{self.name}: horizon must be > 0 seconds (got {horizon:g})")
+        rng = np.random.default_rng(int(seed))
+        jobs = self._sample(start, horizon, rng)
+        return jobs.to_trace(start, horizon, f"{self.name}-{int(seed)}")
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the fitted model to one ``.npz`` file, atomically."""
+        if not self.fitted:
+            raise WorkloadError(f"{self.name}: fit the model before saving it")
+        meta, arrays = self._state()
+        header = {"format": FORMAT_VERSION, "model": self.name, "params": self.params,
+                  "history": [self.history_start, self.history_end, self.history_jobs],
+                  "vc_names": self.vc_names, "state": meta}
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            with open(tmp, "wb") as f:
+                np.savez_compressed(f, __header__=np.array(json.dumps(header)), **arrays)
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def describe(self) -> str:
+        knobs = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.params.items())
+        return f"{self.name}({knobs})"
+
+    # ----------------------------------------------------------------------- for subclasses
+
+    def _fit(self, history: Trace) -> None:
+        raise NotImplementedError
+
+    def _sample(self, start: float, horizon: float, rng: np.random.Generator) -> "Jobs":
+        raise NotImplementedError
+
+    def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        raise NotImplementedError
+
+    def _restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        raise NotImplementedError
+
+
+class Jobs:
+    """Generated jobs as plain arrays (vc as codes into the model's ``vc_names``)."""
+
+    def __init__(self, submit: np.ndarray, gpus: np.ndarray, duration: np.ndarray,
+                 vc: np.ndarray | None, vc_names: list[str] | None):
+        self.submit = np.asarray(submit, dtype=np.float64)
+        self.gpus = np.asarray(gpus, dtype=np.int64)
+        self.duration = np.asarray(duration, dtype=np.float64)
+        self.vc = None if vc is None or vc_names is None else np.asarray(vc, dtype=np.int64)
+        self.vc_names = vc_names
+
+    def to_trace(self, start: float, horizon: float, prefix: str) -> Trace:
+        """Keep the jobs in [start, start + horizon), sort them, and give them unique ids."""
+        keep = (self.submit >= start) & (self.submit < start + horizon)
+        order = np.flatnonzero(keep)[np.argsort(self.submit[keep], kind="stable")]
+        n = len(order)
+        cols: dict[str, Any] = {
+            "job_id": np.array([f"{prefix}-{i}" for i in range(n)], dtype=object),
+            "submit_time": self.submit[order],
+            "num_gpus": self.gpus[order],
+            "duration": self.duration[order],
+        }
+        if self.vc is not None:
+            cols["vc"] = np.asarray(self.vc_names, dtype=object)[self.vc[order]] if n else np.array([], dtype=object)
+        check_jobs(cols)
+        return Trace.from_columns(cols, source=prefix)
+
+
+def check_jobs(cols: dict[str, np.ndarray]) -> None:
+    """The rules every generated trace keeps; a breach is a bug in a model, so it is loud."""
+    if not np.all(cols["num_gpus"] >= 1):
+        raise AssertionError("generated a job with no GPUs")
+    if not np.all(np.isfinite(cols["duration"]) & (cols["duration"] > 0)):
+        raise AssertionError("generated a job with a duration that is not positive and finite")
+
+
+def vc_codes(history: Trace, names: list[str] | None) -> np.ndarray | None:
+    """Each job's VC as an index into `names` (sorted VC names of the history)."""
+    if history.vc is None or names is None:
+        return None
+    return np.searchsorted(np.asarray(names, dtype=object), history.vc).astype(np.int64)
+
+
+def read_model_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    path = Path(path)
+    if not path.exists():
+        raise WorkloadError(f"{path}: no such model file")
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        header = json.loads(str(arrays.pop("__header__")))
+    except (OSError, ValueError, KeyError) as e:
+        raise WorkloadError(f"{path}: not a workload model file written by autosched ({e})") from None
+    if header.get("format") != FORMAT_VERSION:
+        raise WorkloadError(f"{path}: model file format {header.get('format')!r} is not {FORMAT_VERSION}")
+    return header, arrays
