@@ -1,0 +1,128 @@
+"""Malformed files give one clear line naming the file (and line/column where it applies);
+unusable rows are dropped with a summary, or are an error in strict mode."""
+
+from __future__ import annotations
+
+import gzip
+import re
+
+import pytest
+
+from autosched.trace import TraceError, load_trace
+
+from conftest import FIXTURES
+
+CANON = "job_id,submit_time,num_gpus,duration\n"
+
+
+def _error(path, **kw) -> str:
+    with pytest.raises(TraceError) as e:
+        load_trace(path, **kw)
+    message = str(e.value)
+    assert "\n" not in message and message.startswith(str(path))
+    return message
+
+
+def test_missing_empty_and_directory(tmp_path):
+    assert _error(tmp_path / "nope.csv") == f"{tmp_path / 'nope.csv'}: no such file"
+    assert _error(tmp_path) == f"{tmp_path}: is a directory, not a trace file"
+    (tmp_path / "empty.csv").write_text("")
+    assert _error(tmp_path / "empty.csv") == f"{tmp_path / 'empty.csv'}: the file is empty"
+    (tmp_path / "blank.csv").write_text("\n  \n")
+    assert _error(tmp_path / "blank.csv").endswith(": the file is empty")
+
+
+def test_binary_and_damaged_gzip(tmp_path):
+    (tmp_path / "img.csv").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR" + bytes(range(256)))
+    assert "a binary file, not a text trace" in _error(tmp_path / "img.csv")
+    (tmp_path / "noise.csv").write_bytes(bytes(range(128, 256)) * 8)
+    assert "a binary file" in _error(tmp_path / "noise.csv")
+    good = gzip.compress(b"job_id,submit_time,num_gpus,duration\n" + b"1,0,1,5\n" * 5000)
+    (tmp_path / "cut.csv.gz").write_bytes(good[: len(good) // 2])
+    assert "damaged gzip file" in _error(tmp_path / "cut.csv.gz")
+
+
+def test_unknown_header(tmp_path):
+    (tmp_path / "t.csv").write_text("when,what\n1,2\n")
+    message = _error(tmp_path / "t.csv")
+    assert "cannot tell the trace format from its first line 'when,what'" in message
+    assert "pass --format, one of: canonical, philly, itp, helios, philly-json, slurm, parquet" in message
+
+
+def test_detected_format_with_missing_columns(tmp_path):
+    (tmp_path / "t.txt").write_text("JobID|User|Submit\n1|a|2024-01-01T00:00:00\n")
+    assert _error(tmp_path / "t.txt") == (
+        f"{tmp_path / 't.txt'}: line 1 (header): missing column(s) start, end, alloctres; found jobid, user, submit")
+
+
+@pytest.mark.parametrize("text, where", [
+    # column 16 is the '"' of "user", where a ',' was due
+    ('[{"jobid": "a", "attempts": []},\n {"jobid": "b" "user": "x"}]', "line 2, column 16: bad JSON: Expecting ',' delimiter"),
+    ('[{"jobid": "a"}\n {"jobid": "b"}]', "line 2, column 2: bad JSON: expected ',' or ']' after a job"),
+    ('[{"jobid": "a"},\n]', "line 2, column 1: bad JSON: Expecting value"),
+    ('[{"jobid": "a"}] trailing', "line 1, column 18: bad JSON: extra data after the list of jobs"),
+    ('[{"jobid": "a"}', "line 1, column 16: bad JSON: expected ',' or ']' after a job"),
+])
+def test_bad_json_names_line_and_column(tmp_path, text, where):
+    path = tmp_path / "log.json"
+    path.write_text(text)
+    assert _error(path) == f"{path}: {where}"
+
+
+def test_json_that_is_not_a_list(tmp_path):
+    path = tmp_path / "log.json"
+    path.write_text('{"jobid": "a"}')
+    assert _error(path, format="philly-json") == f"{path}: line 1, column 1: expected a JSON list of jobs ('[')"
+
+
+def test_bad_rows_are_dropped_with_a_summary(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(CANON + "a,0,1,10\nb,x,1,10\nc,5,0,10\nd,6,1,-3\ne,7,1\nf,8,2.5,10\ng,9,1,10\n")
+    trace, report = load_trace(path)
+    assert trace.job_id.tolist() == ["a", "g"]
+    assert (report.rows, report.kept, report.dropped) == (7, 2, 5)
+    assert {d.rule: d.examples for d in report.drops.values()} == {
+        "time is not a number": ["line 3 (got 'x')"],
+        "job requests no GPUs (must be >= 1)": ["line 4 (got '0')"],
+        "duration is not positive": ["line 5 (got '-3')"],
+        "row has 3 cells, header has 4": ["line 6"],
+        "GPU count is not a whole number": ["line 7 (got '2.5')"],
+    }
+    summary = report.summary()
+    assert summary.startswith(f"{path}: read 7 rows (canonical), kept 2, dropped 5:")
+    assert "1 × column 'num_gpus': job requests no GPUs (must be >= 1); e.g. line 4 (got '0')" in summary
+
+
+def test_a_row_breaking_two_rules_is_counted_once(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(CANON + "a,x,0,10\nb,1,1,1\n")
+    _, report = load_trace(path)
+    assert (report.rows, report.kept, report.dropped) == (2, 1, 1)
+    assert [d.rule for d in report.drops.values()] == ["time is not a number"]
+
+
+def test_itp_short_row_is_dropped_not_a_crash(tmp_path):
+    path = tmp_path / "itp.csv"
+    path.write_text("job_id,submission_time,duration,num_gpu\nu1,10,100,8\nu2,20\n")
+    trace, report = load_trace(path)
+    assert trace.job_id.tolist() == ["u1"]
+    assert [d.examples for d in report.drops.values()] == [["line 3"]]
+
+
+@pytest.mark.parametrize("name, message", [
+    ("philly_cluster_job_log.json",
+     "line 30 (jobid job_never_ran), column 'attempts': job has no scheduling attempt (it never ran)"),
+    ("helios_cluster_log.csv", "line 5, column 'gpu_num': job requests no GPUs (must be >= 1) (got '0')"),
+    ("slurm_sacct.txt", "line 14, column 'Start': job never started (Start is Unknown/None) (got 'Unknown')"),
+])
+def test_strict_mode_raises_on_the_first_bad_row(name, message):
+    path = FIXTURES / name
+    with pytest.raises(TraceError, match=re.escape(f"{path}: {message}")):
+        load_trace(path, strict=True)
+
+
+def test_strict_mode_passes_a_clean_file(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(CANON + "a,0,1,10\n")
+    trace, report = load_trace(path, strict=True)
+    assert len(trace) == 1 and report.dropped == 0
