@@ -1,0 +1,204 @@
+"""The adaptive loop: at each period boundary (or on drift) fit, sample, tune, compare, deploy or keep."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..cluster import ClusterSpec, fit_to_cluster
+from ..policies import get_policy
+from ..sim.metrics import METRIC_HELP
+from ..space import Config
+from ..trace.table import Trace
+from .drift import DriftReport, DriftTest, Profile, profile
+from .guardrail import Guardrail
+from .observe import Observation
+from .sources import WorkloadSource, concat
+
+
+@dataclass
+class Decision:
+    """One round of the loop and its evidence."""
+
+    time: float
+    trigger: str  # "period" or "drift: <which test fired>"
+    deployed: bool
+    config: Config  # the config running after this decision
+    candidate: Config | None  # the tuner's best (None if the round could not tune)
+    predicted_gain: float  # mean relative paired gain of candidate over running (0.05 = 5% better)
+    spread: float  # standard error of that mean over the sampled workloads
+    samples: int
+    running_value: float
+    candidate_value: float
+    knobs_changed: dict[str, tuple[Any, Any]]  # knob -> (running, candidate)
+    reason: str
+    tuning_seconds: float
+    tuning_cost: Any = None  # as the tuner reports it (trials, simulations, ...)
+    causal_graph: Any = None
+    screened_knobs: Any = None
+    drift: dict[str, float] = field(default_factory=dict)
+    history_jobs: int = 0
+    imputed_durations: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["knobs_changed"] = {k: list(v) for k, v in self.knobs_changed.items()}
+        return _jsonable(d)
+
+
+def default_tuner_factory(**kw: Any):
+    from ..tune import Objective, Tuner
+
+    kw["objective"] = Objective(metric=kw.pop("metric"), constraints=tuple(kw.pop("constraints", ())))
+    return Tuner(**kw)
+
+
+class Controller:
+    """Keeps one policy's config tuned for the coming period.
+
+    ``decide(obs)`` runs a round: evaluation workloads for [now, now + period) come from `source`
+    (a workload model fitted on ``obs.history``, the replayed history, or, for the oracle, the real
+    future), prefixed by the jobs the cluster carries over (``obs.backlog``). The tuner searches,
+    warm-started from the running config and the previous rounds' winners; the winner and the
+    running config are then scored on the same workloads and the `Guardrail` decides.
+    ``check_drift(obs)`` says whether the last day moved away from the window of the last tuning.
+    """
+
+    def __init__(self, policy: str, cluster: ClusterSpec, source: WorkloadSource, *,
+                 period: float, budget: int = 20, metric: str = "avg_jct",
+                 constraints: tuple[str, ...] = (), guardrail: Guardrail | None = None,
+                 drift: DriftTest | None = None, recent: float = 86400.0, min_gap: float = 86400.0,
+                 carry_backlog: bool = True, initial_config: Mapping[str, Any] | None = None,
+                 seed: int = 0, tuner_factory: Callable[..., Any] | None = None,
+                 tuner_options: Mapping[str, Any] | None = None, warm_keep: int = 3):
+        if period <= 0 or budget < 1:
+            raise ValueError("controller: period must be > 0 and budget >= 1")
+        if metric not in METRIC_HELP:
+            raise ValueError(f"controller: unknown metric {metric!r}")
+        self.policy = policy
+        self.space = get_policy(policy).space
+        self.cluster = cluster
+        self.source = source
+        self.period = period
+        self.budget = budget
+        self.metric = metric
+        self.minimize = METRIC_HELP[metric][1]
+        self.constraints = tuple(constraints)
+        self.guardrail = guardrail or Guardrail()
+        self.drift = drift
+        self.recent = recent
+        self.min_gap = min_gap
+        self.carry_backlog = carry_backlog
+        self.seed = seed
+        self.tuner_factory = tuner_factory or default_tuner_factory
+        self.tuner_options = dict(tuner_options or {})
+        self.warm_keep = warm_keep
+        self.running: Config = self.space.validate(initial_config or {})
+        self.decisions: list[Decision] = []
+        self._winners: list[Config] = []
+        self._reference: Profile | None = None
+        self._last_round = -float("inf")
+
+    # ------------------------------------------------------------------------------ drift
+
+    def check_drift(self, obs: Observation) -> DriftReport | None:
+        """A drift report if the tests ran (None: no reference yet, or tuned too recently)."""
+        if self.drift is None or self._reference is None or obs.now - self._last_round < self.min_gap:
+            return None
+        recent = profile(obs, max(obs.start, obs.now - self.recent), obs.now)
+        return self.drift.compare(recent, self._reference)
+
+    # ------------------------------------------------------------------------------ a round
+
+    def decide(self, obs: Observation, trigger: str = "period", drift: DriftReport | None = None) -> Decision:
+        t0 = time.perf_counter()
+        round_seed = self.seed * 100_003 + len(self.decisions) * 1_009
+        self._last_round = obs.now
+        self._reference = profile(obs, obs.start, obs.now)
+        workloads = self._workloads(obs, round_seed)
+        base = dict(time=obs.now, trigger=trigger, samples=len(workloads), history_jobs=len(obs.history),
+                    imputed_durations=obs.imputed, drift=dict(drift.stats) if drift else {})
+        if not workloads:
+            return self._keep(base, t0, "no jobs to evaluate in the coming period")
+        tuner = self.tuner_factory(policy=self.policy, cluster=self.cluster, metric=self.metric,
+                                   constraints=self.constraints, budget=self.budget, seed=round_seed,
+                                   **self.tuner_options)
+        res = tuner.tune(workloads, warm_start=self._warm_start())
+        candidate = self.space.validate(res.best_config)
+        evidence = dict(tuning_cost=_jsonable(getattr(res, "cost", None)),
+                        causal_graph=_jsonable(getattr(res, "graph", None)),
+                        screened_knobs=_jsonable(getattr(res, "screened_knobs", None)))
+        self._remember(candidate)
+        if candidate == self.running:
+            return self._keep(base, t0, "the tuner's best is the running config", candidate=candidate, **evidence)
+        _, m_run = tuner.evaluate(self.policy, self.running, workloads)
+        _, m_cand = tuner.evaluate(self.policy, candidate, workloads)
+        run_vals = [float(getattr(m, self.metric)) for m in m_run]
+        cand_vals = [float(getattr(m, self.metric)) for m in m_cand]
+        verdict = self.guardrail.judge(run_vals, cand_vals, self.minimize)
+        changed = {k: (self.running[k], candidate[k]) for k in self.space.names if self.running[k] != candidate[k]}
+        if verdict.deploy:
+            self.running = candidate
+        d = Decision(**base, deployed=verdict.deploy, config=dict(self.running), candidate=candidate,
+                     predicted_gain=verdict.gain, spread=verdict.spread,
+                     running_value=_mean(run_vals), candidate_value=_mean(cand_vals), knobs_changed=changed,
+                     reason=verdict.reason, tuning_seconds=time.perf_counter() - t0, **evidence)
+        self.decisions.append(d)
+        return d
+
+    def _workloads(self, obs: Observation, seed: int) -> list[Trace]:
+        out = []
+        for w in self.source.workloads(obs, self.period, seed):
+            if self.carry_backlog and len(obs.backlog):
+                w = concat(obs.backlog, w)
+            w, _ = fit_to_cluster(w, self.cluster)
+            if len(w):
+                out.append(w)
+        return out
+
+    def _warm_start(self) -> list[Config]:
+        seen, out = set(), []
+        for c in [self.running, *reversed(self._winners)]:
+            key = tuple(sorted(c.items()))
+            if key not in seen:
+                seen.add(key)
+                out.append(dict(c))
+        return out
+
+    def _remember(self, config: Config) -> None:
+        self._winners.append(config)
+        del self._winners[:-self.warm_keep]
+
+    def _keep(self, base: dict, t0: float, reason: str, candidate: Config | None = None, **evidence) -> Decision:
+        d = Decision(**base, deployed=False, config=dict(self.running), candidate=candidate,
+                     predicted_gain=0.0, spread=0.0, running_value=float("nan"), candidate_value=float("nan"),
+                     knobs_changed={}, reason=reason, tuning_seconds=time.perf_counter() - t0, **evidence)
+        self.decisions.append(d)
+        return d
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs)
+
+
+def _jsonable(x: Any) -> Any:
+    """Plain JSON types (tuner evidence comes in whatever form the tuner keeps it)."""
+    if x is None or isinstance(x, (bool, int, str)):
+        return x
+    if isinstance(x, float):
+        return x if x == x and abs(x) != float("inf") else None
+    if hasattr(x, "to_dict"):
+        return _jsonable(x.to_dict())
+    if hasattr(x, "__dataclass_fields__"):
+        return _jsonable(asdict(x))
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple, set, frozenset)):
+        return [_jsonable(v) for v in x]
+    if hasattr(x, "tolist"):
+        return _jsonable(x.tolist())
+    if hasattr(x, "item"):
+        return _jsonable(x.item())
+    return str(x)

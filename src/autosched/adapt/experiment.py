@@ -1,0 +1,286 @@
+"""Replay a real trace end to end while a strategy reconfigures the simulated scheduler.
+
+Each strategy gets one `Simulator` over the whole real trace. At every decision time t the
+simulator is run up to t (``sim.run(until=t)``), the controller sees only what a real one would
+(`observe`: jobs submitted by t, durations only of jobs finished by t), and a deployed config is
+switched in with ``sim.reconfigure`` (queued and running jobs carry over). Strategies:
+
+- ``default``: the policy's default config, fixed;
+- ``autosched``: workload model + tuner + guardrail, at each period boundary and on drift;
+- ``last_period``: no workload model; the tuner evaluates on the last period replayed;
+- ``oracle_static``: ORACLE, the best fixed config in hindsight (tuned on the whole real trace);
+- ``oracle_period``: ORACLE, tuned at each boundary on the real jobs of the coming period.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+from ..cluster import ClusterSpec
+from ..policies import get_policy
+from ..sim import JobRecords, Metrics, Simulator, compute_metrics
+from ..space import Config
+from ..trace.table import Trace
+from .controller import Controller, Decision, _jsonable, default_tuner_factory
+from .drift import DriftTest, gpu_classes, GPU_CLASS_NAMES
+from .guardrail import Guardrail
+from .observe import observe
+from .sources import FutureSource, ModelSource, ReplaySource
+
+STRATEGIES = ("default", "autosched", "last_period", "oracle_static", "oracle_period")
+ORACLES = frozenset({"oracle_static", "oracle_period"})
+DESCRIPTIONS = {
+    "default": "the policy's default config, fixed",
+    "autosched": "workload model + tuner + guardrail, each period and on drift",
+    "last_period": "tuned on the last period replayed (no workload model)",
+    "oracle_static": "ORACLE: best fixed config in hindsight, tuned on the whole real trace",
+    "oracle_period": "ORACLE: tuned each period on the real jobs of that period",
+}
+DAY = 86400.0
+
+Progress = Callable[[str, float, float], None]  # (what is happening, done, total)
+
+
+@dataclass(frozen=True)
+class Settings:
+    policy: str = "tiresias"
+    period: float = 7 * DAY
+    history: float = 7 * DAY
+    budget: int = 12
+    samples: int = 2
+    model: str = "stat"
+    metric: str = "avg_jct"
+    seed: int = 0
+    drift: bool = True
+    check_every: float = DAY  # how often the drift tests run between boundaries
+    guard_k: float = 2.0
+    guard_margin: float = 0.01
+    carry_backlog: bool = True
+    tuner_options: dict[str, Any] = field(default_factory=dict)  # sampler, screening, workers, executor
+
+    def __post_init__(self) -> None:
+        if self.period <= 0 or self.history <= 0 or self.check_every <= 0:
+            raise ValueError("period, history and check interval must be > 0")
+        if self.budget < 1 or self.samples < 1:
+            raise ValueError("budget and samples must be >= 1")
+
+
+@dataclass
+class PeriodResult:
+    index: int
+    start: float
+    end: float
+    metrics: Metrics
+
+
+@dataclass
+class StrategyResult:
+    name: str
+    oracle: bool
+    description: str
+    metrics: Metrics
+    periods: list[PeriodResult]
+    timeline: list[tuple[float, Config]]  # (time, config deployed then)
+    decisions: list[Decision]
+    seconds: float
+
+    def to_dict(self) -> dict[str, Any]:
+        m = self.metrics
+        return _jsonable({
+            "oracle": self.oracle, "description": self.description,
+            "avg_jct": m.avg_jct, "p99_jct": m.p99_jct, "avg_queue": m.avg_queue,
+            "utilization": m.utilization, "metrics": m.to_dict(),
+            "periods": [{"index": p.index, "start": p.start, "end": p.end, "avg_jct": p.metrics.avg_jct,
+                         "p99_jct": p.metrics.p99_jct, "avg_queue": p.metrics.avg_queue,
+                         "utilization": p.metrics.utilization, "jobs": p.metrics.jobs} for p in self.periods],
+            "timeline": [{"time": t, "config": c} for t, c in self.timeline],
+            "decisions": [d.to_dict() for d in self.decisions],
+            "seconds": self.seconds,
+        })
+
+
+@dataclass
+class ExperimentResult:
+    settings: Settings
+    cluster: str
+    trace: str
+    jobs: int
+    boundaries: list[float]
+    strategies: dict[str, StrategyResult]
+    workload: dict[str, Any]  # per-day drift series of the real trace (for the report)
+
+    def summary(self) -> dict[str, Any]:
+        """Each strategy's avg JCT relative to default, and autosched's share of the oracle's gain."""
+        s = self.strategies
+        out: dict[str, Any] = {}
+        if "default" not in s:
+            return out
+        base = s["default"]
+        out["relative_avg_jct"] = {k: v.metrics.avg_jct / base.metrics.avg_jct for k, v in s.items()}
+        out["worst_period_vs_default"] = {
+            k: max(p.metrics.avg_jct / b.metrics.avg_jct for p, b in zip(v.periods, base.periods) if b.metrics.jobs)
+            for k, v in s.items() if v.periods}
+        if "autosched" in s and "oracle_period" in s:
+            gain = base.metrics.avg_jct - s["oracle_period"].metrics.avg_jct
+            got = base.metrics.avg_jct - s["autosched"].metrics.avg_jct
+            out["autosched_share_of_oracle_period_gain"] = got / gain if gain > 0 else None
+        if "autosched" in s and "last_period" in s:
+            out["autosched_beats_last_period"] = s["autosched"].metrics.avg_jct < s["last_period"].metrics.avg_jct
+        return out
+
+    def to_dict(self) -> dict[str, Any]:
+        return _jsonable({
+            "settings": asdict(self.settings), "cluster": self.cluster, "trace": self.trace,
+            "jobs": self.jobs, "boundaries": self.boundaries,
+            "strategies": {k: v.to_dict() for k, v in self.strategies.items()},
+            "summary": self.summary(), "workload": self.workload,
+        })
+
+
+def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Settings(),
+                   strategies: Sequence[str] = STRATEGIES, *, tuner_factory: Callable[..., Any] | None = None,
+                   model_factory: Callable[[str], Any] | None = None,
+                   progress: Progress | None = None) -> ExperimentResult:
+    """Run each strategy on the same trace (already fitted to `cluster`) and cluster."""
+    unknown = [s for s in strategies if s not in STRATEGIES]
+    if unknown:
+        raise ValueError(f"unknown strategy {', '.join(unknown)}; known: {', '.join(STRATEGIES)}")
+    get_policy(settings.policy)  # fail early on a bad name
+    if len(trace) == 0:
+        raise ValueError("the trace has no jobs")
+    tuner_factory = tuner_factory or default_tuner_factory
+    bounds = boundaries(trace, settings.period)
+    progress = progress or (lambda what, done, total: None)
+    results: dict[str, StrategyResult] = {}
+    for name in strategies:
+        t0 = time.perf_counter()
+        say = lambda what, done=0.0, total=1.0, name=name: progress(f"{name}: {what}", done, total)
+        if name == "oracle_static":
+            config = _tune_static(trace, cluster, settings, tuner_factory, say)
+            res = replay(trace, cluster, settings, bounds, initial=config, progress=say)
+        elif name == "default":
+            res = replay(trace, cluster, settings, bounds, progress=say)
+        else:
+            ctrl = make_controller(name, trace, cluster, settings, tuner_factory, model_factory)
+            res = replay(trace, cluster, settings, bounds, controller=ctrl, progress=say)
+        records, timeline, decisions = res
+        results[name] = StrategyResult(
+            name, name in ORACLES, DESCRIPTIONS[name], _metrics(records, trace, cluster),
+            period_metrics(records, trace, cluster, bounds), timeline, decisions, time.perf_counter() - t0)
+    return ExperimentResult(settings, cluster.describe(), trace.source, len(trace), bounds, results,
+                            workload_series(trace, cluster))
+
+
+def make_controller(name: str, trace: Trace, cluster: ClusterSpec, settings: Settings,
+                    tuner_factory: Callable[..., Any], model_factory: Callable[[str], Any] | None) -> Controller:
+    common = dict(period=settings.period, budget=settings.budget, metric=settings.metric, seed=settings.seed,
+                  tuner_factory=tuner_factory, tuner_options=settings.tuner_options,
+                  carry_backlog=settings.carry_backlog)
+    if name == "autosched":
+        source = ModelSource(settings.model, settings.samples, factory=model_factory)
+        return Controller(settings.policy, cluster, source, guardrail=Guardrail(settings.guard_k, settings.guard_margin),
+                          drift=DriftTest() if settings.drift else None, **common)
+    # The baselines deploy whatever their tuning prefers (no guardrail) and re-tune only at boundaries.
+    source = ReplaySource() if name == "last_period" else FutureSource(trace)
+    return Controller(settings.policy, cluster, source, guardrail=Guardrail(0.0, 0.0), drift=None, **common)
+
+
+def boundaries(trace: Trace, period: float) -> list[float]:
+    """Period starts from the first submission, and the end of the last (partial) period."""
+    n = max(1, math.ceil((trace.end - trace.start) / period + 1e-12))
+    if trace.start + n * period <= trace.end:
+        n += 1
+    return [trace.start + i * period for i in range(n + 1)]
+
+
+def replay(trace: Trace, cluster: ClusterSpec, settings: Settings, bounds: list[float], *,
+           controller: Controller | None = None, initial: Config | None = None,
+           progress: Callable[..., None] | None = None) -> tuple[JobRecords, list[tuple[float, Config]], list[Decision]]:
+    """Simulate the whole trace; at each decision time the controller may switch the config."""
+    cls = get_policy(settings.policy)
+    config = cls.space.validate(initial if initial is not None else
+                                (controller.running if controller else {}))
+    if controller is not None:
+        controller.running = config
+    sim = Simulator(trace, cluster, cls(config))
+    timeline = [(bounds[0], config)]
+    checks = [] if controller is None else check_times(bounds, settings, drift=controller.drift is not None)
+    for i, (t, is_boundary) in enumerate(checks):
+        sim.run(until=t)
+        if progress:
+            progress(f"day {(t - bounds[0]) / DAY:.0f} {'re-tuning' if is_boundary else 'drift check'}", i, len(checks))
+        obs = observe(sim, t, max(bounds[0], t - settings.history), seed=settings.seed)
+        if is_boundary:
+            d = controller.decide(obs, "period")
+        else:
+            report = controller.check_drift(obs)
+            if report is None or not report.drifted:
+                continue
+            d = controller.decide(obs, f"drift: {report.reason}", report)
+        if d.deployed:
+            sim.reconfigure(d.config)
+            timeline.append((t, d.config))
+    if progress:
+        progress("finishing the replay", len(checks), len(checks))
+    sim.run()
+    return sim.records(), timeline, list(controller.decisions) if controller else []
+
+
+def check_times(bounds: list[float], settings: Settings, drift: bool) -> list[tuple[float, bool]]:
+    """(time, is_boundary): re-tune at each inner boundary; drift checks every `check_every` between."""
+    inner = bounds[1:-1]
+    out = [(b, True) for b in inner]
+    if drift and inner:
+        t = inner[0] + settings.check_every
+        while t < bounds[-1]:
+            if all(abs(t - b) > 1e-6 for b in inner):
+                out.append((t, False))
+            t += settings.check_every
+    return sorted(out)
+
+
+def _tune_static(trace: Trace, cluster: ClusterSpec, settings: Settings, tuner_factory, say) -> Config:
+    say("tuning one config on the whole real trace (oracle)")
+    tuner = tuner_factory(policy=settings.policy, cluster=cluster, metric=settings.metric, constraints=(),
+                          budget=settings.budget, seed=settings.seed, **settings.tuner_options)
+    res = tuner.tune([trace], warm_start=None)
+    return get_policy(settings.policy).space.validate(res.best_config)
+
+
+def _metrics(rec: JobRecords, trace: Trace, cluster: ClusterSpec, mask: np.ndarray | None = None) -> Metrics:
+    groups = trace.vc if trace.vc is not None else trace.user
+    if mask is not None:
+        rec = JobRecords(*(getattr(rec, f)[mask] for f in JobRecords.__dataclass_fields__))
+        groups = groups[mask] if groups is not None else None
+    return compute_metrics(rec, cluster.gpus, groups)
+
+
+def period_metrics(rec: JobRecords, trace: Trace, cluster: ClusterSpec, bounds: list[float]) -> list[PeriodResult]:
+    """Metrics of the jobs submitted in each period (they may finish after it ends)."""
+    out = []
+    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
+        mask = (rec.submit >= a) & (rec.submit < b)
+        out.append(PeriodResult(i, a, b, _metrics(rec, trace, cluster, mask)))
+    return out
+
+
+def workload_series(trace: Trace, cluster: ClusterSpec, bin_seconds: float = DAY) -> dict[str, Any]:
+    """Per-day arrivals, offered load (GPU-seconds submitted / cluster GPU-seconds) and GPU-size mix."""
+    start = trace.start
+    idx = ((trace.submit_time - start) // bin_seconds).astype(np.int64)
+    nbins = int(idx.max()) + 1 if len(idx) else 0
+    arrivals = np.bincount(idx, minlength=nbins)
+    work = np.bincount(idx, weights=trace.num_gpus * trace.duration, minlength=nbins)
+    mix = np.array([gpu_classes(trace.num_gpus[idx == b]) for b in range(nbins)]).reshape(nbins, -1)
+    share = mix / np.maximum(mix.sum(axis=1, keepdims=True), 1)
+    return {"bin_seconds": bin_seconds, "start": start, "arrivals": arrivals.tolist(),
+            "offered_load": (work / (cluster.gpus * bin_seconds)).tolist(),
+            "median_log_duration": [float(np.median(np.log(trace.duration[idx == b]))) if arrivals[b] else None
+                                    for b in range(nbins)],
+            "gpu_mix": {name: share[:, k].tolist() for k, name in enumerate(GPU_CLASS_NAMES)}}

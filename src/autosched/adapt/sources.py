@@ -1,0 +1,80 @@
+"""Where a controller's evaluation workloads for the coming period come from.
+
+- `ModelSource`: a workload model fitted on the observed history, sampled several times (autosched);
+- `ReplaySource`: the last period of observed history, replayed as the next (no model);
+- `FutureSource`: the real jobs of the coming period. ORACLE: no real controller has them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+
+import numpy as np
+
+from ..trace.table import Trace
+from .observe import Observation
+
+
+class WorkloadSource(Protocol):
+    name: str
+    oracle: bool
+
+    def workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
+        """Traces of jobs submitted in [obs.now, obs.now + horizon)."""
+        ...
+
+
+class ModelSource:
+    """Fit a workload model on the observed history and sample the coming period ``samples`` times."""
+
+    oracle = False
+
+    def __init__(self, model: str = "stat", samples: int = 3, params: Mapping[str, Any] | None = None,
+                 factory: Callable[[str], Any] | None = None):
+        if samples < 1:
+            raise ValueError("samples must be >= 1")
+        self.model = model
+        self.samples = samples
+        self.params = dict(params or {})
+        self._factory = factory
+        self.name = f"model:{model}"
+
+    def workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
+        factory = self._factory
+        if factory is None:
+            from ..workload import get_model as factory
+        model = factory(self.model)(**self.params).fit(obs.history)
+        return [model.sample(obs.now, horizon, seed=seed + i) for i in range(self.samples)]
+
+
+class ReplaySource:
+    """The last ``horizon`` of observed history, shifted to start at ``now`` (one workload)."""
+
+    name = "replay"
+    oracle = False
+
+    def workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
+        start = max(obs.start, obs.now - horizon)
+        past = obs.history.window(start, obs.now)
+        return [past.shifted(obs.now - start)]
+
+
+class FutureSource:
+    """ORACLE: the real jobs submitted in the coming period, with their true durations."""
+
+    name = "future (oracle)"
+    oracle = True
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+
+    def workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
+        return [self.trace.window(obs.now, obs.now + horizon)]
+
+
+def concat(a: Trace, b: Trace) -> Trace:
+    """Jobs of both traces (the columns they share), sorted by submit time."""
+    ca, cb = a.columns(), b.columns()
+    cols = {c: np.concatenate([ca[c], cb[c]]) for c in ca if c in cb}
+    return Trace.from_columns(cols, source=b.source or a.source)

@@ -1,0 +1,263 @@
+"""The adaptive loop: observation without leakage, drift tests, guardrail, controller, replay."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from autosched.adapt import Controller, DriftTest, Guardrail, ModelSource, Settings, observe, run_experiment
+from autosched.adapt.drift import ks_2samp, mix_test, rate_ratio_test
+from autosched.adapt.experiment import boundaries, check_times, make_controller, replay
+from autosched.cluster import ClusterSpec
+from autosched.policies import get_policy
+from autosched.policies.tiresias import Tiresias
+from autosched.sim import Simulator, simulate
+from autosched.trace import Trace
+
+from test_adapt_doubles import DAY, FakeModel, FakeTuner, WorseTuner, fake_model_factory, synthetic_trace
+
+
+def _trace(rows) -> Trace:
+    submit, dur, gpus = zip(*rows)
+    return Trace.from_columns({"job_id": [f"j{i}" for i in range(len(rows))], "submit_time": submit,
+                               "num_gpus": gpus, "duration": dur})
+
+
+# ------------------------------------------------------------------------------ observation
+
+def test_observe_uses_only_what_is_known_at_now():
+    # One GPU, FIFO: j0 runs 0-200, j1 200-250, j2 250-1250, j3 1250-1260; j4 arrives at 400.
+    tr = _trace([(0, 200, 1), (10, 50, 1), (20, 1000, 1), (30, 10, 1), (400, 5, 1)])
+    cl = ClusterSpec.uniform_nodes(1, 1)
+    sim = Simulator(tr, cl, get_policy("fifo")()).run(until=300)
+    obs = observe(sim, 300, 0)
+    h = obs.history
+    assert list(h.job_id) == ["j0", "j1", "j2", "j3"]  # j4 is in the future
+    assert list(obs.finished) == [True, True, False, False]
+    assert obs.end[:2].tolist() == [200, 250] and np.isnan(obs.end[2:]).all()
+    assert obs.imputed == 2
+    # finished: true durations; j2 has run 50 s: the only finished duration above 50 is 200;
+    # j3 has not run: drawn from the finished durations {50, 200}. Never the true 1000 or 10.
+    assert h.duration[:3].tolist() == [200, 50, 200]
+    assert h.duration[3] in (50, 200)
+    # backlog: j2 with 200 - 50 = 150 s left, j3 with its imputed duration, both submitted at now
+    b = obs.backlog
+    assert list(b.job_id) == ["j2", "j3"] and b.submit_time.tolist() == [300, 300]
+    assert b.duration.tolist() == [150, h.duration[3]]
+
+
+def test_observe_window_and_no_finished_longer_keeps_lower_bound():
+    tr = _trace([(0, 10, 1), (5, 5000, 1), (100, 20, 1)])
+    sim = Simulator(tr, ClusterSpec.uniform_nodes(1, 1), get_policy("fifo")()).run(until=1000)
+    obs = observe(sim, 1000, 1)  # window starts at t=1: j0 is outside
+    assert list(obs.history.job_id) == ["j1", "j2"]
+    # j1 has run 1000 - 10 = 990 s; j0 (10 s) is the only finished job and is shorter, and not in
+    # the window anyway: the lower bound stays
+    assert obs.history.duration.tolist() == [990, 1.0] or obs.history.duration[0] == 990
+
+
+def test_observe_refuses_a_simulator_past_now():
+    tr = _trace([(0, 10, 1), (50, 10, 1)])
+    sim = Simulator(tr, ClusterSpec.uniform_nodes(1, 1), get_policy("fifo")()).run(until=60)
+    with pytest.raises(ValueError, match="past the observation time"):
+        observe(sim, 30, 0)
+
+
+# ------------------------------------------------------------------------------ drift tests
+
+def test_rate_ratio_test_by_hand():
+    ratio, p = rate_ratio_test(100, DAY, 700, 7 * DAY)
+    assert ratio == pytest.approx(1.0) and p == pytest.approx(1.0)
+    ratio, p = rate_ratio_test(200, DAY, 700, 7 * DAY)
+    z = math.log(2) / math.sqrt(1 / 200 + 1 / 700)
+    assert ratio == pytest.approx(2.0) and p == pytest.approx(math.erfc(z / math.sqrt(2)))
+
+
+def test_ks_and_chi_square_match_scipy():
+    stats = pytest.importorskip("scipy.stats")
+    rng = np.random.default_rng(3)
+    a, b = rng.normal(0, 1, 400), rng.normal(0.2, 1, 300)
+    d, p = ks_2samp(a, b)
+    ref = stats.ks_2samp(a, b, method="asymp")
+    assert d == pytest.approx(ref.statistic)
+    assert p == pytest.approx(ref.pvalue, rel=0.15)
+    tv, p = mix_test(np.array([50, 30, 15, 5]), np.array([70, 20, 5, 5]))
+    chi2, pref, *_ = stats.chi2_contingency(np.array([[50, 30, 15, 5], [70, 20, 5, 5]]), correction=False)
+    assert tv == pytest.approx(0.5 * (0.2 + 0.1 + 0.1 + 0.0))
+    assert math.log10(p) == pytest.approx(math.log10(pref), abs=0.3)
+
+
+def test_drift_needs_significance_and_size():
+    from autosched.adapt.drift import Profile
+
+    ref = Profile(0, 7 * DAY, 7000, np.random.default_rng(0).normal(7, 1, 5000), np.array([6000, 600, 300, 100]))
+    same = Profile(7 * DAY, 8 * DAY, 1000, np.random.default_rng(1).normal(7, 1, 800), np.array([860, 85, 40, 15]))
+    busy = Profile(7 * DAY, 8 * DAY, 2500, np.random.default_rng(2).normal(7, 1, 800), np.array([2150, 210, 100, 40]))
+    longer = Profile(7 * DAY, 8 * DAY, 1000, np.random.default_rng(3).normal(8, 1, 800), np.array([860, 85, 40, 15]))
+    test = DriftTest()
+    assert not test.compare(same, ref).drifted
+    r = test.compare(busy, ref)
+    assert r.drifted and "arrival rate x2.50" in r.reason and "KS" not in r.reason
+    r = test.compare(longer, ref)
+    assert r.drifted and "log-duration KS" in r.reason and "arrival" not in r.reason
+
+
+# ------------------------------------------------------------------------------ guardrail
+
+def test_guardrail_by_hand():
+    g = Guardrail(k=2.0, min_margin=0.01)
+    v = g.judge([100, 100, 100], [90, 92, 88])  # gains .10 .08 .12: mean .10, s.e. .02/sqrt(3)
+    assert v.deploy and v.gain == pytest.approx(0.10) and v.spread == pytest.approx(0.02 / math.sqrt(3))
+    v = g.judge([100, 100, 100], [90, 110, 95])  # mean gain .0167, s.e. .0601: within noise
+    assert not v.deploy and "within noise" in v.reason
+    v = g.judge([100, 100], [101, 102])
+    assert not v.deploy and v.gain == pytest.approx(-0.015) and "predicted worse" in v.reason
+    v = g.judge([100], [99.5])
+    assert not v.deploy and "below the margin" in v.reason
+    v = Guardrail(min_margin=0.0).judge([0.5, 0.5], [0.6, 0.62], minimize=False)  # utilisation: more is better
+    assert v.deploy and v.gain == pytest.approx(0.22)
+
+
+def _controller(tuner_cls, cluster, **kw):
+    return Controller("tiresias", cluster, ModelSource("fake", samples=3, factory=fake_model_factory),
+                      period=2 * DAY, budget=3, tuner_factory=tuner_cls, **kw)
+
+
+def test_controller_refuses_a_config_predicted_worse():
+    tr = synthetic_trace(days=4, per_day=150)
+    cl = ClusterSpec.uniform_nodes(2, 4)
+    sim = Simulator(tr, cl, Tiresias()).run(until=2 * DAY)
+    ctrl = _controller(WorseTuner, cl)
+    d = ctrl.decide(observe(sim, 2 * DAY, 0))
+    assert not d.deployed and d.predicted_gain < 0 and "predicted worse" in d.reason
+    assert ctrl.running == Tiresias.space.default() and d.config == ctrl.running
+    assert d.knobs_changed == {"queues": (3, 1), "interval": (0.0, 3600.0)}
+    assert d.samples == 3 and d.running_value < d.candidate_value
+
+
+def test_controller_workloads_start_with_the_backlog_and_warm_start_grows():
+    tr = synthetic_trace(days=4, per_day=200)
+    cl = ClusterSpec.uniform_nodes(1, 4)
+    sim = Simulator(tr, cl, Tiresias()).run(until=2 * DAY)
+    obs = observe(sim, 2 * DAY, 0)
+    assert len(obs.backlog) > 0
+    FakeTuner.instances.clear()
+    ctrl = _controller(FakeTuner, cl)
+    ctrl.decide(obs)
+    (workloads,) = FakeTuner.instances[-1].seen
+    for w in workloads:
+        assert (w.submit_time >= 2 * DAY).all()
+        assert (w.submit_time == 2 * DAY).sum() >= len(obs.backlog)
+    assert len(ctrl._warm_start()) >= 1
+
+
+# ------------------------------------------------------------------------------ no leakage
+
+def test_controller_never_reads_the_future():
+    """Poison everything after T (the jobs submitted later, and the true durations of jobs still
+    unfinished at T): every decision up to T must be the same."""
+    tr = synthetic_trace(days=6, per_day=120, seed=5)
+    cl = ClusterSpec.uniform_nodes(1, 8)
+    s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2)
+    T = tr.start + 4 * DAY
+
+    def run(trace):
+        FakeModel.fitted_on.clear()
+        ctrl = make_controller("autosched", trace, cl, s, FakeTuner, fake_model_factory)
+        rec, timeline, decisions = replay(trace, cl, s, boundaries(trace, s.period), controller=ctrl)
+        return rec, decisions, list(FakeModel.fitted_on)
+
+    rec, dec_a, fit_a = run(tr)
+    unfinished = rec.end > T
+    assert unfinished.any() and (tr.submit_time > T).any()
+    future = tr.submit_time > T
+    rng = np.random.default_rng(9)
+    poisoned = tr.replace(
+        duration=np.where(unfinished, tr.duration * 50, tr.duration),  # later: no finish moves before T
+        num_gpus=np.where(future, rng.choice([1, 8], len(tr)), tr.num_gpus),
+        submit_time=np.where(future, T + 1 + (tr.submit_time - T) * rng.uniform(0.2, 1, len(tr)), tr.submit_time),
+    )
+    _, dec_b, fit_b = run(poisoned)
+
+    def key(d):
+        return (d.time, d.trigger, d.deployed, d.config, d.candidate, d.predicted_gain, d.reason)
+
+    early_a = [key(d) for d in dec_a if d.time <= T]
+    early_b = [key(d) for d in dec_b if d.time <= T]
+    assert len(early_a) >= 2 and early_a == early_b
+    for h_a, h_b in zip(fit_a, fit_b):
+        if h_a.end <= T:
+            for col, arr in h_a.columns().items():
+                np.testing.assert_array_equal(arr, h_b.columns()[col])
+    for h in fit_a:  # no fitted history holds a job submitted after its round
+        assert h.end <= max(d.time for d in dec_a)
+
+
+# ------------------------------------------------------------------------------ switching mid-run
+
+class _Counting(Tiresias):
+    finishes: list[int] = []
+
+    def on_finish(self, j, now):
+        _Counting.finishes.append(j)
+        super().on_finish(j, now)
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), switch=st.floats(0.05, 0.95), n=st.integers(5, 60))
+def test_config_switch_mid_run_keeps_every_job_accounted_for(seed, switch, n):
+    rng = np.random.default_rng(seed)
+    tr = _trace([(float(t), float(d), int(g)) for t, d, g in
+                 zip(np.sort(rng.uniform(0, 20_000, n)).round(), rng.lognormal(7, 1.5, n).round() + 1,
+                     rng.choice([1, 2, 4, 8], n))])
+    cl = ClusterSpec.uniform_nodes(2, 4, restart_overhead=(30.0, 70.0), overhead_cutoff=2)
+    space = Tiresias.space
+    a, b = space.sample(random.Random(seed)), space.sample(random.Random(seed + 1))
+    a["placement"] = b["placement"] = "count"  # node placement may differ; accounting must not
+    _Counting.finishes = []
+    sim = Simulator(tr, cl, _Counting(a))
+    sim.run(until=float(tr.start + switch * (tr.end - tr.start)))
+    sim.reconfigure(b)
+    sim.run()
+    rec = sim.records()
+    assert sorted(_Counting.finishes) == list(range(n))  # each job finishes exactly once
+    assert np.isfinite(rec.end).all() and (rec.end >= rec.submit + rec.duration - 1e-6).all()
+    overhead = np.where(rec.gpus <= 2, 30.0, 70.0) * rec.preemptions
+    np.testing.assert_allclose(rec.run_time, rec.duration + overhead, rtol=1e-9, atol=1e-6)
+
+
+# ------------------------------------------------------------------------------ the experiment
+
+def test_experiment_end_to_end_with_doubles():
+    tr = synthetic_trace(days=6, per_day=120, seed=2)
+    cl = ClusterSpec.uniform_nodes(1, 8)
+    s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2)
+    res = run_experiment(tr, cl, s, tuner_factory=FakeTuner, model_factory=fake_model_factory)
+    assert list(res.strategies) == ["default", "autosched", "last_period", "oracle_static", "oracle_period"]
+    assert res.boundaries == [tr.start + i * 2 * DAY for i in range(4)]
+    plain = simulate(tr, cl, Tiresias()).metrics
+    assert res.strategies["default"].metrics == plain  # one replay with no switch is plain simulation
+    for name, sr in res.strategies.items():
+        assert sr.oracle == name.startswith("oracle")
+        assert sum(p.metrics.jobs for p in sr.periods) == len(tr) == sr.metrics.jobs
+        deployed = [(d.time, d.config) for d in sr.decisions if d.deployed]
+        assert sr.timeline[1:] == deployed
+    auto = res.strategies["autosched"]
+    assert [d.time for d in auto.decisions if d.trigger == "period"] == res.boundaries[1:-1]
+    assert [d.time for d in res.strategies["oracle_period"].decisions] == res.boundaries[1:-1]
+    out = res.to_dict()
+    for name in ("default", "autosched", "last_period", "oracle_static", "oracle_period"):
+        assert {"avg_jct", "p99_jct", "avg_queue", "periods"} <= set(out["strategies"][name])
+    assert set(out["summary"]["relative_avg_jct"]) == set(res.strategies)
+    assert out["summary"]["relative_avg_jct"]["default"] == 1.0
+
+
+def test_check_times():
+    s = Settings(period=2 * DAY, history=2 * DAY)
+    bounds = [0.0, 2 * DAY, 4 * DAY, 6 * DAY]
+    assert check_times(bounds, s, drift=False) == [(2 * DAY, True), (4 * DAY, True)]
+    assert check_times(bounds, s, drift=True) == [(2 * DAY, True), (3 * DAY, False), (4 * DAY, True), (5 * DAY, False)]
