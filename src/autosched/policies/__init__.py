@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from .base import PLACEMENT, Policy
 from .fifo import Fifo
+from .multifactor import Multifactor
+from .qssf import Qssf
+from .sjf import Sjf
+from .srtf import Srtf
 from .tiresias import Tiresias
 
-POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (Fifo, Tiresias)}
+POLICIES: dict[str, type[Policy]] = {
+    cls.name: cls for cls in (Fifo, Sjf, Srtf, Tiresias, Qssf, Multifactor)
+}
 
 
 class UnknownPolicy(ValueError):
