@@ -126,3 +126,17 @@ def test_strict_mode_passes_a_clean_file(tmp_path):
     path.write_text(CANON + "a,0,1,10\n")
     trace, report = load_trace(path, strict=True)
     assert len(trace) == 1 and report.dropped == 0
+
+
+def test_parquet_is_recognised_by_its_bytes_and_a_fake_one_is_refused(tmp_path):
+    from autosched.trace import write_trace
+
+    trace, _ = load_trace(FIXTURES / "helios_cluster_log.csv")
+    hidden = tmp_path / "jobs.csv"  # Parquet under a CSV name
+    write_trace(trace, tmp_path / "jobs.parquet")
+    (tmp_path / "jobs.parquet").rename(hidden)
+    back, report = load_trace(hidden)
+    assert report.format == "parquet" and back.equals(trace)
+    fake = tmp_path / "fake.parquet"
+    fake.write_text(CANON + "a,0,1,10\n")
+    assert _error(fake).startswith(f"{fake}: not a readable Parquet file")

@@ -29,7 +29,8 @@ _DECODER = json.JSONDecoder()
 
 
 def detect(head: str) -> bool:
-    return head.lstrip().startswith("[") and '"jobid"' in head
+    # any of the keys: a job with many attempts can push "jobid" past the first 4 KiB
+    return head.lstrip().startswith("[") and any(k in head for k in ('"jobid"', '"attempts"', '"submitted_time"'))
 
 
 def parse(path: Path, check: RowCheck) -> Columns:
