@@ -39,7 +39,7 @@ class Replay(WorkloadModel):
         # The window length: the horizon, or the history's whole days if it is shorter.
         length = horizon if horizon <= span else (math.floor(span / DAY) * DAY or max(span, 60.0))
         shift = _whole_days(start - (end - length), length)
-        sel = np.flatnonzero(self.t >= end - length)
+        sel = np.flatnonzero(self.t > end - length)  # the window (end - length, end]
         # Copies of the window back to back; one before and one after, since rounding the shift
         # to whole days can leave up to half a day at either edge. to_trace() clips to the period.
         offsets = shift + length * np.arange(-1, math.ceil(horizon / length) + 1)
