@@ -2,7 +2,8 @@
 
 A format is a `Format`: a name, a test on the file's first bytes (header), and a parser that
 returns canonical columns and records every row it cannot use in a `RowCheck`. To add a format,
-write a parser and append it to `FORMATS`.
+write a parser (in its own module when it is more than a few lines, like `slurm.py`,
+`helios.py`, `philly_json.py`) and append it to `FORMATS`; detection tries them in order.
 """
 
 from __future__ import annotations
