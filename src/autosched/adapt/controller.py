@@ -97,6 +97,7 @@ class Controller:
         self.warm_keep = warm_keep
         self.running: Config = self.space.validate(initial_config or {})
         self.decisions: list[Decision] = []
+        self.progress: Callable[[int, int], None] | None = None  # (trials done, budget) of a round
         self._winners: list[Config] = []
         self._reference: Profile | None = None
         self._last_round = -float("inf")
@@ -125,18 +126,20 @@ class Controller:
         tuner = self.tuner_factory(policy=self.policy, cluster=self.cluster, metric=self.metric,
                                    constraints=self.constraints, budget=self.budget, seed=round_seed,
                                    **self.tuner_options)
-        res = tuner.tune(workloads, warm_start=self._warm_start())
-        candidate = self.space.validate(res.best_config)
+        res = tuner.tune(workloads, warm_start=self._warm_start(), progress=self.progress)
         evidence = dict(tuning_cost=_jsonable(getattr(res, "cost", None)),
                         causal_graph=_jsonable(getattr(res, "graph", None)),
                         screened_knobs=_jsonable(getattr(res, "screened_knobs", None)))
+        if res.best_config is None:
+            return self._keep(base, t0, "tuning failed: no trial completed", **evidence)
+        candidate = self.space.validate(res.best_config)
         self._remember(candidate)
         if candidate == self.running:
             return self._keep(base, t0, "the tuner's best is the running config", candidate=candidate, **evidence)
-        _, m_run = tuner.evaluate(self.policy, self.running, workloads)
-        _, m_cand = tuner.evaluate(self.policy, candidate, workloads)
-        run_vals = [float(getattr(m, self.metric)) for m in m_run]
-        cand_vals = [float(getattr(m, self.metric)) for m in m_cand]
+        m_run = _trial_metrics(res, self.running) or tuner.evaluate(self.policy, self.running, workloads)[1]
+        m_cand = _trial_metrics(res, candidate) or tuner.evaluate(self.policy, candidate, workloads)[1]
+        run_vals = [_value(m, self.metric) for m in m_run]
+        cand_vals = [_value(m, self.metric) for m in m_cand]
         verdict = self.guardrail.judge(run_vals, cand_vals, self.minimize)
         changed = {k: (self.running[k], candidate[k]) for k in self.space.names if self.running[k] != candidate[k]}
         if verdict.deploy:
@@ -177,6 +180,19 @@ class Controller:
                      knobs_changed={}, reason=reason, tuning_seconds=time.perf_counter() - t0, **evidence)
         self.decisions.append(d)
         return d
+
+
+def _trial_metrics(res: Any, config: Config) -> list | None:
+    """Per-workload metrics of `config` if the tuner already simulated it on these workloads (the
+    simulator is deterministic, so running it again would give the same numbers)."""
+    for t in getattr(res, "trials", None) or ():
+        if getattr(t, "state", None) == "complete" and t.config == config and t.metrics:
+            return list(t.metrics)
+    return None
+
+
+def _value(m: Any, metric: str) -> float:
+    return float(m[metric] if isinstance(m, Mapping) else getattr(m, metric))
 
 
 def _mean(xs: list[float]) -> float:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import typer
 
+from .run_cmd import run_cmd
 from .simulate import policies_cmd, simulate_cmd
 from .workload_cmd import workload_app
 from .trace_cmd import trace_app
@@ -16,6 +17,7 @@ app = typer.Typer(
 )
 app.command("simulate")(simulate_cmd)
 app.command("policies")(policies_cmd)
+app.command("run")(run_cmd)
 app.add_typer(trace_app, name="trace")
 app.add_typer(workload_app, name="workload")
 

@@ -1,0 +1,177 @@
+"""``autosched run``: the main job. Replay a real trace period by period with autosched re-tuning
+the scheduler, next to the fixed default, tuning on the last period, and two oracles."""
+
+from __future__ import annotations
+
+import sys
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from .common import default_trace_and_cluster, fail, load_inputs, note, print_json
+
+DEFAULT_STRATEGIES = "default,autosched,last_period,oracle_static,oracle_period"
+
+
+def run_cmd(
+    trace: Optional[Path] = typer.Argument(None, help="trace file (any supported format); default: the bundled 28-day Philly sample on 32x8"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="NODESxGPUS (e.g. 32x8) or a VC file (vc,nodes); required with a trace"),
+    policy: str = typer.Option("tiresias", "--policy", "-p", help="policy whose knobs are tuned (see `autosched policies`)"),
+    period: str = typer.Option("7d", "--period", help="re-tune at every period boundary (e.g. 7d, 1d, 12h)"),
+    history: str = typer.Option("7d", "--history", help="window of past jobs the workload model is fitted on"),
+    budget: int = typer.Option(12, "--budget", "-n", help="tuning trials per round (one simulation per sampled workload each)"),
+    samples: int = typer.Option(2, "--samples", "-k", help="workloads sampled from the model per round (the guardrail's noise estimate)"),
+    workers: int = typer.Option(1, "--workers", "-j", help="tuning trials run in parallel (1 = in this process)"),
+    model: str = typer.Option("stat", "--model", help="workload model: stat, replay or neural (needs autosched[neural])"),
+    strategies: str = typer.Option(DEFAULT_STRATEGIES, "--strategies", help="comma-separated strategies to compare (oracle_* read the real future)"),
+    objective: str = typer.Option("avg_jct", "--objective", help="Metrics field the tuner and the guardrail optimise"),
+    margin: float = typer.Option(0.01, "--margin", help="guardrail: deploy only if the predicted gain exceeds this fraction (0.01 = 1%)"),
+    noise_k: float = typer.Option(2.0, "--noise-k", help="guardrail: ... and exceeds this many standard errors of the paired gain across samples"),
+    drift: bool = typer.Option(True, "--drift/--no-drift", help="also re-tune between boundaries when a daily drift test fires"),
+    screening: bool = typer.Option(True, "--screening/--no-screening", help="causal knob screening inside each tuning round"),
+    skip: str = typer.Option("0", "--skip", help="ignore the trace's first SKIP (e.g. 14d) before replaying"),
+    span: Optional[str] = typer.Option(None, "--span", help="replay only SPAN of the trace (e.g. 28d) after --skip"),
+    seed: int = typer.Option(0, "--seed", help="random seed (tuner and workload samples)"),
+    fmt: Optional[str] = typer.Option(None, "--format", help="trace format (default: detected from the header)"),
+    report: Optional[Path] = typer.Option(None, "--report", help="write an HTML report (index.html) and its data (report.json) into this directory"),
+    as_json: bool = typer.Option(False, "--json", help="print the results as one JSON object"),
+) -> None:
+    """Replay a trace with autosched re-tuning the scheduler each period; compare with the fixed
+    default, tuning on the last period, and two oracles (best fixed config in hindsight; per-period
+    tuning on the real future)."""
+    from ..adapt import STRATEGIES, Settings, run_experiment
+
+    settings, names, window = _settings(policy, period, history, budget, samples, workers, model, strategies,
+                                        objective, margin, noise_k, drift, screening, skip, span, seed, STRATEGIES)
+    trace_path, cluster_spec = default_trace_and_cluster(trace, cluster)
+    tr, cl, _ = load_inputs(trace_path, cluster_spec, fmt, quiet=as_json)
+    tr = tr.window(tr.start + window[0], tr.start + window[1])
+    if len(tr) < 2 or tr.end - tr.start <= settings.period:
+        fail(f"{trace_path}: the trace (after --skip/--span) spans {(tr.end - tr.start) / 86400:.1f} days, "
+             f"less than two periods of {settings.period / 86400:g} days: nothing to re-tune")
+    if not as_json:
+        note(f"replaying {len(tr):,} jobs of {trace_path.name} on {cl.describe()}, policy {settings.policy}, "
+             f"period {period}, history {history}, budget {budget} x {samples} samples")
+    with _progress(len(names)) as update:
+        result = run_experiment(tr, cl, settings, names, progress=update)
+    data = result.to_dict()
+    if report is not None:
+        from ..adapt.report import build_report
+
+        page = build_report(result).write(report, data=data)
+        if not as_json:
+            note(f"report: {page}")
+    if as_json:
+        print_json(data)
+        return
+    _print(result)
+
+
+def _settings(policy, period, history, budget, samples, workers, model, strategies, objective, margin,
+              noise_k, drift, screening, skip, span, seed, known):
+    """Check every option up front: a bad one fails with one line before any work starts."""
+    from ..adapt import Settings
+    from ..policies import UnknownPolicy, get_policy
+    from ..sim.metrics import METRIC_HELP
+    from ..timeparse import TimeParseError, parse_duration
+    from ..workload import WorkloadError, get_model
+
+    try:
+        get_policy(policy)
+        get_model(model)
+        p, h = parse_duration(period, "--period"), parse_duration(history, "--history")
+        start = parse_duration(skip, "--skip")
+        length = parse_duration(span, "--span") if span is not None else float("inf")
+    except (UnknownPolicy, WorkloadError, TimeParseError) as e:
+        fail(str(e))
+    if p <= 0 or h <= 0:
+        fail("--period and --history must be longer than 0")
+    if start < 0 or length <= 0:
+        fail("--skip must be >= 0 and --span > 0")
+    for name, value in (("--budget", budget), ("--samples", samples), ("--workers", workers)):
+        if value < 1:
+            fail(f"{name} must be at least 1 (got {value})")
+    if margin < 0 or noise_k < 0:
+        fail("--margin and --noise-k must be >= 0")
+    if objective not in METRIC_HELP:
+        fail(f"--objective {objective!r}: not a metric; use one of {', '.join(METRIC_HELP)}")
+    names = [s.strip() for s in strategies.split(",") if s.strip()]
+    bad = [s for s in names if s not in known]
+    if bad or not names:
+        fail(f"--strategies: unknown {', '.join(bad) or '(none given)'}; use some of {', '.join(known)}")
+    settings = Settings(policy=policy, period=p, history=h, budget=budget, samples=samples, model=model,
+                        metric=objective, seed=seed, drift=drift, guard_k=noise_k, guard_margin=margin,
+                        tuner_options={"workers": workers, "screening": screening})
+    return settings, names, (start, start + length)
+
+
+@contextmanager
+def _progress(n_strategies: int):
+    """A progress bar on a terminal (stderr): one unit per strategy, with what is happening now."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    with Progress(TextColumn("{task.description:<48}"), BarColumn(), TimeElapsedColumn(),
+                  console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task("starting", total=n_strategies)
+        state = {"names": [], "last": None}
+
+        def update(what: str, done: float, total: float) -> None:
+            name = what.split(":", 1)[0]
+            if name != state["last"]:
+                state["names"].append(name)
+                state["last"] = name
+            k = len(state["names"]) - 1
+            bar.update(task, description=what, completed=k + (done / total if total else 0))
+
+        yield update
+
+
+def _print(result) -> None:
+    console = Console()
+    s = result.strategies
+    base = s.get("default")
+    table = Table(title=f"{result.settings.policy} on {result.cluster}, {result.jobs:,} jobs", header_style="bold")
+    for col in ("strategy", "avg JCT", "vs default", "p99 JCT", "avg queue", "util", "per period vs default", "deployed"):
+        table.add_column(col, justify="left" if col in ("strategy", "per period vs default") else "right")
+    for name, r in s.items():
+        m = r.metrics
+        rel = f"{m.avg_jct / base.metrics.avg_jct - 1:+.1%}" if base else ""
+        per = " ".join(f"{p.metrics.avg_jct / b.metrics.avg_jct - 1:+.0%}" if b.metrics.jobs else "-"
+                       for p, b in zip(r.periods, base.periods)) if base else ""
+        dep = f"{sum(d.deployed for d in r.decisions)}/{len(r.decisions)}" if r.decisions else "-"
+        label = f"[red]{name}[/] (oracle)" if r.oracle else name
+        table.add_row(label, _h(m.avg_jct), rel, _h(m.p99_jct), _h(m.avg_queue), f"{m.utilization:.2f}", per, dep)
+    console.print(table)
+    summ = result.summary()
+    share = summ.get("autosched_share_of_oracle_period_gain")
+    if share is not None:
+        console.print(f"autosched captured {share:.0%} of the per-period oracle's gain over the default")
+    elif "autosched" in s and "oracle_period" in s:
+        console.print("the per-period oracle did not beat the default: there was no gain to capture")
+    if "autosched_beats_last_period" in summ:
+        console.print("autosched " + ("beat" if summ["autosched_beats_last_period"] else "did not beat")
+                      + " tuning on the last period")
+    worst = summ.get("worst_period_vs_default", {}).get("autosched")
+    if worst is not None:
+        console.print(f"autosched's worst period vs the default: {worst - 1:+.1%}")
+    if "autosched" in s:
+        for d in s["autosched"].decisions:
+            verb = "[green]deployed[/]" if d.deployed else "kept"
+            knobs = ", ".join(f"{k} {_v(a)}->{_v(b)}" for k, (a, b) in d.knobs_changed.items())
+            console.print(f"  day {(d.time - result.boundaries[0]) / 86400:5.1f} ({d.trigger}): {verb}; {d.reason}"
+                          + (f"; {knobs}" if knobs and d.deployed else ""))
+
+
+def _h(seconds: float) -> str:
+    return f"{seconds / 3600:.2f} h"
+
+
+def _v(x) -> str:
+    return f"{x:.4g}" if isinstance(x, float) else str(x)

@@ -1,0 +1,74 @@
+"""`autosched run` end to end (real tuner and workload model, tiny settings) and its bad input."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autosched.cli import app
+from autosched.trace import write_trace
+
+from test_adapt_doubles import synthetic_trace
+
+runner = CliRunner()
+STRATS = ("default", "autosched", "last_period", "oracle_static", "oracle_period")
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("run") / "tiny.csv"
+    write_trace(synthetic_trace(days=6, per_day=60, seed=4), path)
+    return path
+
+
+def _args(tiny, *extra):
+    return ["run", str(tiny), "--cluster", "1x8", "--period", "2d", "--history", "2d", "--budget", "2",
+            "--samples", "2", "--no-screening", *extra]
+
+
+def test_run_json_and_report(tiny, tmp_path):
+    res = runner.invoke(app, _args(tiny, "--json", "--report", str(tmp_path / "rep")))
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert set(out["strategies"]) == set(STRATS)
+    n_periods = len(out["boundaries"]) - 1
+    assert n_periods == 3
+    for name in STRATS:
+        s = out["strategies"][name]
+        assert {"avg_jct", "p99_jct", "avg_queue", "periods"} <= set(s)
+        assert len(s["periods"]) == n_periods and s["oracle"] == name.startswith("oracle")
+        assert sum(p["jobs"] for p in s["periods"]) == out["jobs"]
+    assert [d["time"] for d in out["strategies"]["oracle_period"]["decisions"]] == out["boundaries"][1:-1]
+    page = (tmp_path / "rep" / "index.html").read_text()
+    assert "ORACLE" in page and "<img" in page and "causal graph" in page
+    assert json.loads((tmp_path / "rep" / "report.json").read_text())["jobs"] == out["jobs"]
+
+
+def test_run_table_output(tiny):
+    res = runner.invoke(app, _args(tiny, "--strategies", "default,autosched", "--no-drift"))
+    assert res.exit_code == 0, res.output
+    assert "autosched" in res.stdout and "avg JCT" in res.stdout and "(period):" in res.stdout
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--period", "0"], "--period and --history must be longer than 0"),
+    (["--period", "soon"], "--period 'soon' is not a length of time"),
+    (["--strategies", "default,magic"], "--strategies: unknown magic"),
+    (["--model", "crystal"], "unknown workload model 'crystal'"),
+    (["--policy", "lottery"], "unknown policy 'lottery'"),
+    (["--budget", "0"], "--budget must be at least 1"),
+    (["--objective", "speed"], "--objective 'speed': not a metric"),
+    (["--span", "1d"], "less than two periods"),
+])
+def test_run_bad_input_is_one_line(tiny, extra, message):
+    res = runner.invoke(app, _args(tiny, *extra))
+    assert res.exit_code == 2
+    assert message in res.output
+    assert "Traceback" not in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_run_needs_cluster_with_a_trace(tiny):
+    res = runner.invoke(app, ["run", str(tiny)])
+    assert res.exit_code == 2 and "--cluster is required" in res.output
