@@ -1,0 +1,45 @@
+"""Helpers for tests that run the simulator on tiny hand-made traces."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from autosched.cluster import ClusterSpec
+from autosched.policies import get_policy
+from autosched.sim import Simulator
+from autosched.trace.table import Trace
+
+
+def make_trace(jobs, users=None, vcs=None) -> Trace:
+    """`jobs`: (submit, gpus, duration) tuples, in submission order; ids are j0, j1, ..."""
+    cols = {
+        "job_id": [f"j{i}" for i in range(len(jobs))],
+        "submit_time": [float(s) for s, _, _ in jobs],
+        "num_gpus": [int(g) for _, g, _ in jobs],
+        "duration": [float(d) for _, _, d in jobs],
+    }
+    if users is not None:
+        cols["user"] = list(users)
+    if vcs is not None:
+        cols["vc"] = list(vcs)
+    return Trace.from_columns(cols)
+
+
+def cluster(nodes: int = 1, gpn: int = 4, **kw) -> ClusterSpec:
+    return ClusterSpec.uniform_nodes(nodes, gpn, **kw)
+
+
+def run(jobs, policy: str, config: dict | None = None, *, nodes: int = 1, gpn: int = 4,
+        users=None, vcs=None, spec: ClusterSpec | None = None, **cluster_kw) -> Simulator:
+    """Simulate to the end with segments recorded; returns the simulator."""
+    tr = make_trace(jobs, users, vcs)
+    cl = spec or cluster(nodes, gpn, **cluster_kw)
+    return Simulator(tr, cl, get_policy(policy)(config or {}), record_segments=True).run()
+
+
+def jct(sim: Simulator) -> list[float]:
+    return np.round(sim.records().jct, 9).tolist()
+
+
+def starts(sim: Simulator) -> list[float]:
+    return np.round(sim.records().first_start, 9).tolist()

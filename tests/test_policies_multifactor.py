@@ -1,0 +1,163 @@
+"""multifactor (Slurm priority) on tiny traces (1x4 cluster), JCTs worked out by hand; and
+its slurm.conf export."""
+
+import math
+
+import pytest
+
+from autosched.export.slurm import slurm_conf_lines, slurm_time
+from autosched.policies import get_policy
+from autosched.sim import Simulator
+from autosched.space import ConfigError
+from simkit import cluster, jct, make_trace, run
+
+PLACEMENTS = ("consolidate", "spread", "count")  # one node: every placement is the same here
+ONLY = {"PriorityWeightAge": 0, "PriorityWeightFairshare": 0, "PriorityWeightJobSize": 0,
+        "PriorityCalcPeriod": 1, "backfill": False}
+
+# A (u1, 600 s) runs first; B (u1) and C (u2) wait, B submitted earlier.
+FS_JOBS = [(0, 4, 600), (10, 4, 100), (20, 4, 100)]
+FS_USERS = ["u1", "u1", "u2"]
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_fair_share_puts_the_unserved_user_first(placement):
+    cfg = {**ONLY, "PriorityWeightFairshare": 10000, "placement": placement}
+    sim = run(FS_JOBS, "multifactor", cfg, users=FS_USERS)
+    # At 600 (a recalculation) u1 has all the usage: share 1, shares 1/2 -> 2^-2 = 0.25;
+    # u2: 2^0 = 1. C (10000) before B (2500): C 600-700, B 700-800.
+    assert jct(sim) == [600, 790, 680]
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_age_alone_is_fifo(placement):
+    cfg = {**ONLY, "PriorityWeightAge": 1000, "placement": placement}
+    sim = run(FS_JOBS, "multifactor", cfg, users=FS_USERS)
+    assert jct(sim) == [600, 690, 780]  # B 600-700, C 700-800
+
+
+def test_fair_share_factors_and_decayed_usage():
+    cfg = {**ONLY, "PriorityWeightFairshare": 10000, "PriorityDecayHalfLife": 3600.0}
+    pol = get_policy("multifactor")(cfg)
+    sim = Simulator(make_trace(FS_JOBS, FS_USERS), cluster(), pol).run(until=600)
+    mf = sim.policies[0]
+    assert mf.t0 == 600
+    assert mf.fairshare[:2].tolist() == [0.25, 1.0]  # account codes: u1 = 0, u2 = 1
+    # 4 GPUs over [0, 600], each second decayed to t=600 with half-life 1 h.
+    h = 3600.0
+    assert mf.used[0] == pytest.approx(4 * h / math.log(2) * (1 - 2 ** (-600 / h)), rel=1e-12)
+
+
+def test_usage_does_not_depend_on_how_often_it_is_recalculated():
+    jobs = [(0, 2, 1000), (100, 1, 3000), (200, 1, 500), (4000, 1, 1)]
+    users = ["a", "b", "a", "c"]
+    used = []
+    for period in (1, 7, 60):
+        cfg = {"PriorityCalcPeriod": period, "PriorityDecayHalfLife": 1800.0}
+        sim = Simulator(make_trace(jobs, users), cluster(), get_policy("multifactor")(cfg))
+        sim.run(until=3600)
+        sim.reconfigure(sim.policies[0].config)  # recalculates at now = 3600
+        used.append(sim.policies[0].used.tolist())
+    assert used[0][:2] == pytest.approx(used[1][:2], rel=1e-9)
+    assert used[0][:2] == pytest.approx(used[2][:2], rel=1e-9)
+    assert min(used[0][:2]) > 0  # accounts a and b ran; c did not yet
+
+
+# A (4 GPUs, 1200 s) runs; B (1 GPU, t=0) and C (4 GPUs, t=300) wait. Weights: age 10000,
+# size 1000 (large jobs favoured). At 1200:
+#  PriorityMaxAge 3600: B = 10000 x 1200/3600 + 250 = 3583; C = 10000 x 900/3600 + 1000 = 3500:
+#      B 1200-1300, then C 1300-1400 (it cannot pass B's GPU... it needs all 4).
+#  PriorityMaxAge 600: both ages capped at 1: B = 10250, C = 11000: C 1200-1300, B 1300-1400.
+@pytest.mark.parametrize("max_age, expected", [(3600.0, [1200, 1300, 1100]),
+                                               (600.0, [1200, 1400, 1000])])
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_max_age_caps_the_age_factor(max_age, expected, placement):
+    cfg = {**ONLY, "PriorityWeightAge": 10000, "PriorityWeightJobSize": 1000,
+           "PriorityMaxAge": max_age, "placement": placement}
+    sim = run([(0, 4, 1200), (0, 1, 100), (300, 4, 100)], "multifactor", cfg)
+    assert jct(sim) == expected
+
+
+# A (4 GPUs) runs 0-590. B (4 GPUs, t=10, size factor 0 with PriorityFavorSmall), C (1 GPU,
+# t=310, size factor 0.75 x 660 = 495 at arrival). Age weight 1000, max age 600 s.
+#  PriorityCalcPeriod 5: last recalculation before 590 is at 300: B = 1000 x 290/600 = 483.3 <
+#      C's 495: C 590-690 (B cannot pass: 4 GPUs), B 690-790.
+#  PriorityCalcPeriod 1: recalculated at 540: B = 883.3; C = 1000 x 230/600 + 495 = 878.3:
+#      B 590-690, C 690-790.
+@pytest.mark.parametrize("period, expected", [(5, [590, 780, 380]), (1, [590, 680, 480])])
+def test_priorities_are_fixed_between_recalculations(period, expected):
+    cfg = {**ONLY, "PriorityWeightAge": 1000, "PriorityMaxAge": 600.0, "PriorityWeightJobSize": 660,
+           "PriorityFavorSmall": True, "PriorityCalcPeriod": period}
+    sim = run([(0, 4, 590), (10, 4, 100), (310, 1, 100)], "multifactor", cfg)
+    assert jct(sim) == expected
+
+
+# A (3 GPUs, 100 s) runs; B (2 GPUs) is the top job (older, larger); C (1 GPU, t=10) fits.
+@pytest.mark.parametrize("cfg, c_jct", [
+    ({"backfill": False}, 100),                         # sched/builtin: C waits: 100-110
+    ({"backfill": True, "reserve_after": 3600}, 10),   # C backfills: 10-20
+    ({"backfill": True, "reserve_after": 5}, 100),     # B has waited 10 >= 5 s: reserved
+])
+@pytest.mark.parametrize("placement", PLACEMENTS)
+def test_backfill_and_reservation(cfg, c_jct, placement):
+    sim = run([(0, 3, 100), (0, 2, 50), (10, 1, 10)], "multifactor", {**cfg, "placement": placement})
+    assert jct(sim) == [100, 150, c_jct]
+
+
+def test_reconfigured_weights_take_effect_at_once():
+    # Age only until 300, then fair share only: at 600 C (u2) goes first as in the fair-share case.
+    cfg = {**ONLY, "PriorityWeightAge": 1000}
+    sim = Simulator(make_trace(FS_JOBS, FS_USERS), cluster(), get_policy("multifactor")(cfg),
+                    record_segments=True)
+    sim.run(until=300)
+    sim.reconfigure({**ONLY, "PriorityWeightFairshare": 10000})
+    sim.run()
+    assert sim.records().jct.tolist() == [600, 790, 680]
+
+
+# ----------------------------------------------------------------------------- slurm.conf
+
+def test_slurm_time_format():
+    assert slurm_time(7 * 86400) == "7-0"
+    assert slurm_time(90 * 60) == "0-01:30:00"
+    assert slurm_time(1.5 * 86400) == "1-12:00:00"
+    assert slurm_time(3600 + 29) == "0-01:00:00"  # Slurm keeps whole minutes
+
+
+def test_slurm_conf_lines_of_the_default():
+    assert slurm_conf_lines({}) == [
+        "PriorityType=priority/multifactor",
+        "PriorityFlags=NO_FAIR_TREE",
+        "PriorityWeightAge=1000",
+        "PriorityMaxAge=7-0",
+        "PriorityWeightFairshare=10000",
+        "PriorityDecayHalfLife=7-0",
+        "PriorityWeightJobSize=1000",
+        "PriorityFavorSmall=NO",
+        "PriorityCalcPeriod=5",
+        "SchedulerType=sched/backfill",
+        "# placement=consolidate: simulator setting; Slurm's select plugin places jobs",
+        "# reserve_after=21600 s: no slurm.conf counterpart (Slurm's backfill reserves by job time limits)",
+    ]
+
+
+def test_slurm_conf_lines_of_a_tuned_config():
+    lines = slurm_conf_lines({"PriorityWeightAge": 250, "PriorityMaxAge": 2 * 3600.0,
+                              "PriorityFavorSmall": "true", "PriorityCalcPeriod": 2,
+                              "backfill": False})
+    assert "PriorityWeightAge=250" in lines
+    assert "PriorityMaxAge=0-02:00:00" in lines
+    assert "PriorityFavorSmall=YES" in lines
+    assert "PriorityCalcPeriod=2" in lines
+    assert "SchedulerType=sched/builtin" in lines
+    assert not any("reserve_after" in line for line in lines)
+    # every knob named after slurm.conf appears as a parameter line
+    knobs = [k for k in get_policy("multifactor").space.names if k.startswith("Priority")]
+    assert all(any(line.startswith(k + "=") for line in lines) for k in knobs)
+
+
+def test_slurm_conf_lines_reject_a_bad_config():
+    with pytest.raises(ConfigError, match="PriorityWeightAge"):
+        slurm_conf_lines({"PriorityWeightAge": -1})
+    with pytest.raises(ConfigError, match="unknown knob"):
+        slurm_conf_lines({"queues": 2})
