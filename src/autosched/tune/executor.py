@@ -1,0 +1,335 @@
+"""Where trials run: in this process, in local worker processes, or on Ray.
+
+Every executor has the same small interface, so the tuner's loop is one code path:
+``submit(key, policy, config)`` starts a trial, ``collect()`` blocks until at least one trial is
+over and returns its `Outcome`\\ s. A trial that raises, or runs past ``trial_timeout`` seconds,
+comes back as an error (the search goes on); a trial whose worker died is retried once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .evaluate import Evaluation, Evaluator
+
+MAX_ATTEMPTS = 2  # a dead worker's trial is retried once
+
+
+@dataclass(frozen=True)
+class Outcome:
+    key: int
+    evaluation: Evaluation | None
+    error: str | None
+    duration: float
+    attempts: int = 1
+
+
+class Executor(Protocol):
+    workers: int
+
+    def start(self, evaluator: Evaluator) -> None: ...
+    def submit(self, key: int, policy: str, config: Mapping[str, Any]) -> None: ...
+    def collect(self) -> list[Outcome]: ...
+    def close(self) -> None: ...
+
+
+class TrialTimeout(Exception):
+    pass
+
+
+def run_trial(evaluator: Evaluator, policy: str, config: Mapping[str, Any]) -> tuple[Evaluation | None, str | None]:
+    """Score a config, turning any exception into an error message (the trial fails, not the run)."""
+    try:
+        return evaluator(policy, config), None
+    except TrialTimeout as e:
+        return None, str(e)
+    except Exception as e:  # noqa: BLE001 - a failing trial must never stop the search
+        return None, f"{type(e).__name__}: {e}"
+
+
+def _error_with_origin(e: BaseException) -> str:
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" (at {os.path.basename(tb[-1].filename)}:{tb[-1].lineno})" if tb else ""
+    return f"{type(e).__name__}: {e}{where}"
+
+
+class InProcessExecutor:
+    """Runs each trial in this process (workers=1). The timeout uses SIGALRM on the main thread."""
+
+    workers = 1
+
+    def __init__(self, trial_timeout: float | None = None):
+        self.trial_timeout = trial_timeout
+        self._queue: list[tuple[int, str, dict]] = []
+
+    def start(self, evaluator: Evaluator) -> None:
+        self.evaluator = evaluator
+
+    def submit(self, key: int, policy: str, config: Mapping[str, Any]) -> None:
+        self._queue.append((key, policy, dict(config)))
+
+    def collect(self) -> list[Outcome]:
+        key, policy, config = self._queue.pop(0)
+        t0 = time.perf_counter()
+        with _alarm(self.trial_timeout):
+            evaluation, error = run_trial(self.evaluator, policy, config)
+        return [Outcome(key, evaluation, error, time.perf_counter() - t0)]
+
+    def close(self) -> None:
+        self._queue.clear()
+
+
+class _alarm:
+    """Raise TrialTimeout in the main thread after `seconds` (no-op elsewhere or without a limit)."""
+
+    def __init__(self, seconds: float | None):
+        self.seconds = seconds
+        self.armed = bool(seconds) and threading.current_thread() is threading.main_thread() \
+            and hasattr(signal, "setitimer")
+
+    def _fire(self, signum, frame):
+        raise TrialTimeout(f"trial ran past the {self.seconds:g} s timeout")
+
+    def __enter__(self):
+        if self.armed:
+            self._old = signal.signal(signal.SIGALRM, self._fire)
+            signal.setitimer(signal.ITIMER_REAL, self.seconds)
+        return self
+
+    def __exit__(self, *exc):
+        if self.armed:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, self._old)
+        return False
+
+
+# ------------------------------------------------------------------------- local processes
+
+_EVALUATOR: Evaluator | None = None  # the evaluator a forked child inherits
+
+
+def _child(conn, policy: str, config: dict) -> None:
+    os.environ["OMP_NUM_THREADS"] = "1"  # one BLAS thread per worker: cores are shared
+    try:
+        result = run_trial(_EVALUATOR, policy, config)
+    except BaseException as e:  # noqa: BLE001
+        result = (None, _error_with_origin(e))
+    conn.send(result)
+    conn.close()
+
+
+@dataclass
+class _Running:
+    key: int
+    policy: str
+    config: dict
+    process: Any
+    conn: Any
+    started: float
+    attempts: int
+
+
+class ProcessExecutor:
+    """Up to `workers` trials at a time, each in its own forked process.
+
+    A process per trial costs a fork (milliseconds next to a simulation) and makes the rules
+    simple: a trial past its timeout is killed, and a process that dies without answering (killed,
+    out of memory) is detected by its exit and its trial is retried once.
+    """
+
+    def __init__(self, workers: int, trial_timeout: float | None = None):
+        import multiprocessing as mp
+
+        if workers < 1:
+            raise ValueError("workers must be >= 1")
+        self.workers = workers
+        self.trial_timeout = trial_timeout
+        self._ctx = mp.get_context("fork")
+        self._waiting: list[tuple[int, str, dict, int]] = []
+        self._running: list[_Running] = []
+
+    def start(self, evaluator: Evaluator) -> None:
+        global _EVALUATOR
+        _EVALUATOR = evaluator
+
+    def submit(self, key: int, policy: str, config: Mapping[str, Any]) -> None:
+        self._waiting.append((key, policy, dict(config), 1))
+        self._launch()
+
+    def _launch(self) -> None:
+        while self._waiting and len(self._running) < self.workers:
+            key, policy, config, attempts = self._waiting.pop(0)
+            recv, send = self._ctx.Pipe(duplex=False)
+            p = self._ctx.Process(target=_child, args=(send, policy, config), daemon=True)
+            p.start()
+            send.close()
+            self._running.append(_Running(key, policy, config, p, recv, time.perf_counter(), attempts))
+
+    def collect(self) -> list[Outcome]:
+        from multiprocessing.connection import wait
+
+        if not self._running and not self._waiting:
+            return []
+        while True:
+            self._launch()
+            timeout = self._next_deadline()
+            ready = wait([r.conn for r in self._running] + [r.process.sentinel for r in self._running],
+                         timeout=timeout)
+            done = self._reap(set(ready))
+            if done:
+                self._launch()
+                return done
+
+    def _next_deadline(self) -> float | None:
+        if not self.trial_timeout:
+            return None
+        now = time.perf_counter()
+        return max(0.0, min(r.started + self.trial_timeout - now for r in self._running))
+
+    def _reap(self, ready: set) -> list[Outcome]:
+        out: list[Outcome] = []
+        now = time.perf_counter()
+        for r in list(self._running):
+            elapsed = now - r.started
+            if r.conn in ready or r.conn.poll():
+                try:
+                    evaluation, error = r.conn.recv()
+                except (EOFError, OSError):
+                    evaluation, error = None, None  # died mid-send: treat as a dead worker
+                if evaluation is not None or error is not None:
+                    self._finish(r)
+                    out.append(Outcome(r.key, evaluation, error, elapsed, r.attempts))
+                    continue
+            if self.trial_timeout and elapsed >= self.trial_timeout:
+                r.process.kill()
+                self._finish(r)
+                out.append(Outcome(r.key, None, f"trial ran past the {self.trial_timeout:g} s timeout",
+                                   elapsed, r.attempts))
+            elif r.process.sentinel in ready or not r.process.is_alive():
+                r.process.join()
+                self._finish(r)
+                code = r.process.exitcode
+                if r.attempts < MAX_ATTEMPTS:
+                    self._waiting.insert(0, (r.key, r.policy, r.config, r.attempts + 1))
+                else:
+                    out.append(Outcome(r.key, None, f"worker died twice (exit code {code})", elapsed, r.attempts))
+        return out
+
+    def _finish(self, r: _Running) -> None:
+        self._running.remove(r)
+        r.conn.close()
+        if r.process.is_alive():
+            r.process.kill()
+        r.process.join()
+
+    def close(self) -> None:
+        for r in list(self._running):
+            self._finish(r)
+        self._waiting.clear()
+
+
+# ------------------------------------------------------------------------------------ Ray
+
+class RayExecutor:
+    """Trials as Ray tasks (``pip install autosched[ray]``). ``address=None`` starts a local Ray
+    instance with `workers` CPUs; otherwise it joins the cluster at `address`."""
+
+    def __init__(self, workers: int, trial_timeout: float | None = None, address: str | None = None):
+        try:
+            import ray
+        except ImportError:
+            raise RuntimeError("the Ray executor needs Ray: pip install 'autosched[ray]'") from None
+        self.ray = ray
+        self.workers = workers
+        self.trial_timeout = trial_timeout
+        self.address = address
+        self._running: dict[Any, tuple[int, str, dict, float, int]] = {}
+        self._waiting: list[tuple[int, str, dict, int]] = []
+        self._started_ray = False
+
+    def start(self, evaluator: Evaluator) -> None:
+        ray = self.ray
+        if not ray.is_initialized():
+            kw = {"address": self.address} if self.address else {"num_cpus": self.workers}
+            ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", **kw)
+            self._started_ray = True
+        self._ref = ray.put(evaluator)
+        # max_retries=0: a dead worker's retry is ours (once), so local and Ray behave alike.
+        self._task = ray.remote(num_cpus=1, max_retries=0)(_ray_trial)
+
+    def submit(self, key: int, policy: str, config: Mapping[str, Any]) -> None:
+        self._waiting.append((key, policy, dict(config), 1))
+        self._launch()
+
+    def _launch(self) -> None:
+        while self._waiting and len(self._running) < self.workers:
+            key, policy, config, attempts = self._waiting.pop(0)
+            ref = self._task.remote(self._ref, policy, config)
+            self._running[ref] = (key, policy, config, time.perf_counter(), attempts)
+
+    def collect(self) -> list[Outcome]:
+        ray = self.ray
+        while self._running or self._waiting:
+            self._launch()
+            timeout = None
+            if self.trial_timeout:
+                now = time.perf_counter()
+                timeout = max(0.0, min(v[3] + self.trial_timeout - now for v in self._running.values()))
+            ready, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout)
+            out = []
+            now = time.perf_counter()
+            for ref in ready:
+                key, policy, config, t0, attempts = self._running.pop(ref)
+                try:
+                    evaluation, error = ray.get(ref)
+                except (ray.exceptions.WorkerCrashedError, ray.exceptions.NodeDiedError,
+                        ray.exceptions.ActorDiedError) as e:
+                    if attempts < MAX_ATTEMPTS:
+                        self._waiting.insert(0, (key, policy, config, attempts + 1))
+                        continue
+                    evaluation, error = None, f"worker died twice ({type(e).__name__})"
+                except ray.exceptions.RayError as e:
+                    evaluation, error = None, f"{type(e).__name__}: {e}"
+                out.append(Outcome(key, evaluation, error, now - t0, attempts))
+            if self.trial_timeout:
+                for ref, (key, policy, config, t0, attempts) in list(self._running.items()):
+                    if now - t0 >= self.trial_timeout:
+                        ray.cancel(ref, force=True)
+                        del self._running[ref]
+                        out.append(Outcome(key, None, f"trial ran past the {self.trial_timeout:g} s timeout",
+                                           now - t0, attempts))
+            if out:
+                self._launch()
+                return out
+        return []
+
+    def close(self) -> None:
+        for ref in list(self._running):
+            self.ray.cancel(ref, force=True)
+        self._running.clear()
+        self._waiting.clear()
+        if self._started_ray:
+            self.ray.shutdown()
+
+
+def _ray_trial(evaluator: Evaluator, policy: str, config: dict):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    return run_trial(evaluator, policy, config)
+
+
+def make_executor(kind: str, workers: int, trial_timeout: float | None = None,
+                  address: str | None = None) -> Executor:
+    if kind == "ray":
+        return RayExecutor(workers, trial_timeout, address)
+    if kind != "local":
+        raise ValueError(f"executor {kind!r}: use local or ray")
+    if workers == 1:
+        return InProcessExecutor(trial_timeout)
+    return ProcessExecutor(workers, trial_timeout)

@@ -1,0 +1,390 @@
+"""The tuner: Bayesian optimisation (Optuna) over a policy's knobs, with causal knob screening.
+
+    tuner = Tuner("tiresias", cluster, Objective("avg_jct"), budget=40, seed=0)
+    result = tuner.tune(workloads)           # workloads: Traces already fitted to the cluster
+
+The study is Optuna's; with ``study=PATH`` it lives in SQLite, so a killed run resumes where it
+stopped (finished trials are kept; a trial that was running when the run died is marked failed
+and not counted against the budget).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import optuna
+
+from ..cluster import ClusterSpec
+from ..policies import Policy
+from ..sim import Metrics
+from ..space import Config, dump_config
+from ..trace.table import Trace
+from .evaluate import Evaluation, Evaluator, SimFn
+from .executor import Executor, Outcome, make_executor
+from .objective import Objective
+from .screening import Screening, screen
+from .searchspace import SearchSpace, latin_hypercube
+
+SAMPLERS = ("tpe", "gp", "random")
+STATES = ("complete", "failed", "pruned")
+STUDY_NAME = "autosched"
+
+
+class TuneError(ValueError):
+    """A tuning run that cannot start (bad settings, a study made for another problem)."""
+
+
+@dataclass
+class Trial:
+    number: int
+    policy: str
+    config: Config
+    value: float | None
+    metrics: list[Metrics]
+    state: str  # complete | failed | pruned
+    error: str | None = None
+    duration: float = 0.0
+    violations: list[float] = field(default_factory=list)
+    intermediates: dict[str, float] = field(default_factory=dict)
+    attempts: int = 1
+
+    @property
+    def feasible(self) -> bool:
+        return self.state == "complete" and all(v <= 0 for v in self.violations)
+
+    def to_dict(self) -> dict:
+        return {"number": self.number, "policy": self.policy, "config": self.config, "value": self.value,
+                "state": self.state, "error": self.error, "duration": self.duration,
+                "violations": self.violations, "intermediates": self.intermediates,
+                "attempts": self.attempts, "metrics": [m.to_dict() for m in self.metrics]}
+
+
+@dataclass
+class TuneResult:
+    objective: Objective
+    best_policy: str | None
+    best_config: Config | None
+    best_value: float
+    default_value: float
+    best_metrics: list[Metrics]
+    default_metrics: list[Metrics]
+    trials: list[Trial]
+    screened_knobs: dict[str, Any]  # frozen knob -> value
+    searched_knobs: list[str]
+    graph: list[tuple[str, str, bool]]  # (source, target, directed)
+    effects: dict[str, float]
+    cost: dict[str, float]
+    screening: Screening | None = None
+    feasible: bool = True
+
+    @property
+    def improvement(self) -> float:
+        """Relative gain of the best config over the default (positive = better)."""
+        if not self.default_value or math.isnan(self.default_value):
+            return math.nan
+        gain = (self.default_value - self.best_value) / abs(self.default_value)
+        return gain if self.objective.minimize else -gain
+
+    def best_config_json(self) -> str:
+        """The best config in the format `autosched simulate --config` reads."""
+        return dump_config(self.best_policy, self.best_config)
+
+    def to_dict(self) -> dict:
+        return {
+            "objective": self.objective.to_dict(),
+            "best_policy": self.best_policy, "best_config": self.best_config,
+            "best_value": self.best_value, "default_value": self.default_value,
+            "improvement": self.improvement, "feasible": self.feasible,
+            "best_metrics": [m.to_dict() for m in self.best_metrics],
+            "default_metrics": [m.to_dict() for m in self.default_metrics],
+            "screened_knobs": self.screened_knobs, "searched_knobs": self.searched_knobs,
+            "graph": [list(e) for e in self.graph], "effects": self.effects, "cost": self.cost,
+            "screening": self.screening.to_dict() if self.screening else None,
+            "trials": [t.to_dict() for t in self.trials],
+        }
+
+
+class Tuner:
+    """Finds a good config of one policy (or the best policy and its config) on given workloads."""
+
+    def __init__(self, policy: "str | type[Policy] | Sequence[str | type[Policy]]", cluster: ClusterSpec,
+                 objective: Objective | None = None, budget: int = 40, seed: int | None = 0,
+                 sampler: str = "tpe", screening: bool = True, workers: int = 1, executor: str = "local",
+                 study: str | Path | None = None, trial_timeout: float | None = None,
+                 address: str | None = None, simulator: SimFn | None = None,
+                 initial_design: int | None = None, study_name: str = STUDY_NAME):
+        if budget < 1:
+            raise TuneError("budget must be at least 1 trial")
+        if sampler not in SAMPLERS:
+            raise TuneError(f"sampler {sampler!r}: use one of {', '.join(SAMPLERS)}")
+        if workers < 1:
+            raise TuneError("workers must be at least 1")
+        if executor not in ("local", "ray"):
+            raise TuneError(f"executor {executor!r}: use local or ray")
+        if trial_timeout is not None and trial_timeout <= 0:
+            raise TuneError("trial timeout must be positive")
+        self.space = SearchSpace.of(policy)
+        self.cluster = cluster
+        self.objective = objective or Objective()
+        self.budget = budget
+        self.seed = seed
+        self.sampler_name = sampler
+        self.screening = screening
+        self.workers = workers
+        self.executor_kind = executor
+        self.study_path = Path(study) if study is not None else None
+        self.study_name = study_name
+        self.trial_timeout = trial_timeout
+        self.address = address
+        self.simulator = simulator
+        self.initial_design = initial_design
+        if sampler == "gp":
+            _require_torch()
+
+    # ---------------------------------------------------------------------------- evaluation
+
+    def evaluator(self, workloads: Sequence[Trace]) -> Evaluator:
+        if not workloads:
+            raise TuneError("no workloads to evaluate on")
+        return Evaluator(self.cluster, tuple(workloads), self.objective,
+                         {p.name: p for p in self.space.policies}, self.simulator)
+
+    def evaluate(self, policy_name: str, config: Mapping[str, Any], workloads: Sequence[Trace]) -> tuple[float, list[Metrics]]:
+        """Score one config on the workloads (in this process)."""
+        config = self.space.policy(policy_name).space.validate(config)
+        ev = self.evaluator(workloads)(policy_name, config)
+        return ev.value, list(ev.metrics)
+
+    # ------------------------------------------------------------------------------- search
+
+    def initial_trials(self) -> int:
+        """Trials before screening: about three per knob (PC's independence tests need them to
+        see a moderate effect; measured on the test double in tests/test_tune.py), at least 10,
+        at most half the budget."""
+        if self.initial_design is not None:
+            return self.initial_design
+        knobs = sum(len(p.space.knobs) for p in self.space.policies)
+        return max(1, min(self.budget // 2, max(10, 3 * knobs + 2)))
+
+    def tune(self, workloads: Sequence[Trace], warm_start: Sequence[Mapping[str, Any]] | None = None,
+             progress: Callable[[int, int], None] | None = None) -> TuneResult:
+        t0 = time.perf_counter()
+        evaluator = self.evaluator(workloads)
+        self._n_workloads = len(workloads)
+        study = self._open_study()
+        screening = self._stored_screening(study)
+        if screening is not None:
+            self._apply(screening)
+        _recover_interrupted(study)
+        n_init = self.initial_trials()
+        want_screen = self.screening and not self.space.multi and screening is None and self.budget > n_init
+        if not _finished(study):
+            self._seed_trials(study, warm_start or [], n_init if want_screen else 0)
+        executor = make_executor(self.executor_kind, self.workers, self.trial_timeout, self.address)
+        executor.start(evaluator)
+        pending: dict[int, tuple[optuna.Trial, str, Config]] = {}
+        done = len(_finished(study))
+        try:
+            while True:
+                if want_screen and done >= n_init and not pending:
+                    screening = self._screen(study)
+                    want_screen = False
+                limit = n_init if want_screen else self.budget
+                while len(pending) < executor.workers and done + len(pending) < limit:
+                    trial = study.ask()
+                    name, config = self.space.sample(trial)
+                    trial.set_user_attr("policy", name)
+                    trial.set_user_attr("config", config)
+                    pending[trial.number] = (trial, name, config)
+                    executor.submit(trial.number, name, config)
+                if not pending:
+                    break
+                for out in executor.collect():
+                    trial, _, _ = pending.pop(out.key)
+                    self._tell(study, trial, out)
+                    done += 1
+                if progress is not None:
+                    progress(done, self.budget)
+        finally:
+            executor.close()
+            for trial, _, _ in pending.values():  # interrupted (Ctrl-C): not counted, not lost
+                trial.set_user_attr("interrupted", True)
+                study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        return self._result(study, screening, time.perf_counter() - t0)
+
+    # --------------------------------------------------------------------------- the study
+
+    def _sampler(self, n_startup: int) -> optuna.samplers.BaseSampler:
+        # Constraints reach the samplers through Trial.set_constraint (see _tell).
+        if self.sampler_name == "random":
+            return optuna.samplers.RandomSampler(seed=self.seed)
+        if self.sampler_name == "gp":
+            _require_torch()
+            return optuna.samplers.GPSampler(seed=self.seed, n_startup_trials=n_startup,
+                                             warn_independent_sampling=False, deterministic_objective=True)
+        return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=n_startup)
+
+    def _open_study(self) -> optuna.Study:
+        optuna.logging.set_verbosity(optuna.logging.WARNING)
+        # With screening, the initial design is the sampler's random start-up phase.
+        n_startup = self.initial_trials() if self.screening and not self.space.multi else 10
+        storage = None
+        if self.study_path is not None:
+            self.study_path.parent.mkdir(parents=True, exist_ok=True)
+            storage = optuna.storages.RDBStorage(f"sqlite:///{self.study_path.resolve()}",
+                                                 engine_kwargs={"connect_args": {"timeout": 30}})
+        study = optuna.create_study(storage=storage, study_name=self.study_name, load_if_exists=True,
+                                    direction=self.objective.direction, sampler=self._sampler(n_startup))
+        problem = {"policies": list(self.space.names), "objective": self.objective.to_dict(),
+                   "cluster": self.cluster.describe()}
+        stored = study.user_attrs.get("problem")
+        if stored is None:
+            study.set_user_attr("problem", problem)
+        elif stored != problem:
+            raise TuneError(f"study {self.study_path} was made for another problem ({json.dumps(stored)}); "
+                            "use a new --study path")
+        return study
+
+    def _seed_trials(self, study: optuna.Study, warm_start: Sequence[Mapping[str, Any]], design: int) -> None:
+        """Default config(s) first, then the warm-start configs (previous round's best), then (for
+        screening) a space-filling initial design that fills up the first `design` trials."""
+        first = [(p.name, p.space.default()) for p in self.space.policies]
+        first += [self._warm_item(item) for item in warm_start]
+        name = self.space.names[0]
+        first += [(name, c) for c in latin_hypercube(self.space.policy(name).space, design - len(first), self.seed)]
+        for name, config in first:
+            study.enqueue_trial(self.space.params(name, config), skip_if_exists=True)
+
+    def _warm_item(self, item: Mapping[str, Any]) -> tuple[str, dict]:
+        if "knobs" in item:
+            name = item.get("policy") or self.space.names[0]
+            knobs = item["knobs"]
+        else:
+            name, knobs = self.space.names[0], item
+        if name not in self.space.names:
+            raise TuneError(f"warm-start config is for policy {name!r}, not one of {', '.join(self.space.names)}")
+        return name, dict(knobs)
+
+    def _tell(self, study: optuna.Study, trial: optuna.Trial, out: Outcome) -> None:
+        trial.set_user_attr("duration", out.duration)
+        trial.set_user_attr("attempts", out.attempts)
+        ev: Evaluation | None = out.evaluation
+        if ev is None:
+            trial.set_user_attr("error", out.error or "unknown error")
+            study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            return
+        trial.set_user_attr("metrics", [m.to_dict() for m in ev.metrics])
+        trial.set_user_attr("violations", list(ev.violations))
+        for c, v in zip(self.objective.constraints, ev.violations):
+            trial.set_constraint(str(c), v)  # <= 0 is feasible; TPE and GP model the constraints
+        trial.set_user_attr("intermediates", ev.intermediates)
+        study.tell(trial, ev.value)
+
+    # --------------------------------------------------------------------------- screening
+
+    def _screen(self, study: optuna.Study) -> Screening | None:
+        trials = [t for t in _trials(study) if t.state == "complete"]
+        name = self.space.names[0]
+        trials = [t for t in trials if t.policy == name]
+        if not trials:
+            return None
+        space = self.space.policy(name).space
+        best = _best(trials, self.objective)
+        inter_names = sorted(set.intersection(*(set(t.intermediates) for t in trials)))
+        result = screen(space, [t.config for t in trials],
+                        {k: [t.intermediates[k] for t in trials] for k in inter_names},
+                        [t.value for t in trials], self.objective.metric, best.config)
+        study.set_user_attr("screening", result.to_dict())
+        self._apply(result)
+        return result
+
+    def _stored_screening(self, study: optuna.Study) -> Screening | None:
+        d = study.user_attrs.get("screening")
+        return Screening.from_dict(d) if d else None
+
+    def _apply(self, screening: Screening) -> None:
+        self.space.frozen = {self.space.names[0]: dict(screening.frozen)}
+
+    # ------------------------------------------------------------------------------ result
+
+    def _result(self, study: optuna.Study, screening: Screening | None, seconds: float) -> TuneResult:
+        trials = _trials(study)
+        complete = [t for t in trials if t.state == "complete"]
+        best = _best(complete, self.objective) if complete else None
+        first = self.space.policies[0]
+        default_cfg = first.space.default()
+        default = next((t for t in complete if t.policy == first.name and t.config == default_cfg), None)
+        frozen = dict(screening.frozen) if screening else {}
+        searched = [self.space.param_name(p.name, k) for p in self.space.policies
+                    for k in self.space.searched(p.name)]
+        run = [t for t in trials if t.state != "pruned"]
+        cost = {"trials": len(run), "simulations": sum(t.attempts for t in run) * self._n_workloads,
+                "trial_seconds": sum(t.duration for t in run), "wall_seconds": seconds}
+        return TuneResult(
+            objective=self.objective,
+            best_policy=best.policy if best else None,
+            best_config=best.config if best else None,
+            best_value=best.value if best else math.nan,
+            default_value=default.value if default else math.nan,
+            best_metrics=best.metrics if best else [],
+            default_metrics=default.metrics if default else [],
+            trials=trials, screened_knobs=frozen, searched_knobs=searched,
+            graph=[(e.source, e.target, e.directed) for e in screening.edges] if screening else [],
+            effects=dict(screening.effects) if screening else {},
+            cost=cost, screening=screening, feasible=best.feasible if best else False,
+        )
+
+
+def _require_torch() -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise TuneError("the GP sampler needs PyTorch, which is not installed: "
+                        "pip install 'autosched[gp]' (or use --sampler tpe)") from None
+
+
+def _finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+    """Trials that count against the budget: finished, and not cut short by a killed run."""
+    states = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.FAIL, optuna.trial.TrialState.PRUNED)
+    return [t for t in study.get_trials(deepcopy=False, states=states) if not t.user_attrs.get("interrupted")]
+
+
+def _recover_interrupted(study: optuna.Study) -> None:
+    """Trials left RUNNING by a killed run: mark them failed (not counted) and ask for them again."""
+    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+    for t in running:
+        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
+        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
+        if t.params:
+            study.enqueue_trial(t.params, skip_if_exists=True)
+
+
+def _trials(study: optuna.Study) -> list[Trial]:
+    out = []
+    for t in _finished(study):
+        state = {"COMPLETE": "complete", "FAIL": "failed", "PRUNED": "pruned"}[t.state.name]
+        a = t.user_attrs
+        out.append(Trial(
+            number=t.number, policy=a.get("policy", ""), config=a.get("config", {}),
+            value=t.value if state == "complete" else None,
+            metrics=[Metrics(**m) for m in a.get("metrics", [])], state=state,
+            error=a.get("error"), duration=float(a.get("duration", 0.0)),
+            violations=list(a.get("violations", [])), intermediates=dict(a.get("intermediates", {})),
+            attempts=int(a.get("attempts", 1)),
+        ))
+    return out
+
+
+def _best(trials: Sequence[Trial], objective: Objective) -> Trial:
+    """The best feasible trial; if none is feasible, the one that breaks its constraints least."""
+    feasible = [t for t in trials if t.feasible]
+    if feasible:
+        key = (lambda t: t.value) if objective.minimize else (lambda t: -t.value)
+        return min(feasible, key=key)
+    return min(trials, key=lambda t: (sum(max(0.0, v) for v in t.violations), t.value if objective.minimize else -t.value))
