@@ -7,6 +7,7 @@ import typer
 from .run_cmd import run_cmd
 from .simulate import policies_cmd, simulate_cmd
 from .workload_cmd import workload_app
+from .tune_cmd import tune_cmd
 from .trace_cmd import trace_app
 
 app = typer.Typer(
@@ -18,6 +19,7 @@ app = typer.Typer(
 app.command("simulate")(simulate_cmd)
 app.command("policies")(policies_cmd)
 app.command("run")(run_cmd)
+app.command("tune")(tune_cmd)
 app.add_typer(trace_app, name="trace")
 app.add_typer(workload_app, name="workload")
 
