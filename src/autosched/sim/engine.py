@@ -227,6 +227,8 @@ class Simulator:
             if progress is not None and steps % 2048 == 0:
                 progress(self.finished, n)
         self._next_arrival = i
+        if self.now < until < math.inf:
+            self.now = until  # the clock stops at `until`: a reconfigure then acts at that time
         if until == math.inf and self.finished < n:
             stuck = [j for j in range(n) if self.state[j] != DONE][:5]
             raise SimulationError(

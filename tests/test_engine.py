@@ -1,0 +1,118 @@
+"""The engine: reconfiguring mid-run, VCs, the records, errors."""
+
+import math
+
+import numpy as np
+import pytest
+
+from autosched.cluster import parse_cluster
+from autosched.policies import POLICIES, get_policy
+from autosched.sim import SimulationError, Simulator
+from autosched.sim.engine import RUNNING, WAITING
+from simkit import cluster, jct, make_trace, run
+
+
+def test_reconfigure_acts_at_the_time_run_stopped():
+    # Strict FIFO: A (3 GPUs) runs 0-100; B (2 GPUs) blocks C (1 GPU). At 50 the operator turns
+    # backfill on: C starts at 50 (not at 0, the last event before 50): 50-60 -> JCT 60.
+    jobs = [(0, 3, 100), (0, 2, 50), (0, 1, 10)]
+    sim = Simulator(make_trace(jobs), cluster(), get_policy("fifo")({}), record_segments=True)
+    sim.run(until=50)
+    assert sim.now == 50
+    sim.reconfigure({"backfill": True, "reserve_after": 3600})
+    sim.run()
+    assert jct(sim) == [100, 150, 60]
+
+
+def test_reconfigure_mid_run_keeps_every_job_accounted_for():
+    # Tiresias with 2 queues, then 3 queues and a different threshold while jobs are running
+    # and queued: each job still finishes once and does exactly its work.
+    jobs = [(0, 4, 300), (50, 2, 300), (50, 2, 300), (120, 1, 50), (130, 4, 200)]
+    cl = cluster(1, 4)
+    sim = Simulator(make_trace(jobs), cl, get_policy("tiresias")({"queues": 2, "threshold": 400.0}),
+                    record_segments=True)
+    sim.run(until=150)
+    assert RUNNING in sim.state and WAITING in sim.state  # jobs are both running and queued
+    sim.reconfigure({"queues": 3, "threshold": 200.0, "threshold_growth": 3.0, "placement": "count"})
+    sim.run()
+    rec = sim.records()
+    assert sim.finished == len(jobs) and np.isfinite(rec.end).all()
+    ovh = cl.overhead(1)
+    assert np.allclose(rec.run_time, rec.duration + ovh * rec.preemptions)
+    assert sorted(j for j, *_ in sim.segments).count(0) == rec.preemptions[0] + 1
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+def test_reconfigure_every_policy_to_its_default_and_back(name):
+    cls = get_policy(name)
+    jobs = [(0, 2, 100), (10, 4, 50), (20, 1, 30), (30, 2, 200), (40, 4, 10)]
+    sim = Simulator(make_trace(jobs, users=["a", "b", "a", "c", "b"]), cluster(2, 2),
+                    cls({"placement": "spread"}), record_segments=True)
+    sim.run(until=25)
+    sim.reconfigure(cls.space.default())
+    sim.run(until=60)
+    sim.reconfigure({"placement": "count"})
+    sim.run()
+    assert sim.finished == len(jobs)
+    assert (sim.records().end >= sim.records().first_start).all()
+
+
+def test_jobs_run_only_on_their_vc(tmp_path):
+    f = tmp_path / "vcs.csv"
+    f.write_text("vc,nodes,gpus_per_node\nX,1,4\nY,1,4\n")
+    spec = parse_cluster(str(f))
+    # Two 4-GPU jobs in X share X's node: 0-100, 100-200. Y's job runs at once on Y's node.
+    sim = run([(0, 4, 100), (0, 4, 100), (0, 4, 100)], "fifo", vcs=["X", "X", "Y"], spec=spec)
+    assert jct(sim) == [100, 200, 100]
+    assert sim.records().partition.tolist() == [0, 0, 1]
+
+
+def test_records():
+    sim = run([(0, 4, 100), (30, 4, 20)], "srtf")
+    rec = sim.records()
+    assert rec.submit.tolist() == [0, 30]
+    assert rec.first_start.tolist() == [0, 30]
+    assert rec.end.tolist() == [160, 50]
+    assert rec.run_time.tolist() == [140, 20]
+    assert rec.queue.tolist() == [20, 0]  # A waited 50 - 30 = 20 s while preempted
+    assert rec.gpus.tolist() == [4, 4]
+
+
+def test_run_until_then_run_is_the_same_as_one_run():
+    jobs = [(0, 3, 100), (5, 2, 50), (7, 1, 10), (50, 4, 30), (60, 1, 5)]
+    one = run(jobs, "tiresias", {"threshold": 100.0})
+    sim = Simulator(make_trace(jobs), cluster(), get_policy("tiresias")({"threshold": 100.0}),
+                    record_segments=True)
+    for t in (3, 5, 55.5, 120):
+        sim.run(until=t)
+    sim.run()
+    assert jct(sim) == jct(one)
+    assert sim.segments == one.segments
+
+
+def test_empty_trace():
+    sim = run([], "fifo")
+    assert sim.finished == 0 and len(sim.records().jct) == 0
+
+
+def test_a_job_too_large_for_its_partition_is_refused():
+    with pytest.raises(SimulationError, match="fit_to_cluster"):
+        run([(0, 5, 10)], "fifo")
+
+
+def test_a_policy_that_strands_jobs_is_reported():
+    class Lazy(get_policy("fifo")):
+        def schedule(self, now):
+            pass
+
+    with pytest.raises(SimulationError, match="never finished"):
+        Simulator(make_trace([(0, 1, 10)]), cluster(), Lazy({})).run()
+
+
+def test_wake_in_the_past_is_ignored():
+    sim = Simulator(make_trace([(0, 1, 10)]), cluster(), get_policy("fifo")({}))
+    sim.run(until=5)
+    sim.partitions[0].wake_at(1.0)
+    sim.partitions[0].wake_at(math.inf)
+    sim.run()
+    assert sim.records().end.tolist() == [10]
