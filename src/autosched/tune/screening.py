@@ -18,6 +18,7 @@ all) are left out of the graph; a knob left out is kept in the search, never fro
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -198,8 +199,10 @@ def _pc_edges(data: np.ndarray, cols: list[str], n_knob_cols: int, n_inter: int,
     bk.add_node_to_tier(nodes[-1], 2)
     bk.forbid_within_tier(0)  # knobs are set independently: no knob causes another
     max_k = max(0, min(MAX_CONDITIONING, len(z) - 5))
-    cg = pc(z, alpha=alpha, indep_test="fisherz", background_knowledge=bk, show_progress=False,
-            node_names=cols, max_k=max_k)
+    with warnings.catch_warnings():  # "features much larger than sample size": small designs are the point
+        warnings.simplefilter("ignore", UserWarning)
+        cg = pc(z, alpha=alpha, indep_test="fisherz", background_knowledge=bk, show_progress=False,
+                node_names=cols, max_k=max_k)
     g = cg.G.graph
     edges = []
     for i in range(len(cols)):

@@ -146,6 +146,8 @@ class Tuner:
         self.initial_design = initial_design
         if sampler == "gp":
             _require_torch()
+        if screening:
+            _require_causal_learn()
 
     # ---------------------------------------------------------------------------- evaluation
 
@@ -339,6 +341,14 @@ class Tuner:
             effects=dict(screening.effects) if screening else {},
             cost=cost, screening=screening, feasible=best.feasible if best else False,
         )
+
+
+def _require_causal_learn() -> None:
+    try:
+        import causallearn  # noqa: F401
+    except ImportError:
+        raise TuneError("causal knob screening needs causal-learn, which is not installed: "
+                        "pip install 'autosched[causal]' (or tune without screening: --no-screening)") from None
 
 
 def _require_torch() -> None:

@@ -1,0 +1,35 @@
+"""The Ray executor runs the same trials as the local one (one worker, same seed)."""
+
+from __future__ import annotations
+
+import pytest
+
+from autosched.cluster import ClusterSpec
+from autosched.trace.table import Trace
+from autosched.tune import Objective, Tuner
+
+ray = pytest.importorskip("ray")
+
+TRACE = Trace.from_columns({
+    "job_id": [f"j{i}" for i in range(8)],
+    "submit_time": [0, 10, 20, 30, 40, 50, 60, 70],
+    "num_gpus": [2, 4, 1, 2, 1, 4, 1, 3],
+    "duration": [3000, 600, 100, 8000, 50, 2000, 400, 700],
+})
+CLUSTER = ClusterSpec.uniform_nodes(1, 4)
+
+
+def run(executor: str):
+    tuner = Tuner("tiresias", CLUSTER, Objective("avg_jct"), budget=14, seed=3, screening=True,
+                  initial_design=8, workers=1, executor=executor)
+    return tuner.tune([TRACE])
+
+
+def test_ray_executor_runs_the_same_trials_as_local():
+    local = run("local")
+    on_ray = run("ray")
+    assert not ray.is_initialized()  # the executor shut down the instance it started
+    key = lambda r: [(t.number, t.state, t.config, t.value) for t in r.trials]  # noqa: E731
+    assert key(on_ray) == key(local)
+    assert on_ray.screened_knobs == local.screened_knobs
+    assert on_ray.best_config == local.best_config
