@@ -1,17 +1,28 @@
-"""Which GPUs of which nodes a starting job gets."""
+"""Which GPUs of which nodes a starting job gets.
+
+Ties go to the lowest-numbered node, as in the Lucid and Helios simulators (they sort the node
+list by free GPUs with a stable sort). This is not a detail: on the shared 2-day Philly slice
+under FIFO, breaking best-fit ties towards the node that has held its free count longest instead
+raises the average JCT by 15% (9,948 s against Lucid's 8,672 s), because packing small jobs onto
+low-numbered nodes keeps the high-numbered ones whole for multi-node jobs. See docs/fidelity.md.
+"""
 
 from __future__ import annotations
 
-from itertools import islice
-
 Alloc = tuple[tuple[int, int], ...]  # (node, GPUs) pairs; () under 'count' placement
+
+
+def _lowest(mask: int) -> int:
+    """Index of the lowest set bit (mask > 0)."""
+    return (mask & -mask).bit_length() - 1
 
 
 class NodePool:
     """Free GPUs per node of one partition.
 
-    Nodes are bucketed by their free-GPU count so that best fit and whole-node searches cost
-    O(GPUs per node), not O(nodes). Buckets are insertion-ordered dicts: choices are deterministic.
+    Nodes are bucketed by their free-GPU count, each bucket a bitmask of node numbers, so that a
+    best-fit or whole-node search costs O(GPUs per node) big-int operations and finds the
+    lowest-numbered node of a bucket at once.
     """
 
     def __init__(self, nodes: int, gpus_per_node: int):
@@ -19,8 +30,8 @@ class NodePool:
         self.capacity = nodes * gpus_per_node
         self.free_gpus = self.capacity
         self.free = [gpus_per_node] * nodes
-        self.by_free: list[dict[int, None]] = [{} for _ in range(gpus_per_node + 1)]
-        self.by_free[gpus_per_node] = dict.fromkeys(range(nodes))
+        self.by_free = [0] * (gpus_per_node + 1)  # free count -> bitmask of nodes
+        self.by_free[gpus_per_node] = (1 << nodes) - 1
 
     def place(self, gpus: int, mode: str) -> Alloc | None:
         """Take GPUs for a job, or return None (and change nothing) when it does not fit."""
@@ -32,58 +43,62 @@ class NodePool:
         alloc = self._consolidate(gpus) if mode == "consolidate" else self._spread(gpus)
         if alloc is not None:
             for node, g in alloc:
-                self._take(node, g)
+                self._set(node, self.free[node] - g)
+            self.free_gpus -= gpus
         return alloc
 
     def release(self, gpus: int, alloc: Alloc) -> None:
-        if not alloc:
-            self.free_gpus += gpus
-            return
+        self.free_gpus += gpus
         for node, g in alloc:
-            f = self.free[node]
-            del self.by_free[f][node]
-            self.free[node] = f + g
-            self.by_free[f + g][node] = None
-            self.free_gpus += g
+            self._set(node, self.free[node] + g)
 
-    def _take(self, node: int, g: int) -> None:
-        f = self.free[node]
-        del self.by_free[f][node]
-        self.free[node] = f - g
-        self.by_free[f - g][node] = None
-        self.free_gpus -= g
+    def _set(self, node: int, f: int) -> None:
+        bit = 1 << node
+        self.by_free[self.free[node]] ^= bit
+        self.by_free[f] |= bit
+        self.free[node] = f
 
-    def _best_fit(self, gpus: int, exclude: tuple[int, ...] = ()) -> int | None:
+    def _best_fit(self, gpus: int, exclude: int = 0) -> int | None:
+        """The node with the fewest free GPUs that still holds `gpus`; lowest number on ties."""
         for f in range(gpus, self.gpn + 1):
-            for node in self.by_free[f]:
-                if node not in exclude:
-                    return node
+            m = self.by_free[f] & ~exclude
+            if m:
+                return _lowest(m)
         return None
 
     def _consolidate(self, gpus: int) -> Alloc | None:
+        # A job that fits in one node gets one node (best fit). A larger job gets whole free
+        # nodes (the lowest-numbered), and its remainder goes on one more node by best fit
+        # (Lucid puts the remainder on the freest node instead; only 12- and 24-GPU jobs differ).
         if gpus <= self.gpn:
             node = self._best_fit(gpus)
             return None if node is None else ((node, gpus),)
         whole, rest = divmod(gpus, self.gpn)
         empty = self.by_free[self.gpn]
-        if len(empty) < whole:
+        if empty.bit_count() < whole:
             return None
-        nodes = tuple(islice(empty, whole))
+        nodes, taken = [], 0
+        for _ in range(whole):
+            bit = empty & -empty
+            empty ^= bit
+            taken |= bit
+            nodes.append(bit.bit_length() - 1)
         alloc = tuple((n, self.gpn) for n in nodes)
         if rest:
-            node = self._best_fit(rest, exclude=nodes)
+            node = self._best_fit(rest, exclude=taken)
             if node is None:
                 return None
             alloc += ((node, rest),)
         return alloc
 
     def _spread(self, gpus: int) -> Alloc:
+        # First fit in node order over the nodes with any free GPU (the caller checked the total).
         alloc, need = [], gpus
-        for node, f in enumerate(self.free):
-            if f:
-                g = min(f, need)
-                alloc.append((node, g))
-                need -= g
-                if not need:
-                    break
+        m = ((1 << len(self.free)) - 1) & ~self.by_free[0]
+        while need:
+            node = _lowest(m)
+            m &= m - 1
+            g = min(self.free[node], need)
+            alloc.append((node, g))
+            need -= g
         return tuple(alloc)
