@@ -8,20 +8,26 @@ from heapq import heappop, heappush
 
 import numpy as np
 
-from ..space import ConfigSpace, Float, Int
+from ..space import Categorical, ConfigSpace, Float, Int
 from .base import PLACEMENT, Policy
+
+QUEUE_ORDERS = ("submit", "running_first")
 
 
 class Tiresias(Policy):
     """Jobs sit in priority queues by attained service (GPU-seconds held); a job moves down one
     queue each time its attained service crosses the next threshold. Within a queue, jobs are in
-    submission order. At each decision, jobs are taken in priority order while their GPUs fit in
-    the partition's GPU count; running jobs that are not taken are preempted (as the Lucid
-    simulator does; a chosen job that placement cannot fit stays waiting).
+    submission order (``queue_order=submit``, as the Lucid simulator), or running jobs come first
+    and then waiting ones, each in submission order (``running_first``: a waiting job never
+    displaces a running job of its own queue, as the Tiresias simulator). At each decision, jobs
+    are taken in that order while their GPUs fit in the partition's GPU count; running jobs that
+    are not taken are preempted (a chosen job that placement cannot fit stays waiting).
 
     Defaults are those of the Tiresias simulator (3 queues at 3,250 and 7,200 GPU-s, decisions at
-    every event, no starvation handling); Lucid's baseline is queues=2, threshold=18000,
-    interval=60, placement=consolidate.
+    every event, no starvation handling) except ``queue_order``, which defaults to Lucid's
+    ``submit``; the Tiresias simulator's dlas-gpu is ``queue_order=running_first
+    placement=count`` with no restart overhead. Lucid's baseline is queues=2, threshold=18000,
+    interval=60, placement=consolidate. docs/fidelity.md compares both.
     """
 
     name = "tiresias"
@@ -40,6 +46,10 @@ class Tiresias(Policy):
               high=7200.0, default=0.0, unit="s"),
         Float("interval", "decide only every this many seconds (0 = at every event; Lucid uses 60)",
               low=0.0, high=3600.0, default=0.0, unit="s"),
+        Categorical("queue_order", "order within a queue: submit = submission order, so an older waiting "
+                    "job preempts a younger running one (Lucid); running_first = running jobs keep their "
+                    "GPUs against waiting jobs of the same queue (Tiresias)",
+                    choices=QUEUE_ORDERS, default="submit"),
     ])
 
     def configure(self) -> None:
@@ -48,6 +58,9 @@ class Tiresias(Policy):
         self.interval = c["interval"]
         self.min_run = c["min_run"]
         self.starvation = c["starvation"]
+        self.running_first = c["queue_order"] == "running_first"
+        if hasattr(self, "_arrays"):  # the cached queue orders depend on queue_order
+            self._arrays = [None] * len(self._arrays)
         self._next_tick = -math.inf
         if hasattr(self, "queue_of"):  # reconfigured mid-run: re-file jobs under the new queues
             self._refile(self.part.sim.now)
@@ -70,11 +83,13 @@ class Tiresias(Policy):
     def _new_queues(self, count: int) -> None:
         # Per queue: all its jobs in submission order, their total GPUs, and who runs or waits.
         # The totals let a decision take a whole queue at once when it fits.
+        # (Under running_first the order is running_in + waiting_in; `lists` stays sorted.)
         self.lists: list[list[int]] = [[] for _ in range(count)]
         self.qsum = [0] * count
         self.running_in: list[list[int]] = [[] for _ in range(count)]  # sorted
         self.waiting_in: list[list[int]] = [[] for _ in range(count)]  # sorted
-        # Per queue, (jobs, their GPUs, cumulative GPUs) as arrays; None when the queue changed.
+        # Per queue, (jobs, their GPUs, cumulative GPUs) as arrays in queue order; None when the
+        # queue changed (under running_first, also when one of its jobs started or stopped).
         self._arrays: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = [None] * count
 
     def _refile(self, now: float) -> None:
@@ -187,6 +202,8 @@ class Tiresias(Policy):
             _remove(self.waiting_in[q], j)
             insort(self.running_in[q], j)
             self.running_flag[j] = True
+            if self.running_first:
+                self._arrays[q] = None
             self._set_run_timers(j, now)
 
     def _preempt(self, j: int) -> None:
@@ -195,6 +212,8 @@ class Tiresias(Policy):
         _remove(self.running_in[q], j)
         insort(self.waiting_in[q], j)
         self.running_flag[j] = False
+        if self.running_first:
+            self._arrays[q] = None
 
     def _set_run_timers(self, j: int, now: float) -> None:
         self._set_demote_timer(j, now)
@@ -254,7 +273,8 @@ class Tiresias(Policy):
     def _queue_arrays(self, q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         cached = self._arrays[q]
         if cached is None:
-            arr = np.asarray(self.lists[q], dtype=np.int64)
+            order = self.running_in[q] + self.waiting_in[q] if self.running_first else self.lists[q]
+            arr = np.asarray(order, dtype=np.int64)
             g = self.gpus[arr]
             cached = self._arrays[q] = (arr, g, np.cumsum(g))
         return cached
@@ -263,8 +283,9 @@ class Tiresias(Policy):
         """Greedy take-if-it-fits over queue q given `quota` GPUs: (to start, to preempt, GPUs left).
 
         With `whole_prefix`, the longest prefix that fits is found by binary search on the
-        cumulative GPUs; jobs are in submission order, so "in the prefix" is "job index below
-        the first job left out", a bisection in the sorted waiting and running lists.
+        cumulative GPUs. In submission order, "in the prefix" is "job index below the first job
+        left out", a bisection in the sorted waiting and running lists; under running_first the
+        prefix is the first k running jobs, or all of them and the first waiting ones.
         """
         arr, g, cum = self._queue_arrays(q)
         if has_protected:
@@ -284,9 +305,17 @@ class Tiresias(Policy):
                     if left == 0:
                         break
         waiting, running = self.waiting_in[q], self.running_in[q]
-        start = waiting[:bisect_left(waiting, bound)] + sorted(j for j in picks if not self.running_flag[j])
-        preempt = [j for j in running[bisect_left(running, bound):]
-                   if j not in picks and not self.protected_flag[j]]
+        if self.running_first:
+            if has_protected:  # protected jobs were left out of arr: count only the others
+                running = [j for j in running if not self.protected_flag[j]]
+            r = len(running)
+            start = waiting[:k - r] if k > r else []
+            rest = running[k:] if k < r else []
+        else:
+            start = waiting[:bisect_left(waiting, bound)]
+            rest = running[bisect_left(running, bound):]
+        start += sorted(j for j in picks if not self.running_flag[j])
+        preempt = [j for j in rest if j not in picks and not self.protected_flag[j]]
         return start, preempt, left
 
     def _watch_starvation(self, j: int) -> None:
