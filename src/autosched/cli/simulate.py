@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional
 
@@ -45,14 +46,17 @@ def simulate_cmd(
     strict: bool = typer.Option(False, "--strict", help="fail on the first row that cannot be simulated instead of dropping it"),
     as_json: bool = typer.Option(False, "--json", help="print the metrics as one JSON object"),
     jobs_out: Optional[Path] = typer.Option(None, "--jobs-out", help="write per-job records (.csv or .parquet)"),
+    restart_overhead: str = typer.Option("40,60", "--restart-overhead", help="seconds a preempted job pays when it resumes: SMALL,LARGE for jobs of <= 8 GPUs and above (Lucid: 40,60; Tiresias: 0,0)"),
 ) -> None:
     """Replay a trace on a cluster under a policy and print the metrics."""
     from ..sim import Simulator, result_of
 
     name = policy or (policy_from_config_file(config) if config else None) or "fifo"
     pol = build_policy(name, set_, config)
+    overhead = _parse_overhead(restart_overhead)
     trace_path, cluster_spec = default_trace_and_cluster(trace, cluster)
     tr, cl, _ = load_inputs(trace_path, cluster_spec, fmt, strict, quiet=as_json)
+    cl = replace(cl, restart_overhead=overhead)
     with progress_bar(f"simulating {len(tr):,} jobs", len(tr)) as update:
         sim = Simulator(tr, cl, pol, progress=update).run()
     res = result_of(sim)
@@ -67,6 +71,16 @@ def simulate_cmd(
         print_json(out)
         return
     _print_metrics(pol, cl.describe(), str(trace_path), res.metrics)
+
+
+def _parse_overhead(text: str) -> tuple[float, float]:
+    try:
+        small, large = (float(x) for x in text.split(","))
+    except ValueError:
+        fail(f"--restart-overhead {text!r}: expected two numbers of seconds, SMALL,LARGE (e.g. 40,60)")
+    if not (0 <= small < float("inf") and 0 <= large < float("inf")):
+        fail(f"--restart-overhead {text!r}: overheads must be finite and >= 0 seconds")
+    return small, large
 
 
 def _print_metrics(pol: Policy, cluster: str, trace: str, m) -> None:
