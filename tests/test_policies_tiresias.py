@@ -64,13 +64,20 @@ def test_without_starvation_promotion(placement):
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_starvation_promotion(placement):
     sim = run(STARVE_JOBS, "tiresias", {**TWO_QUEUES, "starvation": 1.0, "placement": placement})
-    # 100: A preempted after 100 s of run: promoted once it has waited 1 x 100 s, at 200.
-    # 200: A back in queue 0 (attained forgiven), first in submission order: B, C preempted
-    #      (100 s done each, still queue 0: not watched). A pays 40 s, demoted again at 300
-    #      (400 GPU-s since promotion) with 200 - 60 = 140 s left.
-    # 300: B, C resume (40 s overhead); attained 200 -> demoted at 400 with 300-100-60 = 140 left.
-    # 400: queue 1 = A, B, C: A resumes 400 + 40 + 140 = 580. B, C resume at 580 + 40 + 140 = 760.
-    assert jct(sim) == [580, 710, 710]
+    # Tiresias's rule: a waiting job is promoted once its waits since its last promotion reach
+    # 1 x the seconds it ran since then. Each run below lasts 100 s (400 GPU-s for A, 200 for B, C
+    # per run, so B and C are demoted after two runs since their last promotion).
+    # 100: A demoted, preempted (ran 100 s): due at 200. B, C start.
+    # 200: A promoted (queue 0, first in submission order): B, C preempted (queue 0: not watched).
+    # 300: A demoted again (40 s overhead + 60 s work, 140 left); ran 100 s since promotion,
+    #      due at 400. B, C resume (140 left after this run's 60 s of work).
+    # 400: A promoted; B, C demoted (400 GPU-s) and preempted; each ran 200 s and waited 100 s
+    #      (200-300) since its start: due at 500. A: 80 left at 500.
+    # 500: A demoted, preempted (due at 600); B, C promoted and resume (80 left at 600).
+    # 600: A promoted, B, C preempted (queue 0). 700: A demoted (20 left), due at 800; B, C resume.
+    # 800: A promoted; B, C demoted (20 left), due at 800 + 200 - 100 = 900. A: 800+40+20 = 860.
+    # 860: B, C resume: 860 + 40 + 20 = 920 -> JCT 870.
+    assert jct(sim) == [860, 870, 870]
     rec = sim.records()
-    assert rec.preemptions.tolist() == [2, 2, 2]
-    assert rec.run_time.tolist() == [300 + 2 * 40, 300 + 2 * 40, 300 + 2 * 40]
+    assert rec.preemptions.tolist() == [4, 4, 4]
+    assert rec.run_time.tolist() == [300 + 4 * 40, 300 + 4 * 40, 300 + 4 * 40]

@@ -40,8 +40,9 @@ class Tiresias(Policy):
               high=1e6, default=3250.0, log=True, unit="GPU-s"),
         Float("threshold_growth", "ratio between successive queue thresholds", low=1.2, high=100.0,
               default=7200.0 / 3250.0, log=True),
-        Float("starvation", "promote a waiting job to the top queue once it has waited this many times "
-              "its executed time (0 = off)", low=0.0, high=100.0, default=0.0),
+        Float("starvation", "promote a waiting job to the top queue once its waiting since its last promotion "
+              "reaches this many times its executed time since then (Tiresias's solve_starvation; 0 = off)",
+              low=0.0, high=100.0, default=0.0),
         Float("min_run", "a job that (re)started less than this long ago is not preempted", low=0.0,
               high=7200.0, default=0.0, unit="s"),
         Float("interval", "decide only every this many seconds (0 = at every event; Lucid uses 60)",
@@ -70,6 +71,9 @@ class Tiresias(Policy):
         self._new_queues(self.config["queues"])
         self.queue_of: dict[int, int] = {}
         self.base: dict[int, float] = {}  # attained service forgiven by starvation promotions
+        # Seconds waited since the last promotion in finished waits that followed a run (as
+        # Tiresias's last_pending_time; the current wait is counted by the promotion timer).
+        self.waited: dict[int, float] = {}
         self.demand = 0  # GPUs asked for by all active (waiting or running) jobs
         # Timers: (time, kind, job, stamp); a timer is stale once the job's run or wait it was
         # set for (identified by its start time) is over.
@@ -107,7 +111,7 @@ class Tiresias(Policy):
             (self.running_in if j in part.running else self.waiting_in)[q].append(j)
             if j in part.running:
                 self._set_run_timers(j, now)
-            elif self.starvation > 0 and q > 0 and part.executed(j, now) > 0:
+            elif self.starvation > 0 and q > 0:
                 self._watch_starvation(j)
 
     def _queue_for(self, attained: float) -> int:
@@ -121,6 +125,7 @@ class Tiresias(Policy):
     def on_arrival(self, j: int, now: float) -> None:
         self.queue_of[j] = 0
         self.base[j] = 0.0
+        self.waited[j] = 0.0
         self.lists[0].append(j)  # arrivals come in submission order: the list stays sorted
         self._arrays[0] = None
         self.qsum[0] += self.jobs.gpus[j]
@@ -132,6 +137,7 @@ class Tiresias(Policy):
         self._move(j, None)
         self.running_flag[j] = False
         del self.base[j]
+        del self.waited[j]
         self.demand -= self.jobs.gpus[j]
 
     def _move(self, j: int, q: int | None) -> None:
@@ -183,6 +189,7 @@ class Tiresias(Policy):
             if kind == _PROMOTE:
                 if j in self.queue_of and j not in part.running and part.waiting_since(j) == stamp:
                     self.base[j] = part.attained(j, now)
+                    self.waited[j] = 0.0
                     self._move(j, 0)
             elif kind == _DEMOTE and j in part.running and part.run_started(j) == stamp:
                 q = self._queue_for(part.attained(j, now) - self.base[j])
@@ -197,7 +204,10 @@ class Tiresias(Policy):
         self.protected_flag[j] = False
 
     def _start(self, j: int, now: float) -> None:
-        if self.part.start(j):
+        part = self.part
+        if part.start(j):
+            if part.attained(j, now) > self.base[j]:  # it ran since its last promotion: this wait counts
+                self.waited[j] += now - part.waiting_since(j)
             q = self.queue_of[j]
             _remove(self.waiting_in[q], j)
             insort(self.running_in[q], j)
@@ -319,9 +329,14 @@ class Tiresias(Policy):
         return start, preempt, left
 
     def _watch_starvation(self, j: int) -> None:
+        """Promote waiting job j once its waits since its last promotion reach `starvation` times
+        the seconds it ran since then (only a job that ran since then is ever promoted)."""
         part = self.part
         since = part.waiting_since(j)
-        heappush(self.timers, (since + self.starvation * part.executed(j, since), _PROMOTE, j, since))
+        ran = (part.attained(j, since) - self.base[j]) / self.jobs.gpus[j]
+        if ran > 0:
+            due = since + max(0.0, self.starvation * ran - self.waited[j])
+            heappush(self.timers, (due, _PROMOTE, j, since))
 
 
 _DEMOTE, _PROMOTE, _PROTECTED = 0, 1, 2
