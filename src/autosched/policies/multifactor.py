@@ -85,7 +85,11 @@ class Multifactor(Policy):
         self.used = np.zeros(accounts)  # per account: decayed GPU-s as of t0
         self.known = np.zeros(accounts, dtype=bool)  # accounts that have submitted here
         self.t0: float | None = None  # time of the last recalculation
-        self.spans: list[tuple[int, int, float, float]] = []  # ended runs not yet charged past t0
+        # Usage not yet charged: GPUs per account of jobs running since before t0; jobs started
+        # after t0 (job -> start); runs that ended (account, GPUs, from, to) after t0.
+        self.held = np.zeros(accounts)
+        self.fresh: dict[int, float] = {}
+        self.spans: list[tuple[int, int, float, float]] = []
         self.by_size: dict[int, list[tuple[float, int]]] = {}  # GPUs -> heap of (-priority, job)
         super().bind(part, jobs)
 
@@ -136,15 +140,16 @@ class Multifactor(Policy):
         """Bring usage from t0 to t: decay it, and add the GPU-seconds run in (t0, t], each
         decayed continuously to t (so the result does not depend on how often this runs)."""
         t0, h = self.t0, self.half_life
-        self.used *= 2.0 ** (-(t - t0) / h)
+        decay = 2.0 ** (-(t - t0) / h)
         scale = h / math.log(2.0)
-        part = self.part
-        if part.running:
-            run = np.fromiter(part.running, dtype=np.int64, count=len(part.running))
-            begin = np.fromiter(map(part.run_started, part.running), dtype=float, count=len(run))
-            begin = np.minimum(np.maximum(begin, t0), t)
-            np.add.at(self.used, self._account[run],
-                      self._gpus[run] * scale * (1.0 - np.exp2(-(t - begin) / h)))
+        self.used *= decay
+        self.used += self.held * (scale * (1.0 - decay))  # jobs running through (t0, t]
+        account, gpus = self.account, self.jobs.gpus
+        for j, b in list(self.fresh.items()):
+            if b < t:  # started in (t0, t): charged from its start, then held like the others
+                self.used[account[j]] += gpus[j] * scale * (1.0 - 2.0 ** (-(t - b) / h))
+                self.held[account[j]] += gpus[j]
+                del self.fresh[j]
         spans = []
         for a, g, b, e in self.spans:
             if b < t:
@@ -166,30 +171,42 @@ class Multifactor(Policy):
         heappush(heap, (-self.priority(j, now), j))
 
     def on_finish(self, j: int, now: float) -> None:
-        b = max(self.part.run_started(j), self.t0)
+        a, g = self.account[j], self.jobs.gpus[j]
+        b = self.fresh.pop(j, None)
+        if b is None:  # it was held since t0
+            self.held[a] -= g
+            b = self.t0
         if b < now:
-            self.spans.append((self.account[j], self.jobs.gpus[j], b, now))
+            self.spans.append((a, g, b, now))
+
+    def _start(self, j: int, now: float) -> bool:
+        if self.part.start(j):
+            self.fresh[j] = now
+            return True
+        return False
 
     def schedule(self, now: float) -> None:
-        self._catch_up(now)
+        if not self.by_size:
+            return  # nothing waits; usage is charged lazily (continuous decay allows it)
+        self._catch_up(now)  # (may rebuild self.by_size)
         part, by_size = self.part, self.by_size
         while by_size and part.free > 0:
             heads = sorted((heap[0], g) for g, heap in by_size.items())
             (_, top), g = heads[0]
-            if part.start(top):
+            if self._start(top, now):
                 self._pop(g)
                 continue
             if not self.backfill or now - self.jobs.submit[top] >= self.reserve_after:
                 break
             for (_, j), g in heads[1:]:
-                if g <= part.free and part.start(j):
+                if g <= part.free and self._start(j, now):
                     self._pop(g)
                     break
             else:
                 break
         if by_size and 0 < part.free and min(by_size) <= part.free:
             # the order may change at the next recalculation and let a job that fits start
-            part.wake_at((math.floor(self.t0 / self.period) + 1) * self.period)
+            part.wake_at((math.floor(now / self.period) + 1) * self.period)
 
     def _pop(self, g: int) -> None:
         heap = self.by_size[g]
