@@ -13,7 +13,7 @@ from autosched.workload import get_model, load_model
 torch = pytest.importorskip("torch")
 
 DAY = 86400.0
-SMALL = dict(hidden=8, epochs=2, chunk=32, duration_buckets=4, warmup=16)
+SMALL = dict(hidden=8, steps=20, batch=4, chunk=32, duration_buckets=4, warmup=16)
 
 
 def history(n: int = 300, seed: int = 0) -> Trace:

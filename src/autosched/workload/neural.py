@@ -42,16 +42,18 @@ class Neural(WorkloadModel):
     name = "neural"
     summary = "GRU over the job sequence predicting inter-arrival, GPUs, duration bucket and VC (needs torch)"
     space = ConfigSpace([
-        Int("hidden", "GRU hidden units", low=8, high=512, default=64),
-        Int("epochs", "passes over the history", low=1, high=200, default=6),
-        Int("chunk", "training sequence length (jobs)", low=16, high=4096, default=128),
+        Int("hidden", "GRU hidden units", low=8, high=512, default=48),
+        Int("steps", "optimizer steps (each on `batch` random windows of `chunk` jobs)", low=1,
+            high=100000, default=300),
+        Int("batch", "windows per optimizer step", low=1, high=1024, default=16),
+        Int("chunk", "training window length (jobs)", low=16, high=4096, default=64),
         Int("duration_buckets", "quantile buckets of duration", low=2, high=128, default=32),
         Float("lr", "Adam learning rate", low=1e-5, high=1.0, default=3e-3, log=True),
         Float("half_life", "loss weight halves for jobs this many days older (0 = equal weights)",
               low=0.0, high=1000.0, default=14.0, unit="days"),
         Int("warmup", "jobs at the end of history that set the GRU state before sampling", low=1,
             high=100000, default=512),
-        Int("seed", "seed of the weight initialisation and batch order", low=0, high=2**31 - 1, default=0),
+        Int("seed", "seed of the weight initialisation and training windows", low=0, high=2**31 - 1, default=0),
     ])
 
     # ------------------------------------------------------------------------- tokenising
@@ -197,32 +199,26 @@ def _make_net(torch, vocab: tuple[int, int, int, int], hidden: int):
 
 
 def _train(torch, net, tokens: np.ndarray, feats: np.ndarray, weight: np.ndarray, p: dict) -> None:
-    """Next-job prediction on chunks of the history, teacher forced."""
-    n, L = len(tokens), p["chunk"]
+    """Next-job prediction, teacher forced, on windows of `chunk` jobs starting at random places
+    (a fixed number of steps, so small and large histories both get a trained model)."""
+    n = len(tokens)
     if n < 2:
         return
+    L = min(p["chunk"], n - 1)
     x_all = torch.as_tensor(tokens)
     f_all = torch.as_tensor(feats)
     w_all = torch.as_tensor(weight, dtype=torch.float32)
-    starts = np.arange(0, n - 1, L)
     opt = torch.optim.Adam(net.parameters(), lr=p["lr"])
     rng = np.random.default_rng(p["seed"])
     loss_fn = torch.nn.CrossEntropyLoss(reduction="none")
-    for _ in range(p["epochs"]):
-        for batch in np.array_split(rng.permutation(starts), max(1, len(starts) // 32)):
-            xs, fs, ys, ws = [], [], [], []
-            for s in batch:
-                e = min(s + L, n - 1)
-                pad = L - (e - s)
-                xs.append(torch.nn.functional.pad(x_all[s:e], (0, 0, 0, pad)))
-                fs.append(torch.nn.functional.pad(f_all[s:e], (0, 0, 0, pad)))
-                ys.append(torch.nn.functional.pad(x_all[s + 1:e + 1], (0, 0, 0, pad)))
-                ws.append(torch.nn.functional.pad(w_all[s + 1:e + 1], (0, pad)))
-            x, f, y, w = torch.stack(xs), torch.stack(fs), torch.stack(ys), torch.stack(ws)
-            hs, _ = net.gru(net.embed(x, f))
-            loss = sum((loss_fn(lg.reshape(-1, lg.shape[-1]), y[..., k].reshape(-1)) * w.reshape(-1)).sum()
-                       for k, lg in enumerate(net.logits(hs, y))) / w.sum().clamp_min(1e-9)
-            opt.zero_grad()
-            loss.backward()
-            opt.step()
+    net.train()
+    for _ in range(p["steps"]):
+        idx = torch.as_tensor(rng.integers(0, n - L, p["batch"])[:, None] + np.arange(L)[None, :])
+        x, f, y, w = x_all[idx], f_all[idx], x_all[idx + 1], w_all[idx + 1]
+        hs, _ = net.gru(net.embed(x, f))
+        loss = sum((loss_fn(lg.reshape(-1, lg.shape[-1]), y[..., k].reshape(-1)) * w.reshape(-1)).sum()
+                   for k, lg in enumerate(net.logits(hs, y))) / w.sum().clamp_min(1e-9)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
     net.eval()
