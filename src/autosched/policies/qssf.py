@@ -98,5 +98,5 @@ class Qssf(Policy):
             queue.decide(self.key.__getitem__)
             return
         waiting = queue.waiting
-        while waiting and part.free > 0 and part.start(waiting[0][-1]):
-            queue.remove(waiting[0])
+        while waiting and part.free > 0 and queue.start(waiting[0]):
+            pass

@@ -22,7 +22,12 @@ class PriorityQueue:
     of a preemptive policy: all active jobs (running and waiting) are taken in key order while
     their GPUs fit in the partition's GPU count; running jobs not taken are preempted, waiting
     jobs taken are started (one that placement cannot fit stays waiting). This is the Lucid
-    simulator's ``srtf`` (and Tiresias's) decision, made at events instead of every second."""
+    simulator's ``srtf`` (and Tiresias's) decision, made at events instead of every second.
+
+    A running job's key may only fall while it runs (remaining work shrinks), so its key at
+    start bounds it: running jobs whose bound is below the best waiting job's key come first
+    in any case and are kept without computing their key now.
+    """
 
     def __init__(self, part: Partition, gpus: list[int]):
         self.part = part
@@ -30,6 +35,8 @@ class PriorityQueue:
         self.waiting: list[Entry] = []
         self.sizes: Counter[int] = Counter()  # GPU counts of the waiting jobs
         self.demand = 0  # GPUs of all active jobs
+        self.bounds: list[Entry] = []  # running jobs' entries when they started, sorted
+        self.bound_of: dict[int, Entry] = {}
 
     def __len__(self) -> int:
         return len(self.waiting)
@@ -43,13 +50,25 @@ class PriorityQueue:
 
     def finished(self, j: int) -> None:
         self.demand -= self.gpus[j]
+        self._unbound(j)
 
-    def remove(self, entry: Entry) -> None:
+    def _unbound(self, j: int) -> None:
+        entry = self.bound_of.pop(j)
+        del self.bounds[bisect_left(self.bounds, entry)]
+
+    def start(self, entry: Entry) -> bool:
+        """Start waiting job `entry` (placement permitting)."""
+        j = entry[-1]
+        if not self.part.start(j):
+            return False
         del self.waiting[bisect_left(self.waiting, entry)]
-        g = self.gpus[entry[-1]]
+        g = self.gpus[j]
         self.sizes[g] -= 1
         if not self.sizes[g]:
             del self.sizes[g]
+        self.bound_of[j] = entry
+        insort(self.bounds, entry)
+        return True
 
     def decide(self, entry_of: Callable[[int], Entry]) -> None:
         """One decision. `entry_of(j)` gives job j's entry now (for a running job, and for a job
@@ -59,14 +78,22 @@ class PriorityQueue:
             return
         if self.demand <= part.capacity:  # everyone fits: no order to weigh, nothing to stop
             for entry in list(self.waiting):
-                if part.start(entry[-1]):
-                    self.remove(entry)
+                self.start(entry)
             return
-        running = sorted(map(entry_of, part.running))
-        quota = part.capacity
+        # Running jobs that may fall behind a waiting job: bound not below the best waiting key.
+        cut = bisect_left(self.bounds, self.waiting[0])
+        running = sorted(entry_of(e[-1]) for e in self.bounds[cut:])
+        quota = part.free + sum(gpus[e[-1]] for e in running)
+        smallest = min(min(self.sizes), min((gpus[e[-1]] for e in running), default=quota))
+        if quota < smallest:
+            return  # nothing waiting fits, nothing running is in question
+        # Their keys now are tighter bounds from now on (keys only fall while running).
+        self.bounds[cut:] = running
+        self.bounds.sort()
+        for e in running:
+            self.bound_of[e[-1]] = e
         keep: set[int] = set()
         start: list[Entry] = []
-        smallest = min(min(self.sizes), min((gpus[e[-1]] for e in running), default=quota))
         for entry in merge(running, self.waiting):
             j = entry[-1]
             g = gpus[j]
@@ -82,10 +109,10 @@ class PriorityQueue:
             j = entry[-1]
             if j not in keep:
                 part.preempt(j)
+                self._unbound(j)
                 self.add(entry_of(j), new=False)
         for entry in start:
-            if part.start(entry[-1]):
-                self.remove(entry)
+            self.start(entry)
 
 
 class Srtf(Policy):
