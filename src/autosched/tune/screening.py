@@ -4,8 +4,9 @@ After an initial design, the tuner learns a causal graph over the knobs, interme
 (queueing delay, utilisation, preemptions, fragmentation) and the objective with the PC algorithm
 (causal-learn, Fisher-z test) under background knowledge in tiers: knobs → intermediates →
 objective; nothing causes a knob, and knobs do not cause each other (they were set independently).
-A knob with no path to the objective (each edge directed forward or undirected) is frozen at its
-value in the best trial so far; the search goes on over the others.
+A knob with no path to the objective (each edge directed forward or undirected) and no marginal
+dependence on it (see `_depends`: knobs are randomised, so that is a total causal effect) is
+frozen at its value in the best trial so far; the search goes on over the others.
 
 Encoding. Every column gets a rank-Gaussian (nonparanormal) transform before the Fisher-z test,
 because metrics such as JCT are heavy-tailed and the test assumes roughly Gaussian data. Log-scale
@@ -58,13 +59,14 @@ class Screening:
     alpha: float
     note: str = ""
     untestable: list[str] = field(default_factory=list)
+    unfrozen_at: int | None = None  # trials done when a stalled reduced search gave the knobs back
 
     def to_dict(self) -> dict:
         return {"knobs": self.knobs, "intermediates": self.intermediates, "objective": self.objective,
                 "edges": [[e.source, e.target, e.directed] for e in self.edges],
                 "effects": self.effects, "relevant": self.relevant, "frozen": self.frozen,
                 "samples": self.samples, "alpha": self.alpha, "note": self.note,
-                "untestable": self.untestable}
+                "untestable": self.untestable, "unfrozen_at": self.unfrozen_at}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Screening":
@@ -80,6 +82,8 @@ class Screening:
             lines.append(f"  {k}: effect {self.effects.get(k, float('nan')):+.3f}, {tag}")
         if self.note:
             lines.append(f"  note: {self.note}")
+        if self.unfrozen_at is not None:
+            lines.append(f"  the reduced search stalled: all knobs searched again from trial {self.unfrozen_at}")
         return "\n".join(lines)
 
 
@@ -149,7 +153,12 @@ def screen(space: ConfigSpace, configs: Sequence[Mapping[str, Any]], intermediat
 
     reach = _reaches(edges, objective_name)
     col_owner = {xnames[i]: owner[i] for i in keep_x}
-    relevant_set = {col_owner[c] for c in col_owner if c in reach} | set(untestable)
+    # Knobs are randomised (set independently of everything), so nothing confounds a knob and the
+    # objective: a marginal dependence *is* a total causal effect. PC's conditional tests can cut
+    # such a knob off when an intermediate is a near-deterministic function of it (faithfulness
+    # fails: conditioning on either one hides the other), so a marginal dependence keeps it too.
+    marginal = {xnames[i] for j, i in enumerate(keep_x) if _depends(data[:, j], y[:, 0], alpha)}
+    relevant_set = {col_owner[c] for c in col_owner if c in reach or c in marginal} | set(untestable)
     relevant = [k for k in knobs if k in relevant_set]
     if not relevant:
         # Nothing reaches the objective: keep the knob with the largest estimated effect so the rest
@@ -216,6 +225,22 @@ def _pc_edges(data: np.ndarray, cols: list[str], n_knob_cols: int, n_inter: int,
             else:  # undirected (or bidirected): list it in tier order
                 edges.append(Edge(cols[i], cols[j], False))
     return edges
+
+
+def _depends(x: np.ndarray, y: np.ndarray, alpha: float) -> bool:
+    """Marginal Fisher-z test on rank-Gaussian scores, of the knob and of its centred square (so a
+    knob whose best value is mid-range is seen too); Bonferroni over the two, so a useless knob is
+    kept with probability about alpha."""
+    zx, zy = gaussian_ranks(x), gaussian_ranks(y)
+    n = len(zy)
+    for col in (zx, zx * zx - np.mean(zx * zx)):
+        if np.ptp(col) == 0:
+            continue
+        r = float(np.clip(np.corrcoef(col, zy)[0, 1], -0.999999, 0.999999))
+        stat = abs(np.arctanh(r)) * math.sqrt(max(n - 3, 1))
+        if 2 * norm.sf(stat) < alpha / 2:
+            return True
+    return False
 
 
 def _reaches(edges: Sequence[Edge], target: str) -> set[str]:

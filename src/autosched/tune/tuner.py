@@ -118,7 +118,8 @@ class Tuner:
                  sampler: str = "tpe", screening: bool = True, workers: int = 1, executor: str = "local",
                  study: str | Path | None = None, trial_timeout: float | None = None,
                  address: str | None = None, simulator: SimFn | None = None,
-                 initial_design: int | None = None, study_name: str = STUDY_NAME):
+                 initial_design: int | None = None, patience: int | None = 10,
+                 study_name: str = STUDY_NAME):
         if budget < 1:
             raise TuneError("budget must be at least 1 trial")
         if sampler not in SAMPLERS:
@@ -144,6 +145,10 @@ class Tuner:
         self.address = address
         self.simulator = simulator
         self.initial_design = initial_design
+        # After screening, this many completed trials in a row without a new best give the frozen
+        # knobs back to the search (None: never). Screening on a small design can freeze a knob
+        # that matters; a stalled reduced search is the symptom, and then the full space is searched.
+        self.patience = patience
         if sampler == "gp":
             _require_torch()
         if screening:
@@ -192,6 +197,7 @@ class Tuner:
         executor.start(evaluator)
         pending: dict[int, tuple[optuna.Trial, str, Config]] = {}
         done = len(_finished(study))
+        stall = 0  # completed trials since the last new best (counted once screening is done)
         try:
             while True:
                 if want_screen and done >= n_init and not pending:
@@ -211,6 +217,13 @@ class Tuner:
                     trial, _, _ = pending.pop(out.key)
                     self._tell(study, trial, out)
                     done += 1
+                    if screening is not None and out.evaluation is not None:
+                        stall = 0 if self._improves(study, trial.number) else stall + 1
+                if (screening is not None and screening.frozen and screening.unfrozen_at is None
+                        and self.patience is not None and stall >= self.patience):
+                    screening.unfrozen_at = done
+                    study.set_user_attr("screening", screening.to_dict())
+                    self._apply(screening)
                 if progress is not None:
                     progress(done, self.budget)
         finally:
@@ -311,7 +324,13 @@ class Tuner:
         return Screening.from_dict(d) if d else None
 
     def _apply(self, screening: Screening) -> None:
-        self.space.frozen = {self.space.names[0]: dict(screening.frozen)}
+        frozen = screening.frozen if screening.unfrozen_at is None else {}
+        self.space.frozen = {self.space.names[0]: dict(frozen)}
+
+    def _improves(self, study: optuna.Study, number: int) -> bool:
+        """Is trial `number` the best feasible trial so far?"""
+        trials = [t for t in _trials(study) if t.state == "complete"]
+        return bool(trials) and _best(trials, self.objective).number == number
 
     # ------------------------------------------------------------------------------ result
 
@@ -322,12 +341,13 @@ class Tuner:
         first = self.space.policies[0]
         default_cfg = first.space.default()
         default = next((t for t in complete if t.policy == first.name and t.config == default_cfg), None)
-        frozen = dict(screening.frozen) if screening else {}
+        # Knobs still frozen at the end (none if a stalled reduced search gave them back).
+        frozen = dict(screening.frozen) if screening and screening.unfrozen_at is None else {}
         searched = [self.space.param_name(p.name, k) for p in self.space.policies
                     for k in self.space.searched(p.name)]
         run = [t for t in trials if t.state != "pruned"]
         cost = {"trials": len(run), "simulations": sum(t.attempts for t in run) * self._n_workloads,
-                "trial_seconds": sum(t.duration for t in run), "wall_seconds": seconds}
+                "trial_seconds": sum(t.duration for t in run), "wall_seconds": seconds, "seconds": seconds}
         return TuneResult(
             objective=self.objective,
             best_policy=best.policy if best else None,
