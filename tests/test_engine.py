@@ -116,3 +116,23 @@ def test_wake_in_the_past_is_ignored():
     sim.partitions[0].wake_at(math.inf)
     sim.run()
     assert sim.records().end.tolist() == [10]
+
+
+@pytest.mark.parametrize("gpus, overhead", [(8, 40.0), (16, 60.0)])
+def test_restart_overhead_depends_on_job_size(gpus, overhead):
+    # srtf on 2x8: A (100 s) is preempted at 30 by B (20 s, 16 GPUs): A resumes at 50 and pays
+    # 40 s (<= 8 GPUs) or 60 s (> 8 GPUs, Lucid's rule) before its last 70 s.
+    sim = run([(0, gpus, 100), (30, 16, 20)], "srtf", nodes=2, gpn=8)
+    assert sim.records().end.tolist() == [50 + overhead + 70, 50]
+
+
+def test_restart_overhead_is_a_cluster_property():
+    sim = run([(0, 4, 100), (30, 4, 20)], "srtf", restart_overhead=(5.0, 7.0))
+    assert sim.records().end.tolist() == [50 + 5 + 70, 50]
+
+
+def test_progress_is_reported_at_the_end():
+    seen = []
+    Simulator(make_trace([(0, 1, 10), (5, 1, 10)]), cluster(), get_policy("fifo")({}),
+              progress=lambda done, total: seen.append((done, total))).run()
+    assert seen[-1] == (2, 2)

@@ -122,7 +122,8 @@ class Srtf(Policy):
     fit the partition's count; running jobs not taken are preempted and pay the cluster's
     restart overhead when resumed. Lucid's ``srtf`` re-evaluates every second; between events
     only running jobs' remaining work shrinks, which never lets a waiting job overtake them, so
-    deciding at events gives the same order."""
+    deciding at events gives the same order. (Lucid ranks a preempted job by its remaining work
+    plus the restart overhead it will pay; we rank by work alone.)"""
 
     name = "srtf"
     summary = "ORACLE: shortest remaining true work first, preemptive"
