@@ -161,3 +161,16 @@ def test_slurm_conf_lines_reject_a_bad_config():
         slurm_conf_lines({"PriorityWeightAge": -1})
     with pytest.raises(ConfigError, match="unknown knob"):
         slurm_conf_lines({"queues": 2})
+
+
+def test_the_account_is_the_vc_when_there_are_no_users():
+    cfg = {**ONLY, "PriorityWeightFairshare": 10000}
+    sim = run(FS_JOBS, "multifactor", cfg, vcs=["v1", "v1", "v2"])
+    assert jct(sim) == [600, 790, 680]  # as with users u1, u1, u2
+
+
+def test_one_account_gets_no_fair_share_advantage():
+    # With a single account its factor is the same for every job: age alone orders them.
+    cfg = {**ONLY, "PriorityWeightFairshare": 10000, "PriorityWeightAge": 1}
+    sim = run(FS_JOBS, "multifactor", cfg, users=["u", "u", "u"])
+    assert jct(sim) == [600, 690, 780]

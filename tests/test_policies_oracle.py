@@ -68,3 +68,9 @@ def test_non_oracle_policies_cannot_read_remaining_work():
     with pytest.raises(SimulationError, match="oracle"):
         sim.partitions[0].remaining(0, 0.0)
     assert sim.jobs.duration is None
+
+
+def test_sjf_breaks_ties_by_submission():
+    # B and C both take 50 s: B (submitted first) runs first after A.
+    sim = run([(0, 4, 100), (10, 4, 50), (20, 4, 50)], "sjf")
+    assert jct(sim) == [100, 140, 180]
