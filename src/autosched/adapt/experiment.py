@@ -52,7 +52,7 @@ class Settings:
     policy: str = "tiresias"
     period: float = 7 * DAY
     history: float = 7 * DAY
-    budget: int = 12
+    budget: int = 8
     samples: int = 2
     model: str = "stat"
     metric: str = "avg_jct"
@@ -214,7 +214,10 @@ def replay(trace: Trace, cluster: ClusterSpec, settings: Settings, bounds: list[
     for i, (t, is_boundary) in enumerate(checks):
         sim.run(until=t)
         if progress:
-            progress(f"day {(t - bounds[0]) / DAY:.0f} {'re-tuning' if is_boundary else 'drift check'}", i, len(checks))
+            day = f"day {(t - bounds[0]) / DAY:.0f}"
+            progress(f"{day} {'re-tuning' if is_boundary else 'drift check'}", i, len(checks))
+            controller.progress = lambda done, total, i=i, day=day: progress(
+                f"{day} tuning, trial {done}/{total}", i + done / max(total, 1), len(checks))
         obs = observe(sim, t, max(bounds[0], t - settings.history), seed=settings.seed)
         if is_boundary:
             d = controller.decide(obs, "period")
