@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from heapq import heappop, heappush
+from bisect import insort
 
 import numpy as np
 
@@ -90,7 +90,11 @@ class Multifactor(Policy):
         self.held = np.zeros(accounts)
         self.fresh: dict[int, float] = {}
         self.spans: list[tuple[int, int, float, float]] = []
-        self.by_size: dict[int, list[tuple[float, int]]] = {}  # GPUs -> heap of (-priority, job)
+        # Waiting jobs by GPU count, best first (priority descending, then submission); their
+        # priorities as last computed, negated so that ascending order is best first.
+        self.by_size: dict[int, list[int]] = {}
+        self.neg = np.zeros(len(jobs.gpus))
+        self.waiting: dict[int, None] = {}
         super().bind(part, jobs)
 
     # ---------------------------------------------------------------------------- priority
@@ -125,16 +129,15 @@ class Multifactor(Policy):
         self.fairshare[:] = 1.0
         if total > 0:  # equal shares: each known account's share is 1 / (accounts known)
             self.fairshare[:] = np.exp2(-self.known.sum() * self.used / total)
-        js = [j for heap in self.by_size.values() for _, j in heap]
-        if not js:
+        if not self.waiting:
             return
-        js = np.asarray(js, dtype=np.int64)
-        neg = -self.priorities(js, t)
+        js = np.fromiter(self.waiting, dtype=np.int64, count=len(self.waiting))
+        neg = self.neg[js] = -self.priorities(js, t)
         g = self._gpus[js]
-        order = np.lexsort((js, neg, g))  # by size, then priority: each size's run is a heap
-        g, keys, jobs = g[order], neg[order].tolist(), js[order].tolist()
+        order = np.lexsort((js, neg, g))  # by size, then best first
+        g, jobs = g[order], js[order].tolist()
         cuts = [0, *(np.flatnonzero(np.diff(g)) + 1).tolist(), len(g)]
-        self.by_size = {int(g[a]): list(zip(keys[a:b], jobs[a:b])) for a, b in zip(cuts, cuts[1:])}
+        self.by_size = {int(g[a]): jobs[a:b] for a, b in zip(cuts, cuts[1:])}
 
     def _charge(self, t: float) -> None:
         """Bring usage from t0 to t: decay it, and add the GPU-seconds run in (t0, t], each
@@ -165,10 +168,14 @@ class Multifactor(Policy):
         self._catch_up(now)
         self.known[self.account[j]] = True
         g = self.jobs.gpus[j]
-        heap = self.by_size.get(g)
-        if heap is None:
-            self.by_size[g] = heap = []
-        heappush(heap, (-self.priority(j, now), j))
+        self.neg[j] = -self.priority(j, now)
+        self.waiting[j] = None
+        same = self.by_size.get(g)
+        if same is None:
+            self.by_size[g] = [j]
+        else:
+            neg = self.neg
+            insort(same, j, key=lambda k: (neg[k], k))
 
     def on_finish(self, j: int, now: float) -> None:
         a, g = self.account[j], self.jobs.gpus[j]
@@ -191,14 +198,15 @@ class Multifactor(Policy):
         self._catch_up(now)  # (may rebuild self.by_size)
         part, by_size = self.part, self.by_size
         while by_size and part.free > 0:
-            heads = sorted((heap[0], g) for g, heap in by_size.items())
-            (_, top), g = heads[0]
+            neg = self.neg
+            heads = sorted((neg[same[0]], same[0], g) for g, same in by_size.items())
+            _, top, g = heads[0]
             if self._start(top, now):
                 self._pop(g)
                 continue
             if not self.backfill or now - self.jobs.submit[top] >= self.reserve_after:
                 break
-            for (_, j), g in heads[1:]:
+            for _, j, g in heads[1:]:
                 if g <= part.free and self._start(j, now):
                     self._pop(g)
                     break
@@ -209,7 +217,8 @@ class Multifactor(Policy):
             part.wake_at((math.floor(now / self.period) + 1) * self.period)
 
     def _pop(self, g: int) -> None:
-        heap = self.by_size[g]
-        heappop(heap)
-        if not heap:
+        same = self.by_size[g]
+        del self.waiting[same[0]]
+        del same[0]
+        if not same:
             del self.by_size[g]
