@@ -22,10 +22,10 @@ def tune_cmd(
     objective: str = typer.Option("avg_jct", "--objective", help="Metrics field to optimise (see `autosched simulate --json`)"),
     direction: Optional[str] = typer.Option(None, "--direction", help="minimize or maximize (default: the metric's natural direction)"),
     constraint: list[str] = typer.Option([], "--constraint", help="METRIC<=VALUE or METRIC>=VALUE, e.g. 'p99_queue<=21600' (repeatable)"),
-    sampler: str = typer.Option("tpe", "--sampler", help="tpe (default), gp (needs torch: pip install 'autosched[gp]') or random"),
+    sampler: str = typer.Option("tpe", "--sampler", help="tpe (default), gp (needs torch: pip install 'autosched\\[gp]') or random"),
     screening: bool = typer.Option(True, "--screening/--no-screening", help="freeze knobs that causal screening finds have no path to the objective"),
     workers: int = typer.Option(1, "--workers", "-j", help="trials run in parallel (1 = in this process)"),
-    executor: str = typer.Option("local", "--executor", help="local (process pool) or ray (pip install 'autosched[ray]')"),
+    executor: str = typer.Option("local", "--executor", help="local (process pool) or ray (pip install 'autosched\\[ray]')"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: start a local Ray instance)"),
     study: Optional[Path] = typer.Option(None, "--study", help="SQLite file for the study; a killed run resumes from it"),
     seed: int = typer.Option(0, "--seed", help="random seed of the sampler"),
@@ -50,6 +50,11 @@ def tune_cmd(
                 warm.append({"policy": name or names[0], "knobs": knobs})
         except ObjectiveError as e:
             fail(str(e))
+    from ..policies import POLICIES
+
+    oracles = [n for n in names if n in POLICIES and POLICIES[n].oracle]
+    if oracles and not as_json:
+        note(f"note: {', '.join(oracles)} read true job durations (oracle baselines, not deployable)")
     tr, cl, _ = load_inputs(trace, cluster, fmt, quiet=as_json)
     try:
         with input_errors():

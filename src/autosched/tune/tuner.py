@@ -26,7 +26,7 @@ from ..sim import Metrics
 from ..space import Config, dump_config
 from ..trace.table import Trace
 from .evaluate import Evaluation, Evaluator, SimFn
-from .executor import Executor, Outcome, make_executor
+from .executor import Outcome, make_executor
 from .objective import Objective
 from .screening import Screening, screen
 from .searchspace import SearchSpace, latin_hypercube
