@@ -37,6 +37,7 @@ class Qssf(Policy):
 
     name = "qssf"
     summary = "Helios QSSF: estimated duration x GPUs from finished jobs' history (non-clairvoyant)"
+    preemptive = True  # it may preempt: with its `preemptive` knob on
     space = ConfigSpace([
         PLACEMENT,
         Categorical("estimator", "statistic of the user's (else VC's) finished run times",
@@ -54,7 +55,7 @@ class Qssf(Policy):
         self.stat = _STATS[c["estimator"]]
         self.history = c["history"]
         self.fallback = c["fallback"]
-        self.preemptive = c["preemptive"]
+        self.preempting = c["preemptive"]
         self._cache: dict[tuple[int, int], float] = {}  # (level, code) -> estimate
 
     def bind(self, part, jobs) -> None:
@@ -94,7 +95,7 @@ class Qssf(Policy):
 
     def schedule(self, now: float) -> None:
         queue, part = self.queue, self.part
-        if self.preemptive:
+        if self.preempting:
             queue.decide(self.key.__getitem__)
             return
         waiting = queue.waiting
