@@ -336,3 +336,23 @@ def test_no_fragmentation_when_nobody_waits():
                                 "duration": [10.0, 10.0]})
     sim = Simulator(trace, ClusterSpec.uniform_nodes(1, 4), get_policy("fifo")(), record_segments=True).run()
     assert fragmentation(sim) == 0.0
+
+
+def test_timeout_off_the_main_thread_uses_a_worker_process():
+    import threading
+
+    out = {}
+    thread = threading.Thread(target=lambda: out.setdefault("res", tuner(
+        budget=3, screening=False, simulator=sleepy_sim, workers=1, trial_timeout=0.5).tune([TRACE])))
+    thread.start()
+    thread.join(30)
+    slow = [t for t in out["res"].trials if t.config["a"] > 0.5]
+    assert slow and all("timeout" in t.error for t in slow)
+
+
+def test_tuning_twice_with_one_tuner_screens_each_study_afresh():
+    t = tuner(budget=30, seed=0, patience=None)
+    first = t.tune([TRACE])
+    second = t.tune([TRACE])
+    assert second.screening.samples == first.screening.samples
+    assert [x.config for x in second.trials][:20] == [x.config for x in first.trials][:20]

@@ -330,6 +330,6 @@ def make_executor(kind: str, workers: int, trial_timeout: float | None = None,
         return RayExecutor(workers, trial_timeout, address)
     if kind != "local":
         raise ValueError(f"executor {kind!r}: use local or ray")
-    if workers == 1:
-        return InProcessExecutor(trial_timeout)
+    if workers == 1 and not (trial_timeout and threading.current_thread() is not threading.main_thread()):
+        return InProcessExecutor(trial_timeout)  # SIGALRM timeouts work on the main thread only
     return ProcessExecutor(workers, trial_timeout)

@@ -185,6 +185,7 @@ class Tuner:
         evaluator = self.evaluator(workloads)
         self._n_workloads = len(workloads)
         study = self._open_study()
+        self.space.frozen = {}  # a Tuner may tune more than once; screening belongs to its study
         screening = self._stored_screening(study)
         if screening is not None:
             self._apply(screening)
