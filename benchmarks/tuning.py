@@ -116,6 +116,7 @@ def main() -> None:
     ap.add_argument("--seeds", type=int, default=5)
     ap.add_argument("--methods", default="random,tpe,screen+tpe,gp")
     ap.add_argument("--tolerance", type=float, default=0.02)
+    ap.add_argument("--merge", action="store_true", help="keep earlier runs of the methods not run now")
     args = ap.parse_args()
 
     from autosched.policies import get_policy
@@ -142,7 +143,10 @@ def main() -> None:
     target = ref * (1 + args.tolerance)
     print(f"reference best {ref:,.0f} (default {default:,.0f}), target {target:,.0f}", file=sys.stderr)
 
+    tag_obj = f"tuning_{tag}_{args.objective}.json"
     runs: dict[str, list[dict]] = {}
+    if args.merge and (RESULTS / tag_obj).exists():  # keep the other methods' runs from before
+        runs = json.loads((RESULTS / tag_obj).read_text())["runs"]
     for method in [m for m in args.methods.split(",") if m]:
         runs[method] = []
         for seed in range(args.seeds):
@@ -159,7 +163,8 @@ def main() -> None:
                 res = tuner.tune([tr])
                 values = [t.value for t in sorted(res.trials, key=lambda t: t.number)]
                 extra = {"frozen": res.screened_knobs, "searched": res.searched_knobs,
-                         "graph": res.graph, "effects": res.effects}
+                         "graph": res.graph, "effects": res.effects,
+                         "screening": res.screening.to_dict() if res.screening else None}
             k = sims_to_reach(values, target)
             run = {"seed": seed, "sims_to_target": k, "final_best": best_curve(values)[-1],
                    "seconds": time.perf_counter() - t1, "values": values, **extra}
@@ -182,7 +187,7 @@ def main() -> None:
            "reference_best": ref, "default": default, "reference_seconds": ref_seconds,
            "budget": args.budget, "seeds": args.seeds, "tolerance": args.tolerance,
            "summary": summary, "runs": runs}
-    path = RESULTS / f"tuning_{tag}_{args.objective}.json"
+    path = RESULTS / tag_obj
     path.write_text(json.dumps(out, indent=1, default=float))
     print(f"\n{args.workload} ({len(tr):,} jobs, {cluster.describe()}, load {offered:.2f}); "
           f"{args.objective}: reference {ref:,.0f}, default {default:,.0f}")

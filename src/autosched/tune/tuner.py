@@ -118,7 +118,7 @@ class Tuner:
                  sampler: str = "tpe", screening: bool = True, workers: int = 1, executor: str = "local",
                  study: str | Path | None = None, trial_timeout: float | None = None,
                  address: str | None = None, simulator: SimFn | None = None,
-                 initial_design: int | None = None, patience: int | None = 10,
+                 initial_design: int | None = None, patience: int | None = 5,
                  study_name: str = STUDY_NAME):
         if budget < 1:
             raise TuneError("budget must be at least 1 trial")
