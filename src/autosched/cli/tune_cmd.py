@@ -109,10 +109,8 @@ def _print_result(result, trace: str, cluster: str) -> None:
         m = Table(show_header=True, header_style="bold", title="best vs default")
         for col in ("metric", "default", "best", "change"):
             m.add_column(col, justify="right" if col != "metric" else "left")
-        n = len(result.best_metrics)
         for key in METRIC_HELP:
-            d = sum(getattr(x, key) for x in result.default_metrics) / n
-            b = sum(getattr(x, key) for x in result.best_metrics) / n
+            d, b = _mean(result.default_metrics, key), _mean(result.best_metrics, key)
             ch = f"{(b - d) / abs(d):+.1%}" if d else ""
             style = "bold" if key == obj.metric else ""
             m.add_row(f"[{style}]{key}[/]" if style else key, _fmt_metric(key, d), _fmt_metric(key, b), ch)
@@ -120,12 +118,22 @@ def _print_result(result, trace: str, cluster: str) -> None:
     if not math.isnan(result.improvement):
         con.print(f"{obj.metric}: {result.best_value:,.6g} vs default {result.default_value:,.6g} "
                   f"([bold]{result.improvement:+.1%}[/] better)")
-    if result.screening is not None:
-        frozen = ", ".join(f"{k}={_fmt(v)}" for k, v in result.screened_knobs.items()) or "none"
-        con.print(f"screening: frozen {frozen}; searched {', '.join(result.searched_knobs)}")
-        if result.screening.note:
-            con.print(f"  note: {result.screening.note}", style="dim")
+    s = result.screening
+    if s is not None:
+        frozen = ", ".join(f"{k}={_fmt(v)}" for k, v in s.frozen.items()) or "none"
+        con.print(f"screening on {s.samples} trials: froze {frozen}; searched {', '.join(s.relevant)}")
+        if s.unfrozen_at is not None:
+            con.print(f"  the reduced search stalled: all knobs searched again from trial {s.unfrozen_at}")
+        if s.note:
+            con.print(f"  note: {s.note}", style="dim")
     c = result.cost
     failed = sum(1 for t in result.trials if t.state == "failed")
     con.print(f"cost: {c['trials']:.0f} trials ({failed} failed), {c['simulations']:.0f} simulations, "
               f"{c['trial_seconds']:.1f} s in trials, {c['wall_seconds']:.1f} s wall")
+
+
+def _mean(metrics, key: str):
+    """Mean of a metric over the workloads; integer metrics (jobs, preemptions) stay integers."""
+    values = [getattr(m, key) for m in metrics]
+    mean = sum(values) / len(values)
+    return round(mean) if all(isinstance(v, int) for v in values) else mean

@@ -94,18 +94,27 @@ def _graph(rep: Report, result: TuneResult) -> None:
         for i, n in enumerate(names):
             pos[n] = (x, -(i - (len(names) - 1) / 2))
     fig, ax = rep.figure(8, max(3.0, 0.55 * len(s.knobs) + 1))
+    labels = {}
+    for n, (x, y) in pos.items():
+        frozen = n in result.screened_knobs
+        given_back = n in s.frozen and not frozen
+        labels[n] = ax.text(x, y, n, ha="center", va="center", fontsize=9, zorder=3,
+                            bbox={"boxstyle": "round", "fc": "#fdd" if frozen else "#fec" if given_back else "#def",
+                                  "ec": "grey"})
     for e in s.edges:
         if e.source not in pos or e.target not in pos:
             continue
-        (x0, y0), (x1, y1) = pos[e.source], pos[e.target]
-        ax.annotate("", xy=(x1 - 0.08, y1), xytext=(x0 + 0.08, y0),
-                    arrowprops={"arrowstyle": "->" if e.directed else "-", "color": "C0", "lw": 1.2})
-    for n, (x, y) in pos.items():
-        frozen = n in s.frozen
-        ax.text(x, y, n, ha="center", va="center", fontsize=9,
-                bbox={"boxstyle": "round", "fc": "#fdd" if frozen else "#def", "ec": "grey"})
+        # Arrows run between the label boxes (patchA/B) and bend a little, so an edge that skips
+        # the middle column does not look as if it went through an intermediate.
+        skip = abs(pos[e.target][0] - pos[e.source][0]) > 1
+        ax.annotate("", xy=pos[e.target], xytext=pos[e.source], zorder=2,
+                    arrowprops={"arrowstyle": "-|>" if e.directed else "-", "color": "C0", "lw": 1.2,
+                                "patchA": labels[e.source].get_bbox_patch(),
+                                "patchB": labels[e.target].get_bbox_patch(),
+                                "connectionstyle": f"arc3,rad={0.35 if skip else 0.12}", "mutation_scale": 14})
     ax.set_xlim(-0.6, 2.6)
     ax.set_ylim(min(p[1] for p in pos.values()) - 0.7, max(p[1] for p in pos.values()) + 0.7)
     ax.axis("off")
-    rep.add_figure(fig, caption="PC graph; knobs left (red: frozen), intermediate metrics middle, "
-                                "objective right; a line without arrow could not be oriented")
+    rep.add_figure(fig, caption="PC graph; knobs left (red: frozen; orange: frozen, then searched again "
+                                "when the reduced search stalled), intermediate metrics middle, objective "
+                                "right; a line without arrow could not be oriented")
