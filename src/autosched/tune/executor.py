@@ -253,6 +253,9 @@ class RayExecutor:
         self._running: dict[Any, tuple[int, str, dict, float, int]] = {}
         self._waiting: list[tuple[int, str, dict, int]] = []
         self._started_ray = False
+        # Past this (from submission) a task is cancelled from here; normally the task's own alarm
+        # ends it after trial_timeout seconds of running.
+        self._hard_limit = 2 * trial_timeout + 60 if trial_timeout else None
 
     def start(self, evaluator: Evaluator) -> None:
         ray = self.ray
@@ -271,7 +274,7 @@ class RayExecutor:
     def _launch(self) -> None:
         while self._waiting and len(self._running) < self.workers:
             key, policy, config, attempts = self._waiting.pop(0)
-            ref = self._task.remote(self._ref, policy, config)
+            ref = self._task.remote(self._ref, policy, config, self.trial_timeout)
             self._running[ref] = (key, policy, config, time.perf_counter(), attempts)
 
     def collect(self) -> list[Outcome]:
@@ -281,7 +284,7 @@ class RayExecutor:
             timeout = None
             if self.trial_timeout:
                 now = time.perf_counter()
-                timeout = max(0.0, min(v[3] + self.trial_timeout - now for v in self._running.values()))
+                timeout = max(0.0, min(v[3] + self._hard_limit - now for v in self._running.values()))
             ready, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout)
             out = []
             now = time.perf_counter()
@@ -300,7 +303,7 @@ class RayExecutor:
                 out.append(Outcome(key, evaluation, error, now - t0, attempts))
             if self.trial_timeout:
                 for ref, (key, policy, config, t0, attempts) in list(self._running.items()):
-                    if now - t0 >= self.trial_timeout:
+                    if now - t0 >= self._hard_limit:  # the task's own alarm did not fire: hung
                         ray.cancel(ref, force=True)
                         del self._running[ref]
                         out.append(Outcome(key, None, f"trial ran past the {self.trial_timeout:g} s timeout",
@@ -319,9 +322,12 @@ class RayExecutor:
             self.ray.shutdown()
 
 
-def _ray_trial(evaluator: Evaluator, policy: str, config: dict):
+def _ray_trial(evaluator: Evaluator, policy: str, config: dict, timeout: float | None):
     os.environ["OMP_NUM_THREADS"] = "1"
-    return run_trial(evaluator, policy, config)
+    # The timeout runs inside the task: a task may wait for a worker (and its imports) for a
+    # while, which must not count against the trial.
+    with _alarm(timeout):
+        return run_trial(evaluator, policy, config)
 
 
 def make_executor(kind: str, workers: int, trial_timeout: float | None = None,
