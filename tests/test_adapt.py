@@ -162,7 +162,7 @@ def test_controller_never_reads_the_future():
     unfinished at T): every decision up to T must be the same."""
     tr = synthetic_trace(days=6, per_day=120, seed=5)
     cl = ClusterSpec.uniform_nodes(1, 8)
-    s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2)
+    s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2, drift=True)
     T = tr.start + 4 * DAY
 
     def run(trace):

@@ -57,7 +57,7 @@ class Settings:
     model: str = "stat"
     metric: str = "avg_jct"
     seed: int = 0
-    drift: bool = True
+    drift: bool = False  # also re-tune when a daily drift test fires (each firing costs a round)
     check_every: float = DAY  # how often the drift tests run between boundaries
     guard_k: float = 2.0
     guard_margin: float = 0.01

@@ -31,7 +31,7 @@ def run_cmd(
     objective: str = typer.Option("avg_jct", "--objective", help="Metrics field the tuner and the guardrail optimise"),
     margin: float = typer.Option(0.01, "--margin", help="guardrail: deploy only if the predicted gain exceeds this fraction (0.01 = 1%)"),
     noise_k: float = typer.Option(2.0, "--noise-k", help="guardrail: ... and exceeds this many standard errors of the paired gain across samples"),
-    drift: bool = typer.Option(True, "--drift/--no-drift", help="also re-tune between boundaries when a daily drift test fires"),
+    drift: bool = typer.Option(False, "--drift/--no-drift", help="also re-tune between boundaries when a daily drift test fires (costs a tuning round each time it fires)"),
     screening: bool = typer.Option(True, "--screening/--no-screening", help="causal knob screening inside each tuning round"),
     skip: str = typer.Option("0", "--skip", help="ignore the trace's first SKIP (e.g. 14d) before replaying"),
     span: Optional[str] = typer.Option(None, "--span", help="replay only SPAN of the trace (e.g. 28d) after --skip"),
