@@ -139,14 +139,14 @@ def _knobs(rep: Report, result: ExperimentResult) -> None:
     for ax, knob in zip(axes[:, 0], changing):
         for name, r in s.items():
             xs = [(t - result.boundaries[0]) / DAY for t, _ in r.timeline] + [end]
-            ys = [_num(c[knob]) for _, c in r.timeline]
+            ys = [_num(c[knob], space[knob]) for _, c in r.timeline]
             ax.step(xs, ys + ys[-1:], where="post", label=name, color=COLORS.get(name), lw=1.4)
         ax.set_ylabel(knob, fontsize=8)
         if getattr(space[knob], "log", False):
             ax.set_yscale("log")
     axes[0, 0].legend(fontsize=7, ncol=3)
     axes[-1, 0].set_xlabel("day of the trace")
-    rep.add_figure(fig, "the config each strategy ran, over time (categorical knobs as their index)")
+    rep.add_figure(fig, "the config each strategy ran, over time (categorical knobs as the index of their value among the choices)")
 
 
 def _decisions(rep: Report, result: ExperimentResult) -> None:
@@ -189,14 +189,12 @@ def _edges(graph: Any) -> list[str]:
     return out
 
 
-def _num(v: Any) -> float:
-    if isinstance(v, bool):
+def _num(v: Any, knob: Any) -> float:
+    """A knob value on a numeric axis: categorical values as their index among the choices."""
+    if isinstance(v, (bool, int, float)):
         return float(v)
-    if isinstance(v, (int, float)):
-        return float(v)
-    from ..cluster import PLACEMENTS
-
-    return float(PLACEMENTS.index(v)) if v in PLACEMENTS else 0.0
+    choices = getattr(knob, "choices", ())
+    return float(choices.index(v)) if v in choices else 0.0
 
 
 def _fmt(v: Any) -> str:
