@@ -101,8 +101,12 @@ def check_invariants(sim: Simulator) -> None:
             speed = 1.0 / spec.spread_slowdown if len(alloc) > 1 else 1.0
             work += max(0.0, e - b - ovh) * speed
         assert math.isclose(work, rec.duration[j], rel_tol=1e-9, abs_tol=1e-6), (j, runs)
-        if spec.spread_slowdown == 1.0 and all(e - b >= spec.overhead(g) for b, e, _ in runs[1:]):
-            expected = rec.duration[j] + spec.overhead(g) * rec.preemptions[j]
+        # the plain form when every run is on one node or every run spans nodes, and no run is
+        # cut short inside its restart overhead
+        spans = {len(alloc) > 1 for _, _, alloc in runs}
+        if len(spans) == 1 and all(e - b >= spec.overhead(g) for b, e, _ in runs[1:]):
+            slowdown = spec.spread_slowdown if spans.pop() else 1.0
+            expected = rec.duration[j] * slowdown + spec.overhead(g) * rec.preemptions[j]
             assert math.isclose(rec.run_time[j], expected, rel_tol=1e-9, abs_tol=1e-6)
     # no GPU double-booked: sweep starts and ends (ends first at equal times)
     caps = spec.partition_gpus()
