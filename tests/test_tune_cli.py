@@ -65,3 +65,11 @@ def test_bad_options_are_one_line_errors(trace, args, msg):
     res = runner.invoke(app, ["tune", str(trace), "--cluster", "1x4", "--budget", "3", *args])
     assert res.exit_code == 2
     assert msg in res.output and "Traceback" not in res.output
+
+
+def test_warm_start_file_with_an_unknown_knob_is_a_clear_error(trace, tmp_path):
+    bad = tmp_path / "warm.json"
+    bad.write_text('{"policy": "tiresias", "knobs": {"queues": 2, "nope": 1}}')
+    res = runner.invoke(app, ["tune", str(trace), "--cluster", "1x4", "--budget", "3", "--warm-start", str(bad)])
+    assert res.exit_code == 2
+    assert "unknown knob(s) nope" in res.output and "Traceback" not in res.output

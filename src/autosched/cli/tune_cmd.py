@@ -37,7 +37,7 @@ def tune_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object"),
 ) -> None:
     """Find the best knob settings of a policy on a trace (Bayesian optimisation + causal screening)."""
-    from ..space import parse_config_json
+    from ..space import ConfigError, parse_config_json
     from ..tune import Objective, ObjectiveError, Tuner, TuneError
 
     names = [n.strip() for p in policy for n in p.split(",") if n.strip()]
@@ -66,7 +66,7 @@ def tune_cmd(
     try:
         with progress_bar(f"tuning {', '.join(names)} ({len(tr):,} jobs)", budget) as update:
             result = tuner.tune([tr], warm_start=warm, progress=update)
-    except (TuneError, RuntimeError) as e:
+    except (TuneError, RuntimeError, ConfigError) as e:  # e.g. a warm-start config the space rejects
         fail(str(e))
     except KeyboardInterrupt:
         fail("interrupted" + (f"; finished trials are kept in {study}, run again to resume" if study else ""), 130)
