@@ -85,13 +85,11 @@ def test_starvation_promotion(placement):
     assert rec.run_time.tolist() == [300 + 4 * 40, 300 + 4 * 40, 300 + 4 * 40]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "tiresias livelock (policies/tiresias.py, not fixed here): a 4-GPU job leaves queue 0 after "
-    "threshold/4 = 25 s of holding GPUs, less than the 40 s restart overhead, so with starvation "
-    "promotion two such jobs preempt each other every 25 s and neither ever progresses; "
-    "Simulator.run() then never returns"))
 def test_starvation_with_a_threshold_below_the_restart_overhead_terminates():
     sim = Simulator(make_trace([(0, 4, 300), (10, 4, 300)]), cluster(1, 4),
                     get_policy("tiresias")({"queues": 2, "threshold": 100.0, "starvation": 1.0}))
-    sim.run(until=100_000)  # bounded: the livelock must not hang the test suite
+    # A 4-GPU job leaves queue 0 after threshold/4 = 25 s of holding GPUs, less than the 40 s
+    # restart overhead: were it promoted back without having done any work, the two jobs would
+    # preempt each other forever. Bounded run: a regression must fail, not hang the suite.
+    sim.run(until=100_000)
     assert sim.finished == 2

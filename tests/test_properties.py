@@ -34,10 +34,6 @@ def relevant_config(name: str, rng: random.Random, placement: str) -> dict:
     elif name == "tiresias":
         cfg.update(threshold=rng.choice([100.0, 300.0, 1000.0]), interval=rng.choice([0.0, 60.0]),
                    min_run=rng.choice([0.0, 50.0]), starvation=rng.choice([0.0, 0.5, 2.0]))
-        if cfg["starvation"] > 0:
-            # a run protected longer than the restart overhead (<= 60 s) always progresses;
-            # without it tiresias can livelock (see the xfail test in test_policies_tiresias.py)
-            cfg["min_run"] = 70.0
     elif name == "qssf":
         cfg.update(fallback=rng.choice([10.0, 100.0, 1000.0]), history=rng.choice([1, 3, 1000]))
     elif name == "multifactor":

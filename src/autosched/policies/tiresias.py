@@ -74,6 +74,10 @@ class Tiresias(Policy):
         # Seconds waited since the last promotion in finished waits that followed a run (as
         # Tiresias's last_pending_time; the current wait is counted by the promotion timer).
         self.waited: dict[int, float] = {}
+        # Work done at the last promotion. A job is promoted again only after it has done more
+        # work: otherwise a job demoted before its restart overhead is paid (threshold / GPUs
+        # below the overhead) and promoted back would preempt and be preempted forever.
+        self.served_at_promotion: dict[int, float] = {}
         self.demand = 0  # GPUs asked for by all active (waiting or running) jobs
         # Timers: (time, kind, job, stamp); a timer is stale once the job's run or wait it was
         # set for (identified by its start time) is over.
@@ -125,6 +129,7 @@ class Tiresias(Policy):
     def on_arrival(self, j: int, now: float) -> None:
         self.queue_of[j] = 0
         self.base[j] = 0.0
+        self.served_at_promotion[j] = 0.0
         self.waited[j] = 0.0
         self.lists[0].append(j)  # arrivals come in submission order: the list stays sorted
         self._arrays[0] = None
@@ -137,6 +142,7 @@ class Tiresias(Policy):
         self._move(j, None)
         self.running_flag[j] = False
         del self.base[j]
+        del self.served_at_promotion[j]
         del self.waited[j]
         self.demand -= self.jobs.gpus[j]
 
@@ -189,6 +195,7 @@ class Tiresias(Policy):
             if kind == _PROMOTE:
                 if j in self.queue_of and j not in part.running and part.waiting_since(j) == stamp:
                     self.base[j] = part.attained(j, now)
+                    self.served_at_promotion[j] = part.served(j, now)
                     self.waited[j] = 0.0
                     self._move(j, 0)
             elif kind == _DEMOTE and j in part.running and part.run_started(j) == stamp:
@@ -334,7 +341,7 @@ class Tiresias(Policy):
         part = self.part
         since = part.waiting_since(j)
         ran = (part.attained(j, since) - self.base[j]) / self.jobs.gpus[j]
-        if ran > 0:
+        if ran > 0 and part.served(j, since) > self.served_at_promotion[j]:
             due = since + max(0.0, self.starvation * ran - self.waited[j])
             heappush(self.timers, (due, _PROMOTE, j, since))
 

@@ -87,6 +87,14 @@ class Partition:
         s = self.sim
         return s._executed[j] + (now - s._run_start[j] if j in self.running else 0.0)
 
+    def served(self, j: int, now: float) -> float:
+        """Seconds of work job j has done so far (its observable progress, not its total)."""
+        s = self.sim
+        done = s._duration[j] - s._remaining[j]
+        if j in self.running:
+            done += max(0.0, now - s._run_start[j] - s._overhead[j]) * s._speed[j]
+        return done
+
     def run_started(self, j: int) -> float:
         """When the current run of running job j began."""
         return self.sim._run_start[j]
@@ -152,7 +160,8 @@ class Simulator:
         self._part = part.tolist()
         self._submit = trace.submit_time.tolist()
         self._gpus = trace.num_gpus.tolist()
-        self._remaining = trace.duration.tolist()
+        self._duration = trace.duration.tolist()
+        self._remaining = list(self._duration)
         self._overhead = [0.0] * n  # restart overhead of the current run
         self._pending_overhead = [0.0] * n
         self._speed = [1.0] * n
