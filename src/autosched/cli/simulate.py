@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 from dataclasses import replace
 from pathlib import Path
@@ -129,7 +130,7 @@ def policies_cmd(
         tag = " [bold red]ORACLE[/] (reads true job durations; a baseline, not deployable)" if cls.oracle else ""
         console.print(f"[bold cyan]{cls.name}[/]: {cls.summary}{tag}")
         if name:
-            console.print(f"  {(cls.__doc__ or '').strip()}\n", style="dim")
+            console.print(inspect.cleandoc(cls.__doc__ or "") + "\n", style="dim", markup=False)
         table = Table(show_header=True, header_style="bold", box=None, padding=(0, 2))
         for col in ("knob", "type / range", "default", "help"):
             table.add_column(col)
