@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import re
 from dataclasses import replace
 from pathlib import Path
 from typing import Optional
@@ -130,7 +131,8 @@ def policies_cmd(
         tag = " [bold red]ORACLE[/] (reads true job durations; a baseline, not deployable)" if cls.oracle else ""
         console.print(f"[bold cyan]{cls.name}[/]: {cls.summary}{tag}")
         if name:
-            console.print(inspect.cleandoc(cls.__doc__ or "") + "\n", style="dim", markup=False)
+            doc = re.sub(r"(?<!\n)\n(?!\n)", " ", inspect.cleandoc(cls.__doc__ or ""))  # unwrap paragraphs
+            console.print(doc + "\n", style="dim", markup=False)
         table = Table(show_header=True, header_style="bold", box=None, padding=(0, 2))
         for col in ("knob", "type / range", "default", "help"):
             table.add_column(col)
