@@ -77,10 +77,11 @@ def _importance(rep: Report, result: TuneResult) -> None:
     rep.heading("Knob importance")
     items = sorted(result.effects.items(), key=lambda kv: abs(kv[1]))
     fig, ax = rep.figure(7, 0.4 * len(items) + 1)
-    colors = ["C3" if k in result.screened_knobs else "C0" for k, _ in items]
+    once = result.screening.frozen if result.screening else {}
+    colors = ["C3" if k in result.screened_knobs else "C1" if k in once else "C0" for k, _ in items]
     ax.barh([k for k, _ in items], [v for _, v in items], color=colors)
     ax.axvline(0, color="black", lw=0.8)
-    ax.set_xlabel(f"standardised effect on {result.objective.metric} (red: frozen)")
+    ax.set_xlabel(f"standardised effect on {result.objective.metric} (red: frozen; orange: frozen, then given back)")
     rep.add_figure(fig, caption="regression coefficient of each standardised knob on the rank-Gaussian "
                                 "objective, from the initial design")
 
