@@ -72,3 +72,27 @@ def test_run_bad_input_is_one_line(tiny, extra, message):
 def test_run_needs_cluster_with_a_trace(tiny):
     res = runner.invoke(app, ["run", str(tiny)])
     assert res.exit_code == 2 and "--cluster is required" in res.output
+
+
+def _hide(monkeypatch, module):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
+
+
+def test_run_without_causal_learn_tunes_without_screening(tiny, monkeypatch):
+    _hide(monkeypatch, "causallearn")
+    args = ["run", str(tiny), "--cluster", "1x8", "--period", "2d", "--budget", "2", "--samples", "2",
+            "--strategies", "default,autosched", "--json"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "tuning without causal screening" in res.stderr
+    assert json.loads(res.stdout)["settings"]["tuner_options"]["screening"] is False
+
+
+def test_run_report_without_matplotlib_fails_cleanly(tiny, monkeypatch, tmp_path):
+    _hide(monkeypatch, "matplotlib")
+    res = runner.invoke(app, _args(tiny, "--report", str(tmp_path / "r")))
+    assert res.exit_code == 2 and "--report needs matplotlib" in res.output
+    assert not (tmp_path / "r").exists()

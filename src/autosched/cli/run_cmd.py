@@ -3,6 +3,7 @@ the scheduler, next to the fixed default, tuning on the last period, and two ora
 
 from __future__ import annotations
 
+import importlib.util
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -47,6 +48,8 @@ def run_cmd(
 
     settings, names, window = _settings(policy, period, history, budget, samples, workers, model, strategies,
                                         objective, margin, noise_k, drift, screening, skip, span, seed, STRATEGIES)
+    if report is not None and importlib.util.find_spec("matplotlib") is None:
+        fail("--report needs matplotlib, which is not installed: pip install 'autosched[report]'")
     trace_path, cluster_spec = default_trace_and_cluster(trace, cluster)
     tr, cl, _ = load_inputs(trace_path, cluster_spec, fmt, quiet=as_json)
     tr = tr.window(tr.start + window[0], tr.start + window[1])
@@ -103,6 +106,11 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
     bad = [s for s in names if s not in known]
     if bad or not names:
         fail(f"--strategies: unknown {', '.join(bad) or '(none given)'}; use some of {', '.join(known)}")
+    if screening and importlib.util.find_spec("causallearn") is None:
+        # The main job must run on a plain install; screening is an extra (and needs more trials
+        # per round than the default budget to find a graph anyway).
+        note("causal-learn is not installed (pip install 'autosched[causal]'): tuning without causal screening")
+        screening = False
     settings = Settings(policy=policy, period=p, history=h, budget=budget, samples=samples, model=model,
                         metric=objective, seed=seed, drift=drift, guard_k=noise_k, guard_margin=margin,
                         tuner_options={"workers": workers, "screening": screening})
