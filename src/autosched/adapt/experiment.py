@@ -53,7 +53,7 @@ class Settings:
     period: float = 7 * DAY
     history: float = 7 * DAY
     budget: int = 8
-    samples: int = 2
+    samples: int = 4
     model: str = "stat"
     metric: str = "avg_jct"
     seed: int = 0

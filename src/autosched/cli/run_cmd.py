@@ -25,7 +25,7 @@ def run_cmd(
     period: str = typer.Option("7d", "--period", help="re-tune at every period boundary (e.g. 7d, 1d, 12h)"),
     history: str = typer.Option("7d", "--history", help="window of past jobs the workload model is fitted on"),
     budget: int = typer.Option(8, "--budget", "-n", help="tuning trials per round (one simulation per sampled workload each)"),
-    samples: int = typer.Option(2, "--samples", "-k", help="workloads sampled from the model per round (the guardrail's noise estimate)"),
+    samples: int = typer.Option(4, "--samples", "-k", help="workloads sampled from the model per round (the guardrail's noise estimate)"),
     workers: int = typer.Option(2, "--workers", "-j", help="tuning trials run in parallel processes (1 = in this process)"),
     model: str = typer.Option("stat", "--model", help="workload model: stat, replay or neural (needs autosched[neural])"),
     strategies: str = typer.Option(DEFAULT_STRATEGIES, "--strategies", help="comma-separated strategies to compare (oracle_* read the real future)"),
