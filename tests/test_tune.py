@@ -356,3 +356,12 @@ def test_tuning_twice_with_one_tuner_screens_each_study_afresh():
     second = t.tune([TRACE])
     assert second.screening.samples == first.screening.samples
     assert [x.config for x in second.trials][:20] == [x.config for x in first.trials][:20]
+
+
+def test_warm_start_from_a_previous_rounds_trials():
+    first = tuner(budget=8, seed=1, screening=False).tune([TRACE])
+    best_two = sorted((t for t in first.trials if t.state == "complete"), key=lambda t: t.value)[:2]
+    second = tuner(budget=4, seed=2, screening=False).tune([TRACE], warm_start=best_two)
+    order = sorted(second.trials, key=lambda t: t.number)
+    assert [t.config for t in order[1:3]] == [t.config for t in best_two]
+    assert second.best_value == first.best_value

@@ -179,7 +179,7 @@ class Tuner:
         knobs = sum(len(p.space.knobs) for p in self.space.policies)
         return max(1, min(self.budget // 2, max(10, 3 * knobs + 2)))
 
-    def tune(self, workloads: Sequence[Trace], warm_start: Sequence[Mapping[str, Any]] | None = None,
+    def tune(self, workloads: Sequence[Trace], warm_start: "Sequence[Mapping[str, Any] | Trial] | None" = None,
              progress: Callable[[int, int], None] | None = None) -> TuneResult:
         t0 = time.perf_counter()
         evaluator = self.evaluator(workloads)
@@ -267,7 +267,7 @@ class Tuner:
                             "use a new --study path")
         return study
 
-    def _seed_trials(self, study: optuna.Study, warm_start: Sequence[Mapping[str, Any]], design: int) -> None:
+    def _seed_trials(self, study: optuna.Study, warm_start: "Sequence[Mapping[str, Any] | Trial]", design: int) -> None:
         """Default config(s) first, then the warm-start configs (previous round's best), then (for
         screening) a space-filling initial design that fills up the first `design` trials."""
         first = [(p.name, p.space.default()) for p in self.space.policies]
@@ -277,7 +277,9 @@ class Tuner:
         for name, config in first:
             study.enqueue_trial(self.space.params(name, config), skip_if_exists=True)
 
-    def _warm_item(self, item: Mapping[str, Any]) -> tuple[str, dict]:
+    def _warm_item(self, item: "Mapping[str, Any] | Trial") -> tuple[str, dict]:
+        if isinstance(item, Trial):  # a previous round's trial
+            return self._warm_item({"policy": item.policy, "knobs": item.config})
         if "knobs" in item:
             name = item.get("policy") or self.space.names[0]
             knobs = item["knobs"]
