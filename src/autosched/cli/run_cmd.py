@@ -147,7 +147,8 @@ def _print(result) -> None:
     base = s.get("default")
     table = Table(title=f"{result.settings.policy} on {result.cluster}, {result.jobs:,} jobs", header_style="bold")
     for col in ("strategy", "avg JCT", "vs default", "p99 JCT", "avg queue", "util", "per period vs default", "deployed"):
-        table.add_column(col, justify="left" if col in ("strategy", "per period vs default") else "right")
+        table.add_column(col, justify="left" if col in ("strategy", "per period vs default") else "right",
+                         no_wrap=col == "strategy")
     for name, r in s.items():
         m = r.metrics
         rel = f"{m.avg_jct / base.metrics.avg_jct - 1:+.1%}" if base else ""
