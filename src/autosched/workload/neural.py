@@ -6,8 +6,9 @@ durations) and its VC. A GRU reads the job sequence, with the time of day and of
 submission as extra inputs, and predicts the next job's tokens one after the other (inter-arrival,
 then GPUs given it, then duration given both, then VC given all three), so attributes are drawn
 jointly. Sampling warms the GRU up on the end of the history, then generates forward from the last
-submission; a duration is a random history duration from the sampled bucket, an inter-arrival is
-log-uniform within its bucket.
+submission (so a period that starts before the history's end is only filled from that end on); a
+duration is a random history duration from the sampled bucket, an inter-arrival is log-uniform
+within its bucket.
 
 PyTorch is an optional extra (``pip install autosched[neural]``), imported only when a neural
 model is fitted or sampled; torch uses one thread (the machines this runs on are shared).
