@@ -1,28 +1,59 @@
-"""The ``autosched`` command line. Each command group lives in its own module."""
+"""The ``autosched`` command line. Each command (group) lives in its own module.
+
+Modules are imported only for the command being run: ``autosched simulate`` is timed end to end
+(the tuner runs it thousands of times), so it must not pay for the tuner's or the workload
+models' imports.
+"""
 
 from __future__ import annotations
 
+import importlib
+import sys
+
 import typer
 
-from .run_cmd import run_cmd
-from .simulate import policies_cmd, simulate_cmd
-from .workload_cmd import workload_app
-from .tune_cmd import tune_cmd
-from .trace_cmd import trace_app
+# name -> (module, attribute, is a group of subcommands)
+COMMANDS: dict[str, tuple[str, str, bool]] = {
+    "simulate": (".simulate", "simulate_cmd", False),
+    "policies": (".simulate", "policies_cmd", False),
+    "trace": (".trace_cmd", "trace_app", True),
+    "workload": (".workload_cmd", "workload_app", True),
+    "tune": (".tune_cmd", "tune_cmd", False),
+    "run": (".run_cmd", "run_cmd", False),
+}
 
-app = typer.Typer(
-    help="autosched: keep a GPU cluster's scheduler well configured as its workload drifts.",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
-app.command("simulate")(simulate_cmd)
-app.command("policies")(policies_cmd)
-app.command("run")(run_cmd)
-app.command("tune")(tune_cmd)
-app.add_typer(trace_app, name="trace")
-app.add_typer(workload_app, name="workload")
+
+def build_app(only: str | None = None) -> typer.Typer:
+    """The app with every command, or with just `only` (what ``main`` runs)."""
+    app = typer.Typer(
+        help="autosched: keep a GPU cluster's scheduler well configured as its workload drifts.",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    app.callback()(_root)  # keeps the app a group of commands even when only one is registered
+    for name, (module, attr, group) in COMMANDS.items():
+        if only is not None and name != only:
+            continue
+        obj = getattr(importlib.import_module(module, __name__), attr)
+        if group:
+            app.add_typer(obj, name=name)
+        else:
+            app.command(name)(obj)
+    return app
+
+
+def _root() -> None:
+    """autosched: keep a GPU cluster's scheduler well configured as its workload drifts."""
+
+
+def __getattr__(name: str):
+    if name == "app":  # the full app, built on first use (tests drive it with CliRunner)
+        globals()["app"] = full = build_app()
+        return full
+    raise AttributeError(name)
 
 
 def main() -> None:
-    app()
+    command = sys.argv[1] if len(sys.argv) > 1 else None
+    build_app(command if command in COMMANDS else None)()

@@ -10,8 +10,6 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from ..policies import POLICIES, Policy, get_policy
 from ..space import ConfigError, parse_config_json
@@ -86,6 +84,9 @@ def _parse_overhead(text: str) -> tuple[float, float]:
 
 
 def _print_metrics(pol: Policy, cluster: str, trace: str, m) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
     from ..sim import METRIC_HELP
 
     console = Console()
@@ -126,6 +127,9 @@ def policies_cmd(
                                                   "condition": k.condition} for k in cls.space}}
                     for cls in chosen})
         return
+    from rich.console import Console
+    from rich.table import Table
+
     console = Console()
     for cls in chosen:
         tag = " [bold red]ORACLE[/] (reads true job durations; a baseline, not deployable)" if cls.oracle else ""
