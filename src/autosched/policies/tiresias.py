@@ -210,18 +210,32 @@ class Tiresias(Policy):
         self.protected.discard(j)
         self.protected_flag[j] = False
 
-    def _start(self, j: int, now: float) -> None:
+    def _start_in_order(self, jobs, now: float) -> None:
+        """Start jobs in this order, skipping those placement cannot fit.
+
+        Placement failure is monotone in size within one decision (no GPU is freed between
+        starts): once g GPUs found no room, no job of g or more will, so it is not tried.
+        """
+        gpus = self.jobs.gpus
+        smallest_failed = math.inf
+        for j in jobs:
+            if gpus[j] < smallest_failed and not self._start(j, now):
+                smallest_failed = gpus[j]
+
+    def _start(self, j: int, now: float) -> bool:
         part = self.part
-        if part.start(j):
-            if part.attained(j, now) > self.base[j]:  # it ran since its last promotion: this wait counts
-                self.waited[j] += now - part.waiting_since(j)
-            q = self.queue_of[j]
-            _remove(self.waiting_in[q], j)
-            insort(self.running_in[q], j)
-            self.running_flag[j] = True
-            if self.running_first:
-                self._arrays[q] = None
-            self._set_run_timers(j, now)
+        if not part.start(j):
+            return False
+        if part.attained(j, now) > self.base[j]:  # it ran since its last promotion: this wait counts
+            self.waited[j] += now - part.waiting_since(j)
+        q = self.queue_of[j]
+        _remove(self.waiting_in[q], j)
+        insort(self.running_in[q], j)
+        self.running_flag[j] = True
+        if self.running_first:
+            self._arrays[q] = None
+        self._set_run_timers(j, now)
+        return True
 
     def _preempt(self, j: int) -> None:
         self.part.preempt(j)
@@ -249,10 +263,7 @@ class Tiresias(Policy):
 
     def _start_all(self, now: float) -> None:
         running = self.part.running
-        for queue in self.lists:
-            for j in queue:
-                if j not in running:
-                    self._start(j, now)
+        self._start_in_order([j for queue in self.lists for j in queue if j not in running], now)
 
     def _decide(self, now: float) -> None:
         """Take jobs in priority order while their GPUs fit in the partition's GPU count.
@@ -284,8 +295,7 @@ class Tiresias(Policy):
             self._preempt(j)
             if self.starvation > 0 and self.queue_of[j] > 0:
                 self._watch_starvation(j)
-        for j in start:
-            self._start(j, now)
+        self._start_in_order(start, now)
 
     def _queue_arrays(self, q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         cached = self._arrays[q]
