@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ..cluster import ClusterSpec, fit_to_cluster
+from ..jsonable import jsonable
 from ..policies import get_policy
 from ..sim.metrics import METRIC_HELP
 from ..space import Config
@@ -45,7 +46,7 @@ class Decision:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["knobs_changed"] = {k: list(v) for k, v in self.knobs_changed.items()}
-        return _jsonable(d)
+        return jsonable(d)
 
 
 def default_tuner_factory(**kw: Any):
@@ -127,9 +128,9 @@ class Controller:
                                    constraints=self.constraints, budget=self.budget, seed=round_seed,
                                    **self.tuner_options)
         res = tuner.tune(workloads, warm_start=self._warm_start(), progress=self.progress)
-        evidence = dict(tuning_cost=_jsonable(getattr(res, "cost", None)),
-                        causal_graph=_jsonable(getattr(res, "graph", None)),
-                        screened_knobs=_jsonable(getattr(res, "screened_knobs", None)))
+        evidence = dict(tuning_cost=jsonable(getattr(res, "cost", None)),
+                        causal_graph=jsonable(getattr(res, "graph", None)),
+                        screened_knobs=jsonable(getattr(res, "screened_knobs", None)))
         if res.best_config is None:
             return self._keep(base, t0, "tuning failed: no trial completed", **evidence)
         candidate = self.space.validate(res.best_config)
@@ -197,24 +198,3 @@ def _value(m: Any, metric: str) -> float:
 
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs)
-
-
-def _jsonable(x: Any) -> Any:
-    """Plain JSON types (tuner evidence comes in whatever form the tuner keeps it)."""
-    if x is None or isinstance(x, (bool, int, str)):
-        return x
-    if isinstance(x, float):
-        return x if x == x and abs(x) != float("inf") else None
-    if hasattr(x, "to_dict"):
-        return _jsonable(x.to_dict())
-    if hasattr(x, "__dataclass_fields__"):
-        return _jsonable(asdict(x))
-    if isinstance(x, Mapping):
-        return {str(k): _jsonable(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple, set, frozenset)):
-        return [_jsonable(v) for v in x]
-    if hasattr(x, "tolist"):
-        return _jsonable(x.tolist())
-    if hasattr(x, "item"):
-        return _jsonable(x.item())
-    return str(x)

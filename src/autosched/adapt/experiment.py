@@ -27,7 +27,8 @@ from ..policies import get_policy
 from ..sim import JobRecords, Metrics, Simulator, compute_metrics
 from ..space import Config
 from ..trace.table import Trace
-from .controller import Controller, Decision, _jsonable, default_tuner_factory
+from ..jsonable import jsonable
+from .controller import Controller, Decision, default_tuner_factory
 from .drift import DriftTest, gpu_classes, GPU_CLASS_NAMES
 from .guardrail import Guardrail
 from .observe import observe
@@ -92,7 +93,7 @@ class StrategyResult:
 
     def to_dict(self) -> dict[str, Any]:
         m = self.metrics
-        return _jsonable({
+        return jsonable({
             "oracle": self.oracle, "description": self.description,
             "avg_jct": m.avg_jct, "p99_jct": m.p99_jct, "avg_queue": m.avg_queue,
             "utilization": m.utilization, "metrics": m.to_dict(),
@@ -135,7 +136,7 @@ class ExperimentResult:
         return out
 
     def to_dict(self) -> dict[str, Any]:
-        return _jsonable({
+        return jsonable({
             "settings": asdict(self.settings), "cluster": self.cluster, "trace": self.trace,
             "jobs": self.jobs, "boundaries": self.boundaries,
             "strategies": {k: v.to_dict() for k, v in self.strategies.items()},

@@ -14,7 +14,6 @@ COLORS = {"default": "#777777", "autosched": "#1f77b4", "last_period": "#ff7f0e"
 
 
 def build_report(result: ExperimentResult) -> Report:
-    s = result.strategies
     st = result.settings
     rep = Report(f"autosched on {result.trace or 'trace'}: {st.policy} on {result.cluster}")
     rep.text(_verdict(result))

@@ -11,6 +11,7 @@ from typing import Any, NoReturn
 
 import typer
 
+from ..jsonable import jsonable
 from ..cluster import ClusterError, ClusterSpec, fit_to_cluster, parse_cluster
 from ..policies import UnknownPolicy
 from ..space import ConfigError
@@ -64,16 +65,8 @@ def load_inputs(trace_path: Path, cluster_spec: str, fmt: str | None = None,
 
 
 def print_json(obj: Any) -> None:
-    json.dump(obj, sys.stdout, indent=2, default=_json_default)
+    json.dump(jsonable(obj), sys.stdout, indent=2)
     sys.stdout.write("\n")
-
-
-def _json_default(x: Any) -> Any:
-    if hasattr(x, "item"):
-        return x.item()
-    if hasattr(x, "tolist"):
-        return x.tolist()
-    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
 @contextmanager

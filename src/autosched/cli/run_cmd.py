@@ -44,7 +44,7 @@ def run_cmd(
     """Replay a trace with autosched re-tuning the scheduler each period; compare with the fixed
     default, tuning on the last period, and two oracles (best fixed config in hindsight; per-period
     tuning on the real future)."""
-    from ..adapt import STRATEGIES, Settings, run_experiment
+    from ..adapt import STRATEGIES, run_experiment
 
     settings, names, window = _settings(policy, period, history, budget, samples, workers, model, strategies,
                                         objective, margin, noise_k, drift, screening, skip, span, seed, STRATEGIES)

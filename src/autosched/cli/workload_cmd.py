@@ -184,9 +184,8 @@ def evaluate_cmd(
         if not as_json:
             note(f"report: {page}")
     if as_json:
-        from ..workload.evaluate import plain_json
 
-        print_json(plain_json(ev.summary()))  # nan (e.g. VC share without VCs) -> null: strict JSON
+        print_json(ev.summary())  # nan (e.g. VC share without VCs) -> null: strict JSON
     else:
         _print_summary(ev, str(trace))
 

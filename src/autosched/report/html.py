@@ -21,6 +21,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..jsonable import jsonable
+
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}
 h1{font-size:1.6em}h2{font-size:1.25em;margin-top:2em;border-bottom:1px solid #ddd;padding-bottom:.2em}
@@ -81,7 +83,7 @@ class Report:
         page = out / "index.html"
         _atomic_write(page, self.render())
         if data is not None:
-            _atomic_write(out / "report.json", json.dumps(data, indent=2, default=_json_default))
+            _atomic_write(out / "report.json", json.dumps(jsonable(data), indent=2))
         return page
 
 
@@ -89,14 +91,6 @@ def _cell(c: Any) -> str:
     if isinstance(c, float):
         return f"{c:,.4g}" if abs(c) < 1000 else f"{c:,.0f}"
     return str(c)
-
-
-def _json_default(x: Any) -> Any:
-    if hasattr(x, "item"):
-        return x.item()
-    if hasattr(x, "tolist"):
-        return x.tolist()
-    return str(x)
 
 
 def _atomic_write(path: Path, text: str) -> None:

@@ -11,9 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from . import helios, philly_json, slurm
-# head_text, open_text, csv_header, read_csv_rows: also re-exported for code that imported them from here
-from .parsing import (Columns, Format, cell_count_ok, column_index, csv_header, from_first_day, head_text,
-                      new_columns, open_text, read_csv_rows, wallclock_seconds)
+from .parsing import (Columns, Format, cell_count_ok, column_index, csv_header, from_first_day,
+                      new_columns, read_csv_rows, wallclock_seconds)
 from .report import RowCheck
 from .table import COLUMNS, OPTIONAL, TraceError
 

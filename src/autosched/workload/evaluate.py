@@ -26,6 +26,7 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
+from ..jsonable import jsonable
 from ..cluster import ClusterSpec, fit_to_cluster
 from ..policies.base import Policy
 from ..space import Config
@@ -334,22 +335,7 @@ def _nanstd(vals: Sequence[float]) -> float:
 
 def evaluation_data(ev: Evaluation) -> dict:
     """Everything in an evaluation as plain JSON-able data (for report.json)."""
-    return plain_json({"setup": asdict(ev.setup), "policy": ev.policy, "cluster": ev.cluster, "gpus": ev.gpus, "configs": ev.configs,
+    return jsonable({"setup": asdict(ev.setup), "policy": ev.policy, "cluster": ev.cluster, "gpus": ev.gpus, "configs": ev.configs,
             "reals": [asdict(o) for o in ev.reals],
             "results": {m: [asdict(r) for r in per] for m, per in ev.results.items()},
             "summary": ev.summary()})
-
-
-def plain_json(x):
-    """Arrays to lists and numpy scalars to Python ones, recursively; nan to None (JSON has no nan)."""
-    if isinstance(x, dict):
-        return {k: plain_json(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [plain_json(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return plain_json(x.tolist())
-    if isinstance(x, np.generic):
-        x = x.item()
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    return x
