@@ -4,8 +4,11 @@ On one node every placement gives the same result, so each case runs under all t
 """
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autosched.policies import get_policy
+from autosched.policies.tiresias import Tiresias
 from autosched.sim import Simulator
 from simkit import cluster, jct, make_trace, run
 
@@ -93,3 +96,60 @@ def test_starvation_with_a_threshold_below_the_restart_overhead_terminates():
     # preempt each other forever. Bounded run: a regression must fail, not hang the suite.
     sim.run(until=100_000)
     assert sim.finished == 2
+
+
+# ------------------------------------------- the fast decision equals the literal definition
+
+class LiteralTiresias(Tiresias):
+    """Tiresias as its docstring defines it: at every wake-up, walk all jobs in priority order
+    and take each whose GPUs still fit; no trees, no skipped decisions."""
+
+    @property
+    def _changed(self) -> bool:  # every wake-up decides
+        return True
+
+    @_changed.setter
+    def _changed(self, value: bool) -> None:
+        pass
+
+    def _decide(self, now: float) -> None:
+        gpus, protected = self.jobs.gpus, self.protected_flag
+        quota = self.part.capacity - sum(gpus[j] for j in self.protected)
+        order = []
+        for q in range(len(self.lists)):
+            members = self.running_in[q] + self.waiting_in[q] if self.running_first else self.lists[q]
+            order += [j for j in members if not protected[j]]
+        taken = set()
+        for j in order:
+            if gpus[j] <= quota:
+                taken.add(j)
+                quota -= gpus[j]
+        for j in [j for j in order if self.running_flag[j] and j not in taken]:
+            self._preempt(j)
+            if self.starvation > 0 and self.queue_of[j] > 0:
+                self._watch_starvation(j)
+        self._start_in_order([j for j in order if j in taken and not self.running_flag[j]], now)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.data())
+def test_decisions_equal_the_literal_greedy_walk(data):
+    nodes, gpn = data.draw(st.sampled_from([(1, 4), (2, 4), (3, 2), (2, 8)]))
+    n = data.draw(st.integers(1, 25))
+    submits = sorted(data.draw(st.lists(st.integers(0, 400), min_size=n, max_size=n)))
+    jobs = [(s, data.draw(st.sampled_from([g for g in (1, 1, 1, 2, 3, 4, 8) if g <= nodes * gpn])),
+             data.draw(st.integers(1, 600))) for s in submits]
+    cfg = {
+        "queues": data.draw(st.integers(1, 4)),
+        "threshold": data.draw(st.sampled_from([100.0, 300.0, 1000.0])),
+        "threshold_growth": data.draw(st.sampled_from([1.5, 4.0])),
+        "queue_order": data.draw(st.sampled_from(["submit", "running_first"])),
+        "placement": data.draw(st.sampled_from(["consolidate", "spread", "count"])),
+        "min_run": data.draw(st.sampled_from([0.0, 50.0])),
+        "starvation": data.draw(st.sampled_from([0.0, 1.0])),
+        "interval": data.draw(st.sampled_from([0.0, 0.0, 60.0])),
+    }
+    tr, spec = make_trace(jobs), cluster(nodes, gpn)
+    fast = Simulator(tr, spec, Tiresias(cfg), record_segments=True).run()
+    literal = Simulator(tr, spec, LiteralTiresias(cfg), record_segments=True).run()
+    assert fast.segments == literal.segments

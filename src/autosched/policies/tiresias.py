@@ -5,11 +5,11 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, insort
 from heapq import heappop, heappush
-
-import numpy as np
+from itertools import chain, islice
 
 from ..space import Categorical, ConfigSpace, Float, Int
 from .base import PLACEMENT, Policy
+from .fenwick import Fenwick
 
 QUEUE_ORDERS = ("submit", "running_first")
 
@@ -60,13 +60,19 @@ class Tiresias(Policy):
         self.min_run = c["min_run"]
         self.starvation = c["starvation"]
         self.running_first = c["queue_order"] == "running_first"
-        if hasattr(self, "_arrays"):  # the cached queue orders depend on queue_order
-            self._arrays = [None] * len(self._arrays)
         self._next_tick = -math.inf
+        self._changed = True
         if hasattr(self, "queue_of"):  # reconfigured mid-run: re-file jobs under the new queues
             self._refile(self.part.sim.now)
 
     def bind(self, part, jobs) -> None:
+        n = len(jobs.gpus)
+        self.running_flag = [False] * n
+        self.protected: set[int] = set()  # running jobs younger than min_run
+        self.protected_flag = [False] * n
+        # Arrival ranks (1, 2, ...): submission order within this partition, as tree positions.
+        self.rank_of: dict[int, int] = {}
+        self.rank_job: list[int] = [-1]
         super().bind(part, jobs)
         self._new_queues(self.config["queues"])
         self.queue_of: dict[int, int] = {}
@@ -82,37 +88,46 @@ class Tiresias(Policy):
         # Timers: (time, kind, job, stamp); a timer is stale once the job's run or wait it was
         # set for (identified by its start time) is over.
         self.timers: list[tuple[float, int, int, float]] = []
-        n = len(jobs.gpus)
-        self.gpus = np.asarray(jobs.gpus, dtype=np.int64)
-        self.running_flag = np.zeros(n, dtype=bool)
-        self.protected: set[int] = set()  # running jobs younger than min_run
-        self.protected_flag = np.zeros(n, dtype=bool)
 
     def _new_queues(self, count: int) -> None:
         # Per queue: all its jobs in submission order, their total GPUs, and who runs or waits.
         # The totals let a decision take a whole queue at once when it fits.
-        # (Under running_first the order is running_in + waiting_in; `lists` stays sorted.)
         self.lists: list[list[int]] = [[] for _ in range(count)]
         self.qsum = [0] * count
         self.running_in: list[list[int]] = [[] for _ in range(count)]  # sorted
         self.waiting_in: list[list[int]] = [[] for _ in range(count)]  # sorted
-        # Per queue, (jobs, their GPUs, cumulative GPUs) as arrays in queue order; None when the
-        # queue changed (under running_first, also when one of its jobs started or stopped).
-        self._arrays: list[tuple[np.ndarray, np.ndarray, np.ndarray] | None] = [None] * count
+        # GPUs by arrival rank, for the longest prefix of a queue that fits. Protected jobs are
+        # left out (they are always kept). In submission order `trees` holds all other jobs of
+        # the queue; under running_first the order is running then waiting jobs, so `trees`
+        # holds the waiting ones and `run_trees` the running ones.
+        size = len(self.rank_job)
+        self.trees = [Fenwick(size) for _ in range(count)]
+        self.run_trees = [Fenwick(size) for _ in range(count)]
+
+    def _index(self, j: int, sign: int) -> None:
+        """Add (sign 1) or take away (-1) job j's GPUs in the tree its current state puts it in.
+
+        Every change of a job's queue, running or protected state is bracketed by the two."""
+        if self.protected_flag[j]:
+            return
+        q = self.queue_of[j]
+        tree = self.run_trees[q] if self.running_first and self.running_flag[j] else self.trees[q]
+        tree.add(self.rank_of[j], sign * self.jobs.gpus[j])
 
     def _refile(self, now: float) -> None:
         part = self.part
+        for j in self.protected:
+            self.protected_flag[j] = False
+        self.protected.clear()
         self._new_queues(self.config["queues"])
         self.timers = []
-        for j in list(self.protected):
-            self._unprotect(j)
         for j in sorted(self.queue_of):
             q = self._queue_for(part.attained(j, now) - self.base[j])
             self.queue_of[j] = q
             self.lists[q].append(j)
-            self._arrays[q] = None
             self.qsum[q] += self.jobs.gpus[j]
             (self.running_in if j in part.running else self.waiting_in)[q].append(j)
+            self._index(j, 1)
             if j in part.running:
                 self._set_run_timers(j, now)
             elif self.starvation > 0 and q > 0:
@@ -131,11 +146,14 @@ class Tiresias(Policy):
         self.base[j] = 0.0
         self.served_at_promotion[j] = 0.0
         self.waited[j] = 0.0
+        self.rank_of[j] = len(self.rank_job)
+        self.rank_job.append(j)
         self.lists[0].append(j)  # arrivals come in submission order: the list stays sorted
-        self._arrays[0] = None
         self.qsum[0] += self.jobs.gpus[j]
         self.waiting_in[0].append(j)
+        self._index(j, 1)
         self.demand += self.jobs.gpus[j]
+        self._changed = True
 
     def on_finish(self, j: int, now: float) -> None:
         self._unprotect(j)
@@ -144,15 +162,16 @@ class Tiresias(Policy):
         del self.base[j]
         del self.served_at_promotion[j]
         del self.waited[j]
+        del self.rank_of[j]
         self.demand -= self.jobs.gpus[j]
 
     def _move(self, j: int, q: int | None) -> None:
         """Move job j to queue q (None: it left the system)."""
+        self._changed = True
+        self._index(j, -1)
         old, g = self.queue_of[j], self.jobs.gpus[j]
         members = self.running_in if self.running_flag[j] else self.waiting_in
-        lst = self.lists[old]
-        del lst[bisect_left(lst, j)]
-        self._arrays[old] = None
+        _remove(self.lists[old], j)
         self.qsum[old] -= g
         _remove(members[old], j)
         if q is None:
@@ -160,9 +179,9 @@ class Tiresias(Policy):
         else:
             self.queue_of[j] = q
             insort(self.lists[q], j)
-            self._arrays[q] = None
             self.qsum[q] += g
             insort(members[q], j)
+            self._index(j, 1)
 
     def schedule(self, now: float) -> None:
         part = self.part
@@ -176,39 +195,63 @@ class Tiresias(Policy):
                 return
             self._next_tick = tick + self.interval
         self._fire_timers(now)
-        if self.demand <= part.capacity:
-            self._start_all(now)  # everyone fits: nothing to preempt, no order to weigh
-        else:
-            self._decide(now)
+        if self._changed:
+            # A decision depends only on the queues, the protected jobs and the free nodes, and
+            # repeating it with none of them changed starts and stops nothing (its taken set is
+            # taken again, and its failed starts fail again), so it is made only after a change.
+            if self.demand <= part.capacity:
+                self._start_all(now)  # everyone fits: nothing to preempt, no order to weigh
+            else:
+                self._decide(now)
+            self._changed = False
         if self.interval > 0:
             if self.queue_of:
                 part.wake_at(self._next_tick)
             else:  # no wake is pending: the next arrival must not wait for a tick nobody set
                 self._next_tick = -math.inf
-        elif self.timers:
-            part.wake_at(self.timers[0][0])
+        else:
+            timers = self.timers
+            while timers and not self._live(timers[0]):
+                heappop(timers)
+            if timers:
+                part.wake_at(timers[0][0])
+
+    def _live(self, timer: tuple[float, int, int, float]) -> bool:
+        """Whether the run or wait this timer was set for is still going on."""
+        _, kind, j, stamp = timer
+        part = self.part
+        if kind == _PROMOTE:
+            return j in self.queue_of and j not in part.running and part.waiting_since(j) == stamp
+        if kind == _DEMOTE:
+            return j in part.running and part.run_started(j) == stamp
+        return j in self.protected and part.run_started(j) == stamp
 
     def _fire_timers(self, now: float) -> None:
         part, timers = self.part, self.timers
         while timers and timers[0][0] <= now:
-            _, kind, j, stamp = heappop(timers)
+            timer = heappop(timers)
+            if not self._live(timer):
+                continue
+            _, kind, j, _ = timer
             if kind == _PROMOTE:
-                if j in self.queue_of and j not in part.running and part.waiting_since(j) == stamp:
-                    self.base[j] = part.attained(j, now)
-                    self.served_at_promotion[j] = part.served(j, now)
-                    self.waited[j] = 0.0
-                    self._move(j, 0)
-            elif kind == _DEMOTE and j in part.running and part.run_started(j) == stamp:
+                self.base[j] = part.attained(j, now)
+                self.served_at_promotion[j] = part.served(j, now)
+                self.waited[j] = 0.0
+                self._move(j, 0)
+            elif kind == _DEMOTE:
                 q = self._queue_for(part.attained(j, now) - self.base[j])
                 if q != self.queue_of[j]:
                     self._move(j, q)
                 self._set_demote_timer(j, now)
-            elif kind == _PROTECTED and j in self.protected and part.run_started(j) == stamp:
+            else:
                 self._unprotect(j)
 
     def _unprotect(self, j: int) -> None:
-        self.protected.discard(j)
-        self.protected_flag[j] = False
+        if self.protected_flag[j]:
+            self._changed = True
+            self.protected.discard(j)
+            self.protected_flag[j] = False
+            self._index(j, 1)
 
     def _start_in_order(self, jobs, now: float) -> None:
         """Start jobs in this order, skipping those placement cannot fit.
@@ -231,9 +274,12 @@ class Tiresias(Policy):
         q = self.queue_of[j]
         _remove(self.waiting_in[q], j)
         insort(self.running_in[q], j)
-        self.running_flag[j] = True
         if self.running_first:
-            self._arrays[q] = None
+            self._index(j, -1)
+            self.running_flag[j] = True
+            self._index(j, 1)
+        else:
+            self.running_flag[j] = True
         self._set_run_timers(j, now)
         return True
 
@@ -242,15 +288,19 @@ class Tiresias(Policy):
         q = self.queue_of[j]
         _remove(self.running_in[q], j)
         insort(self.waiting_in[q], j)
-        self.running_flag[j] = False
         if self.running_first:
-            self._arrays[q] = None
+            self._index(j, -1)
+            self.running_flag[j] = False
+            self._index(j, 1)
+        else:
+            self.running_flag[j] = False
 
     def _set_run_timers(self, j: int, now: float) -> None:
         self._set_demote_timer(j, now)
         if self.min_run > 0:
             stamp = self.part.run_started(j)
             heappush(self.timers, (stamp + self.min_run, _PROTECTED, j, stamp))
+            self._index(j, -1)
             self.protected.add(j)
             self.protected_flag[j] = True
 
@@ -270,10 +320,10 @@ class Tiresias(Policy):
 
         The same result as walking all jobs one by one, without the walk: a queue whose total
         fits is taken whole; in the first queue that does not fit, the longest prefix that fits
-        is taken at once (cumulative sum); after it only jobs small enough for the remainder are
+        is found in the queue's tree; after it only jobs small enough for the remainder are
         looked at, and the running jobs of lower queues are preempted.
         """
-        gpus = self.jobs.gpus
+        gpus, protected = self.jobs.gpus, self.protected_flag
         quota = self.part.capacity
         held = [0] * len(self.lists)  # GPUs of protected (min_run) jobs per queue: always kept
         for j in self.protected:
@@ -283,12 +333,16 @@ class Tiresias(Policy):
         preempt: list[int] = []
         left = None  # GPUs left after the first queue that does not fit whole
         for q in range(len(self.lists)):
-            if left is None and self.qsum[q] - held[q] <= quota:
-                quota -= self.qsum[q] - held[q]
-                start.extend(self.waiting_in[q])
-                continue
-            whole_prefix = left is None
-            s, p, left = self._split(q, quota if whole_prefix else left, whole_prefix, held[q] > 0)
+            if left is None:
+                if self.qsum[q] - held[q] <= quota:
+                    quota -= self.qsum[q] - held[q]
+                    start.extend(self.waiting_in[q])
+                    continue
+                s, p, left = self._split(q, quota)
+            elif left == 0:  # nothing more fits: this queue's running jobs stop
+                s, p = [], [j for j in self.running_in[q] if not protected[j]]
+            else:
+                s, p, left = self._fill(q, left, [], self.running_in[q], self._queue_order(q))
             start.extend(s)
             preempt.extend(p)
         for j in preempt:
@@ -297,53 +351,57 @@ class Tiresias(Policy):
                 self._watch_starvation(j)
         self._start_in_order(start, now)
 
-    def _queue_arrays(self, q: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        cached = self._arrays[q]
-        if cached is None:
-            order = self.running_in[q] + self.waiting_in[q] if self.running_first else self.lists[q]
-            arr = np.asarray(order, dtype=np.int64)
-            g = self.gpus[arr]
-            cached = self._arrays[q] = (arr, g, np.cumsum(g))
-        return cached
+    def _queue_order(self, q: int):
+        """Queue q's jobs in priority order (an iterable)."""
+        if self.running_first:
+            return chain(self.running_in[q], self.waiting_in[q])
+        return self.lists[q]
 
-    def _split(self, q: int, quota: int, whole_prefix: bool, has_protected: bool) -> tuple[list[int], list[int], int]:
+    def _split(self, q: int, quota: int) -> tuple[list[int], list[int], int]:
         """Greedy take-if-it-fits over queue q given `quota` GPUs: (to start, to preempt, GPUs left).
 
-        With `whole_prefix`, the longest prefix that fits is found by binary search on the
-        cumulative GPUs. In submission order, "in the prefix" is "job index below the first job
-        left out", a bisection in the sorted waiting and running lists; under running_first the
-        prefix is the first k running jobs, or all of them and the first waiting ones.
+        The longest prefix that fits comes from the queue's tree; "in the prefix" is then "job
+        index below the first job left out", a bisection in the sorted waiting and running lists.
         """
-        arr, g, cum = self._queue_arrays(q)
-        if has_protected:
-            keep = ~self.protected_flag[arr]
-            arr, g = arr[keep], g[keep]
-            cum = np.cumsum(g)
-        k = int(np.searchsorted(cum, quota, side="right")) if whole_prefix else 0
-        left = quota - (int(cum[k - 1]) if k else 0)
-        bound = int(arr[k]) if k < len(arr) else math.inf
-        picks: set[int] = set()
-        if left > 0 and k < len(arr):
-            for c in np.flatnonzero(g[k:] <= left).tolist():
-                gc = int(g[k + c])
-                if gc <= left:
-                    picks.add(int(arr[k + c]))
-                    left -= gc
-                    if left == 0:
+        waiting, running, rank_job = self.waiting_in[q], self.running_in[q], self.rank_job
+        if not self.running_first:
+            pos, taken = self.trees[q].search(quota)
+            bound = rank_job[pos + 1] if pos + 1 < len(rank_job) else math.inf
+            lst = self.lists[q]
+            return self._fill(q, quota - taken, waiting[:bisect_left(waiting, bound)],
+                              running[bisect_left(running, bound):],
+                              islice(lst, bisect_left(lst, bound), None))
+        run_total = self.run_trees[q].total
+        if run_total <= quota:  # every running job stays; a prefix of the waiting ones joins
+            pos, taken = self.trees[q].search(quota - run_total)
+            bound = rank_job[pos + 1] if pos + 1 < len(rank_job) else math.inf
+            i = bisect_left(waiting, bound)
+            return self._fill(q, quota - run_total - taken, waiting[:i], [], islice(waiting, i, None))
+        pos, taken = self.run_trees[q].search(quota)
+        bound = rank_job[pos + 1] if pos + 1 < len(rank_job) else math.inf
+        i = bisect_left(running, bound)
+        return self._fill(q, quota - taken, [], running[i:], chain(islice(running, i, None), waiting))
+
+    def _fill(self, q: int, left: int, start: list[int], rest: list[int], tail) -> tuple[list[int], list[int], int]:
+        """After the prefix: take the jobs of `tail` (in order) that fit in what is `left`.
+
+        `start` are the prefix's waiting jobs and `rest` the running jobs after it; those of
+        `rest` not taken are preempted. Returns (to start, to preempt, GPUs left)."""
+        gpus, protected = self.jobs.gpus, self.protected_flag
+        picks: list[int] = []
+        if left > 0:
+            for j in tail:
+                if gpus[j] <= left and not protected[j]:
+                    picks.append(j)
+                    left -= gpus[j]
+                    if not left:
                         break
-        waiting, running = self.waiting_in[q], self.running_in[q]
-        if self.running_first:
-            if has_protected:  # protected jobs were left out of arr: count only the others
-                running = [j for j in running if not self.protected_flag[j]]
-            r = len(running)
-            start = waiting[:k - r] if k > r else []
-            rest = running[k:] if k < r else []
-        else:
-            start = waiting[:bisect_left(waiting, bound)]
-            rest = running[bisect_left(running, bound):]
-        start += sorted(j for j in picks if not self.running_flag[j])
-        preempt = [j for j in rest if j not in picks and not self.protected_flag[j]]
-        return start, preempt, left
+        if not picks:
+            return start, [j for j in rest if not protected[j]], left
+        running_flag = self.running_flag
+        start = start + [j for j in picks if not running_flag[j]]  # ascending, as `start` is
+        taken = set(picks)
+        return start, [j for j in rest if j not in taken and not protected[j]], left
 
     def _watch_starvation(self, j: int) -> None:
         """Promote waiting job j once its waits since its last promotion reach `starvation` times

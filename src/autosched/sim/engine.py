@@ -58,6 +58,7 @@ class Partition:
         self.running: dict[int, None] = {}  # job -> None, in start order
         self.placement = "consolidate"
         self._wake_version = 0
+        self._wake_time = math.nan  # of the latest request
 
     @property
     def free(self) -> int:
@@ -73,8 +74,9 @@ class Partition:
 
     def wake_at(self, t: float) -> None:
         """Ask for a decision at time t (replaces the previous request of this partition)."""
-        if t <= self.sim.now or t == math.inf:
-            return
+        if t <= self.sim.now or t == math.inf or t == self._wake_time:
+            return  # (the same time as the pending request: that one stands)
+        self._wake_time = t
         self._wake_version += 1
         self.sim._push(t, _WAKE, self.index, self._wake_version)
 
