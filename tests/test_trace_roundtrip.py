@@ -66,3 +66,36 @@ def test_failed_write_keeps_the_old_file(tmp_path, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         write_trace(one, path)
     assert path.read_text() == "old\n" and [p.name for p in tmp_path.iterdir()] == ["t.csv"]
+
+
+# Cells numpy and Python might read differently: signs, exponents, spaces, underscores,
+# hex, non-ASCII digits, special values and junk.
+NUMBERISH = st.one_of(
+    st.integers(-5, 5000).map(str), st.floats(allow_nan=True, allow_infinity=True).map(repr),
+    st.sampled_from([" 12 ", "+3", "1e3", "1_000", "0x10", "٣", "nan", "-inf", "", " ", "2.0", "2.5",
+                     "1e400", "0", "-0", "abc"]),
+)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(cells=st.lists(st.tuples(NUMBERISH, NUMBERISH, NUMBERISH), min_size=1, max_size=6),
+       cpus=st.one_of(st.none(), st.lists(st.sampled_from(["4", "", "x", "2.0", "-1", "inf", "nan", "1e300", "2.7"]), min_size=6, max_size=6)))
+def test_the_array_fast_path_keeps_and_drops_exactly_what_the_row_parser_does(monkeypatch, cells, cpus):
+    """Canonical CSV is read column-wise when every row is clean; the row-by-row parser is the
+    reference (it names each dropped row), so both must agree on every input."""
+    import autosched.trace.formats as formats
+
+    header = "job_id,submit_time,num_gpus,duration" + (",num_cpus" if cpus else "")
+    lines = [header] + [f"j{i},{t},{g},{d}" + (f",{cpus[i]}" if cpus else "")
+                        for i, (t, g, d) in enumerate(cells)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "t.csv"
+        path.write_text("\n".join(lines) + "\n")
+        fast, fast_report = load_trace(path)
+        with monkeypatch.context() as m:
+            m.setattr(formats, "_canonical_clean", lambda *a: None)
+            slow, slow_report = load_trace(path)
+    assert fast_report.dropped == slow_report.dropped
+    for c, a in slow.columns().items():
+        assert np.array_equal(getattr(fast, c), a), c
+

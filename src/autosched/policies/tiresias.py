@@ -122,14 +122,17 @@ class Tiresias(Policy):
         self._new_queues(self.config["queues"])
         self.timers = []
         for j in sorted(self.queue_of):
-            q = self._queue_for(part.attained(j, now) - self.base[j])
+            attained = part.attained(j, now) - self.base[j]
+            q = self._queue_for(attained)
             self.queue_of[j] = q
             self.lists[q].append(j)
             self.qsum[q] += self.jobs.gpus[j]
             (self.running_in if j in part.running else self.waiting_in)[q].append(j)
             self._index(j, 1)
             if j in part.running:
-                self._set_run_timers(j, now)
+                self._set_demote_timer(j, now, attained)
+                if self.min_run > 0:
+                    self._protect(j)
             elif self.starvation > 0 and q > 0:
                 self._watch_starvation(j)
 
@@ -239,10 +242,11 @@ class Tiresias(Policy):
                 self.waited[j] = 0.0
                 self._move(j, 0)
             elif kind == _DEMOTE:
-                q = self._queue_for(part.attained(j, now) - self.base[j])
+                attained = part.attained(j, now) - self.base[j]
+                q = self._queue_for(attained)
                 if q != self.queue_of[j]:
                     self._move(j, q)
-                self._set_demote_timer(j, now)
+                self._set_demote_timer(j, now, attained)
             else:
                 self._unprotect(j)
 
@@ -269,7 +273,8 @@ class Tiresias(Policy):
         part = self.part
         if not part.start(j):
             return False
-        if part.attained(j, now) > self.base[j]:  # it ran since its last promotion: this wait counts
+        attained = part.attained(j, now) - self.base[j]
+        if attained > 0:  # it ran since its last promotion: this wait counts
             self.waited[j] += now - part.waiting_since(j)
         q = self.queue_of[j]
         _remove(self.waiting_in[q], j)
@@ -280,7 +285,9 @@ class Tiresias(Policy):
             self._index(j, 1)
         else:
             self.running_flag[j] = True
-        self._set_run_timers(j, now)
+        self._set_demote_timer(j, now, attained)
+        if self.min_run > 0:
+            self._protect(j)
         return True
 
     def _preempt(self, j: int) -> None:
@@ -295,20 +302,19 @@ class Tiresias(Policy):
         else:
             self.running_flag[j] = False
 
-    def _set_run_timers(self, j: int, now: float) -> None:
-        self._set_demote_timer(j, now)
-        if self.min_run > 0:
-            stamp = self.part.run_started(j)
-            heappush(self.timers, (stamp + self.min_run, _PROTECTED, j, stamp))
-            self._index(j, -1)
-            self.protected.add(j)
-            self.protected_flag[j] = True
+    def _protect(self, j: int) -> None:
+        """Keep running job j from preemption until it has run min_run seconds."""
+        stamp = self.part.run_started(j)
+        heappush(self.timers, (stamp + self.min_run, _PROTECTED, j, stamp))
+        self._index(j, -1)
+        self.protected.add(j)
+        self.protected_flag[j] = True
 
-    def _set_demote_timer(self, j: int, now: float) -> None:
+    def _set_demote_timer(self, j: int, now: float, attained: float) -> None:
+        """Wake when running job j's attained service (now `attained`) reaches its queue's limit."""
         q = self.queue_of[j]
         if q < len(self.limits):
-            left = self.limits[q] - (self.part.attained(j, now) - self.base[j])
-            t = now + max(left, 0.0) / self.jobs.gpus[j]
+            t = now + max(self.limits[q] - attained, 0.0) / self.jobs.gpus[j]
             heappush(self.timers, (t, _DEMOTE, j, self.part.run_started(j)))
 
     def _start_all(self, now: float) -> None:

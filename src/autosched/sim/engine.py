@@ -82,7 +82,8 @@ class Partition:
 
     def attained(self, j: int, now: float) -> float:
         """GPU-seconds job j has held its GPUs so far (restart overhead included)."""
-        return self.executed(j, now) * self.sim._gpus[j]
+        s = self.sim
+        return (s._executed[j] + (now - s._run_start[j] if j in self.running else 0.0)) * s._gpus[j]
 
     def executed(self, j: int, now: float) -> float:
         """Seconds job j has held its GPUs so far."""

@@ -46,7 +46,7 @@ def read_csv_rows(path: Path, delimiter: str = ",", quoting: int = csv.QUOTE_MIN
             header = [c.strip().lower() for c in next(reader)]
         except StopIteration:
             raise TraceError(f"{path}: the file is empty (no header row)") from None
-        rows = [(reader.line_num, r) for r in reader if r and any(c.strip() for c in r)]
+        rows = [(reader.line_num, r) for r in reader if r and "".join(r).strip()]
     return header, rows
 
 

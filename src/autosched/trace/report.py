@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 
 from .table import TraceError
 
+MAX_GPUS = 1_000_000  # a larger GPU count is a corrupt cell (and would overflow an int64 column)
+
 
 @dataclass
 class DropRule:
@@ -87,6 +89,9 @@ class RowCheck:
             return None
         if x < 1:
             self.drop(where, column, "job requests no GPUs (must be >= 1)", text)
+            return None
+        if x > MAX_GPUS:
+            self.drop(where, column, f"GPU count is beyond any cluster (must be <= {MAX_GPUS:,})", text)
             return None
         return int(x)
 
