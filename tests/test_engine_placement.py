@@ -1,7 +1,10 @@
 """Placement on a 2x4 cluster, worked out by hand, for every policy and every placement."""
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from autosched.sim.placement import NodePool
 from simkit import jct, run
 
 POLICY_NAMES = ("fifo", "sjf", "srtf", "tiresias", "qssf", "multifactor")
@@ -66,3 +69,65 @@ def test_count_runs_a_job_that_consolidate_cannot_place():
     jobs = [(0, 3, 100), (0, 3, 100), (0, 2, 50)]
     assert jct(run(jobs, "fifo", {"placement": "count"}, nodes=2)) == [100, 100, 50]
     assert jct(run(jobs, "fifo", {"placement": "consolidate"}, nodes=2)) == [100, 100, 150]
+
+
+# ------------------------------------------------------ NodePool against a plain list of nodes
+
+def _naive_place(free: list[int], gpn: int, gpus: int, mode: str, total_free: int):
+    """What each placement means, written plainly over a list of free counts."""
+    if gpus > total_free:
+        return None
+    if mode == "count":
+        return ()
+    if mode == "spread":
+        alloc, need = [], gpus
+        for node, f in enumerate(free):
+            if f and need:
+                alloc.append((node, min(f, need)))
+                need -= min(f, need)
+        return tuple(alloc)
+
+    def best_fit(g, taken=()):
+        fits = [(f, node) for node, f in enumerate(free) if f >= g and node not in taken]
+        return min(fits)[1] if fits else None
+
+    if gpus <= gpn:
+        node = best_fit(gpus)
+        return None if node is None else ((node, gpus),)
+    whole, rest = divmod(gpus, gpn)
+    empty = [node for node, f in enumerate(free) if f == gpn][:whole]
+    if len(empty) < whole:
+        return None
+    alloc = tuple((node, gpn) for node in empty)
+    if rest:
+        node = best_fit(rest, empty)
+        if node is None:
+            return None
+        alloc += ((node, rest),)
+    return alloc
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_node_pool_places_as_the_plain_definition(data):
+    nodes, gpn = data.draw(st.integers(1, 6)), data.draw(st.sampled_from([1, 2, 4, 8]))
+    mode = data.draw(st.sampled_from(["consolidate", "spread", "count"]))
+    pool, free, held = NodePool(nodes, gpn), [gpn] * nodes, []
+    for _ in range(data.draw(st.integers(1, 40))):
+        if held and data.draw(st.booleans()):
+            g, alloc = held.pop(data.draw(st.integers(0, len(held) - 1)))
+            pool.release(g, alloc)
+            for node, x in alloc:
+                free[node] += x
+        else:
+            g = data.draw(st.integers(1, nodes * gpn))
+            alloc = pool.place(g, mode)
+            total_free = nodes * gpn - sum(x for x, _ in held)
+            assert alloc == _naive_place(free, gpn, g, mode, total_free)
+            if alloc is not None:
+                held.append((g, alloc))
+                for node, x in alloc:
+                    free[node] -= x
+        assert pool.free_gpus == nodes * gpn - sum(g for g, _ in held)
+        if mode != "count":
+            assert pool.free == free

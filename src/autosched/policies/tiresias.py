@@ -9,7 +9,7 @@ from itertools import chain, islice
 
 from ..space import Categorical, ConfigSpace, Float, Int
 from .base import PLACEMENT, Policy
-from .fenwick import Fenwick
+from .prefix import SortedPrefix
 
 QUEUE_ORDERS = ("submit", "running_first")
 
@@ -70,9 +70,8 @@ class Tiresias(Policy):
         self.running_flag = [False] * n
         self.protected: set[int] = set()  # running jobs younger than min_run
         self.protected_flag = [False] * n
-        # Arrival ranks (1, 2, ...): submission order within this partition, as tree positions.
-        self.rank_of: dict[int, int] = {}
-        self.rank_job: list[int] = [-1]
+        # GPUs a job counts for in the prefix searches: its own, 0 while protected.
+        self.weight = list(jobs.gpus)
         super().bind(part, jobs)
         self._new_queues(self.config["queues"])
         self.queue_of: dict[int, int] = {}
@@ -96,28 +95,30 @@ class Tiresias(Policy):
         self.qsum = [0] * count
         self.running_in: list[list[int]] = [[] for _ in range(count)]  # sorted
         self.waiting_in: list[list[int]] = [[] for _ in range(count)]  # sorted
-        # GPUs by arrival rank, for the longest prefix of a queue that fits. Protected jobs are
-        # left out (they are always kept). In submission order `trees` holds all other jobs of
-        # the queue; under running_first the order is running then waiting jobs, so `trees`
-        # holds the waiting ones and `run_trees` the running ones.
-        size = len(self.rank_job)
-        self.trees = [Fenwick(size) for _ in range(count)]
-        self.run_trees = [Fenwick(size) for _ in range(count)]
+        # The longest prefix of a queue that fits, kept between decisions. In submission order
+        # it runs over all the queue's jobs; under running_first, where the order is running
+        # then waiting jobs, over each of the two lists.
+        self.prefix = [SortedPrefix(lst, self.weight) for lst in self.lists]
+        self.run_prefix = [SortedPrefix(lst, self.weight) for lst in self.running_in]
+        self.wait_prefix = [SortedPrefix(lst, self.weight) for lst in self.waiting_in]
 
     def _index(self, j: int, sign: int) -> None:
-        """Add (sign 1) or take away (-1) job j's GPUs in the tree its current state puts it in.
+        """Add (sign 1) or take away (-1) job j in the prefix its current state puts it in.
 
         Every change of a job's queue, running or protected state is bracketed by the two."""
-        if self.protected_flag[j]:
-            return
         q = self.queue_of[j]
-        tree = self.run_trees[q] if self.running_first and self.running_flag[j] else self.trees[q]
-        tree.add(self.rank_of[j], sign * self.jobs.gpus[j])
+        if not self.running_first:
+            cut = self.prefix[q]
+        else:
+            cut = self.run_prefix[q] if self.running_flag[j] else self.wait_prefix[q]
+        if j < cut.bound:
+            cut.inside += sign * self.weight[j]
 
     def _refile(self, now: float) -> None:
         part = self.part
         for j in self.protected:
             self.protected_flag[j] = False
+            self.weight[j] = self.jobs.gpus[j]
         self.protected.clear()
         self._new_queues(self.config["queues"])
         self.timers = []
@@ -149,8 +150,6 @@ class Tiresias(Policy):
         self.base[j] = 0.0
         self.served_at_promotion[j] = 0.0
         self.waited[j] = 0.0
-        self.rank_of[j] = len(self.rank_job)
-        self.rank_job.append(j)
         self.lists[0].append(j)  # arrivals come in submission order: the list stays sorted
         self.qsum[0] += self.jobs.gpus[j]
         self.waiting_in[0].append(j)
@@ -165,7 +164,6 @@ class Tiresias(Policy):
         del self.base[j]
         del self.served_at_promotion[j]
         del self.waited[j]
-        del self.rank_of[j]
         self.demand -= self.jobs.gpus[j]
 
     def _move(self, j: int, q: int | None) -> None:
@@ -253,8 +251,10 @@ class Tiresias(Policy):
     def _unprotect(self, j: int) -> None:
         if self.protected_flag[j]:
             self._changed = True
+            self._index(j, -1)
             self.protected.discard(j)
             self.protected_flag[j] = False
+            self.weight[j] = self.jobs.gpus[j]
             self._index(j, 1)
 
     def _start_in_order(self, jobs, now: float) -> None:
@@ -309,6 +309,8 @@ class Tiresias(Policy):
         self._index(j, -1)
         self.protected.add(j)
         self.protected_flag[j] = True
+        self.weight[j] = 0
+        self._index(j, 1)
 
     def _set_demote_timer(self, j: int, now: float, attained: float) -> None:
         """Wake when running job j's attained service (now `attained`) reaches its queue's limit."""
@@ -318,40 +320,43 @@ class Tiresias(Policy):
             heappush(self.timers, (t, _DEMOTE, j, self.part.run_started(j)))
 
     def _start_all(self, now: float) -> None:
-        running = self.part.running
-        self._start_in_order([j for queue in self.lists for j in queue if j not in running], now)
+        self._start_in_order([j for queue in self.waiting_in for j in queue], now)
 
     def _decide(self, now: float) -> None:
         """Take jobs in priority order while their GPUs fit in the partition's GPU count.
 
         The same result as walking all jobs one by one, without the walk: a queue whose total
         fits is taken whole; in the first queue that does not fit, the longest prefix that fits
-        is found in the queue's tree; after it only jobs small enough for the remainder are
-        looked at, and the running jobs of lower queues are preempted.
+        is found by moving the queue's remembered cut; after it only jobs small enough for the
+        remainder are looked at, and the running jobs of lower queues are preempted.
         """
         gpus, protected = self.jobs.gpus, self.protected_flag
         quota = self.part.capacity
-        held = [0] * len(self.lists)  # GPUs of protected (min_run) jobs per queue: always kept
-        for j in self.protected:
-            held[self.queue_of[j]] += gpus[j]
-            quota -= gpus[j]
+        free = self.qsum  # per queue, the GPUs of its jobs that may be taken or left out
+        if self.protected:  # protected (min_run) jobs are always kept
+            free = list(free)
+            for j in self.protected:
+                free[self.queue_of[j]] -= gpus[j]
+                quota -= gpus[j]
         start: list[int] = []
         preempt: list[int] = []
         left = None  # GPUs left after the first queue that does not fit whole
-        for q in range(len(self.lists)):
+        for q, waiting in enumerate(self.waiting_in):
             if left is None:
-                if self.qsum[q] - held[q] <= quota:
-                    quota -= self.qsum[q] - held[q]
-                    start.extend(self.waiting_in[q])
+                if free[q] <= quota:
+                    quota -= free[q]
+                    start.extend(waiting)
                     continue
                 s, p, left = self._split(q, quota)
             elif left == 0:  # nothing more fits: this queue's running jobs stop
-                s, p = [], [j for j in self.running_in[q] if not protected[j]]
+                s, p = (), self.running_in[q]
             else:
-                s, p, left = self._fill(q, left, [], self.running_in[q], self._queue_order(q))
+                s, p, left = self._fill(left, [], self.running_in[q], self._queue_order(q))
             start.extend(s)
             preempt.extend(p)
         for j in preempt:
+            if protected[j]:
+                continue
             self._preempt(j)
             if self.starvation > 0 and self.queue_of[j] > 0:
                 self._watch_starvation(j)
@@ -364,35 +369,34 @@ class Tiresias(Policy):
         return self.lists[q]
 
     def _split(self, q: int, quota: int) -> tuple[list[int], list[int], int]:
-        """Greedy take-if-it-fits over queue q given `quota` GPUs: (to start, to preempt, GPUs left).
+        """Greedy take-if-it-fits over queue q given `quota` GPUs: (to start, running jobs not
+        taken, GPUs left).
 
-        The longest prefix that fits comes from the queue's tree; "in the prefix" is then "job
-        index below the first job left out", a bisection in the sorted waiting and running lists.
+        The longest prefix that fits comes from the queue's remembered cut (`SortedPrefix`); "in
+        the prefix" is then "job index below the cut", a bisection in the sorted waiting and
+        running lists.
         """
-        waiting, running, rank_job = self.waiting_in[q], self.running_in[q], self.rank_job
+        waiting, running = self.waiting_in[q], self.running_in[q]
         if not self.running_first:
-            pos, taken = self.trees[q].search(quota)
-            bound = rank_job[pos + 1] if pos + 1 < len(rank_job) else math.inf
+            cut = self.prefix[q]
+            _, taken = cut.fit(quota)
+            bound = cut.bound
+            start, rest = waiting[:bisect_left(waiting, bound)], running[bisect_left(running, bound):]
+            if quota == taken:
+                return start, rest, 0
             lst = self.lists[q]
-            return self._fill(q, quota - taken, waiting[:bisect_left(waiting, bound)],
-                              running[bisect_left(running, bound):],
-                              islice(lst, bisect_left(lst, bound), None))
-        run_total = self.run_trees[q].total
-        if run_total <= quota:  # every running job stays; a prefix of the waiting ones joins
-            pos, taken = self.trees[q].search(quota - run_total)
-            bound = rank_job[pos + 1] if pos + 1 < len(rank_job) else math.inf
-            i = bisect_left(waiting, bound)
-            return self._fill(q, quota - run_total - taken, waiting[:i], [], islice(waiting, i, None))
-        pos, taken = self.run_trees[q].search(quota)
-        bound = rank_job[pos + 1] if pos + 1 < len(rank_job) else math.inf
-        i = bisect_left(running, bound)
-        return self._fill(q, quota - taken, [], running[i:], chain(islice(running, i, None), waiting))
+            return self._fill(quota - taken, start, rest, islice(lst, bisect_left(lst, bound), None))
+        i, taken = self.run_prefix[q].fit(quota)
+        if i == len(running):  # every running job stays; a prefix of the waiting ones joins
+            k, more = self.wait_prefix[q].fit(quota - taken)
+            return self._fill(quota - taken - more, waiting[:k], [], islice(waiting, k, None))
+        return self._fill(quota - taken, [], running[i:], chain(islice(running, i, None), waiting))
 
-    def _fill(self, q: int, left: int, start: list[int], rest: list[int], tail) -> tuple[list[int], list[int], int]:
+    def _fill(self, left: int, start: list[int], rest: list[int], tail) -> tuple[list[int], list[int], int]:
         """After the prefix: take the jobs of `tail` (in order) that fit in what is `left`.
 
-        `start` are the prefix's waiting jobs and `rest` the running jobs after it; those of
-        `rest` not taken are preempted. Returns (to start, to preempt, GPUs left)."""
+        `start` are the prefix's waiting jobs and `rest` the running jobs after it; returns
+        (to start, running jobs not taken, GPUs left)."""
         gpus, protected = self.jobs.gpus, self.protected_flag
         picks: list[int] = []
         if left > 0:
@@ -403,11 +407,11 @@ class Tiresias(Policy):
                     if not left:
                         break
         if not picks:
-            return start, [j for j in rest if not protected[j]], left
+            return start, rest, left
         running_flag = self.running_flag
         start = start + [j for j in picks if not running_flag[j]]  # ascending, as `start` is
         taken = set(picks)
-        return start, [j for j in rest if j not in taken and not protected[j]], left
+        return start, [j for j in rest if j not in taken], left
 
     def _watch_starvation(self, j: int) -> None:
         """Promote waiting job j once its waits since its last promotion reach `starvation` times

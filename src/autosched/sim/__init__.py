@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from ..cluster import ClusterSpec
 from ..trace.table import Trace
 from .engine import JobRecords, Partition, SimulationError, Simulator
@@ -28,8 +30,8 @@ def simulate(trace: Trace, cluster: ClusterSpec, policy: "Policy", progress=None
 
 def result_of(sim: Simulator) -> SimResult:
     rec = sim.records()
-    trace = sim.trace
-    groups = trace.vc if trace.vc is not None else trace.user
+    codes = sim.jobs.vc if sim.jobs.vc is not None else sim.jobs.user  # the engine's integer labels
+    groups = None if codes is None else np.asarray(codes)
     return SimResult(rec, compute_metrics(rec, sim.cluster.gpus, groups))
 
 

@@ -66,11 +66,40 @@ class Partition:
 
     def start(self, j: int) -> bool:
         """Start (or resume) waiting job j; False when placement finds no room."""
-        return self.sim._start(self, j)
+        s = self.sim
+        if s.state[j] != WAITING:
+            raise SimulationError(f"job {j} cannot start: it is not waiting")
+        alloc = self.pool.place(s._gpus[j], self.placement)
+        if alloc is None:
+            return False
+        now = s.now
+        s._alloc[j] = alloc
+        speed = s._spread_speed if len(alloc) > 1 else 1.0
+        s._speed[j] = speed
+        s._overhead[j] = ovh = s._pending_overhead[j]
+        s._pending_overhead[j] = 0.0
+        s._run_start[j] = now
+        if s._first_start[j] != s._first_start[j]:  # NaN: first run
+            s._first_start[j] = now
+        s.state[j] = RUNNING
+        self.running[j] = None
+        s._push(now + ovh + s._remaining[j] / speed, _FINISH, j, s._version[j])
+        return True
 
     def preempt(self, j: int) -> None:
         """Stop running job j; it keeps its progress and pays the restart overhead when resumed."""
-        self.sim._preempt(self, j)
+        s = self.sim
+        if s.state[j] != RUNNING:
+            raise SimulationError(f"job {j} cannot be preempted: it is not running")
+        now = s.now
+        done = max(0.0, now - s._run_start[j] - s._overhead[j]) * s._speed[j]
+        s._remaining[j] = max(0.0, s._remaining[j] - done)
+        s._stop(self, j, now)
+        s._pending_overhead[j] = s.cluster.overhead(s._gpus[j])
+        s._preemptions[j] += 1
+        s._version[j] += 1
+        s._wait_start[j] = now
+        s.state[j] = WAITING
 
     def wake_at(self, t: float) -> None:
         """Ask for a decision at time t (replaces the previous request of this partition)."""
@@ -263,40 +292,6 @@ class Simulator:
     def _push(self, t: float, kind: int, a: int, version: int) -> None:
         self._seq += 1
         heappush(self._heap, (t, self._seq, kind, a, version))
-
-    def _start(self, part: Partition, j: int) -> bool:
-        if self.state[j] != WAITING:
-            raise SimulationError(f"job {j} cannot start: it is not waiting")
-        alloc = part.pool.place(self._gpus[j], part.placement)
-        if alloc is None:
-            return False
-        now = self.now
-        self._alloc[j] = alloc
-        speed = self._spread_speed if len(alloc) > 1 else 1.0
-        self._speed[j] = speed
-        self._overhead[j] = ovh = self._pending_overhead[j]
-        self._pending_overhead[j] = 0.0
-        self._run_start[j] = now
-        if self._first_start[j] != self._first_start[j]:  # NaN: first run
-            self._first_start[j] = now
-        self.state[j] = RUNNING
-        part.running[j] = None
-        self._push(now + ovh + self._remaining[j] / speed, _FINISH, j, self._version[j])
-        return True
-
-    def _preempt(self, part: Partition, j: int) -> None:
-        if self.state[j] != RUNNING:
-            raise SimulationError(f"job {j} cannot be preempted: it is not running")
-        now = self.now
-        elapsed = now - self._run_start[j]
-        done = max(0.0, elapsed - self._overhead[j]) * self._speed[j]
-        self._remaining[j] = max(0.0, self._remaining[j] - done)
-        self._stop(part, j, now)
-        self._pending_overhead[j] = self.cluster.overhead(self._gpus[j])
-        self._preemptions[j] += 1
-        self._version[j] += 1
-        self._wait_start[j] = now
-        self.state[j] = WAITING
 
     def _finish(self, j: int, now: float) -> None:
         part = self.partitions[self._part[j]]

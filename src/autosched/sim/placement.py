@@ -20,9 +20,9 @@ def _lowest(mask: int) -> int:
 class NodePool:
     """Free GPUs per node of one partition.
 
-    Nodes are bucketed by their free-GPU count, each bucket a bitmask of node numbers, so that a
-    best-fit or whole-node search costs O(GPUs per node) big-int operations and finds the
-    lowest-numbered node of a bucket at once.
+    Nodes are bucketed by their free-GPU count, each bucket a bitmask of node numbers, and a
+    bitmask of the non-empty buckets is kept, so that a best fit is two bit operations and finds
+    the lowest-numbered node of a bucket at once.
     """
 
     def __init__(self, nodes: int, gpus_per_node: int):
@@ -32,6 +32,7 @@ class NodePool:
         self.free = [gpus_per_node] * nodes
         self.by_free = [0] * (gpus_per_node + 1)  # free count -> bitmask of nodes
         self.by_free[gpus_per_node] = (1 << nodes) - 1
+        self.counts = (1 << gpus_per_node) if nodes else 0  # bit f: some node has f GPUs free
 
     def place(self, gpus: int, mode: str) -> Alloc | None:
         """Take GPUs for a job, or return None (and change nothing) when it does not fit."""
@@ -53,13 +54,19 @@ class NodePool:
             self._set(node, self.free[node] + g)
 
     def _set(self, node: int, f: int) -> None:
-        bit = 1 << node
-        self.by_free[self.free[node]] ^= bit
-        self.by_free[f] |= bit
+        bit, by_free, old = 1 << node, self.by_free, self.free[node]
+        by_free[old] ^= bit
+        if not by_free[old]:
+            self.counts ^= 1 << old
+        by_free[f] |= bit
+        self.counts |= 1 << f
         self.free[node] = f
 
     def _best_fit(self, gpus: int, exclude: int = 0) -> int | None:
         """The node with the fewest free GPUs that still holds `gpus`; lowest number on ties."""
+        if not exclude:
+            counts = self.counts >> gpus
+            return _lowest(self.by_free[gpus + _lowest(counts)]) if counts else None
         for f in range(gpus, self.gpn + 1):
             m = self.by_free[f] & ~exclude
             if m:
