@@ -62,6 +62,7 @@ class Tiresias(Policy):
         self.running_first = c["queue_order"] == "running_first"
         self._next_tick = -math.inf
         self._changed = True
+        self._waking_for = None  # the timer whose time the pending wake-up was asked for
         if hasattr(self, "queue_of"):  # reconfigured mid-run: re-file jobs under the new queues
             self._refile(self.part.sim.now)
 
@@ -210,11 +211,14 @@ class Tiresias(Policy):
                 part.wake_at(self._next_tick)
             else:  # no wake is pending: the next arrival must not wait for a tick nobody set
                 self._next_tick = -math.inf
-        else:
+        elif self.timers and self.timers[0] is not self._waking_for:
+            # (An unchanged first timer has its wake requested already; if it went stale since,
+            # that wake finds nothing changed and decides nothing.)
             timers = self.timers
             while timers and not self._live(timers[0]):
                 heappop(timers)
             if timers:
+                self._waking_for = timers[0]
                 part.wake_at(timers[0][0])
 
     def _live(self, timer: tuple[float, int, int, float]) -> bool:

@@ -83,7 +83,8 @@ class Partition:
             s._first_start[j] = now
         s.state[j] = RUNNING
         self.running[j] = None
-        s._push(now + ovh + s._remaining[j] / speed, _FINISH, j, s._version[j])
+        s._seq += 1
+        heappush(s._heap, (now + ovh + s._remaining[j] / speed, s._seq, _FINISH, j, s._version[j]))
         return True
 
     def preempt(self, j: int) -> None:

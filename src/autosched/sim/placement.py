@@ -41,7 +41,16 @@ class NodePool:
         if mode == "count":
             self.free_gpus -= gpus
             return ()
-        alloc = self._consolidate(gpus) if mode == "consolidate" else self._spread(gpus)
+        if mode == "consolidate" and gpus <= self.gpn:  # the common case, kept short
+            counts = self.counts >> gpus
+            if not counts:
+                return None
+            f = gpus + _lowest(counts)
+            node = _lowest(self.by_free[f])
+            self._set(node, f - gpus)
+            self.free_gpus -= gpus
+            return ((node, gpus),)
+        alloc = self._whole_nodes(gpus) if mode == "consolidate" else self._spread(gpus)
         if alloc is not None:
             for node, g in alloc:
                 self._set(node, self.free[node] - g)
@@ -62,24 +71,20 @@ class NodePool:
         self.counts |= 1 << f
         self.free[node] = f
 
-    def _best_fit(self, gpus: int, exclude: int = 0) -> int | None:
-        """The node with the fewest free GPUs that still holds `gpus`; lowest number on ties."""
-        if not exclude:
-            counts = self.counts >> gpus
-            return _lowest(self.by_free[gpus + _lowest(counts)]) if counts else None
+    def _best_fit(self, gpus: int, exclude: int) -> int | None:
+        """The node, not in `exclude`, with the fewest free GPUs that still holds `gpus`;
+        lowest number on ties. (`place` finds it for a one-node job without the exclusion.)"""
         for f in range(gpus, self.gpn + 1):
             m = self.by_free[f] & ~exclude
             if m:
                 return _lowest(m)
         return None
 
-    def _consolidate(self, gpus: int) -> Alloc | None:
-        # A job that fits in one node gets one node (best fit). A larger job gets whole free
-        # nodes (the lowest-numbered), and its remainder goes on one more node by best fit
-        # (Lucid puts the remainder on the freest node instead; only 12- and 24-GPU jobs differ).
-        if gpus <= self.gpn:
-            node = self._best_fit(gpus)
-            return None if node is None else ((node, gpus),)
+    def _whole_nodes(self, gpus: int) -> Alloc | None:
+        # Under consolidate, a job that fits in one node gets one node by best fit (in `place`).
+        # A larger job gets whole free nodes (the lowest-numbered), and its remainder goes on
+        # one more node by best fit (Lucid puts the remainder on the freest node instead; only
+        # 12- and 24-GPU jobs differ).
         whole, rest = divmod(gpus, self.gpn)
         empty = self.by_free[self.gpn]
         if empty.bit_count() < whole:
