@@ -63,13 +63,13 @@ class NodePool:
             self._set(node, self.free[node] + g)
 
     def _set(self, node: int, f: int) -> None:
-        bit, by_free, old = 1 << node, self.by_free, self.free[node]
-        by_free[old] ^= bit
-        if not by_free[old]:
-            self.counts ^= 1 << old
-        by_free[f] |= bit
-        self.counts |= 1 << f
+        by_free, bit = self.by_free, 1 << node
+        old = self.free[node]
         self.free[node] = f
+        left = by_free[old] ^ bit
+        by_free[old] = left
+        by_free[f] |= bit
+        self.counts = (self.counts if left else self.counts ^ (1 << old)) | (1 << f)
 
     def _best_fit(self, gpus: int, exclude: int) -> int | None:
         """The node, not in `exclude`, with the fewest free GPUs that still holds `gpus`;
