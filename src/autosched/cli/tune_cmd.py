@@ -10,6 +10,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..atomic import write_text_atomic
 from .common import fail, input_errors, load_inputs, note, print_json, progress_bar
 
 
@@ -75,7 +76,7 @@ def tune_cmd(
     if out is not None:
         with input_errors():
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(result.best_config_json() + "\n")
+            write_text_atomic(out, result.best_config_json() + "\n")
     if report is not None:
         from ..tune.report import tuning_report
 

@@ -196,7 +196,8 @@ class Tiresias(Policy):
                 part.wake_at(tick)
                 return
             self._next_tick = tick + self.interval
-        self._fire_timers(now)
+        if self.timers and self.timers[0][0] <= now:
+            self._fire_timers(now)
         if self._changed:
             # A decision depends only on the queues, the protected jobs and the free nodes, and
             # repeating it with none of them changed starts and stops nothing (its taken set is

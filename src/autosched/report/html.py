@@ -21,6 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..atomic import write_text_atomic
 from ..jsonable import jsonable
 
 _CSS = """
@@ -81,9 +82,9 @@ class Report:
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         page = out / "index.html"
-        _atomic_write(page, self.render())
+        write_text_atomic(page, self.render())
         if data is not None:
-            _atomic_write(out / "report.json", json.dumps(jsonable(data), indent=2))
+            write_text_atomic(out / "report.json", json.dumps(jsonable(data), indent=2))
         return page
 
 
@@ -93,7 +94,3 @@ def _cell(c: Any) -> str:
     return str(c)
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -234,14 +234,14 @@ class Simulator:
     def run(self, until: float = math.inf) -> "Simulator":
         heap, submit, n = self._heap, self._submit, self.n
         policies, part_of, state, version = self.policies, self._part, self.state, self._version
-        partitions, progress = self.partitions, self._progress
+        partitions, progress, inf = self.partitions, self._progress, math.inf
         i = self._next_arrival
         steps = 0
         while True:
-            t = submit[i] if i < n else math.inf
+            t = submit[i] if i < n else inf
             if heap and heap[0][0] < t:
                 t = heap[0][0]
-            if t == math.inf or t > until:
+            if t == inf or t > until:
                 break
             self.now = t
             dirty: list[int] = []  # partitions touched at this instant (few: a list beats a set)

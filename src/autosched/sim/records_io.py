@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..atomic import atomic_path
 from ..trace.table import Trace
 from .engine import JobRecords
 
@@ -30,19 +31,19 @@ def records_columns(rec: JobRecords, trace: Trace) -> dict[str, np.ndarray]:
 
 
 def write_records(rec: JobRecords, trace: Trace, path: str | os.PathLike) -> None:
-    """CSV, or Parquet when the name ends in .parquet."""
+    """CSV, or Parquet when the name ends in .parquet; atomic, as `write_trace`."""
     path = Path(path)
     cols = records_columns(rec, trace)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix.lower() in (".parquet", ".pq"):
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    with atomic_path(path) as tmp:
+        if path.suffix.lower() in (".parquet", ".pq"):
+            import pyarrow as pa
+            import pyarrow.parquet as pq
 
-        pq.write_table(pa.table({k: (v.tolist() if v.dtype == object else v) for k, v in cols.items()}), path)
-        return
-    import csv
+            pq.write_table(pa.table({k: (v.tolist() if v.dtype == object else v) for k, v in cols.items()}), tmp)
+            return
+        import csv
 
-    with open(path, "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(list(cols))
-        w.writerows(zip(*(v.tolist() for v in cols.values())))
+        with open(tmp, "w", newline="") as f:
+            w = csv.writer(f)
+            w.writerow(list(cols))
+            w.writerows(zip(*(v.tolist() for v in cols.values())))

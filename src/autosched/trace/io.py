@@ -5,11 +5,12 @@ from __future__ import annotations
 import csv
 import gzip
 import os
-import tempfile
 import zlib
 from pathlib import Path
 
 import numpy as np
+
+from ..atomic import atomic_path
 
 from .formats import detect_format, find_format, format_names
 from .parsing import head_bytes
@@ -72,18 +73,11 @@ def write_trace(trace: Trace, path: str | os.PathLike) -> None:
     """Write canonical CSV (gzip-compressed when the name ends in .gz), or Parquet when the name
     ends in .parquet. Atomic: a failed write leaves any existing file as it was."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with atomic_path(path) as tmp:
         if path.suffix.lower() in (".parquet", ".pq"):
-            _write_parquet(trace, Path(tmp))
+            _write_parquet(trace, tmp)
         else:
-            _write_csv(trace, Path(tmp), compress=path.suffix.lower() == ".gz")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+            _write_csv(trace, tmp, compress=path.suffix.lower() == ".gz")
 
 
 def _write_csv(trace: Trace, path: Path, compress: bool = False) -> None:

@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 
+from ..atomic import atomic_path
 from ..space import ConfigSpace
 from ..trace.table import Trace
 
@@ -80,17 +80,8 @@ class WorkloadModel:
         header = {"format": FORMAT_VERSION, "model": self.name, "params": self.params,
                   "history": [self.history_start, self.history_end, self.history_jobs],
                   "vc_names": self.vc_names, "state": meta}
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            with open(tmp, "wb") as f:
-                np.savez_compressed(f, __header__=np.array(json.dumps(header)), **arrays)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        with atomic_path(path) as tmp, open(tmp, "wb") as f:
+            np.savez_compressed(f, __header__=np.array(json.dumps(header)), **arrays)
 
     def describe(self) -> str:
         knobs = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.params.items())
