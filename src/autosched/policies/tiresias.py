@@ -173,9 +173,10 @@ class Tiresias(Policy):
         self._index(j, -1)
         old, g = self.queue_of[j], self.jobs.gpus[j]
         members = self.running_in if self.running_flag[j] else self.waiting_in
-        _remove(self.lists[old], j)
+        lst, mine = self.lists[old], members[old]
+        del lst[bisect_left(lst, j)]
         self.qsum[old] -= g
-        _remove(members[old], j)
+        del mine[bisect_left(mine, j)]
         if q is None:
             del self.queue_of[j]
         else:
@@ -282,7 +283,8 @@ class Tiresias(Policy):
         if attained > 0:  # it ran since its last promotion: this wait counts
             self.waited[j] += now - part.waiting_since(j)
         q = self.queue_of[j]
-        _remove(self.waiting_in[q], j)
+        waiting = self.waiting_in[q]
+        del waiting[bisect_left(waiting, j)]
         insort(self.running_in[q], j)
         if self.running_first:
             self._index(j, -1)
@@ -298,7 +300,8 @@ class Tiresias(Policy):
     def _preempt(self, j: int) -> None:
         self.part.preempt(j)
         q = self.queue_of[j]
-        _remove(self.running_in[q], j)
+        running = self.running_in[q]
+        del running[bisect_left(running, j)]
         insort(self.waiting_in[q], j)
         if self.running_first:
             self._index(j, -1)
@@ -432,5 +435,3 @@ class Tiresias(Policy):
 _DEMOTE, _PROMOTE, _PROTECTED = 0, 1, 2
 
 
-def _remove(sorted_list: list[int], j: int) -> None:
-    del sorted_list[bisect_left(sorted_list, j)]

@@ -76,8 +76,7 @@ class Partition:
         s._alloc[j] = alloc
         speed = s._spread_speed if len(alloc) > 1 else 1.0
         s._speed[j] = speed
-        s._overhead[j] = ovh = s._pending_overhead[j]
-        s._pending_overhead[j] = 0.0
+        ovh = s._overhead[j]
         s._run_start[j] = now
         if s._first_start[j] != s._first_start[j]:  # NaN: first run
             s._first_start[j] = now
@@ -96,7 +95,7 @@ class Partition:
         done = max(0.0, now - s._run_start[j] - s._overhead[j]) * s._speed[j]
         s._remaining[j] = max(0.0, s._remaining[j] - done)
         s._stop(self, j, now)
-        s._pending_overhead[j] = s.cluster.overhead(s._gpus[j])
+        s._overhead[j] = s._restart[j]  # paid by the next run
         s._preemptions[j] += 1
         s._version[j] += 1
         s._wait_start[j] = now
@@ -195,8 +194,8 @@ class Simulator:
         self._gpus = trace.num_gpus.tolist()
         self._duration = trace.duration.tolist()
         self._remaining = list(self._duration)
-        self._overhead = [0.0] * n  # restart overhead of the current run
-        self._pending_overhead = [0.0] * n
+        self._overhead = [0.0] * n  # restart overhead of the current run (while waiting: of the next)
+        self._restart = [cluster.overhead(g) for g in self._gpus]  # a resumed run's overhead
         self._speed = [1.0] * n
         self._run_start = [math.nan] * n
         self._first_start = [math.nan] * n

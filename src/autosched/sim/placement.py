@@ -45,8 +45,9 @@ class NodePool:
             counts = self.counts >> gpus
             if not counts:
                 return None
-            f = gpus + _lowest(counts)
-            node = _lowest(self.by_free[f])
+            f = gpus + (counts & -counts).bit_length() - 1  # the fewest free GPUs that hold it
+            m = self.by_free[f]
+            node = (m & -m).bit_length() - 1  # the lowest-numbered such node
             self._set(node, f - gpus)
             self.free_gpus -= gpus
             return ((node, gpus),)
