@@ -33,3 +33,17 @@ def test_ray_executor_runs_the_same_trials_as_local():
     assert key(on_ray) == key(local)
     assert on_ray.screened_knobs == local.screened_knobs
     assert on_ray.best_config == local.best_config
+
+
+def test_a_trial_whose_ray_worker_dies_is_retried_once(tmp_path, monkeypatch):
+    """The worker process exits in the middle of the first attempt of each trial (as a node
+    running out of memory would end it); the retry on a fresh worker completes it."""
+    import test_tune_doubles as doubles
+
+    ray.cloudpickle.register_pickle_by_value(doubles)  # the workers cannot import tests/
+    monkeypatch.setenv("AUTOSCHED_TEST_MARKERS", str(tmp_path))  # inherited by the workers
+    tuner = Tuner(doubles.Knobby, doubles.CLUSTER, Objective(), budget=2, seed=0, screening=False,
+                  workers=1, executor="ray", simulator=doubles.dies_once_sim)
+    res = tuner.tune([doubles.TRACE])
+    assert [t.state for t in res.trials] == ["complete"] * 2
+    assert [t.attempts for t in res.trials] == [2] * 2

@@ -136,7 +136,29 @@ class _Running:
     attempts: int
 
 
-class ProcessExecutor:
+class _Pool:
+    """Trials wait, in order, for one of `workers` slots; a subclass says how to launch one and
+    keeps what runs in `_running`. A trial whose worker died goes back to the front, once."""
+
+    workers: int
+    _running: Any
+
+    def __init__(self) -> None:
+        self._waiting: list[tuple[int, str, dict, int]] = []  # (key, policy, config, attempt)
+
+    def submit(self, key: int, policy: str, config: Mapping[str, Any]) -> None:
+        self._waiting.append((key, policy, dict(config), 1))
+        self._launch()
+
+    def _launch(self) -> None:
+        while self._waiting and len(self._running) < self.workers:
+            self._launch_one(*self._waiting.pop(0))
+
+    def _launch_one(self, key: int, policy: str, config: dict, attempts: int) -> None:
+        raise NotImplementedError
+
+
+class ProcessExecutor(_Pool):
     """Up to `workers` trials at a time, each in its own forked process.
 
     A process per trial costs a fork (milliseconds next to a simulation) and makes the rules
@@ -152,25 +174,19 @@ class ProcessExecutor:
         self.workers = workers
         self.trial_timeout = trial_timeout
         self._ctx = mp.get_context("fork")
-        self._waiting: list[tuple[int, str, dict, int]] = []
         self._running: list[_Running] = []
+        super().__init__()
 
     def start(self, evaluator: Evaluator) -> None:
         global _EVALUATOR
         _EVALUATOR = evaluator
 
-    def submit(self, key: int, policy: str, config: Mapping[str, Any]) -> None:
-        self._waiting.append((key, policy, dict(config), 1))
-        self._launch()
-
-    def _launch(self) -> None:
-        while self._waiting and len(self._running) < self.workers:
-            key, policy, config, attempts = self._waiting.pop(0)
-            recv, send = self._ctx.Pipe(duplex=False)
-            p = self._ctx.Process(target=_child, args=(send, policy, config), daemon=True)
-            p.start()
-            send.close()
-            self._running.append(_Running(key, policy, config, p, recv, time.perf_counter(), attempts))
+    def _launch_one(self, key: int, policy: str, config: dict, attempts: int) -> None:
+        recv, send = self._ctx.Pipe(duplex=False)
+        p = self._ctx.Process(target=_child, args=(send, policy, config), daemon=True)
+        p.start()
+        send.close()
+        self._running.append(_Running(key, policy, config, p, recv, time.perf_counter(), attempts))
 
     def collect(self) -> list[Outcome]:
         from multiprocessing.connection import wait
@@ -237,7 +253,7 @@ class ProcessExecutor:
 
 # ------------------------------------------------------------------------------------ Ray
 
-class RayExecutor:
+class RayExecutor(_Pool):
     """Trials as Ray tasks (``pip install autosched[ray]``). ``address=None`` starts a local Ray
     instance with `workers` CPUs; otherwise it joins the cluster at `address`."""
 
@@ -251,7 +267,7 @@ class RayExecutor:
         self.trial_timeout = trial_timeout
         self.address = address
         self._running: dict[Any, tuple[int, str, dict, float, int]] = {}
-        self._waiting: list[tuple[int, str, dict, int]] = []
+        super().__init__()
         self._started_ray = False
         # Past this (from submission) a task is cancelled from here; normally the task's own alarm
         # ends it after trial_timeout seconds of running.
@@ -267,15 +283,9 @@ class RayExecutor:
         # max_retries=0: a dead worker's retry is ours (once), so local and Ray behave alike.
         self._task = ray.remote(num_cpus=1, max_retries=0)(_ray_trial)
 
-    def submit(self, key: int, policy: str, config: Mapping[str, Any]) -> None:
-        self._waiting.append((key, policy, dict(config), 1))
-        self._launch()
-
-    def _launch(self) -> None:
-        while self._waiting and len(self._running) < self.workers:
-            key, policy, config, attempts = self._waiting.pop(0)
-            ref = self._task.remote(self._ref, policy, config, self.trial_timeout)
-            self._running[ref] = (key, policy, config, time.perf_counter(), attempts)
+    def _launch_one(self, key: int, policy: str, config: dict, attempts: int) -> None:
+        ref = self._task.remote(self._ref, policy, config, self.trial_timeout)
+        self._running[ref] = (key, policy, config, time.perf_counter(), attempts)
 
     def collect(self) -> list[Outcome]:
         ray = self.ray
