@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from . import helios, philly_json, slurm
-from .parsing import (Columns, Format, cell_count_ok, column_index, csv_header, from_first_day,
+from .parsing import (Columns, Format, checked_rows, column_index, csv_header, from_first_day,
                       new_columns, read_csv_rows, wallclock_seconds)
 from .report import MAX_GPUS, RowCheck
 from .table import COLUMNS, OPTIONAL, TraceError
@@ -31,10 +31,8 @@ def _parse_canonical(path: Path, check: RowCheck) -> Columns:
     if fast is not None:
         return fast
     cols = new_columns("job_id", "submit_time", "num_gpus", "duration", *extra)
-    for line, r in rows:
+    for line, r in checked_rows(check, header, rows):
         where = f"line {line}"
-        if not cell_count_ok(check, where, r, header):
-            continue
         t = check.seconds(where, "submit_time", r[idx["submit_time"]])
         g = check.gpus(where, "num_gpus", r[idx["num_gpus"]])
         d = check.seconds(where, "duration", r[idx["duration"]], positive=True)
@@ -51,10 +49,7 @@ def _parse_canonical(path: Path, check: RowCheck) -> Columns:
             num_cpus = int(x)
         if t is None or g is None or d is None:
             continue
-        cols["job_id"].append(r[idx["job_id"]])
-        cols["submit_time"].append(t)
-        cols["num_gpus"].append(g)
-        cols["duration"].append(d)
+        _add_job(cols, r[idx["job_id"]], t, g, d)
         for c, i in extra.items():
             cols[c].append((num_cpus or 0) if c == "num_cpus" else r[i])
     return cols
@@ -104,10 +99,8 @@ def _parse_philly_csv(path: Path, check: RowCheck) -> Columns:
     header, rows = read_csv_rows(path)
     idx = column_index(path, header, ("timestamp", "duration", "num_gpus", "cluster"))
     stamps, cols = [], new_columns("job_id", "num_gpus", "duration", "vc")
-    for line, r in rows:
+    for line, r in checked_rows(check, header, rows):
         where = f"line {line}"
-        if not cell_count_ok(check, where, r, header):
-            continue
         ts = wallclock_seconds(r[idx["timestamp"]])
         if ts is None:
             check.drop(where, "timestamp", f"time is not of the form {PHILLY_TIME}", r[idx["timestamp"]])
@@ -137,20 +130,22 @@ def _parse_itp_csv(path: Path, check: RowCheck) -> Columns:
     header, rows = read_csv_rows(path)
     idx = column_index(path, header, ("job_id", "submission_time", "duration", "num_gpu"))
     cols = new_columns("job_id", "submit_time", "num_gpus", "duration")
-    for line, r in rows:
+    for line, r in checked_rows(check, header, rows):
         where = f"line {line}"
-        if not cell_count_ok(check, where, r, header):
-            continue
         t = check.seconds(where, "submission_time", r[idx["submission_time"]])
         g = check.gpus(where, "num_gpu", r[idx["num_gpu"]])
         d = check.seconds(where, "duration", r[idx["duration"]], positive=True)
         if t is None or g is None or d is None:
             continue
-        cols["job_id"].append(r[idx["job_id"]])
-        cols["submit_time"].append(t)
-        cols["num_gpus"].append(g)
-        cols["duration"].append(d)
+        _add_job(cols, r[idx["job_id"]], t, g, d)
     return cols
+
+
+def _add_job(cols: Columns, job_id: str, submit: float, gpus: int, duration: float) -> None:
+    cols["job_id"].append(job_id)
+    cols["submit_time"].append(submit)
+    cols["num_gpus"].append(gpus)
+    cols["duration"].append(duration)
 
 
 def _is_itp_csv(head: str) -> bool:

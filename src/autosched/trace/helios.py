@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .parsing import (Columns, cell_count_ok, column_index, csv_header, from_first_day, new_columns,
+from .parsing import (Columns, checked_rows, column_index, csv_header, from_first_day, new_columns,
                       read_csv_rows, wallclock_seconds)
 from .report import RowCheck
 from .table import TraceError
@@ -38,10 +38,8 @@ def parse(path: Path, check: RowCheck) -> Columns:
     icpu = header.index("cpu_num") if "cpu_num" in header else None
     stamps: list[int] = []
     cols = new_columns("job_id", "num_gpus", "duration", *extra, *(["num_cpus"] if icpu is not None else []))
-    for line, r in rows:
+    for line, r in checked_rows(check, header, rows):
         where = f"line {line}"
-        if not cell_count_ok(check, where, r, header):
-            continue
         submit = wallclock_seconds(r[idx["submit_time"]])
         if submit is None:
             check.drop(where, "submit_time", _TIME_RULE, r[idx["submit_time"]])

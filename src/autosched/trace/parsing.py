@@ -12,7 +12,7 @@ import csv
 import gzip
 import io
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
@@ -63,12 +63,15 @@ def new_columns(*names: str) -> Columns:
     return {n: [] for n in names}
 
 
-def cell_count_ok(check: RowCheck, where: str, row: list[str], header: list[str]) -> bool:
-    """A row with more or fewer cells than the header cannot be trusted: drop it."""
-    if len(row) == len(header):
-        return True
-    check.drop(where, "*", f"row has {len(row)} cells, header has {len(header)}")
-    return False
+def checked_rows(check: RowCheck, header: list[str], rows: list[tuple[int, list[str]]]
+                 ) -> Iterator[tuple[int, list[str]]]:
+    """(line number, cells) for each row; a row with more or fewer cells than the header cannot
+    be trusted, so it is dropped (and recorded) instead."""
+    for line, row in rows:
+        if len(row) == len(header):
+            yield line, row
+        else:
+            check.drop(f"line {line}", "*", f"row has {len(row)} cells, header has {len(header)}")
 
 
 # ----------------------------------------------------------------------------- wall-clock times

@@ -22,7 +22,7 @@ import csv
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .parsing import (Columns, cell_count_ok, column_index, csv_header, from_first_day, new_columns,
+from .parsing import (Columns, checked_rows, column_index, csv_header, from_first_day, new_columns,
                       read_csv_rows, wallclock_seconds)
 from .report import RowCheck
 
@@ -107,9 +107,7 @@ def _optional_value(canon: str, text: str) -> str | int:
 def _fold(check: RowCheck, header: list[str], idx: dict[str, int], rows: list[tuple[int, list[str]]]) -> _Fold:
     """Group rows by job: ``123.batch`` and ``123.0`` go into ``123``."""
     fold = _Fold()
-    for line, r in rows:
-        if not cell_count_ok(check, f"line {line}", r, header):
-            continue
+    for line, r in checked_rows(check, header, rows):
         job_id, dot, _ = r[idx["jobid"]].strip().partition(".")
         job = fold.jobs.setdefault(job_id, _Job())
         job.rows += 1
