@@ -55,3 +55,22 @@ def test_jobs_out_is_atomic_too(tmp_path, monkeypatch):
         write_records(sim.records(), sim.trace, path)
     assert path.read_text() == "previous run\n"
     assert len(list(tmp_path.iterdir())) == 1
+
+
+def test_permissions_follow_the_old_file_and_links_are_written_through(tmp_path):
+    import os
+    import stat
+
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    os.chmod(target, 0o640)
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    write_text_atomic(link, "new")
+    assert link.is_symlink() and target.read_text() == "new"
+    assert stat.S_IMODE(target.stat().st_mode) == 0o640
+    fresh = tmp_path / "fresh.txt"
+    write_text_atomic(fresh, "x")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert stat.S_IMODE(fresh.stat().st_mode) == 0o666 & ~mask

@@ -16,8 +16,9 @@ from bisect import bisect_left
 class SortedPrefix:
     """A cut through `members` (job indices, kept sorted by the owner) weighted by `weight`.
 
-    The owner calls `changed(j, delta)` whenever job j joins (+its weight) or leaves (-its
-    weight) `members`, or its weight changes; `fit(limit)` then moves the cut.
+    The owner calls `changed(j, delta)` (or makes the same test, ``j < bound``, inline on a hot
+    path) whenever job j joins (+its weight) or leaves (-its weight) `members`, or its weight
+    changes; `fit(limit)` then moves the cut.
     """
 
     __slots__ = ("members", "weight", "bound", "inside")
@@ -35,6 +36,7 @@ class SortedPrefix:
     def fit(self, limit: int) -> tuple[int, int]:
         """Move the cut to the longest prefix whose weight is at most `limit` (weights are >= 0);
         returns the prefix's length and weight. The cut is then the first member left out."""
+        assert limit >= 0, limit
         members, weight = self.members, self.weight
         i = bisect_left(members, self.bound)
         inside = self.inside

@@ -215,7 +215,9 @@ class Tiresias(Policy):
                 self._next_tick = -math.inf
         elif self.timers and self.timers[0] is not self._waking_for:
             # (An unchanged first timer has its wake requested already; if it went stale since,
-            # that wake finds nothing changed and decides nothing.)
+            # that wake finds nothing changed and decides nothing. A timer that fell due during
+            # this decision cannot be woken for: it fires at the partition's next event, as the
+            # Tiresias simulator checks starvation only when it schedules.)
             timers = self.timers
             while timers and not self._live(timers[0]):
                 heappop(timers)
