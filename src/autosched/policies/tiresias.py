@@ -62,7 +62,6 @@ class Tiresias(Policy):
         self.running_first = c["queue_order"] == "running_first"
         self._next_tick = -math.inf
         self._changed = True
-        self._waking_for = None  # the timer whose time the pending wake-up was asked for
         if hasattr(self, "queue_of"):  # reconfigured mid-run: re-file jobs under the new queues
             self._refile(self.part.sim.now)
 
@@ -112,8 +111,7 @@ class Tiresias(Policy):
             cut = self.prefix[q]
         else:
             cut = self.run_prefix[q] if self.running_flag[j] else self.wait_prefix[q]
-        if j < cut.bound:
-            cut.inside += sign * self.weight[j]
+        cut.changed(j, sign * self.weight[j])
 
     def _refile(self, now: float) -> None:
         part = self.part
@@ -213,16 +211,14 @@ class Tiresias(Policy):
                 part.wake_at(self._next_tick)
             else:  # no wake is pending: the next arrival must not wait for a tick nobody set
                 self._next_tick = -math.inf
-        elif self.timers and self.timers[0] is not self._waking_for:
-            # (An unchanged first timer has its wake requested already; if it went stale since,
-            # that wake finds nothing changed and decides nothing. A timer that fell due during
-            # this decision cannot be woken for: it fires at the partition's next event, as the
-            # Tiresias simulator checks starvation only when it schedules.)
+        else:
+            # (A timer that fell due during this decision cannot be woken for: it fires at the
+            # partition's next event, as the Tiresias simulator checks starvation only when it
+            # schedules.)
             timers = self.timers
             while timers and not self._live(timers[0]):
                 heappop(timers)
             if timers:
-                self._waking_for = timers[0]
                 part.wake_at(timers[0][0])
 
     def _live(self, timer: tuple[float, int, int, float]) -> bool:
@@ -288,12 +284,7 @@ class Tiresias(Policy):
         waiting = self.waiting_in[q]
         del waiting[bisect_left(waiting, j)]
         insort(self.running_in[q], j)
-        if self.running_first:
-            self._index(j, -1)
-            self.running_flag[j] = True
-            self._index(j, 1)
-        else:
-            self.running_flag[j] = True
+        self._set_running(j, True)
         self._set_demote_timer(j, now, attained)
         if self.min_run > 0:
             self._protect(j)
@@ -305,12 +296,15 @@ class Tiresias(Policy):
         running = self.running_in[q]
         del running[bisect_left(running, j)]
         insort(self.waiting_in[q], j)
-        if self.running_first:
+        self._set_running(j, False)
+
+    def _set_running(self, j: int, running: bool) -> None:
+        if self.running_first:  # the flag decides which of the queue's two cuts j counts in
             self._index(j, -1)
-            self.running_flag[j] = False
+            self.running_flag[j] = running
             self._index(j, 1)
         else:
-            self.running_flag[j] = False
+            self.running_flag[j] = running
 
     def _protect(self, j: int) -> None:
         """Keep running job j from preemption until it has run min_run seconds."""

@@ -82,8 +82,7 @@ class Partition:
             s._first_start[j] = now
         s.state[j] = RUNNING
         self.running[j] = None
-        s._seq += 1
-        heappush(s._heap, (now + ovh + s._remaining[j] / speed, s._seq, _FINISH, j, s._version[j]))
+        s._push(now + ovh + s._remaining[j] / speed, _FINISH, j, s._version[j])
         return True
 
     def preempt(self, j: int) -> None:
@@ -111,8 +110,7 @@ class Partition:
 
     def attained(self, j: int, now: float) -> float:
         """GPU-seconds job j has held its GPUs so far (restart overhead included)."""
-        s = self.sim
-        return (s._executed[j] + (now - s._run_start[j] if j in self.running else 0.0)) * s._gpus[j]
+        return self.executed(j, now) * self.sim._gpus[j]
 
     def executed(self, j: int, now: float) -> float:
         """Seconds job j has held its GPUs so far."""

@@ -41,17 +41,10 @@ class NodePool:
         if mode == "count":
             self.free_gpus -= gpus
             return ()
-        if mode == "consolidate" and gpus <= self.gpn:  # the common case, kept short
-            counts = self.counts >> gpus
-            if not counts:
-                return None
-            f = gpus + (counts & -counts).bit_length() - 1  # the fewest free GPUs that hold it
-            m = self.by_free[f]
-            node = (m & -m).bit_length() - 1  # the lowest-numbered such node
-            self._set(node, f - gpus)
-            self.free_gpus -= gpus
-            return ((node, gpus),)
-        alloc = self._whole_nodes(gpus) if mode == "consolidate" else self._spread(gpus)
+        if mode == "consolidate":
+            alloc = self._consolidate(gpus)
+        else:
+            alloc = self._spread(gpus)
         if alloc is not None:
             for node, g in alloc:
                 self._set(node, self.free[node] - g)
@@ -72,20 +65,25 @@ class NodePool:
         by_free[f] |= bit
         self.counts = (self.counts if left else self.counts ^ (1 << old)) | (1 << f)
 
-    def _best_fit(self, gpus: int, exclude: int) -> int | None:
+    def _best_fit(self, gpus: int, exclude: int = 0) -> int | None:
         """The node, not in `exclude`, with the fewest free GPUs that still holds `gpus`;
-        lowest number on ties. (`place` finds it for a one-node job without the exclusion.)"""
-        for f in range(gpus, self.gpn + 1):
-            m = self.by_free[f] & ~exclude
+        lowest number on ties. Only free counts some node has are looked at."""
+        counts = self.counts >> gpus
+        while counts:
+            low = counts & -counts
+            m = self.by_free[gpus + low.bit_length() - 1] & ~exclude
             if m:
                 return _lowest(m)
+            counts ^= low
         return None
 
-    def _whole_nodes(self, gpus: int) -> Alloc | None:
-        # Under consolidate, a job that fits in one node gets one node by best fit (in `place`).
-        # A larger job gets whole free nodes (the lowest-numbered), and its remainder goes on
-        # one more node by best fit (Lucid puts the remainder on the freest node instead; only
-        # 12- and 24-GPU jobs differ).
+    def _consolidate(self, gpus: int) -> Alloc | None:
+        # A job that fits in one node gets one node (best fit). A larger job gets whole free
+        # nodes (the lowest-numbered), and its remainder goes on one more node by best fit
+        # (Lucid puts the remainder on the freest node instead; only 12- and 24-GPU jobs differ).
+        if gpus <= self.gpn:
+            node = self._best_fit(gpus)
+            return None if node is None else ((node, gpus),)
         whole, rest = divmod(gpus, self.gpn)
         empty = self.by_free[self.gpn]
         if empty.bit_count() < whole:

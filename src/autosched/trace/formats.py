@@ -15,10 +15,8 @@ import numpy as np
 from . import helios, philly_json, slurm
 from .parsing import (Columns, Format, checked_rows, column_index, csv_header, from_first_day,
                       new_columns, read_csv_rows, wallclock_seconds)
-from .report import MAX_GPUS, RowCheck
+from .report import MAX_CPUS, MAX_GPUS, RowCheck
 from .table import COLUMNS, OPTIONAL, TraceError
-
-MAX_CPUS = 100_000_000  # per job; a larger count is a corrupt cell
 
 # ---------------------------------------------------------------------------------- canonical CSV
 

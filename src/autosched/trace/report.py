@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from .table import TraceError
 
 MAX_GPUS = 1_000_000  # a larger GPU count is a corrupt cell (and would overflow an int64 column)
+MAX_CPUS = 100_000_000  # per job; likewise
 
 
 @dataclass
