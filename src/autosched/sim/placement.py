@@ -41,10 +41,11 @@ class NodePool:
         if mode == "count":
             self.free_gpus -= gpus
             return ()
-        if mode == "consolidate":
-            alloc = self._consolidate(gpus)
+        if mode == "consolidate" and gpus <= self.gpn:  # one node, by best fit (the hot path)
+            node = self._best_fit(gpus)
+            alloc = None if node is None else ((node, gpus),)
         else:
-            alloc = self._spread(gpus)
+            alloc = self._consolidate(gpus) if mode == "consolidate" else self._spread(gpus)
         if alloc is not None:
             for node, g in alloc:
                 self._set(node, self.free[node] - g)
@@ -78,12 +79,9 @@ class NodePool:
         return None
 
     def _consolidate(self, gpus: int) -> Alloc | None:
-        # A job that fits in one node gets one node (best fit). A larger job gets whole free
-        # nodes (the lowest-numbered), and its remainder goes on one more node by best fit
+        # A job larger than a node (`place` gives a smaller one one node by best fit) gets whole
+        # free nodes (the lowest-numbered), and its remainder goes on one more node by best fit
         # (Lucid puts the remainder on the freest node instead; only 12- and 24-GPU jobs differ).
-        if gpus <= self.gpn:
-            node = self._best_fit(gpus)
-            return None if node is None else ((node, gpus),)
         whole, rest = divmod(gpus, self.gpn)
         empty = self.by_free[self.gpn]
         if empty.bit_count() < whole:
