@@ -9,6 +9,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import InputError
+
 from .trace.report import LoadReport, RowCheck
 from .trace.table import Trace
 
@@ -20,7 +22,7 @@ PLACEMENT_HELP = (
 )
 
 
-class ClusterError(ValueError):
+class ClusterError(InputError):
     """A cluster spec that cannot be read."""
 
 

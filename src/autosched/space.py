@@ -14,10 +14,12 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from .errors import InputError
+
 Config = dict[str, Any]
 
 
-class ConfigError(ValueError):
+class ConfigError(InputError):
     """A config or knob assignment that the space does not accept."""
 
 

@@ -9,11 +9,13 @@ from __future__ import annotations
 import math
 import re
 
+from .errors import InputError
+
 UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
 _PATTERN = re.compile(r"^\s*([+-]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][+-]?\d+)?)\s*([smhdwSMHDW]?)\s*$")
 
 
-class TimeParseError(ValueError):
+class TimeParseError(InputError):
     """Text that is not a duration."""
 
 

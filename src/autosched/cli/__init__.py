@@ -7,10 +7,15 @@ models' imports.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import typer
+
+from ..errors import AutoschedError
 
 # name -> (module, attribute, is a group of subcommands)
 COMMANDS: dict[str, tuple[str, str, bool]] = {
@@ -37,10 +42,32 @@ def build_app(only: str | None = None) -> typer.Typer:
             continue
         obj = getattr(importlib.import_module(module, __name__), attr)
         if group:
+            for cmd in obj.registered_commands:
+                cmd.callback = _one_line_errors(cmd.callback)
             app.add_typer(obj, name=name)
         else:
-            app.command(name)(obj)
+            app.command(name)(_one_line_errors(obj))
     return app
+
+
+def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
+    """The one place the CLI turns an `AutoschedError` into ``error: <message>`` and exit code 2.
+
+    Commands let the project's errors rise; anything else that escapes is a bug and keeps its
+    traceback."""
+    if getattr(command, "_one_line", False):  # build_app may run more than once
+        return command
+
+    @functools.wraps(command)
+    def run(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return command(*args, **kwargs)
+        except AutoschedError as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+
+    run._one_line = True  # type: ignore[attr-defined]
+    return run
 
 
 def _root() -> None:

@@ -11,14 +11,14 @@ from typing import Any, NoReturn
 
 import typer
 
+from ..cluster import ClusterSpec, fit_to_cluster, parse_cluster
+from ..errors import AutoschedError
 from ..jsonable import jsonable
-from ..cluster import ClusterError, ClusterSpec, fit_to_cluster, parse_cluster
-from ..policies import UnknownPolicy
-from ..space import ConfigError
-from ..trace import LoadReport, Trace, TraceError, load_trace
+from ..trace import LoadReport, Trace, load_trace
 
-# Errors that come from bad input: shown as one line, exit code 2, no traceback.
-INPUT_ERRORS = (TraceError, ClusterError, ConfigError, UnknownPolicy, OSError)
+# Errors shown as one line, exit code 2, no traceback: the project's own, and a file that cannot
+# be opened or written (OSError names the path).
+INPUT_ERRORS = (AutoschedError, OSError)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

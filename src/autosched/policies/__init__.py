@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ..errors import InputError
 from .base import PLACEMENT, Policy
 from .fifo import Fifo
 from .multifactor import Multifactor
@@ -15,7 +16,9 @@ POLICIES: dict[str, type[Policy]] = {
 }
 
 
-class UnknownPolicy(ValueError):
+class UnknownPolicy(InputError):
+    """A policy name that is not registered."""
+
     pass
 
 

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..cluster import ClusterSpec
+from ..errors import SimulationError
 from ..trace.table import Trace
 from .placement import Alloc, NodePool
 
@@ -26,10 +27,6 @@ if TYPE_CHECKING:
 
 _FINISH, _WAKE = 0, 1
 WAITING, RUNNING, DONE, FUTURE = 0, 1, 2, 3
-
-
-class SimulationError(RuntimeError):
-    """The simulation cannot go on (a policy broke a rule of the engine)."""
 
 
 @dataclass(frozen=True)

@@ -7,13 +7,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..errors import InputError
+
 REQUIRED = ("job_id", "submit_time", "num_gpus", "duration")
 OPTIONAL = ("user", "vc", "status", "num_cpus", "name")
 COLUMNS = REQUIRED + OPTIONAL
 _TEXT = {"job_id", "user", "vc", "status", "name"}
 
 
-class TraceError(ValueError):
+class TraceError(InputError):
     """Input that cannot become a Trace. The message names file, row, column and rule."""
 
 

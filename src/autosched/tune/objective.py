@@ -8,6 +8,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..errors import InputError
 from ..sim.metrics import METRIC_HELP, Metrics
 
 COMBINES = ("mean", "worst")
@@ -15,7 +16,7 @@ DIRECTIONS = ("minimize", "maximize")
 _CONSTRAINT = re.compile(r"^\s*([a-z_0-9]+)\s*(<=|>=)\s*([-+0-9.eE]+)\s*$")
 
 
-class ObjectiveError(ValueError):
+class ObjectiveError(InputError):
     """An objective or constraint that cannot be understood."""
 
 

@@ -21,6 +21,7 @@ from typing import Any
 import optuna
 
 from ..cluster import ClusterSpec
+from ..errors import InputError
 from ..policies import Policy
 from ..sim import Metrics
 from ..space import Config, dump_config
@@ -36,7 +37,7 @@ STATES = ("complete", "failed", "pruned")
 STUDY_NAME = "autosched"
 
 
-class TuneError(ValueError):
+class TuneError(InputError):
     """A tuning run that cannot start (bad settings, a study made for another problem)."""
 
 

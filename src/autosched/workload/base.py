@@ -18,13 +18,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from ..atomic import atomic_path
+from ..errors import InputError
 from ..space import ConfigSpace
 from ..trace.table import Trace
 
 FORMAT_VERSION = 1
 
 
-class WorkloadError(ValueError):
+class WorkloadError(InputError):
     """Bad input to a workload model: empty history, horizon <= 0, unknown model, bad model file."""
 
 
