@@ -79,8 +79,11 @@ def write_trace(trace: Trace, path: str | os.PathLike) -> None:
     ends in .parquet; ``-`` writes CSV to standard output. Atomic: a failed write leaves any
     existing file as it was (the rule for outputs of `autosched.atomic` applies)."""
     if is_stdout(path):
-        _write_csv_to(trace, sys.stdout)
-        sys.stdout.flush()
+        try:
+            _write_csv_to(trace, sys.stdout)
+            sys.stdout.flush()
+        except BrokenPipeError:  # the reader stopped early (`| head`): not an error
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return
     path = Path(path)
     with atomic_path(path) as tmp:
