@@ -65,7 +65,7 @@ def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             with output_scope():  # the inputs this command protects from its own outputs
                 return command(*args, **kwargs)
         except AutoschedError as e:
-            typer.echo(f"error: {e}", err=True)
+            typer.echo(f"error: {' '.join(str(e).splitlines())}", err=True)  # one line, always
             raise typer.Exit(2) from None
 
     run._one_line = True  # type: ignore[attr-defined]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import importlib
+import importlib.util
 import json
 import sys
 from collections.abc import Iterator
@@ -24,7 +24,7 @@ INPUT_ERRORS = (AutoschedError, OSError)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {' '.join(message.splitlines())}", err=True)  # one line, always
     raise typer.Exit(code)
 
 
@@ -44,8 +44,10 @@ def input_errors() -> Iterator[None]:
 def require(module: str, what: str, extra: str) -> None:
     """Fail at once, before any work, when an optional dependency a chosen option needs is missing."""
     try:
-        importlib.import_module(module)
-    except ImportError:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: blocked in sys.modules (set to None)
+        found = False
+    if not found:
         fail(f"{what} needs {module}, which is not installed: pip install 'autosched[{extra}]'")
 
 

@@ -126,7 +126,7 @@ def _read_parquet(path: Path, strict: bool) -> tuple[Trace, LoadReport]:
     try:
         table = pq.read_table(path)
     except Exception as e:  # pyarrow raises several types for a bad file
-        raise TraceError(f"{path}: not a readable Parquet file ({e})") from None
+        raise TraceError(f"{path}: not a readable Parquet file ({' '.join(str(e).split())})") from None
     names = [n.lower() for n in table.column_names]
     missing = [c for c in REQUIRED if c not in names]
     if missing:
