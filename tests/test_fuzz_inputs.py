@@ -188,3 +188,26 @@ def test_every_file_option_fails_in_one_line(tmp_path, option, data):
     else:
         args = ["workload", "fit", str(bad), "--until", "1d", "--out", str(tmp_path / "m.npz")]
     _cli_ok_or_one_line(args)
+
+
+@pytest.mark.parametrize("column, values, message", [
+    ("num_gpus", ["1", "two"], "column 'num_gpus' is not numeric"),
+    ("duration", [[1.0], [2.0]], "column 'duration' is not numeric"),
+    ("num_gpus", [1.5, 2.0], None),  # dropped: not a whole number
+    ("submit_time", [None, 1.0], None),  # dropped: not finite
+])
+def test_parquet_columns_of_the_wrong_type(tmp_path, column, values, message):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols = {"job_id": ["a", "b"], "submit_time": [0.0, 1.0], "num_gpus": [1, 2], "duration": [5.0, 6.0]}
+    cols[column] = values
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table(cols), path)
+    if message is None:
+        trace, report = load_trace(path)
+        assert len(trace) == 1 and report.dropped == 1
+        return
+    with pytest.raises(AutoschedError) as e:
+        load_trace(path)
+    assert str(e.value) == f"{path}: {message} (type object)"

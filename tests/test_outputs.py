@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import stat
 import subprocess
 import sys
 import textwrap
@@ -26,14 +27,28 @@ def test_a_fifo_a_device_and_a_directory_are_refused_and_left_alone(tmp_path):
     with pytest.raises(OutputError, match=r"x\.csv: is a FIFO \(named pipe\), not a regular file"):
         write_text_atomic(fifo, "data")
     assert fifo.is_fifo()
-    null = tmp_path / "null.csv"  # a link to a device: written through, so refused
-    null.symlink_to("/dev/null")
-    with pytest.raises(OutputError, match=r"null\.csv: is a device, not a regular file"):
-        write_text_atomic(null, "data")
-    assert Path("/dev/null").is_char_device()
     with pytest.raises(OutputError, match=r": is a directory, not a regular file"):
         write_text_atomic(tmp_path, "data")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["null.csv", "x.csv"]  # no temp left
+    device = own_null_device(tmp_path / "null")
+    link = tmp_path / "null.csv"  # a link to a device: written through, so refused
+    link.symlink_to(device)
+    for out in (device, link):
+        with pytest.raises(OutputError, match=rf"{out.name}: is a device, not a regular file"):
+            write_text_atomic(out, "data")
+    assert device.is_char_device()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["null", "null.csv", "x.csv"]  # no temp left
+
+
+def own_null_device(path: Path) -> Path:
+    """A character device node of our own (the null device's numbers), as `mknod x.csv c 1 3`.
+
+    Never a link to the real /dev/null: code with the bug under test would replace /dev/null
+    itself with a regular file, for every process on the machine."""
+    try:
+        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
+    except PermissionError:
+        pytest.skip("making a device node needs root (CAP_MKNOD)")
+    return path
 
 
 def test_an_input_of_the_command_is_never_overwritten(tmp_path):

@@ -200,7 +200,8 @@ def check_jobs(cols: dict, check: RowCheck) -> dict:
     kept_t = t[~bad]
     late = int(np.count_nonzero(np.diff(kept_t) < 0))
     if late:
-        check.report.notes.append(f"{late:,} row(s) are not in submit-time order; jobs are sorted by submit time")
+        check.report.notes.append(f"rows are not in submit-time order ({late:,} step(s) back); jobs are sorted by "
+                                  "submit time, ties in file order")
     if not bad.any():
         return cols
     keep = ~bad
