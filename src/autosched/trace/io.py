@@ -174,7 +174,7 @@ def check_jobs(cols: dict, check: RowCheck) -> dict:
     [0, MAX_SUBMIT_TIME], durations at most MAX_DURATION, and each job id once (the first row is
     kept). Broken rows are dropped (or, strict, raise) like any other; rows out of submit-time
     order are sorted, with a note."""
-    ids = [str(x) for x in cols["job_id"]]
+    ids = cols["job_id"]  # parsers give str ids (a list or an object array)
     n = len(ids)
     t = np.asarray(cols["submit_time"], dtype=float)
     d = np.asarray(cols["duration"], dtype=float)
@@ -186,7 +186,7 @@ def check_jobs(cols: dict, check: RowCheck) -> dict:
     ]
     for col, mask, rule in rules:
         for i in np.flatnonzero(mask & ~bad):
-            check.drop(f"job {ids[i]!r}", col, rule, float(t[i] if col == "submit_time" else d[i]))
+            check.drop(f"job {str(ids[i])!r}", col, rule, float(t[i] if col == "submit_time" else d[i]))
         bad |= mask
     if len(set(ids)) != n:  # rare: a set is cheaper than a loop when there is none
         seen: set[str] = set()
@@ -194,7 +194,7 @@ def check_jobs(cols: dict, check: RowCheck) -> dict:
             if bad[i]:
                 continue
             if ids[i] in seen:
-                check.drop(f"job {ids[i]!r}", "job_id", "job id appears more than once (the first row is kept)")
+                check.drop(f"job {str(ids[i])!r}", "job_id", "job id appears more than once (the first row is kept)")
                 bad[i] = True
             seen.add(ids[i])
     kept_t = t[~bad]
