@@ -132,7 +132,10 @@ def _read_parquet(path: Path, strict: bool) -> tuple[Trace, LoadReport]:
     if missing:
         raise TraceError(f"{path}: missing required column(s) {', '.join(missing)}; found {', '.join(names)}")
     report = LoadReport(source=str(path), format="parquet", rows=table.num_rows)
-    raw = {c: table.column(names.index(c)).to_numpy(zero_copy_only=False) for c in COLUMNS if c in names}
+    try:
+        raw = {c: table.column(names.index(c)).to_numpy(zero_copy_only=False) for c in COLUMNS if c in names}
+    except Exception as e:  # e.g. a string column that is not UTF-8
+        raise TraceError(f"{path}: not a readable Parquet file ({' '.join(str(e).split())})") from None
     check = RowCheck(report, strict)
     keep = _check_parquet_rows(path, raw, check)
     trace = Trace.from_columns(check_jobs({c: a[keep] for c, a in raw.items()}, check), source=str(path))
