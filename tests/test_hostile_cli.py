@@ -241,6 +241,29 @@ def test_workload_sample_on_bad_model_files_and_seeds(tmp_path, trace, model):
     line = error_line(cli("workload", "sample", trace, "--start", "0", "--out", out))
     assert line == f"error: {trace}: not a workload model file written by autosched `workload fit` (it is not an .npz archive)"
     assert "pickle" not in line
-    assert error_line(cli("workload", "sample", model, "--start", "0", "--seed", "-1", "--out", out)) == \
-        "error: --seed must be >= 0 (got -1)"
     assert not out.exists()
+
+
+@pytest.mark.parametrize("args", [
+    ["workload", "sample", "{model}", "--start", "0", "--out", "{tmp}/o.csv"],
+    ["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d"],
+    ["tune", "{trace}", "--cluster", "2x8", "--budget", "1"],
+    ["run", "{trace}", "--cluster", "2x8", "--period", "1d", "--history", "1d"],
+])
+@pytest.mark.parametrize("seed", ["-1", str(2**32)])
+def test_seeds_out_of_range_fail_before_the_work(tmp_path, trace, model, args, seed):
+    """Were NumPy tracebacks (`expected non-negative integer`, `Seed must be between 0 and 2**32 - 1`)."""
+    res = cli(*[a.format(trace=trace, model=model, tmp=tmp_path) for a in args], "--seed", seed)
+    assert error_line(res) == f"error: --seed must be in [0, 4294967295] (got {seed})"
+
+
+@pytest.mark.parametrize("args", [
+    ["tune", "{trace}", "--cluster", "2x8", "--budget", "1", "--report", "{trace}"],
+    ["run", "{trace}", "--cluster", "2x8", "--period", "1d", "--history", "1d", "--report", "{trace}"],
+    ["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--report", "{trace}"],
+])
+def test_a_report_directory_that_is_a_file_fails_before_the_work(trace, args):
+    before = trace.read_bytes()
+    line = error_line(cli(*[a.format(trace=trace) for a in args]))
+    assert line == f"error: {trace}: is not a directory; a report is a directory (index.html, report.json)"
+    assert trace.read_bytes() == before

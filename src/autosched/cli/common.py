@@ -51,15 +51,27 @@ def require(module: str, what: str, extra: str) -> None:
         fail(f"{what} needs {module}, which is not installed: pip install 'autosched[{extra}]'")
 
 
-def outputs(inputs: tuple, outs: tuple = (), stream: tuple = ()) -> None:
+MAX_SEED = 2**32 - 1  # the samplers' seeding (NumPy's legacy RandomState) takes no more
+
+
+def check_seed(seed: int) -> None:
+    """A random seed is an integer in [0, 2**32 - 1]: say so before any work, not in a traceback."""
+    if not 0 <= seed <= MAX_SEED:
+        fail(f"--seed must be in [0, {MAX_SEED}] (got {seed})")
+
+
+def outputs(inputs: tuple, outs: tuple = (), stream: tuple = (), dirs: tuple = ()) -> None:
     """Declare a command's input files and check its output files up front (see autosched.atomic):
     an output that is a directory, device or FIFO, or one of the inputs, fails before any work.
-    Outputs in `stream` may be ``-`` (standard output)."""
+    Outputs in `stream` may be ``-`` (standard output); `dirs` are output directories (reports)."""
     protect_inputs(*inputs)
     with input_errors():
         for out in outs + stream:
             if out is not None and not (out in stream and is_stdout(out)):
                 check_output(out)
+    for d in dirs:
+        if d is not None and d.exists() and not d.is_dir():
+            fail(f"{d}: is not a directory; a report is a directory (index.html, report.json)")
 
 
 def cluster_file(spec: str | None) -> Path | None:

@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .common import (cluster_file, default_trace_and_cluster, fail, input_errors, load_inputs, note, outputs,
+from .common import (check_seed, cluster_file, default_trace_and_cluster, fail, input_errors, load_inputs, note, outputs,
                      print_json, require)
 
 DEFAULT_STRATEGIES = "default,autosched,last_period,oracle_static,oracle_period"
@@ -49,12 +49,13 @@ def run_cmd(
 
     settings, names, window = _settings(policy, period, history, budget, samples, workers, model, strategies,
                                         objective, margin, noise_k, drift, screening, skip, span, seed, STRATEGIES)
+    check_seed(seed)
     if report is not None:
         require("matplotlib", "--report", "report")
     if model == "neural":
         require("torch", "--model neural", "neural")
     trace_path, cluster_spec = default_trace_and_cluster(trace, cluster)
-    outputs((trace_path, cluster_file(cluster_spec)))
+    outputs((trace_path, cluster_file(cluster_spec)), dirs=(report,))
     tr, cl, loaded = load_inputs(trace_path, cluster_spec, fmt, quiet=as_json)
     tr = tr.window(tr.start + window[0], tr.start + window[1])
     if len(tr) < 2 or tr.end - tr.start <= settings.period:

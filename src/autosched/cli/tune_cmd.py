@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..atomic import write_text_atomic
-from .common import (cluster_file, fail, input_errors, load_inputs, note, outputs, print_json, progress_bar,
+from .common import (check_seed, cluster_file, fail, input_errors, load_inputs, note, outputs, print_json, progress_bar,
                      require)
 
 
@@ -42,7 +42,8 @@ def tune_cmd(
     from ..space import ConfigError, read_config_file
     from ..tune import Objective, ObjectiveError, Tuner, TuneError
 
-    outputs((trace, cluster_file(cluster), study, *warm_start), (out,))
+    outputs((trace, cluster_file(cluster), study, *warm_start), (out,), dirs=(report,))
+    check_seed(seed)
     if report is not None:
         require("matplotlib", "--report", "report")
     names = [n.strip() for p in policy for n in p.split(",") if n.strip()]

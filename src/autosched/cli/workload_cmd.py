@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..timeparse import TimeParseError, format_duration, parse_duration
-from .common import INPUT_ERRORS, cluster_file, fail, load_inputs, note, outputs, print_json, progress_bar, require
+from .common import INPUT_ERRORS, check_seed, cluster_file, fail, load_inputs, note, outputs, print_json, progress_bar, require
 
 workload_app = typer.Typer(help="Workload models: learn a cluster's workload from its history and generate its next period.",
                            no_args_is_help=True)
@@ -118,8 +118,7 @@ def sample_cmd(
     outputs((model,), stream=(out,))
     if str(out) == "-" and as_json:
         fail("--out - writes the trace to stdout; it cannot be combined with --json")
-    if seed < 0:
-        fail(f"--seed must be >= 0 (got {seed})")
+    check_seed(seed)
     t0 = _seconds(start, "--start")
     if t0 < 0:
         fail(f"--start must be >= 0 (got {start!r}): submit times count from the trace's origin")
@@ -162,7 +161,8 @@ def evaluate_cmd(
     from ..workload import parse_model_spec
     from ..workload.evaluate import EvalSetup, evaluate
 
-    outputs((trace, cluster_file(cluster)))
+    outputs((trace, cluster_file(cluster)), dirs=(report,))
+    check_seed(seed)
     if report is not None:
         require("matplotlib", "--report", "report")
     specs = [s.strip() for s in models.split(",") if s.strip()]
