@@ -185,6 +185,15 @@ def test_a_json_true_is_not_an_integer_knob(tmp_path, trace):
         "error: knob 'queues': True is not an integer"
 
 
+@pytest.mark.parametrize("start, message", [
+    ("1e300", "error: stat: start 1e+300 is beyond the bound on submit times (3,153,600,000 s, 100 years)"),
+    ("-1d", "error: --start must be >= 0 (got '-1d'): submit times count from the trace's origin"),
+])
+def test_a_sample_starts_within_the_bounds_on_submit_times(model, tmp_path, start, message):
+    """Was: 0 jobs "in [11574074074074075286836787544866678821745987056604175023500816899304269782...d)"."""
+    assert error_line(cli("workload", "sample", model, "--start", start, "--out", tmp_path / "o.csv")) == message
+
+
 def test_a_huge_horizon_fails_at_once(model, tmp_path):
     line = error_line(cli("workload", "sample", model, "--start", "0", "--horizon", "100000d", "--out", tmp_path / "o.csv"))
     assert "horizon of 100,000 days is beyond the 366-day limit of one sample" in line

@@ -20,6 +20,7 @@ import numpy as np
 from ..atomic import atomic_path
 from ..errors import InputError
 from ..space import ConfigSpace
+from ..trace.report import MAX_SUBMIT_TIME
 from ..trace.table import Trace
 
 FORMAT_VERSION = 1
@@ -69,8 +70,9 @@ class WorkloadModel:
         if not self.fitted:
             raise WorkloadError(f"{self.name}: call fit() before sample()")
         start, horizon = float(start), float(horizon)
-        if not math.isfinite(start):
-            raise WorkloadError(f"{self.name}: start {start!r} is not a finite time")
+        if not (math.isfinite(start) and start <= MAX_SUBMIT_TIME):
+            raise WorkloadError(f"{self.name}: start {start:g} is beyond the bound on submit times "
+                                f"({MAX_SUBMIT_TIME:,} s, 100 years)")
         if not (math.isfinite(horizon) and horizon > 0):
             raise WorkloadError(f"{self.name}: horizon must be > 0 seconds (got {horizon:g})")
         if horizon > MAX_HORIZON:
