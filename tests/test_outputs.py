@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from autosched.atomic import (OutputError, atomic_path, check_output, output_scope, protect_inputs,
-                              write_text_atomic)
+                              write_text_atomic, writer_tag)
 from autosched.errors import AutoschedError
 
 SRC = Path(__file__).resolve().parents[1] / "src"
@@ -95,14 +95,15 @@ def test_a_stale_temp_of_a_dead_writer_is_removed_and_a_live_ones_kept(tmp_path)
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True, check=True)
     dead_pid = int(dead.stdout)  # exited and reaped: no process has this PID now (or soon)
-    stale = tmp_path / f".out.csv.{dead_pid}.abc123.tmp"
-    live = tmp_path / f".out.csv.{os.getppid()}.def456.tmp"  # our parent runs
+    stale = tmp_path / f".out.csv.{writer_tag(dead_pid)}.abc123.tmp"
+    live = tmp_path / f".out.csv.{writer_tag(os.getppid())}.def456.tmp"  # our parent runs
+    remote = tmp_path / f".out.csv.{dead_pid}@elsewhere.ghi789.tmp"  # another host's writer (NFS)
     other = tmp_path / ".out.csv.notapid.tmp"  # not named by autosched: left alone
-    for p in (stale, live, other):
+    for p in (stale, live, remote, other):
         p.write_text("half")
     write_text_atomic(target, "whole")
     assert target.read_text() == "whole"
-    assert not stale.exists() and live.exists() and other.exists()
+    assert not stale.exists() and live.exists() and remote.exists() and other.exists()
 
 
 WRITER = textwrap.dedent("""
@@ -125,7 +126,7 @@ def test_kill_9_mid_write_keeps_the_old_file_and_the_next_write_cleans_up(tmp_pa
     try:
         assert proc.stdout.readline().strip() == "writing"  # blocks until the temp file is half written
         temps = list(tmp_path.glob(".best.json.*.tmp"))
-        assert [t.name.split(".")[3] for t in temps] == [str(proc.pid)]  # the writer's PID is in the name
+        assert [t.name.split(".")[3] for t in temps] == [writer_tag(proc.pid)]  # the writer's PID is in the name
         os.kill(proc.pid, signal.SIGKILL)
         assert proc.wait(timeout=30) == -signal.SIGKILL
     finally:

@@ -10,13 +10,14 @@
 - ``-`` is standard output only where a command streams one output (`is_stdout`); elsewhere it is
   refused rather than written as a file named ``-``;
 - errors name the user's path, never the temporary file;
-- a killed write leaves ``.NAME.PID.XXXX.tmp`` beside the target; the next write to the same target
-  removes it once process PID is gone.
+- a killed write leaves ``.NAME.PID@HOST.XXXX.tmp`` beside the target; the next write to the same
+  target removes it once process PID is gone (on this host).
 """
 
 from __future__ import annotations
 
 import os
+import socket
 import stat
 import tempfile
 from collections.abc import Iterator
@@ -118,7 +119,7 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         real.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temps(real)
         mode = stat.S_IMODE(real.stat().st_mode) if real.exists() else 0o666 & ~_umask()
-        fd, name = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.{os.getpid()}.", suffix=".tmp")
+        fd, name = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.{writer_tag()}.", suffix=".tmp")
         os.close(fd)
         tmp = Path(name)
         os.chmod(tmp, mode)  # mkstemp makes it 0600
@@ -140,17 +141,26 @@ def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
         raise
 
 
+def writer_tag(pid: int | None = None) -> str:
+    """``PID@HOST``, in the name of a temporary file: who writes it. The host keeps a writer on
+    another machine sharing the directory (NFS) from being taken for a dead process here."""
+    host = socket.gethostname().split(".")[0].replace("@", "_") or "host"
+    return f"{os.getpid() if pid is None else pid}@{host}"
+
+
 def _remove_stale_temps(target: Path) -> None:
-    """Remove ``.NAME.PID.XXXX.tmp`` files beside `target` whose writer PID no longer runs (a
-    killed write). A temp file of a live process, or one not named this way, is left alone."""
+    """Remove ``.NAME.PID@HOST.XXXX.tmp`` files beside `target` written on this host by a process
+    that no longer runs (a killed write). A temp file of a live process, of another host, or not
+    named this way, is left alone."""
     prefix = f".{target.name}."
+    host = writer_tag(0).split("@", 1)[1]
     try:
         names = [n for n in os.listdir(target.parent) if n.startswith(prefix) and n.endswith(".tmp")]
     except OSError:
         return
     for n in names:
-        pid_text = n[len(prefix):].split(".", 1)[0]
-        if not pid_text.isdigit() or _alive(int(pid_text)):
+        pid_text, _, its_host = n[len(prefix):].split(".", 1)[0].partition("@")
+        if its_host != host or not pid_text.isdigit() or _alive(int(pid_text)):
             continue
         try:
             os.unlink(target.parent / n)
