@@ -194,6 +194,16 @@ def test_a_sample_starts_within_the_bounds_on_submit_times(model, tmp_path, star
     assert error_line(cli("workload", "sample", model, "--start", start, "--out", tmp_path / "o.csv")) == message
 
 
+@pytest.mark.parametrize("args, message", [
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "100000d"],
+     "error: --horizon of 100,000 days is beyond the 366-day limit of one sample"),
+    (["run", "{trace}", "--cluster", "2x8", "--period", "100000d"],
+     "error: --period of 100,000 days is beyond the 366-day limit of one workload sample"),
+])
+def test_horizons_of_evaluate_and_run_are_bounded_up_front(trace, args, message):
+    assert error_line(cli(*[a.format(trace=trace) for a in args])) == message
+
+
 def test_a_huge_horizon_fails_at_once(model, tmp_path):
     line = error_line(cli("workload", "sample", model, "--start", "0", "--horizon", "100000d", "--out", tmp_path / "o.csv"))
     assert "horizon of 100,000 days is beyond the 366-day limit of one sample" in line

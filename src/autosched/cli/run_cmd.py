@@ -99,6 +99,10 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
         fail(str(e))
     if p <= 0 or h <= 0:
         fail("--period and --history must be longer than 0")
+    from ..workload.base import MAX_HORIZON
+
+    if p > MAX_HORIZON:  # each round samples one period
+        fail(f"--period of {p / 86400:,.6g} days is beyond the {MAX_HORIZON / 86400:g}-day limit of one workload sample")
     if start < 0 or length <= 0:
         fail("--skip must be >= 0 and --span > 0")
     for name, value in (("--budget", budget), ("--samples", samples), ("--workers", workers)):
