@@ -286,3 +286,17 @@ def test_a_report_directory_that_is_a_file_fails_before_the_work(trace, args):
     line = error_line(cli(*[a.format(trace=trace) for a in args]))
     assert line == f"error: {trace}: is not a directory; a report is a directory (index.html, report.json)"
     assert trace.read_bytes() == before
+
+
+@pytest.mark.parametrize("args, what", [
+    (["simulate", "{fifo}", "--cluster", "2x8"], "trace file"),
+    (["simulate", "{trace}", "--cluster", "{fifo}"], "CSV of vc,nodes"),
+    (["simulate", "{trace}", "--cluster", "2x8", "--config", "{fifo}"], "JSON config"),
+    (["workload", "sample", "{fifo}", "--start", "0", "--out", "{tmp}/o.csv"], "model file (.npz)"),
+])
+def test_an_input_that_is_a_fifo_is_refused_instead_of_blocking(tmp_path, trace, args, what):
+    """Opening a FIFO with no writer blocks for ever (and a trace is read twice: head, then rows)."""
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    line = error_line(cli(*[a.format(fifo=fifo, trace=trace, tmp=tmp_path) for a in args]))
+    assert line == f"error: {fifo}: is a FIFO (named pipe), not a regular file; expected a {what}"

@@ -1,4 +1,5 @@
-"""Every file autosched writes goes through here, under one rule for outputs:
+"""Every file autosched writes goes through here, under one rule for outputs (and `check_input`
+says which inputs can be read: regular files only):
 
 - a write replaces the file whole or not at all: a write that fails midway (or is killed) leaves
   the file that was there before;
@@ -90,6 +91,19 @@ def check_output(path: str | os.PathLike) -> Path:
         if real == inp or (st is not None and ident == (st.st_dev, st.st_ino)):
             raise OutputError(f"{shown}: is an input of this command; refusing to overwrite it")
     return Path(real)
+
+
+def check_input(path: str | os.PathLike, what: str = "file") -> None:
+    """Refuse, with an `InputError` naming `path`, an input that is missing or not a regular file:
+    a FIFO or device would block or never end, a directory cannot be read as `what`."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise InputError(f"{os.fspath(path)}: no such file") from None
+    except OSError as e:
+        raise InputError(f"{os.fspath(path)}: cannot read ({e.strerror or e})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise InputError(f"{os.fspath(path)}: is {_kind(st.st_mode)}, not a regular file; expected a {what}")
 
 
 def _kind(mode: int) -> str:

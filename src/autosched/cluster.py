@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic import check_input
 from .errors import InputError
 
 from .trace.report import LoadReport, RowCheck
@@ -112,6 +113,10 @@ def parse_cluster(spec: str, **kw) -> ClusterSpec:
 def _read_vc_file(path: Path, **kw) -> ClusterSpec:
     if path.is_dir():
         raise ClusterError(f"{path}: is a directory, not a cluster file (vc,nodes)")
+    try:
+        check_input(path, "CSV of vc,nodes")  # a FIFO would block
+    except InputError as e:
+        raise ClusterError(str(e)) from None
     try:
         with open(path, newline="", encoding="utf-8-sig") as f:
             rows = list(csv.reader(f))

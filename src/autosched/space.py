@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from .atomic import check_input
 from .errors import InputError
 
 Config = dict[str, Any]
@@ -254,6 +255,11 @@ def parse_config_json(text: str, source: str = "config") -> tuple[str | None, di
 def read_config_file(path: str | os.PathLike) -> tuple[str | None, dict[str, Any]]:
     """A config file (as `dump_config` writes): (policy name or None, knob values), with one clear
     error for a missing, unreadable, non-UTF-8 or non-JSON file."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        try:
+            check_input(path, "JSON config")  # a FIFO would block
+        except InputError as e:
+            raise ConfigError(str(e)) from None
     try:
         text = Path(path).read_bytes().decode("utf-8-sig")
     except UnicodeDecodeError as e:

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ..atomic import atomic_path, is_stdout
+from ..atomic import atomic_path, check_input, is_stdout
+from ..errors import InputError
 
 from .formats import detect_format, find_format, format_names
 from .parsing import head_bytes
@@ -55,6 +56,10 @@ def _head(path: Path) -> bytes:
         raise TraceError(f"{path}: no such file")
     if path.is_dir():
         raise TraceError(f"{path}: is a directory, not a trace file")
+    try:
+        check_input(path, "trace file")  # a FIFO would block, and is read twice (head, then rows)
+    except InputError as e:
+        raise TraceError(str(e)) from None
     try:
         head = head_bytes(path)
     except (gzip.BadGzipFile, EOFError, zlib.error) as e:

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..atomic import atomic_path
+from ..atomic import atomic_path, check_input
 from ..errors import InputError
 from ..space import ConfigSpace
 from ..trace.report import MAX_SUBMIT_TIME
@@ -176,6 +176,10 @@ def read_model_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, 
         raise WorkloadError(f"{path}: no such model file")
     if path.is_dir():
         raise WorkloadError(f"{path}: is a directory, not a model file")
+    try:
+        check_input(path, "model file (.npz)")
+    except InputError as e:
+        raise WorkloadError(str(e)) from None
     not_model = f"{path}: not a workload model file written by autosched `workload fit`"
     try:
         with open(path, "rb") as f:
