@@ -296,7 +296,17 @@ def test_a_report_directory_that_is_a_file_fails_before_the_work(trace, args):
 ])
 def test_an_input_that_is_a_fifo_is_refused_instead_of_blocking(tmp_path, trace, args, what):
     """Opening a FIFO with no writer blocks for ever (and a trace is read twice: head, then rows)."""
+    import threading
+
     fifo = tmp_path / "in.fifo"
     os.mkfifo(fifo)
-    line = error_line(cli(*[a.format(fifo=fifo, trace=trace, tmp=tmp_path) for a in args]))
+    # A writer that opens and closes at once: code that wrongly opens the FIFO gets an empty read
+    # (and fails this test) instead of hanging it.
+    writer = threading.Thread(target=lambda: open(fifo, "wb").close(), daemon=True)
+    writer.start()
+    try:
+        line = error_line(cli(*[a.format(fifo=fifo, trace=trace, tmp=tmp_path) for a in args]))
+    finally:
+        os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # lets the writer's open return
+        writer.join(timeout=30)
     assert line == f"error: {fifo}: is a FIFO (named pipe), not a regular file; expected a {what}"
