@@ -310,3 +310,26 @@ def test_an_input_that_is_a_fifo_is_refused_instead_of_blocking(tmp_path, trace,
         os.close(os.open(fifo, os.O_RDONLY | os.O_NONBLOCK))  # lets the writer's open return
         writer.join(timeout=30)
     assert line == f"error: {fifo}: is a FIFO (named pipe), not a regular file; expected a {what}"
+
+
+def test_metrics_of_a_period_without_jobs():
+    """The root of the `run --period 1m` TypeError: no jobs gave a Metrics one field short."""
+    from autosched.sim.engine import JobRecords
+    from autosched.sim.metrics import compute_metrics
+
+    empty = np.zeros(0)
+    m = compute_metrics(JobRecords(*([empty] * 8)), 16)
+    assert m.to_dict() == {"jobs": 0, "avg_jct": 0.0, "median_jct": 0.0, "p95_jct": 0.0, "p99_jct": 0.0,
+                           "avg_queue": 0.0, "p99_queue": 0.0, "avg_slowdown": 0.0, "makespan": 0.0,
+                           "utilization": 0.0, "preemptions": 0, "fairness": 1.0}
+
+
+@pytest.mark.parametrize("knob, value", [("queues", True), ("queues", False), ("threshold", True),
+                                         ("queues", 1e400), ("queues", float("nan")), ("threshold", "inf")])
+def test_numeric_knobs_take_numbers_only(knob, value):
+    """JSON `true` was taken as 1 (bool is an int in Python); a huge or non-finite value overflowed."""
+    from autosched.errors import InputError
+    from autosched.policies import get_policy
+
+    with pytest.raises(InputError, match=rf"knob '{knob}': .* (is not an integer|is not a number|is outside its range)"):
+        get_policy("tiresias").space.validate({knob: value})
