@@ -88,7 +88,9 @@ def test_evaluate_json_and_report(trace_file, tmp_path):
               "--report", str(tmp_path / "rep"), "--json")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    assert set(out) == {"replay", "stat:half_life=3"}
+    assert set(out) == {"replay", "stat:half_life=3", "dropped"}
+    dropped = out.pop("dropped")  # the load report: nothing dropped from this clean trace
+    assert dropped["dropped"] == 0 and dropped["kept"] == dropped["rows"] > 0
     for entry in out.values():
         for key in ("spearman_mean", "regret_mean", "ks_interarrival_mean"):
             assert key in entry

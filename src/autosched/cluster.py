@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .atomic import check_input
 from .errors import InputError
 
 from .trace.report import LoadReport, RowCheck
@@ -24,6 +25,13 @@ PLACEMENT_HELP = (
 
 class ClusterError(InputError):
     """A cluster spec that cannot be read."""
+
+
+# Bounds on a cluster, so that a typo (16x99999999999) fails at once instead of overflowing arrays
+# or exhausting memory: the largest GPU clusters today have ~100k GPUs; a node has at most a few
+# dozen.
+MAX_GPUS_PER_NODE = 1024
+MAX_CLUSTER_GPUS = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -49,6 +57,7 @@ class ClusterSpec:
     def uniform_nodes(cls, nodes: int, gpus_per_node: int, **kw) -> "ClusterSpec":
         if nodes < 1 or gpus_per_node < 1:
             raise ClusterError("a cluster needs at least one node with at least one GPU")
+        _check_size(f"{nodes}x{gpus_per_node}", nodes, gpus_per_node)
         return cls(gpus_per_node, (("", nodes),), True, **kw)
 
     @property
@@ -102,8 +111,21 @@ def parse_cluster(spec: str, **kw) -> ClusterSpec:
 
 
 def _read_vc_file(path: Path, **kw) -> ClusterSpec:
-    with open(path, newline="", encoding="utf-8-sig") as f:
-        rows = list(csv.reader(f))
+    if path.is_dir():
+        raise ClusterError(f"{path}: is a directory, not a cluster file (vc,nodes)")
+    try:
+        check_input(path, "CSV of vc,nodes")  # a FIFO would block
+    except InputError as e:
+        raise ClusterError(str(e)) from None
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.reader(f))
+    except UnicodeDecodeError as e:
+        raise ClusterError(f"{path}: not a UTF-8 text file ({e.reason} at byte {e.start}); expected a CSV of vc,nodes") from None
+    except csv.Error as e:
+        raise ClusterError(f"{path}: malformed CSV ({e}); expected a CSV of vc,nodes") from None
+    except OSError as e:
+        raise ClusterError(f"{path}: cannot read the cluster file ({e.strerror or e})") from None
     if not rows:
         raise ClusterError(f"{path}: empty cluster file")
     header = [c.strip().lower() for c in rows[0]]
@@ -139,7 +161,15 @@ def _read_vc_file(path: Path, **kw) -> ClusterSpec:
     gpn = gpn_seen.pop() if gpn_seen else 8
     if gpn < 1:
         raise ClusterError(f"{path}: column 'gpus_per_node' must be >= 1")
+    _check_size(str(path), sum(n for _, n in vcs), gpn)
     return ClusterSpec(gpn, tuple(vcs), False, source=str(path), **kw)
+
+
+def _check_size(what: str, nodes: int, gpus_per_node: int) -> None:
+    if gpus_per_node > MAX_GPUS_PER_NODE:
+        raise ClusterError(f"{what}: {gpus_per_node:,} GPUs per node is beyond any machine (must be <= {MAX_GPUS_PER_NODE:,})")
+    if nodes * gpus_per_node > MAX_CLUSTER_GPUS:
+        raise ClusterError(f"{what}: {nodes * gpus_per_node:,} GPUs is beyond any cluster (must be <= {MAX_CLUSTER_GPUS:,})")
 
 
 def fit_to_cluster(trace: Trace, cluster: ClusterSpec, strict: bool = False,

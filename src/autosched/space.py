@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import random
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
+from .atomic import check_input
 from .errors import InputError
 
 Config = dict[str, Any]
@@ -51,9 +54,11 @@ class Float(Knob):
     unit: str = ""
 
     def coerce(self, value: Any) -> float:
+        if isinstance(value, bool):  # JSON true is not 1.0
+            raise ConfigError(f"knob {self.name!r}: {value!r} is not a number")
         try:
             x = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"knob {self.name!r}: {value!r} is not a number") from None
         if not math.isfinite(x) or not self.low <= x <= self.high:
             raise ConfigError(
@@ -81,11 +86,13 @@ class Int(Knob):
     unit: str = ""
 
     def coerce(self, value: Any) -> int:
+        if isinstance(value, bool):  # JSON true is not 1
+            raise ConfigError(f"knob {self.name!r}: {value!r} is not an integer")
         try:
             x = float(value)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):
             raise ConfigError(f"knob {self.name!r}: {value!r} is not an integer") from None
-        if x != int(x):
+        if not math.isfinite(x) or x != int(x):
             raise ConfigError(f"knob {self.name!r}: {value!r} is not an integer")
         if not self.low <= x <= self.high:
             raise ConfigError(
@@ -229,6 +236,8 @@ def parse_config_json(text: str, source: str = "config") -> tuple[str | None, di
         data = json.loads(text)
     except json.JSONDecodeError as e:
         raise ConfigError(f"{source}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: JSON nested too deeply to be a config") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a JSON object")
     if "knobs" in data:
@@ -238,4 +247,25 @@ def parse_config_json(text: str, source: str = "config") -> tuple[str | None, di
         knobs, policy = data, None
     if not isinstance(knobs, dict):
         raise ConfigError(f"{source}: 'knobs' must be a JSON object")
+    if policy is not None and not isinstance(policy, str):
+        raise ConfigError(f"{source}: 'policy' must be a policy name (a string), got {policy!r}")
     return policy, knobs
+
+
+def read_config_file(path: str | os.PathLike) -> tuple[str | None, dict[str, Any]]:
+    """A config file (as `dump_config` writes): (policy name or None, knob values), with one clear
+    error for a missing, unreadable, non-UTF-8 or non-JSON file."""
+    if os.path.exists(path) and not os.path.isdir(path):
+        try:
+            check_input(path, "JSON config")  # a FIFO would block
+        except InputError as e:
+            raise ConfigError(str(e)) from None
+    try:
+        text = Path(path).read_bytes().decode("utf-8-sig")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not a UTF-8 text file ({e.reason} at byte {e.start}); expected a JSON config") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{path}: is a directory, not a config file") from None
+    except OSError as e:
+        raise ConfigError(f"{path}: cannot read the config file ({e.strerror or e})") from None
+    return parse_config_json(text, str(path))

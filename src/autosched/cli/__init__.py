@@ -15,6 +15,7 @@ from typing import Any
 
 import typer
 
+from ..atomic import output_scope
 from ..errors import AutoschedError
 
 # name -> (module, attribute, is a group of subcommands)
@@ -61,9 +62,10 @@ def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(command)
     def run(*args: Any, **kwargs: Any) -> Any:
         try:
-            return command(*args, **kwargs)
+            with output_scope():  # the inputs this command protects from its own outputs
+                return command(*args, **kwargs)
         except AutoschedError as e:
-            typer.echo(f"error: {e}", err=True)
+            typer.echo(f"error: {' '.join(str(e).splitlines())}", err=True)  # one line, always
             raise typer.Exit(2) from None
 
     run._one_line = True  # type: ignore[attr-defined]

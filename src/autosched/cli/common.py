@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import sys
 from collections.abc import Iterator
@@ -11,6 +12,7 @@ from typing import Any, NoReturn
 
 import typer
 
+from ..atomic import check_output, is_stdout, protect_inputs
 from ..cluster import ClusterSpec, fit_to_cluster, parse_cluster
 from ..errors import AutoschedError
 from ..jsonable import jsonable
@@ -22,7 +24,7 @@ INPUT_ERRORS = (AutoschedError, OSError)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+    typer.echo(f"error: {' '.join(message.splitlines())}", err=True)  # one line, always
     raise typer.Exit(code)
 
 
@@ -39,6 +41,44 @@ def input_errors() -> Iterator[None]:
         fail(str(e))
 
 
+def require(module: str, what: str, extra: str) -> None:
+    """Fail at once, before any work, when an optional dependency a chosen option needs is missing."""
+    try:
+        found = importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # ValueError: blocked in sys.modules (set to None)
+        found = False
+    if not found:
+        fail(f"{what} needs {module}, which is not installed: pip install 'autosched[{extra}]'")
+
+
+MAX_SEED = 2**32 - 1  # the samplers' seeding (NumPy's legacy RandomState) takes no more
+
+
+def check_seed(seed: int) -> None:
+    """A random seed is an integer in [0, 2**32 - 1]: say so before any work, not in a traceback."""
+    if not 0 <= seed <= MAX_SEED:
+        fail(f"--seed must be in [0, {MAX_SEED}] (got {seed})")
+
+
+def outputs(inputs: tuple, outs: tuple = (), stream: tuple = (), dirs: tuple = ()) -> None:
+    """Declare a command's input files and check its output files up front (see autosched.atomic):
+    an output that is a directory, device or FIFO, or one of the inputs, fails before any work.
+    Outputs in `stream` may be ``-`` (standard output); `dirs` are output directories (reports)."""
+    protect_inputs(*inputs)
+    with input_errors():
+        for out in outs + stream:
+            if out is not None and not (out in stream and is_stdout(out)):
+                check_output(out)
+    for d in dirs:
+        if d is not None and d.exists() and not d.is_dir():
+            fail(f"{d}: is not a directory; a report is a directory (index.html, report.json)")
+
+
+def cluster_file(spec: str | None) -> Path | None:
+    """The cluster spec as a file to protect, if it names one (``32x8`` does not)."""
+    return Path(spec) if spec is not None and Path(spec).is_file() else None
+
+
 def default_trace_and_cluster(trace: Path | None, cluster: str | None) -> tuple[Path, str]:
     """With no trace, use the bundled sample (and its cluster, unless one is given)."""
     if trace is not None:
@@ -52,12 +92,15 @@ def default_trace_and_cluster(trace: Path | None, cluster: str | None) -> tuple[
 
 def load_inputs(trace_path: Path, cluster_spec: str, fmt: str | None = None,
                 strict: bool = False, quiet: bool = False) -> tuple[Trace, ClusterSpec, LoadReport]:
-    """Load a trace and a cluster, drop (and report) jobs the cluster cannot run."""
+    """Load a trace and a cluster, drop (and report) jobs the cluster cannot run.
+
+    Drops are always reported on stderr; `quiet` (under ``--json``) leaves out a report of notes only."""
+    protect_inputs(trace_path, cluster_file(cluster_spec))
     with input_errors():
         cluster = parse_cluster(cluster_spec)
         trace, report = load_trace(trace_path, format=fmt, strict=strict)
         trace, report = fit_to_cluster(trace, cluster, strict=strict, report=report)
-    if not quiet and (report.dropped or report.notes):
+    if report.dropped or (report.notes and not quiet):  # drops go to stderr under --json too
         note(report.summary())
     if len(trace) == 0:
         fail(f"{trace_path}: no jobs left to simulate")

@@ -13,7 +13,8 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .common import default_trace_and_cluster, fail, load_inputs, note, print_json
+from .common import (check_seed, cluster_file, default_trace_and_cluster, fail, input_errors, load_inputs, note, outputs,
+                     print_json, require)
 
 DEFAULT_STRATEGIES = "default,autosched,last_period,oracle_static,oracle_period"
 
@@ -48,10 +49,14 @@ def run_cmd(
 
     settings, names, window = _settings(policy, period, history, budget, samples, workers, model, strategies,
                                         objective, margin, noise_k, drift, screening, skip, span, seed, STRATEGIES)
-    if report is not None and importlib.util.find_spec("matplotlib") is None:
-        fail("--report needs matplotlib, which is not installed: pip install 'autosched[report]'")
+    check_seed(seed)
+    if report is not None:
+        require("matplotlib", "--report", "report")
+    if model == "neural":
+        require("torch", "--model neural", "neural")
     trace_path, cluster_spec = default_trace_and_cluster(trace, cluster)
-    tr, cl, _ = load_inputs(trace_path, cluster_spec, fmt, quiet=as_json)
+    outputs((trace_path, cluster_file(cluster_spec)), dirs=(report,))
+    tr, cl, loaded = load_inputs(trace_path, cluster_spec, fmt, quiet=as_json)
     tr = tr.window(tr.start + window[0], tr.start + window[1])
     if len(tr) < 2 or tr.end - tr.start <= settings.period:
         fail(f"{trace_path}: the trace (after --skip/--span) spans {(tr.end - tr.start) / 86400:.1f} days, "
@@ -61,11 +66,12 @@ def run_cmd(
              f"period {period}, history {history}, budget {budget} x {samples} samples")
     with _progress(len(names)) as update:
         result = run_experiment(tr, cl, settings, names, progress=update)
-    data = result.to_dict()
+    data = {**result.to_dict(), "dropped": loaded.to_dict()}
     if report is not None:
         from ..adapt.report import build_report
 
-        page = build_report(result).write(report, data=data)
+        with input_errors():
+            page = build_report(result).write(report, data=data)
         if not as_json:
             note(f"report: {page}")
     if as_json:
@@ -93,6 +99,10 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
         fail(str(e))
     if p <= 0 or h <= 0:
         fail("--period and --history must be longer than 0")
+    from ..workload.base import MAX_HORIZON
+
+    if p > MAX_HORIZON:  # each round samples one period
+        fail(f"--period of {p / 86400:,.6g} days is beyond the {MAX_HORIZON / 86400:g}-day limit of one workload sample")
     if start < 0 or length <= 0:
         fail("--skip must be >= 0 and --span > 0")
     for name, value in (("--budget", budget), ("--samples", samples), ("--workers", workers)):

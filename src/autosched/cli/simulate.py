@@ -11,9 +11,9 @@ from typing import Optional
 import typer
 
 from ..policies import POLICIES, Policy, get_policy
-from ..space import ConfigError, parse_config_json
-from .common import (default_trace_and_cluster, fail, input_errors, load_inputs, print_json,
-                     progress_bar)
+from ..space import ConfigError, read_config_file
+from .common import (cluster_file, default_trace_and_cluster, fail, input_errors, load_inputs, outputs,
+                     print_json, progress_bar)
 
 
 def build_policy(name: str, sets: list[str], config_file: Path | None) -> Policy:
@@ -22,7 +22,7 @@ def build_policy(name: str, sets: list[str], config_file: Path | None) -> Policy
         cls = get_policy(name)
         base: dict = {}
         if config_file is not None:
-            file_policy, base = parse_config_json(config_file.read_text(), str(config_file))
+            file_policy, base = read_config_file(config_file)
             if file_policy is not None and file_policy != name:
                 raise ConfigError(f"{config_file}: the config is for policy {file_policy!r}, not {name!r}")
             base = cls.space.validate(base)
@@ -31,7 +31,7 @@ def build_policy(name: str, sets: list[str], config_file: Path | None) -> Policy
 
 def policy_from_config_file(config_file: Path) -> str | None:
     with input_errors():
-        name, _ = parse_config_json(config_file.read_text(), str(config_file))
+        name, _ = read_config_file(config_file)
     return name
 
 
@@ -50,11 +50,12 @@ def simulate_cmd(
     """Replay a trace on a cluster under a policy and print the metrics."""
     from ..sim import Simulator, result_of
 
+    outputs((trace, config, cluster_file(cluster)), (jobs_out,))
     name = policy or (policy_from_config_file(config) if config else None) or "fifo"
     pol = build_policy(name, set_, config)
     overhead = _parse_overhead(restart_overhead)
     trace_path, cluster_spec = default_trace_and_cluster(trace, cluster)
-    tr, cl, _ = load_inputs(trace_path, cluster_spec, fmt, strict, quiet=as_json)
+    tr, cl, report = load_inputs(trace_path, cluster_spec, fmt, strict, quiet=as_json)
     cl = replace(cl, restart_overhead=overhead)
     with progress_bar(f"simulating {len(tr):,} jobs", len(tr)) as update:
         sim = Simulator(tr, cl, pol, progress=update).run()
@@ -66,7 +67,7 @@ def simulate_cmd(
             write_records(res.records, tr, jobs_out)
     if as_json:
         out = {"policy": pol.name, "oracle": pol.oracle, "config": pol.config,
-               "cluster": cl.describe(), **res.metrics.to_dict()}
+               "cluster": cl.describe(), **res.metrics.to_dict(), "dropped": report.to_dict()}
         print_json(out)
         return
     _print_metrics(pol, cl.describe(), str(trace_path), res.metrics)

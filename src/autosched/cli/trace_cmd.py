@@ -45,21 +45,23 @@ def inspect_cmd(
 @trace_app.command("convert")
 def convert_cmd(
     source: Path = typer.Argument(..., help="trace file to read (any supported format)"),
-    out: Path = typer.Argument(..., help="file to write: .csv, .csv.gz or .parquet (canonical columns)"),
+    out: Path = typer.Argument(..., help="file to write: .csv, .csv.gz or .parquet (canonical columns); - for CSV on stdout"),
     fmt: Optional[str] = typer.Option(None, "--format", help=_FORMAT_HELP),
     strict: bool = typer.Option(False, "--strict", help="fail on the first row that cannot be simulated instead of dropping it"),
 ) -> None:
     """Convert a trace to canonical CSV or Parquet (the drop report goes to stderr)."""
     from ..trace import load_trace, write_trace
-    from .common import fail, input_errors, note
+    from .common import fail, input_errors, note, outputs
 
-    if not out.name.lower().endswith((".csv", ".csv.gz", ".parquet", ".pq")):
-        fail(f"{out}: the output name must end in .csv, .csv.gz or .parquet")
+    stdout = str(out) == "-"
+    if not stdout and not out.name.lower().endswith((".csv", ".csv.gz", ".parquet", ".pq")):
+        fail(f"{out}: the output name must end in .csv, .csv.gz or .parquet (or be - for CSV on stdout)")
+    outputs((source,), stream=(out,))
     with input_errors():
         tr, report = load_trace(source, format=fmt, strict=strict)
         write_trace(tr, out)
     note(report.summary())
-    note(f"wrote {len(tr):,} jobs to {out}")
+    note(f"wrote {len(tr):,} jobs to {'stdout' if stdout else out}")
 
 
 def _load(trace: Path, fmt: str | None, cluster: str | None, strict: bool):

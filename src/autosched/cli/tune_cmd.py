@@ -11,7 +11,8 @@ from rich.console import Console
 from rich.table import Table
 
 from ..atomic import write_text_atomic
-from .common import fail, input_errors, load_inputs, note, print_json, progress_bar
+from .common import (check_seed, cluster_file, fail, input_errors, load_inputs, note, outputs, print_json, progress_bar,
+                     require)
 
 
 def tune_cmd(
@@ -38,16 +39,20 @@ def tune_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object"),
 ) -> None:
     """Find the best knob settings of a policy on a trace (Bayesian optimisation + causal screening)."""
-    from ..space import ConfigError, parse_config_json
+    from ..space import ConfigError, read_config_file
     from ..tune import Objective, ObjectiveError, Tuner, TuneError
 
+    outputs((trace, cluster_file(cluster), study, *warm_start), (out,), dirs=(report,))
+    check_seed(seed)
+    if report is not None:
+        require("matplotlib", "--report", "report")
     names = [n.strip() for p in policy for n in p.split(",") if n.strip()]
     with input_errors():
         try:
             obj = Objective(objective, direction, tuple(constraint))
             warm = []
             for path in warm_start:
-                name, knobs = parse_config_json(path.read_text(), str(path))
+                name, knobs = read_config_file(path)
                 warm.append({"policy": name or names[0], "knobs": knobs})
         except ObjectiveError as e:
             fail(str(e))
@@ -56,7 +61,7 @@ def tune_cmd(
     oracles = [n for n in names if n in POLICIES and POLICIES[n].oracle]
     if oracles and not as_json:
         note(f"note: {', '.join(oracles)} read true job durations (oracle baselines, not deployable)")
-    tr, cl, _ = load_inputs(trace, cluster, fmt, quiet=as_json)
+    tr, cl, loaded = load_inputs(trace, cluster, fmt, quiet=as_json)
     try:
         with input_errors():
             tuner = Tuner(names if len(names) > 1 else names[0], cl, obj, budget=budget, seed=seed,
@@ -85,7 +90,7 @@ def tune_cmd(
         if not as_json:
             note(f"report: {page}")
     if as_json:
-        print_json(result.to_dict())
+        print_json({**result.to_dict(), "dropped": loaded.to_dict()})
         return
     _print_result(result, str(trace), cl.describe())
 

@@ -12,7 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..timeparse import TimeParseError, format_duration, parse_duration
-from .common import INPUT_ERRORS, fail, load_inputs, note, print_json, progress_bar
+from .common import INPUT_ERRORS, check_seed, cluster_file, fail, load_inputs, note, outputs, print_json, progress_bar, require
 
 workload_app = typer.Typer(help="Workload models: learn a cluster's workload from its history and generate its next period.",
                            no_args_is_help=True)
@@ -45,7 +45,7 @@ def _load_trace(path: Path, fmt: Optional[str]):
         trace, report = load_trace(path, format=fmt)
     if report.dropped:
         note(report.summary())
-    return trace
+    return trace, report
 
 
 @workload_app.command("models")
@@ -79,12 +79,13 @@ def fit_cmd(
     """Fit a workload model on a trace's jobs before --until and save it."""
     from ..workload import get_model
 
+    outputs((trace,), (out,))
     t_until = _seconds(until, "--until")
     length = _seconds(history, "--history", positive=True) if history is not None else None
     with _errors():
         cls = get_model(model)
         m = cls(**cls.space.parse_assignments(set_))
-    tr = _load_trace(trace, fmt)
+    tr, loaded = _load_trace(trace, fmt)
     lo = t_until - length if length is not None else -float("inf")
     past = tr.window(lo, t_until)
     if len(past) == 0:
@@ -94,7 +95,7 @@ def fit_cmd(
         m.fit(past)
         m.save(out)
     info = {"model": m.name, "params": m.params, "out": str(out), "jobs": len(past),
-            "history_start": m.history_start, "history_end": m.history_end}
+            "history_start": m.history_start, "history_end": m.history_end, "dropped": loaded.to_dict()}
     if as_json:
         print_json(info)
     else:
@@ -107,14 +108,20 @@ def sample_cmd(
     start: str = typer.Option(..., "--start", help="start of the generated period (s since the trace's origin, or 49d, ...)"),
     horizon: str = typer.Option("7d", "--horizon", help="length of the generated period (e.g. 7d, 12h, 3600)"),
     seed: int = typer.Option(0, "--seed", help="random seed; the same seed gives the same trace"),
-    out: Path = typer.Option(..., "--out", "-o", help="output trace (.csv canonical, or .parquet)"),
+    out: Path = typer.Option(..., "--out", "-o", help="output trace (.csv canonical, or .parquet); - for CSV on stdout"),
     as_json: bool = typer.Option(False, "--json", help="print a summary as one JSON object"),
 ) -> None:
     """Generate a workload for [start, start + horizon) from a fitted model."""
     from ..trace import write_trace
     from ..workload import load_model
 
+    outputs((model,), stream=(out,))
+    if str(out) == "-" and as_json:
+        fail("--out - writes the trace to stdout; it cannot be combined with --json")
+    check_seed(seed)
     t0 = _seconds(start, "--start")
+    if t0 < 0:
+        fail(f"--start must be >= 0 (got {start!r}): submit times count from the trace's origin")
     h = _seconds(horizon, "--horizon", positive=True)
     with _errors():
         m = load_model(model)
@@ -126,7 +133,7 @@ def sample_cmd(
         print_json(info)
     else:
         note(f"sampled {len(tr):,} jobs ({info['gpu_hours']:,.0f} GPU-hours) in [{_when(t0)}, {_when(t0 + h)}) "
-             f"from {m.describe()}, seed {seed}; wrote {out}")
+             f"from {m.describe()}, seed {seed}; wrote {'stdout' if str(out) == '-' else out}")
 
 
 @workload_app.command("evaluate")
@@ -147,13 +154,17 @@ def evaluate_cmd(
     max_duration: Optional[str] = typer.Option(None, "--max-duration", help="drop jobs longer than this first (e.g. 2d, as the bundled sample does)"),
     fmt: Optional[str] = typer.Option(None, "--format", help="trace format (default: detected from the header)"),
     report: Optional[Path] = typer.Option(None, "--report", help="write an HTML report (index.html, report.json) into this directory"),
-    as_json: bool = typer.Option(False, "--json", help="print one JSON object keyed by model name"),
+    as_json: bool = typer.Option(False, "--json", help="print one JSON object keyed by model name, plus 'dropped' (the trace's load report)"),
 ) -> None:
     """Rolling-origin evaluation of workload models: distribution distances and decision fidelity."""
     from ..policies import get_policy
     from ..workload import parse_model_spec
     from ..workload.evaluate import EvalSetup, evaluate
 
+    outputs((trace, cluster_file(cluster)), dirs=(report,))
+    check_seed(seed)
+    if report is not None:
+        require("matplotlib", "--report", "report")
     specs = [s.strip() for s in models.split(",") if s.strip()]
     if not specs:
         fail("--models is empty; give at least one model, e.g. replay,stat")
@@ -167,7 +178,7 @@ def evaluate_cmd(
                       last=_seconds(last, "--last") if last else None)
     with _errors():
         setup.check()
-    tr, cl, _ = load_inputs(trace, cluster, fmt, quiet=as_json)
+    tr, cl, loaded = load_inputs(trace, cluster, fmt, quiet=as_json)
     if max_duration is not None:
         cap = _seconds(max_duration, "--max-duration", True)
         long = int((tr.duration > cap).sum())
@@ -184,8 +195,8 @@ def evaluate_cmd(
         if not as_json:
             note(f"report: {page}")
     if as_json:
-
-        print_json(ev.summary())  # nan (e.g. VC share without VCs) -> null: strict JSON
+        # nan (e.g. VC share without VCs) -> null: strict JSON
+        print_json({**ev.summary(), "dropped": loaded.to_dict()})
     else:
         _print_summary(ev, str(trace))
 

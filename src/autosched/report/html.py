@@ -21,7 +21,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_text_atomic
+from ..atomic import OutputError, write_text_atomic
 from ..jsonable import jsonable
 
 _CSS = """
@@ -80,7 +80,12 @@ class Report:
     def write(self, out_dir: str | os.PathLike, data: Any = None) -> Path:
         """Write ``index.html`` (and ``report.json`` with `data`) into `out_dir`; returns the HTML path."""
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
+        if out.exists() and not out.is_dir():
+            raise OutputError(f"{out}: is not a directory; a report is a directory (index.html, report.json)")
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise OutputError(f"{out}: cannot create the report directory ({e.strerror or e})") from None
         page = out / "index.html"
         write_text_atomic(page, self.render())
         if data is not None:

@@ -59,7 +59,7 @@ def compute_metrics(rec: JobRecords, capacity: int, groups: np.ndarray | None = 
     """Metrics of a finished run. `groups` (one label per job) is used for fairness."""
     n = len(rec.submit)
     if n == 0:
-        return Metrics(0, *([0.0] * 8), 0, 1.0)
+        return Metrics(0, *([0.0] * 9), 0, 1.0)  # jobs; avg_jct .. utilization; preemptions; fairness
     jct = rec.jct
     queue = rec.queue
     slowdown = np.maximum(1.0, jct / np.maximum(rec.duration, SLOWDOWN_BOUND))

@@ -17,12 +17,17 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from ..atomic import atomic_path
+from ..atomic import atomic_path, check_input
 from ..errors import InputError
 from ..space import ConfigSpace
+from ..trace.report import MAX_SUBMIT_TIME
 from ..trace.table import Trace
 
 FORMAT_VERSION = 1
+# Bounds on what one sample may generate, so that a typo (--horizon 100000d) fails at once instead
+# of filling the machine's memory: a year of the busiest public trace is a few million jobs.
+MAX_HORIZON = 366 * 86400.0
+MAX_SAMPLE_JOBS = 10_000_000
 
 
 class WorkloadError(InputError):
@@ -65,10 +70,16 @@ class WorkloadModel:
         if not self.fitted:
             raise WorkloadError(f"{self.name}: call fit() before sample()")
         start, horizon = float(start), float(horizon)
-        if not math.isfinite(start):
-            raise WorkloadError(f"{self.name}: start {start!r} is not a finite time")
+        if not (math.isfinite(start) and start <= MAX_SUBMIT_TIME):
+            raise WorkloadError(f"{self.name}: start {start:g} is beyond the bound on submit times "
+                                f"({MAX_SUBMIT_TIME:,} s, 100 years)")
         if not (math.isfinite(horizon) and horizon > 0):
             raise WorkloadError(f"{self.name}: horizon must be > 0 seconds (got {horizon:g})")
+        if horizon > MAX_HORIZON:
+            raise WorkloadError(f"{self.name}: horizon of {horizon / 86400:,.6g} days is beyond the "
+                                f"{MAX_HORIZON / 86400:g}-day limit of one sample; sample the period in parts")
+        if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+            raise WorkloadError(f"{self.name}: seed must be an integer >= 0 (got {seed!r})")
         rng = np.random.default_rng(int(seed))
         jobs = self._sample(start, horizon, rng)
         return jobs.to_trace(start, horizon, f"{self.name}-{int(seed)}")
@@ -146,16 +157,49 @@ def vc_codes(history: Trace, names: list[str] | None) -> np.ndarray | None:
     return np.searchsorted(np.asarray(names, dtype=object), history.vc).astype(np.int64)
 
 
+def check_sample_size(name: str, jobs: float) -> None:
+    """Refuse, before generating them, more jobs than `MAX_SAMPLE_JOBS` (models call it as soon
+    as they know how many they will make)."""
+    if jobs > MAX_SAMPLE_JOBS:
+        raise WorkloadError(f"{name}: the sample would have {jobs:,.0f} jobs, more than the limit of "
+                            f"{MAX_SAMPLE_JOBS:,}; sample a shorter horizon")
+
+
+_HEADER_KEYS = {"format": int, "model": str, "params": dict, "history": list, "state": dict}
+
+
 def read_model_file(path: str | os.PathLike) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+    """The JSON header and arrays of a model file, with one `WorkloadError` for anything that is
+    not a complete model file written by autosched (a trace, a truncated or empty file...)."""
     path = Path(path)
     if not path.exists():
         raise WorkloadError(f"{path}: no such model file")
+    if path.is_dir():
+        raise WorkloadError(f"{path}: is a directory, not a model file")
+    try:
+        check_input(path, "model file (.npz)")
+    except InputError as e:
+        raise WorkloadError(str(e)) from None
+    not_model = f"{path}: not a workload model file written by autosched `workload fit`"
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise WorkloadError(f"{path}: cannot read the model file ({e.strerror or e})") from None
+    if not magic:
+        raise WorkloadError(f"{path}: the file is empty; {not_model[len(str(path)) + 2:]}")
+    if magic != b"PK\x03\x04":  # an .npz is a zip archive
+        raise WorkloadError(f"{not_model} (it is not an .npz archive)")
     try:
         with np.load(path, allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
         header = json.loads(str(arrays.pop("__header__")))
-    except (OSError, ValueError, KeyError) as e:
-        raise WorkloadError(f"{path}: not a workload model file written by autosched ({e})") from None
-    if header.get("format") != FORMAT_VERSION:
-        raise WorkloadError(f"{path}: model file format {header.get('format')!r} is not {FORMAT_VERSION}")
+    except Exception as e:  # zipfile, zlib, numpy and json raise many types for a cut or forged archive
+        raise WorkloadError(f"{not_model}, or it is damaged ({type(e).__name__}: {e})") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT_VERSION:
+        got = header.get("format") if isinstance(header, dict) else header
+        raise WorkloadError(f"{path}: model file format {got!r} is not {FORMAT_VERSION}")
+    bad = [k for k, t in _HEADER_KEYS.items() if not isinstance(header.get(k), t)]
+    if bad or len(header["history"]) != 3:
+        raise WorkloadError(f"{path}: damaged model header (field(s) {', '.join(bad) or 'history'})")
     return header, arrays

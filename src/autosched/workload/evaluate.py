@@ -32,7 +32,7 @@ from ..policies.base import Policy
 from ..space import Config
 from ..trace.table import Trace
 from . import parse_model_spec
-from .base import WorkloadError
+from .base import MAX_HORIZON, WorkloadError
 
 HOUR, DAY = 3600.0, 86400.0
 
@@ -53,6 +53,9 @@ class EvalSetup:
         for name in ("history", "horizon", "step"):
             if not getattr(self, name) > 0:
                 raise WorkloadError(f"--{name} must be > 0 seconds (got {getattr(self, name):g})")
+        if self.horizon > MAX_HORIZON:
+            raise WorkloadError(f"--horizon of {self.horizon / 86400:,.6g} days is beyond the "
+                                f"{MAX_HORIZON / 86400:g}-day limit of one sample")
         if self.samples < 1:
             raise WorkloadError(f"--samples must be >= 1 (got {self.samples})")
         if self.panel < 1:

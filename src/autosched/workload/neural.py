@@ -23,7 +23,7 @@ import numpy as np
 
 from ..space import ConfigSpace, Float, Int
 from ..trace.table import Trace
-from .base import Jobs, WorkloadError, WorkloadModel, vc_codes
+from .base import Jobs, WorkloadError, WorkloadModel, check_sample_size, vc_codes
 
 DAY, WEEK = 86400.0, 604800.0
 # Inter-arrival buckets: [0, 1) s, then doubling up to 2^20 s (12 days) and one open bucket.
@@ -105,6 +105,8 @@ class Neural(WorkloadModel):
         end = start + horizon
         # A cap on generated jobs, so a model that predicts ever shorter gaps still stops.
         rate = self.history_jobs / max(self.history_end - self.history_start, 1.0)
+        # It generates from the end of its history, so a start far after it costs as much as a horizon.
+        check_sample_size(self.name, rate * (end - self.tail_t[-1]))
         cap = int(10 * rate * (end - self.tail_t[-1])) + 10000
         out_t, out_tok = [], []
         with torch.no_grad():

@@ -29,7 +29,7 @@ import numpy as np
 
 from ..space import Bool, ConfigSpace, Float
 from ..trace.table import Trace
-from .base import Jobs, WorkloadModel, vc_codes
+from .base import Jobs, WorkloadModel, check_sample_size, vc_codes
 
 HOUR, DAY, WEEK = 3600.0, 86400.0, 604800.0
 TREND_CLIP = 2.0
@@ -128,6 +128,7 @@ class Stat(WorkloadModel):
             days, inv = np.unique(day, return_inverse=True)
             k = 1.0 / self.inv_shape
             rate = rate * rng.gamma(k, 1.0 / k, size=len(days))[inv]
+        check_sample_size(self.name, float(rate.sum()) * float(np.diff(self.ptr).mean()))
         n = rng.poisson(rate)
         starts = np.repeat(lo, n) + rng.random(int(n.sum())) * np.repeat(hi - lo, n)
         chosen = self._choose_batches(starts, rng)
