@@ -114,8 +114,9 @@ class LiteralTiresias(Tiresias):
         gpus, protected = self.jobs.gpus, self.protected_flag
         quota = self.part.capacity - sum(gpus[j] for j in self.protected)
         order = []
-        for q in range(len(self.lists)):
-            members = self.running_in[q] + self.waiting_in[q] if self.running_first else self.lists[q]
+        book = self.book
+        for q in range(len(book.members)):
+            members = book.running[q] + book.waiting[q] if self.running_first else book.members[q]
             order += [j for j in members if not protected[j]]
         taken = set()
         for j in order:
@@ -124,9 +125,27 @@ class LiteralTiresias(Tiresias):
                 quota -= gpus[j]
         for j in [j for j in order if self.running_flag[j] and j not in taken]:
             self._preempt(j)
-            if self.starvation > 0 and self.queue_of[j] > 0:
+            if self.starvation > 0 and book.queue_of[j] > 0:
                 self._watch_starvation(j)
         self._start_in_order([j for j in order if j in taken and not self.running_flag[j]], now)
+
+
+class CheckedTiresias(Tiresias):
+    """The fast class, with its queue book's invariant checked after every decision."""
+
+    def schedule(self, now: float) -> None:
+        super().schedule(now)
+        self.book.check()
+
+
+def test_the_book_check_catches_a_broken_invariant():
+    sim = Simulator(make_trace([(0, 1, 100), (0, 2, 100), (5, 1, 50)]), cluster(1, 2), CheckedTiresias())
+    sim.run(until=10)
+    book = sim.policies[0].book
+    book.check()
+    book.total[0] += 1  # a queue total that no longer matches its members
+    with pytest.raises(AssertionError):
+        book.check()
 
 
 @settings(max_examples=150, deadline=None)
@@ -160,7 +179,7 @@ def test_decisions_equal_the_literal_greedy_walk(data):
             sim.reconfigure(dict(cfg, **switch[1]))
         return sim.run()
 
-    assert run(Tiresias).segments == run(LiteralTiresias).segments
+    assert run(CheckedTiresias).segments == run(LiteralTiresias).segments
 
 
 def test_a_promotion_that_falls_due_as_its_job_is_preempted_fires_at_the_next_event():
