@@ -270,8 +270,11 @@ class Tiresias(Policy):
             while timers and not self._live(timers[0]):
                 heappop(timers)
             if timers:
-                self._waking_for = timers[0]
-                part.wake_at(timers[0][0])
+                self._waking_for = first = timers[0]
+                if first[0] <= now:  # (rare) it fires at the next event; the next live timer is one
+                    first = min((t for t in timers if t[0] > now and self._live(t)), default=None)
+                if first is not None:
+                    part.wake_at(first[0])
 
     def _live(self, timer: tuple[float, int, int, float]) -> bool:
         """Whether the run or wait this timer was set for is still going on."""
