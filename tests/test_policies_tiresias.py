@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from autosched.policies import get_policy
 from autosched.policies.tiresias import Tiresias
 from autosched.sim import Simulator
+from reference_tiresias import ReferenceTiresias
 from simkit import cluster, jct, make_trace, run
 
 PLACEMENTS = ("consolidate", "spread", "count")
@@ -98,40 +99,29 @@ def test_starvation_with_a_threshold_below_the_restart_overhead_terminates():
     assert sim.finished == 2
 
 
-# ------------------------------------------- the fast decision equals the literal definition
+# ------------------------------------- the fast class equals the reference written from the definition
 
-class LiteralTiresias(Tiresias):
-    """Tiresias as its docstring defines it: at every wake-up, walk all jobs in priority order
-    and take each whose GPUs still fit; no remembered cuts, no skipped decisions. (It shares
-    the timers and the re-filing on reconfiguration with the fast class; those are checked by
-    the hand-worked cases above and below.)"""
+class CheckedTiresias(Tiresias):
+    """The fast class, with its queue book's invariant checked after every decision."""
 
     def schedule(self, now: float) -> None:
-        self._changed = True  # every wake-up decides
         super().schedule(now)
+        self.book.check()
 
-    def _decide(self, now: float) -> None:
-        gpus, protected = self.jobs.gpus, self.protected_flag
-        quota = self.part.capacity - sum(gpus[j] for j in self.protected)
-        order = []
-        for q in range(len(self.lists)):
-            members = self.running_in[q] + self.waiting_in[q] if self.running_first else self.lists[q]
-            order += [j for j in members if not protected[j]]
-        taken = set()
-        for j in order:
-            if gpus[j] <= quota:
-                taken.add(j)
-                quota -= gpus[j]
-        for j in [j for j in order if self.running_flag[j] and j not in taken]:
-            self._preempt(j)
-            if self.starvation > 0 and self.queue_of[j] > 0:
-                self._watch_starvation(j)
-        self._start_in_order([j for j in order if j in taken and not self.running_flag[j]], now)
+
+def test_the_book_check_catches_a_broken_invariant():
+    sim = Simulator(make_trace([(0, 1, 100), (0, 2, 100), (5, 1, 50)]), cluster(1, 2), CheckedTiresias())
+    sim.run(until=10)
+    book = sim.policies[0].book
+    book.check()
+    book.total[0] += 1  # a queue total that no longer matches its members
+    with pytest.raises(AssertionError):
+        book.check()
 
 
 @settings(max_examples=150, deadline=None)
 @given(st.data())
-def test_decisions_equal_the_literal_greedy_walk(data):
+def test_decisions_equal_the_reference_implementation(data):
     nodes, gpn = data.draw(st.sampled_from([(1, 4), (2, 4), (3, 2), (2, 8)]))
     n = data.draw(st.integers(1, 25))
     submits = sorted(data.draw(st.lists(st.integers(0, 400), min_size=n, max_size=n)))
@@ -160,7 +150,7 @@ def test_decisions_equal_the_literal_greedy_walk(data):
             sim.reconfigure(dict(cfg, **switch[1]))
         return sim.run()
 
-    assert run(Tiresias).segments == run(LiteralTiresias).segments
+    assert run(CheckedTiresias).segments == run(ReferenceTiresias).segments
 
 
 def test_a_promotion_that_falls_due_as_its_job_is_preempted_fires_at_the_next_event():
@@ -182,3 +172,20 @@ def test_a_promotion_that_falls_due_as_its_job_is_preempted_fires_at_the_next_ev
     assert [(j, b, e) for j, b, e, _ in first][:4] == [
         (0, 0.0, 100.0), (1, 100.0, 200.0), (0, 200.0, 320.0), (1, 320.0, 400.0)]
     assert first[4][:2] == (0, 400.0)
+
+
+def test_a_promotion_due_at_its_decision_does_not_hide_a_later_demotion():
+    """Found by the reference implementation. 1x4 GPUs, 40 s restart overhead, 2 queues at 100
+    GPU-s, starvation 1. Job 7 (4 GPUs) has attained exactly 100 GPU-s at 99 s and is demoted and
+    preempted by job 8 (1 GPU, 23 s run before, 38 s of work left). Job 7 ran 25 s and has waited
+    25 s since its last promotion: its promotion falls due at 99 s, the instant of the decision
+    that preempts it, so it fires at the partition's next event. That event is job 8's crossing
+    of 100 GPU-s at 99 + (100 - 23) = 176 s (job 8 would finish at 99 + 40 + 38 = 177 s): job 7 is
+    promoted, job 8 demoted, and job 7 (older, same top queue) takes the GPUs at 176 s. The fast
+    class used to ask for a wake-up at the promotion's own time (refused: not in the future) and
+    none for the demotion, so both waited until job 8 finished at 177 s."""
+    jobs = [(0, 4, 26), (0, 1, 1), (0, 1, 1), (0, 1, 1), (0, 1, 24), (0, 1, 1), (0, 1, 1), (0, 4, 2), (0, 1, 61)]
+    cfg = dict(queues=2, threshold=100.0, threshold_growth=1.5, starvation=1.0)
+    sim = Simulator(make_trace(jobs), cluster(1, 4), get_policy("tiresias")(cfg), record_segments=True).run()
+    segs = [(j, b, e) for j, b, e, _ in sim.segments]
+    assert (7, 75.0, 99.0) in segs and (8, 99.0, 176.0) in segs and (7, 176.0, 201.0) in segs

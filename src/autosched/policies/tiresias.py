@@ -14,6 +14,102 @@ from .prefix import SortedPrefix
 QUEUE_ORDERS = ("submit", "running_first")
 
 
+class QueueBook:
+    """Tiresias's per-queue bookkeeping: the queue of every active job, who runs and who waits in
+    each queue, each queue's GPU total, and the remembered prefix cuts the decisions walk.
+
+    The invariant, which `check` verifies and every method keeps, for each queue q:
+
+    - ``members[q]`` is sorted and is the disjoint union of ``running[q]`` and ``waiting[q]``
+      (both sorted); ``queue_of[j] == q`` exactly for its members; ``running_flag[j]`` says which
+      of the two lists j is in;
+    - ``total[q]`` is the GPUs of its members;
+    - each cut (``prefix[q]`` over ``members[q]``; ``run_prefix[q]`` / ``wait_prefix[q]`` over
+      ``running[q]`` / ``waiting[q]``) holds the summed ``weight`` of its members below its bound.
+
+    Which cut a job counts in: ``prefix`` in submission order; under ``running_first`` (running
+    jobs first, then waiting ones) ``run_prefix`` or ``wait_prefix`` by its running flag.
+    ``weight`` (shared with the policy) is a job's GPUs, or 0 while it is protected by min_run.
+    """
+
+    __slots__ = ("gpus", "weight", "running_flag", "running_first", "queue_of", "members", "total",
+                 "running", "waiting", "prefix", "run_prefix", "wait_prefix")
+
+    def __init__(self, count: int, gpus: list[int], weight: list[int], running_flag: list[bool],
+                 running_first: bool):
+        self.gpus, self.weight, self.running_flag = gpus, weight, running_flag
+        self.running_first = running_first
+        self.queue_of: dict[int, int] = {}
+        self.members: list[list[int]] = [[] for _ in range(count)]
+        self.total = [0] * count
+        self.running: list[list[int]] = [[] for _ in range(count)]
+        self.waiting: list[list[int]] = [[] for _ in range(count)]
+        self.prefix = [SortedPrefix(lst, weight) for lst in self.members]
+        self.run_prefix = [SortedPrefix(lst, weight) for lst in self.running]
+        self.wait_prefix = [SortedPrefix(lst, weight) for lst in self.waiting]
+
+    def _count(self, j: int, sign: int) -> None:
+        """Add (sign 1) or take away (-1) job j's weight in the cut its state puts it in."""
+        q = self.queue_of[j]
+        if not self.running_first:
+            cut = self.prefix[q]
+        else:
+            cut = self.run_prefix[q] if self.running_flag[j] else self.wait_prefix[q]
+        cut.changed(j, sign * self.weight[j])
+
+    def add(self, j: int, q: int) -> None:
+        """Job j joins queue q, running or waiting as its flag says."""
+        self.queue_of[j] = q
+        insort(self.members[q], j)
+        self.total[q] += self.gpus[j]
+        insort((self.running if self.running_flag[j] else self.waiting)[q], j)
+        self._count(j, 1)
+
+    def remove(self, j: int) -> None:
+        """Job j leaves its queue (it finished, or is about to join another)."""
+        self._count(j, -1)
+        q = self.queue_of.pop(j)
+        lst, mine = self.members[q], (self.running if self.running_flag[j] else self.waiting)[q]
+        del lst[bisect_left(lst, j)]
+        del mine[bisect_left(mine, j)]
+        self.total[q] -= self.gpus[j]
+
+    def move(self, j: int, q: int) -> None:
+        self.remove(j)
+        self.add(j, q)
+
+    def set_running(self, j: int, running: bool) -> None:
+        """Job j started (True) or was preempted (False): it changes lists within its queue."""
+        q = self.queue_of[j]
+        self._count(j, -1)
+        old, new = (self.waiting, self.running) if running else (self.running, self.waiting)
+        del old[q][bisect_left(old[q], j)]
+        insort(new[q], j)
+        self.running_flag[j] = running
+        self._count(j, 1)
+
+    def set_weight(self, j: int, weight: int) -> None:
+        self._count(j, -1)
+        self.weight[j] = weight
+        self._count(j, 1)
+
+    def check(self) -> None:
+        """Raise AssertionError unless the invariant in the class docstring holds."""
+        seen: dict[int, int] = {}
+        for q, lst in enumerate(self.members):
+            assert lst == sorted(lst) and self.running[q] == sorted(self.running[q]), q
+            assert self.waiting[q] == sorted(self.waiting[q]), q
+            assert lst == sorted(self.running[q] + self.waiting[q]), q
+            assert all(self.running_flag[j] for j in self.running[q]), q
+            assert not any(self.running_flag[j] for j in self.waiting[q]), q
+            assert self.total[q] == sum(self.gpus[j] for j in lst), q
+            seen.update((j, q) for j in lst)
+            cuts = [self.prefix[q]] if not self.running_first else [self.run_prefix[q], self.wait_prefix[q]]
+            for cut in cuts:
+                assert cut.inside == sum(self.weight[j] for j in cut.members if j < cut.bound), q
+        assert seen == self.queue_of
+
+
 class Tiresias(Policy):
     """Jobs sit in priority queues by attained service (GPU-seconds held); a job moves down one
     queue each time its attained service crosses the next threshold. Within a queue, jobs are in
@@ -63,7 +159,7 @@ class Tiresias(Policy):
         self._next_tick = -math.inf
         self._changed = True
         self._waking_for = None  # the first timer when the pending wake-up was asked for
-        if hasattr(self, "queue_of"):  # reconfigured mid-run: re-file jobs under the new queues
+        if hasattr(self, "book"):  # reconfigured mid-run: re-file jobs under the new queues
             self._refile(self.part.sim.now)
 
     def bind(self, part, jobs) -> None:
@@ -74,8 +170,7 @@ class Tiresias(Policy):
         # GPUs a job counts for in the prefix searches: its own, 0 while protected.
         self.weight = list(jobs.gpus)
         super().bind(part, jobs)
-        self._new_queues(self.config["queues"])
-        self.queue_of: dict[int, int] = {}
+        self.book = self._new_book()
         self.base: dict[int, float] = {}  # attained service forgiven by starvation promotions
         # Seconds waited since the last promotion in finished waits that followed a run (as
         # Tiresias's last_pending_time; the current wait is counted by the promotion timer).
@@ -89,47 +184,22 @@ class Tiresias(Policy):
         # set for (identified by its start time) is over.
         self.timers: list[tuple[float, int, int, float]] = []
 
-    def _new_queues(self, count: int) -> None:
-        # Per queue: all its jobs in submission order, their total GPUs, and who runs or waits.
-        # The totals let a decision take a whole queue at once when it fits.
-        self.lists: list[list[int]] = [[] for _ in range(count)]
-        self.qsum = [0] * count
-        self.running_in: list[list[int]] = [[] for _ in range(count)]  # sorted
-        self.waiting_in: list[list[int]] = [[] for _ in range(count)]  # sorted
-        # The longest prefix of a queue that fits, kept between decisions. In submission order
-        # it runs over all the queue's jobs; under running_first, where the order is running
-        # then waiting jobs, over each of the two lists.
-        self.prefix = [SortedPrefix(lst, self.weight) for lst in self.lists]
-        self.run_prefix = [SortedPrefix(lst, self.weight) for lst in self.running_in]
-        self.wait_prefix = [SortedPrefix(lst, self.weight) for lst in self.waiting_in]
-
-    def _index(self, j: int, sign: int) -> None:
-        """Add (sign 1) or take away (-1) job j in the prefix its current state puts it in.
-
-        Every change of a job's queue, running or protected state is bracketed by the two."""
-        q = self.queue_of[j]
-        if not self.running_first:
-            cut = self.prefix[q]
-        else:
-            cut = self.run_prefix[q] if self.running_flag[j] else self.wait_prefix[q]
-        cut.changed(j, sign * self.weight[j])
+    def _new_book(self) -> QueueBook:
+        return QueueBook(self.config["queues"], self.jobs.gpus, self.weight, self.running_flag,
+                         self.running_first)
 
     def _refile(self, now: float) -> None:
-        part = self.part
+        part, old = self.part, self.book
         for j in self.protected:
             self.protected_flag[j] = False
             self.weight[j] = self.jobs.gpus[j]
         self.protected.clear()
-        self._new_queues(self.config["queues"])
+        self.book = book = self._new_book()
         self.timers = []
-        for j in sorted(self.queue_of):
+        for j in sorted(old.queue_of):
             attained = part.attained(j, now) - self.base[j]
             q = self._queue_for(attained)
-            self.queue_of[j] = q
-            self.lists[q].append(j)
-            self.qsum[q] += self.jobs.gpus[j]
-            (self.running_in if j in part.running else self.waiting_in)[q].append(j)
-            self._index(j, 1)
+            book.add(j, q)
             if j in part.running:
                 self._set_demote_timer(j, now, attained)
                 if self.min_run > 0:
@@ -146,44 +216,22 @@ class Tiresias(Policy):
         return q
 
     def on_arrival(self, j: int, now: float) -> None:
-        self.queue_of[j] = 0
         self.base[j] = 0.0
         self.served_at_promotion[j] = 0.0
         self.waited[j] = 0.0
-        self.lists[0].append(j)  # arrivals come in submission order: the list stays sorted
-        self.qsum[0] += self.jobs.gpus[j]
-        self.waiting_in[0].append(j)
-        self._index(j, 1)
+        self.book.add(j, 0)
         self.demand += self.jobs.gpus[j]
         self._changed = True
 
     def on_finish(self, j: int, now: float) -> None:
         self._unprotect(j)
-        self._move(j, None)
+        self.book.remove(j)
+        self._changed = True
         self.running_flag[j] = False
         del self.base[j]
         del self.served_at_promotion[j]
         del self.waited[j]
         self.demand -= self.jobs.gpus[j]
-
-    def _move(self, j: int, q: int | None) -> None:
-        """Move job j to queue q (None: it left the system)."""
-        self._changed = True
-        self._index(j, -1)
-        old, g = self.queue_of[j], self.jobs.gpus[j]
-        members = self.running_in if self.running_flag[j] else self.waiting_in
-        lst, mine = self.lists[old], members[old]
-        del lst[bisect_left(lst, j)]
-        self.qsum[old] -= g
-        del mine[bisect_left(mine, j)]
-        if q is None:
-            del self.queue_of[j]
-        else:
-            self.queue_of[j] = q
-            insort(self.lists[q], j)
-            self.qsum[q] += g
-            insort(members[q], j)
-            self._index(j, 1)
 
     def schedule(self, now: float) -> None:
         part = self.part
@@ -208,7 +256,7 @@ class Tiresias(Policy):
                 self._decide(now)
             self._changed = False
         if self.interval > 0:
-            if self.queue_of:
+            if self.book.queue_of:
                 part.wake_at(self._next_tick)
             else:  # no wake is pending: the next arrival must not wait for a tick nobody set
                 self._next_tick = -math.inf
@@ -222,21 +270,24 @@ class Tiresias(Policy):
             while timers and not self._live(timers[0]):
                 heappop(timers)
             if timers:
-                self._waking_for = timers[0]
-                part.wake_at(timers[0][0])
+                self._waking_for = first = timers[0]
+                if first[0] <= now:  # (rare) it fires at the next event; the next live timer is one
+                    first = min((t for t in timers if t[0] > now and self._live(t)), default=None)
+                if first is not None:
+                    part.wake_at(first[0])
 
     def _live(self, timer: tuple[float, int, int, float]) -> bool:
         """Whether the run or wait this timer was set for is still going on."""
         _, kind, j, stamp = timer
         part = self.part
         if kind == _PROMOTE:
-            return j in self.queue_of and j not in part.running and part.waiting_since(j) == stamp
+            return j in self.book.queue_of and j not in part.running and part.waiting_since(j) == stamp
         if kind == _DEMOTE:
             return j in part.running and part.run_started(j) == stamp
         return j in self.protected and part.run_started(j) == stamp
 
     def _fire_timers(self, now: float) -> None:
-        part, timers = self.part, self.timers
+        part, timers, book = self.part, self.timers, self.book
         while timers and timers[0][0] <= now:
             timer = heappop(timers)
             if not self._live(timer):
@@ -246,12 +297,14 @@ class Tiresias(Policy):
                 self.base[j] = part.attained(j, now)
                 self.served_at_promotion[j] = part.served(j, now)
                 self.waited[j] = 0.0
-                self._move(j, 0)
+                book.move(j, 0)
+                self._changed = True
             elif kind == _DEMOTE:
                 attained = part.attained(j, now) - self.base[j]
                 q = self._queue_for(attained)
-                if q != self.queue_of[j]:
-                    self._move(j, q)
+                if q != book.queue_of[j]:
+                    book.move(j, q)
+                    self._changed = True
                 self._set_demote_timer(j, now, attained)
             else:
                 self._unprotect(j)
@@ -259,11 +312,9 @@ class Tiresias(Policy):
     def _unprotect(self, j: int) -> None:
         if self.protected_flag[j]:
             self._changed = True
-            self._index(j, -1)
             self.protected.discard(j)
             self.protected_flag[j] = False
-            self.weight[j] = self.jobs.gpus[j]
-            self._index(j, 1)
+            self.book.set_weight(j, self.jobs.gpus[j])
 
     def _start_in_order(self, jobs, now: float) -> None:
         """Start jobs in this order, skipping those placement cannot fit.
@@ -284,11 +335,7 @@ class Tiresias(Policy):
         attained = part.attained(j, now) - self.base[j]
         if attained > 0:  # it ran since its last promotion: this wait counts
             self.waited[j] += now - part.waiting_since(j)
-        q = self.queue_of[j]
-        waiting = self.waiting_in[q]
-        del waiting[bisect_left(waiting, j)]
-        insort(self.running_in[q], j)
-        self._set_running(j, True)
+        self.book.set_running(j, True)
         self._set_demote_timer(j, now, attained)
         if self.min_run > 0:
             self._protect(j)
@@ -296,39 +343,25 @@ class Tiresias(Policy):
 
     def _preempt(self, j: int) -> None:
         self.part.preempt(j)
-        q = self.queue_of[j]
-        running = self.running_in[q]
-        del running[bisect_left(running, j)]
-        insort(self.waiting_in[q], j)
-        self._set_running(j, False)
-
-    def _set_running(self, j: int, running: bool) -> None:
-        if self.running_first:  # the flag decides which of the queue's two cuts j counts in
-            self._index(j, -1)
-            self.running_flag[j] = running
-            self._index(j, 1)
-        else:
-            self.running_flag[j] = running
+        self.book.set_running(j, False)
 
     def _protect(self, j: int) -> None:
         """Keep running job j from preemption until it has run min_run seconds."""
         stamp = self.part.run_started(j)
         heappush(self.timers, (stamp + self.min_run, _PROTECTED, j, stamp))
-        self._index(j, -1)
         self.protected.add(j)
         self.protected_flag[j] = True
-        self.weight[j] = 0
-        self._index(j, 1)
+        self.book.set_weight(j, 0)
 
     def _set_demote_timer(self, j: int, now: float, attained: float) -> None:
         """Wake when running job j's attained service (now `attained`) reaches its queue's limit."""
-        q = self.queue_of[j]
+        q = self.book.queue_of[j]
         if q < len(self.limits):
             t = now + max(self.limits[q] - attained, 0.0) / self.jobs.gpus[j]
             heappush(self.timers, (t, _DEMOTE, j, self.part.run_started(j)))
 
     def _start_all(self, now: float) -> None:
-        self._start_in_order([j for queue in self.waiting_in for j in queue], now)
+        self._start_in_order([j for queue in self.book.waiting for j in queue], now)
 
     def _decide(self, now: float) -> None:
         """Take jobs in priority order while their GPUs fit in the partition's GPU count.
@@ -338,18 +371,18 @@ class Tiresias(Policy):
         is found by moving the queue's remembered cut; after it only jobs small enough for the
         remainder are looked at, and the running jobs of lower queues are preempted.
         """
-        gpus, protected = self.jobs.gpus, self.protected_flag
+        book, gpus, protected = self.book, self.jobs.gpus, self.protected_flag
         quota = self.part.capacity
-        free = self.qsum  # per queue, the GPUs of its jobs that may be taken or left out
+        free = book.total  # per queue, the GPUs of its jobs that may be taken or left out
         if self.protected:  # protected (min_run) jobs are always kept
             free = list(free)
             for j in self.protected:
-                free[self.queue_of[j]] -= gpus[j]
+                free[book.queue_of[j]] -= gpus[j]
                 quota -= gpus[j]
         start: list[int] = []
         preempt: list[int] = []
         left = None  # GPUs left after the first queue that does not fit whole
-        for q, waiting in enumerate(self.waiting_in):
+        for q, waiting in enumerate(book.waiting):
             if left is None:
                 if free[q] <= quota:
                     quota -= free[q]
@@ -357,24 +390,25 @@ class Tiresias(Policy):
                     continue
                 s, p, left = self._split(q, quota)
             elif left == 0:  # nothing more fits: this queue's running jobs stop
-                s, p = (), self.running_in[q]
+                s, p = (), book.running[q]
             else:
-                s, p, left = self._fill(left, [], self.running_in[q], self._queue_order(q))
+                s, p, left = self._fill(left, [], book.running[q], self._queue_order(q))
             start.extend(s)
             preempt.extend(p)
         for j in preempt:
             if protected[j]:
                 continue
             self._preempt(j)
-            if self.starvation > 0 and self.queue_of[j] > 0:
+            if self.starvation > 0 and book.queue_of[j] > 0:
                 self._watch_starvation(j)
         self._start_in_order(start, now)
 
     def _queue_order(self, q: int):
         """Queue q's jobs in priority order (an iterable)."""
+        book = self.book
         if self.running_first:
-            return chain(self.running_in[q], self.waiting_in[q])
-        return self.lists[q]
+            return chain(book.running[q], book.waiting[q])
+        return book.members[q]
 
     def _split(self, q: int, quota: int) -> tuple[list[int], list[int], int]:
         """Greedy take-if-it-fits over queue q given `quota` GPUs: (to start, running jobs not
@@ -384,19 +418,20 @@ class Tiresias(Policy):
         the prefix" is then "job index below the cut", a bisection in the sorted waiting and
         running lists.
         """
-        waiting, running = self.waiting_in[q], self.running_in[q]
+        book = self.book
+        waiting, running = book.waiting[q], book.running[q]
         if not self.running_first:
-            cut = self.prefix[q]
+            cut = book.prefix[q]
             _, taken = cut.fit(quota)
             bound = cut.bound
             start, rest = waiting[:bisect_left(waiting, bound)], running[bisect_left(running, bound):]
             if quota == taken:
                 return start, rest, 0
-            lst = self.lists[q]
+            lst = book.members[q]
             return self._fill(quota - taken, start, rest, islice(lst, bisect_left(lst, bound), None))
-        i, taken = self.run_prefix[q].fit(quota)
+        i, taken = book.run_prefix[q].fit(quota)
         if i == len(running):  # every running job stays; a prefix of the waiting ones joins
-            k, more = self.wait_prefix[q].fit(quota - taken)
+            k, more = book.wait_prefix[q].fit(quota - taken)
             return self._fill(quota - taken - more, waiting[:k], [], islice(waiting, k, None))
         return self._fill(quota - taken, [], running[i:], chain(islice(running, i, None), waiting))
 
