@@ -318,3 +318,17 @@ def test_kill_9_during_an_apply_leaves_old_or_new_never_half(tmp_path):
     assert not fake.include.exists()  # there was none before: back to that
     assert fake.state()["live"] == old_live
     assert restarted.step()["action"] in ("proposed", "none")  # and it goes on
+
+
+def test_a_sacct_export_seeds_the_history(tmp_path):
+    now = time.time()
+    seed = tmp_path / "old.txt"
+    seed.write_text(contended(now))  # what the cluster no longer reports
+    agent, _ = make(tmp_path, sacct=HEADER + "\n", seed_history=str(seed))
+    out = agent.step()
+    assert out["history_jobs"] == 60 and out["action"] == "proposed"
+    (tmp_path / "bad.csv").write_text("job_id,submit_time,num_gpus,duration\n1,0,1,10\n")
+    agent2, _ = make(tmp_path / "b", sacct=HEADER + "\n", seed_history=str(tmp_path / "bad.csv"))
+    out = agent2.step()
+    assert out["action"] == "blocked" and out["why"].startswith("cannot read the history: ")
+    assert "a seed history must be sacct text" in out["why"]

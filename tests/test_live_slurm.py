@@ -219,3 +219,30 @@ def test_kill_9_at_any_point_of_an_apply_leaves_old_or_new(slurm_testbed, agent,
         if state is RevisionState.PROPOSED:
             again.reject(p.id, "test")
     assert outcomes  # which of old/new each kill hit varies with the machine's speed
+
+
+def test_slurm_history_exports_a_trace_the_loader_reads(slurm_testbed, tmp_path):
+    bed = slurm_testbed
+    job = bed.sbatch(4, 1, user="carol", account="physics")
+    bed.wait_all_done(timeout=60)
+    deadline = time.time() + 30
+    while True:
+        res = subprocess.run([AUTOSCHED, "slurm", "history", "--since", "1h", "--out",
+                              str(tmp_path / "h.txt")], env=bed.env, capture_output=True, text=True,
+                             timeout=120)
+        assert res.returncode == 0, res.stderr
+        jobs = read_jobs((tmp_path / "h.txt").read_text())
+        if str(job) in jobs.job_id.tolist() and jobs.finished[jobs.job_id.tolist().index(str(job))]:
+            break
+        assert time.time() < deadline, "slurmdbd never recorded the job"
+        time.sleep(1)
+    assert res.stdout.startswith(f"{tmp_path / 'h.txt'}: ") and "malformed" in res.stdout
+    res = subprocess.run([AUTOSCHED, "slurm", "history", "--since", "1h", "--out",
+                          str(tmp_path / "h.csv")], env=bed.env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    from autosched.trace import load_trace
+
+    trace, _ = load_trace(tmp_path / "h.csv")
+    i = trace.job_id.tolist().index(str(job))
+    assert trace.num_gpus[i] == 4 and trace.user[i] == "carol"

@@ -351,8 +351,9 @@ class Agent:
             return self._round({"action": "blocked", "why": why})
         try:
             jobs = self.jobs(now)
-        except SlurmUnavailable as e:
-            why = f"Slurm does not answer: {e}"
+        except LiveError as e:
+            why = f"Slurm does not answer: {e}" if isinstance(e, SlurmUnavailable) else \
+                f"cannot read the history: {e}"
             self.store.set_blocked(why)
             return self._round({"action": "blocked", "why": why})
         info = {"history_jobs": int(len(jobs)), "finished": int(jobs.finished.sum()),
