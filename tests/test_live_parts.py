@@ -226,3 +226,13 @@ def test_runner_other_failures_and_missing_commands():
     assert len(r.calls) == 1
     with pytest.raises(LiveError, match="`no-such-sacct` not found"):
         r.run(["no-such-sacct"])
+
+
+def test_prune_sacct_drops_jobs_that_ended_long_ago_with_their_steps():
+    from autosched.live.history import prune_sacct
+
+    text = "\n".join([HEADER, row("1", 0, 10, 100, 1), row("1.batch", 0, 10, 100, 1),
+                      row("2", 0, 10, None, 1), row("3", 50, 60, 500, 1)]) + "\n"
+    assert prune_sacct(text, 200).splitlines() == [HEADER, row("2", 0, 10, None, 1),
+                                                   row("3", 50, 60, 500, 1)]
+    assert prune_sacct(text, 0) == text

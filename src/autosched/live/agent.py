@@ -25,8 +25,8 @@ from ..errors import AutoschedError
 from ..jsonable import jsonable
 from .connector import ApplyFailed, Connector
 from .errors import ActionNotAllowed, LiveError, SlurmUnavailable
-from .history import (LiveJobs, combine, merge_sacct, observation, period_metrics, read_jobs,
-                      seed_jobs)
+from .history import (LiveJobs, combine, merge_sacct, observation, period_metrics,
+                      prune_sacct, read_jobs, seed_jobs)
 from .knobs import LiveSpace, live_policy, live_space, same_value
 from .store import Flags, Revision, RevisionState, RevisionStore
 
@@ -398,7 +398,8 @@ class Agent:
         since = now - self.settings.history if fetched is None else min(
             fetched - OVERLAP, now - OVERLAP)
         since = max(since, now - self.settings.history - OVERLAP)
-        text = merge_sacct(old, self.connector.sacct_rows(since, now))
+        text = prune_sacct(merge_sacct(old, self.connector.sacct_rows(since, now)),
+                           now - 2 * self.settings.history)
         try:
             write_text_atomic(cache, text)
             write_text_atomic(self.state_dir / "fetched.json", json.dumps({"until": now}))
