@@ -248,3 +248,23 @@ def test_slurm_history_exports_a_trace_the_loader_reads(slurm_testbed, tmp_path)
     trace, _ = load_trace(tmp_path / "h.csv")
     i = trace.job_id.tolist().index(str(job))
     assert trace.num_gpus[i] == 4 and trace.user[i] == "carol"
+
+
+def test_bf_parameters_merge_into_scheduler_parameters(slurm_testbed):
+    bed = slurm_testbed
+    before = bed.include.read_text()
+    conn = SlurmConnector(bed.include, bed.conf)
+    try:
+        conn.apply({"bf_window": "2880", "bf_continue": ""}, header="test")
+        params = show(bed, "SchedulerParameters").split(",")
+        # managed entries changed or added, the others (bf_interval, bf_resolution) kept
+        assert sorted(params) == sorted(["bf_window=2880", "bf_interval=30", "bf_resolution=60",
+                                         "bf_continue"])
+        conn.apply({"bf_window": "1440"})  # bf_continue no longer managed -> dropped from ours
+        assert sorted(show(bed, "SchedulerParameters").split(",")) == sorted(
+            ["bf_window=1440", "bf_interval=30", "bf_resolution=60"])
+        assert bed.include.read_text().count("SchedulerParameters=") == 1
+    finally:
+        bed.include.write_text(before)
+        bed.reconfigure()
+    assert show(bed, "SchedulerParameters") == "bf_window=1440,bf_interval=30,bf_resolution=60"
