@@ -1,0 +1,208 @@
+"""The FastAPI application: JSON API, OpenAPI schema, status page.
+
+Reads come from the `RevisionStore` (each request opens its own short SQLite connection; WAL lets
+them run beside the agent's and the CLI's writes). Actions call the `Agent` of the live contract
+under one lock per service, so two requests never apply at once in this process; across processes
+the store's write transactions decide (one approve wins, the other gets a 409).
+
+Errors map to status codes in one place: `UnknownRevision` -> 404, `ActionNotAllowed` -> 409 with
+the reason, any other `LiveError` (Slurm not answering, ...) -> 503, `InputError` -> 400.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any, Protocol
+
+from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request
+from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.middleware.trustedhost import TrustedHostMiddleware
+
+from ..errors import InputError, LiveError
+from ..live.errors import ActionNotAllowed, UnknownRevision
+from ..live.store import Flags, Revision, RevisionStore
+from . import page, views
+from .models import (ApproveIn, ErrorOut, FlagsOut, FreezeIn, OutcomeOut, RejectIn, RevisionOut,
+                     RollbackIn, StatusOut, UnfreezeIn)
+from .token import token_matches
+
+
+class AgentLike(Protocol):
+    """The part of `autosched.live.agent.Agent` the service calls."""
+
+    def status(self) -> Any: ...
+    def approve(self, rev_id: int, actor: str) -> Revision: ...
+    def reject(self, rev_id: int, actor: str, reason: str = "") -> Revision: ...
+    def rollback(self, rev_id: int | None, actor: str) -> Revision: ...
+    def freeze(self, actor: str, reason: str = "") -> Flags: ...
+    def unfreeze(self, actor: str) -> Flags: ...
+
+
+ERRORS = {401: {"model": ErrorOut, "description": "missing or wrong bearer token; nothing changed"},
+          404: {"model": ErrorOut, "description": "no such revision"},
+          409: {"model": ErrorOut, "description": "the state does not allow it; says why"},
+          503: {"model": ErrorOut, "description": "the scheduler or the store did not answer"}}
+LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
+_bearer = HTTPBearer(auto_error=False)
+Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
+
+
+def _authorised(request: Request, creds: HTTPAuthorizationCredentials | None) -> None:
+    if creds is None or not token_matches(creds.credentials, request.app.state.token):
+        raise HTTPException(401, "a valid bearer token is required (Authorization: Bearer TOKEN; "
+                                 "the token is in the state directory's service.token)",
+                            headers={"WWW-Authenticate": "Bearer"})
+
+
+def need_token(request: Request, creds: Credentials) -> None:
+    """Every action: the bearer token, or 401 before anything is touched."""
+    _authorised(request, creds)
+
+
+def need_read(request: Request, creds: Credentials) -> None:
+    """Reads: open when the service allows it (bound to localhost), else as actions."""
+    if not request.app.state.open_reads:
+        _authorised(request, creds)
+
+
+def create_app(state_dir: Path, *, token: str, agent: AgentLike | Callable[[], AgentLike],
+               open_reads: bool = True, allowed_hosts: list[str] | None = None) -> FastAPI:
+    """The service over `state_dir`.
+
+    `agent` is the agent or a function that opens it (called on first use, so a service started
+    before ``agent init`` still serves reads). Actions need `token`; reads need it too unless
+    `open_reads` (the default, meant for a service bound to localhost). `allowed_hosts` are the
+    Host headers accepted (default: loopback names), which keeps a web page on another site
+    from reading the API through DNS rebinding."""
+    store = RevisionStore(state_dir)
+    lock = threading.Lock()  # held through an action (an apply can take seconds)
+    opening = threading.Lock()  # reads must not wait for an action: a lock of their own
+    opened: list[AgentLike] = []
+
+    def get_agent() -> AgentLike:
+        with opening:
+            if not opened:
+                opened.append(agent() if callable(agent) and not hasattr(agent, "approve")
+                              else agent)  # type: ignore[arg-type]
+            return opened[0]
+
+    app = FastAPI(
+        title="autosched agent", version="1",
+        description="The operator's API over the autosched agent's revision store. Actions need "
+                    "`Authorization: Bearer TOKEN` (the token is in STATE_DIR/service.token).",
+        openapi_url="/api/openapi.json", docs_url=None, redoc_url=None,  # their pages load a CDN
+    )
+    app.add_middleware(TrustedHostMiddleware,
+                       allowed_hosts=(allowed_hosts or []) + LOOPBACK_HOSTS + ["testserver"])
+    app.state.token, app.state.open_reads = token, open_reads
+    reads = [Depends(need_read)]
+    actions = [Depends(need_token)]
+
+    @app.exception_handler(UnknownRevision)
+    def _404(request: Request, e: UnknownRevision) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=404)
+
+    @app.exception_handler(ActionNotAllowed)
+    def _409(request: Request, e: ActionNotAllowed) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=409)
+
+    @app.exception_handler(LiveError)
+    def _503(request: Request, e: LiveError) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=503)
+
+    @app.exception_handler(InputError)
+    def _400(request: Request, e: InputError) -> JSONResponse:
+        return JSONResponse({"detail": str(e)}, status_code=400)
+
+    def agent_status() -> dict[str, Any]:
+        # The store's part of the status is worth showing even when the agent cannot be opened
+        # (no `agent init` yet, settings unreadable): say why instead of failing the page.
+        try:
+            st = get_agent().status()
+        except LiveError as e:
+            return {"error": str(e)}
+        return st.to_dict() if hasattr(st, "to_dict") else dict(st)
+
+    @app.get("/api/status", response_model=StatusOut, dependencies=reads, responses=ERRORS,
+             summary="Running revision, pending proposal, mode, frozen/blocked and why, next round")
+    def get_status() -> dict[str, Any]:
+        return views.status(store, agent_status())
+
+    @app.get("/api/revisions", response_model=list[RevisionOut], dependencies=reads,
+             summary="Every revision with its config, diff, evidence, events and outcome, "
+                     "newest first")
+    def list_revisions(limit: Annotated[int | None, Query(ge=1, le=10_000)] = None
+                       ) -> list[dict[str, Any]]:
+        return [views.revision_dict(r) for r in store.history(limit)]
+
+    @app.get("/api/revisions/{rev_id}", response_model=RevisionOut, dependencies=reads,
+             responses=ERRORS, summary="One revision")
+    def get_revision(rev_id: int) -> dict[str, Any]:
+        return views.revision_dict(store.get(rev_id))
+
+    @app.get("/api/proposals", response_model=list[RevisionOut], dependencies=reads,
+             summary="Every revision that began as a proposal (whatever became of it), newest "
+                     "first")
+    def list_proposals() -> list[dict[str, Any]]:
+        return [views.revision_dict(r) for r in views.proposals(store.history())]
+
+    @app.get("/api/outcomes", response_model=list[OutcomeOut], dependencies=reads,
+             summary="Per applied revision: predicted gain and spread against the observed one, "
+                     "oldest first")
+    def list_outcomes() -> list[dict[str, Any]]:
+        return [o.to_dict() for o in views.outcomes(store.history())]
+
+    def actor(operator: str | None) -> str:
+        return f"operator:{operator}" if operator else "service:token"
+
+    @app.post("/api/revisions/{rev_id}/approve", response_model=RevisionOut, dependencies=actions,
+              responses=ERRORS, summary="Apply a proposal to the cluster")
+    def approve(rev_id: int, body: Annotated[ApproveIn | None, Body()] = None) -> dict[str, Any]:
+        body = body or ApproveIn()
+        ag = get_agent()
+        with lock:
+            return views.revision_dict(ag.approve(rev_id, actor(body.operator)))
+
+    @app.post("/api/revisions/{rev_id}/reject", response_model=RevisionOut, dependencies=actions,
+              responses=ERRORS, summary="Reject a proposal")
+    def reject(rev_id: int, body: Annotated[RejectIn | None, Body()] = None) -> dict[str, Any]:
+        body = body or RejectIn()
+        ag = get_agent()
+        with lock:
+            return views.revision_dict(ag.reject(rev_id, actor(body.operator), body.reason))
+
+    @app.post("/api/rollback", response_model=RevisionOut, dependencies=actions, responses=ERRORS,
+              summary="Return to an earlier revision (default: the one applied before the "
+                      "running one)")
+    def rollback(body: Annotated[RollbackIn | None, Body()] = None) -> dict[str, Any]:
+        body = body or RollbackIn()
+        ag = get_agent()
+        with lock:
+            return views.revision_dict(ag.rollback(body.revision, actor(body.operator)))
+
+    @app.post("/api/freeze", response_model=FlagsOut, dependencies=actions, responses=ERRORS,
+              summary="Kill switch: the agent proposes and applies nothing until unfrozen")
+    def freeze(body: Annotated[FreezeIn | None, Body()] = None) -> dict[str, Any]:
+        body = body or FreezeIn()
+        ag = get_agent()
+        with lock:
+            return ag.freeze(actor(body.operator), body.reason).to_dict()
+
+    @app.post("/api/unfreeze", response_model=FlagsOut, dependencies=actions, responses=ERRORS,
+              summary="Let the agent propose again")
+    def unfreeze(body: Annotated[UnfreezeIn | None, Body()] = None) -> dict[str, Any]:
+        body = body or UnfreezeIn()
+        ag = get_agent()
+        with lock:
+            return ag.unfreeze(actor(body.operator)).to_dict()
+
+    @app.get("/", response_class=HTMLResponse, dependencies=reads, include_in_schema=False)
+    def status_page() -> HTMLResponse:
+        history = store.history(limit=page.HISTORY_ROWS)
+        return HTMLResponse(page.render(views.status(store, agent_status()), history,
+                                        views.outcomes(history), state_dir=str(state_dir)))
+
+    return app

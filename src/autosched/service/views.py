@@ -1,0 +1,87 @@
+"""What the API and the page show, taken from the store and the agent once per request.
+
+Kept apart from the routes so that the JSON and the HTML page can never disagree."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..live.store import Revision, RevisionState, RevisionStore
+
+# Where the agent records the numbers the page plots (evidence at proposal, outcome one period on).
+PREDICTED_KEYS = ("predicted_gain",)
+SPREAD_KEYS = ("spread",)
+OBSERVED_KEYS = ("observed_gain", "gain")
+
+
+def revision_dict(rev: Revision) -> dict[str, Any]:
+    d = rev.to_dict()
+    d["applied_at"] = rev.applied_at()
+    return d
+
+
+def _number(d: dict[str, Any] | None, keys: tuple[str, ...]) -> float | None:
+    for k in keys:
+        v = (d or {}).get(k)
+        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+            return float(v)
+    return None
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """One applied revision's predicted gain (with its spread) against what was observed."""
+
+    revision: int
+    applied_at: float | None
+    state: str
+    predicted_gain: float | None
+    spread: float | None
+    observed_gain: float | None
+    outcome: dict[str, Any] | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def outcomes(history: list[Revision]) -> list[Outcome]:
+    """Every revision that went live, oldest first: the per-period prediction and outcome."""
+    rows = []
+    for rev in reversed(history):
+        if rev.applied_at() is None:
+            continue
+        rows.append(Outcome(rev.id, rev.applied_at(), rev.state.value,
+                            _number(rev.evidence, PREDICTED_KEYS),
+                            _number(rev.evidence, SPREAD_KEYS),
+                            _number(rev.outcome, OBSERVED_KEYS), rev.outcome))
+    return rows
+
+
+def proposals(history: list[Revision]) -> list[Revision]:
+    """Revisions that began as a proposal (not the baseline found live), newest first."""
+    return [r for r in history if r.events and r.events[0].state is RevisionState.PROPOSED]
+
+
+def status(store: RevisionStore, agent_status: dict[str, Any]) -> dict[str, Any]:
+    """The status the API returns and the page shows at its top."""
+    running, pending, flags = store.running(), store.pending(), store.flags()
+    newest = store.history(limit=1)
+    last = store.last_round()
+    out: dict[str, Any] = {
+        **flags.to_dict(),
+        "running": revision_dict(running) if running else None,
+        "pending": revision_dict(pending) if pending else None,
+        "mode": agent_status.get("mode"),
+        "next_round": _number(agent_status, ("next_round", "next_round_time")),
+        "last_round": last[0] if last else None,
+        "revisions": newest[0].id if newest else 0,
+        "agent": agent_status,
+    }
+    out["version"] = hashlib.sha1(json.dumps(
+        [out["running"], out["pending"], flags.to_dict(), out["last_round"], out["revisions"],
+         out["mode"]], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return out
