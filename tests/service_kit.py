@@ -155,3 +155,19 @@ serve(state, host=args.get("--host", "127.0.0.1"), port=int(args.get("--port", "
       token_file=Path(args["--token-file"]) if "--token-file" in args else None,
       open_agent=StandInAgent)
 """
+
+
+CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
+
+
+def chromium(width: int = 1280, height: int = 1400):
+    """Debian's headless Chromium through its chromedriver (no Selenium Manager, no network)."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
+              f"--window-size={width},{height}", "--no-first-run", "--disable-extensions"):
+        opts.add_argument(a)
+    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)
