@@ -1,0 +1,144 @@
+"""The service and the command line acting on one state directory at the same time, as real
+processes: one approve wins and every other gets a refusal saying why, reads never fail while
+writes go on, and the SQLite store stays whole."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("fastapi")
+
+from autosched.live.store import RevisionState
+from service_kit import SRC, TOKEN, seed, serve_process
+
+ROUNDS = 15  # freeze/unfreeze pairs per writer
+
+HTTP_WORKER = textwrap.dedent("""
+    import json, sys
+    from autosched.client import Client, Conflict
+    c = Client(sys.argv[1], token=sys.argv[2])
+    out = {"approve": None, "flags": 0}
+    if sys.argv[3] == "approve":
+        try:
+            c.approve(2, operator="http")
+            out["approve"] = "ok"
+        except Conflict as e:
+            out["approve"] = str(e)
+    else:
+      for _ in range(int(sys.argv[3])):
+        c.freeze("load", operator="http"); c.unfreeze(operator="http"); out["flags"] += 2
+    print(json.dumps(out))
+""")
+
+READER = textwrap.dedent("""
+    import json, sys, time
+    from autosched.client import Client
+    c = Client(sys.argv[1])
+    n = fails = 0
+    stop = time.monotonic() + 120
+    while not __import__("os").path.exists(sys.argv[2]) and time.monotonic() < stop:
+        for call in (c.status, c.revisions, c.outcomes):
+            try:
+                call(); n += 1
+            except Exception as e:
+                fails += 1; print(repr(e), file=sys.stderr)
+    print(json.dumps({"reads": n, "failures": fails}))
+""")
+
+# What `autosched agent approve|freeze|unfreeze --state DIR` does: the Agent's methods on the
+# store (replaced by the real command line once the live branch's Agent is merged)
+CLI = textwrap.dedent("""
+    import sys
+    from pathlib import Path
+    from service_kit import StandInAgent
+    from autosched.errors import AutoschedError
+    cmd, state = sys.argv[1], Path(sys.argv[2])
+    a = StandInAgent(state)
+    try:
+        if cmd == "approve":
+            a.approve(int(sys.argv[3]), "operator:cli")
+        elif cmd == "freeze":
+            a.freeze("operator:cli", "cli")
+        else:
+            a.unfreeze("operator:cli")
+    except AutoschedError as e:
+        print(f"error: {e}", file=sys.stderr); sys.exit(2)
+""")
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": SRC + os.pathsep + str(Path(__file__).parent)}
+
+
+def cli(state: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", CLI, args[0], str(state), *args[1:]],
+                            env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def test_cli_and_service_at_once(tmp_path):
+    state = tmp_path / "state"
+    seed(state)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    os.chmod(token_file, 0o600)
+    stop = tmp_path / "stop"
+    with serve_process(state, "--token-file", str(token_file)) as (url, _):
+        py = [sys.executable, "-c"]
+        readers = [subprocess.Popen(py + [READER, url, str(stop)], env=_env(), text=True,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                   for _ in range(2)]
+
+        def http(what: str) -> subprocess.Popen:
+            return subprocess.Popen(py + [HTTP_WORKER, url, TOKEN, what], env=_env(),
+                                    text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+
+        # 1: three operators approve through the service and three on the command line, at once
+        racing = [http("approve") for _ in range(3)]
+        approvers = [cli(state, "approve", "2") for _ in range(3)]
+        results = [json.loads(p.communicate(timeout=300)[0]) for p in racing]
+        approved_cli = [p.wait(120) for p in approvers]
+        # 2: freeze/unfreeze through both at once, reads going on all along
+        churn = [http(str(ROUNDS)) for _ in range(2)]
+        flaggers = []
+        for _ in range(ROUNDS):
+            for kind in ("freeze", "unfreeze"):
+                p = cli(state, kind)
+                flaggers.append(p)
+                p.wait(120)
+        churned = [json.loads(p.communicate(timeout=300)[0]) for p in churn]
+        stop.touch()
+        reads = [json.loads(p.communicate(timeout=120)[0]) for p in readers]
+
+    wins = [r for r in results if r["approve"] == "ok"] + [c for c in approved_cli if c == 0]
+    assert len(wins) == 1, (results, approved_cli)
+    for r in results:
+        if r["approve"] != "ok":
+            assert r["approve"] == ("HTTP 409: revision 2 is applied; this needs it to be "
+                                    "proposed")
+    for p, code in zip(approvers, approved_cli):
+        if code:
+            assert code == 2 and "revision 2 is applied" in p.stderr.read()
+    assert all(p.returncode == 0 for p in flaggers)
+    assert all(r["failures"] == 0 and r["reads"] > 0 for r in reads), reads
+
+    db = sqlite3.connect(state / "state.db")
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    events = db.execute("SELECT state FROM events WHERE rev_id = 2 ORDER BY seq").fetchall()
+    assert events == [("proposed",), ("applied",)]
+    n_flags = db.execute("SELECT COUNT(*) FROM flags WHERE kind IN ('freeze', 'unfreeze')"
+                         ).fetchone()[0]
+    assert n_flags == sum(r["flags"] for r in churned) + 2 * ROUNDS == 6 * ROUNDS
+    db.close()
+    from autosched.live.store import RevisionStore
+
+    s = RevisionStore(state)
+    assert s.running().id == 2 and s.running().state is RevisionState.APPLIED
+    assert s.pending() is None and not s.flags().frozen
