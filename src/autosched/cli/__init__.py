@@ -25,6 +25,8 @@ COMMANDS: dict[str, tuple[str, str, bool]] = {
     "workload": (".workload_cmd", "workload_app", True),
     "tune": (".tune_cmd", "tune_cmd", False),
     "run": (".run_cmd", "run_cmd", False),
+    "agent": (".agent_cmd", "agent_app", True),
+    "slurm": (".slurm_cmd", "slurm_app", True),
 }
 
 

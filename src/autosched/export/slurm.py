@@ -11,6 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..policies.multifactor import Multifactor
+from ..space import Bool, ConfigError, Int, Knob
 
 
 def slurm_time(seconds: float) -> str:
@@ -47,3 +48,68 @@ def slurm_conf_lines(config: Mapping[str, Any]) -> list[str]:
         lines.append(f"# reserve_after={c['reserve_after']:g} s: no slurm.conf counterpart "
                      "(Slurm's backfill reserves by job time limits)")
     return lines
+
+
+# -- one knob at a time, both ways (the live agent writes and reads these) -------------------
+# A knob's unit says how Slurm spells it: "s" -> a Slurm time string, "min" -> whole minutes in
+# slurm.conf (scontrol shows them as a time), booleans -> YES/NO; everything else as a number.
+
+def to_slurm(knob: Knob, value: Any) -> str:
+    """`value` of `knob` as slurm.conf spells it (``PriorityMaxAge=7-0``: the part after ``=``)."""
+    value = knob.coerce(value)
+    if isinstance(knob, Bool):
+        return "YES" if value else "NO"
+    unit = getattr(knob, "unit", "")
+    if unit == "s":
+        return slurm_time(value)
+    if unit == "min" or isinstance(knob, Int):
+        return str(int(round(value)))
+    return f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def from_slurm(knob: Knob, text: str) -> Any:
+    """The value of `knob` from Slurm's text of it (slurm.conf or ``scontrol show config``,
+    which prints times as ``D-HH:MM:SS`` and booleans as Yes/No). Raises `ConfigError` when the
+    text is not a value of the knob."""
+    text = text.strip()
+    if isinstance(knob, Bool):
+        return knob.coerce(text)
+    unit = getattr(knob, "unit", "")
+    if unit in ("s", "min"):
+        seconds = slurm_seconds(text, minutes_if_bare=True)
+        if seconds is None:
+            raise ConfigError(f"knob {knob.name!r}: {text!r} is not a Slurm time")
+        return knob.coerce(seconds if unit == "s" else seconds / 60.0)
+    return knob.coerce(text)
+
+
+def quantize(knob: Knob, value: Any) -> Any:
+    """The value Slurm will really hold for `value` (times are kept in whole minutes)."""
+    return from_slurm(knob, to_slurm(knob, value))
+
+
+def slurm_seconds(text: str, minutes_if_bare: bool = True) -> float | None:
+    """Seconds of a Slurm time string: ``D-HH:MM:SS``, ``D-HH:MM``, ``D-HH``, ``D-0``,
+    ``HH:MM:SS``, ``MM:SS`` or a bare number (minutes, as slurm.conf reads it). None if it is
+    none of these (``UNLIMITED``, ``NONE``, ...)."""
+    text = text.strip()
+    days = 0
+    if "-" in text:
+        d, _, text = text.partition("-")
+        if not d.isdigit():
+            return None
+        days = int(d)
+        parts = text.split(":")
+        if not all(p.isdigit() for p in parts) or len(parts) > 3:
+            return None
+        h, m, s = ([int(p) for p in parts] + [0, 0])[:3]
+        return float(days * 86400 + h * 3600 + m * 60 + s)
+    parts = text.split(":")
+    if not parts or not all(p.isdigit() for p in parts) or len(parts) > 3:
+        return None
+    nums = [int(p) for p in parts]
+    if len(nums) == 1:
+        return float(nums[0] * 60 if minutes_if_bare else nums[0])
+    if len(nums) == 2:
+        return float(nums[0] * 60 + nums[1])
+    return float(nums[0] * 3600 + nums[1] * 60 + nums[2])

@@ -356,10 +356,12 @@ class RevisionStore:
             return self._open_apply(db) or _never(cur)
 
     def end_apply(self, intent: ApplyIntent, *, state: RevisionState | None, actor: str,
-                  note: str, rev_id: int | None = None) -> None:
+                  note: str, rev_id: int | None = None,
+                  also: Iterable[tuple[int, RevisionState, str]] = ()) -> None:
         """Close `intent` and, in the same transaction, append the revision's event (`state`;
         None appends none), so that the store never shows an apply that ended without saying
-        how."""
+        how. `also` appends more events in that transaction (e.g. the revision a rollback
+        replaces)."""
         with self._write() as db:
             db.execute(
                 "INSERT INTO applies (time, rev_id, phase, begin_seq, pid, host, actor, previous, "
@@ -368,6 +370,8 @@ class RevisionStore:
                  note))
             if state is not None:
                 self._event(db, rev_id if rev_id is not None else intent.rev_id, state, actor, note)
+                for other, other_state, other_note in also:
+                    self._event(db, other, other_state, actor, other_note)
 
     # -- internals ------------------------------------------------------------------------
     def _event(self, db: sqlite3.Connection, rev_id: int, state: RevisionState, actor: str,

@@ -1,0 +1,264 @@
+"""``autosched agent ...``: the live agent on a running Slurm cluster (init, step, run, status,
+approve, reject, rollback, freeze, unfreeze, adopt). Errors rise to the one handler in
+cli/__init__.py."""
+
+from __future__ import annotations
+
+import getpass
+import os
+import time
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+
+agent_app = typer.Typer(help="The live agent: propose, apply, verify and roll back Slurm settings.",
+                        no_args_is_help=True)
+
+_STATE_HELP = "the agent's state directory (revision store, settings, history cache)"
+
+
+def default_state() -> Path:
+    return Path(os.environ.get("AUTOSCHED_STATE") or Path.home() / ".autosched")
+
+
+def _state_opt() -> Any:
+    return typer.Option(None, "--state", help=_STATE_HELP + " [default: $AUTOSCHED_STATE or ~/.autosched]")
+
+
+def _actor_opt() -> Any:
+    return typer.Option(None, "--actor", help="who acts, for the record [default: operator:$USER]")
+
+
+def _actor(actor: Optional[str]) -> str:
+    return actor or f"operator:{getpass.getuser()}"
+
+
+def _open(state: Optional[Path]):
+    from ..live.agent import open_agent
+
+    return open_agent(state or default_state())
+
+
+def _pairs(items: list[str], what: str) -> dict[str, str]:
+    from ..errors import InputError
+
+    out = {}
+    for item in items:
+        k, sep, v = item.partition("=")
+        if not sep or not k:
+            raise InputError(f"{what} {item!r}: use KNOB=VALUE")
+        out[k.strip()] = v.strip()
+    return out
+
+
+@agent_app.command("init")
+def init_cmd(
+    state: Optional[Path] = _state_opt(),
+    slurm_conf: Optional[Path] = typer.Option(None, "--slurm-conf", help="slurm.conf [default: $SLURM_CONF]"),
+    include: Optional[Path] = typer.Option(None, "--include", help="the file autosched owns; slurm.conf must end with `Include <it>` [default: autosched.conf beside slurm.conf]"),
+    fake: Optional[Path] = typer.Option(None, "--fake", help="use the fake connector kept in this directory (tests, demos)"),
+    policy: str = typer.Option("multifactor", "--policy", help="simulated policy whose knobs map to Slurm settings"),
+    period: str = typer.Option("1d", "--period", help="time between rounds (e.g. 60, 10m, 1d; at least 1 minute)"),
+    auto: bool = typer.Option(False, "--auto", help="apply winners without approval (within --bound and --max-step); default: propose"),
+    history: str = typer.Option("7d", "--history", help="history each round learns from"),
+    min_jobs: int = typer.Option(50, "--min-jobs", help="finished jobs needed in the history before anything is proposed"),
+    metric: str = typer.Option("avg_jct", "--metric", help="metric to improve"),
+    budget: int = typer.Option(20, "--budget", help="tuning trials per round"),
+    model: str = typer.Option("stat", "--model", help="workload model for the coming period (stat, neural) or replay"),
+    samples: int = typer.Option(3, "--samples", help="sampled workloads per round"),
+    margin: float = typer.Option(0.02, "--margin", help="guardrail: gain needed to propose, and observed loss that rolls back (0.02 = 2%)"),
+    bound: list[str] = typer.Option([], "--bound", help="KNOB=LO:HI limits of a knob (repeatable)"),
+    max_step: float = typer.Option(0.25, "--max-step", help="auto mode: largest move of a knob per round, as a fraction of its range"),
+    fix: list[str] = typer.Option([], "--fix", help="KNOB=VALUE for a knob with no live setting (repeatable)"),
+    seed_history: Optional[Path] = typer.Option(None, "--seed-history", help="an older sacct export that seeds the history"),
+    timeout: float = typer.Option(30.0, "--timeout", help="seconds a Slurm command may take"),
+) -> None:
+    """Create the agent's state directory and save how it reaches the cluster and what it tunes."""
+    from ..errors import InputError
+    from ..live.agent import AgentSettings, init_agent
+    from ..live.errors import LiveError
+    from ..timeparse import parse_duration
+
+    if fake is not None:
+        connector: dict[str, Any] = {"kind": "fake", "directory": str(fake.resolve())}
+    else:
+        conf = slurm_conf or (Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF") else None)
+        if conf is None:
+            raise InputError("no slurm.conf: set SLURM_CONF or pass its path")
+        inc = include or conf.parent / "autosched.conf"
+        connector = {"kind": "slurm", "slurm_conf": str(conf.resolve()), "include": str(inc.resolve()),
+                     "timeout": timeout}
+    bounds = {}
+    for k, v in _pairs(bound, "bound").items():
+        lo, sep, hi = v.partition(":")
+        try:
+            bounds[k] = [float(lo), float(hi)]
+        except ValueError:
+            raise InputError(f"bound {k}={v!r}: use KNOB=LO:HI") from None
+    settings = AgentSettings(
+        connector=connector, policy=policy, period=parse_duration(period, "period"),
+        mode="auto" if auto else "propose", history=parse_duration(history, "history"),
+        min_jobs=min_jobs, metric=metric, budget=budget, model=model, samples=samples,
+        margin=margin, bounds=bounds, max_step=max_step, fixed=_pairs(fix, "fix"),
+        seed_history=str(seed_history.resolve()) if seed_history else None)
+    st = state or default_state()
+    agent = init_agent(st, settings)
+    if connector["kind"] == "slurm":
+        inc = Path(connector["include"])
+        if not inc.exists():
+            from ..atomic import write_text_atomic
+
+            try:
+                write_text_atomic(inc, "# Managed by autosched: no managed settings yet.\n")
+            except OSError as e:
+                raise LiveError(f"{inc}: cannot create the include file: {e.strerror}") from None
+        problem = agent.connector.check_include_line()
+        if problem:
+            raise LiveError(f"{problem}: add it as the last line of slurm.conf, then run "
+                            "`scontrol reconfigure`")
+    typer.echo(f"agent initialised in {st}: {settings.policy}, {settings.mode} mode, period "
+               f"{settings.period:g} s; manages {', '.join(agent.space.names)}")
+    if agent.space.fixed:
+        typer.echo("fixed in live mode (no Slurm setting): " +
+                   ", ".join(f"{k}={v}" for k, v in agent.space.fixed.items()))
+
+
+@agent_app.command("step")
+def step_cmd(state: Optional[Path] = _state_opt(),
+             as_json: bool = typer.Option(False, "--json", help="print the round as JSON")) -> None:
+    """Run one round now: read the history, tune, and propose (or apply, in auto mode)."""
+    from .common import print_json
+
+    summary = _open(state).step()
+    if as_json:
+        print_json(summary)
+        return
+    _print_round(summary)
+
+
+def _print_round(summary: dict[str, Any]) -> None:
+    typer.echo(f"{summary.get('action')}: {summary.get('why', '')}")
+    if "history_jobs" in summary:
+        typer.echo(f"history: {summary['history_jobs']} jobs ({summary['finished']} finished), "
+                   f"{summary.get('malformed_rows', 0)} malformed sacct rows skipped")
+    if summary.get("revision"):
+        typer.echo(f"revision {summary['revision']}")
+
+
+@agent_app.command("run")
+def run_cmd(state: Optional[Path] = _state_opt(),
+            rounds: Optional[int] = typer.Option(None, "--rounds", help="stop after this many rounds"),
+            poll: Optional[float] = typer.Option(None, "--poll", help="seconds between drift checks")) -> None:
+    """Run rounds every period (and when the workload drifts) until stopped (Ctrl-C, SIGTERM)."""
+    import signal
+
+    agent = _open(state)
+    stop = {"now": False}
+
+    def _stop(*_: Any) -> None:
+        stop["now"] = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    agent.log = lambda msg: typer.echo(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {msg}")
+    try:
+        agent.run(rounds=rounds, poll=poll, should_stop=lambda: stop["now"])
+    except KeyboardInterrupt:
+        pass
+
+
+@agent_app.command("status")
+def status_cmd(state: Optional[Path] = _state_opt(),
+               as_json: bool = typer.Option(False, "--json", help="print the status as JSON"),
+               history: int = typer.Option(10, "--history", help="revisions to list")) -> None:
+    """The running revision, the pending proposal with its evidence, the history, and whether
+    the agent is frozen or blocked and why."""
+    from .common import print_json
+
+    st = _open(state).status(history)
+    if as_json:
+        print_json(st.to_dict())
+        return
+    typer.echo(f"policy {st.policy}, {st.mode} mode, period {st.period:g} s, "
+               f"connector {st.connector.get('kind')}")
+    if st.frozen:
+        typer.echo(f"FROZEN by {st.frozen_by}: {st.frozen_reason or '(no reason given)'}")
+    if st.blocked:
+        typer.echo(f"BLOCKED: {st.blocked}")
+    if st.interrupted_apply:
+        typer.echo(f"an interrupted apply of revision {st.interrupted_apply} awaits reconciliation")
+    if st.running:
+        typer.echo(f"running: revision {st.running.id} ({st.running.trigger})")
+        for k, v in st.running.config.items():
+            typer.echo(f"  {k} = {v}")
+    else:
+        typer.echo("running: no revision yet (the first round records the live config)")
+    if st.pending:
+        p = st.pending
+        ev = p.evidence
+        typer.echo(f"pending: revision {p.id} ({p.trigger}), predicted {ev.get('metric', 'gain')} "
+                   f"gain {ev.get('predicted_gain', 0):+.1%} ± {ev.get('spread', 0):.1%} over "
+                   f"{ev.get('samples')} workload(s)")
+        for k, (a, b) in p.diff.items():
+            typer.echo(f"  {k}: {a} -> {b}")
+    if st.last_round:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.next_round - st.period))
+        typer.echo(f"last round {when}: {st.last_round.get('action')}: {st.last_round.get('why', '')}")
+    typer.echo("history:")
+    for r in st.history:
+        last = r.events[-1]
+        out = f"; outcome: {r.outcome.get('verdict')}" if r.outcome else ""
+        typer.echo(f"  {r.id:>3} {r.state.value:<11} {r.trigger:<16} "
+                   f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(last.time))} "
+                   f"{last.actor}: {last.note}{out}")
+
+
+@agent_app.command("approve")
+def approve_cmd(rev: int = typer.Argument(..., help="the proposed revision"),
+                state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt()) -> None:
+    """Apply a proposed revision: write the include file, reconfigure, check every value
+    (the previous file comes back if any step fails)."""
+    r = _open(state).approve(rev, _actor(actor))
+    typer.echo(f"revision {r.id} applied: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()))
+
+
+@agent_app.command("reject")
+def reject_cmd(rev: int = typer.Argument(..., help="the proposed revision"),
+               reason: str = typer.Option("", "--reason", help="why, for the record"),
+               state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt()) -> None:
+    """Reject a proposed revision."""
+    r = _open(state).reject(rev, _actor(actor), reason)
+    typer.echo(f"revision {r.id} rejected")
+
+
+@agent_app.command("rollback")
+def rollback_cmd(rev: Optional[int] = typer.Argument(None, help="revision to return to [default: the one applied before the running one]"),
+                 state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt()) -> None:
+    """Return to an earlier revision's config (recorded as a new revision)."""
+    r = _open(state).rollback(rev, _actor(actor))
+    typer.echo(f"revision {r.id} ({r.trigger}) applied: " +
+               (", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()) or "no change"))
+
+
+@agent_app.command("freeze")
+def freeze_cmd(reason: str = typer.Option("", "--reason", help="why, for the record"),
+               state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt()) -> None:
+    """Kill switch: the agent proposes and applies nothing until unfrozen."""
+    _open(state).freeze(_actor(actor), reason)
+    typer.echo("agent frozen")
+
+
+@agent_app.command("unfreeze")
+def unfreeze_cmd(state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt()) -> None:
+    """Let the agent propose (and, in auto mode, apply) again."""
+    _open(state).unfreeze(_actor(actor))
+    typer.echo("agent unfrozen")
+
+
+@agent_app.command("adopt")
+def adopt_cmd(state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt()) -> None:
+    """Record the live settings as they are now (after a hand edit you keep) as the running
+    revision; this lifts the hand-edit block."""
+    r = _open(state).adopt(_actor(actor))
+    typer.echo(f"revision {r.id} records the live config: " +
+               (", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()) or "no change"))

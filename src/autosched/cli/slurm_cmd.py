@@ -1,0 +1,57 @@
+"""``autosched slurm history``: a running Slurm cluster's job history as a trace file."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+slurm_app = typer.Typer(help="Read a running Slurm cluster (sacct).", no_args_is_help=True)
+
+_TEXT_SUFFIXES = (".txt", ".sacct", ".psv")
+
+
+@slurm_app.command("history")
+def history_cmd(
+    out: Path = typer.Option(..., "--out", help="trace file: .txt/.sacct/.psv keep sacct's text (absolute times, "
+                             "running and pending jobs; `agent init --seed-history` reads it); .csv/.parquet "
+                             "write the canonical trace of the finished jobs"),
+    since: str = typer.Option("7d", "--since", help="how far back (e.g. 12h, 7d)"),
+    slurm_conf: Optional[Path] = typer.Option(None, "--slurm-conf", help="slurm.conf [default: $SLURM_CONF]"),
+    timeout: float = typer.Option(60.0, "--timeout", help="seconds sacct may take"),
+) -> None:
+    """Export the jobs of the last `--since` as a trace (GPUs from AllocTRES; malformed rows are
+    skipped and counted)."""
+    import time
+
+    from ..atomic import write_text_atomic
+    from ..live.history import read_jobs
+    from ..live.slurm import SlurmRunner
+    from ..live.slurm import SlurmConnector
+    from ..timeparse import parse_duration
+    from ..trace import load_trace
+    from ..trace.io import write_trace
+
+    conf = slurm_conf or (Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF") else None)
+    runner = SlurmRunner(str(conf) if conf else None, timeout=timeout)
+    conn = SlurmConnector(Path(os.devnull), conf, runner)
+    now = time.time()
+    text = conn.sacct_rows(now - parse_duration(since, "since"), now)
+    jobs = read_jobs(text, source="sacct")
+    if out.suffix.lower() in _TEXT_SUFFIXES:
+        write_text_atomic(out, text)
+    else:
+        import tempfile
+
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / "sacct.txt"
+            p.write_text(text)
+            trace, _ = load_trace(p, format="slurm")
+        write_trace(trace, out)
+    active = int((~jobs.finished).sum())
+    typer.echo(f"{out}: {len(jobs)} GPU jobs ({int(jobs.finished.sum())} finished, {active} pending or "
+               f"running), {jobs.malformed} malformed sacct row(s) skipped")
+    if jobs.report.drops:
+        typer.echo(jobs.report.summary(), err=True)

@@ -1,0 +1,76 @@
+"""What the agent needs from a live scheduler: the `Connector` interface.
+
+Slurm (`autosched.live.slurm.SlurmConnector`) is the first implementation; the fake
+(`autosched.live.fake.FakeConnector`) stands in for it in unit tests of the agent's logic.
+
+Settings cross this interface as Slurm spells them: a dict from a setting's name (``PriorityMaxAge``,
+``bf_window``) to its text (``7-0``, ``1440``; a flag such as ``bf_continue`` is ``""`` when set
+and absent when not). Converting to and from the simulator's units is `autosched.live.knobs`'s job.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..cluster import ClusterSpec
+from .errors import LiveError
+
+
+class ApplyFailed(LiveError):
+    """An apply did not take effect; the connector has put the previous settings back (the
+    message says so, or says what could not be restored)."""
+
+
+class Connector(Protocol):
+    """A live scheduler the agent reads and configures.
+
+    Every method may raise `SlurmUnavailable` (the scheduler does not answer) or another
+    `LiveError`; none of them may change anything but the settings the agent manages.
+    """
+
+    kind: str  # "slurm", "fake"
+
+    def describe(self) -> dict[str, Any]:
+        """What this connector talks to (paths, cluster name), for `agent status`. Called on
+        every status; must not contact the scheduler."""
+        ...
+
+    def now(self) -> float:
+        """The scheduler's clock (unix seconds). Called at the start of each round."""
+        ...
+
+    def sacct_rows(self, since: float, until: float) -> str:
+        """``sacct --parsable2`` text (one header line, then job and step rows) of every job that
+        was pending, running or ended in [since, until], with at least the columns JobID, Submit,
+        Start, End, AllocTRES, ReqTRES, User, Account, Partition, State, Timelimit; times in UTC
+        (``YYYY-MM-DDTHH:MM:SS``). Called each round for the new part of the history (the agent
+        merges it into its cache) and by ``autosched slurm history``."""
+        ...
+
+    def cluster(self) -> ClusterSpec:
+        """The cluster as the simulator models it (nodes, GPUs per node, partitions). Called each
+        round that tunes."""
+        ...
+
+    def live_values(self) -> dict[str, str]:
+        """The allowlisted settings as the scheduler holds them now (Slurm: ``scontrol show
+        config``; bf_* entries of SchedulerParameters flattened to their own names). Called
+        before every round and apply (hand-edit check) and after every apply (verification)."""
+        ...
+
+    def snapshot(self) -> dict[str, Any]:
+        """What `restore` needs to put back the present managed settings (Slurm: the include
+        file's text, or None when it does not exist). Called before an apply; the agent writes
+        it to the store as the apply's write-ahead intent."""
+        ...
+
+    def apply(self, settings: dict[str, str], header: str = "") -> None:
+        """Make `settings` (every managed setting) live: write them, make the scheduler read them,
+        read them back and check each one. On any failure restore the snapshot taken first and
+        raise `ApplyFailed`. Called by approve, rollback and auto mode, after `snapshot`."""
+        ...
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        """Put back what `snapshot` returned and make the scheduler read it. Called when an apply
+        was interrupted (the agent was killed) and is reconciled on the next start."""
+        ...

@@ -1,0 +1,140 @@
+"""`FakeConnector`: a stand-in for a Slurm cluster, for unit tests of the agent's logic and for
+the status page's browser test. It is NOT a simulator of Slurm: it holds settings and a job
+history, and can be told to fail in the ways a real cluster fails.
+
+Its state is a directory (so several processes - the agent, a CLI command, the service - see the
+same fake cluster): ``fake.json`` holds slurm.conf's values (``base``), the live values, the
+job history (sacct text) and the faults to inject; ``autosched.conf`` is its include file, read
+on "reconfigure" as Slurm would (its values override ``base``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ..atomic import write_text_atomic
+from ..cluster import ClusterSpec
+from .connector import ApplyFailed
+from .errors import LiveError, SlurmUnavailable
+from .knobs import same_value
+
+DEFAULT_BASE = {"PriorityWeightAge": "1000", "PriorityMaxAge": "7-0",
+                "PriorityWeightFairshare": "10000", "PriorityDecayHalfLife": "7-0",
+                "PriorityWeightJobSize": "1000", "PriorityFavorSmall": "NO",
+                "PriorityCalcPeriod": "5"}
+
+
+class FakeConnector:
+    """A fake cluster kept in `directory` (created with `FakeConnector.create`)."""
+
+    kind = "fake"
+
+    def __init__(self, directory: str | Path):
+        self.dir = Path(directory)
+        self.state_file = self.dir / "fake.json"
+        self.include = self.dir / "autosched.conf"
+        if not self.state_file.exists():
+            raise LiveError(f"{self.state_file}: no fake cluster here")
+
+    @classmethod
+    def create(cls, directory: str | Path, base: dict[str, str] | None = None, nodes: int = 4,
+               gpus_per_node: int = 8, sacct: str = "") -> "FakeConnector":
+        d = Path(directory)
+        d.mkdir(parents=True, exist_ok=True)
+        base = dict(DEFAULT_BASE if base is None else base)
+        state = {"base": base, "live": dict(base), "down": False, "fail_reconfigure": False,
+                 "ignore": [], "apply_delay": 0.0, "nodes": nodes, "gpus_per_node": gpus_per_node,
+                 "sacct": sacct, "clock": None, "calls": []}
+        write_text_atomic(d / "fake.json", json.dumps(state, indent=1))
+        return cls(d)
+
+    # -- the fake's state (tests change it to inject faults) --------------------------------
+    def state(self) -> dict[str, Any]:
+        return json.loads(self.state_file.read_text())
+
+    def update(self, **changes: Any) -> None:
+        s = self.state()
+        s.update(changes)
+        write_text_atomic(self.state_file, json.dumps(s, indent=1))
+
+    def hand_edit(self, name: str, value: str) -> None:
+        """Someone edits slurm.conf and reconfigures: the live value changes behind the agent."""
+        s = self.state()
+        s["base"][name] = value
+        write_text_atomic(self.state_file, json.dumps(s, indent=1))
+        self._reconfigure()
+
+    def _log(self, call: str) -> dict[str, Any]:
+        s = self.state()
+        s["calls"] = (s.get("calls") or [])[-50:] + [call]
+        write_text_atomic(self.state_file, json.dumps(s, indent=1))
+        if s["down"]:
+            raise SlurmUnavailable(f"`{call}` could not reach Slurm: fake cluster is down")
+        return s
+
+    # -- Connector --------------------------------------------------------------------------
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "directory": str(self.dir), "include": str(self.include)}
+
+    def now(self) -> float:
+        clock = self.state().get("clock")
+        return float(clock) if clock is not None else time.time()
+
+    def sacct_rows(self, since: float, until: float) -> str:
+        return self._log("sacct")["sacct"]
+
+    def cluster(self) -> ClusterSpec:
+        s = self._log("scontrol show node")
+        return ClusterSpec.uniform_nodes(s["nodes"], s["gpus_per_node"], source="fake")
+
+    def live_values(self) -> dict[str, str]:
+        return dict(self._log("scontrol show config")["live"])
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"include": self.include.read_text() if self.include.exists() else None}
+
+    def apply(self, settings: dict[str, str], header: str = "") -> None:
+        before = self.snapshot()
+        text = "".join(f"# {h}\n" for h in header.splitlines() if h)
+        text += "".join(f"{k}={v}\n" for k, v in settings.items())
+        try:
+            write_text_atomic(self.include, text)
+        except OSError as e:
+            raise LiveError(f"{self.include}: cannot write: {e.strerror or e}") from None
+        delay = self.state().get("apply_delay") or 0.0
+        if delay:
+            time.sleep(delay)  # a window in which tests kill the agent (-9) mid-apply
+        try:
+            self._reconfigure()
+            live = self.live_values()
+            wrong = [f"{k}={live.get(k)} (wanted {v!r})" for k, v in settings.items()
+                     if not same_value(k, live.get(k), v)]
+            if wrong:
+                raise ApplyFailed("after reconfigure, the fake holds " + ", ".join(wrong))
+        except LiveError as e:
+            self.restore(before)
+            raise ApplyFailed(f"{e}; the previous {self.include} is restored") from None
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        old = snapshot.get("include")
+        if old is None:
+            self.include.unlink(missing_ok=True)
+        else:
+            write_text_atomic(self.include, old)
+        self._reconfigure(restoring=True)
+
+    def _reconfigure(self, restoring: bool = False) -> None:
+        s = self._log("scontrol reconfigure")
+        if s["fail_reconfigure"] and not restoring:
+            raise LiveError("`scontrol reconfigure` failed (exit 1): fake failure")
+        live = dict(s["base"])
+        if self.include.exists():
+            for line in self.include.read_text().splitlines():
+                name, sep, value = line.partition("=")
+                if sep and not line.startswith("#") and name not in s["ignore"]:
+                    live[name] = value
+        s["live"] = live
+        write_text_atomic(self.state_file, json.dumps(s, indent=1))

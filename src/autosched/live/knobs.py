@@ -1,0 +1,206 @@
+"""Which knobs of a simulated policy the agent may set on a live Slurm cluster, and how.
+
+A knob is *managed* when it is in the policy's `ConfigSpace` and its name is on the allowlist:
+the multifactor priority settings that ``scontrol reconfigure`` applies without a restart, and
+the backfill ``bf_*`` entries of ``SchedulerParameters``. Every other knob of the policy (e.g.
+``backfill``, which would be ``SchedulerType``) is a *fixed* property in live mode: the tuner
+sees it pinned at one value and the agent never writes it. Settings that need a daemon restart
+or can lose jobs or history are never written, whatever the policy declares (`NEVER`).
+
+Units are converted by `autosched.export.slurm` (the project's one converter); this module only
+decides what is managed and maps whole configs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from ..export.slurm import from_slurm, quantize, slurm_seconds, to_slurm
+from ..policies import Policy, get_policy
+from ..space import Bool, Categorical, Config, ConfigError, ConfigSpace, Float, Int, Knob
+from .errors import LiveError
+
+ALLOWED = ("PriorityWeightAge", "PriorityWeightAssoc", "PriorityWeightFairshare",
+           "PriorityWeightJobSize", "PriorityWeightPartition", "PriorityWeightQOS",
+           "PriorityWeightTRES", "PriorityMaxAge", "PriorityDecayHalfLife", "PriorityFavorSmall",
+           "PriorityCalcPeriod")
+BACKFILL_PREFIX = "bf_"
+# Never written, even if a policy had a knob of that name: they need a restart of slurmctld, or
+# lose jobs (SelectType, partitions) or fair-share history (PriorityUsageResetPeriod).
+NEVER = ("SchedulerType", "SelectType", "SelectTypeParameters", "PriorityType", "PriorityFlags",
+         "PriorityUsageResetPeriod", "AccountingStorageEnforce", "PartitionName", "NodeName",
+         "MaxJobCount", "ProctrackType", "StateSaveLocation")
+_ALLOWED_LOWER = {n.lower(): n for n in ALLOWED}
+
+
+def is_allowed(name: str) -> bool:
+    """Whether the agent may write the setting `name` (case as in slurm.conf, which ignores it)."""
+    if name.lower() in {n.lower() for n in NEVER}:
+        return False
+    return name.lower() in _ALLOWED_LOWER or name.startswith(BACKFILL_PREFIX)
+
+
+def canonical(name: str) -> str:
+    """The allowlist's spelling of a setting (``scontrol`` prints PriorityWeightFairShare)."""
+    return _ALLOWED_LOWER.get(name.lower(), name)
+
+
+@dataclass(frozen=True)
+class LiveSpace:
+    """One policy's knobs split into managed (written live) and fixed (pinned in live mode)."""
+
+    policy: str
+    managed: tuple[Knob, ...]
+    fixed: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.managed)
+
+    def knob(self, name: str) -> Knob:
+        for k in self.managed:
+            if k.name == name:
+                return k
+        raise KeyError(name)
+
+    def to_settings(self, config: Mapping[str, Any]) -> dict[str, str]:
+        """The managed knobs of `config` as Slurm settings (name -> text; a true bf_ flag is
+        ``""``, a false one is left out)."""
+        out: dict[str, str] = {}
+        for k in self.managed:
+            if k.name.startswith(BACKFILL_PREFIX) and isinstance(k, Bool):
+                if k.coerce(config[k.name]):
+                    out[k.name] = ""
+                continue
+            out[k.name] = to_slurm(k, config[k.name])
+        return out
+
+    def from_settings(self, live: Mapping[str, str], where: str = "scontrol show config") -> Config:
+        """The managed knobs' values from Slurm settings. A managed setting Slurm does not show is
+        an error (the agent cannot know what it would overwrite)."""
+        lower = {n.lower(): v for n, v in live.items()}
+        out: Config = {}
+        for k in self.managed:
+            if k.name.startswith(BACKFILL_PREFIX) and isinstance(k, Bool):
+                out[k.name] = k.name.lower() in lower
+                continue
+            if k.name.lower() not in lower:
+                if k.name.startswith(BACKFILL_PREFIX):
+                    out[k.name] = k.default  # Slurm's default applies when the entry is absent
+                    continue
+                raise LiveError(f"{where}: no value for {k.name}")
+            try:
+                out[k.name] = from_slurm(k, lower[k.name.lower()])
+            except ConfigError as e:
+                raise LiveError(f"{where}: {e}") from None
+        return out
+
+    def quantized(self, config: Mapping[str, Any]) -> Config:
+        """The managed part of `config` as Slurm will hold it (times in whole minutes)."""
+        return {k.name: quantize(k, config[k.name]) for k in self.managed}
+
+    def full(self, managed: Mapping[str, Any]) -> Config:
+        """A whole policy config: the managed values plus the fixed ones."""
+        return get_policy(self.policy).space.validate({**self.fixed, **{
+            n: managed[n] for n in self.names if n in managed}})
+
+
+def live_space(policy: str, fixed: Mapping[str, Any] | None = None) -> LiveSpace:
+    """Split `policy`'s knobs; `fixed` gives values to the non-managed ones (default: defaults).
+    Raises `LiveError` when the policy has nothing to manage."""
+    space = get_policy(policy).space
+    managed = tuple(k for k in space if is_allowed(k.name))
+    if not managed:
+        raise LiveError(f"policy {policy!r} has no knob with a live Slurm setting (the live "
+                        f"settings are {', '.join(ALLOWED)} and bf_* SchedulerParameters)")
+    fixed = dict(fixed or {})
+    bad = [n for n in fixed if n not in space or is_allowed(n)]
+    if bad:
+        raise LiveError(f"cannot fix {', '.join(bad)}: not a non-live knob of {policy}")
+    values = space.validate(fixed)
+    return LiveSpace(policy, managed, {k.name: values[k.name] for k in space if not is_allowed(k.name)})
+
+
+def same_value(name: str, a: str | None, b: str | None) -> bool:
+    """Whether two Slurm texts of setting `name` mean the same (``7-0`` = ``7-00:00:00``,
+    ``YES`` = ``Yes``, ``00:01:00`` = ``1`` for PriorityCalcPeriod)."""
+    if a is None or b is None:
+        return a is b
+    a, b = a.strip(), b.strip()
+    if a.lower() == b.lower():
+        return True
+    if name.lower() in ("prioritymaxage", "prioritydecayhalflife", "prioritycalcperiod"):
+        sa, sb = slurm_seconds(a), slurm_seconds(b)
+        return sa is not None and sa == sb
+    if name.lower() == "priorityweighttres":
+        return sorted(a.lower().split(",")) == sorted(b.lower().split(","))
+    try:
+        return float(a) == float(b)
+    except ValueError:
+        return False
+
+
+# -- the tuner's view in live mode ----------------------------------------------------------
+
+@dataclass(frozen=True)
+class Pinned(Categorical):
+    """A knob held at one value in live mode: the tuner can only pick that value, and the
+    original knob still checks it. (A one-choice categorical, so that every part of the tuner
+    that maps knobs - Optuna distributions, Latin hypercube - handles it unchanged.)"""
+
+    original: Knob | None = field(default=None, compare=False)
+
+    def coerce(self, value: Any) -> Any:
+        v = self.original.coerce(value) if self.original is not None else value
+        if v != self.default:
+            raise ConfigError(f"knob {self.name!r}: fixed at {self.default!r} in live mode")
+        return v
+
+
+def pin(knob: Knob, value: Any) -> Pinned:
+    value = knob.coerce(value)
+    return Pinned(knob.name, knob.help, choices=(value,), default=value, original=knob)
+
+
+def narrowed(knob: Knob, running: Any, bounds: tuple[float, float] | None,
+             max_step: float | None) -> Knob:
+    """`knob` with its range cut to `bounds` and to `max_step` (a fraction of the range, or of
+    its log range for log-scaled knobs) around the running value, which always stays inside."""
+    if not isinstance(knob, (Int, Float)):
+        return knob
+    lo, hi = float(knob.low), float(knob.high)
+    if bounds is not None:
+        lo, hi = max(lo, bounds[0]), min(hi, bounds[1])
+    if max_step is not None:
+        if knob.log and knob.low > 0 and running > 0:
+            f = math.exp(max_step * math.log(knob.high / knob.low))
+            lo, hi = max(lo, running / f), min(hi, running * f)
+        else:
+            d = max_step * (knob.high - knob.low)
+            lo, hi = max(lo, running - d), min(hi, running + d)
+    lo, hi = min(lo, running), max(hi, running)
+    if isinstance(knob, Int):
+        lo, hi = math.ceil(lo), math.floor(hi)
+        lo, hi = min(lo, running), max(hi, running)
+        return replace(knob, low=int(lo), high=int(hi), log=knob.log and lo > 0)
+    return replace(knob, low=lo, high=hi, log=knob.log and lo > 0)
+
+
+def live_policy(ls: LiveSpace, running: Mapping[str, Any],
+                bounds: Mapping[str, tuple[float, float]] | None = None,
+                max_step: float | None = None) -> type[Policy]:
+    """The policy class the tuner searches in live mode: same name and behaviour, fixed knobs
+    pinned, managed knobs cut to their bounds (and, in auto mode, to one step of the running
+    value). Every config of it is a valid config of the original policy."""
+    base = get_policy(ls.policy)
+    bounds = dict(bounds or {})
+    knobs = []
+    for k in base.space:
+        if k.name in ls.fixed:
+            knobs.append(pin(k, ls.fixed[k.name]))
+        else:
+            knobs.append(narrowed(k, running[k.name], bounds.get(k.name), max_step))
+    return type(base.__name__, (base,), {"space": ConfigSpace(knobs), "__module__": __name__})

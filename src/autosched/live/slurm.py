@@ -1,0 +1,298 @@
+"""`SlurmConnector`: a running Slurm cluster through its command-line tools.
+
+Reads with ``sacct`` (history), ``scontrol show node`` (the cluster), ``scontrol show config``
+(live values); writes only its own include file (``Include <file>`` at the end of slurm.conf,
+so its values win over earlier ones), then ``scontrol reconfigure`` and a read-back of every
+managed value; on any failure the previous file is put back and Slurm reconfigured again.
+
+Every command goes through `SlurmRunner`: a timeout, a few retries with back-off for reads, and a
+`SlurmUnavailable` naming the command when slurmctld does not answer. The commands run with
+``TZ=UTC`` and ``SLURM_TIME_FORMAT=standard`` so that times read back as UTC wall-clock stamps.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..atomic import write_text_atomic
+from ..cluster import ClusterSpec
+from .connector import ApplyFailed
+from .errors import LiveError, SlurmUnavailable
+from .knobs import BACKFILL_PREFIX, canonical, is_allowed, same_value
+
+SACCT_FIELDS = ("JobID", "Submit", "Start", "End", "AllocTRES", "ReqTRES", "User", "Account",
+                "Partition", "State", "JobName", "NCPUS", "Timelimit")
+_DOWN = ("unable to contact slurm controller", "connection refused", "socket timed out",
+         "unable to establish connection", "slurmdbd", "unable to connect to database",
+         "zero bytes were transmitted")
+
+
+@dataclass
+class SlurmRunner:
+    """Runs Slurm's client commands with a timeout, retrying reads with back-off."""
+
+    slurm_conf: str | None = None  # SLURM_CONF for the commands (None: inherit)
+    timeout: float = 30.0
+    retries: int = 2  # extra attempts for reads
+    backoff: float = 1.0  # seconds before the first retry, doubled each time
+    bin_dir: str | None = None  # where the commands are (None: PATH)
+    calls: list[str] = field(default_factory=list)  # commands run, for the status and tests
+
+    def env(self) -> dict[str, str]:
+        env = dict(os.environ, TZ="UTC", SLURM_TIME_FORMAT="standard")
+        if self.slurm_conf:
+            env["SLURM_CONF"] = self.slurm_conf
+        return env
+
+    def run(self, args: Sequence[str], *, read: bool = True) -> str:
+        """stdout of the command; `SlurmUnavailable` when it times out or cannot reach the
+        daemons (after the retries, for reads), `LiveError` when it fails otherwise."""
+        args = list(args)
+        if self.bin_dir:
+            args[0] = str(Path(self.bin_dir) / args[0])
+        shown = " ".join(args)
+        attempts = 1 + (self.retries if read else 0)
+        delay = self.backoff
+        for attempt in range(attempts):
+            self.calls.append(shown)
+            try:
+                p = subprocess.run(args, capture_output=True, text=True, timeout=self.timeout,
+                                   env=self.env(), stdin=subprocess.DEVNULL)
+            except FileNotFoundError:
+                raise LiveError(f"`{args[0]}` not found: install Slurm's client commands "
+                                "(Debian: slurm-client)") from None
+            except subprocess.TimeoutExpired:
+                err: LiveError = SlurmUnavailable(
+                    f"`{shown}` did not answer within {self.timeout:g} s (is slurmctld running?)")
+            else:
+                if p.returncode == 0:
+                    return p.stdout
+                msg = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+                if not any(s in p.stderr.lower() for s in _DOWN):
+                    raise LiveError(f"`{shown}` failed (exit {p.returncode}): {msg}")
+                err = SlurmUnavailable(f"`{shown}` could not reach Slurm: {msg}")
+            if attempt + 1 < attempts:
+                time.sleep(delay)
+                delay *= 2
+        raise err
+
+
+def slurm_stamp(t: float) -> str:
+    """A unix time as sacct's -S/-E take it, in UTC (the runner sets TZ=UTC)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+
+
+def parse_show_config(text: str) -> dict[str, str]:
+    """``scontrol show config`` as name -> text (the first block; names as printed)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        name, sep, value = line.partition("=")
+        if not sep or " " in name.strip() or not name.strip():
+            continue
+        out.setdefault(name.strip(), value.strip())
+    return out
+
+
+def split_scheduler_parameters(text: str) -> list[tuple[str, str | None]]:
+    """``bf_window=1440,bf_continue`` -> [("bf_window", "1440"), ("bf_continue", None)]."""
+    if text.strip().lower() in ("", "(null)"):
+        return []
+    out = []
+    for item in text.split(","):
+        key, sep, value = item.strip().partition("=")
+        if key:
+            out.append((key, value if sep else None))
+    return out
+
+
+def live_settings(config: dict[str, str]) -> dict[str, str]:
+    """The allowlisted settings of a parsed ``scontrol show config``, bf_* entries flattened
+    (a flag gets ``""``)."""
+    out = {canonical(k): v for k, v in config.items() if is_allowed(k) and
+           not k.startswith(BACKFILL_PREFIX)}
+    for key, value in split_scheduler_parameters(config.get("SchedulerParameters", "")):
+        if key.startswith(BACKFILL_PREFIX):
+            out[key] = value if value is not None else ""
+    return out
+
+
+def parse_nodes(text: str) -> list[dict[str, str]]:
+    """``scontrol show node -o`` (one node per line) as a list of key -> value."""
+    nodes = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        fields = dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", line))
+        nodes.append(fields)
+    return nodes
+
+
+def node_gpus(gres: str) -> int:
+    """GPUs in a node's Gres (``gpu:8``, ``gpu:a100:4(S:0-1)``, ``gpu:2,mps:100``)."""
+    total = 0
+    for item in gres.split(","):
+        parts = item.split("(")[0].split(":")
+        if parts[0] == "gpu" and parts[-1].isdigit():
+            total += int(parts[-1])
+    return total
+
+
+def cluster_from_nodes(nodes: list[dict[str, str]], source: str = "scontrol show node") -> ClusterSpec:
+    """Nodes with GPUs as a `ClusterSpec`: one pool, or one VC per partition when the partitions'
+    GPU nodes do not overlap. GPUs per node is the most common count (the simulator has one)."""
+    gpu_nodes = [(n.get("NodeName", "?"), node_gpus(n.get("Gres", "")),
+                  [p for p in n.get("Partitions", "").split(",") if p]) for n in nodes]
+    gpu_nodes = [g for g in gpu_nodes if g[1] > 0]
+    if not gpu_nodes:
+        raise LiveError(f"{source}: no node has GPUs (Gres=gpu:N)")
+    per_node = Counter(g for _, g, _ in gpu_nodes).most_common(1)[0][0]
+    parts: dict[str, int] = {}
+    overlap = False
+    for _, _, ps in gpu_nodes:
+        overlap |= len(ps) > 1
+        for p in ps:
+            parts[p] = parts.get(p, 0) + 1
+    if len(parts) > 1 and not overlap and all(ps for _, _, ps in gpu_nodes):
+        return ClusterSpec(per_node, tuple(sorted(parts.items())), False, source=source)
+    return ClusterSpec.uniform_nodes(len(gpu_nodes), per_node, source=source)
+
+
+class SlurmConnector:
+    """A Slurm cluster through ``sacct``/``scontrol``; writes only `include` (see module doc)."""
+
+    kind = "slurm"
+
+    def __init__(self, include: str | Path, slurm_conf: str | Path | None = None,
+                 runner: SlurmRunner | None = None):
+        self.include = Path(include)
+        self.slurm_conf = Path(slurm_conf) if slurm_conf else (
+            Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF") else None)
+        self.runner = runner or SlurmRunner(str(self.slurm_conf) if self.slurm_conf else None)
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "include": str(self.include),
+                "slurm_conf": str(self.slurm_conf) if self.slurm_conf else None}
+
+    def check_include_line(self) -> str | None:
+        """None if slurm.conf has an ``Include`` of our file, else what is wrong (the agent
+        reports it: without that line nothing it writes takes effect)."""
+        if self.slurm_conf is None:
+            return "SLURM_CONF is not set and no slurm.conf path was given"
+        try:
+            text = self.slurm_conf.read_text()
+        except OSError as e:
+            return f"{self.slurm_conf}: cannot read: {e.strerror}"
+        target = os.path.realpath(self.include)
+        for line in text.splitlines():
+            words = line.split("#")[0].split()
+            if len(words) == 2 and words[0].lower() == "include":
+                path = words[1] if os.path.isabs(words[1]) else str(self.slurm_conf.parent / words[1])
+                if os.path.realpath(path) == target:
+                    return None
+        return f"{self.slurm_conf} has no line `Include {self.include}`"
+
+    # -- reading --------------------------------------------------------------------------
+    def now(self) -> float:
+        return time.time()
+
+    def sacct_rows(self, since: float, until: float) -> str:
+        return self.runner.run(["sacct", "-a", "--parsable2", "--duplicates",
+                                "--format=" + ",".join(SACCT_FIELDS),
+                                "-S", slurm_stamp(since), "-E", slurm_stamp(until)])
+
+    def cluster(self) -> ClusterSpec:
+        return cluster_from_nodes(parse_nodes(self.runner.run(["scontrol", "show", "node", "-o"])))
+
+    def show_config(self) -> dict[str, str]:
+        return parse_show_config(self.runner.run(["scontrol", "show", "config"]))
+
+    def live_values(self) -> dict[str, str]:
+        return live_settings(self.show_config())
+
+    def snapshot(self) -> dict[str, Any]:
+        try:
+            return {"include": self.include.read_text() if self.include.exists() else None}
+        except OSError as e:
+            raise LiveError(f"{self.include}: cannot read: {e.strerror}") from None
+
+    # -- writing --------------------------------------------------------------------------
+    def render(self, settings: dict[str, str], header: str = "") -> str:
+        """The include file for `settings`. bf_* entries are merged into the live
+        SchedulerParameters (entries autosched does not manage stay as they are)."""
+        lines = ["# Managed by autosched: every change is a revision in its store; edit through",
+                 "# `autosched agent` (a hand edit here blocks the agent until it is adopted)."]
+        lines += [f"# {h}" for h in header.splitlines() if h]
+        bf = {k: v for k, v in settings.items() if k.startswith(BACKFILL_PREFIX)}
+        for name, value in settings.items():
+            if not name.startswith(BACKFILL_PREFIX):
+                if not is_allowed(name):
+                    raise LiveError(f"{name} is not a setting autosched may write")
+                lines.append(f"{name}={value}")
+        if bf or self._managed_bf_in_file():
+            current = split_scheduler_parameters(self.show_config().get("SchedulerParameters", ""))
+            keep = [(k, v) for k, v in current if k not in bf and not self._was_managed(k)]
+            items = [k if v is None else f"{k}={v}" for k, v in keep]
+            items += [k if v == "" else f"{k}={v}" for k, v in bf.items()]
+            lines.append("SchedulerParameters=" + ",".join(items))
+        return "\n".join(lines) + "\n"
+
+    def _managed_bf_in_file(self) -> bool:
+        return bool(self._file_bf_keys())
+
+    def _was_managed(self, key: str) -> bool:
+        return key in self._file_bf_keys()
+
+    def _file_bf_keys(self) -> set[str]:
+        try:
+            text = self.include.read_text() if self.include.exists() else ""
+        except OSError:
+            return set()
+        for line in text.splitlines():
+            if line.startswith("SchedulerParameters="):
+                return {k for k, _ in split_scheduler_parameters(line.partition("=")[2])
+                        if k.startswith(BACKFILL_PREFIX)}
+        return set()
+
+    def apply(self, settings: dict[str, str], header: str = "") -> None:
+        before = self.snapshot()
+        text = self.render(settings, header)
+        self._write(text)
+        try:
+            self.runner.run(["scontrol", "reconfigure"], read=False)
+            live = self.live_values()
+            wrong = [f"{k}={live.get(k)!s} (wanted {v!r})" for k, v in settings.items()
+                     if not same_value(k, live.get(k), v)]
+            if wrong:
+                raise ApplyFailed("after `scontrol reconfigure`, slurmctld holds "
+                                  + ", ".join(wrong))
+        except LiveError as e:
+            why = str(e)
+            try:
+                self.restore(before)
+            except LiveError as e2:
+                raise ApplyFailed(f"{why}; restoring the previous {self.include} also failed: "
+                                  f"{e2}") from None
+            raise ApplyFailed(f"{why}; the previous {self.include} is restored") from None
+
+    def restore(self, snapshot: dict[str, Any]) -> None:
+        old = snapshot.get("include")
+        if old is None:
+            # an absent file would break slurm.conf's Include line; an empty one makes every
+            # Slurm command warn, so write a comment only
+            old = "# Managed by autosched: no managed settings yet.\n"
+        self._write(old)
+        self.runner.run(["scontrol", "reconfigure"], read=False)
+
+    def _write(self, text: str) -> None:
+        try:
+            write_text_atomic(self.include, text)
+        except OSError as e:
+            raise LiveError(f"{self.include}: cannot write: {e.strerror or e}") from None
