@@ -1,6 +1,5 @@
-"""Shared by the service's tests: a store seeded by hand, the service on a real socket (in a
-thread or in its own process), and -- until the live branch's Agent is merged -- a stand-in with
-the contract's action methods over the real store."""
+"""Shared by the service's tests: an agent on the fake connector with a proposal, the service
+on a real socket (in a thread, or `autosched agent serve` in its own process), headless Chromium."""
 
 from __future__ import annotations
 
@@ -10,84 +9,55 @@ import sys
 import threading
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator
 
-from autosched.live.errors import ActionNotAllowed
-from autosched.live.store import Flags, Revision, RevisionState, RevisionStore
+from autosched.live.store import RevisionState, RevisionStore
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
+AUTOSCHED = str(Path(sys.executable).with_name("autosched"))
 TOKEN = "test-token-0123456789abcdef"
 P, A, R, RB = (RevisionState.PROPOSED, RevisionState.APPLIED, RevisionState.REJECTED,
                RevisionState.ROLLED_BACK)
-BASE = {"PriorityWeightAge": 1000, "PriorityWeightFairshare": 10000, "PriorityMaxAge": "7-0",
-        "SchedulerParameters": "bf_window=60"}
+# the fake cluster's settings as the agent's config (simulator units: seconds, bools)
+BASE = {"PriorityCalcPeriod": 5, "PriorityDecayHalfLife": 604800.0, "PriorityFavorSmall": False,
+        "PriorityMaxAge": 604800.0, "PriorityWeightAge": 1000, "PriorityWeightFairshare": 10000,
+        "PriorityWeightJobSize": 1000}
 
 
-def seed(state: Path) -> RevisionStore:
-    """Revision 1 applied (baseline), revision 2 proposed (PriorityWeightAge 1000 -> 5000)."""
-    s = RevisionStore(state)
-    s.create(BASE, trigger="baseline", actor="agent", state=A, note="found live")
-    s.create({**BASE, "PriorityWeightAge": 5000}, trigger="period", actor="agent:propose",
-             evidence={"predicted_gain": 0.08, "spread": 0.02, "samples": 8})
-    return s
+def seed(state: Path, fake: Path | None = None) -> RevisionStore:
+    """An agent on a fake cluster (`agent init` with the fake connector): revision 1 the config
+    found live (baseline), revision 2 a proposal PriorityWeightAge 1000 -> 5000 with evidence,
+    made as the agent's round makes it (`store.create` with the round's evidence)."""
+    from autosched.live.agent import AgentSettings, init_agent
+    from autosched.live.fake import FakeConnector
+
+    fake = fake or state.parent / "fake"
+    FakeConnector.create(fake)
+    agent = init_agent(state, AgentSettings(connector={"kind": "fake", "directory": str(fake)},
+                                            period=3600.0))
+    base = agent._running_or_baseline()
+    assert base.id == 1 and base.config == BASE, base
+    agent.store.create({**BASE, "PriorityWeightAge": 5000}, trigger="period",
+                       actor="agent:propose", parent=1,
+                       evidence={"predicted_gain": 0.08, "spread": 0.02, "samples": 8,
+                                 "metric": "avg_jct"})
+    return agent.store
 
 
-@dataclass(frozen=True)
-class _Status:
-    d: dict[str, Any]
+def live_values(state: Path) -> dict[str, str]:
+    """What the (fake) cluster runs now, as Slurm would show it."""
+    from autosched.live.fake import FakeConnector
 
-    def to_dict(self) -> dict[str, Any]:
-        return self.d
-
-
-class StandInAgent:
-    """The contract's actions on the real store, with no connector (stand-in until the Agent
-    of branch `live` is merged)."""
-
-    def __init__(self, state: Path) -> None:
-        self.store = RevisionStore(state)
-
-    def status(self) -> _Status:
-        return _Status({"mode": "propose", "next_round": 1.8e9})
-
-    def approve(self, rev_id: int, actor: str) -> Revision:
-        if self.store.flags().frozen:
-            raise ActionNotAllowed("the agent is frozen; unfreeze it first")
-        return self.store.transition(rev_id, A, actor=actor, allowed_from=[P])
-
-    def reject(self, rev_id: int, actor: str, reason: str = "") -> Revision:
-        return self.store.transition(rev_id, R, actor=actor, note=reason, allowed_from=[P])
-
-    def rollback(self, rev_id: int | None, actor: str) -> Revision:
-        running = self.store.running()
-        applied = [r for r in self.store.history() if r.applied_at() is not None
-                   and (running is None or r.id != running.id)]
-        if rev_id is None:
-            if not applied:
-                raise ActionNotAllowed("no earlier applied revision to roll back to")
-            rev_id = applied[0].id
-        target = self.store.get(rev_id)
-        if target.applied_at() is None or (running and running.id == rev_id):
-            raise ActionNotAllowed(f"revision {rev_id} was never applied or is running")
-        new = self.store.create(target.config, trigger=f"rollback to {rev_id}", actor=actor,
-                                state=A)
-        if running:
-            self.store.transition(running.id, RB, actor=actor, note=f"rolled back to {rev_id}")
-        return self.store.get(new.id)
-
-    def freeze(self, actor: str, reason: str = "") -> Flags:
-        return self.store.freeze(actor, reason)
-
-    def unfreeze(self, actor: str) -> Flags:
-        return self.store.unfreeze(actor)
+    return FakeConnector(state.parent / "fake").live_values()
 
 
 def make_app(state: Path, **kw: Any):
     from autosched.service.app import create_app
 
-    return create_app(state, token=TOKEN, agent=lambda: StandInAgent(state), **kw)
+    from autosched.live.agent import open_agent
+
+    return create_app(state, token=TOKEN, agent=lambda: open_agent(state), **kw)
 
 
 @contextmanager
@@ -117,8 +87,8 @@ def serve_in_thread(app) -> Iterator[str]:
 @contextmanager
 def serve_process(state: Path, *argv: str) -> Iterator[tuple[str, subprocess.Popen]]:
     """`autosched agent serve` in its own process on a free port; stopped by its pid."""
-    cmd = [sys.executable, "-c", _SERVE_STANDIN, str(state), *argv]
-    env = {**os.environ, "PYTHONPATH": SRC + os.pathsep + str(Path(__file__).parent)}
+    cmd = [AUTOSCHED, "agent", "serve", "--state", str(state), "--port", "0", *argv]
+    env = {**os.environ, "PYTHONPATH": SRC}
     proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
     url = None
     try:
@@ -143,31 +113,3 @@ def serve_process(state: Path, *argv: str) -> Iterator[tuple[str, subprocess.Pop
             proc.kill()
             proc.wait(5)
 
-
-_SERVE_STANDIN = """
-import sys
-from pathlib import Path
-from service_kit import StandInAgent
-from autosched.service.serve import serve
-state = Path(sys.argv[1])
-args = dict(zip(sys.argv[2::2], sys.argv[3::2]))
-serve(state, host=args.get("--host", "127.0.0.1"), port=int(args.get("--port", "0")),
-      token_file=Path(args["--token-file"]) if "--token-file" in args else None,
-      open_agent=StandInAgent)
-"""
-
-
-CHROMIUM, CHROMEDRIVER = "/usr/bin/chromium", "/usr/bin/chromedriver"
-
-
-def chromium(width: int = 1280, height: int = 1400):
-    """Debian's headless Chromium through its chromedriver (no Selenium Manager, no network)."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = CHROMIUM
-    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",
-              f"--window-size={width},{height}", "--no-first-run", "--disable-extensions"):
-        opts.add_argument(a)
-    return webdriver.Chrome(service=Service(CHROMEDRIVER), options=opts)

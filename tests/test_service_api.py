@@ -17,7 +17,7 @@ from autosched.client import Client, Conflict, NotFound, ServiceError, Unauthori
 from autosched.errors import InputError
 from autosched.live.store import RevisionStore
 from autosched.service.token import load_or_create_token
-from service_kit import BASE, TOKEN, make_app, seed, serve_in_thread
+from service_kit import BASE, TOKEN, live_values, make_app, seed, serve_in_thread
 
 
 @pytest.fixture
@@ -38,17 +38,31 @@ def test_status_revisions_proposals(svc):
     assert st["running"]["id"] == 1 and st["running"]["state"] == "applied"
     assert st["running"]["config"] == BASE
     assert st["pending"]["id"] == 2 and st["pending"]["diff"] == {"PriorityWeightAge": [1000, 5000]}
-    assert st["pending"]["evidence"] == {"predicted_gain": 0.08, "spread": 0.02, "samples": 8}
-    assert (st["mode"], st["next_round"], st["frozen"], st["blocked"]) == ("propose", 1.8e9,
-                                                                           False, "")
-    assert st["revisions"] == 2 and st["last_round"] is None
+    assert st["pending"]["evidence"] == {"predicted_gain": 0.08, "spread": 0.02, "samples": 8,
+                                         "metric": "avg_jct"}
+    assert (st["mode"], st["policy"], st["period"], st["connector"]["kind"]) == (
+        "propose", "multifactor", 3600.0, "fake")
+    assert (st["frozen"], st["blocked"], st["agent_error"], st["interrupted_apply"]) == (
+        False, "", "", None)
+    assert st["revisions"] == 2
+    assert (st["last_round"], st["next_round"], st["last_round_summary"]) == (None, None, None)
     assert [r["id"] for r in anon.revisions()] == [2, 1]
     assert [r["id"] for r in anon.revisions(limit=1)] == [2]
     r1 = anon.revision(1)
     assert r1["diff"] == {k: [None, v] for k, v in BASE.items()} and r1["parent"] is None
     assert [(e["state"], e["actor"], e["note"]) for e in r1["events"]] == [
-        ("applied", "agent", "found live")]
+        ("applied", "agent", "the config found live")]
     assert [r["id"] for r in anon.proposals()] == [2]  # the baseline never was a proposal
+
+
+def test_status_after_a_round(svc):
+    _, anon, store = svc
+    store.record_round({"action": "none", "why": "too little history: 3 finished jobs"},
+                       when=1_000_000.0)
+    st = anon.status()
+    assert (st["last_round"], st["next_round"]) == (1_000_000.0, 1_003_600.0)
+    assert st["last_round_summary"] == {"action": "none",
+                                        "why": "too little history: 3 finished jobs"}
 
 
 def test_openapi_documents_every_endpoint(svc):
@@ -89,8 +103,9 @@ def test_approve_changes_the_running_revision(svc):
     assert rev["events"][-1]["actor"] == "operator:alice" and rev["applied_at"] is not None
     assert store.running().id == 2 and store.pending() is None
     assert anon.status()["running"]["config"]["PriorityWeightAge"] == 5000
-    with pytest.raises(Conflict, match="HTTP 409: revision 2 is applied; this needs it to be "
-                                       "proposed"):
+    assert live_values(store.state_dir)["PriorityWeightAge"] == "5000"  # the cluster runs it
+    with pytest.raises(Conflict, match="HTTP 409: revision 2 is applied; only a proposed "
+                                       "revision can be approved"):
         c.approve(2)
     with pytest.raises(Conflict, match="revision 1 is applied"):
         c.reject(1)
@@ -114,6 +129,7 @@ def test_reject_with_reason_default_actor(svc):
     assert (rev["events"][-1]["actor"], rev["events"][-1]["note"]) == ("service:token",
                                                                       "too big a step")
     assert store.pending() is None and store.running().id == 1
+    assert live_values(store.state_dir)["PriorityWeightAge"] == "1000"
 
 
 def test_freeze_blocks_approve_with_409_then_unfreeze(svc):
@@ -124,25 +140,59 @@ def test_freeze_blocks_approve_with_409_then_unfreeze(svc):
     st = anon.status()
     assert (st["frozen"], st["frozen_reason"], st["frozen_by"]) == (True, "maintenance window",
                                                                     "operator:bob")
-    with pytest.raises(Conflict, match="frozen"):
+    with pytest.raises(Conflict, match="HTTP 409: the agent is frozen by operator:bob: "
+                                       "maintenance window; unfreeze it first"):
         c.approve(2)
-    assert store.pending().id == 2
+    assert store.pending().id == 2 and live_values(store.state_dir)["PriorityWeightAge"] == "1000"
     assert c.unfreeze()["frozen"] is False
     assert c.approve(2)["state"] == "applied"
 
 
 def test_rollback_to_previous_and_named_revision(svc):
     c, anon, store = svc
-    with pytest.raises(Conflict, match="no earlier applied revision"):
+    with pytest.raises(Conflict, match="revision 1 is the only one ever applied; there is "
+                                       "nothing to roll back to"):
         c.rollback()
     c.approve(2)
     rev = c.rollback(operator="alice")
     assert rev["id"] == 3 and rev["config"] == BASE and rev["trigger"] == "rollback to 1"
     assert rev["diff"] == {"PriorityWeightAge": [5000, 1000]} and rev["parent"] == 2
+    assert rev["events"][-1]["actor"] == "operator:alice"
     assert store.get(2).state.value == "rolled_back" and store.running().id == 3
     assert anon.status()["running"]["id"] == 3
-    with pytest.raises(Conflict, match="revision 3 was never applied or is running"):
+    assert live_values(store.state_dir)["PriorityWeightAge"] == "1000"
+    with pytest.raises(Conflict, match="revision 3 is already running"):
         c.rollback(3)
+    with pytest.raises(NotFound, match="no revision 4"):
+        c.rollback(4)
+
+
+def test_slurm_down_is_503_and_nothing_applied(svc):
+    from autosched.live.fake import FakeConnector
+
+    c, anon, store = svc
+    fake = FakeConnector(store.state_dir.parent / "fake")
+    fake.update(down=True)
+    before = snapshot(store)
+    with pytest.raises(ServiceError, match="HTTP 503: .*could not reach Slurm: fake cluster is "
+                                           "down") as e:
+        c.approve(2)
+    assert e.value.status == 503 and snapshot(store) == before
+    assert anon.status()["running"]["id"] == 1  # reads go on from the store
+    fake.update(down=False)
+    assert c.approve(2)["state"] == "applied"
+
+
+def test_hand_edit_blocks_approve_with_409(svc):
+    from autosched.live.fake import FakeConnector
+
+    c, _, store = svc
+    FakeConnector(store.state_dir.parent / "fake").hand_edit("PriorityWeightAge", "777")
+    with pytest.raises(Conflict, match="HTTP 409: the live config differs from revision 1 "
+                                       r"\(PriorityWeightAge is 777 live, 1000 in revision 1\)"):
+        c.approve(2)
+    assert store.pending().id == 2 and store.running().id == 1
+
 
 
 @pytest.mark.parametrize("path, body", [
@@ -174,11 +224,13 @@ def test_invalid_query_is_422(svc):
 def test_outcomes_predicted_against_observed(svc):
     c, anon, store = svc
     c.approve(2)
-    store.record_outcome(2, {"observed_gain": 0.05, "predicted_gain": 0.08, "jct_mean": 3600.0})
+    # what the agent's judge records one period later (Agent._judge)
+    store.record_outcome(2, {"metric": "avg_jct", "predicted_gain": 0.08, "observed_gain": 0.05,
+                             "verdict": "kept: avg_jct 4000.0 -> 3800.0 (+5.0%)"})
     rows = anon.outcomes()
     assert [(o["revision"], o["state"], o["predicted_gain"], o["spread"], o["observed_gain"])
             for o in rows] == [(1, "applied", None, None, None), (2, "applied", 0.08, 0.02, 0.05)]
-    assert rows[1]["outcome"]["jct_mean"] == 3600.0
+    assert rows[1]["outcome"]["verdict"] == "kept: avg_jct 4000.0 -> 3800.0 (+5.0%)"
 
 
 def test_status_version_changes_with_the_store(svc):
@@ -221,8 +273,8 @@ def test_status_without_an_agent_still_serves_the_store(tmp_path):
 
     with serve_in_thread(create_app(tmp_path / "s", token=TOKEN, agent=no_agent)) as url:
         st = Client(url).status()
-        assert st["running"]["id"] == 1 and st["mode"] is None
-        assert st["agent"] == {"error": "no agent settings in s (run agent init)"}
+        assert st["running"]["id"] == 1 and st["pending"]["id"] == 2 and st["mode"] is None
+        assert st["agent_error"] == "no agent settings in s (run agent init)"
         with pytest.raises(ServiceError, match="HTTP 503: no agent settings") as e:
             Client(url, token=TOKEN).approve(2)
         assert e.value.status == 503

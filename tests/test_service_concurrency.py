@@ -17,7 +17,7 @@ import pytest
 pytest.importorskip("fastapi")
 
 from autosched.live.store import RevisionState
-from service_kit import SRC, TOKEN, seed, serve_process
+from service_kit import AUTOSCHED, SRC, TOKEN, live_values, seed, serve_process
 
 ROUNDS = 15  # freeze/unfreeze pairs per writer
 
@@ -53,33 +53,14 @@ READER = textwrap.dedent("""
     print(json.dumps({"reads": n, "failures": fails}))
 """)
 
-# What `autosched agent approve|freeze|unfreeze --state DIR` does: the Agent's methods on the
-# store (replaced by the real command line once the live branch's Agent is merged)
-CLI = textwrap.dedent("""
-    import sys
-    from pathlib import Path
-    from service_kit import StandInAgent
-    from autosched.errors import AutoschedError
-    cmd, state = sys.argv[1], Path(sys.argv[2])
-    a = StandInAgent(state)
-    try:
-        if cmd == "approve":
-            a.approve(int(sys.argv[3]), "operator:cli")
-        elif cmd == "freeze":
-            a.freeze("operator:cli", "cli")
-        else:
-            a.unfreeze("operator:cli")
-    except AutoschedError as e:
-        print(f"error: {e}", file=sys.stderr); sys.exit(2)
-""")
-
-
 def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": SRC + os.pathsep + str(Path(__file__).parent)}
+    return {**os.environ, "PYTHONPATH": SRC}
 
 
 def cli(state: Path, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-c", CLI, args[0], str(state), *args[1:]],
+    """`autosched agent ARGS --state STATE` as an operator on the controller host runs it."""
+    return subprocess.Popen([AUTOSCHED, "agent", *args, "--state", str(state),
+                             "--actor", "operator:cli"],
                             env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -110,7 +91,7 @@ def test_cli_and_service_at_once(tmp_path):
         flaggers = []
         for _ in range(ROUNDS):
             for kind in ("freeze", "unfreeze"):
-                p = cli(state, kind)
+                p = cli(state, kind, *(["--reason", "cli"] if kind == "freeze" else []))
                 flaggers.append(p)
                 p.wait(120)
         churned = [json.loads(p.communicate(timeout=300)[0]) for p in churn]
@@ -121,8 +102,8 @@ def test_cli_and_service_at_once(tmp_path):
     assert len(wins) == 1, (results, approved_cli)
     for r in results:
         if r["approve"] != "ok":
-            assert r["approve"] == ("HTTP 409: revision 2 is applied; this needs it to be "
-                                    "proposed")
+            assert r["approve"] == ("HTTP 409: revision 2 is applied; only a proposed "
+                                    "revision can be approved")
     for p, code in zip(approvers, approved_cli):
         if code:
             assert code == 2 and "revision 2 is applied" in p.stderr.read()
@@ -142,3 +123,4 @@ def test_cli_and_service_at_once(tmp_path):
     s = RevisionStore(state)
     assert s.running().id == 2 and s.running().state is RevisionState.APPLIED
     assert s.pending() is None and not s.flags().frozen
+    assert live_values(state)["PriorityWeightAge"] == "5000"

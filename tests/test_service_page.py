@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 
 import pytest
 
@@ -15,19 +14,9 @@ pytest.importorskip("fastapi")
 pytest.importorskip("selenium")
 
 from autosched.live.store import RevisionStore
-from service_kit import CHROMEDRIVER, CHROMIUM, TOKEN, chromium, seed, serve_process
+from service_kit import TOKEN, live_values, seed, serve_process
 
-pytestmark = pytest.mark.browser
-
-
-@pytest.fixture(scope="module")
-def browser():
-    if not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)):
-        pytest.skip(f"Chromium is missing here ({CHROMIUM}, {CHROMEDRIVER}: apt-get install "
-                    "chromium chromium-driver)")
-    driver = chromium()
-    yield driver
-    driver.quit()
+pytestmark = pytest.mark.browser  # fixture `browser`: tests/testbed.py
 
 
 @pytest.fixture
@@ -66,7 +55,7 @@ def test_page_loads_offline_and_shows_running_and_pending(browser, served):
     assert browser.find_element(By.ID, "predicted-gain").text == "+8.0% ± 2.0%"
     assert "PriorityWeightAge 1000 5000" in pending.text
     running = browser.find_element(By.ID, "running").text
-    assert "PriorityMaxAge 7-0 1" in running
+    assert "PriorityMaxAge 604800.0 1" in running
     assert browser.find_element(By.ID, "rev-2").get_attribute("class") == "state-proposed"
     # nothing came from elsewhere: every resource the page loaded is the page itself
     urls = browser.execute_script(
@@ -101,6 +90,7 @@ def test_approve_needs_the_token_then_changes_the_running_revision(browser, serv
     wait_for(browser, "#running-rev", r"^revision 2 \(period\)")
     assert store.running().id == 2 and store.pending() is None
     assert store.get(2).events[-1].actor == "service:token"
+    assert live_values(store.state_dir)["PriorityWeightAge"] == "5000"  # the cluster runs it
     assert "none" in browser.find_element(By.ID, "pending").text
     # the token is kept for the tab: freezing needs no prompt now
     browser.find_element(By.ID, "freeze-reason").send_keys("holiday")
@@ -115,3 +105,4 @@ def test_approve_needs_the_token_then_changes_the_running_revision(browser, serv
     browser.find_element(By.ID, "rollback-1").click()
     wait_for(browser, "#running-rev", r"^revision 3 \(rollback to 1\)")
     assert RevisionStore(store.state_dir).running().config == store.get(1).config
+    assert live_values(store.state_dir)["PriorityWeightAge"] == "1000"

@@ -11,8 +11,9 @@ from ..errors import InputError
 
 
 def serve_cmd(
-    state: Annotated[Path, typer.Option("--state", help="The agent's state directory (its "
-                                        "revision store, settings and service.token).")],
+    state: Annotated[Path | None, typer.Option(
+        "--state", help="the agent's state directory (revision store, settings, service.token) "
+        "[default: $AUTOSCHED_STATE or ~/.autosched]")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on. Keep it on localhost and "
                                       "reach it through an SSH tunnel; elsewhere reads need the "
                                       "token too.")] = "127.0.0.1",
@@ -32,7 +33,9 @@ def serve_cmd(
         raise InputError(f"the service needs the 'service' extra (pip install "
                          f"'autosched[service]'): {e}") from None
     from ..service.serve import serve
+    from .agent_cmd import default_state
 
+    state = state or default_state()
     if not state.is_dir():
         raise InputError(f"{state}: no such state directory (run `autosched agent init` first)")
     serve(state, host=host, port=port, token_file=token_file, log=lambda m: typer.echo(m, err=True))

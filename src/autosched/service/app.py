@@ -33,7 +33,7 @@ from .token import token_matches
 class AgentLike(Protocol):
     """The part of `autosched.live.agent.Agent` the service calls."""
 
-    def status(self) -> Any: ...
+    def status(self, history: int = 10) -> Any: ...
     def approve(self, rev_id: int, actor: str) -> Revision: ...
     def reject(self, rev_id: int, actor: str, reason: str = "") -> Revision: ...
     def rollback(self, rev_id: int | None, actor: str) -> Revision: ...
@@ -80,14 +80,21 @@ def create_app(state_dir: Path, *, token: str, agent: AgentLike | Callable[[], A
     store = RevisionStore(state_dir)
     lock = threading.Lock()  # held through an action (an apply can take seconds)
     opening = threading.Lock()  # reads must not wait for an action: a lock of their own
-    opened: list[AgentLike] = []
+    opened: dict[str, Any] = {}
+    settings = Path(state_dir) / "settings.json"
 
     def get_agent() -> AgentLike:
+        """The agent, opened on first use and again when ``agent init`` rewrote its settings."""
+        try:
+            stamp = settings.stat().st_mtime_ns
+        except OSError:
+            stamp = None
         with opening:
-            if not opened:
-                opened.append(agent() if callable(agent) and not hasattr(agent, "approve")
-                              else agent)  # type: ignore[arg-type]
-            return opened[0]
+            if "agent" not in opened or opened["stamp"] != stamp:
+                opened["agent"] = (agent() if callable(agent) and not hasattr(agent, "approve")
+                                   else agent)
+                opened["stamp"] = stamp
+            return opened["agent"]
 
     app = FastAPI(
         title="autosched agent", version="1",
@@ -117,19 +124,19 @@ def create_app(state_dir: Path, *, token: str, agent: AgentLike | Callable[[], A
     def _400(request: Request, e: InputError) -> JSONResponse:
         return JSONResponse({"detail": str(e)}, status_code=400)
 
-    def agent_status() -> dict[str, Any]:
+    def current_status() -> dict[str, Any]:
         # The store's part of the status is worth showing even when the agent cannot be opened
         # (no `agent init` yet, settings unreadable): say why instead of failing the page.
         try:
-            st = get_agent().status()
+            ag = get_agent()
         except LiveError as e:
-            return {"error": str(e)}
-        return st.to_dict() if hasattr(st, "to_dict") else dict(st)
+            return views.status(store, None, str(e))
+        return views.status(store, ag)
 
     @app.get("/api/status", response_model=StatusOut, dependencies=reads, responses=ERRORS,
              summary="Running revision, pending proposal, mode, frozen/blocked and why, next round")
     def get_status() -> dict[str, Any]:
-        return views.status(store, agent_status())
+        return current_status()
 
     @app.get("/api/revisions", response_model=list[RevisionOut], dependencies=reads,
              summary="Every revision with its config, diff, evidence, events and outcome, "
@@ -202,7 +209,7 @@ def create_app(state_dir: Path, *, token: str, agent: AgentLike | Callable[[], A
     @app.get("/", response_class=HTMLResponse, dependencies=reads, include_in_schema=False)
     def status_page() -> HTMLResponse:
         history = store.history(limit=page.HISTORY_ROWS)
-        return HTMLResponse(page.render(views.status(store, agent_status()), history,
+        return HTMLResponse(page.render(current_status(), history,
                                         views.outcomes(history), state_dir=str(state_dir)))
 
     return app

@@ -75,12 +75,20 @@ class FlagsOut(BaseModel):
 class StatusOut(FlagsOut):
     running: RevisionOut | None
     pending: RevisionOut | None
-    mode: str | None = Field(description="propose or auto")
+    mode: Literal["propose", "auto"] | None = Field(description="None if the agent cannot be "
+                                                                "opened (see agent_error)")
     next_round: float | None = Field(description="unix seconds of the agent's next round")
     last_round: float | None = Field(description="unix seconds of the agent's last round")
+    last_round_summary: dict[str, Any] | None = Field(description="what the last round found "
+                                                                  "and did (action, why)")
+    policy: str | None
+    period: float | None = Field(description="seconds between rounds")
+    connector: dict[str, Any] | None
+    interrupted_apply: int | None = Field(description="revision of an apply a killed process "
+                                                      "left open, if any")
     revisions: int
-    version: str = Field(description="changes whenever anything in the store changes")
-    agent: dict[str, Any] = Field(description="the agent's own status, as `agent status --json`")
+    agent_error: str = Field(description="why the agent could not be opened, or ''")
+    version: str = Field(description="changes whenever the status changes (the page polls it)")
 
 
 class OutcomeOut(BaseModel):

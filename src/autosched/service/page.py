@@ -56,6 +56,13 @@ def render(status: dict[str, Any], history: list[Revision], outcomes: list[Outco
         banners.append(f'<p class="banner frozen" id=frozen>Frozen by {escape(status["frozen_by"])}'
                        f': {escape(status["frozen_reason"] or "no reason given")}. The agent '
                        "proposes and applies nothing until unfrozen.</p>")
+    if status["agent_error"]:
+        banners.append(f'<p class="banner blocked" id=agent-error>The agent cannot be opened: '
+                       f'{escape(status["agent_error"])}</p>')
+    if status["interrupted_apply"]:
+        banners.append(f'<p class="banner blocked">An apply of revision '
+                       f'{status["interrupted_apply"]} was interrupted; the next action or round '
+                       'restores the settings before it.</p>')
     if status["blocked"]:
         banners.append(f'<p class="banner blocked" id=blocked>Blocked: '
                        f'{escape(status["blocked"])}</p>')
@@ -65,7 +72,11 @@ def render(status: dict[str, Any], history: list[Revision], outcomes: list[Outco
         '<section class=summary><dl>'
         f'<dt>Running</dt><dd id=running-rev>{_rev_label(running)}</dd>'
         f'<dt>Mode</dt><dd id=mode>{escape(str(status["mode"] or "-"))}</dd>'
-        f'<dt>Last round</dt><dd>{_t(status["last_round"])}</dd>'
+        f'<dt>Policy</dt><dd>{escape(str(status["policy"] or "-"))}, every '
+        f'{_duration(status["period"])}, connector '
+        f'{escape(str((status["connector"] or {}).get("kind", "-")))}</dd>'
+        f'<dt>Last round</dt><dd id=last-round>{_t(status["last_round"])}'
+        f'{_summary(status["last_round_summary"])}</dd>'
         f'<dt>Next round</dt><dd>{_t(status["next_round"])}</dd>'
         f'<dt>Revisions</dt><dd>{status["revisions"]}</dd></dl></section>',
         _token_box(status),
@@ -77,6 +88,22 @@ def render(status: dict[str, Any], history: list[Revision], outcomes: list[Outco
     ]
     return _PAGE.format(body="\n".join(parts), version=escape(status["version"]),
                         poll_ms=POLL_S * 1000)
+
+
+def _duration(s: float | None) -> str:
+    if not s:
+        return "-"
+    for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= n and s % n == 0:
+            return f"{s / n:g} {unit}"
+    return f"{s:g} s"
+
+
+def _summary(summary: dict[str, Any] | None) -> str:
+    if not summary:
+        return ""
+    why = summary.get("why") or ""
+    return f': {escape(str(summary.get("action", "")))}{": " + escape(str(why)) if why else ""}'
 
 
 def _rev_label(rev: dict[str, Any] | None) -> str:
@@ -161,7 +188,8 @@ def _history(history: list[Revision], running: dict[str, Any] | None) -> str:
             f'<td>{_t(r.created)}</td><td>{r.state.value.replace("_", " ")}</td>'
             f'<td>{escape(r.trigger)}</td><td>{_diff_list(r.diff)}</td>'
             f'<td>{_pct(gain if isinstance(gain, (int, float)) else None)}</td>'
-            f'<td>{_pct(obs if isinstance(obs, (int, float)) else None)}</td>'
+            f'<td title="{escape(str((r.outcome or {}).get("verdict", "")))}">'
+            f'{_pct(obs if isinstance(obs, (int, float)) else None)}</td>'
             f'<td>{escape(last.actor)}{": " + escape(last.note) if last.note else ""}</td>'
             f'<td>{act}</td></tr>')
     return ('<section id=history><h2>Revisions</h2><table><tr><th>rev</th><th>created</th>'

@@ -7,7 +7,6 @@ import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from ..errors import InputError
 from . import DEFAULT_HOST, DEFAULT_PORT
@@ -39,17 +38,14 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 def serve(state_dir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
-          token_file: Path | None = None, log: Callable[[str], None] | None = None,
-          open_agent: Callable[[Path], Any] | None = None) -> None:
+          token_file: Path | None = None, log: Callable[[str], None] | None = None) -> None:
     """Serve the agent in `state_dir` until interrupted (SIGINT/SIGTERM stop it cleanly).
 
     Reads are open only when bound to a loopback address; elsewhere they need the token too."""
     import uvicorn
 
+    from ..live.agent import open_agent
     from .app import create_app
-
-    if open_agent is None:
-        from ..live.agent import open_agent
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
     state_dir = Path(state_dir)
@@ -58,7 +54,7 @@ def serve(state_dir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
     loopback = is_loopback(host)
     if not loopback:
         log(f"warning: listening on {host}, not on localhost: reads need the token as well")
-    app = create_app(state_dir, token=token, agent=lambda: open_agent(state_dir),  # type: ignore[misc]
+    app = create_app(state_dir, token=token, agent=lambda: open_agent(state_dir),
                      open_reads=loopback, allowed_hosts=[] if loopback else ["*"])
     sock = bind(host, port)
     bound = sock.getsockname()[1]

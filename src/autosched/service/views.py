@@ -10,6 +10,7 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
+from ..jsonable import jsonable
 from ..live.store import Revision, RevisionState, RevisionStore
 
 # Where the agent records the numbers the page plots (evidence at proposal, outcome one period on).
@@ -66,22 +67,35 @@ def proposals(history: list[Revision]) -> list[Revision]:
     return [r for r in history if r.events and r.events[0].state is RevisionState.PROPOSED]
 
 
-def status(store: RevisionStore, agent_status: dict[str, Any]) -> dict[str, Any]:
-    """The status the API returns and the page shows at its top."""
-    running, pending, flags = store.running(), store.pending(), store.flags()
-    newest = store.history(limit=1)
+def status(store: RevisionStore, agent: Any | None, agent_error: str = "") -> dict[str, Any]:
+    """The status the API returns and the page shows at its top: the agent's own status
+    (`Agent.status`), or, when the agent cannot be opened, what the store alone says and why."""
+    if agent is not None:
+        st = agent.status(1)
+        running, pending = st.running, st.pending
+        flags = {"frozen": st.frozen, "frozen_reason": st.frozen_reason,
+                 "frozen_by": st.frozen_by, "blocked": st.blocked}
+        newest = st.history
+        extra = {"mode": st.mode, "next_round": st.next_round, "policy": st.policy,
+                 "period": st.period, "connector": st.connector,
+                 "last_round_summary": st.last_round, "interrupted_apply": st.interrupted_apply}
+    else:
+        running, pending = store.running(), store.pending()
+        flags = store.flags().to_dict()
+        newest = store.history(limit=1)
+        extra = {"mode": None, "next_round": None, "policy": None, "period": None,
+                 "connector": None, "last_round_summary": None, "interrupted_apply": None}
     last = store.last_round()
     out: dict[str, Any] = {
-        **flags.to_dict(),
+        **flags,
         "running": revision_dict(running) if running else None,
         "pending": revision_dict(pending) if pending else None,
-        "mode": agent_status.get("mode"),
-        "next_round": _number(agent_status, ("next_round", "next_round_time")),
+        **extra,
         "last_round": last[0] if last else None,
         "revisions": newest[0].id if newest else 0,
-        "agent": agent_status,
+        "agent_error": agent_error,
     }
     out["version"] = hashlib.sha1(json.dumps(
-        [out["running"], out["pending"], flags.to_dict(), out["last_round"], out["revisions"],
-         out["mode"]], sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return out
+        [out["running"], out["pending"], flags, out["last_round"], out["revisions"],
+         out["mode"], agent_error], sort_keys=True, default=str).encode()).hexdigest()[:16]
+    return jsonable(out)
