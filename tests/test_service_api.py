@@ -37,6 +37,8 @@ def test_status_revisions_proposals(svc):
     st = anon.status()
     assert st["running"]["id"] == 1 and st["running"]["state"] == "applied"
     assert st["running"]["config"] == BASE
+    assert st["running"]["slurm"]["PriorityMaxAge"] == "7-0"  # as slurm.conf says it
+    assert st["pending"]["slurm"]["PriorityWeightAge"] == "5000"
     assert st["pending"]["id"] == 2 and st["pending"]["diff"] == {"PriorityWeightAge": [1000, 5000]}
     assert st["pending"]["evidence"] == {"predicted_gain": 0.08, "spread": 0.02, "samples": 8,
                                          "metric": "avg_jct"}
@@ -309,3 +311,17 @@ def test_token_file_checks(tmp_path):
         load_or_create_token(tmp_path / "s", own)
     with pytest.raises(InputError, match="missing: cannot read the service token"):
         load_or_create_token(tmp_path / "s", tmp_path / "missing")
+
+
+def test_plot_positions_worked_by_hand():
+    from autosched.service.page import plot_svg
+    from autosched.service.views import Outcome
+
+    assert "No applied revision with a prediction yet" in plot_svg([])
+    # one revision, predicted +10% (no spread), observed -10%: the axis spans +-12% (10% pad),
+    # so 0 sits half-way down the 188 px plot area that starts 28 px from the top
+    svg = plot_svg([Outcome(2, 1.0, "applied", 0.10, 0.0, -0.10, None)])
+    assert '<line x1="56" x2="628" y1="122.0" y2="122.0" class=zero />' in svg
+    assert '<circle cx="336.0" cy="43.7" r="4" />' in svg  # 28 + 0.02/0.24 * 188
+    assert 'y="196.3" width="8"' in svg  # observed square centred on 28 + 0.22/0.24 * 188
+    assert ">+12.0%</text>" in svg and ">0%</text>" in svg and ">-12.0%</text>" in svg

@@ -53,9 +53,9 @@ def test_page_loads_offline_and_shows_running_and_pending(browser, served):
     pending = browser.find_element(By.ID, "pending")
     assert "Pending proposal: revision 2" in pending.text
     assert browser.find_element(By.ID, "predicted-gain").text == "+8.0% ± 2.0%"
-    assert "PriorityWeightAge 1000 5000" in pending.text
+    assert "PriorityWeightAge 1000 (1000) 5000 (5000)" in pending.text
     running = browser.find_element(By.ID, "running").text
-    assert "PriorityMaxAge 604800.0 1" in running
+    assert "PriorityMaxAge 604800.0 7-0 1" in running  # simulator units, then Slurm's
     assert browser.find_element(By.ID, "rev-2").get_attribute("class") == "state-proposed"
     # nothing came from elsewhere: every resource the page loaded is the page itself
     urls = browser.execute_script(

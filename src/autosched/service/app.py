@@ -209,7 +209,13 @@ def create_app(state_dir: Path, *, token: str, agent: AgentLike | Callable[[], A
     @app.get("/", response_class=HTMLResponse, dependencies=reads, include_in_schema=False)
     def status_page() -> HTMLResponse:
         history = store.history(limit=page.HISTORY_ROWS)
-        return HTMLResponse(page.render(current_status(), history,
-                                        views.outcomes(history), state_dir=str(state_dir)))
+        status = current_status()
+        try:
+            ag: AgentLike | None = get_agent()
+        except LiveError:
+            ag = None
+        return HTMLResponse(page.render(
+            status, history, views.outcomes(history), state_dir=str(state_dir),
+            slurm=lambda config: views.slurm_settings(ag, config) if ag is not None else None))
 
     return app

@@ -63,6 +63,8 @@ class RevisionOut(BaseModel):
     outcome: dict[str, Any] | None = Field(description="one period after applying: observed vs "
                                                         "predicted")
     applied_at: float | None = Field(description="when it last went live")
+    slurm: dict[str, str] | None = Field(default=None, description="the config as the Slurm "
+                                         "settings the agent writes (status only)")
 
 
 class FlagsOut(BaseModel):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import time
 from html import escape
+from collections.abc import Callable
 from typing import Any
 
 from ..live.store import Revision, RevisionState
@@ -33,11 +34,20 @@ def _pct(x: float | None) -> str:
     return "-" if x is None else f"{x:+.1%}"
 
 
-def _diff_list(diff: dict[str, Any]) -> str:
-    if not diff:
+Slurm = Callable[[dict[str, Any]], "dict[str, str] | None"]
+
+
+def _diff_list(rev: Revision, by_id: dict[int, Revision], slurm: Slurm) -> str:
+    """The knobs `rev` changes against its parent, in Slurm's units where they are known."""
+    if rev.parent is None:
+        return f"<span class=muted>{len(rev.config)} knobs as found live</span>"
+    if not rev.diff:
         return "<span class=muted>no change</span>"
-    return "<br>".join(f"<code>{escape(k)}</code> {_v(a)} &rarr; {_v(b)}"
-                       for k, (a, b) in sorted(diff.items()))
+    after = slurm(rev.config) or {}
+    parent = by_id.get(rev.parent)
+    before = (slurm(parent.config) if parent is not None else None) or {}
+    return "<br>".join(f"<code>{escape(k)}</code> {escape(before.get(k, _v(a)))} &rarr; "
+                       f"{escape(after.get(k, _v(b)))}" for k, (a, b) in sorted(rev.diff.items()))
 
 
 def _btn(label: str, path: str, body: dict[str, Any] | None = None, *, cls: str = "",
@@ -49,7 +59,9 @@ def _btn(label: str, path: str, body: dict[str, Any] | None = None, *, cls: str 
 
 
 def render(status: dict[str, Any], history: list[Revision], outcomes: list[Outcome], *,
-           state_dir: str) -> str:
+           state_dir: str, slurm: Slurm = lambda config: None) -> str:
+    """The page; `slurm` turns a config into the Slurm settings the agent writes (None if it
+    cannot), so that the page shows the values an operator finds in slurm.conf."""
     running, pending = status["running"], status["pending"]
     banners = []
     if status["frozen"]:
@@ -80,11 +92,11 @@ def render(status: dict[str, Any], history: list[Revision], outcomes: list[Outco
         f'<dt>Next round</dt><dd>{_t(status["next_round"])}</dd>'
         f'<dt>Revisions</dt><dd>{status["revisions"]}</dd></dl></section>',
         _token_box(status),
-        _pending(pending),
+        _pending(pending, running),
         _running(running, history),
         _plot_section(outcomes),
-        _config_over_time(history),
-        _history(history, running),
+        _config_over_time(history, slurm),
+        _history(history, running, slurm),
     ]
     return _PAGE.format(body="\n".join(parts), version=escape(status["version"]),
                         poll_ms=POLL_S * 1000)
@@ -123,12 +135,18 @@ def _token_box(status: dict[str, Any]) -> str:
             f'{freeze} <span id=message role=status></span></section>')
 
 
-def _pending(rev: dict[str, Any] | None) -> str:
+def _slurm(rev: dict[str, Any] | None, knob: str) -> str:
+    v = ((rev or {}).get("slurm") or {}).get(knob)
+    return f" <span class=slurm>({escape(v)})</span>" if v is not None else ""
+
+
+def _pending(rev: dict[str, Any] | None, running: dict[str, Any] | None) -> str:
     if rev is None:
         return '<section id=pending><h2>Pending proposal</h2><p class=muted>none</p></section>'
     ev = rev["evidence"]
     gain, spread = ev.get("predicted_gain"), ev.get("spread")
-    rows = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{_v(a)}</td><td>{_v(b)}</td></tr>"
+    rows = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{_v(a)}{_slurm(running, k)}</td>"
+                   f"<td>{_v(b)}{_slurm(rev, k)}</td></tr>"
                    for k, (a, b) in sorted(rev["diff"].items()))
     extra = "".join(f"<dt>{escape(k.replace('_', ' '))}</dt><dd>{_v(ev[k])}</dd>"
                     for k in ("samples", "tuning_cost", "objective", "reason") if k in ev)
@@ -156,25 +174,29 @@ def _running(rev: dict[str, Any] | None, history: list[Revision]) -> str:
                     key=lambda r: r.applied_at() or 0):
         for k in r.diff:
             since[k] = r.id
+    slurm = rev.get("slurm") or {}
     rows = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{_v(v)}</td>"
+                   f"<td>{escape(slurm.get(k, '-'))}</td>"
                    f"<td>{since.get(k, '-')}</td></tr>" for k, v in sorted(rev["config"].items()))
     return ('<section id=running><h2>Running config</h2><table><tr><th>knob</th><th>value</th>'
-            f'<th>set by revision</th></tr>{rows}</table></section>')
+            f'<th>in Slurm</th><th>set by revision</th></tr>{rows}</table></section>')
 
 
-def _config_over_time(history: list[Revision]) -> str:
+def _config_over_time(history: list[Revision], slurm: Slurm) -> str:
     applied = sorted(((e.time, r) for r in history for e in r.events
                       if e.state is RevisionState.APPLIED), key=lambda x: x[0])
     if not applied:
         return ""
+    by_id = {r.id: r for r in history}
     rows = "".join(f"<tr><td>{_t(t)}</td><td>{r.id}</td><td>{escape(r.trigger)}</td>"
-                   f"<td>{_diff_list(r.diff)}</td></tr>" for t, r in reversed(applied))
+                   f"<td>{_diff_list(r, by_id, slurm)}</td></tr>" for t, r in reversed(applied))
     return ('<section id=changes><h2>How the config changed</h2><table><tr><th>applied</th>'
             f'<th>rev</th><th>trigger</th><th>changes</th></tr>{rows}</table></section>')
 
 
-def _history(history: list[Revision], running: dict[str, Any] | None) -> str:
+def _history(history: list[Revision], running: dict[str, Any] | None, slurm: Slurm) -> str:
     run_id = running["id"] if running else None
+    by_id = {r.id: r for r in history}
     rows = []
     for r in history:
         last = r.events[-1]
@@ -186,7 +208,7 @@ def _history(history: list[Revision], running: dict[str, Any] | None) -> str:
         rows.append(
             f'<tr id=rev-{r.id} class="state-{r.state.value}"><td>{r.id}</td>'
             f'<td>{_t(r.created)}</td><td>{r.state.value.replace("_", " ")}</td>'
-            f'<td>{escape(r.trigger)}</td><td>{_diff_list(r.diff)}</td>'
+            f'<td>{escape(r.trigger)}</td><td>{_diff_list(r, by_id, slurm)}</td>'
             f'<td>{_pct(gain if isinstance(gain, (int, float)) else None)}</td>'
             f'<td title="{escape(str((r.outcome or {}).get("verdict", "")))}">'
             f'{_pct(obs if isinstance(obs, (int, float)) else None)}</td>'
@@ -217,7 +239,7 @@ def plot_svg(outcomes: list[Outcome], width: int = 640, height: int = 240) -> st
     lo, hi = min(vals), max(vals)
     pad = (hi - lo) * 0.1 or 0.01
     lo, hi = lo - pad, hi + pad
-    left, right, top, bottom = 56, 12, 12, 28
+    left, right, top, bottom = 56, 12, 28, 24
     pw, ph = width - left - right, height - top - bottom
     step = pw / len(pts)
 
@@ -229,12 +251,12 @@ def plot_svg(outcomes: list[Outcome], width: int = 640, height: int = 240) -> st
            'revision">',
            f'<line x1="{left}" x2="{width - right}" y1="{y(0):.1f}" y2="{y(0):.1f}" '
            'class=zero />']
-    for frac in (0.0, 0.5, 1.0):
-        v = lo + (hi - lo) * frac
-        out.append(f'<text x="{left - 4}" y="{y(v) + 4:.1f}" text-anchor=end>{v:+.1%}</text>')
+    for v in (lo, 0.0, hi):
+        label = "0%" if v == 0 else f"{v:+.1%}"
+        out.append(f'<text x="{left - 4}" y="{y(v) + 4:.1f}" text-anchor=end>{label}</text>')
     for i, o in enumerate(pts):
         x = left + step * (i + 0.5)
-        out.append(f'<text x="{x:.1f}" y="{height - 8}" text-anchor=middle>r{o.revision}</text>')
+        out.append(f'<text x="{x:.1f}" y="{height - 6}" text-anchor=middle>r{o.revision}</text>')
         if o.predicted_gain is not None:
             s = o.spread or 0.0
             out.append(f'<g class=predicted><title>revision {o.revision}: predicted '
@@ -246,10 +268,10 @@ def plot_svg(outcomes: list[Outcome], width: int = 640, height: int = 240) -> st
             out.append(f'<g class=observed><title>revision {o.revision}: observed '
                        f'{o.observed_gain:+.2%}</title><rect x="{x + 2:.1f}" '
                        f'y="{y(o.observed_gain) - 4:.1f}" width="8" height="8" /></g>')
-    out.append(f'<g class=legend><circle cx="{left + 10}" cy="{top + 6}" r="4" class=p />'
-               f'<text x="{left + 18}" y="{top + 10}">predicted &plusmn; spread</text>'
-               f'<rect x="{left + 150}" y="{top + 2}" width="8" height="8" class=o />'
-               f'<text x="{left + 162}" y="{top + 10}">observed</text></g></svg>')
+    out.append(f'<g class=legend><circle cx="{width - 210}" cy="10" r="4" class=p />'
+               f'<text x="{width - 202}" y="14">predicted &plusmn; spread</text>'
+               f'<rect x="{width - 74}" y="6" width="8" height="8" class=o />'
+               f'<text x="{width - 62}" y="14">observed</text></g></svg>')
     return "".join(out)
 
 
@@ -262,8 +284,8 @@ h1 small{{font-size:.5em;color:#777;font-weight:normal}} h2{{font-size:1.1em;mar
 table{{border-collapse:collapse}} td,th{{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}}
 dl{{display:grid;grid-template-columns:max-content auto;gap:2px 12px}} dt{{color:#666}} dd{{margin:0}}
 .banner{{padding:.6em 1em;border-radius:4px}} .frozen{{background:#dbeafe}} .blocked{{background:#fef3c7}}
-.muted{{color:#888}} code{{font-size:.95em}} #message{{margin-left:1em}} .error{{color:#b91c1c}}
-button{{padding:3px 10px;cursor:pointer}} .go{{background:#16a34a;color:#fff;border:1px solid #15803d}}
+.muted{{color:#888}} .slurm{{color:#666}} code{{font-size:.95em}} #message{{margin-left:1em}} .error{{color:#b91c1c}}
+button{{padding:3px 10px;cursor:pointer;white-space:nowrap}} .go{{background:#16a34a;color:#fff;border:1px solid #15803d}}
 .warn{{background:#2563eb;color:#fff;border:1px solid #1d4ed8}} .controls{{margin:1em 0}}
 tr.state-proposed{{background:#fefce8}} tr.state-failed,tr.state-rolled_back{{color:#888}}
 svg text{{font-size:11px;fill:#444}} svg .zero{{stroke:#999;stroke-dasharray:3 3}}

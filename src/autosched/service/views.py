@@ -19,10 +19,20 @@ SPREAD_KEYS = ("spread",)
 OBSERVED_KEYS = ("observed_gain", "gain")
 
 
-def revision_dict(rev: Revision) -> dict[str, Any]:
+def revision_dict(rev: Revision, agent: Any | None = None) -> dict[str, Any]:
     d = rev.to_dict()
     d["applied_at"] = rev.applied_at()
+    d["slurm"] = slurm_settings(agent, rev.config) if agent is not None else None
     return d
+
+
+def slurm_settings(agent: Any, config: dict[str, Any]) -> dict[str, str] | None:
+    """`config` as the Slurm settings the agent writes (what `scontrol show config` shows), so
+    that operators read 7-0, not 604800.0; None when the agent cannot translate it."""
+    try:
+        return agent.space.to_settings(agent.space.full(config))
+    except (AttributeError, KeyError, ValueError):
+        return None
 
 
 def _number(d: dict[str, Any] | None, keys: tuple[str, ...]) -> float | None:
@@ -88,8 +98,8 @@ def status(store: RevisionStore, agent: Any | None, agent_error: str = "") -> di
     last = store.last_round()
     out: dict[str, Any] = {
         **flags,
-        "running": revision_dict(running) if running else None,
-        "pending": revision_dict(pending) if pending else None,
+        "running": revision_dict(running, agent) if running else None,
+        "pending": revision_dict(pending, agent) if pending else None,
         **extra,
         "last_round": last[0] if last else None,
         "revisions": newest[0].id if newest else 0,
