@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/service_load.py                 # 50 clients, 30 s
     .venv/bin/python benchmarks/service_load.py --url http://127.0.0.1:8750 --clients 50
 
-Without --url it makes a state directory in a temporary folder (a store of 30 revisions with
-evidence and outcomes, the agent's settings with the fake connector), starts
+Without --url it makes a state directory in a temporary folder (an agent on the fake connector,
+30 revisions made through its actions, with evidence and outcomes, one proposal open), starts
 `autosched agent serve --port 0` on it as an operator would, and stops that process by its pid at
 the end. Each client holds one keep-alive HTTP/1.1 connection and sends GET /api/status back to
 back; the clients are asyncio tasks in this one process, so the load generator itself stays small
@@ -84,25 +84,23 @@ async def run(url: str, clients: int, seconds: float, timeout: float) -> dict[st
 def make_state(state: Path) -> None:
     """An agent state dir with a history worth reading: 30 revisions, outcomes, a proposal."""
     sys.path.insert(0, str(ROOT / "src"))
-    from autosched.live.store import RevisionState, RevisionStore
+    from autosched.live.agent import open_agent
+    from autosched.live.fake import FakeConnector
 
-    subprocess.run([_autosched(), "agent", "init", "--state", str(state), "--connector", "fake"],
-                   check=True, capture_output=True, text=True)
-    s = RevisionStore(state)
-    cfg = {"PriorityWeightAge": 1000, "PriorityWeightFairshare": 10000,
-           "PriorityWeightJobSize": 0, "PriorityMaxAge": "7-0",
-           "SchedulerParameters": "bf_window=60,bf_max_job_test=100"}
-    if s.running() is None:
-        s.create(cfg, trigger="baseline", actor="agent", state=RevisionState.APPLIED)
-    for i in range(29):
-        if (p := s.pending()) is not None:
-            s.transition(p.id, RevisionState.REJECTED, actor="bench")
+    FakeConnector.create(state.parent / "fake")
+    subprocess.run([_autosched(), "agent", "init", "--state", str(state), "--fake",
+                    str(state.parent / "fake")], check=True, capture_output=True, text=True,
+                   env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
+    agent = open_agent(state)
+    s = agent.store
+    cfg = agent._running_or_baseline().config
+    for i in range(29):  # 28 applied through the agent (each judged), one left proposed
         cfg = {**cfg, "PriorityWeightAge": 1000 + 250 * (i + 1)}
-        r = s.create(cfg, trigger="period", actor="agent:propose",
-                     evidence={"predicted_gain": 0.02 + 0.001 * i, "spread": 0.01, "samples": 8})
+        r = s.create(cfg, trigger="period", actor="agent:propose", parent=s.running().id,
+                     evidence={"predicted_gain": 0.02 + 0.001 * i, "spread": 0.01, "samples": 3})
         if i < 28:
-            s.transition(r.id, RevisionState.APPLIED, actor="operator:bench")
-            s.record_outcome(r.id, {"observed_gain": 0.015 + 0.001 * i})
+            agent.approve(r.id, "operator:bench")
+            s.record_outcome(r.id, {"observed_gain": 0.015 + 0.001 * i, "verdict": "kept"})
 
 
 def _autosched() -> str:

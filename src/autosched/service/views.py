@@ -26,13 +26,28 @@ def revision_dict(rev: Revision, agent: Any | None = None) -> dict[str, Any]:
     return d
 
 
+_SLURM_CACHE: dict[tuple[int, str], tuple[Any, dict[str, str] | None]] = {}
+
+
 def slurm_settings(agent: Any, config: dict[str, Any]) -> dict[str, str] | None:
     """`config` as the Slurm settings the agent writes (what `scontrol show config` shows), so
-    that operators read 7-0, not 604800.0; None when the agent cannot translate it."""
+    that operators read 7-0, not 604800.0; None when the agent cannot translate it.
+
+    Remembered per (live space, config): a revision's config never changes, and translating it
+    (validating the whole policy config) costs more than the rest of a status request."""
+    space = getattr(agent, "space", None)
+    key = (id(space), json.dumps(config, sort_keys=True, default=str))
+    hit = _SLURM_CACHE.get(key)
+    if hit is not None and hit[0] is space:  # the same space, not one that reused its id
+        return hit[1]
     try:
-        return agent.space.to_settings(agent.space.full(config))
+        out = space.to_settings(space.full(config)) if space is not None else None
     except (AttributeError, KeyError, ValueError):
-        return None
+        out = None
+    _SLURM_CACHE[key] = (space, out)
+    if len(_SLURM_CACHE) > 512:
+        _SLURM_CACHE.pop(next(iter(_SLURM_CACHE)), None)
+    return out
 
 
 def _number(d: dict[str, Any] | None, keys: tuple[str, ...]) -> float | None:
