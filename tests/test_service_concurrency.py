@@ -16,6 +16,7 @@ import pytest
 
 pytest.importorskip("fastapi")
 
+from autosched.client import Client
 from autosched.live.store import RevisionState
 from service_kit import AUTOSCHED, SRC, TOKEN, live_values, seed, serve_process
 
@@ -97,6 +98,13 @@ def test_cli_and_service_at_once(tmp_path):
         churned = [json.loads(p.communicate(timeout=300)[0]) for p in churn]
         stop.touch()
         reads = [json.loads(p.communicate(timeout=120)[0]) for p in readers]
+        # what the command line did shows in the service's status at once
+        cli(state, "freeze", "--reason", "from the shell").wait(120)
+        st = Client(url).status()
+        assert (st["running"]["id"], st["frozen"], st["frozen_reason"], st["frozen_by"]) == (
+            2, True, "from the shell", "operator:cli")
+        cli(state, "unfreeze").wait(120)
+        assert Client(url).status()["frozen"] is False
 
     wins = [r for r in results if r["approve"] == "ok"] + [c for c in approved_cli if c == 0]
     assert len(wins) == 1, (results, approved_cli)
@@ -116,7 +124,7 @@ def test_cli_and_service_at_once(tmp_path):
     assert events == [("proposed",), ("applied",)]
     n_flags = db.execute("SELECT COUNT(*) FROM flags WHERE kind IN ('freeze', 'unfreeze')"
                          ).fetchone()[0]
-    assert n_flags == sum(r["flags"] for r in churned) + 2 * ROUNDS == 6 * ROUNDS
+    assert n_flags == sum(r["flags"] for r in churned) + 2 * ROUNDS + 2 == 6 * ROUNDS + 2
     db.close()
     from autosched.live.store import RevisionStore
 

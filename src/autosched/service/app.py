@@ -11,6 +11,7 @@ the reason, any other `LiveError` (Slurm not answering, ...) -> 503, `InputError
 
 from __future__ import annotations
 
+import sqlite3
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -68,6 +69,27 @@ def need_read(request: Request, creds: Credentials) -> None:
         _authorised(request, creds)
 
 
+class StoreChanges:
+    """Whether anything was committed to the store since it was last asked, by any process:
+    SQLite's ``PRAGMA data_version`` on one connection of its own that never writes."""
+
+    def __init__(self, path: Path) -> None:
+        self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
+                                  isolation_level=None, timeout=30)
+        self.lock = threading.Lock()
+
+    def version(self) -> int:
+        with self.lock:
+            return self.db.execute("PRAGMA data_version").fetchone()[0]
+
+
+def _stamp(path: Path) -> int | None:
+    try:
+        return path.stat().st_mtime_ns
+    except OSError:
+        return None
+
+
 def create_app(state_dir: Path, *, token: str, agent: AgentLike | Callable[[], AgentLike],
                open_reads: bool = True, allowed_hosts: list[str] | None = None) -> FastAPI:
     """The service over `state_dir`.
@@ -85,10 +107,7 @@ def create_app(state_dir: Path, *, token: str, agent: AgentLike | Callable[[], A
 
     def get_agent() -> AgentLike:
         """The agent, opened on first use and again when ``agent init`` rewrote its settings."""
-        try:
-            stamp = settings.stat().st_mtime_ns
-        except OSError:
-            stamp = None
+        stamp = _stamp(settings)
         with opening:
             if "agent" not in opened or opened["stamp"] != stamp:
                 opened["agent"] = (agent() if callable(agent) and not hasattr(agent, "approve")
@@ -124,14 +143,25 @@ def create_app(state_dir: Path, *, token: str, agent: AgentLike | Callable[[], A
     def _400(request: Request, e: InputError) -> JSONResponse:
         return JSONResponse({"detail": str(e)}, status_code=400)
 
+    changes = StoreChanges(store.path)
+    cached: dict[str, Any] = {}
+
     def current_status() -> dict[str, Any]:
+        # The status is a function of what the store holds and of the agent's settings, so it
+        # is computed again only after a commit (by any process) or a new `agent init`: the
+        # status is what many clients poll, and computing it costs seven store reads.
+        key = (changes.version(), _stamp(settings))
+        if cached.get("key") == key:
+            return cached["status"]
         # The store's part of the status is worth showing even when the agent cannot be opened
         # (no `agent init` yet, settings unreadable): say why instead of failing the page.
         try:
             ag = get_agent()
         except LiveError as e:
             return views.status(store, None, str(e))
-        return views.status(store, ag)
+        st = views.status(store, ag)
+        cached.update(key=key, status=st)  # keyed by the version read *before*: never stale
+        return st
 
     @app.get("/api/status", response_model=StatusOut, dependencies=reads, responses=ERRORS,
              summary="Running revision, pending proposal, mode, frozen/blocked and why, next round")
