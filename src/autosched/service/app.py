@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Annotated, Any, Protocol
 
 from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse
+from fastapi.responses import HTMLResponse, JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
@@ -144,29 +144,36 @@ def create_app(state_dir: Path, *, token: str, agent: AgentLike | Callable[[], A
         return JSONResponse({"detail": str(e)}, status_code=400)
 
     changes = StoreChanges(store.path)
-    cached: dict[str, Any] = {}
+    latest: list[tuple[Any, dict[str, Any], bytes] | None] = [None]  # (key, status, its JSON)
 
-    def current_status() -> dict[str, Any]:
+    def status_entry() -> tuple[Any, dict[str, Any], bytes]:
         # The status is a function of what the store holds and of the agent's settings, so it
-        # is computed again only after a commit (by any process) or a new `agent init`: the
-        # status is what many clients poll, and computing it costs seven store reads.
+        # is computed (and serialised) again only after a commit by any process or a new
+        # `agent init`: it is what many clients poll, and computing it costs seven store reads.
+        # Keyed by the version read *before* computing, so it is never staler than the store.
         key = (changes.version(), _stamp(settings))
-        if cached.get("key") == key:
-            return cached["status"]
-        # The store's part of the status is worth showing even when the agent cannot be opened
-        # (no `agent init` yet, settings unreadable): say why instead of failing the page.
+        entry = latest[0]
+        if entry is not None and entry[0] == key:
+            return entry
         try:
             ag = get_agent()
         except LiveError as e:
-            return views.status(store, None, str(e))
+            # the store's part is worth showing even when the agent cannot be opened (no
+            # `agent init` yet, settings unreadable): say why instead of failing; not kept
+            st = views.status(store, None, str(e))
+            return (None, st, StatusOut.model_validate(st).model_dump_json().encode())
         st = views.status(store, ag)
-        cached.update(key=key, status=st)  # keyed by the version read *before*: never stale
-        return st
+        entry = (key, st, StatusOut.model_validate(st).model_dump_json().encode())
+        latest[0] = entry  # one assignment: threads see the old entry or the new, whole
+        return entry
+
+    def current_status() -> dict[str, Any]:
+        return status_entry()[1]
 
     @app.get("/api/status", response_model=StatusOut, dependencies=reads, responses=ERRORS,
              summary="Running revision, pending proposal, mode, frozen/blocked and why, next round")
-    def get_status() -> dict[str, Any]:
-        return current_status()
+    def get_status() -> Response:
+        return Response(status_entry()[2], media_type="application/json")
 
     @app.get("/api/revisions", response_model=list[RevisionOut], dependencies=reads,
              summary="Every revision with its config, diff, evidence, events and outcome, "
