@@ -57,7 +57,7 @@ def make_app(state: Path, **kw: Any):
 
     from autosched.live.agent import open_agent
 
-    return create_app(state, token=TOKEN, agent=lambda: open_agent(state), **kw)
+    return create_app(state, token=TOKEN, open_agent=lambda: open_agent(state), **kw)
 
 
 @contextmanager

@@ -167,6 +167,7 @@ def test_rollback_to_previous_and_named_revision(svc):
         c.rollback(3)
     with pytest.raises(NotFound, match="no revision 4"):
         c.rollback(4)
+    assert [r["id"] for r in anon.proposals()] == [2]  # a rollback is no proposal
 
 
 def test_slurm_down_is_503_and_nothing_applied(svc):
@@ -273,7 +274,7 @@ def test_status_without_an_agent_still_serves_the_store(tmp_path):
     def no_agent():
         raise LiveError("no agent settings in s (run agent init)")
 
-    with serve_in_thread(create_app(tmp_path / "s", token=TOKEN, agent=no_agent)) as url:
+    with serve_in_thread(create_app(tmp_path / "s", token=TOKEN, open_agent=no_agent)) as url:
         st = Client(url).status()
         assert st["running"]["id"] == 1 and st["pending"]["id"] == 2 and st["mode"] is None
         assert st["agent_error"] == "no agent settings in s (run agent init)"

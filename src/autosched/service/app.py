@@ -90,12 +90,13 @@ def _stamp(path: Path) -> int | None:
         return None
 
 
-def create_app(state_dir: Path, *, token: str, agent: AgentLike | Callable[[], AgentLike],
+def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLike],
                open_reads: bool = True, allowed_hosts: list[str] | None = None) -> FastAPI:
     """The service over `state_dir`.
 
-    `agent` is the agent or a function that opens it (called on first use, so a service started
-    before ``agent init`` still serves reads). Actions need `token`; reads need it too unless
+    `open_agent` opens the agent (`autosched.live.agent.open_agent` in production); it is called
+    on first use and again after ``agent init`` rewrote the settings, so a service started
+    before ``agent init`` still serves reads. Actions need `token`; reads need it too unless
     `open_reads` (the default, meant for a service bound to localhost). `allowed_hosts` are the
     Host headers accepted (default: loopback names), which keeps a web page on another site
     from reading the API through DNS rebinding."""
@@ -110,8 +111,7 @@ def create_app(state_dir: Path, *, token: str, agent: AgentLike | Callable[[], A
         stamp = _stamp(settings)
         with opening:
             if "agent" not in opened or opened["stamp"] != stamp:
-                opened["agent"] = (agent() if callable(agent) and not hasattr(agent, "approve")
-                                   else agent)
+                opened["agent"] = open_agent()
                 opened["stamp"] = stamp
             return opened["agent"]
 

@@ -54,7 +54,7 @@ def serve(state_dir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
     loopback = is_loopback(host)
     if not loopback:
         log(f"warning: listening on {host}, not on localhost: reads need the token as well")
-    app = create_app(state_dir, token=token, agent=lambda: open_agent(state_dir),
+    app = create_app(state_dir, token=token, open_agent=lambda: open_agent(state_dir),
                      open_reads=loopback, allowed_hosts=[] if loopback else ["*"])
     sock = bind(host, port)
     bound = sock.getsockname()[1]

@@ -88,8 +88,11 @@ def outcomes(history: list[Revision]) -> list[Outcome]:
 
 
 def proposals(history: list[Revision]) -> list[Revision]:
-    """Revisions that began as a proposal (not the baseline found live), newest first."""
-    return [r for r in history if r.events and r.events[0].state is RevisionState.PROPOSED]
+    """What the agent proposed (in auto mode too), whatever became of it, newest first: not the
+    config found live or adopted, and not rollbacks (an operator's or the guard's return to an
+    earlier config, recorded as a revision of their own)."""
+    return [r for r in history if r.events and r.events[0].state is RevisionState.PROPOSED
+            and not r.trigger.startswith("rollback")]
 
 
 def status(store: RevisionStore, agent: Any | None, agent_error: str = "") -> dict[str, Any]:
