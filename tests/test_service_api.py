@@ -11,7 +11,6 @@ import urllib.request
 
 import pytest
 
-pytest.importorskip("fastapi")
 
 from autosched.client import Client, Conflict, NotFound, ServiceError, Unauthorized
 from autosched.errors import InputError
@@ -195,7 +194,6 @@ def test_hand_edit_blocks_approve_with_409(svc):
                                        r"\(PriorityWeightAge is 777 live, 1000 in revision 1\)"):
         c.approve(2)
     assert store.pending().id == 2 and store.running().id == 1
-
 
 
 @pytest.mark.parametrize("path, body", [

@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("fastapi")
 
 from autosched.client import Client
 from autosched.live.store import RevisionState

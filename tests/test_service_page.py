@@ -10,8 +10,6 @@ import re
 
 import pytest
 
-pytest.importorskip("fastapi")
-pytest.importorskip("selenium")
 
 from autosched.live.store import RevisionStore
 from service_kit import TOKEN, live_values, seed, serve_process
