@@ -84,12 +84,13 @@ logs_of() { # NAME -> its log files
     esac
 }
 
-fail_with_log() { # NAME MESSAGE: show the tail of the daemon's logs, then fail
+fail_with_log() { # NAME MESSAGE: show the tail of the daemon's log (or its stderr), then fail
     local name=$1 msg=$2 f
     for f in $(logs_of "$name"); do
         [[ -s $f ]] || continue
         printf '%s\n' "--- last lines of $f" >&2
         tail -n 20 "$f" >&2
+        break
     done
     die "$msg"
 }
@@ -140,10 +141,10 @@ check_host() {
 
 prepare_root() { # [fresh]
     local fresh=${1:-}
+    if [[ -d $ROOT && -n $(ls -A "$ROOT") && ! -e $MARKER ]]; then
+        die "$ROOT is not empty and is not a testbed root (no $MARKER): refusing to use it"
+    fi
     if [[ -n $fresh && -d $ROOT ]]; then
-        if [[ -n $(ls -A "$ROOT") && ! -e $MARKER ]]; then
-            die "$ROOT is not empty and is not a testbed root (no $MARKER): refusing to wipe it"
-        fi
         rm -rf --one-file-system "${ROOT:?}"/* "$MARKER"
     fi
     mkdir -p "$ROOT"
@@ -243,7 +244,6 @@ setup_accounts() {
     if [[ -n $(sacctmgr_t -n -P show cluster format=cluster | grep -x testcluster) ]]; then
         return 0
     fi
-    ensure_users
     # One load file = one sacctmgr call; separate `add` calls cost ~1 s each.
     local f=$ROOT/etc/accounts.cfg
     cat >"$f" <<EOF
@@ -331,12 +331,15 @@ cmd_start() {
     fi
     check_ports
     prepare_root "$fresh"
+    ensure_users
+    trap 'say "start failed: daemons that did start are left running for inspection; stop them with: TESTBED_ROOT=$ROOT TESTBED_PORT_BASE=$BASE $0 stop"' EXIT
     t=$(now); start_munged; say "munged $(since "$t") s"
     t=$(now); start_mariadb; say "mariadbd $(since "$t") s"
     t=$(now); start_slurmdbd; say "slurmdbd $(since "$t") s"
     t=$(now); setup_accounts; say "accounts $(since "$t") s"
     t=$(now); start_slurmctld; say "slurmctld $(since "$t") s"
     t=$(now); start_slurmd; wait_nodes; say "slurmd x${#NODES[@]} ready $(since "$t") s"
+    trap - EXIT
     say "cluster ready in $(since "$t0") s (root $ROOT, port base $BASE)"
     echo "export SLURM_CONF=$ETC/slurm.conf   # or: source $ROOT/env.sh"
 }

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import functools
 import http.server
+import os
 import re
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -111,3 +114,38 @@ def test_browser_reads_a_local_page(browser, tmp_path: Path):
         server.shutdown()
         server.server_close()
         thread.join(timeout=10)
+
+
+GUARDED = '''
+import pytest
+
+@pytest.mark.slurm
+def test_needs_slurm():
+    pytest.skip("no cluster here")
+
+@pytest.mark.browser
+def test_needs_browser():
+    pytest.skip("no browser here")
+
+def test_plain():
+    pass
+'''
+
+
+@pytest.mark.parametrize("workers", [[], ["-n", "2"]])
+@pytest.mark.parametrize("ci", ["true", ""])
+def test_ci_fails_the_run_when_real_component_tests_skip(tmp_path, ci, workers):
+    # A real pytest run of a tiny test file with this plugin: skips pass locally, fail with CI=true.
+    (tmp_path / "test_guarded.py").write_text(GUARDED)
+    env = dict(os.environ, CI=ci, PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "testbed", "-p", "no:cacheprovider",
+                          "-q", "-rs", *workers, str(tmp_path / "test_guarded.py")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    message = "error: CI=true but 2 test(s) needing real components (Slurm/Chromium) were skipped"
+    if ci:
+        assert res.returncode == 1, res.stdout + res.stderr
+        assert message in res.stdout
+    else:
+        assert res.returncode == 0, res.stdout + res.stderr
+        assert "2 skipped" in res.stdout and message not in res.stdout

@@ -242,7 +242,7 @@ class Agent:
             self.store.transition(p.id, RevisionState.REJECTED, actor=actor,
                                   note="superseded: the live config was adopted",
                                   allowed_from=[RevisionState.PROPOSED])
-        rev = self.store.create(live, trigger="manual", actor=actor, state=RevisionState.APPLIED,
+        rev = self.store.create(live, trigger="adopted", actor=actor, state=RevisionState.APPLIED,
                                 note=note or "live settings adopted as they are")
         self.store.set_blocked("", actor)
         return rev
@@ -351,8 +351,9 @@ class Agent:
             return self._round({"action": "blocked", "why": why})
         try:
             jobs = self.jobs(now)
-        except SlurmUnavailable as e:
-            why = f"Slurm does not answer: {e}"
+        except LiveError as e:
+            why = f"Slurm does not answer: {e}" if isinstance(e, SlurmUnavailable) else \
+                f"cannot read the history: {e}"
             self.store.set_blocked(why)
             return self._round({"action": "blocked", "why": why})
         info = {"history_jobs": int(len(jobs)), "finished": int(jobs.finished.sum()),
@@ -361,7 +362,7 @@ class Agent:
         if judged is not None:
             return self._round({**info, **judged})
         applied = running.applied_at()
-        if running.trigger != "baseline" and applied is not None and now - applied < s.period:
+        if running.trigger not in ("baseline", "adopted") and applied is not None and now - applied < s.period:
             self.store.set_blocked("")
             return self._round({**info, "action": "wait", "why": (
                 f"revision {running.id} went live {now - applied:.0f} s ago; at most one change "
@@ -412,7 +413,7 @@ class Agent:
         s = self.settings
         applied = running.applied_at()
         if (running.outcome is not None or applied is None or running.parent is None
-                or running.trigger in ("baseline", "manual") or now < applied + s.period):
+                or running.trigger in ("baseline", "adopted") or now < applied + s.period):
             return None
         before = period_metrics(jobs, applied - s.period, applied)
         after = period_metrics(jobs, applied, applied + s.period)

@@ -61,10 +61,17 @@ class FakeConnector:
         write_text_atomic(self.state_file, json.dumps(s, indent=1))
 
     def hand_edit(self, name: str, value: str) -> None:
-        """Someone edits slurm.conf and reconfigures: the live value changes behind the agent."""
-        s = self.state()
-        s["base"][name] = value
-        write_text_atomic(self.state_file, json.dumps(s, indent=1))
+        """Someone edits the setting by hand (in the include file, or in slurm.conf when the
+        include file does not set it) and reconfigures: the live value changes behind the
+        agent."""
+        lines = self.include.read_text().splitlines() if self.include.exists() else []
+        if any(line.startswith(name + "=") for line in lines):
+            lines = [f"{name}={value}" if line.startswith(name + "=") else line for line in lines]
+            write_text_atomic(self.include, "\n".join(lines) + "\n")
+        else:
+            s = self.state()
+            s["base"][name] = value
+            write_text_atomic(self.state_file, json.dumps(s, indent=1))
         self._reconfigure()
 
     def _log(self, call: str) -> dict[str, Any]:
@@ -94,7 +101,10 @@ class FakeConnector:
         return dict(self._log("scontrol show config")["live"])
 
     def snapshot(self) -> dict[str, Any]:
-        return {"include": self.include.read_text() if self.include.exists() else None}
+        try:
+            return {"include": self.include.read_text() if self.include.exists() else None}
+        except OSError as e:
+            raise LiveError(f"{self.include}: cannot read: {e.strerror or e}") from None
 
     def apply(self, settings: dict[str, str], header: str = "") -> None:
         before = self.snapshot()

@@ -30,6 +30,8 @@ from .knobs import BACKFILL_PREFIX, canonical, is_allowed, same_value
 
 SACCT_FIELDS = ("JobID", "Submit", "Start", "End", "AllocTRES", "ReqTRES", "User", "Account",
                 "Partition", "State", "JobName", "NCPUS", "Timelimit")
+# squeue columns in the order of SACCT_FIELDS (End and AllocTRES are not known yet)
+SQUEUE_FORMAT = "%i|%V|%S|%b|%u|%a|%P|%T|%j|%C|%l"
 _DOWN = ("unable to contact slurm controller", "connection refused", "socket timed out",
          "unable to establish connection", "slurmdbd", "unable to connect to database",
          "zero bytes were transmitted")
@@ -88,6 +90,33 @@ class SlurmRunner:
 def slurm_stamp(t: float) -> str:
     """A unix time as sacct's -S/-E take it, in UTC (the runner sets TZ=UTC)."""
     return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+
+
+def add_queue_rows(sacct: str, squeue: str) -> str:
+    """`sacct` text plus, as sacct rows, the queued jobs (``squeue -o SQUEUE_FORMAT``) it does
+    not list yet: pending ones with their requested GPUs (ReqTRES), running ones with them
+    allocated."""
+    lines = sacct.splitlines()
+    if not lines:
+        lines = ["|".join(SACCT_FIELDS)]
+    header = lines[0].split("|")
+    have = {line.split("|", 1)[0] for line in lines[1:]}
+    out = list(lines)
+    for line in squeue.splitlines():
+        cells = line.split("|")
+        if len(cells) != 11 or cells[0] in have:
+            continue
+        job, submit, start, gres, user, account, part, state, name, cpus, limit = cells
+        gpus = node_gpus(",".join(g.replace("gres:", "").replace("gres/", "")
+                                  for g in gres.split(",")))
+        tres = f"cpu={cpus},gres/gpu={gpus}" if gpus else f"cpu={cpus}"
+        running = state not in ("PENDING", "REQUEUED", "REQUEUE_HOLD")
+        row = {"JobID": job, "Submit": submit, "Start": start if running else "Unknown",
+               "End": "Unknown", "AllocTRES": tres if running else "", "ReqTRES": tres,
+               "User": user, "Account": account, "Partition": part, "State": state,
+               "JobName": name, "NCPUS": cpus, "Timelimit": limit}
+        out.append("|".join(row.get(h, "") for h in header))
+    return "\n".join(out) + "\n"
 
 
 def parse_show_config(text: str) -> dict[str, str]:
@@ -204,9 +233,12 @@ class SlurmConnector:
         return time.time()
 
     def sacct_rows(self, since: float, until: float) -> str:
-        return self.runner.run(["sacct", "-a", "--parsable2", "--duplicates",
+        text = self.runner.run(["sacct", "-a", "--parsable2", "--duplicates",
                                 "--format=" + ",".join(SACCT_FIELDS),
                                 "-S", slurm_stamp(since), "-E", slurm_stamp(until)])
+        # sacct lists a pending job only once it is eligible (not one held by --begin), and
+        # slurmdbd records jobs with a delay: the queue itself comes from slurmctld
+        return add_queue_rows(text, self.runner.run(["squeue", "-h", "-a", "-o", SQUEUE_FORMAT]))
 
     def cluster(self) -> ClusterSpec:
         return cluster_from_nodes(parse_nodes(self.runner.run(["scontrol", "show", "node", "-o"])))
@@ -231,6 +263,10 @@ class SlurmConnector:
                  "# `autosched agent` (a hand edit here blocks the agent until it is adopted)."]
         lines += [f"# {h}" for h in header.splitlines() if h]
         bf = {k: v for k, v in settings.items() if k.startswith(BACKFILL_PREFIX)}
+        kept = self._unmanaged_lines(settings, bool(bf))
+        if kept:
+            lines.append("# kept as they were in this file (not managed by autosched):")
+            lines += kept
         for name, value in settings.items():
             if not name.startswith(BACKFILL_PREFIX):
                 if not is_allowed(name):
@@ -243,6 +279,26 @@ class SlurmConnector:
             items += [k if v == "" else f"{k}={v}" for k, v in bf.items()]
             lines.append("SchedulerParameters=" + ",".join(items))
         return "\n".join(lines) + "\n"
+
+    def _unmanaged_lines(self, settings: dict[str, str], bf_managed: bool) -> list[str]:
+        """Setting lines already in the include file that autosched does not manage: rewriting
+        the file must not change them (Slurm would fall back to slurm.conf's values)."""
+        try:
+            text = self.include.read_text() if self.include.exists() else ""
+        except OSError as e:
+            raise LiveError(f"{self.include}: cannot read: {e.strerror}") from None
+        managed = {k.lower() for k in settings}
+        out = []
+        for line in text.splitlines():
+            key = line.split("=", 1)[0].strip()
+            if not line.strip() or line.lstrip().startswith("#") or "=" not in line:
+                continue
+            if key.lower() in managed:
+                continue
+            if key == "SchedulerParameters" and bf_managed:
+                continue  # rebuilt from the live value below
+            out.append(line)
+        return out
 
     def _managed_bf_in_file(self) -> bool:
         return bool(self._file_bf_keys())

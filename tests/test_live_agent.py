@@ -1,0 +1,334 @@
+"""The agent's logic with the fake connector (unit tests; the same paths run against a real
+slurmctld in test_live_slurm.py): propose, approve, reject, rollback, freeze, hand edits, too
+little history, Slurm down, failed applies, auto mode, automatic rollback, kill -9 mid-apply."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autosched.live.agent import AgentSettings, init_agent, open_agent
+from autosched.live.connector import ApplyFailed
+from autosched.live.errors import ActionNotAllowed, LiveError, SlurmUnavailable
+from autosched.live.fake import FakeConnector
+from autosched.live.store import RevisionState
+
+from live_helpers import HEADER, contended, row
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+P, A, R, RB, F = (RevisionState.PROPOSED, RevisionState.APPLIED, RevisionState.REJECTED,
+                  RevisionState.ROLLED_BACK, RevisionState.FAILED)
+
+
+def make(tmp_path, sacct=None, **kw):
+    fake = FakeConnector.create(tmp_path / "fake", sacct=contended(time.time()) if sacct is None
+                                else sacct, nodes=1, gpus_per_node=8)
+    opts = dict(connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=600,
+                history=3600, min_jobs=10, budget=12, model="replay", margin=0.0, k=0.0)
+    opts.update(kw)
+    agent = init_agent(tmp_path / "state", AgentSettings(**opts))
+    return agent, fake
+
+
+def proposed(agent):
+    out = agent.step()
+    assert out["action"] == "proposed", out
+    return agent.store.get(out["revision"])
+
+
+def test_propose_then_approve_writes_the_include_file_and_goes_live(tmp_path):
+    agent, fake = make(tmp_path)
+    rev = proposed(agent)
+    assert rev.id == 2 and rev.parent == 1 and agent.store.get(1).trigger == "baseline"
+    assert rev.evidence["predicted_gain"] > 0 and rev.evidence["samples"] == 1
+    assert rev.evidence["tuning_cost"]["trials"] == 12
+    assert fake.state()["live"] == fake.state()["base"]  # proposing applies nothing
+    assert not fake.include.exists()
+    # a second round does not stack a second proposal
+    assert agent.step()["why"] == "revision 2 is proposed and awaits approval"
+    agent.approve(2, "operator:alice")
+    live = fake.state()["live"]
+    want = agent.space.to_settings(agent.space.full(rev.config))
+    assert {k: live[k] for k in want} == want
+    assert fake.include.read_text().splitlines()[1:] == [f"{k}={v}" for k, v in want.items()]
+    assert agent.store.running().id == 2
+    assert [(e.state, e.actor) for e in agent.store.get(2).events] == [
+        (P, "agent:propose"), (A, "operator:alice")]
+    with pytest.raises(ActionNotAllowed, match="revision 2 is applied; only a proposed"):
+        agent.approve(2, "operator:bob")
+    # at most one change per period
+    assert "at most one change per period" in agent.step()["why"]
+
+
+def test_reject_and_rollback_to_any_earlier_revision(tmp_path):
+    agent, fake = make(tmp_path)
+    rev = proposed(agent)
+    agent.reject(rev.id, "operator:bob", "not on a Friday")
+    assert agent.store.get(rev.id).state is R and agent.store.get(rev.id).events[-1].note == "not on a Friday"
+    with pytest.raises(ActionNotAllowed, match="nothing to roll back to"):
+        agent.rollback(None, "operator:bob")
+    base = dict(fake.state()["live"])
+    cfg = dict(agent.store.get(1).config, PriorityWeightAge=4242)
+    p = agent.store.create(cfg, trigger="manual", actor="t")
+    agent.approve(p.id, "operator:bob")
+    assert fake.state()["live"]["PriorityWeightAge"] == "4242"
+    back = agent.rollback(None, "operator:bob")
+    assert back.trigger == "rollback to 1" and back.state is A and back.parent == p.id
+    assert agent.store.get(p.id).state is RB
+    assert {k: fake.state()["live"][k] for k in base} == base
+    again = agent.rollback(p.id, "operator:bob")  # forward again to a rolled-back revision
+    assert again.config == p.config and fake.state()["live"]["PriorityWeightAge"] == "4242"
+    with pytest.raises(ActionNotAllowed, match="never applied"):
+        agent.rollback(rev.id, "operator:bob")
+
+
+def test_too_little_history_proposes_nothing_and_says_so(tmp_path):
+    now = time.time()
+    text = "\n".join([HEADER] + [row(str(i), now - 900 + i, now - 800 + i, now - 700 + i, 1)
+                                  for i in range(1, 4)]) + "\n"
+    agent, _ = make(tmp_path, sacct=text)
+    out = agent.step()
+    assert out["action"] == "blocked"
+    assert out["why"].startswith("too little history: 3 jobs finished in the last 3600 s, 10 needed")
+    assert agent.store.pending() is None and agent.status().blocked == out["why"]
+
+
+def test_hand_edit_blocks_until_adopted(tmp_path):
+    agent, fake = make(tmp_path)
+    agent.step()  # baseline + proposal
+    fake.hand_edit("PriorityWeightAge", "7")
+    with pytest.raises(ActionNotAllowed, match="PriorityWeightAge is 7 live, 1000 in revision 1"):
+        agent.approve(2, "operator:alice")
+    agent.reject(2, "operator:alice")
+    out = agent.step()
+    assert out["action"] == "blocked" and out["why"].startswith(
+        "hand edit: PriorityWeightAge is 7 live, 1000 in revision 1")
+    assert agent.status().blocked == out["why"] and agent.store.pending() is None
+    rev = agent.adopt("operator:alice")
+    assert rev.trigger == "adopted" and rev.config["PriorityWeightAge"] == 7
+    assert rev.diff == {"PriorityWeightAge": (1000, 7)}
+    assert agent.status().blocked == ""
+    assert agent.step()["action"] == "proposed"
+
+
+def test_freeze_is_a_kill_switch_but_rollback_still_works(tmp_path):
+    agent, fake = make(tmp_path)
+    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=5),
+                           trigger="manual", actor="t")
+    agent.approve(p.id, "operator:alice")
+    agent.freeze("operator:alice", "maintenance")
+    assert agent.step() == {"action": "frozen", "why": "frozen by operator:alice: maintenance"}
+    st = agent.status()
+    assert st.frozen and st.frozen_reason == "maintenance" and st.frozen_by == "operator:alice"
+    q = agent.store.create(dict(p.config, PriorityWeightAge=6), trigger="manual", actor="t")
+    with pytest.raises(ActionNotAllowed, match="frozen by operator:alice: maintenance"):
+        agent.approve(q.id, "operator:alice")
+    back = agent.rollback(None, "operator:alice")
+    assert fake.state()["live"]["PriorityWeightAge"] == "1000" and back.state is A
+    assert agent.store.get(q.id).state is R  # the open proposal was superseded
+    agent.unfreeze("operator:bob")
+    assert not agent.status().frozen
+
+
+def test_slurm_down_blocks_and_never_applies_blind(tmp_path):
+    agent, fake = make(tmp_path)
+    rev = proposed(agent)
+    fake.update(down=True)
+    out = agent.step()
+    assert out["action"] == "blocked" and out["why"].startswith("Slurm does not answer:")
+    assert "scontrol show config" in out["why"] and agent.status().blocked == out["why"]
+    with pytest.raises(SlurmUnavailable, match="scontrol show config"):
+        agent.approve(rev.id, "operator:alice")
+    assert not fake.include.exists() and agent.store.get(rev.id).state is P
+    assert agent.store.open_apply() is None
+    fake.update(down=False)
+    agent.approve(rev.id, "operator:alice")
+    assert agent.store.running().id == rev.id
+
+
+@pytest.mark.parametrize("fault", ["fail_reconfigure", "ignore"])
+def test_failed_apply_restores_the_previous_file_and_marks_the_revision_failed(tmp_path, fault):
+    agent, fake = make(tmp_path)
+    first = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=11),
+                               trigger="manual", actor="t")
+    agent.approve(first.id, "operator:alice")
+    before_file, before_live = fake.include.read_text(), dict(fake.state()["live"])
+    fake.update(**({"fail_reconfigure": True} if fault == "fail_reconfigure"
+                   else {"ignore": ["PriorityWeightJobSize"]}))
+    p = agent.store.create(dict(first.config, PriorityWeightAge=22, PriorityWeightJobSize=33),
+                           trigger="manual", actor="t")
+    msg = "fake failure" if fault == "fail_reconfigure" else \
+        r"PriorityWeightJobSize=1000 \(wanted '33'\)"
+    with pytest.raises(ApplyFailed, match=msg):
+        agent.approve(p.id, "operator:alice")
+    assert fake.include.read_text() == before_file and fake.state()["live"] == before_live
+    rev = agent.store.get(p.id)
+    assert rev.state is F and "previous" in rev.events[-1].note
+    assert agent.store.running().id == first.id and agent.store.open_apply() is None
+
+
+def test_unwritable_include_file_is_a_clear_error_and_nothing_is_lost(tmp_path):
+    agent, fake = make(tmp_path)
+    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=9),
+                           trigger="manual", actor="t")
+    fake.include.mkdir()  # a directory where the file should be: fails for root too
+    with pytest.raises(LiveError, match="autosched.conf: cannot"):
+        agent.approve(p.id, "operator:alice")
+    assert agent.store.get(p.id).state in (P, F) and agent.store.running().id == 1
+    assert fake.state()["live"]["PriorityWeightAge"] == "1000"
+
+
+def test_unwritable_state_dir_is_a_clear_error(tmp_path):
+    (tmp_path / "file").write_text("")
+    with pytest.raises(LiveError, match="cannot"):
+        init_agent(tmp_path / "file" / "state", AgentSettings(
+            connector={"kind": "fake", "directory": str(tmp_path)}))
+
+
+def test_malformed_sacct_rows_are_skipped_and_counted(tmp_path):
+    now = time.time()
+    text = contended(now)
+    text += "999|not-a-time|x|y|gres/gpu=1|gres/gpu=1|a|b|gpu|COMPLETED|j|1|1\n"
+    text += "1000|2026-01-01T00:00:00\n"  # a partial row
+    agent, _ = make(tmp_path, sacct=text)
+    out = agent.step()
+    assert out["malformed_rows"] == 2 and out["action"] == "proposed"
+
+
+def test_auto_mode_applies_within_bounds_and_one_step(tmp_path):
+    agent, fake = make(tmp_path, mode="auto", max_step=0.1,
+                       bounds={"PriorityWeightAge": [0, 1500]})
+    out = agent.step()
+    assert out["action"] == "applied", out
+    rev = agent.store.get(out["revision"])
+    assert [(e.state, e.actor) for e in rev.events] == [(P, "agent:auto"), (A, "agent:auto")]
+    base = agent.store.get(1).config
+    space = agent.space
+    for k in space.managed:
+        if hasattr(k, "low"):
+            v, old = rev.config[k.name], base[k.name]
+            if k.log:
+                import math
+                f = math.exp(0.1 * math.log(k.high / k.low))
+                assert old / f - 60 <= v <= old * f + 60, k.name  # +- a minute of rounding
+            else:
+                assert abs(v - old) <= 0.1 * (k.high - k.low) + 1e-9, k.name
+    assert rev.config["PriorityWeightAge"] <= 1500
+    assert fake.state()["live"]["PriorityWeightAge"] == str(rev.config["PriorityWeightAge"])
+
+
+def test_a_change_that_made_things_worse_is_rolled_back_after_a_period(tmp_path):
+    agent, fake = make(tmp_path)
+    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=77),
+                           trigger="period", actor="t", evidence={"predicted_gain": 0.1})
+    agent.approve(p.id, "operator:alice")
+    t = agent.store.get(p.id).applied_at()
+    rows = [HEADER]
+    for i in range(10):  # before: 100 s JCT; after: 1000 s
+        rows.append(row(f"b{i}", t - 500 + i, t - 500 + i, t - 400 + i, 1))
+        rows.append(row(f"a{i}", t + 10 + i, t + 500 + i, t + 1010 + i, 1))
+    fake.update(sacct="\n".join(rows) + "\n", clock=t + 600 + 1200)
+    out = agent.step()
+    assert out["action"] == "rolled back", out
+    assert out["why"].startswith("worse: avg_jct 100.0 -> 1000.0 (-900.0%")
+    rev = agent.store.get(p.id)
+    assert rev.state is RB and rev.outcome["observed_gain"] == pytest.approx(-9.0)
+    assert rev.outcome["before"]["jobs"] == 10 and rev.outcome["predicted_gain"] == 0.1
+    assert agent.store.running().trigger == "rollback to 1"
+    assert agent.store.running().events[-1].actor == "agent:guard"
+    assert fake.state()["live"]["PriorityWeightAge"] == "1000"
+
+
+def test_a_change_that_helped_is_kept(tmp_path):
+    agent, fake = make(tmp_path)
+    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=77),
+                           trigger="period", actor="t")
+    agent.approve(p.id, "operator:alice")
+    t = agent.store.get(p.id).applied_at()
+    rows = [HEADER]
+    for i in range(10):
+        rows.append(row(f"b{i}", t - 500 + i, t - 500 + i, t - 300 + i, 1))
+        rows.append(row(f"a{i}", t + 10 + i, t + 10 + i, t + 110 + i, 1))
+    fake.update(sacct="\n".join(rows) + "\n", clock=t + 1800)
+    agent.step()
+    rev = agent.store.get(p.id)
+    assert rev.state is A and rev.outcome["observed_gain"] == pytest.approx(0.5)
+    assert rev.outcome["verdict"].startswith("kept: avg_jct 200.0 -> 100.0")
+
+
+def test_status_to_dict_is_json(tmp_path):
+    agent, _ = make(tmp_path)
+    agent.step()
+    d = agent.status().to_dict()
+    assert json.loads(json.dumps(d)) == d
+    assert d["pending"]["id"] == 2 and d["running"]["id"] == 1 and d["mode"] == "propose"
+    assert d["next_round"] == pytest.approx(d["history"][0]["created"] + 600, abs=5)
+
+
+def test_open_agent_reads_the_saved_settings(tmp_path):
+    agent, _ = make(tmp_path, period=120)
+    again = open_agent(tmp_path / "state")
+    assert again.settings == agent.settings and again.connector.kind == "fake"
+    with pytest.raises(LiveError, match="no agent here"):
+        open_agent(tmp_path / "nothing")
+
+
+APPROVER = """
+import sys
+from autosched.live.agent import open_agent
+open_agent(sys.argv[1]).approve(int(sys.argv[2]), "operator:killed")
+"""
+
+
+def test_kill_9_during_an_apply_leaves_old_or_new_never_half(tmp_path):
+    agent, fake = make(tmp_path)
+    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=31337),
+                           trigger="manual", actor="t")
+    old_live = dict(fake.state()["live"])
+    fake.update(apply_delay=30.0)  # the fake sleeps between writing the file and reconfiguring
+    proc = subprocess.Popen([sys.executable, "-c", APPROVER, str(tmp_path / "state"), str(p.id)],
+                            env={**os.environ, "PYTHONPATH": SRC})
+    try:
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            if fake.include.exists() and "31337" in fake.include.read_text():
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the apply never wrote the include file")
+        assert agent.store.open_apply() is not None  # the write-ahead intent is there
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    fake.update(apply_delay=0.0)
+    # the half state the kill left: file new, Slurm old, store 'applying'
+    assert fake.state()["live"] == old_live
+    restarted = open_agent(tmp_path / "state")  # reconciles on start
+    assert restarted.store.open_apply() is None
+    rev = restarted.store.get(p.id)
+    assert rev.state is F and "interrupted" in rev.events[-1].note
+    assert restarted.store.running().id == 1
+    assert not fake.include.exists()  # there was none before: back to that
+    assert fake.state()["live"] == old_live
+    assert restarted.step()["action"] in ("proposed", "none")  # and it goes on
+
+
+def test_a_sacct_export_seeds_the_history(tmp_path):
+    now = time.time()
+    seed = tmp_path / "old.txt"
+    seed.write_text(contended(now))  # what the cluster no longer reports
+    agent, _ = make(tmp_path, sacct=HEADER + "\n", seed_history=str(seed))
+    out = agent.step()
+    assert out["history_jobs"] == 60 and out["action"] == "proposed"
+    (tmp_path / "bad.csv").write_text("job_id,submit_time,num_gpus,duration\n1,0,1,10\n")
+    agent2, _ = make(tmp_path / "b", sacct=HEADER + "\n", seed_history=str(tmp_path / "bad.csv"))
+    out = agent2.step()
+    assert out["action"] == "blocked" and out["why"].startswith("cannot read the history: ")
+    assert "a seed history must be sacct text" in out["why"]

@@ -1,0 +1,76 @@
+"""`autosched agent ...` and `autosched slurm history` through the CLI (CliRunner), on the fake
+connector; the same commands run against the real cluster in docs/slurm.md's transcript and in
+test_live_slurm.py."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from typer.testing import CliRunner
+
+from autosched.cli import build_app
+from autosched.live.fake import FakeConnector
+
+from live_helpers import contended
+
+runner = CliRunner()
+
+
+def cli(*args):
+    return runner.invoke(build_app(), list(args))
+
+
+def test_init_step_status_approve_rollback_freeze(tmp_path):
+    fake = FakeConnector.create(tmp_path / "fake", sacct=contended(time.time()), nodes=1,
+                                gpus_per_node=8)
+    st = str(tmp_path / "state")
+    r = cli("agent", "init", "--state", st, "--fake", str(tmp_path / "fake"), "--period", "10m",
+            "--history", "1h", "--min-jobs", "10", "--budget", "12", "--model", "replay",
+            "--margin", "0")
+    assert r.exit_code == 0, r.output
+    assert "manages PriorityWeightAge, PriorityMaxAge" in r.output
+    assert "fixed in live mode (no Slurm setting): placement=consolidate, backfill=True" in r.output
+    r = cli("agent", "step", "--state", st)
+    assert r.exit_code == 0 and r.output.startswith("proposed: gain +"), r.output
+    r = cli("agent", "status", "--state", st)
+    assert "running: revision 1 (baseline)" in r.output and "pending: revision 2 (period)" in r.output
+    d = json.loads(cli("agent", "status", "--state", st, "--json").output)
+    assert d["pending"]["id"] == 2 and d["pending"]["state"] == "proposed"
+    r = cli("agent", "approve", "2", "--state", st, "--actor", "operator:alice")
+    assert r.exit_code == 0 and r.output.startswith("revision 2 applied: "), r.output
+    assert fake.include.exists()
+    r = cli("agent", "approve", "2", "--state", st)
+    assert r.exit_code == 2
+    assert r.output.strip() == "error: revision 2 is applied; only a proposed revision can be approved"
+    r = cli("agent", "rollback", "--state", st)
+    assert r.exit_code == 0 and r.output.startswith("revision 3 (rollback to 1) applied"), r.output
+    assert cli("agent", "freeze", "--state", st, "--reason", "drill").exit_code == 0
+    r = cli("agent", "step", "--state", st)
+    assert r.output.startswith("frozen: frozen by operator:")
+    assert "FROZEN by operator:" in cli("agent", "status", "--state", st).output
+    assert cli("agent", "unfreeze", "--state", st).exit_code == 0
+    assert cli("agent", "reject", "9", "--state", st).output.startswith("error: no revision 9")
+
+
+def test_errors_are_one_line(tmp_path):
+    r = cli("agent", "status", "--state", str(tmp_path / "none"))
+    assert r.exit_code == 2 and r.output.startswith("error: ") and "no agent here" in r.output
+    r = cli("agent", "init", "--state", str(tmp_path / "s"), "--fake", str(tmp_path / "f"))
+    assert r.exit_code == 2 and "no fake cluster here" in r.output
+    FakeConnector.create(tmp_path / "f")
+    r = cli("agent", "init", "--state", str(tmp_path / "s"), "--fake", str(tmp_path / "f"),
+            "--period", "10")
+    assert r.exit_code == 2 and "at least 60 s" in r.output
+
+
+def test_init_without_the_include_line_says_what_to_add(tmp_path, monkeypatch):
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\n")
+    r = cli("agent", "init", "--state", str(tmp_path / "s"), "--slurm-conf", str(conf))
+    assert r.exit_code == 2
+    assert f"has no line `Include {tmp_path / 'autosched.conf'}`" in r.output
+    assert (tmp_path / "autosched.conf").read_text().startswith("# Managed by autosched")
+    conf.write_text(f"ClusterName=x\nInclude {tmp_path / 'autosched.conf'}\n")
+    r = cli("agent", "init", "--state", str(tmp_path / "s"), "--slurm-conf", str(conf))
+    assert r.exit_code == 0, r.output

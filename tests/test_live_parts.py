@@ -1,0 +1,228 @@
+"""Parts of the live layer worked out by hand: unit conversion both ways (export/slurm.py), the
+knob mapping, scontrol/squeue/sacct parsing, the history cache, period metrics, and the command
+runner with real processes (timeouts, retries, a controller that does not answer)."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autosched.export.slurm import from_slurm, quantize, slurm_seconds, to_slurm
+from autosched.live.errors import LiveError, SlurmUnavailable
+from autosched.live.history import merge_sacct, period_metrics, read_jobs
+from autosched.live.knobs import is_allowed, live_policy, live_space, same_value
+from autosched.live.slurm import (SlurmRunner, add_queue_rows, cluster_from_nodes, live_settings,
+                                  node_gpus, parse_nodes, parse_show_config)
+from autosched.policies.multifactor import Multifactor
+from autosched.space import ConfigError
+
+from live_helpers import HEADER, row
+
+SPACE = Multifactor.space
+
+
+def test_slurm_seconds_reads_every_spelling():
+    assert slurm_seconds("7-00:00:00") == 604800
+    assert slurm_seconds("7-0") == 604800
+    assert slurm_seconds("1-04:48:00") == 86400 + 4 * 3600 + 48 * 60
+    assert slurm_seconds("00:10:00") == 600
+    assert slurm_seconds("5:00") == 300  # squeue's MM:SS
+    assert slurm_seconds("5") == 300  # slurm.conf's bare minutes
+    assert slurm_seconds("2-3") == 2 * 86400 + 3 * 3600
+    assert slurm_seconds("UNLIMITED") is None and slurm_seconds("x-1") is None
+
+
+def test_knob_values_both_ways():
+    assert to_slurm(SPACE["PriorityMaxAge"], 3600.0) == "0-01:00:00"
+    assert from_slurm(SPACE["PriorityMaxAge"], "01:00:00") == 3600.0
+    assert to_slurm(SPACE["PriorityCalcPeriod"], 5) == "5"
+    assert from_slurm(SPACE["PriorityCalcPeriod"], "00:05:00") == 5
+    assert to_slurm(SPACE["PriorityFavorSmall"], True) == "YES"
+    assert from_slurm(SPACE["PriorityFavorSmall"], "No") is False
+    assert from_slurm(SPACE["PriorityWeightAge"], "4321") == 4321
+    with pytest.raises(ConfigError, match="not a Slurm time"):
+        from_slurm(SPACE["PriorityMaxAge"], "soon")
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.floats(600.0, 60 * 86400.0))
+def test_quantized_times_round_trip_and_stay_within_half_a_minute(x):
+    q = quantize(SPACE["PriorityMaxAge"], x)
+    assert abs(q - x) <= 30.0 and q % 60 == 0
+    assert from_slurm(SPACE["PriorityMaxAge"], to_slurm(SPACE["PriorityMaxAge"], q)) == q
+
+
+def test_allowlist_and_fixed_knobs():
+    assert is_allowed("PriorityWeightAge") and is_allowed("priorityweightfairshare")
+    assert is_allowed("bf_window") and is_allowed("PriorityWeightTRES")
+    for never in ("SchedulerType", "SelectType", "PriorityUsageResetPeriod", "PartitionName"):
+        assert not is_allowed(never)
+    ls = live_space("multifactor")
+    assert ls.names == ("PriorityWeightAge", "PriorityMaxAge", "PriorityWeightFairshare",
+                        "PriorityDecayHalfLife", "PriorityWeightJobSize", "PriorityFavorSmall",
+                        "PriorityCalcPeriod")
+    assert ls.fixed == {"placement": "consolidate", "backfill": True, "reserve_after": 21600.0}
+    assert live_space("multifactor", {"backfill": False}).fixed["backfill"] is False
+    with pytest.raises(LiveError, match="cannot fix PriorityWeightAge"):
+        live_space("multifactor", {"PriorityWeightAge": 3})
+    with pytest.raises(LiveError, match="no knob with a live Slurm setting"):
+        live_space("tiresias")
+
+
+def test_live_policy_pins_fixed_knobs_and_narrows_managed_ones():
+    ls = live_space("multifactor", {"reserve_after": 3600.0})
+    running = ls.full({"PriorityWeightAge": 1000})
+    cls = live_policy(ls, running, {"PriorityWeightAge": (0, 5000)}, max_step=0.1)
+    assert cls.name == "multifactor"
+    assert cls.space["reserve_after"].choices == (3600.0,)
+    with pytest.raises(ConfigError, match="fixed at 3600.0 in live mode"):
+        cls.space.validate({"reserve_after": 60.0})
+    age = cls.space["PriorityWeightAge"]
+    assert (age.low, age.high) == (0, 5000)  # bounds, then +-10% of 100000 around 1000
+    js = cls.space["PriorityWeightJobSize"]
+    assert (js.low, js.high) == (0, 11000)
+    # every config of the live view is a config of the policy
+    import random
+    for c in (cls.space.sample(random.Random(i)) for i in range(20)):
+        assert Multifactor.space.validate(c) == c
+
+
+def test_settings_round_trip_and_bf_flags():
+    ls = live_space("multifactor")
+    cfg = ls.full({"PriorityMaxAge": 7200.0, "PriorityFavorSmall": True})
+    s = ls.to_settings(cfg)
+    assert s["PriorityMaxAge"] == "0-02:00:00" and s["PriorityFavorSmall"] == "YES"
+    assert ls.from_settings(s) == {k: cfg[k] for k in ls.names}
+    with pytest.raises(LiveError, match="no value for PriorityWeightAge"):
+        ls.from_settings({k: v for k, v in s.items() if k != "PriorityWeightAge"})
+
+
+def test_same_value():
+    assert same_value("PriorityMaxAge", "7-0", "7-00:00:00")
+    assert same_value("PriorityCalcPeriod", "5", "00:05:00")
+    assert same_value("PriorityFavorSmall", "YES", "Yes")
+    assert same_value("PriorityWeightTRES", "CPU=1,GRES/gpu=2", "GRES/gpu=2,CPU=1")
+    assert not same_value("PriorityWeightAge", "1000", "100")
+    assert not same_value("PriorityWeightAge", None, "1")
+
+
+SHOW_CONFIG = """Configuration data as of 2026-12-03T02:46:20
+PriorityDecayHalfLife   = 1-00:00:00
+PriorityCalcPeriod      = 00:01:00
+PriorityFavorSmall      = No
+PriorityMaxAge          = 7-00:00:00
+PriorityUsageResetPeriod = NONE
+PriorityWeightFairShare = 10000
+PriorityWeightTRES      = CPU=1000,GRES/gpu=2000
+SchedulerParameters     = bf_window=1440,bf_continue,max_rpc_cnt=8
+SchedulerType           = sched/backfill
+"""
+
+
+def test_show_config_to_live_settings():
+    live = live_settings(parse_show_config(SHOW_CONFIG))
+    assert live == {"PriorityDecayHalfLife": "1-00:00:00", "PriorityCalcPeriod": "00:01:00",
+                    "PriorityFavorSmall": "No", "PriorityMaxAge": "7-00:00:00",
+                    "PriorityWeightFairshare": "10000",
+                    "PriorityWeightTRES": "CPU=1000,GRES/gpu=2000",
+                    "bf_window": "1440", "bf_continue": ""}
+
+
+NODES = """NodeName=n1 Arch=x86_64 CoresPerSocket=1 Gres=gpu:8 Partitions=gpu,debug State=IDLE
+NodeName=n2 Gres=gpu:a100:8(S:0-1) Partitions=gpu State=IDLE
+NodeName=login Gres=(null) Partitions=cpu State=IDLE
+"""
+
+
+def test_cluster_from_scontrol_nodes():
+    assert node_gpus("gpu:a100:4(S:0),gpu:v100:2") == 6 and node_gpus("(null)") == 0
+    c = cluster_from_nodes(parse_nodes(NODES))
+    assert (c.nodes, c.gpus_per_node, c.uniform) == (2, 8, True)  # login has no GPU
+    split = cluster_from_nodes(parse_nodes("NodeName=a Gres=gpu:4 Partitions=p1\n"
+                                           "NodeName=b Gres=gpu:4 Partitions=p2\n"
+                                           "NodeName=c Gres=gpu:4 Partitions=p2\n"))
+    assert split.vc_nodes == (("p1", 1), ("p2", 2)) and not split.uniform
+    with pytest.raises(LiveError, match="no node has GPUs"):
+        cluster_from_nodes(parse_nodes("NodeName=x Gres=(null)\n"))
+
+
+def test_queue_rows_fill_in_what_sacct_has_not_recorded():
+    sacct = HEADER + "\n" + row("1", 1000, 1000, 1100, 2) + "\n"
+    squeue = ("1|2026-01-01T00:00:00|2026-01-01T00:00:00|gres:gpu:2|alice|physics|gpu|RUNNING|j|1|5:00\n"
+              "7|2026-01-01T00:10:00|N/A|gres:gpu:4|bob|chemistry|gpu|PENDING|j|1|1:00:00\n")
+    jobs = read_jobs(add_queue_rows(sacct, squeue))
+    assert jobs.job_id.tolist() == ["1", "7"]
+    assert jobs.finished.tolist() == [True, False]
+    assert jobs.gpus.tolist() == [2, 4] and jobs.time_limit[1] == 3600.0
+    assert jobs.user[1] == "bob" and jobs.account[1] == "chemistry"
+
+
+def test_read_jobs_counts_malformed_rows_but_not_queued_ones():
+    text = "\n".join([
+        HEADER,
+        row("1", 1000, 1010, 1110, 2),
+        row("1.batch", 1000, 1010, 1110, 2),  # a step: folded into job 1
+        row("2", 1000, 1020, None, 4),  # running: not malformed
+        row("3", 1000, None, None, 1),  # pending
+        "4|garbage|x|y|gres/gpu=1|gres/gpu=1|a|b|gpu|COMPLETED|j|1|1",  # bad times
+        "5|2026-01-01T00:00:00|2026",  # partial row
+        row("6", 1000, 1000, 1000, 1),  # zero run time: not replayable
+    ]) + "\n"
+    jobs = read_jobs(text)
+    assert jobs.job_id.tolist() == ["1", "2", "3"]
+    assert jobs.finished.tolist() == [True, False, False]
+    assert jobs.duration[0] == 100 and jobs.start[0] == 1010 and jobs.end[0] == 1110
+    assert jobs.malformed == 3
+
+
+def test_merge_sacct_replaces_rows_by_job_id():
+    a = HEADER + "\n" + row("1", 0, None, None, 1) + "\n" + row("2", 0, 5, 9, 1) + "\n"
+    b = HEADER + "\n" + row("1", 0, 3, 8, 1) + "\n" + row("3", 4, None, None, 2) + "\n"
+    merged = merge_sacct(a, b)
+    assert merged.splitlines() == [HEADER, row("1", 0, 3, 8, 1), row("2", 0, 5, 9, 1),
+                                   row("3", 4, None, None, 2)]
+    assert merge_sacct("", b) == b and merge_sacct(a, "") == a
+    with pytest.raises(LiveError, match="sacct columns changed"):
+        merge_sacct(a, "JobID|Submit\n1|x\n")
+
+
+def test_period_metrics_by_hand():
+    text = "\n".join([HEADER, row("1", 100, 110, 210, 1), row("2", 150, 250, 300, 1),
+                      row("3", 400, 400, 500, 1)]) + "\n"
+    m = period_metrics(read_jobs(text), 100, 200)
+    assert m.jobs == 2
+    assert m.values["avg_jct"] == pytest.approx((110 + 150) / 2)
+    assert m.values["avg_queue"] == pytest.approx((10 + 100) / 2)
+    assert m.values["avg_slowdown"] == pytest.approx((110 / 100 + 150 / 50) / 2)
+    assert period_metrics(read_jobs(text), 1000, 2000).jobs == 0
+
+
+def test_runner_timeout_names_the_command():
+    r = SlurmRunner(timeout=0.5, retries=0)
+    with pytest.raises(SlurmUnavailable, match=r"`sleep 5` did not answer within 0.5 s"):
+        r.run(["sleep", "5"])
+
+
+def test_runner_retries_reads_with_backoff_when_the_controller_does_not_answer():
+    r = SlurmRunner(timeout=10, retries=2, backoff=0.1)
+    script = "echo 'sinfo: error: Unable to contact slurm controller (connect failure)' >&2; exit 1"
+    t0 = time.monotonic()
+    with pytest.raises(SlurmUnavailable, match="could not reach Slurm: .*Unable to contact"):
+        r.run(["sh", "-c", script])
+    assert len(r.calls) == 3 and time.monotonic() - t0 >= 0.1 + 0.2
+    r.calls.clear()
+    with pytest.raises(SlurmUnavailable):
+        r.run(["sh", "-c", script], read=False)  # writes are not retried
+    assert len(r.calls) == 1
+
+
+def test_runner_other_failures_and_missing_commands():
+    r = SlurmRunner(retries=2)
+    with pytest.raises(LiveError, match=r"`sh -c echo nope >&2; exit 3` failed \(exit 3\): nope"):
+        r.run(["sh", "-c", "echo nope >&2; exit 3"])
+    assert len(r.calls) == 1
+    with pytest.raises(LiveError, match="`no-such-sacct` not found"):
+        r.run(["no-such-sacct"])

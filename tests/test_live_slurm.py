@@ -1,0 +1,248 @@
+"""The live layer against a real slurmctld (the `testbed` cluster: 4 nodes x 8 fake GPUs,
+slurmdbd + MariaDB): history import, cluster, live values, approve -> `scontrol show config` and
+`sprio -w`, rollback, hand edit, freeze, Slurm down, a value that does not take effect, and
+kill -9 at random points of a real `autosched agent approve` process."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autosched.live.agent import AgentSettings, init_agent, open_agent
+from autosched.live.connector import ApplyFailed
+from autosched.live.errors import ActionNotAllowed, SlurmUnavailable
+from autosched.live.history import read_jobs
+from autosched.live.slurm import SlurmConnector, SlurmRunner
+from autosched.live.store import RevisionState
+
+pytestmark = pytest.mark.slurm
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+AUTOSCHED = str(Path(sys.executable).parent / "autosched")
+
+
+def settings(bed, **kw) -> AgentSettings:
+    opts = dict(connector={"kind": "slurm", "slurm_conf": str(bed.conf), "include": str(bed.include),
+                           "timeout": 5.0, "retries": 1, "backoff": 0.5},
+                period=60, history=3600, min_jobs=1000, budget=4, model="replay")
+    opts.update(kw)
+    return AgentSettings(**opts)
+
+
+@pytest.fixture
+def agent(slurm_testbed, tmp_path):
+    """An agent on the testbed; the include file is put back as it was afterwards."""
+    before = slurm_testbed.include.read_text()
+    os.environ["SLURM_CONF"] = str(slurm_testbed.conf)
+    a = init_agent(tmp_path / "state", settings(slurm_testbed))
+    yield a
+    slurm_testbed.include.write_text(before)
+    slurm_testbed.reconfigure()
+
+
+def show(bed, key: str) -> str:
+    for line in bed.run("scontrol", "show", "config").stdout.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == key:
+            return value.strip()
+    raise KeyError(key)
+
+
+def sprio_weights(bed) -> dict[str, str]:
+    head, weights = bed.run("sprio", "-w", "-o", "%A|%F|%J").stdout.strip().splitlines()[:2]
+    return dict(zip(head.split("|"), (w.strip() for w in weights.split("|"))))
+
+
+def test_sbatch_jobs_appear_in_the_history_with_their_gpus_and_times(slurm_testbed):
+    bed = slurm_testbed
+    t0 = time.time()
+    ids = {bed.sbatch(g, 1, user=u, account=a): (g, u, a)
+           for g, u, a in ((1, "alice", "physics"), (3, "bob", "chemistry"), (8, "carol", "physics"))}
+    held = bed.sbatch(2, 1, user="bob", account="chemistry", begin="now+1hour")
+    try:
+        conn = SlurmConnector(bed.include, bed.conf)
+        deadline = time.time() + 60
+        while True:
+            jobs = read_jobs(conn.sacct_rows(t0 - 60, time.time() + 5))
+            got = {j: i for i, j in enumerate(jobs.job_id.tolist())}
+            if all(str(k) in got and jobs.finished[got[str(k)]] for k in ids) or time.time() > deadline:
+                break
+            time.sleep(1)
+        t1 = time.time()
+        for job, (g, u, a) in ids.items():
+            i = got[str(job)]
+            assert jobs.finished[i], job
+            assert (jobs.gpus[i], jobs.user[i], jobs.account[i], jobs.partition[i]) == (g, u, a, "gpu")
+            # sacct keeps whole seconds
+            assert t0 - 1 <= jobs.submit[i] <= jobs.start[i] <= jobs.end[i] <= t1 + 1
+            assert jobs.duration[i] == jobs.end[i] - jobs.start[i] and 1 <= jobs.duration[i] <= 5
+            assert jobs.time_limit[i] == 300.0  # -t 5
+        i = got[str(held)]  # pending: known with its requested GPUs, not finished
+        assert not jobs.finished[i] and jobs.gpus[i] == 2 and jobs.user[i] == "bob"
+        assert jobs.malformed == 0
+    finally:
+        bed.run("scancel", str(held))
+
+
+def test_cluster_and_live_values(slurm_testbed):
+    conn = SlurmConnector(slurm_testbed.include, slurm_testbed.conf)
+    c = conn.cluster()
+    assert (c.nodes, c.gpus_per_node, c.uniform) == (4, 8, True)
+    live = conn.live_values()
+    assert live["PriorityWeightAge"] == "1000" and live["PriorityMaxAge"] == "7-00:00:00"
+    assert live["PriorityWeightFairshare"] == "10000" and live["PriorityFavorSmall"] == "No"
+    assert live["bf_window"] == "1440" and live["PriorityCalcPeriod"] == "00:01:00"
+
+
+def test_approve_shows_in_show_config_and_sprio_and_rollback_restores(slurm_testbed, agent):
+    bed = slurm_testbed
+    # a setting autosched does not manage, already in its file: rewriting must keep it
+    bed.include.write_text(bed.include.read_text() + "PriorityWeightQOS=7\n")
+    bed.reconfigure()
+    out = agent.step()
+    assert out["action"] == "blocked" and out["why"].startswith("too little history")
+    base = agent.store.running()
+    assert base.trigger == "baseline" and base.config["PriorityWeightAge"] == 1000
+    p = agent.store.create(dict(base.config, PriorityWeightAge=4321, PriorityWeightJobSize=2345,
+                                PriorityMaxAge=7200.0), trigger="manual", actor="test")
+    agent.approve(p.id, "operator:test")
+    assert show(bed, "PriorityWeightAge") == "4321" and show(bed, "PriorityMaxAge") == "02:00:00"
+    assert sprio_weights(bed)["AGE"] == "4321" and sprio_weights(bed)["JOBSIZE"] == "2345"
+    text = bed.include.read_text()
+    assert "PriorityWeightAge=4321\n" in text and "\nPriorityWeightQOS=7\n" in text
+    assert show(bed, "PriorityWeightQOS") == "7"  # not managed: unchanged
+    back = agent.rollback(None, "operator:test")
+    assert back.trigger == f"rollback to {base.id}"
+    assert show(bed, "PriorityWeightAge") == "1000" and show(bed, "PriorityMaxAge") == "7-00:00:00"
+    assert sprio_weights(bed)["AGE"] == "1000"
+    assert agent.store.get(p.id).state is RevisionState.ROLLED_BACK
+
+
+def test_hand_edit_blocks_and_freeze_stops_the_agent(slurm_testbed, agent):
+    bed = slurm_testbed
+    agent.step()  # records the baseline
+    bed.include.write_text(bed.include.read_text() + "PriorityWeightAge=17\n")  # by hand
+    bed.reconfigure()
+    out = agent.step()
+    assert out["action"] == "blocked"
+    assert out["why"].startswith("hand edit: PriorityWeightAge is 17 live, 1000 in revision 1")
+    p = agent.store.create(dict(agent.store.running().config, PriorityWeightJobSize=5),
+                           trigger="manual", actor="test")
+    with pytest.raises(ActionNotAllowed, match="PriorityWeightAge is 17 live"):
+        agent.approve(p.id, "operator:test")
+    assert show(bed, "PriorityWeightJobSize") == "1000"
+    adopted = agent.adopt("operator:test")
+    assert adopted.config["PriorityWeightAge"] == 17 and agent.status().blocked == ""
+    agent.freeze("operator:test", "drill")
+    assert agent.step()["action"] == "frozen"
+    q = agent.store.create(dict(adopted.config, PriorityWeightJobSize=5), trigger="manual",
+                           actor="test")
+    with pytest.raises(ActionNotAllowed, match="frozen by operator:test: drill"):
+        agent.approve(q.id, "operator:test")
+    assert show(bed, "PriorityWeightJobSize") == "1000"
+    agent.unfreeze("operator:test")
+    agent.approve(q.id, "operator:test")
+    assert show(bed, "PriorityWeightJobSize") == "5" and show(bed, "PriorityWeightAge") == "17"
+
+
+def test_a_value_that_does_not_take_effect_is_restored_and_failed(slurm_testbed, agent, tmp_path):
+    bed = slurm_testbed
+    agent.step()
+    # an include file slurm.conf does not include: the write works, Slurm never sees it
+    stray = bed.include.parent / "not-included.conf"
+    stray.write_text("# before\n")
+    conn = SlurmConnector(stray, bed.conf)
+    with pytest.raises(ApplyFailed, match=r"PriorityWeightAge=1000 \(wanted '999'\).*restored"):
+        conn.apply({"PriorityWeightAge": "999"})
+    assert stray.read_text() == "# before\n"
+    assert conn.check_include_line().endswith(f"has no line `Include {stray}`")
+    assert SlurmConnector(bed.include, bed.conf).check_include_line() is None
+    stray.unlink()
+
+
+def test_slurmctld_down_blocks_and_nothing_is_applied(slurm_testbed, agent):
+    bed = slurm_testbed
+    agent.step()
+    p = agent.store.create(dict(agent.store.running().config, PriorityWeightAge=2222),
+                           trigger="manual", actor="test")
+    before = bed.include.read_text()
+    bed.stop_slurmctld()
+    try:
+        out = agent.step()
+        assert out["action"] == "blocked" and out["why"].startswith("Slurm does not answer: `")
+        assert "scontrol show config" in out["why"]
+        with pytest.raises(SlurmUnavailable, match="scontrol show config"):
+            agent.approve(p.id, "operator:test")
+        assert bed.include.read_text() == before
+        assert agent.store.get(p.id).state is RevisionState.PROPOSED
+        assert agent.status().blocked.startswith("Slurm does not answer")
+    finally:
+        bed.start_slurmctld()
+    agent.approve(p.id, "operator:test")
+    assert show(bed, "PriorityWeightAge") == "2222"
+
+
+def test_kill_9_at_any_point_of_an_apply_leaves_old_or_new(slurm_testbed, agent, tmp_path):
+    bed = slurm_testbed
+    agent.step()
+    env = dict(bed.env, PYTHONPATH=SRC)
+    rng = random.Random(7)
+    outcomes = set()
+    for n in range(6):
+        running = agent.store.running()
+        p = agent.store.create(dict(running.config, PriorityWeightAge=3000 + n), trigger="manual",
+                               actor="test")
+        proc = subprocess.Popen([AUTOSCHED, "agent", "approve", str(p.id), "--state",
+                                 str(agent.state_dir)], env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        time.sleep(rng.uniform(0.3, 1.5))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        again = open_agent(agent.state_dir)  # reconciles on start
+        assert again.store.open_apply() is None
+        now_running = again.store.running()
+        state = again.store.get(p.id).state
+        outcomes.add(state)
+        assert state in (RevisionState.APPLIED, RevisionState.FAILED, RevisionState.PROPOSED)
+        assert now_running.id == (p.id if state is RevisionState.APPLIED else running.id)
+        # the include file, slurmctld and the store agree
+        assert again._hand_edits(now_running) == ""
+        text = bed.include.read_text()
+        assert f"PriorityWeightAge={now_running.config['PriorityWeightAge']}\n" in text or (
+            now_running.trigger == "baseline" and "PriorityWeightAge=1000" in text)
+        if state is RevisionState.PROPOSED:
+            again.reject(p.id, "test")
+    assert outcomes  # which of old/new each kill hit varies with the machine's speed
+
+
+def test_slurm_history_exports_a_trace_the_loader_reads(slurm_testbed, tmp_path):
+    bed = slurm_testbed
+    job = bed.sbatch(4, 1, user="carol", account="physics")
+    bed.wait_all_done(timeout=60)
+    deadline = time.time() + 30
+    while True:
+        res = subprocess.run([AUTOSCHED, "slurm", "history", "--since", "1h", "--out",
+                              str(tmp_path / "h.txt")], env=bed.env, capture_output=True, text=True,
+                             timeout=120)
+        assert res.returncode == 0, res.stderr
+        jobs = read_jobs((tmp_path / "h.txt").read_text())
+        if str(job) in jobs.job_id.tolist() and jobs.finished[jobs.job_id.tolist().index(str(job))]:
+            break
+        assert time.time() < deadline, "slurmdbd never recorded the job"
+        time.sleep(1)
+    assert res.stdout.startswith(f"{tmp_path / 'h.txt'}: ") and "malformed" in res.stdout
+    res = subprocess.run([AUTOSCHED, "slurm", "history", "--since", "1h", "--out",
+                          str(tmp_path / "h.csv")], env=bed.env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    from autosched.trace import load_trace
+
+    trace, _ = load_trace(tmp_path / "h.csv")
+    i = trace.job_id.tolist().index(str(job))
+    assert trace.num_gpus[i] == 4 and trace.user[i] == "carol"
