@@ -202,19 +202,20 @@ mysql_cmd() { timeout 20 mariadb --no-defaults --socket="$MYSQL_SOCKET" -u root 
 
 start_mariadb() {
     running mariadbd && return 0
-    local new=
+    local new= t; t=$(now)
     if [[ ! -d $MYSQL_DIR/data/mysql ]]; then
         new=1
         rm -rf "$MYSQL_DIR/data"
         timeout 120 mariadb-install-db --no-defaults --datadir="$MYSQL_DIR/data" --user=mysql --skip-test-db \
             --auth-root-authentication-method=socket --innodb-log-file-size=16M >"$LOG/mariadb-install-db.out" 2>&1 \
             || { tail -n 20 "$LOG/mariadb-install-db.out" >&2; die "mariadb-install-db failed"; }
+        say "mariadb-install-db $(since "$t") s"
     fi
     launch mariadbd /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$MYSQL_DIR/data" \
         --socket="$MYSQL_SOCKET" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
         --pid-file="$MYSQL_DIR/mysqld.pid" --log-error="$MYSQL_DIR/mariadb.log" \
         --innodb-buffer-pool-size=256M --innodb-log-file-size=16M --innodb-lock-wait-timeout=900 \
-        --skip-name-resolve
+        --skip-name-resolve --skip-log-bin --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0
     wait_until mariadbd 60 timeout 5 mariadb-admin --no-defaults --socket="$MYSQL_SOCKET" -u root ping
     if [[ -n $new ]]; then
         mysql_cmd -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmpw';
@@ -386,10 +387,11 @@ cmd_stop() {
         stop_group "$@"
     else
         # slurmd and slurmctld first (slurmctld reports to slurmdbd on the way out), the database last
-        stop_group "${NODES[@]/#/slurmd-}" slurmctld
-        stop_group slurmdbd
-        stop_group mariadbd
-        stop_group munged
+        local t
+        t=$(now); stop_group "${NODES[@]/#/slurmd-}" slurmctld; say "slurmd+slurmctld $(since "$t") s"
+        t=$(now); stop_group slurmdbd; say "slurmdbd $(since "$t") s"
+        t=$(now); stop_group mariadbd; say "mariadbd $(since "$t") s"
+        t=$(now); stop_group munged; say "munged $(since "$t") s"
     fi
     say "stopped in $(since "$t0") s"
 }
