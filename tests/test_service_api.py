@@ -216,6 +216,16 @@ def test_invalid_input_is_422_and_changes_nothing(svc, path, body):
     assert snapshot(store) == before
 
 
+def test_the_token_is_checked_before_the_input(svc):
+    _, anon, store = svc
+    before = snapshot(store)
+    for path, body in [("/api/rollback", {"revision": 0}), ("/api/revisions/two/approve", {}),
+                       ("/api/freeze", [1, 2])]:
+        with pytest.raises(Unauthorized):
+            anon._call("POST", path, body)
+    assert snapshot(store) == before
+
+
 def test_invalid_query_is_422(svc):
     with pytest.raises(ServiceError, match="HTTP 422: query.limit") as e:
         svc[1].revisions(limit=0)

@@ -1,9 +1,10 @@
 """The FastAPI application: JSON API, OpenAPI schema, status page.
 
-Reads come from the `RevisionStore` (each request opens its own short SQLite connection; WAL lets
-them run beside the agent's and the CLI's writes). Actions call the `Agent` of the live contract
-under one lock per service, so two requests never apply at once in this process; across processes
-the store's write transactions decide (one approve wins, the other gets a 409).
+Reads come from the `RevisionStore` (short SQLite connections; WAL lets them run beside the
+agent's and the CLI's writes); the status, which clients poll, is kept until the store changes.
+Actions call the `Agent` of the live contract under one lock per service, so two requests never
+apply at once in this process; across processes the store's write transactions decide (one
+approve wins, the others get a 409). The token is checked before the body is even validated.
 
 Errors map to status codes in one place: `UnknownRevision` -> 404, `ActionNotAllowed` -> 409 with
 the reason, any other `LiveError` (Slurm not answering, ...) -> 503, `InputError` -> 400.
@@ -122,7 +123,7 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
         openapi_url="/api/openapi.json", docs_url=None, redoc_url=None,  # their pages load a CDN
     )
     app.add_middleware(TrustedHostMiddleware,
-                       allowed_hosts=(allowed_hosts or []) + LOOPBACK_HOSTS + ["testserver"])
+                       allowed_hosts=(allowed_hosts or []) + LOOPBACK_HOSTS)
     app.state.token, app.state.open_reads = token, open_reads
     reads = [Depends(need_read)]
     actions = [Depends(need_token)]
