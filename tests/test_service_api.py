@@ -226,6 +226,17 @@ def test_the_token_is_checked_before_the_input(svc):
     assert snapshot(store) == before
 
 
+def test_page_escapes_what_operators_wrote(svc):
+    c, _, store = svc
+    c.freeze("<script>alert(1)</script> & more")
+    c.reject(2, reason='"><img src=x onerror=alert(2)>')
+    with urllib.request.urlopen(c.url + "/", timeout=30) as r:
+        html = r.read().decode()
+    assert "<script>alert(1)" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in html
+    assert "&quot;&gt;&lt;img src=x onerror=alert(2)&gt;" in html
+
+
 def test_invalid_query_is_422(svc):
     with pytest.raises(ServiceError, match="HTTP 422: query.limit") as e:
         svc[1].revisions(limit=0)

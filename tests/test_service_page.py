@@ -104,3 +104,15 @@ def test_approve_needs_the_token_then_changes_the_running_revision(browser, serv
     wait_for(browser, "#running-rev", r"^revision 3 \(rollback to 1\)")
     assert RevisionStore(store.state_dir).running().config == store.get(1).config
     assert live_values(store.state_dir)["PriorityWeightAge"] == "1000"
+
+
+def test_page_follows_changes_made_elsewhere(browser, served):
+    """Someone freezes the agent from the shell: the open page shows it by itself."""
+    from selenium.webdriver.common.by import By
+
+    url, store = served
+    browser.get(url + "/")
+    assert not browser.find_elements(By.ID, "frozen")
+    store.freeze("operator:carol", "from the shell")  # as `autosched agent freeze` writes it
+    banner = wait_for(browser, "#frozen", "from the shell", timeout=60)  # polls every 10 s
+    assert banner.text.startswith("Frozen by operator:carol: from the shell.")

@@ -8,6 +8,7 @@ from typing import Annotated
 import typer
 
 from ..errors import InputError
+from ..service import DEFAULT_HOST, DEFAULT_PORT
 
 
 def serve_cmd(
@@ -16,9 +17,9 @@ def serve_cmd(
         "[default: $AUTOSCHED_STATE or ~/.autosched]")] = None,
     host: Annotated[str, typer.Option(help="Address to listen on. Keep it on localhost and "
                                       "reach it through an SSH tunnel; elsewhere reads need the "
-                                      "token too.")] = "127.0.0.1",
+                                      "token too.")] = DEFAULT_HOST,
     port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one, printed "
-                                      "at start).")] = 8750,
+                                      "at start).")] = DEFAULT_PORT,
     token_file: Annotated[Path | None, typer.Option(help="Your own token (a file readable by you "
                           "only). Default: STATE/service.token, generated on first start.")] = None,
 ) -> None:
