@@ -124,7 +124,8 @@ def test_freeze_is_a_kill_switch_but_rollback_still_works(tmp_path):
                            trigger="manual", actor="t")
     agent.approve(p.id, "operator:alice")
     agent.freeze("operator:alice", "maintenance")
-    assert agent.step() == {"action": "frozen", "why": "frozen by operator:alice: maintenance"}
+    assert agent.step() == {"trigger": "period", "action": "frozen",
+                            "why": "frozen by operator:alice: maintenance"}
     st = agent.status()
     assert st.frozen and st.frozen_reason == "maintenance" and st.frozen_by == "operator:alice"
     q = agent.store.create(dict(p.config, PriorityWeightAge=6), trigger="manual", actor="t")
@@ -332,3 +333,50 @@ def test_a_sacct_export_seeds_the_history(tmp_path):
     out = agent2.step()
     assert out["action"] == "blocked" and out["why"].startswith("cannot read the history: ")
     assert "a seed history must be sacct text" in out["why"]
+
+
+class FakeTime:
+    """A clock that the loop's sleeps advance (no real waiting)."""
+
+    def __init__(self):
+        self.t = 0.0
+        self.sleeps: list[float] = []
+
+    def clock(self):
+        return self.t
+
+    def sleep(self, s):
+        self.sleeps.append(s)
+        self.t += s
+
+
+def test_run_loops_every_period_and_backs_off_while_slurm_is_down(tmp_path):
+    agent, fake = make(tmp_path, drift=False)
+    fake.update(down=True)
+    ft = FakeTime()
+    out = agent.run(rounds=4, poll=1000, sleep=ft.sleep, clock=ft.clock)
+    assert [o["action"] for o in out] == ["blocked"] * 4
+    assert ft.sleeps == [30.0, 60.0, 120.0]  # back-off doubles (period 600 s caps it)
+    fake.update(down=False)
+    ft2 = FakeTime()
+    out = agent.run(rounds=3, poll=1000, sleep=ft2.sleep, clock=ft2.clock)
+    assert [o["action"] for o in out] == ["proposed", "wait", "wait"]
+    assert ft2.sleeps == [600.0, 600.0]
+    assert len(agent.store.rounds(limit=100)) == 7
+
+
+def test_run_starts_a_round_early_when_the_workload_drifts(tmp_path):
+    agent, fake = make(tmp_path)
+    ft = FakeTime()
+    calls = []
+
+    def drifted(now=None):
+        calls.append(ft.t)
+        return "arrival rate x3.00 (rate-ratio test p=1e-09)" if ft.t >= 300 else ""
+
+    agent.drifted = drifted
+    out = agent.run(rounds=2, poll=150, sleep=ft.sleep, clock=ft.clock)
+    assert calls == [150.0, 300.0] and ft.t == 300.0
+    assert out[0]["action"] == "proposed" and out[1]["action"] == "wait"
+    assert out[1]["trigger"] == "drift: arrival rate x3.00 (rate-ratio test p=1e-09)"
+    assert agent.store.last_round()[1] == out[1]

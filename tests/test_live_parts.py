@@ -226,3 +226,29 @@ def test_runner_other_failures_and_missing_commands():
     assert len(r.calls) == 1
     with pytest.raises(LiveError, match="`no-such-sacct` not found"):
         r.run(["no-such-sacct"])
+
+
+def test_prune_sacct_drops_jobs_that_ended_long_ago_with_their_steps():
+    from autosched.live.history import prune_sacct
+
+    text = "\n".join([HEADER, row("1", 0, 10, 100, 1), row("1.batch", 0, 10, 100, 1),
+                      row("2", 0, 10, None, 1), row("3", 50, 60, 500, 1)]) + "\n"
+    assert prune_sacct(text, 200).splitlines() == [HEADER, row("2", 0, 10, None, 1),
+                                                   row("3", 50, 60, 500, 1)]
+    assert prune_sacct(text, 0) == text
+
+
+def test_bf_knobs_are_managed_generically():
+    # a policy that declared bf_* knobs (none does yet) would have them managed like this
+    from autosched.live.knobs import LiveSpace
+    from autosched.space import Bool, Int
+
+    ls = LiveSpace("x", (Int("bf_window", "minutes looked ahead", low=1, high=43200, default=1440,
+                             unit="min"),
+                         Bool("bf_continue", "continue after a lock release", default=False)))
+    assert ls.to_settings({"bf_window": 2880, "bf_continue": True}) == {
+        "bf_window": "2880", "bf_continue": ""}
+    assert ls.to_settings({"bf_window": 2880, "bf_continue": False}) == {"bf_window": "2880"}
+    live = live_settings(parse_show_config(SHOW_CONFIG))
+    assert ls.from_settings(live) == {"bf_window": 1440, "bf_continue": True}
+    assert ls.from_settings({}) == {"bf_window": 1440, "bf_continue": False}  # Slurm's defaults

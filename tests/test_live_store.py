@@ -223,3 +223,10 @@ def test_kill_9_while_writing_leaves_a_store_the_next_start_trusts(tmp_path):
     if s.pending() is not None:
         s.transition(hist[0].id, R, actor="t", allowed_from=[P])
     s.create({"w": -1}, trigger="period", actor="t")  # the store goes on
+
+
+def test_only_a_proposal_can_be_applied(tmp_path):
+    s = RevisionStore(tmp_path)
+    s.create({"w": 1}, trigger="baseline", actor="agent", state=A)
+    with pytest.raises(ActionNotAllowed, match="revision 1 is applied; only a proposed revision"):
+        s.begin_apply(1, actor="op", previous={})

@@ -25,8 +25,8 @@ from ..errors import AutoschedError
 from ..jsonable import jsonable
 from .connector import ApplyFailed, Connector
 from .errors import ActionNotAllowed, LiveError, SlurmUnavailable
-from .history import (LiveJobs, combine, merge_sacct, observation, period_metrics, read_jobs,
-                      seed_jobs)
+from .history import (LiveJobs, combine, merge_sacct, observation, period_metrics,
+                      prune_sacct, read_jobs, seed_jobs)
 from .knobs import LiveSpace, live_policy, live_space, same_value
 from .store import Flags, Revision, RevisionState, RevisionStore
 
@@ -146,6 +146,7 @@ class Agent:
         self.connector = connector if connector is not None else make_connector(settings.connector)
         self.space: LiveSpace = live_space(settings.policy, settings.fixed)
         self._controller: Any = None  # kept between rounds of `run` (warm starts, drift reference)
+        self._trigger = "period"  # of the round in progress, for its record
         self.log: Callable[[str], None] = lambda msg: None
 
     # -- status ---------------------------------------------------------------------------
@@ -323,6 +324,7 @@ class Agent:
     def step(self, trigger: str = "period", now: float | None = None) -> dict[str, Any]:
         """One round now; returns (and records) what it found and did."""
         s = self.settings
+        self._trigger = trigger
         try:
             self.reconcile()
         except LiveError as e:
@@ -381,6 +383,7 @@ class Agent:
         return self._round({**info, **self._tune(running, jobs, now, trigger)})
 
     def _round(self, summary: dict[str, Any]) -> dict[str, Any]:
+        summary = {"trigger": self._trigger, **summary}
         self.store.record_round(summary)
         self.log(f"{summary.get('action')}: {summary.get('why', '')}")
         return summary
@@ -395,7 +398,8 @@ class Agent:
         since = now - self.settings.history if fetched is None else min(
             fetched - OVERLAP, now - OVERLAP)
         since = max(since, now - self.settings.history - OVERLAP)
-        text = merge_sacct(old, self.connector.sacct_rows(since, now))
+        text = prune_sacct(merge_sacct(old, self.connector.sacct_rows(since, now)),
+                           now - 2 * self.settings.history)
         try:
             write_text_atomic(cache, text)
             write_text_atomic(self.state_dir / "fetched.json", json.dumps({"until": now}))
@@ -508,29 +512,31 @@ class Agent:
 
     def run(self, rounds: int | None = None, poll: float | None = None,
             should_stop: Callable[[], bool] = lambda: False,
-            sleep: Callable[[float], None] = time.sleep) -> int:
+            sleep: Callable[[float], None] = time.sleep,
+            clock: Callable[[], float] = time.monotonic) -> list[dict[str, Any]]:
         """Rounds every period (and on drift, checked every `poll` s) until `rounds` rounds ran or
-        `should_stop()`. Slurm not answering makes a round blocked, and the next is retried
-        with back-off (at most a period apart). Returns the rounds run."""
+        `should_stop()`. When Slurm does not answer, the next round comes after a back-off
+        (30 s, doubling, at most a period). Returns the rounds' summaries."""
         period = self.settings.period
         poll = poll if poll is not None else max(30.0, min(period / 4, 600.0))
-        done, backoff = 0, min(30.0, period)
+        first_backoff = min(30.0, period)
+        backoff = first_backoff
+        done: list[dict[str, Any]] = []
         trigger = "period"
-        while not should_stop() and (rounds is None or done < rounds):
+        while not should_stop() and (rounds is None or len(done) < rounds):
             summary = self.step(trigger)
-            done += 1
-            if rounds is not None and done >= rounds:
+            done.append(summary)
+            if rounds is not None and len(done) >= rounds:
                 break
-            wait = period
             if summary.get("action") == "blocked" and "does not answer" in summary.get("why", ""):
                 wait, backoff = backoff, min(backoff * 2, period)
             else:
-                backoff = min(30.0, period)
+                wait, backoff = period, first_backoff
             trigger = "period"
-            deadline = time.time() + wait
-            while time.time() < deadline and not should_stop():
-                sleep(max(0.0, min(poll, deadline - time.time())))
-                if self.settings.drift and time.time() < deadline:
+            deadline = clock() + wait
+            while clock() < deadline and not should_stop():
+                sleep(max(0.0, min(poll, deadline - clock())))
+                if self.settings.drift and clock() < deadline:
                     try:
                         why = self.drifted()
                     except LiveError:

@@ -34,6 +34,27 @@ ACTIVE_STATES = ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "CONFIGURING", "
 _NOT_MALFORMED = ("job never started", "job has not ended", "job has no GPUs")
 
 
+def prune_sacct(text: str, before: float) -> str:
+    """`text` without the rows (jobs and their steps) of jobs that ended before `before`: the
+    history cache keeps what a round can still use, not everything ever seen."""
+    lines = text.splitlines()
+    if len(lines) < 2:
+        return text
+    header = [h.strip().lower() for h in lines[0].split("|")]
+    if "end" not in header:
+        return text
+    i = header.index("end")
+    gone = set()
+    for line in lines[1:]:
+        cells = line.split("|")
+        if len(cells) > i and "." not in cells[0]:
+            t = wallclock_seconds(cells[i]) if cells[i].strip().lower() not in UNSET else None
+            if t is not None and t < before:
+                gone.add(cells[0])
+    keep = [line for line in lines[1:] if line.split("|", 1)[0].split(".")[0] not in gone]
+    return "\n".join([lines[0], *keep]) + "\n"
+
+
 def merge_sacct(old: str, new: str) -> str:
     """`new` sacct rows merged into `old` by JobID (a newer row of a job replaces the older;
     rows are kept in order of first appearance). Both must have the same header, or `old` is

@@ -30,6 +30,7 @@ from .knobs import BACKFILL_PREFIX, canonical, is_allowed, same_value
 
 SACCT_FIELDS = ("JobID", "Submit", "Start", "End", "AllocTRES", "ReqTRES", "User", "Account",
                 "Partition", "State", "JobName", "NCPUS", "Timelimit")
+_BF_MARK = "# autosched manages these SchedulerParameters entries:"
 # squeue columns in the order of SACCT_FIELDS (End and AllocTRES are not known yet)
 SQUEUE_FORMAT = "%i|%V|%S|%b|%u|%a|%P|%T|%j|%C|%l"
 _DOWN = ("unable to contact slurm controller", "connection refused", "socket timed out",
@@ -263,7 +264,8 @@ class SlurmConnector:
                  "# `autosched agent` (a hand edit here blocks the agent until it is adopted)."]
         lines += [f"# {h}" for h in header.splitlines() if h]
         bf = {k: v for k, v in settings.items() if k.startswith(BACKFILL_PREFIX)}
-        kept = self._unmanaged_lines(settings, bool(bf))
+        bf_line = bool(bf) or self._managed_bf_in_file()
+        kept = self._unmanaged_lines(settings, bf_line)
         if kept:
             lines.append("# kept as they were in this file (not managed by autosched):")
             lines += kept
@@ -272,11 +274,12 @@ class SlurmConnector:
                 if not is_allowed(name):
                     raise LiveError(f"{name} is not a setting autosched may write")
                 lines.append(f"{name}={value}")
-        if bf or self._managed_bf_in_file():
+        if bf_line:
             current = split_scheduler_parameters(self.show_config().get("SchedulerParameters", ""))
             keep = [(k, v) for k, v in current if k not in bf and not self._was_managed(k)]
             items = [k if v is None else f"{k}={v}" for k, v in keep]
             items += [k if v == "" else f"{k}={v}" for k, v in bf.items()]
+            lines.append(f"{_BF_MARK} {','.join(bf)}")
             lines.append("SchedulerParameters=" + ",".join(items))
         return "\n".join(lines) + "\n"
 
@@ -307,14 +310,15 @@ class SlurmConnector:
         return key in self._file_bf_keys()
 
     def _file_bf_keys(self) -> set[str]:
+        """The SchedulerParameters entries the last write managed (named in a comment line, so
+        that entries copied from the live value are not mistaken for managed ones)."""
         try:
             text = self.include.read_text() if self.include.exists() else ""
         except OSError:
             return set()
         for line in text.splitlines():
-            if line.startswith("SchedulerParameters="):
-                return {k for k, _ in split_scheduler_parameters(line.partition("=")[2])
-                        if k.startswith(BACKFILL_PREFIX)}
+            if line.startswith(_BF_MARK):
+                return {k for k in line[len(_BF_MARK):].strip().split(",") if k}
         return set()
 
     def apply(self, settings: dict[str, str], header: str = "") -> None:

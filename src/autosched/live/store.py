@@ -343,7 +343,12 @@ class RevisionStore:
         does not finish. Only one apply at a time (`ActionNotAllowed` otherwise); an intent left
         by a dead process must be reconciled (`end_apply`) first."""
         with self._write() as db:
-            self._get(db, rev_id)
+            rev = self._get(db, rev_id)
+            if rev.state is not RevisionState.PROPOSED:
+                # every apply (approve, rollback, auto) goes through a proposal; two processes
+                # approving at once: the second finds it applied already
+                raise ActionNotAllowed(f"revision {rev_id} is {rev.state.value}; only a proposed "
+                                       "revision can be applied")
             if (open_ := self._open_apply(db)) is not None:
                 who = "a process that died" if not open_.owner_alive() else f"pid {open_.pid}"
                 raise ActionNotAllowed(f"an apply of revision {open_.rev_id} by {who} has not "
