@@ -62,14 +62,17 @@ pid_of() { # NAME -> PID from its PID file, or nothing
 }
 
 # Alive = exists, is not a zombie (PID 1 here reaps late, and kill -0 succeeds on zombies), and
-# still runs the expected program.
+# runs the expected program - or is still the launcher (setsid/setpriv) about to exec it: on a
+# loaded machine the first check can come before the exec.
 alive() { # PID NAME
-    local pid=$1 name=$2 state comm
+    local pid=$1 name=$2 state comm prog
     [[ -n $pid && -r /proc/$pid/status ]] || return 1
     state=$(awk '/^State:/ { print $2 }' "/proc/$pid/status" 2>/dev/null) || return 1
     [[ $state != Z && $state != X && -n $state ]] || return 1
     comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
-    [[ $comm == "$(comm_of "$name")"* ]]
+    prog=$(comm_of "$name")
+    [[ $comm == "$prog"* ]] && return 0
+    [[ $comm == setsid || $comm == setpriv ]] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "/$prog "
 }
 
 running() { alive "$(pid_of "$1")" "$1"; }
@@ -155,6 +158,7 @@ prepare_root() { # [fresh]
     chmod 755 "$ETC" "$RUN" "$LOG" "$ROOT/state" "$ROOT/fakedev"
     chown slurm:slurm "$ROOT/state/ctld" "$LOG" "$RUN"
     chown mysql:mysql "$MYSQL_DIR"
+    install -d -o mysql -g mysql -m 700 "$MYSQL_DIR/tmp"
     chown munge:munge "$MUNGE_DIR"
     chmod 755 "$MUNGE_DIR"   # clients of every user connect to the socket inside
     for i in $(seq 0 $((GPUS_PER_NODE - 1))); do ln -sfn /dev/null "$ROOT/fakedev/nvidia$i"; done
@@ -206,13 +210,17 @@ start_mariadb() {
     if [[ ! -d $MYSQL_DIR/data/mysql ]]; then
         new=1
         rm -rf "$MYSQL_DIR/data"
+        # a private tmpdir: two bootstraps sharing /tmp removed each other's temporary tables
+        install -d -o mysql -g mysql -m 700 "$MYSQL_DIR/tmp"
         timeout 120 mariadb-install-db --no-defaults --datadir="$MYSQL_DIR/data" --user=mysql --skip-test-db \
+            --tmpdir="$MYSQL_DIR/tmp" \
             --auth-root-authentication-method=socket --innodb-log-file-size=16M >"$LOG/mariadb-install-db.out" 2>&1 \
-            || { tail -n 20 "$LOG/mariadb-install-db.out" >&2; die "mariadb-install-db failed"; }
+            || { grep -i -m 20 -E 'error|fail|denied' "$LOG/mariadb-install-db.out" >&2 || tail -n 20 "$LOG/mariadb-install-db.out" >&2
+                 die "mariadb-install-db failed (full output: $LOG/mariadb-install-db.out)"; }
         say "mariadb-install-db $(since "$t") s"
     fi
     launch mariadbd /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$MYSQL_DIR/data" \
-        --socket="$MYSQL_SOCKET" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
+        --socket="$MYSQL_SOCKET" --port="$MYSQL_PORT" --bind-address=127.0.0.1 --tmpdir="$MYSQL_DIR/tmp" \
         --pid-file="$MYSQL_DIR/mysqld.pid" --log-error="$MYSQL_DIR/mariadb.log" \
         --innodb-buffer-pool-size=256M --innodb-log-file-size=16M --innodb-lock-wait-timeout=900 \
         --skip-name-resolve --skip-log-bin --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0

@@ -149,3 +149,33 @@ def test_ci_fails_the_run_when_real_component_tests_skip(tmp_path, ci, workers):
     else:
         assert res.returncode == 0, res.stdout + res.stderr
         assert "2 skipped" in res.stdout and message not in res.stdout
+
+
+GROUPED = '''
+import os
+import pytest
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("i", range(6))
+def test_on_which_worker(i):
+    with open(os.environ["WORKER_LOG"], "a") as f:
+        f.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+
+@pytest.mark.parametrize("i", range(6))
+def test_plain(i):
+    pass
+'''
+
+
+def test_slurm_tests_share_one_xdist_worker(tmp_path):
+    # Under `-n 2 --dist loadgroup` every slurm test must land on the same worker (one cluster).
+    (tmp_path / "test_grouped.py").write_text(GROUPED)
+    log = tmp_path / "workers.txt"
+    env = dict(os.environ, WORKER_LOG=str(log), PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "testbed", "-p", "no:cacheprovider",
+                          "-q", "-n", "2", "--dist", "loadgroup", str(tmp_path / "test_grouped.py")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    workers = log.read_text().split()
+    assert len(workers) == 6 and len(set(workers)) == 1, workers
