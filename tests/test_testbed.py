@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from testbed import SCRIPT, _missing_slurm, unavailable
 
 
 def _node_fields(text: str) -> list[dict[str, str]]:
@@ -179,3 +180,58 @@ def test_slurm_tests_share_one_xdist_worker(tmp_path):
     assert res.returncode == 0, res.stdout + res.stderr
     workers = log.read_text().split()
     assert len(workers) == 6 and len(set(workers)) == 1, workers
+
+
+@pytest.fixture
+def script_env(tmp_path):
+    """Env for running scripts/slurm-testbed.sh on a root of its own (no cluster started)."""
+    reason = _missing_slurm()
+    if reason:
+        unavailable(reason)
+    root = Path("/tmp") / f"astb-t-{os.getpid()}-{tmp_path.name[-8:]}"
+    yield dict(os.environ, TESTBED_ROOT=str(root), TESTBED_PORT_BASE="0")
+    subprocess.run(["bash", str(SCRIPT), "stop"], env=dict(os.environ, TESTBED_ROOT=str(root)),
+                   capture_output=True, timeout=60)
+    subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+
+
+def _script(env, *args):
+    return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.slurm
+def test_start_names_the_busy_ports_and_starts_nothing(script_env):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # slurmd n2 listens on base + 12
+        env = dict(script_env, TESTBED_PORT_BASE=str(port - 12))
+        res = _script(env, "start", "--fresh")
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"testbed: error: ports in use on 127.0.0.1: {port} (choose another TESTBED_PORT_BASE)")
+    assert not Path(script_env["TESTBED_ROOT"], "run").exists()
+
+
+@pytest.mark.slurm
+def test_fresh_start_refuses_to_wipe_a_foreign_directory(script_env):
+    root = Path(script_env["TESTBED_ROOT"])
+    root.mkdir()
+    (root / "precious.txt").write_text("keep me")
+    res = _script(dict(script_env, TESTBED_PORT_BASE="23900"), "start", "--fresh")
+    assert res.returncode == 1
+    assert "is not a testbed root" in res.stderr and "refusing" in res.stderr
+    assert (root / "precious.txt").read_text() == "keep me"
+
+
+@pytest.mark.slurm
+def test_stop_and_status_of_a_cluster_that_never_ran(script_env):
+    assert _script(script_env, "stop").returncode == 0  # no root: nothing to do
+    Path(script_env["TESTBED_ROOT"]).mkdir()
+    res = _script(script_env, "status")
+    assert res.returncode == 3, res.stdout  # 3: something is not running
+    assert "slurmctld    stopped" in res.stdout
