@@ -13,7 +13,11 @@
 set -euo pipefail
 
 ROOT=${TESTBED_ROOT:-/tmp/autosched-testbed}
-BASE=${TESTBED_PORT_BASE:-24000}
+MARKER=$ROOT/.autosched-testbed   # holds the port base the root was last started with
+# default port base: the one this root was started with, else 24000
+BASE=${TESTBED_PORT_BASE:-$(tr -dc '0-9' <"$MARKER" 2>/dev/null || true)}
+BASE=${BASE:-24000}
+[[ $BASE =~ ^[0-9]+$ ]] && ((BASE > 0 && BASE + 19 < 65536)) || { echo "testbed: error: TESTBED_PORT_BASE=$BASE is not a port number" >&2; exit 1; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TEMPLATES=$HERE/slurm
 NODES=(n1 n2 n3 n4)
@@ -35,7 +39,6 @@ MYSQL_DIR=$ROOT/mysql
 MUNGE_DIR=$ROOT/munge
 MUNGE_SOCKET=$MUNGE_DIR/munge.socket
 MYSQL_SOCKET=$MYSQL_DIR/mysqld.sock
-MARKER=$ROOT/.autosched-testbed
 export SLURM_CONF=$ETC/slurm.conf
 
 # Daemons in start order; stop goes the other way. Each has a PID file $RUN/NAME.pid.
@@ -152,7 +155,14 @@ prepare_root() { # [fresh]
     fi
     mkdir -p "$ROOT"
     chmod 755 "$ROOT"
-    touch "$MARKER"
+    local was d
+    was=$(tr -dc '0-9' <"$MARKER" 2>/dev/null || true)
+    if [[ -n $was && $was != "$BASE" ]]; then
+        for d in "${DAEMONS[@]}"; do
+            running "$d" && die "$ROOT runs with port base $was ($d is up): stop it first or use TESTBED_PORT_BASE=$was"
+        done
+    fi
+    echo "$BASE" >"$MARKER"
     mkdir -p "$ETC" "$RUN" "$LOG" "$ROOT/state/ctld" "$ROOT/fakedev" "$MYSQL_DIR" "$MUNGE_DIR"
     for n in "${NODES[@]}"; do mkdir -p "$ROOT/state/d/$n"; done
     chmod 755 "$ETC" "$RUN" "$LOG" "$ROOT/state" "$ROOT/fakedev"

@@ -81,6 +81,21 @@ def test_include_file_overrides_slurm_conf_on_reconfigure(slurm_testbed):
 
 
 @pytest.mark.slurm
+def test_start_of_a_running_cluster_keeps_it_and_its_ports(slurm_testbed):
+    bed = slurm_testbed
+    pids = {p.name: p.read_text() for p in (bed.root / "run").glob("*.pid")}
+    assert {"munged.pid", "mariadbd.pid", "slurmdbd.pid", "slurmctld.pid", "slurmd-n1.pid"} <= set(pids)
+    bed.script("start")  # idempotent: nothing to start
+    assert {p.name: p.read_text() for p in (bed.root / "run").glob("*.pid")} == pids
+    other = dict(bed.env, TESTBED_ROOT=str(bed.root), TESTBED_PORT_BASE=str(bed.port_base + 40))
+    res = subprocess.run(["bash", str(SCRIPT), "start"], env=other, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 1
+    assert f"runs with port base {bed.port_base}" in res.stderr, res.stderr
+    assert f"Port={bed.port_base + 11}-{bed.port_base + 14}" in bed.conf.read_text()
+
+
+@pytest.mark.slurm
 def test_slurmctld_restart_keeps_the_cluster(slurm_testbed):
     bed = slurm_testbed
     bed.stop_slurmctld()
@@ -189,7 +204,7 @@ def script_env(tmp_path):
     if reason:
         unavailable(reason)
     root = Path("/tmp") / f"astb-t-{os.getpid()}-{tmp_path.name[-8:]}"
-    yield dict(os.environ, TESTBED_ROOT=str(root), TESTBED_PORT_BASE="0")
+    yield dict(os.environ, TESTBED_ROOT=str(root), TESTBED_PORT_BASE="23900")
     subprocess.run(["bash", str(SCRIPT), "stop"], env=dict(os.environ, TESTBED_ROOT=str(root)),
                    capture_output=True, timeout=60)
     subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
@@ -222,7 +237,7 @@ def test_fresh_start_refuses_to_wipe_a_foreign_directory(script_env):
     root = Path(script_env["TESTBED_ROOT"])
     root.mkdir()
     (root / "precious.txt").write_text("keep me")
-    res = _script(dict(script_env, TESTBED_PORT_BASE="23900"), "start", "--fresh")
+    res = _script(script_env, "start", "--fresh")
     assert res.returncode == 1
     assert "is not a testbed root" in res.stderr and "refusing" in res.stderr
     assert (root / "precious.txt").read_text() == "keep me"
