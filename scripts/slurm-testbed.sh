@@ -13,7 +13,11 @@
 set -euo pipefail
 
 ROOT=${TESTBED_ROOT:-/tmp/autosched-testbed}
-BASE=${TESTBED_PORT_BASE:-24000}
+MARKER=$ROOT/.autosched-testbed   # holds the port base the root was last started with
+# default port base: the one this root was started with, else 24000
+BASE=${TESTBED_PORT_BASE:-$(tr -dc '0-9' <"$MARKER" 2>/dev/null || true)}
+BASE=${BASE:-24000}
+[[ $BASE =~ ^[0-9]+$ ]] && ((BASE > 0 && BASE + 19 < 65536)) || { echo "testbed: error: TESTBED_PORT_BASE=$BASE is not a port number" >&2; exit 1; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TEMPLATES=$HERE/slurm
 NODES=(n1 n2 n3 n4)
@@ -35,7 +39,6 @@ MYSQL_DIR=$ROOT/mysql
 MUNGE_DIR=$ROOT/munge
 MUNGE_SOCKET=$MUNGE_DIR/munge.socket
 MYSQL_SOCKET=$MYSQL_DIR/mysqld.sock
-MARKER=$ROOT/.autosched-testbed
 export SLURM_CONF=$ETC/slurm.conf
 
 # Daemons in start order; stop goes the other way. Each has a PID file $RUN/NAME.pid.
@@ -62,14 +65,17 @@ pid_of() { # NAME -> PID from its PID file, or nothing
 }
 
 # Alive = exists, is not a zombie (PID 1 here reaps late, and kill -0 succeeds on zombies), and
-# still runs the expected program.
+# runs the expected program - or is still the launcher (setsid/setpriv) about to exec it: on a
+# loaded machine the first check can come before the exec.
 alive() { # PID NAME
-    local pid=$1 name=$2 state comm
+    local pid=$1 name=$2 state comm prog
     [[ -n $pid && -r /proc/$pid/status ]] || return 1
     state=$(awk '/^State:/ { print $2 }' "/proc/$pid/status" 2>/dev/null) || return 1
     [[ $state != Z && $state != X && -n $state ]] || return 1
     comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
-    [[ $comm == "$(comm_of "$name")"* ]]
+    prog=$(comm_of "$name")
+    [[ $comm == "$prog"* ]] && return 0
+    [[ $comm == setsid || $comm == setpriv ]] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "/$prog "
 }
 
 running() { alive "$(pid_of "$1")" "$1"; }
@@ -149,12 +155,20 @@ prepare_root() { # [fresh]
     fi
     mkdir -p "$ROOT"
     chmod 755 "$ROOT"
-    touch "$MARKER"
+    local was d
+    was=$(tr -dc '0-9' <"$MARKER" 2>/dev/null || true)
+    if [[ -n $was && $was != "$BASE" ]]; then
+        for d in "${DAEMONS[@]}"; do
+            running "$d" && die "$ROOT runs with port base $was ($d is up): stop it first or use TESTBED_PORT_BASE=$was"
+        done
+    fi
+    echo "$BASE" >"$MARKER"
     mkdir -p "$ETC" "$RUN" "$LOG" "$ROOT/state/ctld" "$ROOT/fakedev" "$MYSQL_DIR" "$MUNGE_DIR"
     for n in "${NODES[@]}"; do mkdir -p "$ROOT/state/d/$n"; done
     chmod 755 "$ETC" "$RUN" "$LOG" "$ROOT/state" "$ROOT/fakedev"
     chown slurm:slurm "$ROOT/state/ctld" "$LOG" "$RUN"
     chown mysql:mysql "$MYSQL_DIR"
+    install -d -o mysql -g mysql -m 700 "$MYSQL_DIR/tmp"
     chown munge:munge "$MUNGE_DIR"
     chmod 755 "$MUNGE_DIR"   # clients of every user connect to the socket inside
     for i in $(seq 0 $((GPUS_PER_NODE - 1))); do ln -sfn /dev/null "$ROOT/fakedev/nvidia$i"; done
@@ -206,13 +220,17 @@ start_mariadb() {
     if [[ ! -d $MYSQL_DIR/data/mysql ]]; then
         new=1
         rm -rf "$MYSQL_DIR/data"
+        # a private tmpdir: two bootstraps sharing /tmp removed each other's temporary tables
+        install -d -o mysql -g mysql -m 700 "$MYSQL_DIR/tmp"
         timeout 120 mariadb-install-db --no-defaults --datadir="$MYSQL_DIR/data" --user=mysql --skip-test-db \
+            --tmpdir="$MYSQL_DIR/tmp" \
             --auth-root-authentication-method=socket --innodb-log-file-size=16M >"$LOG/mariadb-install-db.out" 2>&1 \
-            || { tail -n 20 "$LOG/mariadb-install-db.out" >&2; die "mariadb-install-db failed"; }
+            || { grep -i -m 20 -E 'error|fail|denied' "$LOG/mariadb-install-db.out" >&2 || tail -n 20 "$LOG/mariadb-install-db.out" >&2
+                 die "mariadb-install-db failed (full output: $LOG/mariadb-install-db.out)"; }
         say "mariadb-install-db $(since "$t") s"
     fi
     launch mariadbd /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$MYSQL_DIR/data" \
-        --socket="$MYSQL_SOCKET" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
+        --socket="$MYSQL_SOCKET" --port="$MYSQL_PORT" --bind-address=127.0.0.1 --tmpdir="$MYSQL_DIR/tmp" \
         --pid-file="$MYSQL_DIR/mysqld.pid" --log-error="$MYSQL_DIR/mariadb.log" \
         --innodb-buffer-pool-size=256M --innodb-log-file-size=16M --innodb-lock-wait-timeout=900 \
         --skip-name-resolve --skip-log-bin --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0
