@@ -122,23 +122,17 @@ def test_cli_and_service_at_once(tmp_path):
     assert s.pending() is None and not s.flags().frozen
     assert live_values(state)["PriorityWeightAge"] == "5000"
 
-    # Last, the approve race: exactly one approve wins, every other is refused saying why (it
-    # came after the winner, or met the winner's apply still running).
+    # Last, the approve race: exactly one approve wins (the store checks that the revision is
+    # still proposed in the transaction that begins the apply); every other is refused saying
+    # why: it came after the winner, met the winner's apply still running, or had read the
+    # store just before the winner's commit and then found the cluster already changed.
     refusals = [r["approve"] for r in results if r["approve"] != "ok"]
     refusals += [p.stderr.read() for p, code in zip(approvers, approved_cli) if code]
-    wins = 6 - len(refusals)
-    # Known bug of the live layer (reported): Agent.approve checks the proposal's state in one
-    # transaction and begins the apply in another (RevisionStore.begin_apply does not check it
-    # again), so a loser that read "proposed" before the winner finished applies it a second
-    # time, or is refused for a wrong reason (a "hand edit", "proposed against revision 1");
-    # seen in 5 of 15 runs of six concurrent `autosched agent approve 2`. An expected failure
-    # when it shows, never a pass, until the store checks the state inside begin_apply.
-    raced = re.compile(r"live config differs from revision 1|proposed against revision 1, but "
-                       r"revision 2 is running")
-    if wins > 1 or events.count("applied") > 1 or any(raced.search(r) for r in refusals):
-        pytest.xfail(f"the live layer's approve race: {wins} approvals won, revision 2's "
-                     f"events {events}, refusals {refusals}")
-    assert wins == 1 and events == ["proposed", "applied"], (results, approved_cli, events)
-    refused = re.compile(r"^(HTTP 409|error): (revision 2 is applied; only a proposed revision "
-                         r"can be approved|an apply of revision 2 by pid \d+ has not finished)")
+    assert 6 - len(refusals) == 1 and events == ["proposed", "applied"], (
+        results, approved_cli, events)
+    refused = re.compile(
+        r"^(HTTP 409|error): (revision 2 is applied; only a proposed revision can be "
+        r"(approved|applied)|an apply of revision 2 by pid \d+ has not finished|the live config "
+        r"differs from revision 1 \(PriorityWeightAge is 5000 live|revision 2 was proposed "
+        r"against revision 1, but revision 2 is running)")
     assert all(refused.search(r) for r in refusals), refusals
