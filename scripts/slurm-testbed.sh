@@ -15,7 +15,7 @@ set -euo pipefail
 ROOT=${TESTBED_ROOT:-/tmp/autosched-testbed}
 MARKER=$ROOT/.autosched-testbed   # holds the port base the root was last started with
 # default port base: the one this root was started with, else 24000
-BASE=${TESTBED_PORT_BASE:-$(tr -dc '0-9' <"$MARKER" 2>/dev/null || true)}
+BASE=${TESTBED_PORT_BASE:-$(tr -dc '0-9' 2>/dev/null <"$MARKER" || true)}
 BASE=${BASE:-24000}
 [[ $BASE =~ ^[0-9]+$ ]] && ((BASE > 0 && BASE + 19 < 65536)) || { echo "testbed: error: TESTBED_PORT_BASE=$BASE is not a port number" >&2; exit 1; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -156,7 +156,7 @@ prepare_root() { # [fresh]
     mkdir -p "$ROOT"
     chmod 755 "$ROOT"
     local was d
-    was=$(tr -dc '0-9' <"$MARKER" 2>/dev/null || true)
+    was=$(tr -dc '0-9' 2>/dev/null <"$MARKER" || true)
     if [[ -n $was && $was != "$BASE" ]]; then
         for d in "${DAEMONS[@]}"; do
             running "$d" && die "$ROOT runs with port base $was ($d is up): stop it first or use TESTBED_PORT_BASE=$was"
@@ -462,5 +462,5 @@ case ${1:-} in
     start) shift; cmd_start "$@" ;;
     stop) shift; cmd_stop "$@" ;;
     status) shift; cmd_status ;;
-    *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2; exit 2 ;;
 esac
