@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testbed import SCRIPT, _missing_slurm, unavailable
+from testbed import SCRIPT, _missing_slurm, _port_bases, unavailable
 
 
 def _node_fields(text: str) -> list[dict[str, str]]:
@@ -250,3 +250,43 @@ def test_stop_and_status_of_a_cluster_that_never_ran(script_env):
     res = _script(script_env, "status")
     assert res.returncode == 3, res.stdout  # 3: something is not running
     assert "slurmctld    stopped" in res.stdout
+
+
+def _processes_with_env(entry: str, comm: str | None = None) -> list[int]:
+    """Live (non-zombie) processes whose environment holds `entry` (and named `comm`)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if comm is not None and (proc / "comm").read_text().strip() != comm:
+                continue
+            if entry.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                if "\tZ" not in (proc / "status").read_text().split("State:", 1)[1][:4]:
+                    found.append(int(proc.name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+@pytest.mark.slurm
+def test_stop_leaves_no_job_processes_even_without_a_controller(script_env):
+    # slurmstepd outlives slurmd; with slurmctld gone first, jobs cannot be cancelled either.
+    root = Path(script_env["TESTBED_ROOT"])
+    env = dict(script_env, TESTBED_PORT_BASE=str(next(_port_bases("master"))))
+    assert _script(env, "start", "--fresh").returncode == 0
+    conf_entry = f"SLURM_CONF={root}/etc/slurm.conf"
+    slurm_env = dict(env, SLURM_CONF=str(root / "etc" / "slurm.conf"))
+    job = subprocess.run(["runuser", "-u", "carol", "--", "sbatch", "--parsable", "--chdir=/tmp",
+                          "-o", "/dev/null", "-t", "5", "--wrap", "sleep 300"], env=slurm_env,
+                         cwd="/tmp", capture_output=True, text=True, timeout=30)
+    assert job.returncode == 0, job.stderr
+    deadline = time.monotonic() + 30
+    while not _processes_with_env(conf_entry, "sleep") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_with_env(conf_entry, "slurmstepd"), "the job step never started"
+    assert _script(env, "stop", "slurmctld").returncode == 0
+    res = _script(env, "stop")
+    assert res.returncode == 0, res.stderr
+    assert "ending job processes left behind" in res.stderr
+    assert _processes_with_env(conf_entry) == []

@@ -171,16 +171,20 @@ def _ports_free(base: int) -> bool:
     return True
 
 
-def _port_base(worker: str) -> int:
-    """AUTOSCHED_TESTBED_PORT_BASE (or 24000), shifted per xdist worker and past busy ports."""
+def _port_bases(worker: str) -> Iterator[int]:
+    """Free port bases to try: AUTOSCHED_TESTBED_PORT_BASE (or 24000) + 100 per xdist worker,
+    then on in steps of 1000 past blocks that are busy."""
     base = int(os.environ.get("AUTOSCHED_TESTBED_PORT_BASE", DEFAULT_PORT_BASE))
     if worker.startswith("gw"):
         base += 100 * int(worker[2:])
+    found = 0
     for attempt in range(20):
         candidate = base + 1000 * attempt
-        if _ports_free(candidate):
-            return candidate
-    raise TestbedError(f"no free block of {PORT_SPAN} ports from {base} (tried 20 blocks)")
+        if candidate + PORT_SPAN < 65536 and _ports_free(candidate):
+            found += 1
+            yield candidate
+    if not found:
+        raise TestbedError(f"no free block of {PORT_SPAN} ports from {base} (tried 20 blocks)")
 
 
 @pytest.fixture(scope="session")
@@ -195,13 +199,21 @@ def slurm_testbed(request: pytest.FixtureRequest) -> Iterator[Testbed]:
     root = Path(tempfile.mkdtemp(prefix="astb-", dir="/tmp"))
     os.chmod(root, 0o755)
     worker = getattr(request.config, "workerinput", {}).get("workerid", "master")
-    base = _port_base(worker)
     conf = root / "etc" / "slurm.conf"
     env = dict(os.environ, SLURM_CONF=str(conf))
-    bed = Testbed(root=root, port_base=base, env=env, conf=conf,
+    bed = Testbed(root=root, port_base=0, env=env, conf=conf,
                   include=root / "etc" / "autosched.conf")
     try:
-        bed.script("start", "--fresh")
+        for tries, base in enumerate(_port_bases(worker), 1):
+            bed.port_base = base
+            try:
+                bed.script("start", "--fresh")
+                break
+            except TestbedError as exc:
+                # Another session may have taken the ports between the probe and the bind:
+                # move on (--fresh stops what this attempt started); any other failure is real.
+                if "in use" not in str(exc) or tries == 3:
+                    raise
         yield bed
     finally:
         try:
