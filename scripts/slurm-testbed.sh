@@ -13,7 +13,11 @@
 set -euo pipefail
 
 ROOT=${TESTBED_ROOT:-/tmp/autosched-testbed}
-BASE=${TESTBED_PORT_BASE:-24000}
+MARKER=$ROOT/.autosched-testbed   # holds the port base the root was last started with
+# default port base: the one this root was started with, else 24000
+BASE=${TESTBED_PORT_BASE:-$(tr -dc '0-9' 2>/dev/null <"$MARKER" || true)}
+BASE=${BASE:-24000}
+[[ $BASE =~ ^[0-9]+$ ]] && ((BASE > 0 && BASE + 19 < 65536)) || { echo "testbed: error: TESTBED_PORT_BASE=$BASE is not a port number" >&2; exit 1; }
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 TEMPLATES=$HERE/slurm
 NODES=(n1 n2 n3 n4)
@@ -35,7 +39,6 @@ MYSQL_DIR=$ROOT/mysql
 MUNGE_DIR=$ROOT/munge
 MUNGE_SOCKET=$MUNGE_DIR/munge.socket
 MYSQL_SOCKET=$MYSQL_DIR/mysqld.sock
-MARKER=$ROOT/.autosched-testbed
 export SLURM_CONF=$ETC/slurm.conf
 
 # Daemons in start order; stop goes the other way. Each has a PID file $RUN/NAME.pid.
@@ -62,14 +65,22 @@ pid_of() { # NAME -> PID from its PID file, or nothing
 }
 
 # Alive = exists, is not a zombie (PID 1 here reaps late, and kill -0 succeeds on zombies), and
-# still runs the expected program.
+# runs the expected program - or is still the launcher (setsid/setpriv) about to exec it: on a
+# loaded machine the first check can come before the exec.
+live_pid() { # PID: exists and is not a zombie
+    local state
+    [[ -n $1 && -r /proc/$1/status ]] || return 1
+    state=$(awk '/^State:/ { print $2 }' "/proc/$1/status" 2>/dev/null) || return 1
+    [[ $state != Z && $state != X && -n $state ]]
+}
+
 alive() { # PID NAME
-    local pid=$1 name=$2 state comm
-    [[ -n $pid && -r /proc/$pid/status ]] || return 1
-    state=$(awk '/^State:/ { print $2 }' "/proc/$pid/status" 2>/dev/null) || return 1
-    [[ $state != Z && $state != X && -n $state ]] || return 1
+    local pid=$1 name=$2 comm prog
+    live_pid "$pid" || return 1
     comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
-    [[ $comm == "$(comm_of "$name")"* ]]
+    prog=$(comm_of "$name")
+    [[ $comm == "$prog"* ]] && return 0
+    [[ $comm == setsid || $comm == setpriv ]] && tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null | grep -q "/$prog "
 }
 
 running() { alive "$(pid_of "$1")" "$1"; }
@@ -149,12 +160,20 @@ prepare_root() { # [fresh]
     fi
     mkdir -p "$ROOT"
     chmod 755 "$ROOT"
-    touch "$MARKER"
+    local was d
+    was=$(tr -dc '0-9' 2>/dev/null <"$MARKER" || true)
+    if [[ -n $was && $was != "$BASE" ]]; then
+        for d in "${DAEMONS[@]}"; do
+            running "$d" && die "$ROOT runs with port base $was ($d is up): stop it first or use TESTBED_PORT_BASE=$was"
+        done
+    fi
+    echo "$BASE" >"$MARKER"
     mkdir -p "$ETC" "$RUN" "$LOG" "$ROOT/state/ctld" "$ROOT/fakedev" "$MYSQL_DIR" "$MUNGE_DIR"
     for n in "${NODES[@]}"; do mkdir -p "$ROOT/state/d/$n"; done
     chmod 755 "$ETC" "$RUN" "$LOG" "$ROOT/state" "$ROOT/fakedev"
     chown slurm:slurm "$ROOT/state/ctld" "$LOG" "$RUN"
     chown mysql:mysql "$MYSQL_DIR"
+    install -d -o mysql -g mysql -m 700 "$MYSQL_DIR/tmp"
     chown munge:munge "$MUNGE_DIR"
     chmod 755 "$MUNGE_DIR"   # clients of every user connect to the socket inside
     for i in $(seq 0 $((GPUS_PER_NODE - 1))); do ln -sfn /dev/null "$ROOT/fakedev/nvidia$i"; done
@@ -206,13 +225,17 @@ start_mariadb() {
     if [[ ! -d $MYSQL_DIR/data/mysql ]]; then
         new=1
         rm -rf "$MYSQL_DIR/data"
+        # a private tmpdir: two bootstraps sharing /tmp removed each other's temporary tables
+        install -d -o mysql -g mysql -m 700 "$MYSQL_DIR/tmp"
         timeout 120 mariadb-install-db --no-defaults --datadir="$MYSQL_DIR/data" --user=mysql --skip-test-db \
+            --tmpdir="$MYSQL_DIR/tmp" \
             --auth-root-authentication-method=socket --innodb-log-file-size=16M >"$LOG/mariadb-install-db.out" 2>&1 \
-            || { tail -n 20 "$LOG/mariadb-install-db.out" >&2; die "mariadb-install-db failed"; }
+            || { grep -i -m 20 -E 'error|fail|denied' "$LOG/mariadb-install-db.out" >&2 || tail -n 20 "$LOG/mariadb-install-db.out" >&2
+                 die "mariadb-install-db failed (full output: $LOG/mariadb-install-db.out)"; }
         say "mariadb-install-db $(since "$t") s"
     fi
     launch mariadbd /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$MYSQL_DIR/data" \
-        --socket="$MYSQL_SOCKET" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
+        --socket="$MYSQL_SOCKET" --port="$MYSQL_PORT" --bind-address=127.0.0.1 --tmpdir="$MYSQL_DIR/tmp" \
         --pid-file="$MYSQL_DIR/mysqld.pid" --log-error="$MYSQL_DIR/mariadb.log" \
         --innodb-buffer-pool-size=256M --innodb-log-file-size=16M --innodb-lock-wait-timeout=900 \
         --skip-name-resolve --skip-log-bin --innodb-flush-log-at-trx-commit=0 --innodb-doublewrite=0
@@ -375,6 +398,57 @@ stop_group() { # NAME...: SIGTERM them together, wait, SIGKILL the ones left aft
     for name in "${names[@]}"; do rm -f "$RUN/$name.pid"; done
 }
 
+# Job steps of this cluster that outlived their slurmd (slurmstepd daemonizes; with
+# proctrack/linuxproc nothing else ends it): found by the SLURM_CONF they inherited, plus every
+# descendant (the job's own processes).
+stray_steps() {
+    local p roots=()
+    for p in /proc/[0-9]*; do
+        [[ $(cat "$p/comm" 2>/dev/null) == slurmstepd ]] && live_pid "${p#/proc/}" || continue
+        tr '\0' '\n' 2>/dev/null <"$p/environ" | grep -qx "SLURM_CONF=$ETC/slurm.conf" && roots+=("${p#/proc/}")
+    done
+    ((${#roots[@]})) || return 0
+    # "pid ppid" of every process (comm in /proc/PID/stat may contain spaces: cut after its ')')
+    for p in /proc/[0-9]*/stat; do
+        sed -E 's/^([0-9]+) .*\) [A-Za-z] ([0-9]+) .*/\1 \2/' "$p" 2>/dev/null || true
+    done | awk -v roots="${roots[*]}" '
+        BEGIN { n = split(roots, r, " "); for (i = 1; i <= n; i++) keep[r[i]] = 1 }
+        { parent[$1] = $2 }
+        END {
+            do { grew = 0; for (p in parent) if (!(p in keep) && (parent[p] in keep)) { keep[p] = 1; grew = 1 } } while (grew)
+            for (k in keep) print k
+        }'
+}
+
+cancel_jobs() { # let slurmd end the jobs it runs, so no job step outlives the cluster
+    running slurmctld || return 0
+    local ids t0
+    ids=$(timeout 10 squeue -h -o %i 2>/dev/null) || return 0
+    [[ -n $ids ]] || return 0
+    # shellcheck disable=SC2086 # one argument per job id
+    timeout 10 scancel $ids 2>/dev/null || true
+    t0=$(date +%s)
+    while [[ -n $(timeout 5 squeue -h -t R,CG,S -o %i 2>/dev/null) ]] && (($(date +%s) - t0 < 10)); do
+        sleep 0.2
+    done
+}
+
+kill_strays() {
+    local pids pid t0
+    pids=$(stray_steps)
+    [[ -n $pids ]] || return 0
+    say "ending job processes left behind: $(echo $pids)"
+    for pid in $pids; do kill -TERM "$pid" 2>/dev/null || true; done
+    t0=$(date +%s)
+    while (($(date +%s) - t0 < 5)); do
+        local left=
+        for pid in $pids; do live_pid "$pid" && left=1; done
+        [[ -n $left ]] || return 0
+        sleep 0.2
+    done
+    for pid in $pids; do kill -KILL "$pid" 2>/dev/null || true; done
+}
+
 cmd_stop() {
     [[ -d $ROOT ]] || return 0
     need_root
@@ -388,10 +462,12 @@ cmd_stop() {
     else
         # slurmd and slurmctld first (slurmctld reports to slurmdbd on the way out), the database last
         local t
+        t=$(now); cancel_jobs; say "jobs cancelled $(since "$t") s"
         t=$(now); stop_group "${NODES[@]/#/slurmd-}" slurmctld; say "slurmd+slurmctld $(since "$t") s"
         t=$(now); stop_group slurmdbd; say "slurmdbd $(since "$t") s"
         t=$(now); stop_group mariadbd; say "mariadbd $(since "$t") s"
         t=$(now); stop_group munged; say "munged $(since "$t") s"
+        kill_strays
     fi
     say "stopped in $(since "$t0") s"
 }
@@ -444,5 +520,5 @@ case ${1:-} in
     start) shift; cmd_start "$@" ;;
     stop) shift; cmd_stop "$@" ;;
     status) shift; cmd_status ;;
-    *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" >&2; exit 2 ;;
 esac

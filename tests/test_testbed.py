@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from testbed import SCRIPT, _missing_slurm, _port_bases, unavailable
 
 
 def _node_fields(text: str) -> list[dict[str, str]]:
@@ -77,6 +78,21 @@ def test_include_file_overrides_slurm_conf_on_reconfigure(slurm_testbed):
         bed.include.write_text(before)
         bed.reconfigure()
     assert _config_value(bed, "PriorityWeightAge") == "1000"
+
+
+@pytest.mark.slurm
+def test_start_of_a_running_cluster_keeps_it_and_its_ports(slurm_testbed):
+    bed = slurm_testbed
+    pids = {p.name: p.read_text() for p in (bed.root / "run").glob("*.pid")}
+    assert {"munged.pid", "mariadbd.pid", "slurmdbd.pid", "slurmctld.pid", "slurmd-n1.pid"} <= set(pids)
+    bed.script("start")  # idempotent: nothing to start
+    assert {p.name: p.read_text() for p in (bed.root / "run").glob("*.pid")} == pids
+    other = dict(bed.env, TESTBED_ROOT=str(bed.root), TESTBED_PORT_BASE=str(bed.port_base + 40))
+    res = subprocess.run(["bash", str(SCRIPT), "start"], env=other, capture_output=True, text=True,
+                         timeout=60)
+    assert res.returncode == 1
+    assert f"runs with port base {bed.port_base}" in res.stderr, res.stderr
+    assert f"Port={bed.port_base + 11}-{bed.port_base + 14}" in bed.conf.read_text()
 
 
 @pytest.mark.slurm
@@ -149,3 +165,128 @@ def test_ci_fails_the_run_when_real_component_tests_skip(tmp_path, ci, workers):
     else:
         assert res.returncode == 0, res.stdout + res.stderr
         assert "2 skipped" in res.stdout and message not in res.stdout
+
+
+GROUPED = '''
+import os
+import pytest
+
+@pytest.mark.slurm
+@pytest.mark.parametrize("i", range(6))
+def test_on_which_worker(i):
+    with open(os.environ["WORKER_LOG"], "a") as f:
+        f.write(os.environ["PYTEST_XDIST_WORKER"] + "\\n")
+
+@pytest.mark.parametrize("i", range(6))
+def test_plain(i):
+    pass
+'''
+
+
+def test_slurm_tests_share_one_xdist_worker(tmp_path):
+    # Under `-n 2 --dist loadgroup` every slurm test must land on the same worker (one cluster).
+    (tmp_path / "test_grouped.py").write_text(GROUPED)
+    log = tmp_path / "workers.txt"
+    env = dict(os.environ, WORKER_LOG=str(log), PYTHONPATH=os.pathsep.join(
+        [str(Path(__file__).parent), os.environ.get("PYTHONPATH", "")]))
+    res = subprocess.run([sys.executable, "-m", "pytest", "-p", "testbed", "-p", "no:cacheprovider",
+                          "-q", "-n", "2", "--dist", "loadgroup", str(tmp_path / "test_grouped.py")],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout + res.stderr
+    workers = log.read_text().split()
+    assert len(workers) == 6 and len(set(workers)) == 1, workers
+
+
+@pytest.fixture
+def script_env(tmp_path):
+    """Env for running scripts/slurm-testbed.sh on a root of its own (no cluster started)."""
+    reason = _missing_slurm()
+    if reason:
+        unavailable(reason)
+    root = Path("/tmp") / f"astb-t-{os.getpid()}-{tmp_path.name[-8:]}"
+    yield dict(os.environ, TESTBED_ROOT=str(root), TESTBED_PORT_BASE="23900")
+    subprocess.run(["bash", str(SCRIPT), "stop"], env=dict(os.environ, TESTBED_ROOT=str(root)),
+                   capture_output=True, timeout=60)
+    subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=False)
+
+
+def _script(env, *args):
+    return subprocess.run(["bash", str(SCRIPT), *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+@pytest.mark.slurm
+def test_start_names_the_busy_ports_and_starts_nothing(script_env):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        # slurmd n2 listens on base + 12
+        env = dict(script_env, TESTBED_PORT_BASE=str(port - 12))
+        res = _script(env, "start", "--fresh")
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"testbed: error: ports in use on 127.0.0.1: {port} (choose another TESTBED_PORT_BASE)")
+    assert not Path(script_env["TESTBED_ROOT"], "run").exists()
+
+
+@pytest.mark.slurm
+def test_fresh_start_refuses_to_wipe_a_foreign_directory(script_env):
+    root = Path(script_env["TESTBED_ROOT"])
+    root.mkdir()
+    (root / "precious.txt").write_text("keep me")
+    res = _script(script_env, "start", "--fresh")
+    assert res.returncode == 1
+    assert "is not a testbed root" in res.stderr and "refusing" in res.stderr
+    assert (root / "precious.txt").read_text() == "keep me"
+
+
+@pytest.mark.slurm
+def test_stop_and_status_of_a_cluster_that_never_ran(script_env):
+    assert _script(script_env, "stop").returncode == 0  # no root: nothing to do
+    Path(script_env["TESTBED_ROOT"]).mkdir()
+    res = _script(script_env, "status")
+    assert res.returncode == 3, res.stdout  # 3: something is not running
+    assert "slurmctld    stopped" in res.stdout
+
+
+def _processes_with_env(entry: str, comm: str | None = None) -> list[int]:
+    """Live (non-zombie) processes whose environment holds `entry` (and named `comm`)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            if comm is not None and (proc / "comm").read_text().strip() != comm:
+                continue
+            if entry.encode() in (proc / "environ").read_bytes().split(b"\0"):
+                if "\tZ" not in (proc / "status").read_text().split("State:", 1)[1][:4]:
+                    found.append(int(proc.name))
+        except (OSError, IndexError):
+            continue
+    return found
+
+
+@pytest.mark.slurm
+def test_stop_leaves_no_job_processes_even_without_a_controller(script_env):
+    # slurmstepd outlives slurmd; with slurmctld gone first, jobs cannot be cancelled either.
+    root = Path(script_env["TESTBED_ROOT"])
+    env = dict(script_env, TESTBED_PORT_BASE=str(next(_port_bases("master"))))
+    assert _script(env, "start", "--fresh").returncode == 0
+    conf_entry = f"SLURM_CONF={root}/etc/slurm.conf"
+    slurm_env = dict(env, SLURM_CONF=str(root / "etc" / "slurm.conf"))
+    job = subprocess.run(["runuser", "-u", "carol", "--", "sbatch", "--parsable", "--chdir=/tmp",
+                          "-o", "/dev/null", "-t", "5", "--wrap", "sleep 300"], env=slurm_env,
+                         cwd="/tmp", capture_output=True, text=True, timeout=30)
+    assert job.returncode == 0, job.stderr
+    deadline = time.monotonic() + 30
+    while not _processes_with_env(conf_entry, "sleep") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _processes_with_env(conf_entry, "slurmstepd"), "the job step never started"
+    assert _script(env, "stop", "slurmctld").returncode == 0
+    res = _script(env, "stop")
+    assert res.returncode == 0, res.stderr
+    assert "ending job processes left behind" in res.stderr
+    assert _processes_with_env(conf_entry) == []

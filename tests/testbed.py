@@ -171,20 +171,24 @@ def _ports_free(base: int) -> bool:
     return True
 
 
-def _port_base(worker: str) -> int:
-    """AUTOSCHED_TESTBED_PORT_BASE (or 24000), shifted per xdist worker and past busy ports."""
+def _port_bases(worker: str) -> Iterator[int]:
+    """Free port bases to try: AUTOSCHED_TESTBED_PORT_BASE (or 24000) + 100 per xdist worker,
+    then on in steps of 1000 past blocks that are busy."""
     base = int(os.environ.get("AUTOSCHED_TESTBED_PORT_BASE", DEFAULT_PORT_BASE))
     if worker.startswith("gw"):
         base += 100 * int(worker[2:])
+    found = 0
     for attempt in range(20):
         candidate = base + 1000 * attempt
-        if _ports_free(candidate):
-            return candidate
-    raise TestbedError(f"no free block of {PORT_SPAN} ports from {base} (tried 20 blocks)")
+        if candidate + PORT_SPAN < 65536 and _ports_free(candidate):
+            found += 1
+            yield candidate
+    if not found:
+        raise TestbedError(f"no free block of {PORT_SPAN} ports from {base} (tried 20 blocks)")
 
 
 @pytest.fixture(scope="session")
-def slurm_testbed(worker_id: str) -> Iterator[Testbed]:
+def slurm_testbed(request: pytest.FixtureRequest) -> Iterator[Testbed]:
     """A fresh real Slurm cluster for the session: 4 nodes x 8 fake GPUs, slurmdbd + MariaDB,
     accounts physics(60)/chemistry(40), users alice/bob/carol. Stopped at session end."""
     reason = _missing_slurm()
@@ -194,13 +198,22 @@ def slurm_testbed(worker_id: str) -> Iterator[Testbed]:
     # dirs are mode 0700, which the slurm/mysql/munge users cannot enter.
     root = Path(tempfile.mkdtemp(prefix="astb-", dir="/tmp"))
     os.chmod(root, 0o755)
-    base = _port_base(worker_id)
+    worker = getattr(request.config, "workerinput", {}).get("workerid", "master")
     conf = root / "etc" / "slurm.conf"
     env = dict(os.environ, SLURM_CONF=str(conf))
-    bed = Testbed(root=root, port_base=base, env=env, conf=conf,
+    bed = Testbed(root=root, port_base=0, env=env, conf=conf,
                   include=root / "etc" / "autosched.conf")
     try:
-        bed.script("start", "--fresh")
+        for tries, base in enumerate(_port_bases(worker), 1):
+            bed.port_base = base
+            try:
+                bed.script("start", "--fresh")
+                break
+            except TestbedError as exc:
+                # Another session may have taken the ports between the probe and the bind:
+                # move on (--fresh stops what this attempt started); any other failure is real.
+                if "in use" not in str(exc) or tries == 3:
+                    raise
         yield bed
     finally:
         try:
@@ -247,6 +260,8 @@ def browser(_chromium_ready: None, tmp_path: Path) -> Iterator[object]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slurm: needs a real Slurm cluster (fixture slurm_testbed)")
     config.addinivalue_line("markers", "browser: needs headless Chromium (fixture browser)")
+    if hasattr(config, "workerinput"):  # an xdist worker: it reports the node ids
+        config.pluginmanager.register(_GroupSuffix(), "autosched-xdist-group-suffix")
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -256,6 +271,32 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("slurm") is not None:
             item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
+class _GroupSuffix:
+    """Make `--dist loadgroup` work on pytest >= 9.2 with pytest-xdist 3.8.
+
+    xdist's worker tells the controller an item's group by appending "@group" to its node id, and
+    does so by assigning `item._nodeid`; pytest 9.2 keeps the node id in `item._id` instead, so the
+    assignment is silently lost and grouped tests spread over all workers (measured: the slurm
+    tests ran on gw0 and gw1, each starting a cluster). Runs after xdist's hook and only adds the
+    suffix where xdist's did not take.
+    """
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, config: pytest.Config,
+                                      items: list[pytest.Item]) -> None:
+        if not getattr(config.option, "loadgroup", False):
+            return
+        try:
+            from _pytest.nodeid import NodeId
+        except ImportError:  # pytest < 9.2: xdist's own suffix works
+            return
+        for item in items:
+            names = sorted({str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                            for m in item.iter_markers("xdist_group")})
+            if names and "@" not in item.nodeid and hasattr(item, "_id"):
+                item._id = NodeId.parse(f"{item.nodeid}@{'_'.join(names)}")
 
 
 _REAL_SKIPS: list[str] = []  # node ids of skipped slurm/browser tests (this process)

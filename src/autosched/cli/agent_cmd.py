@@ -262,3 +262,9 @@ def adopt_cmd(state: Optional[Path] = _state_opt(), actor: Optional[str] = _acto
     r = _open(state).adopt(_actor(actor))
     typer.echo(f"revision {r.id} records the live config: " +
                (", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()) or "no change"))
+
+
+# The HTTP API and status page (branch `service`): its code lives in serve_cmd.py.
+from .serve_cmd import serve_cmd  # noqa: E402
+
+agent_app.command("serve")(serve_cmd)

@@ -1,0 +1,327 @@
+"""The status page at ``/``: server-rendered HTML, one inline stylesheet, one inline SVG plot and
+a small inline script for the action buttons. Nothing is loaded from elsewhere, so the page
+works on a cluster without internet access.
+
+The script only adds what HTML cannot do: it sends the bearer token (asked for once, kept in the
+tab's sessionStorage) with each action, and reloads the page when the store changed (it polls
+``/api/status`` and compares its ``version``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from html import escape
+from collections.abc import Callable
+from typing import Any
+
+from ..live.store import Revision, RevisionState
+from .views import Outcome
+
+HISTORY_ROWS = 200  # the page shows this many newest revisions; the API has them all
+POLL_S = 10
+
+
+def _t(ts: float | None) -> str:
+    return time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime(ts)) if ts else "-"
+
+
+def _v(v: Any) -> str:
+    return "(unset)" if v is None else escape(json.dumps(v) if not isinstance(v, str) else v)
+
+
+def _pct(x: float | None) -> str:
+    return "-" if x is None else f"{x:+.1%}"
+
+
+Slurm = Callable[[dict[str, Any]], "dict[str, str] | None"]
+
+
+def _diff_list(rev: Revision, by_id: dict[int, Revision], slurm: Slurm) -> str:
+    """The knobs `rev` changes against its parent, in Slurm's units where they are known."""
+    if rev.parent is None:
+        return f"<span class=muted>{len(rev.config)} knobs as found live</span>"
+    if not rev.diff:
+        return "<span class=muted>no change</span>"
+    after = slurm(rev.config) or {}
+    parent = by_id.get(rev.parent)
+    before = (slurm(parent.config) if parent is not None else None) or {}
+    return "<br>".join(f"<code>{escape(k)}</code> {escape(before.get(k, _v(a)))} &rarr; "
+                       f"{escape(after.get(k, _v(b)))}" for k, (a, b) in sorted(rev.diff.items()))
+
+
+def _btn(label: str, path: str, body: dict[str, Any] | None = None, *, cls: str = "",
+         fields: dict[str, str] | None = None, bid: str = "") -> str:
+    """A button that POSTs `body` to `path`; `fields` adds body keys read from inputs by id."""
+    return (f'<button type=button{f" id={bid}" if bid else ""} class="{cls}" '
+            f'data-path="{escape(path)}" data-body="{escape(json.dumps(body or {}))}" '
+            f'data-fields="{escape(json.dumps(fields or {}))}">{escape(label)}</button>')
+
+
+def render(status: dict[str, Any], history: list[Revision], outcomes: list[Outcome], *,
+           state_dir: str, slurm: Slurm = lambda config: None) -> str:
+    """The page; `slurm` turns a config into the Slurm settings the agent writes (None if it
+    cannot), so that the page shows the values an operator finds in slurm.conf."""
+    running, pending = status["running"], status["pending"]
+    banners = []
+    if status["frozen"]:
+        banners.append(f'<p class="banner frozen" id=frozen>Frozen by {escape(status["frozen_by"])}'
+                       f': {escape(status["frozen_reason"] or "no reason given")}. The agent '
+                       "proposes and applies nothing until unfrozen.</p>")
+    if status["agent_error"]:
+        banners.append(f'<p class="banner blocked" id=agent-error>The agent cannot be opened: '
+                       f'{escape(status["agent_error"])}</p>')
+    if status["interrupted_apply"]:
+        banners.append(f'<p class="banner blocked">An apply of revision '
+                       f'{status["interrupted_apply"]} was interrupted; the next action or round '
+                       'restores the settings before it.</p>')
+    if status["blocked"]:
+        banners.append(f'<p class="banner blocked" id=blocked>Blocked: '
+                       f'{escape(status["blocked"])}</p>')
+    parts = [
+        f"<h1>autosched agent <small>{escape(state_dir)}</small></h1>",
+        *banners,
+        '<section class=summary><dl>'
+        f'<dt>Running</dt><dd id=running-rev>{_rev_label(running)}</dd>'
+        f'<dt>Mode</dt><dd id=mode>{escape(str(status["mode"] or "-"))}</dd>'
+        f'<dt>Policy</dt><dd>{escape(str(status["policy"] or "-"))}, every '
+        f'{_duration(status["period"])}, connector '
+        f'{escape(str((status["connector"] or {}).get("kind", "-")))}</dd>'
+        f'<dt>Last round</dt><dd id=last-round>{_t(status["last_round"])}'
+        f'{_summary(status["last_round_summary"])}</dd>'
+        f'<dt>Next round</dt><dd>{_t(status["next_round"])}</dd>'
+        f'<dt>Revisions</dt><dd>{status["revisions"]}</dd></dl></section>',
+        _token_box(status),
+        _pending(pending, running),
+        _running(running, history),
+        _plot_section(outcomes),
+        _config_over_time(history, slurm),
+        _history(history, running, slurm),
+    ]
+    return _PAGE.format(body="\n".join(parts), version=escape(status["version"]),
+                        poll_ms=POLL_S * 1000)
+
+
+def _duration(s: float | None) -> str:
+    if not s:
+        return "-"
+    for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= n and s % n == 0:
+            return f"{s / n:g} {unit}"
+    return f"{s:g} s"
+
+
+def _summary(summary: dict[str, Any] | None) -> str:
+    if not summary:
+        return ""
+    why = summary.get("why") or ""
+    return f': {escape(str(summary.get("action", "")))}{": " + escape(str(why)) if why else ""}'
+
+
+def _rev_label(rev: dict[str, Any] | None) -> str:
+    if rev is None:
+        return "none known (the agent has not recorded the live config yet)"
+    return (f'revision <b>{rev["id"]}</b> ({escape(rev["trigger"])}), applied '
+            f'{_t(rev["applied_at"])}')
+
+
+def _token_box(status: dict[str, Any]) -> str:
+    freeze = (_btn("Unfreeze", "/api/unfreeze", bid="unfreeze") if status["frozen"] else
+              '<input id=freeze-reason placeholder="reason" maxlength=1000> '
+              + _btn("Freeze", "/api/freeze", fields={"reason": "freeze-reason"}, cls="warn",
+                     bid="freeze"))
+    return ('<section class=controls><label>Token <input type=password id=token '
+            'autocomplete=off placeholder="from STATE_DIR/service.token"></label> '
+            f'{freeze} <span id=message role=status></span></section>')
+
+
+def _slurm(rev: dict[str, Any] | None, knob: str) -> str:
+    v = ((rev or {}).get("slurm") or {}).get(knob)
+    return f" <span class=slurm>({escape(v)})</span>" if v is not None else ""
+
+
+def _pending(rev: dict[str, Any] | None, running: dict[str, Any] | None) -> str:
+    if rev is None:
+        return '<section id=pending><h2>Pending proposal</h2><p class=muted>none</p></section>'
+    ev = rev["evidence"]
+    gain, spread = ev.get("predicted_gain"), ev.get("spread")
+    rows = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{_v(a)}{_slurm(running, k)}</td>"
+                   f"<td>{_v(b)}{_slurm(rev, k)}</td></tr>"
+                   for k, (a, b) in sorted(rev["diff"].items()))
+    extra = "".join(f"<dt>{escape(k.replace('_', ' '))}</dt><dd>{_v(ev[k])}</dd>"
+                    for k in ("samples", "tuning_cost", "objective", "reason") if k in ev)
+    g = (f'{gain:+.1%} &plusmn; {spread:.1%}' if isinstance(gain, (int, float))
+         and isinstance(spread, (int, float)) else _v(gain))
+    return (f'<section id=pending><h2>Pending proposal: revision {rev["id"]}</h2>'
+            f'<dl><dt>Predicted gain</dt><dd id=predicted-gain>{g}</dd>'
+            f'<dt>Trigger</dt><dd>{escape(rev["trigger"])}</dd>'
+            f'<dt>Proposed</dt><dd>{_t(rev["created"])}</dd>{extra}</dl>'
+            '<table><tr><th>knob</th><th>now</th><th>proposed</th></tr>'
+            f'{rows}</table><p>'
+            + _btn("Approve", f'/api/revisions/{rev["id"]}/approve', cls="go", bid="approve")
+            + ' <input id=reject-reason placeholder="reason" maxlength=1000> '
+            + _btn("Reject", f'/api/revisions/{rev["id"]}/reject', fields={"reason":
+                   "reject-reason"}, bid="reject")
+            + "</p></section>")
+
+
+def _running(rev: dict[str, Any] | None, history: list[Revision]) -> str:
+    if rev is None:
+        return ""
+    # which revision last set each knob to its running value: the newest applied change
+    since: dict[str, int] = {}
+    for r in sorted((r for r in history if r.applied_at() is not None),
+                    key=lambda r: r.applied_at() or 0):
+        for k in r.diff:
+            since[k] = r.id
+    slurm = rev.get("slurm") or {}
+    rows = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{_v(v)}</td>"
+                   f"<td>{escape(slurm.get(k, '-'))}</td>"
+                   f"<td>{since.get(k, '-')}</td></tr>" for k, v in sorted(rev["config"].items()))
+    return ('<section id=running><h2>Running config</h2><table><tr><th>knob</th><th>value</th>'
+            f'<th>in Slurm</th><th>set by revision</th></tr>{rows}</table></section>')
+
+
+def _config_over_time(history: list[Revision], slurm: Slurm) -> str:
+    applied = sorted(((e.time, r) for r in history for e in r.events
+                      if e.state is RevisionState.APPLIED), key=lambda x: x[0])
+    if not applied:
+        return ""
+    by_id = {r.id: r for r in history}
+    rows = "".join(f"<tr><td>{_t(t)}</td><td>{r.id}</td><td>{escape(r.trigger)}</td>"
+                   f"<td>{_diff_list(r, by_id, slurm)}</td></tr>" for t, r in reversed(applied))
+    return ('<section id=changes><h2>How the config changed</h2><table><tr><th>applied</th>'
+            f'<th>rev</th><th>trigger</th><th>changes</th></tr>{rows}</table></section>')
+
+
+def _history(history: list[Revision], running: dict[str, Any] | None, slurm: Slurm) -> str:
+    run_id = running["id"] if running else None
+    by_id = {r.id: r for r in history}
+    rows = []
+    for r in history:
+        last = r.events[-1]
+        gain, obs = r.evidence.get("predicted_gain"), (r.outcome or {}).get("observed_gain")
+        act = ""
+        if r.applied_at() is not None and r.id != run_id:
+            act = _btn("Roll back to this", "/api/rollback", {"revision": r.id},
+                       bid=f"rollback-{r.id}")
+        rows.append(
+            f'<tr id=rev-{r.id} class="state-{r.state.value}"><td>{r.id}</td>'
+            f'<td>{_t(r.created)}</td><td>{r.state.value.replace("_", " ")}</td>'
+            f'<td>{escape(r.trigger)}</td><td>{_diff_list(r, by_id, slurm)}</td>'
+            f'<td>{_pct(gain if isinstance(gain, (int, float)) else None)}</td>'
+            f'<td title="{escape(str((r.outcome or {}).get("verdict", "")))}">'
+            f'{_pct(obs if isinstance(obs, (int, float)) else None)}</td>'
+            f'<td>{escape(last.actor)}{": " + escape(last.note) if last.note else ""}</td>'
+            f'<td>{act}</td></tr>')
+    return ('<section id=history><h2>Revisions</h2><table><tr><th>rev</th><th>created</th>'
+            '<th>state</th><th>trigger</th><th>changes</th><th>predicted</th><th>observed</th>'
+            f'<th>last event</th><th></th></tr>{"".join(rows)}</table></section>')
+
+
+def _plot_section(outcomes: list[Outcome]) -> str:
+    return ('<section id=outcomes><h2>Predicted against observed gain</h2>'
+            f'{plot_svg(outcomes)}</section>')
+
+
+def plot_svg(outcomes: list[Outcome], width: int = 640, height: int = 240) -> str:
+    """Per applied revision: predicted gain with its spread (bar) and the observed gain."""
+    pts = [o for o in outcomes if o.predicted_gain is not None or o.observed_gain is not None]
+    if not pts:
+        return '<p class=muted id=plot-empty>No applied revision with a prediction yet.</p>'
+    vals = [0.0]
+    for o in pts:
+        if o.predicted_gain is not None:
+            s = o.spread or 0.0
+            vals += [o.predicted_gain - s, o.predicted_gain + s]
+        if o.observed_gain is not None:
+            vals.append(o.observed_gain)
+    lo, hi = min(vals), max(vals)
+    pad = (hi - lo) * 0.1 or 0.01
+    lo, hi = lo - pad, hi + pad
+    left, right, top, bottom = 56, 12, 28, 24
+    pw, ph = width - left - right, height - top - bottom
+    step = pw / len(pts)
+
+    def y(v: float) -> float:
+        return top + (hi - v) / (hi - lo) * ph
+
+    out = [f'<svg id=plot xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
+           f'viewBox="0 0 {width} {height}" role=img aria-label="predicted and observed gain per '
+           'revision">',
+           f'<line x1="{left}" x2="{width - right}" y1="{y(0):.1f}" y2="{y(0):.1f}" '
+           'class=zero />']
+    for v in (lo, 0.0, hi):
+        label = "0%" if v == 0 else f"{v:+.1%}"
+        out.append(f'<text x="{left - 4}" y="{y(v) + 4:.1f}" text-anchor=end>{label}</text>')
+    for i, o in enumerate(pts):
+        x = left + step * (i + 0.5)
+        out.append(f'<text x="{x:.1f}" y="{height - 6}" text-anchor=middle>r{o.revision}</text>')
+        if o.predicted_gain is not None:
+            s = o.spread or 0.0
+            out.append(f'<g class=predicted><title>revision {o.revision}: predicted '
+                       f'{o.predicted_gain:+.2%} &plusmn; {s:.2%}</title>'
+                       f'<line x1="{x - 6:.1f}" x2="{x - 6:.1f}" y1="{y(o.predicted_gain - s):.1f}"'
+                       f' y2="{y(o.predicted_gain + s):.1f}" />'
+                       f'<circle cx="{x - 6:.1f}" cy="{y(o.predicted_gain):.1f}" r="4" /></g>')
+        if o.observed_gain is not None:
+            out.append(f'<g class=observed><title>revision {o.revision}: observed '
+                       f'{o.observed_gain:+.2%}</title><rect x="{x + 2:.1f}" '
+                       f'y="{y(o.observed_gain) - 4:.1f}" width="8" height="8" /></g>')
+    out.append(f'<g class=legend><circle cx="{width - 210}" cy="10" r="4" class=p />'
+               f'<text x="{width - 202}" y="14">predicted &plusmn; spread</text>'
+               f'<rect x="{width - 74}" y="6" width="8" height="8" class=o />'
+               f'<text x="{width - 62}" y="14">observed</text></g></svg>')
+    return "".join(out)
+
+
+_PAGE = """<!doctype html>
+<html lang=en><head><meta charset=utf-8><title>autosched agent</title>
+<meta name=viewport content="width=device-width, initial-scale=1">
+<style>
+body{{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:1100px;padding:0 1em;color:#222}}
+h1 small{{font-size:.5em;color:#777;font-weight:normal}} h2{{font-size:1.1em;margin-top:1.6em}}
+table{{border-collapse:collapse}} td,th{{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}}
+dl{{display:grid;grid-template-columns:max-content auto;gap:2px 12px}} dt{{color:#666}} dd{{margin:0}}
+.banner{{padding:.6em 1em;border-radius:4px}} .frozen{{background:#dbeafe}} .blocked{{background:#fef3c7}}
+.muted{{color:#888}} .slurm{{color:#666}} code{{font-size:.95em}} #message{{margin-left:1em}} .error{{color:#b91c1c}}
+button{{padding:3px 10px;cursor:pointer;white-space:nowrap}} .go{{background:#16a34a;color:#fff;border:1px solid #15803d}}
+.warn{{background:#2563eb;color:#fff;border:1px solid #1d4ed8}} .controls{{margin:1em 0}}
+tr.state-proposed{{background:#fefce8}} tr.state-failed,tr.state-rolled_back{{color:#888}}
+svg text{{font-size:11px;fill:#444}} svg .zero{{stroke:#999;stroke-dasharray:3 3}}
+svg .predicted line{{stroke:#2563eb;stroke-width:2}} svg .predicted circle,svg .legend .p{{fill:#2563eb}}
+svg .observed rect,svg .legend .o{{fill:#ea580c}}
+</style></head>
+<body data-version="{version}">
+{body}
+<script>
+(function () {{
+  const token = document.getElementById('token'), msg = document.getElementById('message');
+  token.value = sessionStorage.getItem('autosched-token') || '';
+  async function act(b) {{
+    let t = token.value.trim();
+    if (!t) {{ t = (window.prompt('Bearer token (in STATE_DIR/service.token):') || '').trim(); token.value = t; }}
+    if (!t) {{ msg.textContent = 'an action needs the token'; msg.className = 'error'; return; }}
+    sessionStorage.setItem('autosched-token', t);
+    const body = JSON.parse(b.dataset.body), fields = JSON.parse(b.dataset.fields);
+    for (const k in fields) {{ body[k] = document.getElementById(fields[k]).value; }}
+    msg.textContent = '...'; msg.className = '';
+    const r = await fetch(b.dataset.path, {{method: 'POST', body: JSON.stringify(body),
+      headers: {{'Authorization': 'Bearer ' + t, 'Content-Type': 'application/json'}}}});
+    if (r.ok) {{ msg.textContent = 'done'; location.reload(); return; }}
+    let d = r.statusText; try {{ d = (await r.json()).detail; }} catch (e) {{}}
+    if (r.status === 401) sessionStorage.removeItem('autosched-token');
+    msg.textContent = r.status + ': ' + (typeof d === 'string' ? d : JSON.stringify(d));
+    msg.className = 'error';
+  }}
+  document.querySelectorAll('button[data-path]').forEach(b => b.addEventListener('click', () => act(b)));
+  setInterval(async () => {{
+    if (document.activeElement && document.activeElement.tagName === 'INPUT') return;
+    try {{
+      const s = await (await fetch('/api/status')).json();
+      if (s.version && s.version !== document.body.dataset.version) location.reload();
+    }} catch (e) {{}}
+  }}, {poll_ms});
+}})();
+</script></body></html>
+"""

@@ -1,0 +1,115 @@
+"""Shared by the service's tests: an agent on the fake connector with a proposal, the service
+on a real socket (in a thread, or `autosched agent serve` in its own process), headless Chromium."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator
+
+from autosched.live.store import RevisionState, RevisionStore
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+AUTOSCHED = str(Path(sys.executable).with_name("autosched"))
+TOKEN = "test-token-0123456789abcdef"
+P, A, R, RB = (RevisionState.PROPOSED, RevisionState.APPLIED, RevisionState.REJECTED,
+               RevisionState.ROLLED_BACK)
+# the fake cluster's settings as the agent's config (simulator units: seconds, bools)
+BASE = {"PriorityCalcPeriod": 5, "PriorityDecayHalfLife": 604800.0, "PriorityFavorSmall": False,
+        "PriorityMaxAge": 604800.0, "PriorityWeightAge": 1000, "PriorityWeightFairshare": 10000,
+        "PriorityWeightJobSize": 1000}
+
+
+def seed(state: Path, fake: Path | None = None) -> RevisionStore:
+    """An agent on a fake cluster (`agent init` with the fake connector): revision 1 the config
+    found live (baseline), revision 2 a proposal PriorityWeightAge 1000 -> 5000 with evidence,
+    made as the agent's round makes it (`store.create` with the round's evidence)."""
+    from autosched.live.agent import AgentSettings, init_agent
+    from autosched.live.fake import FakeConnector
+
+    fake = fake or state.parent / "fake"
+    FakeConnector.create(fake)
+    agent = init_agent(state, AgentSettings(connector={"kind": "fake", "directory": str(fake)},
+                                            period=3600.0))
+    base = agent._running_or_baseline()
+    assert base.id == 1 and base.config == BASE, base
+    agent.store.create({**BASE, "PriorityWeightAge": 5000}, trigger="period",
+                       actor="agent:propose", parent=1,
+                       evidence={"predicted_gain": 0.08, "spread": 0.02, "samples": 8,
+                                 "metric": "avg_jct"})
+    return agent.store
+
+
+def live_values(state: Path) -> dict[str, str]:
+    """What the (fake) cluster runs now, as Slurm would show it."""
+    from autosched.live.fake import FakeConnector
+
+    return FakeConnector(state.parent / "fake").live_values()
+
+
+def make_app(state: Path, **kw: Any):
+    from autosched.service.app import create_app
+
+    from autosched.live.agent import open_agent
+
+    return create_app(state, token=TOKEN, open_agent=lambda: open_agent(state), **kw)
+
+
+@contextmanager
+def serve_in_thread(app) -> Iterator[str]:
+    """The app on a real socket on 127.0.0.1 (any free port), served by uvicorn in a thread."""
+    import uvicorn
+
+    from autosched.service.serve import bind
+
+    sock = bind("127.0.0.1", 0)
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    t = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    t.start()
+    deadline = time.monotonic() + 20
+    while not server.started:
+        if time.monotonic() > deadline or not t.is_alive():
+            raise RuntimeError("the service did not start")
+        time.sleep(0.02)
+    try:
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        t.join(15)
+        sock.close()
+
+
+@contextmanager
+def serve_process(state: Path, *argv: str) -> Iterator[tuple[str, subprocess.Popen]]:
+    """`autosched agent serve` in its own process on a free port; stopped by its pid."""
+    cmd = [AUTOSCHED, "agent", "serve", "--state", str(state), "--port", "0", *argv]
+    env = {**os.environ, "PYTHONPATH": SRC}
+    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
+    url = None
+    try:
+        deadline = time.monotonic() + 60
+        lines = []
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                raise RuntimeError("the service exited: " + "".join(lines))
+            lines.append(line)
+            if line.startswith("serving "):
+                url = line.split(" on ", 1)[1].split("/ ")[0]
+        if url is None:
+            raise RuntimeError("the service did not say where it listens: " + "".join(lines))
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+

@@ -1,0 +1,347 @@
+"""The service's JSON API over a real socket, driven by `autosched.client`: every endpoint, the
+401/404/409/422 paths (and that nothing changed after them), the token file, the Host check."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import urllib.error
+import urllib.request
+
+import pytest
+
+
+from autosched.client import Client, Conflict, NotFound, ServiceError, Unauthorized
+from autosched.errors import InputError
+from autosched.live.store import RevisionStore
+from autosched.service.token import load_or_create_token
+from service_kit import BASE, TOKEN, live_values, make_app, seed, serve_in_thread
+
+
+@pytest.fixture
+def svc(tmp_path):
+    """(client with the token, client without, store) over a freshly seeded store."""
+    store = seed(tmp_path / "state")
+    with serve_in_thread(make_app(tmp_path / "state")) as url:
+        yield Client(url, token=TOKEN), Client(url), store
+
+
+def snapshot(store: RevisionStore):
+    return [r.to_dict() for r in store.history()], store.flags()
+
+
+def test_status_revisions_proposals(svc):
+    c, anon, _ = svc
+    st = anon.status()
+    assert st["running"]["id"] == 1 and st["running"]["state"] == "applied"
+    assert st["running"]["config"] == BASE
+    assert st["running"]["slurm"]["PriorityMaxAge"] == "7-0"  # as slurm.conf says it
+    assert st["pending"]["slurm"]["PriorityWeightAge"] == "5000"
+    assert st["pending"]["id"] == 2 and st["pending"]["diff"] == {"PriorityWeightAge": [1000, 5000]}
+    assert st["pending"]["evidence"] == {"predicted_gain": 0.08, "spread": 0.02, "samples": 8,
+                                         "metric": "avg_jct"}
+    assert (st["mode"], st["policy"], st["period"], st["connector"]["kind"]) == (
+        "propose", "multifactor", 3600.0, "fake")
+    assert (st["frozen"], st["blocked"], st["agent_error"], st["interrupted_apply"]) == (
+        False, "", "", None)
+    assert st["revisions"] == 2
+    assert (st["last_round"], st["next_round"], st["last_round_summary"]) == (None, None, None)
+    assert [r["id"] for r in anon.revisions()] == [2, 1]
+    assert [r["id"] for r in anon.revisions(limit=1)] == [2]
+    r1 = anon.revision(1)
+    assert r1["diff"] == {k: [None, v] for k, v in BASE.items()} and r1["parent"] is None
+    assert [(e["state"], e["actor"], e["note"]) for e in r1["events"]] == [
+        ("applied", "agent", "the config found live")]
+    assert [r["id"] for r in anon.proposals()] == [2]  # the baseline never was a proposal
+
+
+def test_status_after_a_round(svc):
+    _, anon, store = svc
+    store.record_round({"action": "none", "why": "too little history: 3 finished jobs"},
+                       when=1_000_000.0)
+    st = anon.status()
+    assert (st["last_round"], st["next_round"]) == (1_000_000.0, 1_003_600.0)
+    assert st["last_round_summary"] == {"action": "none",
+                                        "why": "too little history: 3 finished jobs"}
+
+
+def test_openapi_documents_every_endpoint(svc):
+    spec = svc[1].openapi()
+    assert set(spec["paths"]) == {
+        "/api/status", "/api/revisions", "/api/revisions/{rev_id}", "/api/proposals",
+        "/api/outcomes", "/api/revisions/{rev_id}/approve", "/api/revisions/{rev_id}/reject",
+        "/api/rollback", "/api/freeze", "/api/unfreeze"}
+    approve = spec["paths"]["/api/revisions/{rev_id}/approve"]["post"]
+    assert {"401", "404", "409", "422"} <= set(approve["responses"])
+    assert "HTTPBearer" in spec["components"]["securitySchemes"]
+
+
+@pytest.mark.parametrize("token", [None, "wrong-token-0123456789abcdef", TOKEN + "x", ""])
+def test_actions_without_the_token_are_401_and_change_nothing(svc, token):
+    c, _, store = svc
+    bad = Client(c.url, token=token)
+    before = snapshot(store)
+    for call in (lambda: bad.approve(2), lambda: bad.reject(2, "no"), lambda: bad.rollback(1),
+                 lambda: bad.freeze("stop"), lambda: bad.unfreeze(), lambda: bad.approve(99)):
+        with pytest.raises(Unauthorized, match="HTTP 401: a valid bearer token is required"):
+            call()
+    assert snapshot(store) == before
+
+
+def test_raw_401_has_the_bearer_challenge(svc):
+    req = urllib.request.Request(svc[0].url + "/api/freeze", data=b"{}", method="POST",
+                                 headers={"Authorization": "Basic dXNlcjpwYXNz"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    assert e.value.code == 401 and e.value.headers["WWW-Authenticate"] == "Bearer"
+
+
+def test_approve_changes_the_running_revision(svc):
+    c, anon, store = svc
+    rev = c.approve(2, operator="alice")
+    assert rev["id"] == 2 and rev["state"] == "applied"
+    assert rev["events"][-1]["actor"] == "operator:alice" and rev["applied_at"] is not None
+    assert store.running().id == 2 and store.pending() is None
+    assert anon.status()["running"]["config"]["PriorityWeightAge"] == 5000
+    assert live_values(store.state_dir)["PriorityWeightAge"] == "5000"  # the cluster runs it
+    with pytest.raises(Conflict, match="HTTP 409: revision 2 is applied; only a proposed "
+                                       "revision can be approved"):
+        c.approve(2)
+    with pytest.raises(Conflict, match="revision 1 is applied"):
+        c.reject(1)
+
+
+def test_unknown_revision_is_404_and_changes_nothing(svc):
+    c, anon, store = svc
+    before = snapshot(store)
+    with pytest.raises(NotFound, match="HTTP 404: no revision 99"):
+        anon.revision(99)
+    for call in (lambda: c.approve(99), lambda: c.reject(99), lambda: c.rollback(99)):
+        with pytest.raises(NotFound, match="no revision 99"):
+            call()
+    assert snapshot(store) == before
+
+
+def test_reject_with_reason_default_actor(svc):
+    c, _, store = svc
+    rev = c.reject(2, reason="too big a step")
+    assert rev["state"] == "rejected"
+    assert (rev["events"][-1]["actor"], rev["events"][-1]["note"]) == ("service:token",
+                                                                      "too big a step")
+    assert store.pending() is None and store.running().id == 1
+    assert live_values(store.state_dir)["PriorityWeightAge"] == "1000"
+
+
+def test_freeze_blocks_approve_with_409_then_unfreeze(svc):
+    c, anon, store = svc
+    flags = c.freeze("maintenance window", operator="bob")
+    assert flags == {"frozen": True, "frozen_reason": "maintenance window",
+                     "frozen_by": "operator:bob", "blocked": ""}
+    st = anon.status()
+    assert (st["frozen"], st["frozen_reason"], st["frozen_by"]) == (True, "maintenance window",
+                                                                    "operator:bob")
+    with pytest.raises(Conflict, match="HTTP 409: the agent is frozen by operator:bob: "
+                                       "maintenance window; unfreeze it first"):
+        c.approve(2)
+    assert store.pending().id == 2 and live_values(store.state_dir)["PriorityWeightAge"] == "1000"
+    assert c.unfreeze()["frozen"] is False
+    assert c.approve(2)["state"] == "applied"
+
+
+def test_rollback_to_previous_and_named_revision(svc):
+    c, anon, store = svc
+    with pytest.raises(Conflict, match="revision 1 is the only one ever applied; there is "
+                                       "nothing to roll back to"):
+        c.rollback()
+    c.approve(2)
+    rev = c.rollback(operator="alice")
+    assert rev["id"] == 3 and rev["config"] == BASE and rev["trigger"] == "rollback to 1"
+    assert rev["diff"] == {"PriorityWeightAge": [5000, 1000]} and rev["parent"] == 2
+    assert rev["events"][-1]["actor"] == "operator:alice"
+    assert store.get(2).state.value == "rolled_back" and store.running().id == 3
+    assert anon.status()["running"]["id"] == 3
+    assert live_values(store.state_dir)["PriorityWeightAge"] == "1000"
+    with pytest.raises(Conflict, match="revision 3 is already running"):
+        c.rollback(3)
+    with pytest.raises(NotFound, match="no revision 4"):
+        c.rollback(4)
+    assert [r["id"] for r in anon.proposals()] == [2]  # a rollback is no proposal
+
+
+def test_slurm_down_is_503_and_nothing_applied(svc):
+    from autosched.live.fake import FakeConnector
+
+    c, anon, store = svc
+    fake = FakeConnector(store.state_dir.parent / "fake")
+    fake.update(down=True)
+    before = snapshot(store)
+    with pytest.raises(ServiceError, match="HTTP 503: .*could not reach Slurm: fake cluster is "
+                                           "down") as e:
+        c.approve(2)
+    assert e.value.status == 503 and snapshot(store) == before
+    assert anon.status()["running"]["id"] == 1  # reads go on from the store
+    fake.update(down=False)
+    assert c.approve(2)["state"] == "applied"
+
+
+def test_hand_edit_blocks_approve_with_409(svc):
+    from autosched.live.fake import FakeConnector
+
+    c, _, store = svc
+    FakeConnector(store.state_dir.parent / "fake").hand_edit("PriorityWeightAge", "777")
+    with pytest.raises(Conflict, match="HTTP 409: the live config differs from revision 1 "
+                                       r"\(PriorityWeightAge is 777 live, 1000 in revision 1\)"):
+        c.approve(2)
+    assert store.pending().id == 2 and store.running().id == 1
+
+
+@pytest.mark.parametrize("path, body", [
+    ("/api/revisions/2/approve", {"operator": "alice smith"}),  # space: not a name
+    ("/api/revisions/2/approve", {"operator": "x" * 65}),
+    ("/api/revisions/2/approve", {"who": "alice"}),  # unknown field
+    ("/api/revisions/2/reject", {"reason": "r" * 1001}),
+    ("/api/revisions/2/reject", {"reason": 5}),
+    ("/api/rollback", {"revision": 0}),
+    ("/api/rollback", {"revision": "one"}),
+    ("/api/revisions/two/approve", {}),
+    ("/api/freeze", [1, 2]),
+])
+def test_invalid_input_is_422_and_changes_nothing(svc, path, body):
+    c, _, store = svc
+    before = snapshot(store)
+    with pytest.raises(ServiceError) as e:
+        c._call("POST", path, body)
+    assert e.value.status == 422
+    assert snapshot(store) == before
+
+
+def test_the_token_is_checked_before_the_input(svc):
+    _, anon, store = svc
+    before = snapshot(store)
+    for path, body in [("/api/rollback", {"revision": 0}), ("/api/revisions/two/approve", {}),
+                       ("/api/freeze", [1, 2])]:
+        with pytest.raises(Unauthorized):
+            anon._call("POST", path, body)
+    assert snapshot(store) == before
+
+
+def test_page_escapes_what_operators_wrote(svc):
+    c, _, store = svc
+    c.freeze("<script>alert(1)</script> & more")
+    c.reject(2, reason='"><img src=x onerror=alert(2)>')
+    with urllib.request.urlopen(c.url + "/", timeout=30) as r:
+        html = r.read().decode()
+    assert "<script>alert(1)" not in html and "<img src=x" not in html
+    assert "&lt;script&gt;alert(1)&lt;/script&gt; &amp; more" in html
+    assert "&quot;&gt;&lt;img src=x onerror=alert(2)&gt;" in html
+
+
+def test_invalid_query_is_422(svc):
+    with pytest.raises(ServiceError, match="HTTP 422: query.limit") as e:
+        svc[1].revisions(limit=0)
+    assert e.value.status == 422
+
+
+def test_outcomes_predicted_against_observed(svc):
+    c, anon, store = svc
+    c.approve(2)
+    # what the agent's judge records one period later (Agent._judge)
+    store.record_outcome(2, {"metric": "avg_jct", "predicted_gain": 0.08, "observed_gain": 0.05,
+                             "verdict": "kept: avg_jct 4000.0 -> 3800.0 (+5.0%)"})
+    rows = anon.outcomes()
+    assert [(o["revision"], o["state"], o["predicted_gain"], o["spread"], o["observed_gain"])
+            for o in rows] == [(1, "applied", None, None, None), (2, "applied", 0.08, 0.02, 0.05)]
+    assert rows[1]["outcome"]["verdict"] == "kept: avg_jct 4000.0 -> 3800.0 (+5.0%)"
+
+
+def test_status_version_changes_with_the_store(svc):
+    c, anon, store = svc
+    v1 = anon.status()["version"]
+    assert anon.status()["version"] == v1
+    c.freeze()
+    v2 = anon.status()["version"]
+    store.record_round({"verdict": "hold"})
+    v3 = anon.status()["version"]
+    assert len({v1, v2, v3}) == 3
+
+
+def test_reads_can_require_the_token(tmp_path):
+    seed(tmp_path / "s")
+    with serve_in_thread(make_app(tmp_path / "s", open_reads=False)) as url:
+        with pytest.raises(Unauthorized):
+            Client(url).status()
+        with pytest.raises(Unauthorized):
+            Client(url).revisions()
+        assert Client(url, token=TOKEN).status()["running"]["id"] == 1
+
+
+def test_foreign_host_header_is_refused(svc):
+    # a page on another site that rebinds its DNS name to 127.0.0.1 sends its own Host header
+    req = urllib.request.Request(svc[0].url + "/api/status", headers={"Host": "evil.example"})
+    with pytest.raises(urllib.error.HTTPError) as e:
+        urllib.request.urlopen(req, timeout=30)
+    assert e.value.code == 400
+
+
+def test_status_without_an_agent_still_serves_the_store(tmp_path):
+    from autosched.errors import LiveError
+    from autosched.service.app import create_app
+
+    seed(tmp_path / "s")
+
+    def no_agent():
+        raise LiveError("no agent settings in s (run agent init)")
+
+    with serve_in_thread(create_app(tmp_path / "s", token=TOKEN, open_agent=no_agent)) as url:
+        st = Client(url).status()
+        assert st["running"]["id"] == 1 and st["pending"]["id"] == 2 and st["mode"] is None
+        assert st["agent_error"] == "no agent settings in s (run agent init)"
+        with pytest.raises(ServiceError, match="HTTP 503: no agent settings") as e:
+            Client(url, token=TOKEN).approve(2)
+        assert e.value.status == 503
+
+
+def test_client_cannot_reach(tmp_path):
+    with pytest.raises(ServiceError, match="cannot reach the service") as e:
+        Client("http://127.0.0.1:9", timeout=5).status()
+    assert e.value.status == 0
+
+
+def test_token_generated_owner_only_and_reused(tmp_path):
+    tok, path, new = load_or_create_token(tmp_path / "s")
+    assert new and path == tmp_path / "s" / "service.token" and len(tok) >= 32
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert load_or_create_token(tmp_path / "s") == (tok, path, False)
+
+
+def test_token_file_checks(tmp_path):
+    own = tmp_path / "tok"
+    own.write_text("operator-chosen-token-123\n")
+    os.chmod(own, 0o600)
+    assert load_or_create_token(tmp_path / "s", own) == ("operator-chosen-token-123", own, False)
+    assert not (tmp_path / "s" / "service.token").exists()
+    os.chmod(own, 0o640)
+    with pytest.raises(InputError, match=r"tok: the service token must be readable by its owner "
+                                         r"only \(mode 0640; chmod 600 it\)"):
+        load_or_create_token(tmp_path / "s", own)
+    own.write_text("short\n")
+    os.chmod(own, 0o600)
+    with pytest.raises(InputError, match="at least 16 characters"):
+        load_or_create_token(tmp_path / "s", own)
+    with pytest.raises(InputError, match="missing: cannot read the service token"):
+        load_or_create_token(tmp_path / "s", tmp_path / "missing")
+
+
+def test_plot_positions_worked_by_hand():
+    from autosched.service.page import plot_svg
+    from autosched.service.views import Outcome
+
+    assert "No applied revision with a prediction yet" in plot_svg([])
+    # one revision, predicted +10% (no spread), observed -10%: the axis spans +-12% (10% pad),
+    # so 0 sits half-way down the 188 px plot area that starts 28 px from the top
+    svg = plot_svg([Outcome(2, 1.0, "applied", 0.10, 0.0, -0.10, None)])
+    assert '<line x1="56" x2="628" y1="122.0" y2="122.0" class=zero />' in svg
+    assert '<circle cx="336.0" cy="43.7" r="4" />' in svg  # 28 + 0.02/0.24 * 188
+    assert 'y="196.3" width="8"' in svg  # observed square centred on 28 + 0.22/0.24 * 188
+    assert ">+12.0%</text>" in svg and ">0%</text>" in svg and ">-12.0%</text>" in svg

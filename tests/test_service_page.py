@@ -1,0 +1,118 @@
+"""The status page in a real browser (Debian's Chromium, headless, through Selenium) against the
+service in its own process: it loads with nothing from the network, shows the running revision
+and the pending proposal, refuses an action without the right token, and an approve with the token
+changes the running revision in the store."""
+
+from __future__ import annotations
+
+import os
+import re
+
+import pytest
+
+
+from autosched.live.store import RevisionStore
+from service_kit import TOKEN, live_values, seed, serve_process
+
+pytestmark = pytest.mark.browser  # fixture `browser`: tests/testbed.py
+
+
+@pytest.fixture
+def served(tmp_path):
+    state = tmp_path / "state"
+    store = seed(state)
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    os.chmod(token_file, 0o600)
+    with serve_process(state, "--token-file", str(token_file)) as (url, _):
+        yield url, store
+
+
+def wait_for(browser, css: str, pattern: str, timeout: float = 30):
+    from selenium.webdriver.common.by import By
+    from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    # the page reloads itself after an action: an element found before may be gone
+    return WebDriverWait(browser, timeout, ignored_exceptions=[StaleElementReferenceException]).until(
+        lambda d: (els := d.find_elements(By.CSS_SELECTOR, css))
+        and re.search(pattern, els[0].text) and els[0])
+
+
+def test_page_loads_offline_and_shows_running_and_pending(browser, served):
+    from selenium.webdriver.common.by import By
+
+    url, _ = served
+    browser.get(url + "/")
+    assert browser.title == "autosched agent"
+    assert re.match(r"revision 1 \(baseline\), applied \d{4}-\d\d-\d\d ",
+                    browser.find_element(By.ID, "running-rev").text)
+    assert browser.find_element(By.ID, "mode").text == "propose"
+    pending = browser.find_element(By.ID, "pending")
+    assert "Pending proposal: revision 2" in pending.text
+    assert browser.find_element(By.ID, "predicted-gain").text == "+8.0% ± 2.0%"
+    assert "PriorityWeightAge 1000 (1000) 5000 (5000)" in pending.text
+    running = browser.find_element(By.ID, "running").text
+    assert "PriorityMaxAge 604800.0 7-0 1" in running  # simulator units, then Slurm's
+    assert browser.find_element(By.ID, "rev-2").get_attribute("class") == "state-proposed"
+    # nothing came from elsewhere: every resource the page loaded is the page itself
+    urls = browser.execute_script(
+        "return performance.getEntriesByType('resource').map(e => e.name)")
+    assert all(u.startswith(url) for u in urls), urls
+    assert browser.execute_script("return document.querySelectorAll('[src]').length") == 0
+
+
+def test_approve_needs_the_token_then_changes_the_running_revision(browser, served):
+    from selenium.webdriver.common.by import By
+
+    url, store = served
+    browser.get(url + "/")
+    browser.execute_script("sessionStorage.clear()")
+    browser.get(url + "/")
+    # no token: the page asks for it; cancelling sends nothing
+    browser.find_element(By.ID, "approve").click()
+    alert = browser.switch_to.alert
+    assert "token" in alert.text
+    alert.dismiss()
+    wait_for(browser, "#message", "an action needs the token")
+    # a wrong token: the service's 401 is shown, nothing changes
+    browser.find_element(By.ID, "token").send_keys("not-the-token-0123456789")
+    browser.find_element(By.ID, "approve").click()
+    wait_for(browser, "#message", r"^401: a valid bearer token is required")
+    assert store.running().id == 1 and store.pending().id == 2
+    # the token: the proposal goes live, the page reloads showing it
+    tok = browser.find_element(By.ID, "token")
+    tok.clear()
+    tok.send_keys(TOKEN)
+    browser.find_element(By.ID, "approve").click()
+    wait_for(browser, "#running-rev", r"^revision 2 \(period\)")
+    assert store.running().id == 2 and store.pending() is None
+    assert store.get(2).events[-1].actor == "service:token"
+    assert live_values(store.state_dir)["PriorityWeightAge"] == "5000"  # the cluster runs it
+    assert "none" in browser.find_element(By.ID, "pending").text
+    # the token is kept for the tab: freezing needs no prompt now
+    browser.find_element(By.ID, "freeze-reason").send_keys("holiday")
+    browser.find_element(By.ID, "freeze").click()
+    banner = wait_for(browser, "#frozen", "holiday")
+    assert banner.text.startswith("Frozen by service:token: holiday.")
+    assert store.flags().frozen
+    # unfreeze, and roll back to the baseline from the history table
+    browser.find_element(By.ID, "unfreeze").click()
+    wait_for(browser, "#freeze", "Freeze")  # the reloaded, unfrozen page
+    assert not store.flags().frozen
+    browser.find_element(By.ID, "rollback-1").click()
+    wait_for(browser, "#running-rev", r"^revision 3 \(rollback to 1\)")
+    assert RevisionStore(store.state_dir).running().config == store.get(1).config
+    assert live_values(store.state_dir)["PriorityWeightAge"] == "1000"
+
+
+def test_page_follows_changes_made_elsewhere(browser, served):
+    """Someone freezes the agent from the shell: the open page shows it by itself."""
+    from selenium.webdriver.common.by import By
+
+    url, store = served
+    browser.get(url + "/")
+    assert not browser.find_elements(By.ID, "frozen")
+    store.freeze("operator:carol", "from the shell")  # as `autosched agent freeze` writes it
+    banner = wait_for(browser, "#frozen", "from the shell", timeout=60)  # polls every 10 s
+    assert banner.text.startswith("Frozen by operator:carol: from the shell.")
