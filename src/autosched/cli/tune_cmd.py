@@ -39,7 +39,7 @@ def tune_cmd(
 ) -> None:
     """Find the best knob settings of a policy on a trace (Bayesian optimisation + causal screening)."""
     from ..space import ConfigError, parse_config_json
-    from ..tune import Objective, ObjectiveError, Tuner, TuneError
+    from ..tune import ExecutionConfig, Objective, ObjectiveError, SearchConfig, Tuner, TuneError
 
     names = [n.strip() for p in policy for n in p.split(",") if n.strip()]
     with input_errors():
@@ -59,9 +59,10 @@ def tune_cmd(
     tr, cl, _ = load_inputs(trace, cluster, fmt, quiet=as_json)
     try:
         with input_errors():
-            tuner = Tuner(names if len(names) > 1 else names[0], cl, obj, budget=budget, seed=seed,
-                          sampler=sampler, screening=screening, workers=workers, executor=executor,
-                          study=study, trial_timeout=trial_timeout, address=address)
+            search = SearchConfig(budget=budget, seed=seed, sampler=sampler, screening=screening)
+            execution = ExecutionConfig(workers=workers, executor=executor, address=address,
+                                        trial_timeout=trial_timeout, study=study)
+            tuner = Tuner(names if len(names) > 1 else names[0], cl, obj, search, execution)
     except (TuneError, ValueError, RuntimeError) as e:
         fail(str(e))
     try:
