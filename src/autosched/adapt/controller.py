@@ -116,6 +116,8 @@ class Controller:
     Each round's tuner comes from `tuner_factory` (default: `autosched.tune.Tuner`) with
     ``search`` (sampler, screening, ...; its budget and seed are replaced by this controller's
     `budget` and a seed per round derived from `seed`) and ``execution`` (workers, executor, ...).
+    Leave ``execution.study`` unset: a study file belongs to one problem, and every round tunes on
+    new workloads (a second round would be refused by the study).
     """
 
     def __init__(self, policy: str, cluster: ClusterSpec, source: WorkloadSource, *,

@@ -226,7 +226,10 @@ class Tuner:
                     break
                 head = next(iter(asked))
                 while head not in ready:
-                    for out in executor.collect():
+                    outs = executor.collect()
+                    if not outs:  # an executor never drops a submitted trial; never spin on one that did
+                        raise RuntimeError(f"the executor lost trial {head}")
+                    for out in outs:
                         ready[out.key] = out
                 trial, name, config = asked.pop(head)
                 out = ready.pop(head)
