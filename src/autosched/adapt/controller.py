@@ -174,8 +174,9 @@ class Controller:
         self._last_round = obs.now
         self._reference = profile(obs, obs.start, obs.now)
         workloads = self._workloads(obs, round_seed)
-        base: dict[str, Any] = dict(time=obs.now, trigger=trigger, samples=len(workloads), history_jobs=len(obs.history),
-                    imputed_durations=obs.imputed, drift=dict(drift.stats) if drift else {})
+        base: dict[str, Any] = dict(time=obs.now, trigger=trigger, samples=len(workloads),
+                                    history_jobs=len(obs.history), imputed_durations=obs.imputed,
+                                    drift=dict(drift.stats) if drift else {})
         if not workloads:
             return self._keep(base, t0, "no jobs to evaluate in the coming period")
         tuner = self.tuner_factory(self.policy, self.cluster, self.objective,

@@ -120,7 +120,8 @@ class StudyLock:
             try:
                 fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
             except OSError as e:
-                raise StudyError(f"study {self.study}: cannot create its lock file {self.path} ({e.strerror})") from None
+                raise StudyError(f"study {self.study}: cannot create its lock file {self.path} "
+                                 f"({e.strerror})") from None
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             except BlockingIOError:
