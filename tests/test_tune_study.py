@@ -382,3 +382,45 @@ def test_settings_are_checked_once_where_they_are_declared():
     with pytest.raises(TuneError, match=r"trial timeout must be positive \(got -1 s\)"):
         ExecutionConfig(trial_timeout=-1)
     assert ExecutionConfig(study="x.db").study == Path("x.db")
+
+
+_HANGING = textwrap.dedent("""
+    import sys
+    sys.path.insert(0, {tests!r})
+    from test_tune_doubles import CLUSTER, TRACE, Knobby, hanging_sim
+    from autosched.tune import ExecutionConfig, SearchConfig, Tuner
+    Tuner(Knobby, CLUSTER, None, SearchConfig(budget=10, screening=False),
+          ExecutionConfig(study={study!r}, workers=2), simulator=hanging_sim).tune([TRACE])
+""")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")  # a zombie has ended (nobody may reap it in a container)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_a_killed_run_leaves_no_worker_running_and_the_study_free(tmp_path):
+    study, markers = tmp_path / "s.db", tmp_path / "markers"
+    markers.mkdir()
+    proc = subprocess.Popen([sys.executable, "-c", _HANGING.format(tests=str(TESTS), study=str(study))],
+                            env={**env(), "AUTOSCHED_TEST_MARKERS": str(markers)})
+    try:
+        deadline = time.monotonic() + 120
+        while len(list(markers.iterdir())) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None
+            time.sleep(0.1)
+        workers = [int(p.name) for p in markers.iterdir()]
+        assert len(workers) == 2 and all(_alive(w) for w in workers)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    deadline = time.monotonic() + 60
+    while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(_alive(w) for w in workers), "the workers outlived their killed run"
+    with StudyLock(study):  # and nothing holds the study
+        pass
