@@ -43,12 +43,25 @@ class StudyError(TuneError):
 
 
 def check_study_path(path: Path) -> None:
-    """Refuse a path that is not (and cannot become) a study file; create missing parent folders."""
+    """Refuse a path that cannot be a study file (a directory, a device, a FIFO); create missing
+    parent folders. Before taking the lock: the lock file goes beside the study."""
     if path.is_dir():
         raise StudyError(f"study {path}: is a directory; a study is one SQLite file")
+    if path.exists() and not path.is_file():
+        raise StudyError(f"study {path}: not a regular file; a study is one SQLite file")
+    parent = path.parent
+    try:
+        parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise StudyError(f"study {path}: cannot create its folder {parent} ({e.strerror})") from None
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise StudyError(f"study {path}: cannot write in its folder {parent} (permission denied)")
+
+
+def check_study_file(path: Path) -> None:
+    """Refuse an existing file that is not a study (not SQLite, or another program's database)
+    or cannot be written. Under the lock: no other run is creating the file meanwhile."""
     if path.exists():
-        if not path.is_file():
-            raise StudyError(f"study {path}: not a regular file; a study is one SQLite file")
         try:
             with path.open("rb") as f:
                 head = f.read(len(SQLITE_MAGIC))
@@ -64,13 +77,6 @@ def check_study_path(path: Path) -> None:
                                  f"{', '.join(sorted(tables)[:4])}), not a study; it is left as it is")
         if not os.access(path, os.R_OK | os.W_OK):
             raise StudyError(f"study {path}: cannot be written (permission denied)")
-    parent = path.parent
-    try:
-        parent.mkdir(parents=True, exist_ok=True)
-    except OSError as e:
-        raise StudyError(f"study {path}: cannot create its folder {parent} ({e.strerror})") from None
-    if not os.access(parent, os.W_OK | os.X_OK):
-        raise StudyError(f"study {path}: cannot write in its folder {parent} (permission denied)")
 
 
 def _tables(path: Path) -> set[str]:
@@ -81,7 +87,7 @@ def _tables(path: Path) -> set[str]:
         finally:
             con.close()
     except sqlite3.Error as e:
-        raise StudyError(f"study {path}: a damaged SQLite file ({e})") from None
+        raise StudyError(f"study {path}: cannot be read as SQLite ({e})") from None
 
 
 _HELD: set[int] = set()  # descriptors of the locks this process holds

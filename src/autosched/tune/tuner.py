@@ -33,7 +33,7 @@ from .executor import Outcome, make_executor
 from .objective import Objective
 from .screening import Screening, screen
 from .searchspace import SearchSpace, latin_hypercube
-from .study import StudyError, StudyLock, check_identity, check_study_path, problem_identity
+from .study import StudyError, StudyLock, check_identity, check_study_file, check_study_path, problem_identity
 
 __all__ = ["Tuner", "TuneResult", "Trial", "TuneError", "SearchConfig", "ExecutionConfig", "SAMPLERS",
            "STUDY_NAME", "STATES"]
@@ -174,6 +174,7 @@ class Tuner:
             return self._tune(workloads, warm_start, progress)
         check_study_path(path)
         with StudyLock(path):
+            check_study_file(path)
             return self._tune(workloads, warm_start, progress)
 
     def _tune(self, workloads: Sequence[Trace], warm_start: "Sequence[Mapping[str, Any] | Trial] | None",
