@@ -242,6 +242,7 @@ def test_two_tune_processes_on_one_fresh_study(traces, tmp_path):
         n = _wait_for_trials(study, 5, winner)
         # a third run while the winner works on an existing study: refused too, the store untouched
         third = _tune_proc(a, study, 10)
+        procs.append(third)
         assert third.wait(60) == 2 and f"in use by PID {winner.pid}" in third.stderr.read()
         winner.send_signal(signal.SIGKILL)
         winner.wait()
@@ -249,7 +250,7 @@ def test_two_tune_processes_on_one_fresh_study(traces, tmp_path):
         for p in procs:
             if p.poll() is None:
                 p.kill()
-                p.wait()
+            p.communicate()  # reaps it and closes its pipes
     kept = [t for t in _check_store(study) if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(kept) >= n
     resumed = _tune_proc(a, study, len(kept) + 4)
@@ -356,7 +357,7 @@ def test_after_kill_9_the_resumed_run_repeats_no_config(tmp_path, workers):
         _wait_for_trials(study, 4, proc)
     finally:
         proc.send_signal(signal.SIGKILL)
-        proc.wait()
+        proc.communicate()
     trials = _check_store(study)
     finished = [t for t in trials if t.state == optuna.trial.TrialState.COMPLETE]
     assert len(finished) < 10  # still in the start-up phase (10 random trials)
