@@ -13,7 +13,7 @@ from ..policies import get_policy
 from ..sim.metrics import METRIC_HELP, Metrics
 from ..space import Config
 from ..trace.table import Trace
-from ..tune import ExecutionConfig, Objective, SearchConfig
+from ..tune import ExecutionConfig, Objective, SearchConfig, TuneError
 from .drift import DriftReport, DriftTest, Profile, profile
 from .guardrail import Guardrail
 from .observe import Observation
@@ -116,8 +116,8 @@ class Controller:
     Each round's tuner comes from `tuner_factory` (default: `autosched.tune.Tuner`) with
     ``search`` (sampler, screening, ...; its budget and seed are replaced by this controller's
     `budget` and a seed per round derived from `seed`) and ``execution`` (workers, executor, ...).
-    Leave ``execution.study`` unset: a study file belongs to one problem, and every round tunes on
-    new workloads (a second round would be refused by the study).
+    ``execution.study`` must be unset (refused): a study file belongs to one problem, and every
+    round tunes on new workloads.
     """
 
     def __init__(self, policy: str, cluster: ClusterSpec, source: WorkloadSource, *,
@@ -138,6 +138,9 @@ class Controller:
         self.objective = Objective(metric=metric, constraints=tuple(constraints))  # checks metric, constraints
         self.search = replace(search or SearchConfig(), budget=budget)  # checks budget
         self.execution = execution or ExecutionConfig()
+        if self.execution.study is not None:
+            raise TuneError(f"controller: study {self.execution.study} holds one problem, and every round "
+                            "tunes on new workloads; tune each round in memory (no study file)")
         self.budget = budget
         self.metric = metric
         self.minimize = self.objective.minimize
