@@ -122,7 +122,7 @@ def main() -> None:
     args = ap.parse_args()
 
     from autosched.policies import get_policy
-    from autosched.tune import Objective, Tuner
+    from autosched.tune import Objective, SearchConfig, Tuner
 
     RESULTS.mkdir(exist_ok=True)
     tr, cluster, offered = workload(args.workload, args.load)
@@ -161,8 +161,8 @@ def main() -> None:
             else:
                 sampler = "gp" if method == "gp" else "tpe"
                 budget = (args.gp_budget or args.budget) if method == "gp" else args.budget
-                tuner = Tuner(args.policy, cluster, obj, budget=budget, seed=seed, sampler=sampler,
-                              screening=method.startswith("screen"))
+                tuner = Tuner(args.policy, cluster, obj,
+                              SearchConfig(budget=budget, seed=seed, sampler=sampler, screening=method.startswith("screen")))
                 res = tuner.tune([tr])
                 values = [t.value for t in sorted(res.trials, key=lambda t: t.number)]
                 extra = {"frozen": res.screened_knobs, "searched": res.searched_knobs,

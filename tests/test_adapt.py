@@ -127,6 +127,18 @@ def _controller(tuner_cls, cluster, **kw):
                       period=2 * DAY, budget=3, tuner_factory=tuner_cls, **kw)
 
 
+def test_controller_settings_are_typed_and_checked_once(tmp_path):
+    from autosched.tune import ExecutionConfig, SearchConfig, TuneError
+
+    cl = ClusterSpec.uniform_nodes(1, 4)
+    ctrl = _controller(FakeTuner, cl, search=SearchConfig(sampler="random", budget=99), seed=4)
+    assert ctrl.search == SearchConfig(sampler="random", budget=3)  # the controller's budget wins
+    with pytest.raises(TuneError, match="budget must be at least 1"):
+        Controller("tiresias", cl, ModelSource("fake", samples=1, factory=fake_model_factory), period=DAY, budget=0)
+    with pytest.raises(TuneError, match="holds one problem"):
+        _controller(FakeTuner, cl, execution=ExecutionConfig(study=tmp_path / "s.db"))
+
+
 def test_controller_refuses_a_config_predicted_worse():
     tr = synthetic_trace(days=4, per_day=150)
     cl = ClusterSpec.uniform_nodes(2, 4)

@@ -7,14 +7,16 @@ real simulator, and record what they were shown (so tests can check what the con
 from __future__ import annotations
 
 import random
-from types import SimpleNamespace
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
 from autosched.cluster import ClusterSpec
 from autosched.policies import get_policy
-from autosched.sim import simulate
+from autosched.sim import Metrics, simulate
 from autosched.trace import Trace
+from autosched.tune import ExecutionConfig, Objective, SearchConfig
 
 DAY = 86400.0
 
@@ -32,19 +34,34 @@ def synthetic_trace(days: float = 6, per_day: int = 80, seed: int = 0, gpus=(1, 
     }, source="synthetic")
 
 
+@dataclass
+class FakeResult:
+    """Keeps to autosched.adapt.controller.TuningOutcome."""
+
+    best_config: dict | None
+    best_value: float
+    default_value: float
+    trials: list = field(default_factory=list)
+    screened_knobs: dict[str, Any] = field(default_factory=dict)
+    graph: list[tuple[str, str, bool]] = field(default_factory=list)
+    cost: dict[str, float] = field(default_factory=dict)
+
+
 class FakeTuner:
-    """Random search over the policy's space, scored with the real simulator."""
+    """Random search over the policy's space, scored with the real simulator. Its constructor
+    keeps to autosched.adapt.controller.TunerFactory, its instances to RoundTuner."""
 
     instances: list["FakeTuner"] = []
 
-    def __init__(self, policy, cluster: ClusterSpec, metric="avg_jct", constraints=(), budget=4, seed=0, **kw):
-        self.policy, self.cluster, self.metric = policy, cluster, metric
-        self.budget, self.seed, self.kw = budget, seed, kw
+    def __init__(self, policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
+                 execution: ExecutionConfig):
+        self.policy, self.cluster, self.metric = policy, cluster, objective.metric
+        self.budget, self.seed, self.execution = search.budget, search.seed, execution
         self.space = get_policy(policy).space
         self.seen: list[list[Trace]] = []
         FakeTuner.instances.append(self)
 
-    def evaluate(self, policy, config, workloads):
+    def evaluate(self, policy, config, workloads) -> tuple[float, list[Metrics]]:
         ms = [simulate(w, self.cluster, get_policy(policy)(config)).metrics for w in workloads]
         return float(np.mean([getattr(m, self.metric) for m in ms])), ms
 
@@ -54,9 +71,8 @@ class FakeTuner:
         configs = [self.space.default(), *(warm_start or []), *(self.space.sample(rng) for _ in range(self.budget))]
         values = [self.evaluate(self.policy, c, workloads)[0] for c in configs]
         best = int(np.argmin(values))
-        return SimpleNamespace(best_config=configs[best], best_value=values[best], default_value=values[0],
-                               trials=[], screened_knobs=[], graph={"edges": [["queues", "avg_jct"]]},
-                               cost={"simulations": len(configs) * len(workloads)})
+        return FakeResult(best_config=configs[best], best_value=values[best], default_value=values[0],
+                          graph=[("queues", "avg_jct", True)], cost={"simulations": len(configs) * len(workloads)})
 
 
 class WorseTuner(FakeTuner):
@@ -65,8 +81,7 @@ class WorseTuner(FakeTuner):
     def tune(self, workloads, warm_start=None, progress=None):
         self.seen.append(list(workloads))
         bad = self.space.validate({"queues": 1, "interval": 3600.0})  # FIFO-like, decides hourly
-        return SimpleNamespace(best_config=bad, best_value=0.0, default_value=1.0, trials=[],
-                               screened_knobs=[], graph=None, cost={"simulations": 0})
+        return FakeResult(best_config=bad, best_value=0.0, default_value=1.0, cost={"simulations": 0})
 
 
 class FakeModel:
@@ -106,7 +121,7 @@ def test_doubles_keep_to_the_interfaces():
     m = FakeModel().fit(tr.window(0, DAY))
     s = m.sample(DAY, DAY, seed=1)
     assert len(s) and s.start >= DAY and s.end < 2 * DAY
-    tuner = FakeTuner("tiresias", cl, budget=2)
+    tuner = FakeTuner("tiresias", cl, Objective(), SearchConfig(budget=2, screening=False), ExecutionConfig())
     res = tuner.tune([s])
     value, ms = tuner.evaluate("tiresias", res.best_config, [s])
     assert value == res.best_value and len(ms) == 1

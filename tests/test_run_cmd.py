@@ -88,7 +88,7 @@ def test_run_without_causal_learn_tunes_without_screening(tiny, monkeypatch):
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "tuning without causal screening" in res.stderr
-    assert json.loads(res.stdout)["settings"]["tuner_options"]["screening"] is False
+    assert json.loads(res.stdout)["settings"]["search"]["screening"] is False
 
 
 def test_run_report_without_matplotlib_fails_cleanly(tiny, monkeypatch, tmp_path):

@@ -21,7 +21,8 @@ from autosched.policies import get_policy
 from autosched.sim import Simulator
 from autosched.space import Bool, Categorical, Float, Int
 from autosched.trace.table import Trace
-from autosched.tune import Objective, ObjectiveError, Tuner, TuneError, distribution, fragmentation
+from autosched.tune import (ExecutionConfig, Objective, ObjectiveError, SearchConfig, Tuner, TuneError,
+                            distribution, fragmentation)
 from autosched.tune.screening import screen
 from autosched.tune.searchspace import from_unit, latin_hypercube
 
@@ -31,9 +32,14 @@ from test_tune_doubles import (CLUSTER, RELEVANT, TRACE, Knobby, always_dies_sim
 TESTS = Path(__file__).resolve().parent
 
 
+SEARCH = set(SearchConfig.__dataclass_fields__)
+
+
 def tuner(**kw) -> Tuner:
-    kw.setdefault("simulator", known_sim)
-    return Tuner(Knobby, CLUSTER, kw.pop("objective", Objective()), **kw)
+    """A Tuner of the test double; keyword arguments go to SearchConfig or ExecutionConfig."""
+    objective, simulator = kw.pop("objective", Objective()), kw.pop("simulator", known_sim)
+    search = SearchConfig(**{k: kw.pop(k) for k in list(kw) if k in SEARCH})
+    return Tuner(Knobby, CLUSTER, objective, search, ExecutionConfig(**kw), simulator=simulator)
 
 
 # ------------------------------------------------------------------------------ objective
@@ -278,8 +284,9 @@ _RUNNER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
     from test_tune_doubles import CLUSTER, TRACE, Knobby, slow_sim
-    from autosched.tune import Tuner
-    Tuner(Knobby, CLUSTER, budget=200, study={study!r}, screening=False, simulator=slow_sim).tune([TRACE])
+    from autosched.tune import ExecutionConfig, SearchConfig, Tuner
+    Tuner(Knobby, CLUSTER, None, SearchConfig(budget=200, screening=False), ExecutionConfig(study={study!r}),
+          simulator=slow_sim).tune([TRACE])
 """)
 
 

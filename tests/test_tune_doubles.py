@@ -75,3 +75,10 @@ def dies_once_sim(trace, cluster, policy):
 
 def always_dies_sim(trace, cluster, policy):
     os._exit(3)
+
+
+def hanging_sim(trace, cluster, policy):
+    """Leaves its worker's PID in $AUTOSCHED_TEST_MARKERS, then hangs (a trial that runs long)."""
+    open(os.path.join(os.environ["AUTOSCHED_TEST_MARKERS"], str(os.getpid())), "w").close()
+    time.sleep(600)
+    return known_sim(trace, cluster, policy)

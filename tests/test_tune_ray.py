@@ -6,7 +6,7 @@ import pytest
 
 from autosched.cluster import ClusterSpec
 from autosched.trace.table import Trace
-from autosched.tune import Objective, Tuner
+from autosched.tune import ExecutionConfig, Objective, SearchConfig, Tuner
 
 ray = pytest.importorskip("ray")
 
@@ -20,8 +20,9 @@ CLUSTER = ClusterSpec.uniform_nodes(1, 4)
 
 
 def run(executor: str):
-    tuner = Tuner("tiresias", CLUSTER, Objective("avg_jct"), budget=14, seed=3, screening=True,
-                  initial_design=8, workers=1, executor=executor)
+    tuner = Tuner("tiresias", CLUSTER, Objective("avg_jct"),
+                  SearchConfig(budget=14, seed=3, screening=True, initial_design=8),
+                  ExecutionConfig(workers=1, executor=executor))
     return tuner.tune([TRACE])
 
 
@@ -42,8 +43,8 @@ def test_a_trial_whose_ray_worker_dies_is_retried_once(tmp_path, monkeypatch):
 
     ray.cloudpickle.register_pickle_by_value(doubles)  # the workers cannot import tests/
     monkeypatch.setenv("AUTOSCHED_TEST_MARKERS", str(tmp_path))  # inherited by the workers
-    tuner = Tuner(doubles.Knobby, doubles.CLUSTER, Objective(), budget=2, seed=0, screening=False,
-                  workers=1, executor="ray", simulator=doubles.dies_once_sim)
+    tuner = Tuner(doubles.Knobby, doubles.CLUSTER, Objective(), SearchConfig(budget=2, seed=0, screening=False),
+                  ExecutionConfig(workers=1, executor="ray"), simulator=doubles.dies_once_sim)
     res = tuner.tune([doubles.TRACE])
     assert [t.state for t in res.trials] == ["complete"] * 2
     assert [t.attempts for t in res.trials] == [2] * 2

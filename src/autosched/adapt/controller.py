@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any, Protocol
 
 from ..cluster import ClusterSpec, fit_to_cluster
 from ..jsonable import jsonable
 from ..policies import get_policy
-from ..sim.metrics import METRIC_HELP
+from ..sim.metrics import METRIC_HELP, Metrics
 from ..space import Config
 from ..trace.table import Trace
+from ..tune import ExecutionConfig, Objective, SearchConfig, TuneError
 from .drift import DriftReport, DriftTest, Profile, profile
 from .guardrail import Guardrail
 from .observe import Observation
@@ -36,9 +37,9 @@ class Decision:
     knobs_changed: dict[str, tuple[Any, Any]]  # knob -> (running, candidate)
     reason: str
     tuning_seconds: float
-    tuning_cost: Any = None  # as the tuner reports it (trials, simulations, ...)
-    causal_graph: Any = None
-    screened_knobs: Any = None
+    tuning_cost: dict[str, float] | None = None  # as the tuner reports it (trials, simulations, ...)
+    causal_graph: list[list[Any]] | None = None  # [source, target, directed] edges of screening
+    screened_knobs: dict[str, Any] | None = None  # knob frozen by screening -> its value
     drift: dict[str, float] = field(default_factory=dict)
     history_jobs: int = 0
     imputed_durations: int = 0
@@ -49,11 +50,57 @@ class Decision:
         return jsonable(d)
 
 
-def default_tuner_factory(**kw: Any):
-    from ..tune import Objective, Tuner
+# ------------------------------------------------------------------ what the loop needs from a tuner
 
-    kw["objective"] = Objective(metric=kw.pop("metric"), constraints=tuple(kw.pop("constraints", ())))
-    return Tuner(**kw)
+class TrialRecord(Protocol):
+    """One trial of a tuning round, as the loop reads it (`autosched.tune.Trial` is one)."""
+
+    @property
+    def state(self) -> str: ...  # "complete", "failed" or "pruned"
+    @property
+    def config(self) -> Config: ...
+    @property
+    def metrics(self) -> Sequence[Metrics]: ...  # one per workload, in the order given
+
+
+class TuningOutcome(Protocol):
+    """What a round's tuning returns (`autosched.tune.TuneResult` is one)."""
+
+    @property
+    def best_config(self) -> Config | None: ...  # None: no trial completed
+    @property
+    def trials(self) -> Sequence[TrialRecord]: ...
+    @property
+    def cost(self) -> Mapping[str, float]: ...  # trials, simulations, seconds
+    @property
+    def graph(self) -> Sequence[tuple[str, str, bool]]: ...  # causal edges (source, target, directed)
+    @property
+    def screened_knobs(self) -> Mapping[str, Any]: ...  # knob frozen by screening -> its value
+
+
+class RoundTuner(Protocol):
+    """A tuner for one round: search on the round's workloads, and score a given config on them."""
+
+    def tune(self, workloads: Sequence[Trace], warm_start: Sequence[Mapping[str, Any]] | None = None,
+             progress: Callable[[int, int], None] | None = None) -> TuningOutcome: ...
+
+    def evaluate(self, policy_name: str, config: Mapping[str, Any],
+                 workloads: Sequence[Trace]) -> tuple[float, list[Metrics]]: ...
+
+
+class TunerFactory(Protocol):
+    """Makes a round's tuner; `autosched.tune.Tuner` itself is one (this is its constructor)."""
+
+    def __call__(self, policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
+                 execution: ExecutionConfig) -> RoundTuner: ...
+
+
+def default_tuner_factory(policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
+                          execution: ExecutionConfig) -> RoundTuner:
+    """`autosched.tune.Tuner`, imported on first use (Optuna is slow to import)."""
+    from ..tune import Tuner
+
+    return Tuner(policy, cluster, objective, search, execution)
 
 
 class Controller:
@@ -65,6 +112,12 @@ class Controller:
     warm-started from the running config and the previous rounds' winners; the winner and the
     running config are then scored on the same workloads and the `Guardrail` decides.
     ``check_drift(obs)`` says whether the last day moved away from the window of the last tuning.
+
+    Each round's tuner comes from `tuner_factory` (default: `autosched.tune.Tuner`) with
+    ``search`` (sampler, screening, ...; its budget and seed are replaced by this controller's
+    `budget` and a seed per round derived from `seed`) and ``execution`` (workers, executor, ...).
+    ``execution.study`` must be unset (refused): a study file belongs to one problem, and every
+    round tunes on new workloads.
     """
 
     def __init__(self, policy: str, cluster: ClusterSpec, source: WorkloadSource, *,
@@ -72,20 +125,25 @@ class Controller:
                  constraints: tuple[str, ...] = (), guardrail: Guardrail | None = None,
                  drift: DriftTest | None = None, recent: float = 86400.0, min_gap: float = 86400.0,
                  carry_backlog: bool = True, initial_config: Mapping[str, Any] | None = None,
-                 seed: int = 0, tuner_factory: Callable[..., Any] | None = None,
-                 tuner_options: Mapping[str, Any] | None = None, warm_keep: int = 3):
-        if period <= 0 or budget < 1:
-            raise ValueError("controller: period must be > 0 and budget >= 1")
-        if metric not in METRIC_HELP:
-            raise ValueError(f"controller: unknown metric {metric!r}")
+                 seed: int = 0, tuner_factory: TunerFactory | None = None,
+                 search: SearchConfig | None = None, execution: ExecutionConfig | None = None,
+                 warm_keep: int = 3):
+        if period <= 0:
+            raise ValueError("controller: period must be > 0")
         self.policy = policy
         self.space = get_policy(policy).space
         self.cluster = cluster
         self.source = source
         self.period = period
+        self.objective = Objective(metric=metric, constraints=tuple(constraints))  # checks metric, constraints
+        self.search = replace(search or SearchConfig(), budget=budget)  # checks budget
+        self.execution = execution or ExecutionConfig()
+        if self.execution.study is not None:
+            raise TuneError(f"controller: study {self.execution.study} holds one problem, and every round "
+                            "tunes on new workloads; tune each round in memory (no study file)")
         self.budget = budget
         self.metric = metric
-        self.minimize = METRIC_HELP[metric][1]
+        self.minimize = self.objective.minimize
         self.constraints = tuple(constraints)
         self.guardrail = guardrail or Guardrail()
         self.drift = drift
@@ -93,8 +151,7 @@ class Controller:
         self.min_gap = min_gap
         self.carry_backlog = carry_backlog
         self.seed = seed
-        self.tuner_factory = tuner_factory or default_tuner_factory
-        self.tuner_options = dict(tuner_options or {})
+        self.tuner_factory: TunerFactory = tuner_factory or default_tuner_factory
         self.warm_keep = warm_keep
         self.running: Config = self.space.validate(initial_config or {})
         self.decisions: list[Decision] = []
@@ -120,17 +177,17 @@ class Controller:
         self._last_round = obs.now
         self._reference = profile(obs, obs.start, obs.now)
         workloads = self._workloads(obs, round_seed)
-        base = dict(time=obs.now, trigger=trigger, samples=len(workloads), history_jobs=len(obs.history),
-                    imputed_durations=obs.imputed, drift=dict(drift.stats) if drift else {})
+        base: dict[str, Any] = dict(time=obs.now, trigger=trigger, samples=len(workloads),
+                                    history_jobs=len(obs.history), imputed_durations=obs.imputed,
+                                    drift=dict(drift.stats) if drift else {})
         if not workloads:
             return self._keep(base, t0, "no jobs to evaluate in the coming period")
-        tuner = self.tuner_factory(policy=self.policy, cluster=self.cluster, metric=self.metric,
-                                   constraints=self.constraints, budget=self.budget, seed=round_seed,
-                                   **self.tuner_options)
+        tuner = self.tuner_factory(self.policy, self.cluster, self.objective,
+                                   replace(self.search, seed=round_seed), self.execution)
         res = tuner.tune(workloads, warm_start=self._warm_start(), progress=self.progress)
-        evidence = dict(tuning_cost=jsonable(getattr(res, "cost", None)),
-                        causal_graph=jsonable(getattr(res, "graph", None)),
-                        screened_knobs=jsonable(getattr(res, "screened_knobs", None)))
+        evidence = dict(tuning_cost=jsonable(dict(res.cost)),
+                        causal_graph=jsonable([list(e) for e in res.graph]),
+                        screened_knobs=jsonable(dict(res.screened_knobs)))
         if res.best_config is None:
             return self._keep(base, t0, "tuning failed: no trial completed", **evidence)
         candidate = self.space.validate(res.best_config)
@@ -139,8 +196,8 @@ class Controller:
             return self._keep(base, t0, "the tuner's best is the running config", candidate=candidate, **evidence)
         m_run = _trial_metrics(res, self.running) or tuner.evaluate(self.policy, self.running, workloads)[1]
         m_cand = _trial_metrics(res, candidate) or tuner.evaluate(self.policy, candidate, workloads)[1]
-        run_vals = [_value(m, self.metric) for m in m_run]
-        cand_vals = [_value(m, self.metric) for m in m_cand]
+        run_vals = [float(getattr(m, self.metric)) for m in m_run]
+        cand_vals = [float(getattr(m, self.metric)) for m in m_cand]
         verdict = self.guardrail.judge(run_vals, cand_vals, self.minimize)
         changed = {k: (self.running[k], candidate[k]) for k in self.space.names if self.running[k] != candidate[k]}
         if verdict.deploy:
@@ -183,17 +240,13 @@ class Controller:
         return d
 
 
-def _trial_metrics(res: Any, config: Config) -> list | None:
+def _trial_metrics(res: TuningOutcome, config: Config) -> list[Metrics] | None:
     """Per-workload metrics of `config` if the tuner already simulated it on these workloads (the
     simulator is deterministic, so running it again would give the same numbers)."""
-    for t in getattr(res, "trials", None) or ():
-        if getattr(t, "state", None) == "complete" and t.config == config and t.metrics:
+    for t in res.trials:
+        if t.state == "complete" and t.config == config and t.metrics:
             return list(t.metrics)
     return None
-
-
-def _value(m: Any, metric: str) -> float:
-    return float(m[metric] if isinstance(m, Mapping) else getattr(m, metric))
 
 
 def _mean(xs: list[float]) -> float:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -28,7 +28,8 @@ from ..sim import JobRecords, Metrics, Simulator, compute_metrics
 from ..space import Config
 from ..trace.table import Trace
 from ..jsonable import jsonable
-from .controller import Controller, Decision, default_tuner_factory
+from ..tune import ExecutionConfig, Objective, SearchConfig
+from .controller import Controller, Decision, TunerFactory, default_tuner_factory
 from .drift import DriftTest, gpu_classes, GPU_CLASS_NAMES
 from .guardrail import Guardrail
 from .observe import observe
@@ -63,13 +64,17 @@ class Settings:
     guard_k: float = 2.0
     guard_margin: float = 0.01
     carry_backlog: bool = True
-    tuner_options: dict[str, Any] = field(default_factory=dict)  # sampler, screening, workers, executor
+    # How each round searches (sampler, screening, ...) and where its trials run (workers, ...);
+    # the search's budget and seed are always this record's `budget` and `seed`.
+    search: SearchConfig = field(default_factory=SearchConfig)
+    execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
     def __post_init__(self) -> None:
         if self.period <= 0 or self.history <= 0 or self.check_every <= 0:
             raise ValueError("period, history and check interval must be > 0")
         if self.budget < 1 or self.samples < 1:
             raise ValueError("budget and samples must be >= 1")
+        object.__setattr__(self, "search", replace(self.search, budget=self.budget, seed=self.seed))
 
 
 @dataclass
@@ -145,7 +150,7 @@ class ExperimentResult:
 
 
 def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Settings(),
-                   strategies: Sequence[str] = STRATEGIES, *, tuner_factory: Callable[..., Any] | None = None,
+                   strategies: Sequence[str] = STRATEGIES, *, tuner_factory: TunerFactory | None = None,
                    model_factory: Callable[[str], Any] | None = None,
                    progress: Progress | None = None) -> ExperimentResult:
     """Run each strategy on the same trace (already fitted to `cluster`) and cluster."""
@@ -179,10 +184,10 @@ def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Sett
 
 
 def make_controller(name: str, trace: Trace, cluster: ClusterSpec, settings: Settings,
-                    tuner_factory: Callable[..., Any], model_factory: Callable[[str], Any] | None) -> Controller:
-    common = dict(period=settings.period, budget=settings.budget, metric=settings.metric, seed=settings.seed,
-                  tuner_factory=tuner_factory, tuner_options=settings.tuner_options,
-                  carry_backlog=settings.carry_backlog)
+                    tuner_factory: TunerFactory, model_factory: Callable[[str], Any] | None) -> Controller:
+    common: dict[str, Any] = dict(period=settings.period, budget=settings.budget, metric=settings.metric,
+                                  seed=settings.seed, tuner_factory=tuner_factory, search=settings.search,
+                                  execution=settings.execution, carry_backlog=settings.carry_backlog)
     if name == "autosched":
         source = ModelSource(settings.model, settings.samples, factory=model_factory)
         return Controller(settings.policy, cluster, source, guardrail=Guardrail(settings.guard_k, settings.guard_margin),
@@ -249,12 +254,13 @@ def check_times(bounds: list[float], settings: Settings, drift: bool) -> list[tu
     return sorted(out)
 
 
-def _tune_static(trace: Trace, cluster: ClusterSpec, settings: Settings, tuner_factory, say) -> Config:
+def _tune_static(trace: Trace, cluster: ClusterSpec, settings: Settings, tuner_factory: TunerFactory,
+                 say: Callable[..., None]) -> Config:
     say("tuning one config on the whole real trace (oracle)")
-    tuner = tuner_factory(policy=settings.policy, cluster=cluster, metric=settings.metric, constraints=(),
-                          budget=settings.budget, seed=settings.seed, **settings.tuner_options)
+    tuner = tuner_factory(settings.policy, cluster, Objective(settings.metric), settings.search, settings.execution)
     res = tuner.tune([trace], warm_start=None)
-    return get_policy(settings.policy).space.validate(res.best_config)
+    space = get_policy(settings.policy).space
+    return space.validate(res.best_config) if res.best_config is not None else space.default()
 
 
 def _metrics(rec: JobRecords, trace: Trace, cluster: ClusterSpec, mask: np.ndarray | None = None) -> Metrics:

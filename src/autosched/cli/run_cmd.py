@@ -84,6 +84,7 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
               noise_k, drift, screening, skip, span, seed, known):
     """Check every option up front: a bad one fails with one line before any work starts."""
     from ..adapt import Settings
+    from ..tune import ExecutionConfig, SearchConfig
     from ..policies import UnknownPolicy, get_policy
     from ..sim.metrics import METRIC_HELP
     from ..timeparse import TimeParseError, parse_duration
@@ -123,7 +124,7 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
         screening = False
     settings = Settings(policy=policy, period=p, history=h, budget=budget, samples=samples, model=model,
                         metric=objective, seed=seed, drift=drift, guard_k=noise_k, guard_margin=margin,
-                        tuner_options={"workers": workers, "screening": screening})
+                        search=SearchConfig(screening=screening), execution=ExecutionConfig(workers=workers))
     return settings, names, (start, start + length)
 
 

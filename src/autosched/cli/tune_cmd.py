@@ -26,10 +26,10 @@ def tune_cmd(
     constraint: list[str] = typer.Option([], "--constraint", help="METRIC<=VALUE or METRIC>=VALUE, e.g. 'p99_queue<=21600' (repeatable)"),
     sampler: str = typer.Option("tpe", "--sampler", help="tpe (default), gp (needs torch: pip install 'autosched\\[gp]') or random"),
     screening: bool = typer.Option(True, "--screening/--no-screening", help="freeze knobs that causal screening finds have no path to the objective"),
-    workers: int = typer.Option(1, "--workers", "-j", help="trials run in parallel (1 = in this process)"),
+    workers: int = typer.Option(1, "--workers", "-j", help="trials run in parallel (1 = in this process); a seed and a worker count give the same trials on every run"),
     executor: str = typer.Option("local", "--executor", help="local (process pool) or ray (pip install 'autosched\\[ray]')"),
     address: Optional[str] = typer.Option(None, "--address", help="Ray cluster address (default: start a local Ray instance)"),
-    study: Optional[Path] = typer.Option(None, "--study", help="SQLite file for the study; a killed run resumes from it"),
+    study: Optional[Path] = typer.Option(None, "--study", help="SQLite file for the study: a killed run resumes from it; one run at a time; refused if made for another trace, cluster, policy or objective"),
     seed: int = typer.Option(0, "--seed", help="random seed of the sampler"),
     trial_timeout: Optional[float] = typer.Option(None, "--trial-timeout", help="seconds after which a trial is stopped and recorded as failed"),
     warm_start: list[Path] = typer.Option([], "--warm-start", help="config file (as --out writes) to try early (repeatable)"),
@@ -40,7 +40,7 @@ def tune_cmd(
 ) -> None:
     """Find the best knob settings of a policy on a trace (Bayesian optimisation + causal screening)."""
     from ..space import ConfigError, read_config_file
-    from ..tune import Objective, ObjectiveError, Tuner, TuneError
+    from ..tune import ExecutionConfig, Objective, ObjectiveError, SearchConfig, Tuner, TuneError
 
     outputs((trace, cluster_file(cluster), study, *warm_start), (out,), dirs=(report,))
     check_seed(seed)
@@ -64,9 +64,10 @@ def tune_cmd(
     tr, cl, loaded = load_inputs(trace, cluster, fmt, quiet=as_json)
     try:
         with input_errors():
-            tuner = Tuner(names if len(names) > 1 else names[0], cl, obj, budget=budget, seed=seed,
-                          sampler=sampler, screening=screening, workers=workers, executor=executor,
-                          study=study, trial_timeout=trial_timeout, address=address)
+            search = SearchConfig(budget=budget, seed=seed, sampler=sampler, screening=screening)
+            execution = ExecutionConfig(workers=workers, executor=executor, address=address,
+                                        trial_timeout=trial_timeout, study=study)
+            tuner = Tuner(names if len(names) > 1 else names[0], cl, obj, search, execution)
     except (TuneError, ValueError, RuntimeError) as e:
         fail(str(e))
     try:

@@ -446,7 +446,10 @@ class Agent:
         return None
 
     def _tune(self, running: Revision, jobs: LiveJobs, now: float, trigger: str) -> dict[str, Any]:
-        from ..adapt.controller import Controller, default_tuner_factory
+        from ..adapt.controller import Controller, RoundTuner, default_tuner_factory
+        from ..cluster import ClusterSpec
+        from ..tune.config import ExecutionConfig, SearchConfig
+        from ..tune.objective import Objective
         from ..adapt.drift import DriftTest
         from ..adapt.guardrail import Guardrail
         from ..adapt.sources import ModelSource, ReplaySource
@@ -457,9 +460,10 @@ class Agent:
         bounds = {k: (float(v[0]), float(v[1])) for k, v in s.bounds.items()}
         cls = live_policy(self.space, full, bounds, s.max_step if s.mode == "auto" else None)
 
-        def factory(**kw: Any) -> Any:
-            kw["policy"] = cls  # the live view: fixed knobs pinned, managed ones bounded
-            return default_tuner_factory(**kw)
+        def factory(policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
+                    execution: ExecutionConfig) -> RoundTuner:
+            # the live view: fixed knobs pinned, managed ones bounded
+            return default_tuner_factory(cls, cluster, objective, search, execution)  # type: ignore[arg-type]
 
         source = ReplaySource() if s.model == "replay" else ModelSource(s.model, s.samples)
         ctl = self._controller
@@ -469,8 +473,7 @@ class Agent:
                              guardrail=Guardrail(k=s.k, min_margin=s.margin),
                              drift=DriftTest() if s.drift else None, recent=s.period,
                              min_gap=s.period, initial_config=full, seed=s.seed,
-                             tuner_factory=factory,
-                             tuner_options={"screening": s.screening})
+                             tuner_factory=factory, search=SearchConfig(screening=s.screening))
             self._controller = ctl
         try:
             d = ctl.decide(obs, trigger=trigger)

@@ -115,7 +115,21 @@ class _alarm:
 _EVALUATOR: Evaluator | None = None  # the evaluator a forked child inherits
 
 
-def _child(conn, policy: str, config: dict) -> None:
+def _die_with(parent: int) -> None:
+    """End this worker when its parent dies (Linux): a tuning run killed with SIGKILL must not
+    leave its trials running on, unseen, on a shared machine."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the worker ends at its trial's end instead
+        return
+    if os.getppid() != parent:  # the parent died before the request took effect
+        os._exit(1)
+
+
+def _child(conn, policy: str, config: dict, parent: int) -> None:
+    _die_with(parent)
     os.environ["OMP_NUM_THREADS"] = "1"  # one BLAS thread per worker: cores are shared
     try:
         result = run_trial(_EVALUATOR, policy, config)
@@ -183,7 +197,7 @@ class ProcessExecutor(_Pool):
 
     def _launch_one(self, key: int, policy: str, config: dict, attempts: int) -> None:
         recv, send = self._ctx.Pipe(duplex=False)
-        p = self._ctx.Process(target=_child, args=(send, policy, config), daemon=True)
+        p = self._ctx.Process(target=_child, args=(send, policy, config, os.getpid()), daemon=True)
         p.start()
         send.close()
         self._running.append(_Running(key, policy, config, p, recv, time.perf_counter(), attempts))

@@ -1,11 +1,12 @@
 """The tuner: Bayesian optimisation (Optuna) over a policy's knobs, with causal knob screening.
 
-    tuner = Tuner("tiresias", cluster, Objective("avg_jct"), budget=40, seed=0)
+    tuner = Tuner("tiresias", cluster, Objective("avg_jct"), SearchConfig(budget=40, seed=0))
     result = tuner.tune(workloads)           # workloads: Traces already fitted to the cluster
 
-The study is Optuna's; with ``study=PATH`` it lives in SQLite, so a killed run resumes where it
-stopped (finished trials are kept; a trial that was running when the run died is marked failed
-and not counted against the budget).
+The study is Optuna's, driven through its public ask/tell and storage APIs; with
+``ExecutionConfig(study=PATH)`` it lives in SQLite, so a killed run resumes where it stopped
+(finished trials are kept; a trial that was running when the run died is marked failed and not
+counted against the budget). `tune.study` holds the rules for the file itself.
 """
 
 from __future__ import annotations
@@ -18,27 +19,26 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import optuna
 
 from ..cluster import ClusterSpec
-from ..errors import InputError
 from ..policies import Policy
 from ..sim import Metrics
 from ..space import Config, dump_config
 from ..trace.table import Trace
 from .evaluate import Evaluation, Evaluator, SimFn
+from .config import SAMPLERS, STUDY_NAME, ExecutionConfig, SearchConfig, TuneError
 from .executor import Outcome, make_executor
 from .objective import Objective
 from .screening import Screening, screen
 from .searchspace import SearchSpace, latin_hypercube
+from .study import StudyError, StudyLock, check_identity, check_study_file, check_study_path, problem_identity
 
-SAMPLERS = ("tpe", "gp", "random")
+__all__ = ["Tuner", "TuneResult", "Trial", "TuneError", "SearchConfig", "ExecutionConfig", "SAMPLERS",
+           "STUDY_NAME", "STATES"]
+
 STATES = ("complete", "failed", "pruned")
-STUDY_NAME = "autosched"
-
-
-class TuneError(InputError):
-    """A tuning run that cannot start (bad settings, a study made for another problem)."""
 
 
 @dataclass
@@ -53,17 +53,24 @@ class Trial:
     duration: float = 0.0
     violations: list[float] = field(default_factory=list)
     intermediates: dict[str, float] = field(default_factory=dict)
-    attempts: int = 1
+    attempts: int = 1  # simulations of the workloads (0: a repeat, result reused)
+    repeat_of: int | None = None  # a config already simulated in this study: that trial's number
 
     @property
     def feasible(self) -> bool:
         return self.state == "complete" and all(v <= 0 for v in self.violations)
 
+    def evaluation(self) -> Evaluation:
+        """This complete trial's result, to reuse for a repeat of its config."""
+        assert self.value is not None
+        return Evaluation(self.value, tuple(self.metrics), tuple(self.violations), dict(self.intermediates))
+
     def to_dict(self) -> dict:
         return {"number": self.number, "policy": self.policy, "config": self.config, "value": self.value,
                 "state": self.state, "error": self.error, "duration": self.duration,
                 "violations": self.violations, "intermediates": self.intermediates,
-                "attempts": self.attempts, "metrics": [m.to_dict() for m in self.metrics]}
+                "attempts": self.attempts, "repeat_of": self.repeat_of,
+                "metrics": [m.to_dict() for m in self.metrics]}
 
 
 @dataclass
@@ -112,47 +119,25 @@ class TuneResult:
 
 
 class Tuner:
-    """Finds a good config of one policy (or the best policy and its config) on given workloads."""
+    """Finds a good config of one policy (or the best policy and its config) on given workloads.
+
+    ``Tuner(policy, cluster, objective, search=SearchConfig(...), execution=ExecutionConfig(...))``;
+    then ``tune(workloads)`` runs the search and ``evaluate(policy, config, workloads)`` scores
+    one config. Its constructor has the signature of the adaptive loop's `TunerFactory`.
+    """
 
     def __init__(self, policy: "str | type[Policy] | Sequence[str | type[Policy]]", cluster: ClusterSpec,
-                 objective: Objective | None = None, budget: int = 40, seed: int | None = 0,
-                 sampler: str = "tpe", screening: bool = True, workers: int = 1, executor: str = "local",
-                 study: str | Path | None = None, trial_timeout: float | None = None,
-                 address: str | None = None, simulator: SimFn | None = None,
-                 initial_design: int | None = None, patience: int | None = 5,
-                 study_name: str = STUDY_NAME):
-        if budget < 1:
-            raise TuneError("budget must be at least 1 trial")
-        if sampler not in SAMPLERS:
-            raise TuneError(f"sampler {sampler!r}: use one of {', '.join(SAMPLERS)}")
-        if workers < 1:
-            raise TuneError("workers must be at least 1")
-        if executor not in ("local", "ray"):
-            raise TuneError(f"executor {executor!r}: use local or ray")
-        if trial_timeout is not None and trial_timeout <= 0:
-            raise TuneError("trial timeout must be positive")
+                 objective: Objective | None = None, search: SearchConfig | None = None,
+                 execution: ExecutionConfig | None = None, *, simulator: SimFn | None = None):
         self.space = SearchSpace.of(policy)
         self.cluster = cluster
         self.objective = objective or Objective()
-        self.budget = budget
-        self.seed = seed
-        self.sampler_name = sampler
-        self.screening = screening
-        self.workers = workers
-        self.executor_kind = executor
-        self.study_path = Path(study) if study is not None else None
-        self.study_name = study_name
-        self.trial_timeout = trial_timeout
-        self.address = address
+        self.search = search or SearchConfig()
+        self.execution = execution or ExecutionConfig()
         self.simulator = simulator
-        self.initial_design = initial_design
-        # After screening, this many completed trials in a row without a new best give the frozen
-        # knobs back to the search (None: never). Screening on a small design can freeze a knob
-        # that matters; a stalled reduced search is the symptom, and then the full space is searched.
-        self.patience = patience
-        if sampler == "gp":
+        if self.search.sampler == "gp":
             _require_torch()
-        if screening:
+        if self.search.screening:
             _require_causal_learn()
 
     # ---------------------------------------------------------------------------- evaluation
@@ -175,98 +160,143 @@ class Tuner:
         """Trials before screening: about three per knob (PC's independence tests need them to
         see a moderate effect; measured on the test double in tests/test_tune.py), at least 10,
         at most half the budget."""
-        if self.initial_design is not None:
-            return self.initial_design
+        if self.search.initial_design is not None:
+            return self.search.initial_design
         knobs = sum(len(p.space.knobs) for p in self.space.policies)
-        return max(1, min(self.budget // 2, max(10, 3 * knobs + 2)))
+        return max(1, min(self.search.budget // 2, max(10, 3 * knobs + 2)))
 
     def tune(self, workloads: Sequence[Trace], warm_start: "Sequence[Mapping[str, Any] | Trial] | None" = None,
              progress: Callable[[int, int], None] | None = None) -> TuneResult:
+        """Search, and return the best config with the evidence. With a study file, the file is
+        held for the whole run (a second run on it is refused) and a killed run resumes."""
+        path = self.execution.study
+        if path is None:
+            return self._tune(workloads, warm_start, progress)
+        check_study_path(path)
+        with StudyLock(path):
+            check_study_file(path)
+            return self._tune(workloads, warm_start, progress)
+
+    def _tune(self, workloads: Sequence[Trace], warm_start: "Sequence[Mapping[str, Any] | Trial] | None",
+              progress: Callable[[int, int], None] | None) -> TuneResult:
         t0 = time.perf_counter()
         evaluator = self.evaluator(workloads)
         self._n_workloads = len(workloads)
-        study = self._open_study()
+        study, storage = self._open_study(workloads)
+        budget = self.search.budget
         self.space.frozen = {}  # a Tuner may tune more than once; screening belongs to its study
         screening = self._stored_screening(study)
         if screening is not None:
             self._apply(screening)
-        _recover_interrupted(study)
+        _recover_interrupted(study, storage)
         n_init = self.initial_trials()
-        want_screen = self.screening and not self.space.multi and screening is None and self.budget > n_init
+        want_screen = self.search.screening and not self.space.multi and screening is None and budget > n_init
         if not _finished(study):
             self._seed_trials(study, warm_start or [], n_init if want_screen else 0)
-        executor = make_executor(self.executor_kind, self.workers, self.trial_timeout, self.address)
+        known = {_config_key(t.policy, t.config): t for t in _trials(study) if t.state == "complete"}
+        executor = make_executor(self.execution.executor, self.execution.workers,
+                                 self.execution.trial_timeout, self.execution.address)
         executor.start(evaluator)
-        pending: dict[int, tuple[optuna.Trial, str, Config]] = {}
+        # Trials asked and not yet told, oldest first. Results are told strictly in this order,
+        # one at a time, and a new trial is asked right after each tell: what the sampler has
+        # seen at each ask is then fixed by the seed and the worker count, not by which worker
+        # happens to finish first (docs/tuning.md, "Reproducibility").
+        asked: dict[int, tuple[optuna.Trial, str, Config]] = {}
+        ready: dict[int, Outcome] = {}
         done = len(_finished(study))
         stall = 0  # completed trials since the last new best (counted once screening is done)
         try:
             while True:
-                if want_screen and done >= n_init and not pending:
+                if want_screen and done >= n_init and not asked:
                     screening = self._screen(study)
                     want_screen = False
-                limit = n_init if want_screen else self.budget
-                while len(pending) < executor.workers and done + len(pending) < limit:
+                limit = n_init if want_screen else budget
+                while len(asked) < executor.workers and done + len(asked) < limit:
                     trial = study.ask()
                     name, config = self.space.sample(trial)
                     trial.set_user_attr("policy", name)
                     trial.set_user_attr("config", config)
-                    pending[trial.number] = (trial, name, config)
-                    executor.submit(trial.number, name, config)
-                if not pending:
+                    asked[trial.number] = (trial, name, config)
+                    same = known.get(_config_key(name, config))
+                    if same is not None:  # the simulator is deterministic: reuse, do not re-run
+                        trial.set_user_attr("repeat_of", same.number)
+                        ready[trial.number] = Outcome(trial.number, same.evaluation(), None, 0.0, attempts=0)
+                    else:
+                        executor.submit(trial.number, name, config)
+                if not asked:
                     break
-                for out in executor.collect():
-                    trial, _, _ = pending.pop(out.key)
-                    self._tell(study, trial, out)
-                    done += 1
-                    if screening is not None and out.evaluation is not None:
+                head = next(iter(asked))
+                while head not in ready:
+                    outs = executor.collect()
+                    if not outs:  # an executor never drops a submitted trial; never spin on one that did
+                        raise RuntimeError(f"the executor lost trial {head}")
+                    for out in outs:
+                        ready[out.key] = out
+                trial, name, config = asked.pop(head)
+                out = ready.pop(head)
+                self._tell(study, trial, out)
+                done += 1
+                if out.evaluation is not None:
+                    key = _config_key(name, config)
+                    if key not in known:
+                        known[key] = _trial_of(name, config, trial.number, out)
+                    if screening is not None:
                         stall = 0 if self._improves(study, trial.number) else stall + 1
                 if (screening is not None and screening.frozen and screening.unfrozen_at is None
-                        and self.patience is not None and stall >= self.patience):
+                        and self.search.patience is not None and stall >= self.search.patience):
                     screening.unfrozen_at = done
                     study.set_user_attr("screening", screening.to_dict())
                     self._apply(screening)
                 if progress is not None:
-                    progress(done, self.budget)
+                    progress(done, budget)
         finally:
             executor.close()
-            for trial, _, _ in pending.values():  # interrupted (Ctrl-C): not counted, not lost
+            for trial, _, _ in asked.values():  # interrupted (Ctrl-C): not counted, not lost
                 trial.set_user_attr("interrupted", True)
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
         return self._result(study, screening, time.perf_counter() - t0)
 
     # --------------------------------------------------------------------------- the study
 
-    def _sampler(self, n_startup: int) -> optuna.samplers.BaseSampler:
+    def _sampler(self, n_startup: int, seed: int | None) -> optuna.samplers.BaseSampler:
         # Constraints reach the samplers through Trial.set_constraint (see _tell).
-        if self.sampler_name == "random":
-            return optuna.samplers.RandomSampler(seed=self.seed)
-        if self.sampler_name == "gp":
+        sampler = self.search.sampler
+        if sampler == "random":
+            return optuna.samplers.RandomSampler(seed=seed)
+        if sampler == "gp":
             _require_torch()
-            return optuna.samplers.GPSampler(seed=self.seed, n_startup_trials=n_startup,
+            return optuna.samplers.GPSampler(seed=seed, n_startup_trials=n_startup,
                                              warn_independent_sampling=False, deterministic_objective=True)
-        return optuna.samplers.TPESampler(seed=self.seed, n_startup_trials=n_startup)
+        return optuna.samplers.TPESampler(seed=seed, n_startup_trials=n_startup)
 
-    def _open_study(self) -> optuna.Study:
+    def _open_study(self, workloads: Sequence[Trace]) -> tuple[optuna.Study, optuna.storages.BaseStorage]:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
         # With screening, the initial design is the sampler's random start-up phase.
-        n_startup = self.initial_trials() if self.screening and not self.space.multi else 10
-        storage = None
-        if self.study_path is not None:
-            self.study_path.parent.mkdir(parents=True, exist_ok=True)
-            storage = optuna.storages.RDBStorage(f"sqlite:///{self.study_path.resolve()}",
-                                                 engine_kwargs={"connect_args": {"timeout": 30}})
-        study = optuna.create_study(storage=storage, study_name=self.study_name, load_if_exists=True,
-                                    direction=self.objective.direction, sampler=self._sampler(n_startup))
+        n_startup = self.initial_trials() if self.search.screening and not self.space.multi else 10
+        path, name = self.execution.study, self.execution.study_name
+        storage = _storage(path)
+        seed = self.search.seed
+        existing = _n_trials(storage, name)
+        if existing and seed is not None:
+            # A resumed run must not replay the random stream of the run it continues (that
+            # repeats its first random configs exactly); it is still a function of the seed and
+            # of where the study stopped, so resuming from the same point gives the same trials.
+            seed = int(np.random.SeedSequence([seed, existing]).generate_state(1)[0])
+        try:
+            study = optuna.create_study(storage=storage, study_name=name, load_if_exists=True,
+                                        direction=self.objective.direction, sampler=self._sampler(n_startup, seed))
+        except ValueError as e:  # e.g. a study of that name made to maximise, now to minimise
+            raise StudyError(f"study {path}: {e}") from None
         problem = {"policies": list(self.space.names), "objective": self.objective.to_dict(),
                    "cluster": self.cluster.describe()}
+        if path is not None:  # an in-memory study is new each time: nothing to check
+            problem = problem_identity(self.space.policies, self.cluster, self.objective, workloads)
         stored = study.user_attrs.get("problem")
         if stored is None:
             study.set_user_attr("problem", problem)
-        elif stored != problem:
-            raise TuneError(f"study {self.study_path} was made for another problem ({json.dumps(stored)}); "
-                            "use a new --study path")
-        return study
+        else:
+            check_identity(path, stored, problem)
+        return study, storage
 
     def _seed_trials(self, study: optuna.Study, warm_start: "Sequence[Mapping[str, Any] | Trial]", design: int) -> None:
         """Default config(s) first, then the warm-start configs (previous round's best), then (for
@@ -274,10 +304,10 @@ class Tuner:
         first = [(p.name, p.space.default()) for p in self.space.policies]
         first += [self._warm_item(item) for item in warm_start]
         name = self.space.names[0]
-        first += [(name, c) for c in latin_hypercube(self.space.policy(name).space, design - len(first), self.seed)]
+        first += [(name, c) for c in latin_hypercube(self.space.policy(name).space, design - len(first),
+                                                      self.search.seed)]
         for name, config in first:
             study.enqueue_trial(self.space.params(name, config), skip_if_exists=True)
-
     def _warm_item(self, item: "Mapping[str, Any] | Trial") -> tuple[str, dict]:
         if isinstance(item, Trial):  # a previous round's trial
             return self._warm_item({"policy": item.policy, "knobs": item.config})
@@ -389,14 +419,59 @@ def _finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
     return [t for t in study.get_trials(deepcopy=False, states=states) if not t.user_attrs.get("interrupted")]
 
 
-def _recover_interrupted(study: optuna.Study) -> None:
-    """Trials left RUNNING by a killed run: mark them failed (not counted) and ask for them again."""
-    running = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.RUNNING,))
+def _storage(path: Path | None) -> optuna.storages.BaseStorage:
+    """The study's storage: SQLite at `path` (checked by `check_study_path` first), or memory."""
+    if path is None:
+        return optuna.storages.InMemoryStorage()
+    import sqlalchemy.exc
+
+    try:
+        return optuna.storages.RDBStorage(f"sqlite:///{path.resolve()}",
+                                          engine_kwargs={"connect_args": {"timeout": 30}})
+    except (sqlalchemy.exc.SQLAlchemyError, RuntimeError) as e:  # damaged, or another Optuna schema
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise StudyError(f"study {path}: cannot be opened as a study ({first})") from None
+
+
+def _n_trials(storage: optuna.storages.BaseStorage, name: str) -> int:
+    try:
+        study_id = storage.get_study_id_from_name(name)
+    except KeyError:
+        return 0
+    return storage.get_n_trials(study_id)
+
+
+def _recover_interrupted(study: optuna.Study, storage: optuna.storages.BaseStorage) -> None:
+    """Trials left RUNNING by a killed run: mark them failed (not counted) and ask for their
+    config again first, unless the study already has a finished or queued trial with it.
+
+    Safe only because this run holds the study's lock: no other live run has RUNNING trials."""
+    states = optuna.trial.TrialState
+    trials = study.get_trials(deepcopy=False)
+    running = [t for t in trials if t.state == states.RUNNING]
+    if not running:
+        return
+    study_id = storage.get_study_id_from_name(study.study_name)
+    have = [t.params for t in trials if t.state in (states.COMPLETE, states.WAITING)
+            or (t.state == states.FAIL and not t.user_attrs.get("interrupted"))]
     for t in running:
-        study._storage.set_trial_user_attr(t._trial_id, "interrupted", True)
-        study._storage.set_trial_state_values(t._trial_id, optuna.trial.TrialState.FAIL)
-        if t.params:
-            study.enqueue_trial(t.params, skip_if_exists=True)
+        storage.set_trial_user_attr(storage.get_trial_id_from_study_id_trial_number(study_id, t.number),
+                                    "interrupted", True)
+        study.tell(t.number, state=states.FAIL)
+        if t.params and t.params not in have:
+            study.enqueue_trial(t.params)
+            have.append(t.params)
+
+
+def _config_key(policy: str, config: Mapping[str, Any]) -> str:
+    return json.dumps([policy, config], sort_keys=True)
+
+
+def _trial_of(policy: str, config: Config, number: int, out: Outcome) -> Trial:
+    ev = out.evaluation
+    assert ev is not None
+    return Trial(number, policy, config, ev.value, list(ev.metrics), "complete",
+                 violations=list(ev.violations), intermediates=dict(ev.intermediates))
 
 
 def _trials(study: optuna.Study) -> list[Trial]:
@@ -410,7 +485,7 @@ def _trials(study: optuna.Study) -> list[Trial]:
             metrics=[Metrics(**m) for m in a.get("metrics", [])], state=state,
             error=a.get("error"), duration=float(a.get("duration", 0.0)),
             violations=list(a.get("violations", [])), intermediates=dict(a.get("intermediates", {})),
-            attempts=int(a.get("attempts", 1)),
+            attempts=int(a.get("attempts", 1)), repeat_of=a.get("repeat_of"),
         ))
     return out
 
