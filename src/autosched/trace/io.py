@@ -92,7 +92,7 @@ def _write_csv(trace: Trace, path: Path, compress: bool = False) -> None:
 def _fmt_column(name: str, a: np.ndarray) -> list[str]:
     if a.dtype == object or name in ("num_gpus", "num_cpus"):
         return [str(x) for x in a.tolist()]
-    return [repr(x) if x != int(x) else str(int(x)) for x in a.tolist()]
+    return ["" if x != x else repr(x) if x != int(x) else str(int(x)) for x in a.tolist()]  # NaN: empty
 
 
 def _write_parquet(trace: Trace, path: Path) -> None:
@@ -131,6 +131,10 @@ def _check_parquet_rows(raw: dict[str, np.ndarray], check: RowCheck) -> np.ndarr
         ("num_gpus", raw["num_gpus"].astype(float) < 1, "job requests no GPUs (must be >= 1)"),
         ("duration", ~(raw["duration"].astype(float) > 0), "duration is not positive"),
     ]
+    if "time_limit" in raw:
+        limit = raw["time_limit"].astype(float)
+        rules.append(("time_limit", ~np.isnan(limit) & ~((limit > 0) & np.isfinite(limit)),
+                      "time limit is not a positive number of seconds (NaN = none)"))
     for col, bad, rule in rules:
         for i in np.flatnonzero(bad & keep):
             check.drop(f"row {i + 1}", col, rule, raw[col][i].item())
