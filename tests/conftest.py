@@ -4,6 +4,9 @@ from pathlib import Path
 
 import pytest
 
+# Real components (Slurm cluster, headless Chromium): fixtures, markers and the CI skip guard.
+pytest_plugins = ["testbed"]
+
 REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = REPO.parent / "shared" / "traces"
 FIXTURES = Path(__file__).resolve().parent / "fixtures"

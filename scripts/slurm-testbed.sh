@@ -1,0 +1,443 @@
+#!/usr/bin/env bash
+# A real Slurm 22.05 test cluster on one machine (Debian 12, as root): its own munged, a hand-started
+# MariaDB, slurmdbd, slurmctld and 4 slurmd (multiple-slurmd, nodes n1..n4) with 8 fake GPUs each.
+# Everything (configs, state, logs, PID files, sockets) lives under $TESTBED_ROOT and every port is
+# derived from $TESTBED_PORT_BASE, so several clusters run side by side. See docs/testbed.md.
+#
+#   slurm-testbed.sh install [--browser]   apt packages (idempotent); --browser adds chromium + driver
+#   slurm-testbed.sh start [--fresh]       start what is not running; --fresh wipes state and database
+#   slurm-testbed.sh stop [DAEMON...]      stop by PID file (all, or e.g. `stop slurmctld`)
+#   slurm-testbed.sh status
+#
+# Ports (B = TESTBED_PORT_BASE): slurmctld B, slurmdbd B+1, MariaDB B+2, slurmd n1..n4 B+11..B+14.
+set -euo pipefail
+
+ROOT=${TESTBED_ROOT:-/tmp/autosched-testbed}
+BASE=${TESTBED_PORT_BASE:-24000}
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+TEMPLATES=$HERE/slurm
+NODES=(n1 n2 n3 n4)
+GPUS_PER_NODE=8
+USERS=(alice bob carol)
+STOP_GRACE=${TESTBED_STOP_GRACE:-15}     # seconds between SIGTERM and SIGKILL
+READY_TIMEOUT=${TESTBED_READY_TIMEOUT:-60}
+
+CTLD_PORT=$BASE
+DBD_PORT=$((BASE + 1))
+MYSQL_PORT=$((BASE + 2))
+SLURMD_PORT_FIRST=$((BASE + 11))
+SLURMD_PORT_LAST=$((BASE + 10 + ${#NODES[@]}))
+
+ETC=$ROOT/etc
+RUN=$ROOT/run
+LOG=$ROOT/log
+MYSQL_DIR=$ROOT/mysql
+MUNGE_DIR=$ROOT/munge
+MUNGE_SOCKET=$MUNGE_DIR/munge.socket
+MYSQL_SOCKET=$MYSQL_DIR/mysqld.sock
+MARKER=$ROOT/.autosched-testbed
+export SLURM_CONF=$ETC/slurm.conf
+
+# Daemons in start order; stop goes the other way. Each has a PID file $RUN/NAME.pid.
+DAEMONS=(munged mariadbd slurmdbd slurmctld "${NODES[@]/#/slurmd-}")
+
+say() { printf '%s\n' "testbed: $*" >&2; }
+die() { printf '%s\n' "testbed: error: $*" >&2; exit 1; }
+now() { date +%s.%N; }
+since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.2f", b - a }'; }
+
+# --- processes -------------------------------------------------------------------------------------
+
+# The process name a daemon's PID must have (guards against a reused PID).
+comm_of() {
+    case $1 in
+        slurmd-*) echo slurmd ;;
+        *) echo "$1" ;;
+    esac
+}
+
+pid_of() { # NAME -> PID from its PID file, or nothing
+    local f=$RUN/$1.pid
+    [[ -s $f ]] && tr -dc '0-9' <"$f" || true
+}
+
+# Alive = exists, is not a zombie (PID 1 here reaps late, and kill -0 succeeds on zombies), and
+# still runs the expected program.
+alive() { # PID NAME
+    local pid=$1 name=$2 state comm
+    [[ -n $pid && -r /proc/$pid/status ]] || return 1
+    state=$(awk '/^State:/ { print $2 }' "/proc/$pid/status" 2>/dev/null) || return 1
+    [[ $state != Z && $state != X && -n $state ]] || return 1
+    comm=$(cat "/proc/$pid/comm" 2>/dev/null) || return 1
+    [[ $comm == "$(comm_of "$name")"* ]]
+}
+
+running() { alive "$(pid_of "$1")" "$1"; }
+
+logs_of() { # NAME -> its log files
+    case $1 in
+        munged) echo "$MUNGE_DIR/munged.log $LOG/munged.out" ;;
+        mariadbd) echo "$MYSQL_DIR/mariadb.log $LOG/mariadbd.out" ;;
+        slurmdbd) echo "$LOG/slurmdbd.log $LOG/slurmdbd.out" ;;
+        slurmctld) echo "$LOG/slurmctld.log $LOG/slurmctld.out" ;;
+        slurmd-*) echo "$LOG/slurmd-${1#slurmd-}.log $LOG/$1.out" ;;
+    esac
+}
+
+fail_with_log() { # NAME MESSAGE: show the tail of the daemon's logs, then fail
+    local name=$1 msg=$2 f
+    for f in $(logs_of "$name"); do
+        [[ -s $f ]] || continue
+        printf '%s\n' "--- last lines of $f" >&2
+        tail -n 20 "$f" >&2
+    done
+    die "$msg"
+}
+
+# Start a daemon in the foreground of its own session, so $! is its PID and it outlives this script.
+launch() { # NAME COMMAND...
+    local name=$1; shift
+    setsid "$@" </dev/null >>"$LOG/$name.out" 2>&1 &
+    echo $! >"$RUN/$name.pid"
+}
+
+wait_until() { # NAME TIMEOUT CHECK...: poll CHECK while the daemon lives
+    local name=$1 limit=$2; shift 2
+    local t0; t0=$(date +%s)
+    while ! "$@" >/dev/null 2>&1; do
+        running "$name" || fail_with_log "$name" "$name exited during start-up"
+        (($(date +%s) - t0 < limit)) || fail_with_log "$name" "$name not ready after ${limit} s ($*)"
+        sleep 0.1
+    done
+}
+
+port_busy() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+# --- rendering ------------------------------------------------------------------------------------
+
+render() { # TEMPLATE DEST
+    sed -e "s|@ROOT@|$ROOT|g" -e "s|@HOST@|$HOST|g" -e "s|@CTLD_PORT@|$CTLD_PORT|g" \
+        -e "s|@DBD_PORT@|$DBD_PORT|g" -e "s|@MYSQL_PORT@|$MYSQL_PORT|g" \
+        -e "s|@SLURMD_PORT_FIRST@|$SLURMD_PORT_FIRST|g" -e "s|@SLURMD_PORT_LAST@|$SLURMD_PORT_LAST|g" \
+        -e "s|@MUNGE_SOCKET@|$MUNGE_SOCKET|g" "$1" >"$2.tmp"
+    mv "$2.tmp" "$2"
+}
+
+need_root() { [[ $(id -u) == 0 ]] || die "must run as root (daemons switch to the slurm, mysql and munge users)"; }
+
+need_binaries() {
+    local b missing=()
+    for b in munged mungekey mariadbd mariadb-install-db mariadb slurmdbd slurmctld slurmd sacctmgr sinfo scontrol; do
+        command -v "$b" >/dev/null 2>&1 || [[ -x /usr/sbin/$b ]] || missing+=("$b")
+    done
+    ((${#missing[@]} == 0)) || die "missing programs: ${missing[*]} (run: $0 install)"
+}
+
+check_host() {
+    HOST=$(hostname -s)
+    getent hosts "$HOST" >/dev/null || die "hostname '$HOST' does not resolve (add it to /etc/hosts)"
+}
+
+prepare_root() { # [fresh]
+    local fresh=${1:-}
+    if [[ -n $fresh && -d $ROOT ]]; then
+        if [[ -n $(ls -A "$ROOT") && ! -e $MARKER ]]; then
+            die "$ROOT is not empty and is not a testbed root (no $MARKER): refusing to wipe it"
+        fi
+        rm -rf --one-file-system "${ROOT:?}"/* "$MARKER"
+    fi
+    mkdir -p "$ROOT"
+    chmod 755 "$ROOT"
+    touch "$MARKER"
+    mkdir -p "$ETC" "$RUN" "$LOG" "$ROOT/state/ctld" "$ROOT/fakedev" "$MYSQL_DIR" "$MUNGE_DIR"
+    for n in "${NODES[@]}"; do mkdir -p "$ROOT/state/d/$n"; done
+    chmod 755 "$ETC" "$RUN" "$LOG" "$ROOT/state" "$ROOT/fakedev"
+    chown slurm:slurm "$ROOT/state/ctld" "$LOG" "$RUN"
+    chown mysql:mysql "$MYSQL_DIR"
+    chown munge:munge "$MUNGE_DIR"
+    chmod 755 "$MUNGE_DIR"   # clients of every user connect to the socket inside
+    for i in $(seq 0 $((GPUS_PER_NODE - 1))); do ln -sfn /dev/null "$ROOT/fakedev/nvidia$i"; done
+    render "$TEMPLATES/slurm.conf.in" "$ETC/slurm.conf"
+    render "$TEMPLATES/gres.conf.in" "$ETC/gres.conf"
+    render "$TEMPLATES/slurmdbd.conf.in" "$ETC/slurmdbd.conf"
+    chmod 644 "$ETC/slurm.conf" "$ETC/gres.conf"
+    chown slurm:slurm "$ETC/slurmdbd.conf"
+    chmod 600 "$ETC/slurmdbd.conf"
+    # the live layer owns this file; keep what it wrote across a restart
+    [[ -e $ETC/autosched.conf ]] || cp "$TEMPLATES/autosched.conf.in" "$ETC/autosched.conf"
+    chmod 644 "$ETC/autosched.conf"
+    write_env
+}
+
+write_env() {
+    cat >"$ROOT/env.sh.tmp" <<EOF
+# source this to talk to the testbed in $ROOT
+export SLURM_CONF=$ETC/slurm.conf
+export TESTBED_ROOT=$ROOT
+export TESTBED_PORT_BASE=$BASE
+EOF
+    mv "$ROOT/env.sh.tmp" "$ROOT/env.sh"
+}
+
+# --- daemons ---------------------------------------------------------------------------------------
+
+start_munged() {
+    running munged && return 0
+    if [[ ! -s $MUNGE_DIR/munge.key ]]; then
+        setpriv --reuid=munge --regid=munge --init-groups mungekey --create --keyfile="$MUNGE_DIR/munge.key" \
+            || die "mungekey could not create $MUNGE_DIR/munge.key"
+    fi
+    rm -f "$MUNGE_SOCKET" "$MUNGE_SOCKET.lock"
+    launch munged setpriv --reuid=munge --regid=munge --init-groups /usr/sbin/munged --foreground \
+        --socket="$MUNGE_SOCKET" --key-file="$MUNGE_DIR/munge.key" --seed-file="$MUNGE_DIR/munged.seed" \
+        --log-file="$MUNGE_DIR/munged.log" --pid-file="$MUNGE_DIR/munged.pid" --num-threads=2
+    wait_until munged 10 test -S "$MUNGE_SOCKET"
+    wait_until munged 10 munge_ok
+}
+
+munge_ok() { munge --socket="$MUNGE_SOCKET" -n | unmunge --socket="$MUNGE_SOCKET"; }
+
+mysql_cmd() { timeout 20 mariadb --no-defaults --socket="$MYSQL_SOCKET" -u root "$@"; }
+
+start_mariadb() {
+    running mariadbd && return 0
+    local new=
+    if [[ ! -d $MYSQL_DIR/data/mysql ]]; then
+        new=1
+        rm -rf "$MYSQL_DIR/data"
+        timeout 120 mariadb-install-db --no-defaults --datadir="$MYSQL_DIR/data" --user=mysql --skip-test-db \
+            --auth-root-authentication-method=socket --innodb-log-file-size=16M >"$LOG/mariadb-install-db.out" 2>&1 \
+            || { tail -n 20 "$LOG/mariadb-install-db.out" >&2; die "mariadb-install-db failed"; }
+    fi
+    launch mariadbd /usr/sbin/mariadbd --no-defaults --user=mysql --datadir="$MYSQL_DIR/data" \
+        --socket="$MYSQL_SOCKET" --port="$MYSQL_PORT" --bind-address=127.0.0.1 \
+        --pid-file="$MYSQL_DIR/mysqld.pid" --log-error="$MYSQL_DIR/mariadb.log" \
+        --innodb-buffer-pool-size=256M --innodb-log-file-size=16M --innodb-lock-wait-timeout=900 \
+        --skip-name-resolve
+    wait_until mariadbd 60 timeout 5 mariadb-admin --no-defaults --socket="$MYSQL_SOCKET" -u root ping
+    if [[ -n $new ]]; then
+        mysql_cmd -e "CREATE USER 'slurm'@'127.0.0.1' IDENTIFIED BY 'slurmpw';
+            GRANT ALL ON slurm_acct_db.* TO 'slurm'@'127.0.0.1'; FLUSH PRIVILEGES;" \
+            || fail_with_log mariadbd "could not create the slurm database user"
+    fi
+}
+
+sacctmgr_t() { timeout 20 sacctmgr "$@"; }
+
+start_slurmdbd() {
+    running slurmdbd && return 0
+    launch slurmdbd /usr/sbin/slurmdbd -D
+    wait_until slurmdbd 60 sacctmgr_t -n show cluster format=cluster
+}
+
+ensure_users() {
+    local u
+    for u in "${USERS[@]}"; do
+        id -u "$u" >/dev/null 2>&1 && continue
+        # another testbed may create the same user at the same moment: recheck before failing
+        useradd -M -N -g users "$u" 2>/dev/null || id -u "$u" >/dev/null 2>&1 || die "useradd $u failed"
+    done
+}
+
+setup_accounts() {
+    if [[ -n $(sacctmgr_t -n -P show cluster format=cluster | grep -x testcluster) ]]; then
+        return 0
+    fi
+    ensure_users
+    # One load file = one sacctmgr call; separate `add` calls cost ~1 s each.
+    local f=$ROOT/etc/accounts.cfg
+    cat >"$f" <<EOF
+Cluster - 'testcluster'
+Parent - 'root'
+User - 'root':DefaultAccount='root':AdminLevel='Administrator'
+Account - 'physics':Description='physics':Organization='physics':Fairshare=60
+Account - 'chemistry':Description='chemistry':Organization='chemistry':Fairshare=40
+Parent - 'physics'
+$(for u in "${USERS[@]}"; do echo "User - '$u':DefaultAccount='physics'"; done)
+Parent - 'chemistry'
+$(for u in "${USERS[@]}"; do echo "User - '$u':DefaultAccount='physics'"; done)
+EOF
+    sacctmgr_t -i load file="$f" >"$LOG/sacctmgr-load.out" 2>&1 \
+        || { tail -n 20 "$LOG/sacctmgr-load.out" >&2; fail_with_log slurmdbd "sacctmgr could not create cluster/accounts/users"; }
+}
+
+start_slurmctld() {
+    running slurmctld && return 0
+    launch slurmctld /usr/sbin/slurmctld -D
+    wait_until slurmctld "$READY_TIMEOUT" timeout 5 scontrol ping
+}
+
+start_slurmd() {
+    local n
+    for n in "${NODES[@]}"; do
+        running "slurmd-$n" && continue
+        launch "slurmd-$n" /usr/sbin/slurmd -D -N "$n"
+    done
+}
+
+# Ready = every node answers (not down/unknown/not responding). After --fresh that means idle.
+nodes_ready() {
+    local out bad
+    out=$(timeout 5 sinfo -h -N -o '%N %t') || return 1
+    [[ $(wc -l <<<"$out") -eq ${#NODES[@]} ]] || return 1
+    bad=$(awk '$2 !~ /^(idle|alloc|mix|comp|resv|plnd)$/' <<<"$out")
+    [[ -z $bad ]]
+}
+
+wait_nodes() {
+    local t0 n; t0=$(date +%s)
+    while ! nodes_ready; do
+        running slurmctld || fail_with_log slurmctld "slurmctld exited while waiting for the nodes"
+        for n in "${NODES[@]}"; do
+            running "slurmd-$n" || fail_with_log "slurmd-$n" "slurmd -N $n exited during start-up"
+        done
+        if (($(date +%s) - t0 >= READY_TIMEOUT)); then
+            timeout 5 sinfo -N -o '%N %t %E' >&2 || true
+            fail_with_log slurmd-n1 "nodes not ready after ${READY_TIMEOUT} s"
+        fi
+        sleep 0.1
+    done
+}
+
+check_ports() {
+    local p name busy=()
+    for name in "slurmctld:$CTLD_PORT" "slurmdbd:$DBD_PORT" "mariadbd:$MYSQL_PORT"; do
+        p=${name#*:}
+        running "${name%%:*}" && continue
+        port_busy "$p" && busy+=("$p")
+    done
+    for i in "${!NODES[@]}"; do
+        running "slurmd-${NODES[$i]}" && continue
+        p=$((SLURMD_PORT_FIRST + i))
+        port_busy "$p" && busy+=("$p")
+    done
+    ((${#busy[@]} == 0)) || die "ports in use on 127.0.0.1: ${busy[*]} (choose another TESTBED_PORT_BASE)"
+}
+
+cmd_start() {
+    local fresh=
+    for a in "$@"; do
+        case $a in
+            --fresh) fresh=1 ;;
+            *) die "unknown option for start: $a" ;;
+        esac
+    done
+    need_root
+    need_binaries
+    check_host
+    local t0 t; t0=$(now)
+    if [[ -n $fresh ]]; then
+        cmd_stop >/dev/null
+    fi
+    check_ports
+    prepare_root "$fresh"
+    t=$(now); start_munged; say "munged $(since "$t") s"
+    t=$(now); start_mariadb; say "mariadbd $(since "$t") s"
+    t=$(now); start_slurmdbd; say "slurmdbd $(since "$t") s"
+    t=$(now); setup_accounts; say "accounts $(since "$t") s"
+    t=$(now); start_slurmctld; say "slurmctld $(since "$t") s"
+    t=$(now); start_slurmd; wait_nodes; say "slurmd x${#NODES[@]} ready $(since "$t") s"
+    say "cluster ready in $(since "$t0") s (root $ROOT, port base $BASE)"
+    echo "export SLURM_CONF=$ETC/slurm.conf   # or: source $ROOT/env.sh"
+}
+
+# --- stop / status ---------------------------------------------------------------------------------
+
+stop_group() { # NAME...: SIGTERM them together, wait, SIGKILL the ones left after STOP_GRACE s
+    local name pid pids=() names=() t0
+    for name in "$@"; do
+        pid=$(pid_of "$name")
+        if alive "$pid" "$name"; then
+            kill -TERM "$pid" 2>/dev/null || true
+            pids+=("$pid"); names+=("$name")
+        fi
+    done
+    ((${#pids[@]})) || return 0
+    t0=$(date +%s)
+    while :; do
+        local left=()
+        for i in "${!pids[@]}"; do alive "${pids[$i]}" "${names[$i]}" && left+=("$i"); done
+        ((${#left[@]})) || break
+        if (($(date +%s) - t0 >= STOP_GRACE)); then
+            for i in "${left[@]}"; do
+                say "${names[$i]} (pid ${pids[$i]}) ignored SIGTERM for ${STOP_GRACE} s: SIGKILL"
+                kill -KILL "${pids[$i]}" 2>/dev/null || true
+            done
+            sleep 0.2
+            break
+        fi
+        sleep 0.1
+    done
+    for name in "${names[@]}"; do rm -f "$RUN/$name.pid"; done
+}
+
+cmd_stop() {
+    [[ -d $ROOT ]] || return 0
+    need_root
+    local t0; t0=$(now)
+    if (($#)); then
+        local d
+        for d in "$@"; do
+            [[ " ${DAEMONS[*]} " == *" $d "* ]] || die "unknown daemon: $d (one of: ${DAEMONS[*]})"
+        done
+        stop_group "$@"
+    else
+        # slurmd and slurmctld first (slurmctld reports to slurmdbd on the way out), the database last
+        stop_group "${NODES[@]/#/slurmd-}" slurmctld
+        stop_group slurmdbd
+        stop_group mariadbd
+        stop_group munged
+    fi
+    say "stopped in $(since "$t0") s"
+}
+
+cmd_status() {
+    local name pid rc=0
+    echo "root $ROOT, port base $BASE (slurmctld $CTLD_PORT, slurmdbd $DBD_PORT, mariadb $MYSQL_PORT," \
+        "slurmd $SLURMD_PORT_FIRST-$SLURMD_PORT_LAST)"
+    for name in "${DAEMONS[@]}"; do
+        pid=$(pid_of "$name")
+        if alive "$pid" "$name"; then
+            printf '%-12s running (pid %s)\n' "$name" "$pid"
+        else
+            printf '%-12s stopped\n' "$name"
+            rc=3
+        fi
+    done
+    if running slurmctld; then timeout 5 sinfo -N -o '%N %t %G' || true; fi
+    return $rc
+}
+
+# --- install ---------------------------------------------------------------------------------------
+
+cmd_install() {
+    local pkgs=(slurm-wlm slurmdbd mariadb-server munge) missing=() p
+    for a in "$@"; do
+        case $a in
+            --browser) pkgs+=(chromium chromium-driver) ;;
+            *) die "unknown option for install: $a" ;;
+        esac
+    done
+    need_root
+    for p in "${pkgs[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    if ((${#missing[@]} == 0)); then
+        say "already installed: ${pkgs[*]}"
+        return 0
+    fi
+    export DEBIAN_FRONTEND=noninteractive
+    # update the package lists only when there are none (fresh image) or the install cannot find them
+    if ! compgen -G '/var/lib/apt/lists/*_Packages' >/dev/null; then
+        apt-get update -q
+    fi
+    apt-get install -y -q "${missing[@]}" || { apt-get update -q && apt-get install -y -q "${missing[@]}"; }
+}
+
+case ${1:-} in
+    install) shift; cmd_install "$@" ;;
+    start) shift; cmd_start "$@" ;;
+    stop) shift; cmd_stop "$@" ;;
+    status) shift; cmd_status ;;
+    *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+esac
