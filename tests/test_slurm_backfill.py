@@ -102,6 +102,16 @@ def test_reservations_hold_whole_nodes():
     assert starts(sim) == [0, 0, 100, 30]
 
 
+@pytest.mark.parametrize("placement, c_node", [("consolidate", 1), ("first_fit", 0)])
+def test_first_fit_takes_the_lowest_node_that_holds_the_job(placement, c_node):
+    # Two nodes of 4 GPUs: A (2) goes to node 0, B (3) to node 1 (node 0 has only 2 left).
+    # C (1 GPU): best fit is node 1 (1 free, the fullest that holds it); first fit is node 0.
+    jobs = [(0, 2, 100), (0, 3, 100), (0, 1, 100)]
+    sim = run(jobs, [200, 200, 200], {"placement": placement}, nodes=2)
+    node = {j: alloc[0][0] for j, _, _, alloc in sim.segments}
+    assert [node[0], node[1], node[2]] == [0, 1, c_node]
+
+
 def test_a_job_is_ended_at_its_time_limit():
     sim = run([(0, 1, 200), (0, 1, 50)], [120, 100], {})
     rec = sim.records()

@@ -9,13 +9,19 @@ import numpy as np
 
 from ..space import Bool, Categorical, ConfigSpace, Float, Int
 from .backfill import BackfillParams, priority_pass, slurm_backfill
-from .base import PLACEMENT, Policy
+from ..cluster import PLACEMENT_HELP, PLACEMENTS
+from .base import Policy
 
 DAY = 86400.0
 FAIR_TREE, CLASSIC = "FAIR_TREE", "NO_FAIR_TREE"
 GPU_TRES, CPU_TRES = "PriorityWeightTRES.GRES/gpu", "PriorityWeightTRES.CPU"
 GPU_BILL, CPU_BILL = "TRESBillingWeights.GRES/gpu", "TRESBillingWeights.CPU"
 BF_KNOBS = ("bf_interval", "bf_window", "bf_max_job_test", "bf_resolution", "bf_continue")
+# Slurm's select plugin takes the first nodes (in order) that hold a job: first_fit, beside the
+# placements every policy has.
+PLACEMENT = Categorical("placement", PLACEMENT_HELP + "; first_fit: a job that fits in one node goes "
+                        "on the lowest-numbered node that holds it (as Slurm's select plugin)",
+                        choices=(*PLACEMENTS, "first_fit"), default="consolidate")
 
 
 class Multifactor(Policy):

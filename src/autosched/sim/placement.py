@@ -49,6 +49,8 @@ class NodePool:
             alloc = None if node is None else ((node, gpus),)
         elif mode == "consolidate":
             alloc = self._consolidate(gpus, exclude)
+        elif mode == "first_fit":
+            alloc = self._first_fit(gpus, exclude)
         else:
             alloc = self._spread(gpus, exclude)
         if alloc is not None:
@@ -104,6 +106,17 @@ class NodePool:
                 return None
             alloc += ((node, rest),)
         return alloc
+
+    def _first_fit(self, gpus: int, exclude: int = 0) -> Alloc | None:
+        """As `_consolidate`, but a job that fits in one node goes on the lowest-numbered node
+        that holds it (as Slurm's select plugin takes nodes in order), not the best fit."""
+        if gpus > self.gpn:
+            return self._consolidate(gpus, exclude)
+        m = 0
+        for f in range(gpus, self.gpn + 1):
+            m |= self.by_free[f]
+        m &= ~exclude
+        return ((_lowest(m), gpus),) if m else None
 
     def _spread(self, gpus: int, exclude: int = 0) -> Alloc | None:
         # First fit in node order over the nodes with any free GPU (the caller checked the total,
