@@ -2,8 +2,8 @@
 
 The jobs are a window of a real Philly slice, scaled down: durations 1 trace minute -> 1 s
 (clipped to [--dmin, --dmax] s), arrivals compressed to --arrival-span s (so that the 4 x 8-GPU
-testbed queues), jobs of at most 8 GPUs; users and accounts from the job's VC (mapped onto
-alice/bob/carol and physics/chemistry); a time limit per job in whole minutes, 1.2-4 x its run
+testbed queues), jobs of at most 8 GPUs; users and accounts from the job's VC (the window's VCs
+in order of appearance become alice/physics, bob/chemistry, carol/physics, alice/chemistry, ...); a time limit per job in whole minutes, 1.2-4 x its run
 time (users over-ask), never below it. Each job is submitted as `sleep D` with sbatch at its
 arrival time (a submission is an event for Slurm's main scheduler; a `--begin` time is not), as
 its user and account, with `--gres=gpu:N --time=LIMIT`.
@@ -90,14 +90,14 @@ def pick_jobs(n: int, offset: int, arrival_span: float, dmin: int, dmax: int, ta
     t0 = float(rows[0]["submit_time"])
     span = max(1.0, float(rows[-1]["submit_time"]) - t0)
     jobs = []
+    # each VC of the window, in order of first appearance, becomes the next association
+    assoc = {vc: (USERS[k % 3], ACCOUNTS[k % 2]) for k, vc in enumerate(dict.fromkeys(r["vc"] for r in rows))}
     for i, r in enumerate(rows):
-        h = zlib.crc32(r["vc"].encode())
         secs = int(min(dmax, max(dmin, round(float(r["duration"]) / 60.0))))
         over = (1.2, 2.0, 4.0)[zlib.crc32(f"{r['job_id']}".encode()) % 3]
         limit = max(1, math.ceil((secs + 5) * over / 60.0))
         submit = round((float(r["submit_time"]) - t0) / span * arrival_span, 1)
-        jobs.append(Job(f"{tag}-{i:03d}", submit, int(r["num_gpus"]), secs, limit,
-                        USERS[h % 3], ACCOUNTS[(h >> 4) % 2]))
+        jobs.append(Job(f"{tag}-{i:03d}", submit, int(r["num_gpus"]), secs, limit, *assoc[r["vc"]]))
     return jobs
 
 
@@ -216,7 +216,7 @@ def rank_agreement(results: dict, placement: str, metric: str = "avg_wait") -> d
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--jobs", type=int, default=40)
-    ap.add_argument("--offset", type=int, default=200, help="first job (of the <= 8-GPU jobs) of the slice")
+    ap.add_argument("--offset", type=int, default=1200, help="first job (of the <= 8-GPU jobs) of the slice")
     ap.add_argument("--arrival-span", type=float, default=45.0)
     ap.add_argument("--dmin", type=int, default=8)
     ap.add_argument("--dmax", type=int, default=90)
