@@ -94,8 +94,12 @@ def slurm_backfill(part: Partition, order: Sequence[int], gpus: Sequence[int], l
     reservations: list[tuple[float, float, np.ndarray]] = []  # (begin, end, GPUs held per node)
     planned: list[tuple[int, float]] = []
     res = params.resolution
+    times, frees = _profile(free, releases, now, horizon)
     for j in order[:params.max_job_test]:
-        times, frees = _profile(free, releases, now, horizon)
+        if free.sum() == 0:
+            # Nothing can start now, and reservations only serve to decide what starts now
+            # (the next cycle plans afresh): the rest of this cycle cannot change the run.
+            break
         when = _earliest(gpus[j], limit[j], times, frees, reservations, horizon, gpn, part.placement)
         if when is None:
             continue
@@ -112,6 +116,7 @@ def slurm_backfill(part: Partition, order: Sequence[int], gpus: Sequence[int], l
                     for n, g in alloc:
                         free[n] -= g
                     releases.extend((now + limit[j], n, g) for n, g in alloc)
+                times, frees = _profile(free, releases, now, horizon)
                 continue
             # placement disagreed with the plan (cannot happen with the same rules): reserve
         alloc = _place(alloc_free, gpus[j], gpn, part.placement)
