@@ -23,10 +23,12 @@ def _harness():
     return mod
 
 
-# Measured on 24 jobs (see docs/fidelity.md); the floors leave a margin for a loaded machine.
+# Measured on these 24 jobs in two runs on the committed code: tau 0.955 and 0.925, every start
+# within 2 x bf_interval, simulated average wait 0.80 and 0.86 of the real one (Slurm starts
+# 0-1.3 s after an event; docs/fidelity.md). The floors leave a margin for a loaded machine.
 TAU_FLOOR = 0.80
-WITHIN_2_BF_FLOOR = 0.75
-WAIT_RATIO = (0.5, 1.5)
+WITHIN_2_BF_FLOOR = 0.85
+WAIT_RATIO = (0.6, 1.2)
 
 
 def test_start_times_agree_with_real_slurm(slurm_testbed, tmp_path):
@@ -49,4 +51,4 @@ def test_start_times_agree_with_real_slurm(slurm_testbed, tmp_path):
     assert got["tau"] >= TAU_FLOOR, got
     assert got["within_2_bf_interval"] >= WITHIN_2_BF_FLOOR, got
     lo, hi = WAIT_RATIO
-    assert lo * got["avg_wait_real"] - 2 <= got["avg_wait_sim"] <= hi * got["avg_wait_real"] + 2, got
+    assert lo * got["avg_wait_real"] - 1 <= got["avg_wait_sim"] <= hi * got["avg_wait_real"] + 1, got

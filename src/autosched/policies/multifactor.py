@@ -371,37 +371,25 @@ def fair_tree(used: np.ndarray, leaf_acct: np.ndarray, known: np.ndarray) -> np.
     of users down, in visiting order, tied users the same rank; the factor is rank / users.
     Unknown associations get 1."""
     out = np.ones(len(used))
-    leaves_all = np.flatnonzero(known)
-    if not len(leaves_all):
+    idx = np.flatnonzero(known)
+    n = len(idx)
+    if not n:
         return out
-    n_users = len(leaves_all)
-    accts = np.unique(leaf_acct[known])
-    total = used[known].sum()
-    members = {a: np.flatnonzero(known & (leaf_acct == a)) for a in accts}
-
-    def level(share: float, usage: float, parent: float) -> float:
-        return math.inf if usage <= 0 or parent <= 0 else share / (usage / parent)
-
-    acct_fs = sorted(((level(1.0 / len(accts), float(used[m].sum()), float(total)), int(a))
-                      for a, m in members.items()), key=lambda x: -x[0])
-    rnt = n_users
-    i = 0
-    while i < len(acct_fs):
-        k = i
-        while k + 1 < len(acct_fs) and acct_fs[k + 1][0] == acct_fs[i][0]:
-            k += 1
-        users = []
-        for _, a in acct_fs[i:k + 1]:
-            m = members[a]
-            usage = float(used[m].sum())
-            users.extend((level(1.0 / len(m), float(used[u]), usage), int(u)) for u in m)
-        users.sort(key=lambda x: -x[0])
-        rank, prev = rnt, None
-        for fs, u in users:
-            if fs != prev:
-                rank = rnt
-            out[u] = rank / n_users
-            rnt -= 1
-            prev = fs
-        i = k + 1
+    inv = leaf_acct[idx]
+    mine = used[idx]
+    acct_used = np.bincount(inv, weights=mine)
+    acct_users = np.bincount(inv)
+    total = mine.sum()
+    share = 1.0 / np.count_nonzero(acct_users)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        acct_fs = np.where(acct_used > 0, share / (acct_used / total), np.inf)[inv]
+        parent = acct_used[inv]
+        user_fs = np.where((mine > 0) & (parent > 0), (1.0 / acct_users[inv]) / (mine / parent), np.inf)
+    # accounts with equal level fair share form one group, whose users are sorted together
+    order = np.lexsort((-user_fs, -acct_fs))
+    g, fs = acct_fs[order], user_fs[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (g[1:] != g[:-1]) | (fs[1:] != fs[:-1])  # tied users share the rank of the first
+    first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+    out[idx[order]] = (n - first) / n
     return out
