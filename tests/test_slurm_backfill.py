@@ -219,3 +219,33 @@ def test_sched_builtin_starts_jobs_in_priority_order(case):
                              "PriorityWeightFairshare": 0}, nodes=nodes, gpn=gpn, users=users)
     first = sim.records().first_start
     assert np.all(np.diff(first) >= 0)
+
+
+# ------------------------------------------------------------------------------------- CLI
+
+def test_simulate_says_which_backfill_ran_and_what_hit_its_limit(tmp_path):
+    import csv
+    import json
+
+    from typer.testing import CliRunner
+
+    from autosched.cli import app
+
+    runner = CliRunner()
+    f = tmp_path / "limits.csv"
+    # the JOBS above, plus E (1 GPU, runs 500 s, limit 100): ended at its limit
+    f.write_text("job_id,submit_time,num_gpus,duration,time_limit\n"
+                 "a,0,2,100,100\nb,10,4,50,60\nc,20,1,30,40\nd,20,1,10,80\ne,30,1,500,100\n")
+    out = tmp_path / "jobs.csv"
+    r = runner.invoke(app, ["simulate", str(f), "-c", "1x4", "-p", "multifactor", "--json",
+                            "--jobs-out", str(out)])
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.stdout)
+    assert m["backfill"] == "Slurm time-limit backfill" and m["killed_at_limit"] == 1
+    rows = list(csv.DictReader(open(out)))
+    assert [row["killed_at_limit"] for row in rows] == ["False", "False", "False", "False", "True"]
+    no_limits = tmp_path / "plain.csv"
+    no_limits.write_text("job_id,submit_time,num_gpus,duration\na,0,2,100\n")
+    m = json.loads(runner.invoke(app, ["simulate", str(no_limits), "-c", "1x4", "-p", "multifactor",
+                                       "--json"]).stdout)
+    assert m["backfill"].startswith("reserve_after stand-in") and "killed_at_limit" not in m

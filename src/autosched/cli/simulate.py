@@ -80,7 +80,7 @@ def _run_notes(sim: Simulator, res) -> dict:
     kind = getattr(sim.policies[0], "backfill_kind", None)
     if kind is not None:
         notes["backfill"] = kind
-    if res.records.killed is not None:
+    if sim.trace.time_limit is not None:
         notes["killed_at_limit"] = int(res.records.killed.sum())
     return notes
 

@@ -162,7 +162,7 @@ class JobRecords:
     run_time: np.ndarray  # seconds holding GPUs (restart overheads included)
     preemptions: np.ndarray
     partition: np.ndarray
-    # True where the job hit its time limit and was ended there (None: the trace has no limits).
+    # True where the job hit its time limit and was ended there (all False without limits).
     killed: np.ndarray | None = None
 
     @property
@@ -336,7 +336,7 @@ class Simulator:
             run_time=np.asarray(self._executed),
             preemptions=np.asarray(self._preemptions, dtype=np.int64),
             partition=np.asarray(self._part, dtype=np.int64),
-            killed=None if self._limit is None else self.trace.duration > self._limit,
+            killed=np.zeros(self.n, dtype=bool) if self._limit is None else self.trace.duration > self._limit,
         )
 
 
