@@ -202,8 +202,10 @@ class Multifactor(Policy):
         """Charge usage up to t, recompute fair shares and every waiting job's priority."""
         self._charge(t)
         self._dirty = True
-        self.fairshare[:] = fair_tree(self.used, self.leaf_acct, self.known) if self.fair_tree \
-            else classic_fairshare(self.used, self.leaf_acct, self.known)
+        if not self.fair_tree:
+            self.fairshare[:] = classic_fairshare(self.used, self.leaf_acct, self.known)
+        elif self.known.sum() > 1:  # (under Fair Tree a lone association's factor is always 1)
+            self.fairshare[:] = fair_tree(self.used, self.leaf_acct, self.known)
         if not self.waiting:
             return
         js = np.fromiter(self.waiting, dtype=np.int64, count=len(self.waiting))
@@ -373,7 +375,7 @@ def fair_tree(used: np.ndarray, leaf_acct: np.ndarray, known: np.ndarray) -> np.
     out = np.ones(len(used))
     idx = np.flatnonzero(known)
     n = len(idx)
-    if not n:
+    if n <= 1:  # (one association, e.g. a VC's partition of a trace without users: always 1)
         return out
     inv = leaf_acct[idx]
     mine = used[idx]
