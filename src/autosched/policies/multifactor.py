@@ -94,18 +94,20 @@ class Multifactor(Policy):
         Float("reserve_after", "without time limits in the trace: once the top job has waited this "
               "long, nothing may pass it (0 = never backfill)", low=0.0, high=7 * DAY,
               default=6 * 3600.0, unit="s", condition=("backfill", (True,))),
+        # unit "sec": plain seconds in SchedulerParameters; "s" would mean a Slurm time string
+        # (D-HH:MM:SS) to the live layer's converter
         Int("bf_interval", "seconds between backfill cycles", low=1, high=10800, default=30,
-            unit="s", condition=("backfill", (True,))),
+            unit="sec", condition=("backfill", (True,))),
         Int("bf_window", "how far ahead backfill plans", low=1, high=43200, default=1440,
             unit="min", condition=("backfill", (True,))),
         Int("bf_max_job_test", "pending jobs a backfill cycle looks at", low=1, high=1000000,
             default=500, log=True, condition=("backfill", (True,))),
         Int("bf_resolution", "time resolution of backfill reservations", low=1, high=3600,
-            default=60, unit="s", condition=("backfill", (True,))),
+            default=60, unit="sec", condition=("backfill", (True,))),
         Bool("bf_continue", "resume a backfill cycle after yielding its locks (no effect here: "
              "a simulated cycle takes no time)", default=False, condition=("backfill", (True,))),
         Int("sched_interval", "seconds between full passes of the main scheduler", low=1,
-            high=3600, default=60, unit="s"),
+            high=3600, default=60, unit="sec"),
         Int("default_queue_depth", "jobs the main scheduler tries per pass", low=1, high=100000,
             default=100, log=True),
     ])
