@@ -36,13 +36,18 @@ def test_age_alone_is_fifo(placement):
     assert jct(sim) == [600, 690, 780]  # B 600-700, C 700-800
 
 
-def test_fair_share_factors_and_decayed_usage():
-    cfg = {**ONLY, "PriorityWeightFairshare": 10000, "PriorityDecayHalfLife": 3600.0}
+# At 600 u1 has all the usage, u2 none (one account, equal shares 1/2).
+#  Fair Tree: u2's level fair share is infinite, u1's 0.5 / 1: ranks 2, 1 of 2 users -> 1, 0.5.
+#  Classic: UE(u1) = 1 + (1 - 1) / 2 = 1 -> 2^(-1/0.5) = 0.25; UE(u2) = 0 + (1 - 0) / 2 -> 2^-1.
+@pytest.mark.parametrize("flags, factors", [("FAIR_TREE", [0.5, 1.0]), ("NO_FAIR_TREE", [0.25, 0.5])])
+def test_fair_share_factors_and_decayed_usage(flags, factors):
+    cfg = {**ONLY, "PriorityWeightFairshare": 10000, "PriorityDecayHalfLife": 3600.0,
+           "PriorityFlags": flags}
     pol = get_policy("multifactor")(cfg)
     sim = Simulator(make_trace(FS_JOBS, FS_USERS), cluster(), pol).run(until=600)
     mf = sim.policies[0]
     assert mf.t0 == 600
-    assert mf.fairshare[:2].tolist() == [0.25, 1.0]  # account codes: u1 = 0, u2 = 1
+    assert mf.fairshare[:2].tolist() == factors  # associations: u1 = 0, u2 = 1
     # 4 GPUs over [0, 600], each second decayed to t=600 with half-life 1 h.
     h = 3600.0
     assert mf.used[0] == pytest.approx(4 * h / math.log(2) * (1 - 2 ** (-600 / h)), rel=1e-12)
@@ -64,7 +69,7 @@ def test_usage_does_not_depend_on_how_often_it_is_recalculated():
 
 
 # A (4 GPUs, 1200 s) runs; B (1 GPU, t=0) and C (4 GPUs, t=300) wait. Weights: age 10000,
-# size 1000 (large jobs favoured). At 1200:
+# GPUs (PriorityWeightTRES GRES/gpu) 1000: GPUs / 4 x 1000. At 1200 (priorities truncated):
 #  PriorityMaxAge 3600: B = 10000 x 1200/3600 + 250 = 3583; C = 10000 x 900/3600 + 1000 = 3500:
 #      B 1200-1300, then C 1300-1400 (it cannot pass B's GPU... it needs all 4).
 #  PriorityMaxAge 600: both ages capped at 1: B = 10250, C = 11000: C 1200-1300, B 1300-1400.
@@ -72,12 +77,14 @@ def test_usage_does_not_depend_on_how_often_it_is_recalculated():
                                                (600.0, [1200, 1400, 1000])])
 @pytest.mark.parametrize("placement", PLACEMENTS)
 def test_max_age_caps_the_age_factor(max_age, expected, placement):
-    cfg = {**ONLY, "PriorityWeightAge": 10000, "PriorityWeightJobSize": 1000,
+    cfg = {**ONLY, "PriorityWeightAge": 10000, "PriorityWeightTRES.GRES/gpu": 1000,
            "PriorityMaxAge": max_age, "placement": placement}
     sim = run([(0, 4, 1200), (0, 1, 100), (300, 4, 100)], "multifactor", cfg)
     assert jct(sim) == expected
 
 
+# On 4 nodes of 1 GPU a job of g GPUs takes g nodes and g CPUs (one per node), so Slurm's size
+# factor with PriorityFavorSmall is ((4 - g) / 4 + (4 - g) / 4) / 2 = 1 - g / 4.
 # A (4 GPUs) runs 0-590. B (4 GPUs, t=10, size factor 0 with PriorityFavorSmall), C (1 GPU,
 # t=310, size factor 0.75 x 660 = 495 at arrival). Age weight 1000, max age 600 s.
 #  PriorityCalcPeriod 5: last recalculation before 590 is at 300: B = 1000 x 290/600 = 483.3 <
@@ -88,7 +95,7 @@ def test_max_age_caps_the_age_factor(max_age, expected, placement):
 def test_priorities_are_fixed_between_recalculations(period, expected):
     cfg = {**ONLY, "PriorityWeightAge": 1000, "PriorityMaxAge": 600.0, "PriorityWeightJobSize": 660,
            "PriorityFavorSmall": True, "PriorityCalcPeriod": period}
-    sim = run([(0, 4, 590), (10, 4, 100), (310, 1, 100)], "multifactor", cfg)
+    sim = run([(0, 4, 590), (10, 4, 100), (310, 1, 100)], "multifactor", cfg, nodes=4, gpn=1)
     assert jct(sim) == expected
 
 
@@ -127,33 +134,52 @@ def test_slurm_time_format():
 def test_slurm_conf_lines_of_the_default():
     assert slurm_conf_lines({}) == [
         "PriorityType=priority/multifactor",
-        "PriorityFlags=NO_FAIR_TREE",
+        "# PriorityFlags without NO_FAIR_TREE: Fair Tree, Slurm's default",
         "PriorityWeightAge=1000",
         "PriorityMaxAge=7-0",
         "PriorityWeightFairshare=10000",
         "PriorityDecayHalfLife=7-0",
         "PriorityWeightJobSize=1000",
         "PriorityFavorSmall=NO",
+        "PriorityWeightTRES=CPU=0,GRES/gpu=0",
         "PriorityCalcPeriod=5",
         "SchedulerType=sched/backfill",
+        "SchedulerParameters=bf_interval=30,bf_window=1440,bf_max_job_test=500,bf_resolution=60,"
+        "sched_interval=60,default_queue_depth=100",
+        '# PartitionName=... TRESBillingWeights="CPU=0,GRES/gpu=1"',
         "# placement=consolidate: simulator setting; Slurm's select plugin places jobs",
-        "# reserve_after=21600 s: no slurm.conf counterpart (Slurm's backfill reserves by job time limits)",
+        "# reserve_after=21600 s: used only for traces without time limits (Slurm's backfill reserves by "
+        "job time limits)",
     ]
 
 
 def test_slurm_conf_lines_of_a_tuned_config():
     lines = slurm_conf_lines({"PriorityWeightAge": 250, "PriorityMaxAge": 2 * 3600.0,
                               "PriorityFavorSmall": "true", "PriorityCalcPeriod": 2,
-                              "backfill": False})
+                              "PriorityFlags": "NO_FAIR_TREE", "PriorityWeightTRES.GRES/gpu": 2000,
+                              "TRESBillingWeights.CPU": 1, "TRESBillingWeights.GRES/gpu": 4,
+                              "backfill": False, "sched_interval": 20})
     assert "PriorityWeightAge=250" in lines
     assert "PriorityMaxAge=0-02:00:00" in lines
     assert "PriorityFavorSmall=YES" in lines
     assert "PriorityCalcPeriod=2" in lines
+    assert "PriorityFlags=NO_FAIR_TREE" in lines
+    assert "PriorityWeightTRES=CPU=0,GRES/gpu=2000" in lines
+    assert '# PartitionName=... TRESBillingWeights="CPU=1,GRES/gpu=4"' in lines
     assert "SchedulerType=sched/builtin" in lines
+    assert "SchedulerParameters=sched_interval=20,default_queue_depth=100" in lines
     assert not any("reserve_after" in line for line in lines)
     # every knob named after slurm.conf appears as a parameter line
-    knobs = [k for k in get_policy("multifactor").space.names if k.startswith("Priority")]
+    knobs = [k for k in get_policy("multifactor").space.names
+             if k.startswith("Priority") and "." not in k]
     assert all(any(line.startswith(k + "=") for line in lines) for k in knobs)
+
+
+def test_backfill_knobs_go_to_scheduler_parameters():
+    lines = slurm_conf_lines({"bf_interval": 5, "bf_window": 60, "bf_max_job_test": 50,
+                              "bf_resolution": 10, "bf_continue": True})
+    assert ("SchedulerParameters=bf_interval=5,bf_window=60,bf_max_job_test=50,bf_resolution=10,"
+            "bf_continue,sched_interval=60,default_queue_depth=100") in lines
 
 
 def test_slurm_conf_lines_reject_a_bad_config():

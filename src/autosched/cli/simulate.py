@@ -65,12 +65,25 @@ def simulate_cmd(
 
         with input_errors():
             write_records(res.records, tr, jobs_out)
+    notes = _run_notes(sim, res)
     if as_json:
         out = {"policy": pol.name, "oracle": pol.oracle, "config": pol.config,
-               "cluster": cl.describe(), **res.metrics.to_dict(), "dropped": report.to_dict()}
+               "cluster": cl.describe(), **notes, **res.metrics.to_dict(), "dropped": report.to_dict()}
         print_json(out)
         return
-    _print_metrics(pol, cl.describe(), str(trace_path), res.metrics)
+    _print_metrics(pol, cl.describe(), str(trace_path), res.metrics, notes)
+
+
+def _run_notes(sim: Simulator, res) -> dict:
+    """What the run did that the metrics do not say: which backfill ran (multifactor), how many
+    jobs were ended at their time limit (traces with limits)."""
+    notes = {}
+    kind = getattr(sim.policies[0], "backfill_kind", None)
+    if kind is not None:
+        notes["backfill"] = kind
+    if sim.trace.time_limit is not None:
+        notes["killed_at_limit"] = int(res.records.killed.sum())
+    return notes
 
 
 def _parse_overhead(text: str) -> tuple[float, float]:
@@ -83,7 +96,7 @@ def _parse_overhead(text: str) -> tuple[float, float]:
     return small, large
 
 
-def _print_metrics(pol: Policy, cluster: str, trace: str, m) -> None:
+def _print_metrics(pol: Policy, cluster: str, trace: str, m, notes: dict | None = None) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -93,6 +106,8 @@ def _print_metrics(pol: Policy, cluster: str, trace: str, m) -> None:
     oracle = " [bold red](oracle: reads true durations)[/]" if pol.oracle else ""
     console.print(f"[bold]{pol.name}[/]{oracle} on {cluster}, trace {trace}")
     console.print("config: " + ", ".join(f"{k}={_fmt(v)}" for k, v in pol.config.items()))
+    for k, v in (notes or {}).items():
+        console.print(f"{k}: {v}", markup=False)
     table = Table(show_header=True, header_style="bold")
     table.add_column("metric")
     table.add_column("value", justify="right")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from ..policies.multifactor import Multifactor
+from ..policies.multifactor import CLASSIC, CPU_BILL, CPU_TRES, GPU_BILL, GPU_TRES, Multifactor
 from ..space import Bool, ConfigError, Int, Knob
 
 
@@ -29,25 +29,47 @@ def slurm_time(seconds: float) -> str:
 
 def slurm_conf_lines(config: Mapping[str, Any]) -> list[str]:
     """The ``slurm.conf`` lines that configure Slurm as `config` (a multifactor config; missing
-    knobs take their defaults) was simulated. Raises `ConfigError` for an invalid config."""
+    knobs take their defaults) was simulated. Raises `ConfigError` for an invalid config.
+
+    ``PriorityWeightTRES`` names ``GRES/gpu``, which Slurm accepts only with
+    ``AccountingStorageTRES=gres/gpu`` (and so slurmdbd). ``TRESBillingWeights`` belongs on the
+    partition lines; it is given as a comment to copy there (``scontrol update`` sets it live).
+    """
     c = Multifactor.space.validate(config)
     lines = [
         "PriorityType=priority/multifactor",
-        "PriorityFlags=NO_FAIR_TREE",  # the classic fair-share factor, as simulated
+        "PriorityFlags=NO_FAIR_TREE" if c["PriorityFlags"] == CLASSIC
+        else "# PriorityFlags without NO_FAIR_TREE: Fair Tree, Slurm's default",
         f"PriorityWeightAge={c['PriorityWeightAge']}",
         f"PriorityMaxAge={slurm_time(c['PriorityMaxAge'])}",
         f"PriorityWeightFairshare={c['PriorityWeightFairshare']}",
         f"PriorityDecayHalfLife={slurm_time(c['PriorityDecayHalfLife'])}",
         f"PriorityWeightJobSize={c['PriorityWeightJobSize']}",
         f"PriorityFavorSmall={'YES' if c['PriorityFavorSmall'] else 'NO'}",
+        f"PriorityWeightTRES=CPU={c[CPU_TRES]},GRES/gpu={c[GPU_TRES]}",
         f"PriorityCalcPeriod={c['PriorityCalcPeriod']}",
         f"SchedulerType={'sched/backfill' if c['backfill'] else 'sched/builtin'}",
+        f"SchedulerParameters={scheduler_parameters(c)}",
+        f"# PartitionName=... TRESBillingWeights=\"CPU={c[CPU_BILL]:g},GRES/gpu={c[GPU_BILL]:g}\"",
         f"# placement={c['placement']}: simulator setting; Slurm's select plugin places jobs",
     ]
     if c["backfill"]:
-        lines.append(f"# reserve_after={c['reserve_after']:g} s: no slurm.conf counterpart "
+        lines.append(f"# reserve_after={c['reserve_after']:g} s: used only for traces without time limits "
                      "(Slurm's backfill reserves by job time limits)")
     return lines
+
+
+def scheduler_parameters(config: Mapping[str, Any]) -> str:
+    """The ``SchedulerParameters`` value of a (validated) multifactor config."""
+    c = config
+    parts = []
+    if c["backfill"]:
+        parts += [f"bf_interval={c['bf_interval']}", f"bf_window={c['bf_window']}",
+                  f"bf_max_job_test={c['bf_max_job_test']}", f"bf_resolution={c['bf_resolution']}"]
+        if c["bf_continue"]:
+            parts.append("bf_continue")
+    parts += [f"sched_interval={c['sched_interval']}", f"default_queue_depth={c['default_queue_depth']}"]
+    return ",".join(parts)
 
 
 # -- one knob at a time, both ways (the live agent writes and reads these) -------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import deque
 
 from ..space import Bool, ConfigSpace, Float
+from .backfill import priority_pass
 from .base import PLACEMENT, Policy
 
 
@@ -41,24 +42,16 @@ class Fifo(Policy):
         q.append(j)
 
     def schedule(self, now: float) -> None:
-        part, by_size = self.part, self.by_size
-        while by_size and part.free > 0:
-            heads = sorted((q[0], g) for g, q in by_size.items())
-            head, g = heads[0]
-            if part.start(head):
-                self._pop(g)
-                continue
-            if not self.backfill or now - self.jobs.submit[head] >= self.reserve_after:
-                return
-            for j, g in heads[1:]:
-                if g <= part.free and part.start(j):
-                    self._pop(g)
-                    break
-            else:
-                return
+        submit, backfill, reserve_after = self.jobs.submit, self.backfill, self.reserve_after
+        priority_pass(self.part, self.by_size, _oldest_first, self.part.start, self._pop,
+                      lambda top: backfill and now - submit[top] < reserve_after)
 
     def _pop(self, g: int) -> None:
         q = self.by_size[g]
         q.popleft()
         if not q:
             del self.by_size[g]
+
+
+def _oldest_first(j: int) -> int:
+    return j  # rows are in submission order

@@ -1,4 +1,4 @@
-"""Slurm's multifactor job priority (classic fair share) with optional backfill."""
+"""Slurm's multifactor job priority (Fair Tree or classic fair share) with Slurm's backfill."""
 
 from __future__ import annotations
 
@@ -7,36 +7,63 @@ from bisect import insort
 
 import numpy as np
 
-from ..space import Bool, ConfigSpace, Float, Int
-from .base import PLACEMENT, Policy
+from ..space import Bool, Categorical, ConfigSpace, Float, Int
+from .backfill import BackfillParams, priority_pass, slurm_backfill
+from ..cluster import PLACEMENT_HELP, PLACEMENTS
+from .base import Policy
 
 DAY = 86400.0
+FAIR_TREE, CLASSIC = "FAIR_TREE", "NO_FAIR_TREE"
+GPU_TRES, CPU_TRES = "PriorityWeightTRES.GRES/gpu", "PriorityWeightTRES.CPU"
+GPU_BILL, CPU_BILL = "TRESBillingWeights.GRES/gpu", "TRESBillingWeights.CPU"
+BF_KNOBS = ("bf_interval", "bf_window", "bf_max_job_test", "bf_resolution", "bf_continue")
+# Slurm's select plugin takes the first nodes (in order) that hold a job: first_fit, beside the
+# placements every policy has.
+PLACEMENT = Categorical("placement", PLACEMENT_HELP + "; first_fit: a job that fits in one node goes "
+                        "on the lowest-numbered node that holds it (as Slurm's select plugin)",
+                        choices=(*PLACEMENTS, "first_fit"), default="consolidate")
 
 
 class Multifactor(Policy):
-    """Jobs wait in order of Slurm multifactor priority (highest first; ties: submission order)::
+    """Jobs wait in order of Slurm 22.05's multifactor priority (highest first; ties: submission
+    order), an integer as in Slurm (the weighted sum, truncated)::
 
         priority = PriorityWeightAge       * min(age / PriorityMaxAge, 1)
-                 + PriorityWeightFairshare * 2 ** (-usage_share / shares)
-                 + PriorityWeightJobSize   * size
+                 + PriorityWeightFairshare * fair-share factor
+                 + PriorityWeightJobSize   * job-size factor
+                 + sum over TRES t of PriorityWeightTRES[t] * (job's t / partition's t)
 
-    *age* is the time since submission; *usage_share* is the account's GPU-seconds, each decayed
-    continuously with half-life ``PriorityDecayHalfLife``, over all accounts' (Slurm's classic
-    fair share, ``PriorityFlags=NO_FAIR_TREE``); every account has equal *shares* (1 / accounts
-    seen so far); an account is the job's user, else its VC. *size* is GPUs / partition GPUs,
-    or 1 minus that with ``PriorityFavorSmall``. As in Slurm, priorities of waiting jobs are
-    recomputed every ``PriorityCalcPeriod`` (at its multiples) and stay fixed in between; a job
-    arriving in between gets age 0 and the fair share of the last recalculation.
+    *age* is the time since submission. The *job-size factor* is Slurm's: the mean of the job's
+    share of the partition's nodes and of its CPUs (``PriorityFavorSmall``: of what it leaves
+    free). A job needs ceil(GPUs / GPUs per node) nodes; its CPUs are the trace's ``num_cpus``,
+    else one per node (sbatch's default of one task per node, one CPU each); a node has as many
+    CPUs as GPUs (an assumption: the cluster spec has no CPUs). GPU demand enters through
+    ``PriorityWeightTRES.GRES/gpu`` (job GPUs / partition GPUs), as in ``PriorityWeightTRES=
+    GRES/gpu=N``.
 
-    Scheduling is ``fifo``'s in priority order: without ``backfill`` (Slurm's ``sched/builtin``)
-    nothing passes a top job that does not fit; with it, later jobs that fit start while the
-    top job has waited less than ``reserve_after``. Slurm's ``sched/backfill`` instead reserves
-    using job time limits, which a trace does not have; this is its non-clairvoyant stand-in.
-    Usage and accounts are tracked per partition (each VC is scheduled on its own).
+    *Fair share* is over the association tree root -> account -> user, with equal shares at each
+    level (Slurm's default ``fairshare=1``): the account is the trace's ``account``, else its
+    ``vc``; the user is its ``user`` (without users each account is one leaf). Usage is billing-
+    weighted run time (``TRESBillingWeights``: CPU and GPU weights times the job's CPUs and
+    GPUs), decayed with half-life ``PriorityDecayHalfLife``. ``PriorityFlags=FAIR_TREE`` (Slurm's
+    default since 19.05) ranks users depth-first by level fair share (shares / usage at each
+    level) and gives rank / users; ``NO_FAIR_TREE`` is the classic factor 2^(-effective usage /
+    normalised shares). Priorities of waiting jobs are recomputed every ``PriorityCalcPeriod``
+    (at its multiples) and stay fixed in between; a job arriving in between gets age 0 and the
+    fair share of the last recalculation.
+
+    Scheduling: when the trace has time limits, Slurm's way: the main scheduler tries jobs in
+    priority order at every event (and after a recalculation, at the next ``sched_interval``
+    tick) and stops at the first that does not fit; with ``backfill`` the backfill scheduler runs
+    every ``bf_interval`` seconds and plans with time limits (see `slurm_backfill`). Without time
+    limits Slurm's backfill cannot be modelled, and a non-clairvoyant stand-in runs: later jobs
+    that fit start while the top job has waited less than ``reserve_after``. ``backfill_kind``
+    says which one ran. Usage and accounts are tracked per partition (each VC is scheduled on
+    its own).
     """
 
     name = "multifactor"
-    summary = "Slurm multifactor priority (age, fair share, job size) with optional backfill"
+    summary = "Slurm multifactor priority (age, Fair Tree/classic fair share, job size, TRES) with backfill"
     space = ConfigSpace([
         PLACEMENT,
         Int("PriorityWeightAge", "weight of the age factor", low=0, high=100000, default=1000),
@@ -46,17 +73,43 @@ class Multifactor(Policy):
             default=10000),
         Float("PriorityDecayHalfLife", "half-life of past usage in the fair-share factor",
               low=600.0, high=90 * DAY, default=7 * DAY, log=True, unit="s"),
-        Int("PriorityWeightJobSize", "weight of the job-size factor", low=0, high=100000,
-            default=1000),
+        Categorical("PriorityFlags", "FAIR_TREE: Slurm's Fair Tree (its default); NO_FAIR_TREE: "
+                    "the classic fair-share factor", choices=(FAIR_TREE, CLASSIC), default=FAIR_TREE),
+        Int("PriorityWeightJobSize", "weight of the job-size factor (nodes and CPUs, as Slurm)",
+            low=0, high=100000, default=1000),
         Bool("PriorityFavorSmall", "small jobs get the larger job-size factor (else large jobs)",
              default=False),
+        Int(GPU_TRES, "weight of the job's share of the partition's GPUs (PriorityWeightTRES)",
+            low=0, high=100000, default=0),
+        Int(CPU_TRES, "weight of the job's share of the partition's CPUs (PriorityWeightTRES)",
+            low=0, high=100000, default=0),
+        Float(GPU_BILL, "fair-share usage per GPU-second (the partition's TRESBillingWeights)",
+              low=0.0, high=100.0, default=1.0),
+        Float(CPU_BILL, "fair-share usage per CPU-second (the partition's TRESBillingWeights)",
+              low=0.0, high=100.0, default=0.0),
         Int("PriorityCalcPeriod", "minutes between priority recalculations (as in slurm.conf)",
             low=1, high=60, default=5, unit="min"),
         Bool("backfill", "let lower-priority jobs start while the top job does not fit "
              "(sched/backfill; off = sched/builtin)", default=True),
-        Float("reserve_after", "once the top job has waited this long, nothing may pass it "
-              "(0 = never backfill)", low=0.0, high=7 * DAY, default=6 * 3600.0, unit="s",
-              condition=("backfill", (True,))),
+        Float("reserve_after", "without time limits in the trace: once the top job has waited this "
+              "long, nothing may pass it (0 = never backfill)", low=0.0, high=7 * DAY,
+              default=6 * 3600.0, unit="s", condition=("backfill", (True,))),
+        # unit "sec": plain seconds in SchedulerParameters; "s" would mean a Slurm time string
+        # (D-HH:MM:SS) to the live layer's converter
+        Int("bf_interval", "seconds between backfill cycles", low=1, high=10800, default=30,
+            unit="sec", condition=("backfill", (True,))),
+        Int("bf_window", "how far ahead backfill plans", low=1, high=43200, default=1440,
+            unit="min", condition=("backfill", (True,))),
+        Int("bf_max_job_test", "pending jobs a backfill cycle looks at", low=1, high=1000000,
+            default=500, log=True, condition=("backfill", (True,))),
+        Int("bf_resolution", "time resolution of backfill reservations", low=1, high=3600,
+            default=60, unit="sec", condition=("backfill", (True,))),
+        Bool("bf_continue", "resume a backfill cycle after yielding its locks (no effect here: "
+             "a simulated cycle takes no time)", default=False, condition=("backfill", (True,))),
+        Int("sched_interval", "seconds between full passes of the main scheduler", low=1,
+            high=3600, default=60, unit="sec"),
+        Int("default_queue_depth", "jobs the main scheduler tries per pass", low=1, high=100000,
+            default=100, log=True),
     ])
 
     def configure(self) -> None:
@@ -65,56 +118,81 @@ class Multifactor(Policy):
         self.max_age = c["PriorityMaxAge"]
         self.w_fs = c["PriorityWeightFairshare"]
         self.half_life = c["PriorityDecayHalfLife"]
-        self.w_size = c["PriorityWeightJobSize"]
-        self.favor_small = c["PriorityFavorSmall"]
+        self.fair_tree = c["PriorityFlags"] == FAIR_TREE
         self.period = 60.0 * c["PriorityCalcPeriod"]
         self.backfill = c["backfill"]
         self.reserve_after = c["reserve_after"]
-        if getattr(self, "t0", None) is not None:  # reconfigured mid-run: recalculate now
-            self._recalc(self.part.sim.now)
+        self.bf_interval = float(c["bf_interval"])
+        self.bf = BackfillParams(60.0 * c["bf_window"], c["bf_max_job_test"], float(c["bf_resolution"]))
+        self.sched_interval = float(c["sched_interval"])
+        self.depth = c["default_queue_depth"]
+        # The parts of a job's priority that do not change while it waits (size and TRES).
+        part = self.part
+        nodes = max(1, len(part.pool.free))
+        cpus_total = nodes * part.pool.gpn
+        size = (self._nodes / nodes + self._cpus / cpus_total) / 2.0
+        if c["PriorityFavorSmall"]:
+            size = ((nodes - self._nodes) / nodes + (cpus_total - self._cpus) / cpus_total) / 2.0
+        self.static = (c["PriorityWeightJobSize"] * np.clip(size, 0.0, 1.0)
+                       + c[GPU_TRES] * self._gpus / part.capacity + c[CPU_TRES] * self._cpus / cpus_total)
+        if getattr(self, "t0", None) is not None:  # reconfigured mid-run: charge, then recalculate now
+            self._recalc(part.sim.now)
+        self.bill = c[GPU_BILL] * self._gpus + c[CPU_BILL] * self._cpus
+        self.held[:] = 0.0
+        for j in part.running:
+            if j not in self.fresh:
+                self.held[self.leaf[j]] += self.bill[j]
+        if self.jobs.time_limit is None:
+            self.backfill_kind = "reserve_after stand-in (the trace has no time limits)" if self.backfill else "none"
+        else:
+            self.backfill_kind = "Slurm time-limit backfill" if self.backfill else "none (sched/builtin)"
 
     def bind(self, part, jobs) -> None:
-        codes = jobs.user if jobs.user is not None else jobs.vc
-        self.account = codes if codes is not None else [0] * len(jobs.gpus)
-        # Arrays for recomputing all waiting jobs' priorities at once.
+        n = len(jobs.gpus)
+        gpn = part.pool.gpn
+        acct = jobs.account if jobs.account is not None else jobs.vc if jobs.vc is not None else [0] * n
+        user = jobs.user if jobs.user is not None else [-1] * n
+        # Associations (leaves of the tree): (account, user) pairs, numbered in sorted order.
+        pairs = sorted(set(zip(acct, user)))
+        index = {p: i for i, p in enumerate(pairs)}
+        self.leaf = np.fromiter((index[p] for p in zip(acct, user)), dtype=np.int64, count=n)
+        self.leaf_acct = np.asarray([a for a, _ in pairs], dtype=np.int64)
         self._submit = np.asarray(jobs.submit, dtype=float)
-        self._gpus = np.asarray(jobs.gpus, dtype=np.int64)
-        self._account = np.asarray(self.account, dtype=np.int64)
-        accounts = int(self._account.max()) + 1 if len(self._account) else 1
-        self.fairshare = np.ones(accounts)  # per account, as of the last recalculation
-        self.used = np.zeros(accounts)  # per account: decayed GPU-s as of t0
-        self.known = np.zeros(accounts, dtype=bool)  # accounts that have submitted here
+        self._gpus = np.asarray(jobs.gpus, dtype=float)
+        self._nodes = np.ceil(self._gpus / gpn)
+        cpus = np.asarray(jobs.cpus, dtype=float) if jobs.cpus is not None else np.zeros(n)
+        self._cpus = np.where(cpus > 0, cpus, self._nodes)
+        leaves = max(1, len(pairs))
+        self.fairshare = np.ones(leaves)  # per association, as of the last recalculation
+        self.used = np.zeros(leaves)  # per association: decayed billing-seconds as of t0
+        self.known = np.zeros(leaves, dtype=bool)  # associations that have submitted here
         self.t0: float | None = None  # time of the last recalculation
-        # Usage not yet charged: GPUs per account of jobs running since before t0; jobs started
-        # after t0 (job -> start); runs that ended (account, GPUs, from, to) after t0.
-        self.held = np.zeros(accounts)
+        # Usage not yet charged: billing per association of jobs running since before t0; jobs
+        # started after t0 (job -> start); runs that ended (association, billing, from, to).
+        self.held = np.zeros(leaves)
         self.fresh: dict[int, float] = {}
-        self.spans: list[tuple[int, int, float, float]] = []
+        self.spans: list[tuple[int, float, float, float]] = []
         # Waiting jobs by GPU count, best first (priority descending, then submission); their
         # priorities as last computed, negated so that ascending order is best first.
         self.by_size: dict[int, list[int]] = {}
-        self.neg = np.zeros(len(jobs.gpus))
+        self.neg = np.zeros(n)
         self.waiting: dict[int, None] = {}
+        self._dirty = True  # something changed since the last backfill cycle (Slurm's _more_work)
+        self.reservations: list[tuple[int, float]] = []  # (job, planned start) of the last cycle
         super().bind(part, jobs)
 
     # ---------------------------------------------------------------------------- priority
 
     def priority(self, j: int, at: float) -> float:
         """Priority of waiting job j as computed at time `at` (a recalculation or its arrival)."""
-        g = self.jobs.gpus[j]
-        size = g / self.part.capacity
-        if self.favor_small:
-            size = 1.0 - size
-        age = min((at - self.jobs.submit[j]) / self.max_age, 1.0)
-        return self.w_age * age + self.w_fs * float(self.fairshare[self.account[j]]) + self.w_size * size
+        age = min((at - self._submit[j]) / self.max_age, 1.0)
+        return math.floor(self.w_age * age + self.w_fs * float(self.fairshare[self.leaf[j]])
+                          + float(self.static[j]))
 
     def priorities(self, js: np.ndarray, at: float) -> np.ndarray:
         """`priority` of many waiting jobs at once."""
-        size = self._gpus[js] / self.part.capacity
-        if self.favor_small:
-            size = 1.0 - size
         age = np.minimum((at - self._submit[js]) / self.max_age, 1.0)
-        return self.w_age * age + self.w_fs * self.fairshare[self._account[js]] + self.w_size * size
+        return np.floor(self.w_age * age + self.w_fs * self.fairshare[self.leaf[js]] + self.static[js])
 
     def _catch_up(self, now: float) -> None:
         if self.t0 is None:
@@ -125,40 +203,41 @@ class Multifactor(Policy):
     def _recalc(self, t: float) -> None:
         """Charge usage up to t, recompute fair shares and every waiting job's priority."""
         self._charge(t)
-        total = self.used.sum()
-        self.fairshare[:] = 1.0
-        if total > 0:  # equal shares: each known account's share is 1 / (accounts known)
-            self.fairshare[:] = np.exp2(-self.known.sum() * self.used / total)
+        self._dirty = True
+        if not self.fair_tree:
+            self.fairshare[:] = classic_fairshare(self.used, self.leaf_acct, self.known)
+        elif self.known.sum() > 1:  # (under Fair Tree a lone association's factor is always 1)
+            self.fairshare[:] = fair_tree(self.used, self.leaf_acct, self.known)
         if not self.waiting:
             return
         js = np.fromiter(self.waiting, dtype=np.int64, count=len(self.waiting))
         neg = self.neg[js] = -self.priorities(js, t)
-        g = self._gpus[js]
+        g = self._gpus[js].astype(np.int64)
         order = np.lexsort((js, neg, g))  # by size, then best first
         g, jobs = g[order], js[order].tolist()
         cuts = [0, *(np.flatnonzero(np.diff(g)) + 1).tolist(), len(g)]
         self.by_size = {int(g[a]): jobs[a:b] for a, b in zip(cuts, cuts[1:])}
 
     def _charge(self, t: float) -> None:
-        """Bring usage from t0 to t: decay it, and add the GPU-seconds run in (t0, t], each
+        """Bring usage from t0 to t: decay it, and add the billing-seconds run in (t0, t], each
         decayed continuously to t (so the result does not depend on how often this runs)."""
         t0, h = self.t0, self.half_life
         decay = 2.0 ** (-(t - t0) / h)
         scale = h / math.log(2.0)
         self.used *= decay
         self.used += self.held * (scale * (1.0 - decay))  # jobs running through (t0, t]
-        account, gpus = self.account, self.jobs.gpus
+        leaf, bill = self.leaf, self.bill
         for j, b in list(self.fresh.items()):
             if b < t:  # started in (t0, t): charged from its start, then held like the others
-                self.used[account[j]] += gpus[j] * scale * (1.0 - 2.0 ** (-(t - b) / h))
-                self.held[account[j]] += gpus[j]
+                self.used[leaf[j]] += bill[j] * scale * (1.0 - 2.0 ** (-(t - b) / h))
+                self.held[leaf[j]] += bill[j]
                 del self.fresh[j]
         spans = []
-        for a, g, b, e in self.spans:
+        for a, w, b, e in self.spans:
             if b < t:
-                self.used[a] += g * scale * (2.0 ** (-(t - min(e, t)) / h) - 2.0 ** (-(t - b) / h))
+                self.used[a] += w * scale * (2.0 ** (-(t - min(e, t)) / h) - 2.0 ** (-(t - b) / h))
             if e > t:
-                spans.append((a, g, max(b, t), e))
+                spans.append((a, w, max(b, t), e))
         self.spans = spans
         self.t0 = t
 
@@ -166,7 +245,8 @@ class Multifactor(Policy):
 
     def on_arrival(self, j: int, now: float) -> None:
         self._catch_up(now)
-        self.known[self.account[j]] = True
+        self.known[self.leaf[j]] = True
+        self._dirty = True
         g = self.jobs.gpus[j]
         self.neg[j] = -self.priority(j, now)
         self.waiting[j] = None
@@ -178,17 +258,19 @@ class Multifactor(Policy):
             insort(same, j, key=lambda k: (neg[k], k))
 
     def on_finish(self, j: int, now: float) -> None:
-        a, g = self.account[j], self.jobs.gpus[j]
+        self._dirty = True
+        a, w = self.leaf[j], self.bill[j]
         b = self.fresh.pop(j, None)
         if b is None:  # it was held since t0
-            self.held[a] -= g
+            self.held[a] -= w
             b = self.t0
         if b < now:
-            self.spans.append((a, g, b, now))
+            self.spans.append((a, w, b, now))
 
-    def _start(self, j: int, now: float) -> bool:
-        if self.part.start(j):
+    def _start(self, j: int, now: float, exclude: int = 0) -> bool:
+        if self.part.start(j, exclude):
             self.fresh[j] = now
+            self._dirty = True
             return True
         return False
 
@@ -196,25 +278,58 @@ class Multifactor(Policy):
         if not self.by_size:
             return  # nothing waits; usage is charged lazily (continuous decay allows it)
         self._catch_up(now)  # (may rebuild self.by_size)
-        part, by_size = self.part, self.by_size
-        while by_size and part.free > 0:
-            neg = self.neg
-            heads = sorted((neg[same[0]], same[0], g) for g, same in by_size.items())
-            _, top, g = heads[0]
-            if self._start(top, now):
-                self._pop(g)
-                continue
-            if not self.backfill or now - self.jobs.submit[top] >= self.reserve_after:
-                break
-            for _, j, g in heads[1:]:
-                if g <= part.free and self._start(j, now):
-                    self._pop(g)
-                    break
-            else:
-                break
-        if by_size and 0 < part.free and min(by_size) <= part.free:
-            # the order may change at the next recalculation and let a job that fits start
-            part.wake_at((math.floor(now / self.period) + 1) * self.period)
+        part, neg = self.part, self.neg
+
+        def best(j: int) -> tuple[float, int]:
+            return neg[j]
+
+        def start(j: int) -> bool:
+            return self._start(j, now)
+
+        if self.jobs.time_limit is None:
+            submit, backfill, reserve_after = self.jobs.submit, self.backfill, self.reserve_after
+            priority_pass(part, self.by_size, best, start, self._pop,
+                          lambda top: backfill and now - submit[top] < reserve_after)
+            if self.by_size and 0 < part.free and min(self.by_size) <= part.free:
+                # the order may change at the next recalculation and let a job that fits start
+                part.wake_at((math.floor(now / self.period) + 1) * self.period)
+            return
+        # Slurm: the main scheduler at every event, in strict priority order.
+        priority_pass(part, self.by_size, best, start, self._pop, lambda top: False, self.depth)
+        wakes = []
+        if self.backfill and self.by_size:
+            iv = self.bf_interval
+            due = math.ceil(now / iv) * iv
+            if due == now and self._dirty:
+                self._backfill(now)
+                due += iv
+            if self._dirty and self.by_size:
+                wakes.append(due)
+        if self.by_size and 0 < part.free and min(self.by_size) <= part.free:
+            # after the next recalculation, the main scheduler's periodic pass may start one
+            recalc = (math.floor(now / self.period) + 1) * self.period
+            wakes.append(math.ceil(recalc / self.sched_interval) * self.sched_interval)
+        if wakes:
+            part.wake_at(min(wakes))
+
+    def _backfill(self, now: float) -> None:
+        """One cycle of Slurm's backfill scheduler at `now`."""
+        self._dirty = False
+        neg = self.neg
+        order = sorted(self.waiting, key=lambda k: (neg[k], k))
+
+        def start(j: int, exclude: int) -> bool:
+            if not self._start(j, now, exclude):
+                return False
+            same = self.by_size[self.jobs.gpus[j]]
+            same.remove(j)
+            if not same:
+                del self.by_size[self.jobs.gpus[j]]
+            del self.waiting[j]
+            return True
+
+        self.reservations = slurm_backfill(self.part, order, self.jobs.gpus, self.jobs.time_limit,
+                                           now, self.bf, start)
 
     def _pop(self, g: int) -> None:
         same = self.by_size[g]
@@ -222,3 +337,63 @@ class Multifactor(Policy):
         del same[0]
         if not same:
             del self.by_size[g]
+
+
+# -------------------------------------------------------------------------------- fair share
+
+
+def classic_fairshare(used: np.ndarray, leaf_acct: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """Slurm's classic fair-share factor (``PriorityFlags=NO_FAIR_TREE``) of each association
+    (leaf) in the tree root -> account -> user with equal shares among known siblings:
+    2^(-UE / S), S the product of share fractions down the path, and effective usage
+    UE = UA + (UE_parent - UA) * S_child / S_siblings with UA = usage / total usage, UE_root = 1.
+    Unknown associations get 1."""
+    out = np.ones(len(used))
+    total = used[known].sum()
+    if total <= 0:
+        return out
+    accts = np.unique(leaf_acct[known])
+    s_acct = 1.0 / len(accts)
+    for a in accts:
+        leaves = np.flatnonzero(known & (leaf_acct == a))
+        ua_acct = used[leaves].sum() / total
+        ue_acct = ua_acct + (1.0 - ua_acct) * s_acct
+        s_user = 1.0 / len(leaves)
+        ua = used[leaves] / total
+        ue = ua + (ue_acct - ua) * s_user
+        out[leaves] = np.exp2(-ue / (s_acct * s_user))
+    return out
+
+
+def fair_tree(used: np.ndarray, leaf_acct: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """Slurm's Fair Tree factor (22.05 ``fair_tree.c``) of each association (leaf) under
+    root -> account -> user with equal shares among known siblings.
+
+    At each level a sibling's level fair share is its share fraction / its fraction of its
+    parent's usage (no usage: infinite). Accounts are visited in descending level fair share;
+    accounts that tie are merged (their users sorted together); users get ranks from the number
+    of users down, in visiting order, tied users the same rank; the factor is rank / users.
+    Unknown associations get 1."""
+    out = np.ones(len(used))
+    idx = np.flatnonzero(known)
+    n = len(idx)
+    if n <= 1:  # (one association, e.g. a VC's partition of a trace without users: always 1)
+        return out
+    inv = leaf_acct[idx]
+    mine = used[idx]
+    acct_used = np.bincount(inv, weights=mine)
+    acct_users = np.bincount(inv)
+    total = mine.sum()
+    share = 1.0 / np.count_nonzero(acct_users)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        acct_fs = np.where(acct_used > 0, share / (acct_used / total), np.inf)[inv]
+        parent = acct_used[inv]
+        user_fs = np.where((mine > 0) & (parent > 0), (1.0 / acct_users[inv]) / (mine / parent), np.inf)
+    # accounts with equal level fair share form one group, whose users are sorted together
+    order = np.lexsort((-user_fs, -acct_fs))
+    g, fs = acct_fs[order], user_fs[order]
+    new = np.ones(n, dtype=bool)
+    new[1:] = (g[1:] != g[:-1]) | (fs[1:] != fs[:-1])  # tied users share the rank of the first
+    first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+    out[idx[order]] = (n - first) / n
+    return out

@@ -38,6 +38,10 @@ class JobInfo:
     vc: list[int] | None
     user: list[int] | None
     duration: list[float] | None
+    # Each job's time limit (s; inf = none) when the trace has them: a real scheduler knows it.
+    time_limit: list[float] | None = None
+    cpus: list[int] | None = None  # CPUs requested (0 = not known)
+    account: list[int] | None = None  # Slurm account codes
 
 
 class Partition:
@@ -61,12 +65,13 @@ class Partition:
     def free(self) -> int:
         return self.pool.free_gpus
 
-    def start(self, j: int) -> bool:
-        """Start (or resume) waiting job j; False when placement finds no room."""
+    def start(self, j: int, exclude: int = 0) -> bool:
+        """Start (or resume) waiting job j; False when placement finds no room (outside the
+        nodes in the bitmask `exclude`, when given)."""
         s = self.sim
         if s.state[j] != WAITING:
             raise SimulationError(f"job {j} cannot start: it is not waiting")
-        alloc = self.pool.place(s._gpus[j], self.placement)
+        alloc = self.pool.place(s._gpus[j], self.placement, exclude)
         if alloc is None:
             return False
         now = s.now
@@ -122,6 +127,10 @@ class Partition:
             done += max(0.0, now - s._run_start[j] - s._overhead[j]) * s._speed[j]
         return done
 
+    def allocation(self, j: int) -> Alloc | None:
+        """(node, GPUs) pairs running job j holds (() under 'count' placement)."""
+        return self.sim._alloc[j]
+
     def run_started(self, j: int) -> float:
         """When the current run of running job j began."""
         return self.sim._run_start[j]
@@ -153,6 +162,8 @@ class JobRecords:
     run_time: np.ndarray  # seconds holding GPUs (restart overheads included)
     preemptions: np.ndarray
     partition: np.ndarray
+    # True where the job hit its time limit and was ended there (all False without limits).
+    killed: np.ndarray | None = None
 
     @property
     def jct(self) -> np.ndarray:
@@ -187,7 +198,12 @@ class Simulator:
         self._part = part.tolist()
         self._submit = trace.submit_time.tolist()
         self._gpus = trace.num_gpus.tolist()
-        self._duration = trace.duration.tolist()
+        self._limit = None if trace.time_limit is None else np.where(
+            np.isnan(trace.time_limit), math.inf, trace.time_limit)
+        if self._limit is None:
+            self._duration = trace.duration.tolist()
+        else:  # as Slurm, a job that would run past its time limit is ended at the limit
+            self._duration = np.minimum(trace.duration, self._limit).tolist()
         self._remaining = list(self._duration)
         self._overhead = [0.0] * n  # restart overhead of the current run (while waiting: of the next)
         self._restart = [cluster.overhead(g) for g in self._gpus]  # a resumed run's overhead
@@ -213,7 +229,10 @@ class Simulator:
             gpus=self._gpus,
             vc=_codes(trace.vc),
             user=_codes(trace.user),
-            duration=trace.duration.tolist() if policy.oracle else None,
+            duration=self._duration if policy.oracle else None,
+            time_limit=None if self._limit is None else self._limit.tolist(),
+            cpus=None if trace.num_cpus is None else trace.num_cpus.tolist(),
+            account=_codes(trace.account),
         )
         self.partitions = [
             Partition(self, i, name, NodePool(nodes, cluster.gpus_per_node))
@@ -317,6 +336,7 @@ class Simulator:
             run_time=np.asarray(self._executed),
             preemptions=np.asarray(self._preemptions, dtype=np.int64),
             partition=np.asarray(self._part, dtype=np.int64),
+            killed=np.zeros(self.n, dtype=bool) if self._limit is None else self.trace.duration > self._limit,
         )
 
 

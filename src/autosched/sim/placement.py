@@ -34,18 +34,25 @@ class NodePool:
         self.by_free[gpus_per_node] = (1 << nodes) - 1
         self.counts = (1 << gpus_per_node) if nodes else 0  # bit f: some node has f GPUs free
 
-    def place(self, gpus: int, mode: str) -> Alloc | None:
-        """Take GPUs for a job, or return None (and change nothing) when it does not fit."""
+    def place(self, gpus: int, mode: str, exclude: int = 0) -> Alloc | None:
+        """Take GPUs for a job, or return None (and change nothing) when it does not fit.
+
+        `exclude` is a bitmask of nodes the job may not use (nodes a backfill reservation holds);
+        under 'count' placement there are no nodes, so it is ignored."""
         if gpus > self.free_gpus:
             return None
         if mode == "count":
             self.free_gpus -= gpus
             return ()
         if mode == "consolidate" and gpus <= self.gpn:  # one node, by best fit (the hot path)
-            node = self._best_fit(gpus)
+            node = self._best_fit(gpus, exclude)
             alloc = None if node is None else ((node, gpus),)
+        elif mode == "consolidate":
+            alloc = self._consolidate(gpus, exclude)
+        elif mode == "first_fit":
+            alloc = self._first_fit(gpus, exclude)
         else:
-            alloc = self._consolidate(gpus) if mode == "consolidate" else self._spread(gpus)
+            alloc = self._spread(gpus, exclude)
         if alloc is not None:
             for node, g in alloc:
                 self._set(node, self.free[node] - g)
@@ -78,12 +85,12 @@ class NodePool:
             counts ^= low
         return None
 
-    def _consolidate(self, gpus: int) -> Alloc | None:
+    def _consolidate(self, gpus: int, exclude: int = 0) -> Alloc | None:
         # A job larger than a node (`place` gives a smaller one one node by best fit) gets whole
         # free nodes (the lowest-numbered), and its remainder goes on one more node by best fit
         # (Lucid puts the remainder on the freest node instead; only 12- and 24-GPU jobs differ).
         whole, rest = divmod(gpus, self.gpn)
-        empty = self.by_free[self.gpn]
+        empty = self.by_free[self.gpn] & ~exclude
         if empty.bit_count() < whole:
             return None
         nodes, taken = [], 0
@@ -94,16 +101,30 @@ class NodePool:
             nodes.append(bit.bit_length() - 1)
         alloc = tuple((n, self.gpn) for n in nodes)
         if rest:
-            node = self._best_fit(rest, exclude=taken)
+            node = self._best_fit(rest, exclude=taken | exclude)
             if node is None:
                 return None
             alloc += ((node, rest),)
         return alloc
 
-    def _spread(self, gpus: int) -> Alloc:
-        # First fit in node order over the nodes with any free GPU (the caller checked the total).
+    def _first_fit(self, gpus: int, exclude: int = 0) -> Alloc | None:
+        """As `_consolidate`, but a job that fits in one node goes on the lowest-numbered node
+        that holds it (as Slurm's select plugin takes nodes in order), not the best fit."""
+        if gpus > self.gpn:
+            return self._consolidate(gpus, exclude)
+        m = 0
+        for f in range(gpus, self.gpn + 1):
+            m |= self.by_free[f]
+        m &= ~exclude
+        return ((_lowest(m), gpus),) if m else None
+
+    def _spread(self, gpus: int, exclude: int = 0) -> Alloc | None:
+        # First fit in node order over the nodes with any free GPU (the caller checked the total,
+        # which excluded nodes may make short).
         alloc, need = [], gpus
-        m = ((1 << len(self.free)) - 1) & ~self.by_free[0]
+        m = ((1 << len(self.free)) - 1) & ~self.by_free[0] & ~exclude
+        if exclude and sum(self.free[n] for n in range(len(self.free)) if m >> n & 1) < gpus:
+            return None
         while need:
             node = _lowest(m)
             m &= m - 1

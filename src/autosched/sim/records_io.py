@@ -27,6 +27,9 @@ def records_columns(rec: JobRecords, trace: Trace) -> dict[str, np.ndarray]:
     }
     if trace.vc is not None:
         cols["vc"] = trace.vc
+    if trace.time_limit is not None and rec.killed is not None:  # the trace has time limits: which jobs were ended at theirs
+        cols["time_limit"] = trace.time_limit
+        cols["killed_at_limit"] = rec.killed
     return cols
 
 

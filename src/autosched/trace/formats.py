@@ -45,6 +45,10 @@ def _parse_canonical(path: Path, check: RowCheck) -> Columns:
                 check.drop(where, "num_cpus", f"CPU count is not in [0, {MAX_CPUS:,}]", r[extra["num_cpus"]])
                 continue
             num_cpus = int(x)
+        if "time_limit" in extra and not _limit_ok(r[extra["time_limit"]]):
+            check.drop(where, "time_limit", "time limit is not a positive number of seconds (empty = none)",
+                       r[extra["time_limit"]])
+            continue
         if t is None or g is None or d is None:
             continue
         _add_job(cols, r[idx["job_id"]], t, g, d)
@@ -68,13 +72,24 @@ def _canonical_clean(header: list[str], rows: list[tuple[int, list[str]]], idx: 
     ok = (np.isfinite(t).all() and np.isfinite(d).all() and (d > 0).all()
           and np.isfinite(g).all() and (g == np.floor(g)).all() and (g >= 1).all() and (g <= MAX_GPUS).all()
           and (cpus is None or ((cpus >= 0) & (cpus <= MAX_CPUS)).all()))
-    if not ok:
+    if not ok or ("time_limit" in extra and not all(map(_limit_ok, cells[extra["time_limit"]]))):
         return None
     cols: Columns = {"job_id": list(cells[idx["job_id"]]), "submit_time": t,
                      "num_gpus": g.astype(np.int64), "duration": d}
     for c, i in extra.items():
         cols[c] = cpus.astype(np.int64) if c == "num_cpus" else list(cells[i])
     return cols
+
+
+def _limit_ok(text: str) -> bool:
+    """A canonical time_limit cell: empty or NaN (no limit), or seconds > 0."""
+    text = text.strip()
+    if not text or text.lower() == "nan":
+        return True
+    try:
+        return 0 < float(text) < float("inf")
+    except ValueError:
+        return False
 
 
 def _is_canonical(head: str) -> bool:

@@ -114,7 +114,7 @@ def _write_csv_to(trace: Trace, f) -> None:
 def _fmt_column(name: str, a: np.ndarray) -> list[str]:
     if a.dtype == object or name in ("num_gpus", "num_cpus"):
         return [str(x) for x in a.tolist()]
-    return [repr(x) if x != int(x) else str(int(x)) for x in a.tolist()]
+    return ["" if x != x else repr(x) if x != int(x) else str(int(x)) for x in a.tolist()]  # NaN: empty
 
 
 def _write_parquet(trace: Trace, path: Path) -> None:
@@ -170,6 +170,13 @@ def _check_parquet_rows(path: Path, raw: dict[str, np.ndarray], check: RowCheck)
         if "num_cpus" in num:
             c = num["num_cpus"]
             rules.append(("num_cpus", ~((c >= 0) & (c <= MAX_CPUS)), f"CPU count is not in [0, {MAX_CPUS:,}]"))
+        if "time_limit" in raw:
+            try:
+                limit = np.asarray(raw["time_limit"], dtype=float)
+            except (TypeError, ValueError):
+                raise TraceError(f"{path}: column 'time_limit' is not numeric (type {raw['time_limit'].dtype})") from None
+            rules.append(("time_limit", ~np.isnan(limit) & ~((limit > 0) & np.isfinite(limit)),
+                          "time limit is not a positive number of seconds (NaN = none)"))
     for col, bad, rule in rules:
         for i in np.flatnonzero(bad & keep):
             check.drop(f"row {i + 1}", col, rule, getattr(raw[col][i], "item", lambda: raw[col][i])())

@@ -2,7 +2,9 @@
 
 Needed columns: ``JobID, Submit, Start, End, AllocTRES``; used when present: ``User``,
 ``Partition`` (-> vc), ``State`` (-> status, first word: "CANCELLED by 0" -> CANCELLED),
-``JobName`` (-> name), ``AllocCPUS`` or ``NCPUS`` (-> num_cpus). Times are
+``JobName`` (-> name), ``AllocCPUS`` or ``NCPUS`` (-> num_cpus), ``Account`` (-> account),
+``Timelimit`` (-> time_limit in seconds; ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
+``D-HH:MM:SS`` as Slurm prints them; ``UNLIMITED``, ``Partition_Limit`` or empty -> no limit). Times are
 ``YYYY-MM-DDTHH:MM:SS`` (local, no zone); ``Unknown`` or ``None`` mean unset. GPUs come from
 ``gres/gpu=N`` in AllocTRES, or the sum of the typed ``gres/gpu:TYPE=N`` when only those are
 listed. A plain ``sacct --parsable`` file (with a trailing ``|``) reads the same.
@@ -19,6 +21,7 @@ last row is kept.
 from __future__ import annotations
 
 import csv
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -31,7 +34,7 @@ _TIME_RULE = "time is not of the form YYYY-MM-DDTHH:MM:SS"
 _REQUIRED = ("jobid", "submit", "start", "end", "alloctres")
 # canonical column <- sacct column (lower-cased), first one present wins
 _OPTIONAL = {"user": ("user",), "vc": ("partition",), "status": ("state",), "name": ("jobname",),
-             "num_cpus": ("alloccpus", "ncpus")}
+             "num_cpus": ("alloccpus", "ncpus"), "account": ("account",), "time_limit": ("timelimit",)}
 # how sacct spells the columns, for messages
 _SPELLING = {"jobid": "JobID", "submit": "Submit", "start": "Start", "end": "End", "alloctres": "AllocTRES",
              "alloccpus": "AllocCPUS", "ncpus": "NCPUS"}
@@ -101,7 +104,38 @@ def _optional_value(canon: str, text: str) -> str | int:
         return text.split()[0] if text else ""
     if canon == "num_cpus":
         return int(text) if text.isdigit() else 0
+    if canon == "time_limit":
+        return slurm_duration(text)
     return text
+
+
+_NO_LIMIT = ("", "unlimited", "partition_limit", "invalid", "none")
+
+
+def slurm_duration(text: str) -> float:
+    """Seconds of a Slurm time limit as sacct prints it; NaN for none or text that is not one
+    (a job without a usable limit is simulated without one rather than dropped)."""
+    text = text.strip()
+    if text.lower() in _NO_LIMIT:
+        return math.nan
+    days, dash, rest = text.partition("-")
+    if not dash:
+        days, rest = "0", text
+    parts = rest.split(":")
+    if not days.isdigit() or not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
+        return math.nan
+    nums = [int(p) for p in parts]
+    if dash:  # D-HH, D-HH:MM, D-HH:MM:SS
+        nums += [0] * (3 - len(nums))
+        h, m, sec = nums
+    elif len(nums) == 1:  # MM
+        h, m, sec = 0, nums[0], 0
+    elif len(nums) == 2:  # MM:SS
+        h, (m, sec) = 0, nums
+    else:
+        h, m, sec = nums
+    seconds = float(int(days) * 86400 + h * 3600 + m * 60 + sec)
+    return seconds if seconds > 0 else math.nan
 
 
 def _fold(check: RowCheck, header: list[str], idx: dict[str, int], rows: list[tuple[int, list[str]]]) -> _Fold:

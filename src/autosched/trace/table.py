@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+import math
 
 import numpy as np
 
 from ..errors import InputError
 
 REQUIRED = ("job_id", "submit_time", "num_gpus", "duration")
-OPTIONAL = ("user", "vc", "status", "num_cpus", "name")
+OPTIONAL = ("user", "vc", "status", "num_cpus", "name", "time_limit", "account")
 COLUMNS = REQUIRED + OPTIONAL
-_TEXT = {"job_id", "user", "vc", "status", "name"}
+_TEXT = {"job_id", "user", "vc", "status", "name", "account"}
 
 
 class TraceError(InputError):
@@ -36,6 +37,11 @@ class Trace:
     status: np.ndarray | None = None
     num_cpus: np.ndarray | None = None
     name: np.ndarray | None = None
+    # The job's time limit (s) as the scheduler knew it; NaN = none (Slurm's UNLIMITED). A job
+    # never runs past it (see `Simulator`), and Slurm's backfill plans with it.
+    time_limit: np.ndarray | None = None
+    # Slurm's account (the fair-share tree is account -> user).
+    account: np.ndarray | None = None
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -115,4 +121,7 @@ def _as_array(col: str, values) -> np.ndarray:
         return np.asarray(values, dtype=object).astype(str).astype(object)
     if col in ("num_gpus", "num_cpus"):
         return np.asarray(values, dtype=np.int64)
+    if col == "time_limit":  # text cells from CSV: empty means no limit
+        return np.asarray([math.nan if isinstance(v, str) and not v.strip() else v for v in values],
+                          dtype=np.float64)
     return np.asarray(values, dtype=np.float64)

@@ -1,0 +1,322 @@
+"""Replay one job sequence on a real Slurm 22.05 cluster and in the simulator, and compare.
+
+The jobs are a window of a real Philly slice, scaled down: durations 1 trace minute -> 1 s
+(clipped to [--dmin, --dmax] s), arrivals compressed to --arrival-span s (so that the 4 x 8-GPU
+testbed queues), jobs of at most 8 GPUs; users and accounts from the job's VC (the window's VCs
+in order of appearance become alice/physics, bob/chemistry, carol/physics, alice/chemistry, ...); a time limit per job in whole minutes, 1.2-4 x its run
+time (users over-ask), never below it. Each job is submitted as `sleep D` with sbatch at its
+arrival time (a submission is an event for Slurm's main scheduler; a `--begin` time is not), as
+its user and account, with `--gres=gpu:N --time=LIMIT`.
+
+For each config the real cluster runs the jobs (configured through the include file that
+slurm.conf reads last, with `scontrol reconfigure`; fair-share usage reset between configs),
+sacct gives what happened, and the simulator replays the same jobs, read from that same sacct
+output (submit times, run times and limits as the real cluster recorded them), under the same
+config. Time constants are in the same scaled units on both sides (PriorityMaxAge etc. given
+in seconds, written to slurm.conf in minutes).
+
+    # a cluster of its own (scripts/slurm-testbed.sh), run, stop:
+    python benchmarks/slurm_twin.py --jobs 40 --root /tmp/testbed-twin --port-base 22000 --json out.json
+
+Prints, per config, Kendall's tau of the start orders, median and p90 |start difference|,
+the share of starts within 2 x bf_interval, average wait and JCT real against simulated; and
+whether the configs rank the same (by average wait) on both.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+
+from autosched.cluster import ClusterSpec  # noqa: E402
+from autosched.export.slurm import slurm_conf_lines  # noqa: E402
+from autosched.policies import get_policy  # noqa: E402
+from autosched.sim import Simulator  # noqa: E402
+from autosched.trace.io import load_trace  # noqa: E402
+from autosched.trace.parsing import wallclock_seconds  # noqa: E402
+
+PHILLY = REPO.parent / "shared" / "traces" / "philly" / "slices" / "philly_2017-10-02_2d.csv"
+USERS = ("alice", "bob", "carol")
+ACCOUNTS = ("physics", "chemistry")
+SCRIPT = REPO / "scripts" / "slurm-testbed.sh"
+
+# Time constants in the scaled units (1 trace minute -> 1 s): PriorityMaxAge 10 min, half-life
+# 10 min. PriorityCalcPeriod cannot go below 1 min in Slurm.
+BASE = {"PriorityWeightAge": 1000, "PriorityMaxAge": 600.0, "PriorityWeightFairshare": 0,
+        "PriorityDecayHalfLife": 600.0, "PriorityWeightJobSize": 0, "PriorityCalcPeriod": 1,
+        "PriorityWeightTRES.CPU": 0, "PriorityWeightTRES.GRES/gpu": 0,
+        "TRESBillingWeights.CPU": 1.0, "TRESBillingWeights.GRES/gpu": 4.0,
+        "backfill": True, "bf_interval": 5, "bf_resolution": 60, "bf_window": 60,
+        "sched_interval": 60}
+CONFIGS = {
+    "age": {},
+    "age_bf30": {"bf_interval": 30},
+    "gpu_first": {"PriorityWeightTRES.GRES/gpu": 5000},
+    "small_first": {"PriorityWeightJobSize": 5000, "PriorityFavorSmall": True},
+    "fairtree": {"PriorityWeightFairshare": 5000},
+}
+
+
+@dataclass(frozen=True)
+class Job:
+    name: str
+    submit: float  # s after the first
+    gpus: int
+    seconds: int  # sleep
+    limit_min: int
+    user: str
+    account: str
+
+
+def pick_jobs(n: int, offset: int, arrival_span: float, dmin: int, dmax: int, tag: str,
+              path: Path = PHILLY) -> list[Job]:
+    """n consecutive jobs of at most 8 GPUs from `offset` in the Philly slice, scaled down."""
+    with open(path, newline="") as f:
+        rows = [r for r in csv.DictReader(f) if int(r["num_gpus"]) <= 8][offset:offset + n]
+    t0 = float(rows[0]["submit_time"])
+    span = max(1.0, float(rows[-1]["submit_time"]) - t0)
+    jobs = []
+    # each VC of the window, in order of first appearance, becomes the next association
+    assoc = {vc: (USERS[k % 3], ACCOUNTS[k % 2]) for k, vc in enumerate(dict.fromkeys(r["vc"] for r in rows))}
+    for i, r in enumerate(rows):
+        secs = int(min(dmax, max(dmin, round(float(r["duration"]) / 60.0))))
+        over = (1.2, 2.0, 4.0)[zlib.crc32(f"{r['job_id']}".encode()) % 3]
+        limit = max(1, math.ceil((secs + 5) * over / 60.0))
+        submit = round((float(r["submit_time"]) - t0) / span * arrival_span, 1)
+        jobs.append(Job(f"{tag}-{i:03d}", submit, int(r["num_gpus"]), secs, limit, *assoc[r["vc"]]))
+    return jobs
+
+
+class Cluster:
+    """The Slurm commands the harness needs, for one testbed (SLURM_CONF in `env`)."""
+
+    def __init__(self, env: dict[str, str], include: Path):
+        self.env = env
+        self.include = include
+
+    def run(self, *argv: str, user: str | None = None, timeout: float = 30) -> str:
+        cmd = list(argv) if user is None else ["runuser", "-u", user, "--", *argv]
+        res = subprocess.run(cmd, env=self.env, cwd="/tmp", capture_output=True, text=True,
+                             timeout=timeout)
+        if res.returncode != 0:
+            raise RuntimeError(f"`{' '.join(cmd)}` exited {res.returncode}: {res.stderr.strip()}")
+        return res.stdout
+
+    def configure(self, config: dict) -> None:
+        """Write the config's slurm.conf lines to the include file and reconfigure; reset usage."""
+        lines = [ln for ln in slurm_conf_lines(config) if not ln.startswith("#")]
+        self.include.write_text("# written by benchmarks/slurm_twin.py\n" + "\n".join(lines) + "\n")
+        self.run("scontrol", "reconfigure")
+        for a in ACCOUNTS:
+            self.run("sacctmgr", "-i", "modify", "account", f"name={a}", "set", "RawUsage=0")
+
+    def equal_shares(self) -> None:
+        """Fairshare=1 for both accounts (the simulator gives siblings equal shares)."""
+        for a in ACCOUNTS:
+            self.run("sacctmgr", "-i", "modify", "account", f"name={a}", "set", "fairshare=1")
+
+    def submit(self, jobs: list[Job]) -> float:
+        """Submit each job at its arrival time; returns the wall-clock time of the first."""
+        t0 = time.time()
+        for j in jobs:
+            delay = t0 + j.submit - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            self.run("sbatch", "--parsable", "--chdir=/tmp", "-o", "/dev/null", "-A", j.account,
+                     "-t", str(j.limit_min), f"--gres=gpu:{j.gpus}", f"--job-name={j.name}",
+                     "--wrap", f"sleep {j.seconds}", user=j.user)
+        return t0
+
+    def wait_done(self, names: set[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            left = set(self.run("squeue", "-h", "-o", "%j").split()) & names
+            if not left:
+                return
+            time.sleep(1.0)
+        raise RuntimeError(f"{len(left)} job(s) still queued after {timeout:.0f} s")
+
+    def sacct(self, since: float, out: Path) -> None:
+        start = time.strftime("%Y-%m-%dT%H:%M:%S", time.localtime(since - 5))
+        text = self.run("sacct", "-a", "-X", "-P", "-S", start, "-o",
+                        "JobID,JobName,User,Account,Partition,Submit,Start,End,State,Timelimit,"
+                        "AllocTRES,AllocCPUS")
+        out.write_text(text)
+
+
+_LOG = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)\] (?:"
+                  r"_slurm_rpc_submit_batch_job: JobId=(?P<submit>\d+) |"
+                  r"sched: Allocate JobId=(?P<alloc>\d+) |"
+                  r"sched/backfill: _start_job: Started JobId=(?P<bf>\d+) |"
+                  r"_job_complete: JobId=(?P<end>\d+) done)")
+
+
+def log_times(log: Path) -> dict[str, dict[int, float]]:
+    """Submit, start and end of every job in slurmctld's log, to the millisecond (sacct keeps
+    whole seconds, which turns events a few hundred ms apart into ties)."""
+    out: dict[str, dict[int, float]] = {"submit": {}, "start": {}, "end": {}, "by_backfill": {}}
+    with open(log, errors="replace") as f:
+        for line in f:
+            m = _LOG.match(line)
+            if not m:
+                continue
+            stamp, frac = (m.group(1).split(".") + ["0"])[:2]
+            t = wallclock_seconds(stamp) + float("0." + frac)
+            if m.group("submit"):
+                out["submit"][int(m.group("submit"))] = t
+            elif m.group("alloc") or m.group("bf"):
+                j = int(m.group("alloc") or m.group("bf"))
+                out["start"].setdefault(j, t)
+                out["by_backfill"][j] = bool(m.group("bf"))
+            else:
+                out["end"][int(m.group("end"))] = t
+    return out
+
+
+def compare(sacct_path: Path, tag: str, config: dict, placement: str, log: Path | None = None) -> dict:
+    """Simulate the jobs of one real run and compare start times. The jobs (submit, run time,
+    limit, user, account) are read from sacct with autosched's own loader; with `log`
+    (slurmctld.log), submit, start and end come from it to the millisecond."""
+    from scipy.stats import kendalltau
+
+    with open(sacct_path, newline="") as f:
+        rows = [r for r in csv.DictReader(f, delimiter="|") if r["JobName"].startswith(tag + "-")]
+    tmp = sacct_path.with_suffix(".mine.txt")
+    with open(sacct_path) as f:
+        header = f.readline()
+    tmp.write_text(header + "".join("|".join(r[k] for k in header.strip().split("|")) + "\n" for r in rows))
+    trace, report = load_trace(tmp, format="slurm")
+    day0 = min(wallclock_seconds(r["Submit"]) for r in rows) // 86400 * 86400
+    by_name = {r["JobName"]: r for r in rows}
+    ids = [int(by_name[nm]["JobID"]) for nm in trace.name]
+    real_start = np.array([wallclock_seconds(by_name[nm]["Start"]) - day0 for nm in trace.name], dtype=float)
+    real_end = np.array([wallclock_seconds(by_name[nm]["End"]) - day0 for nm in trace.name], dtype=float)
+    submit = trace.submit_time
+    precise = False
+    if log is not None and log.exists():
+        lt = log_times(log)
+        if all(j in lt["submit"] and j in lt["start"] and j in lt["end"] for j in ids):
+            precise = True
+            submit = np.array([lt["submit"][j] - day0 for j in ids])
+            real_start = np.array([lt["start"][j] - day0 for j in ids])
+            real_end = np.array([lt["end"][j] - day0 for j in ids])
+            trace = trace.replace(submit_time=submit, duration=real_end - real_start)
+            order = np.argsort(submit, kind="stable")
+            submit, real_start, real_end = submit[order], real_start[order], real_end[order]
+    sim = Simulator(trace, ClusterSpec.uniform_nodes(4, 8),
+                    get_policy("multifactor")({**config, "placement": placement})).run()
+    rec = sim.records()
+    sim_start = rec.first_start
+    diff = np.abs(sim_start - real_start)
+    tau = kendalltau(real_start, sim_start).statistic
+    return {
+        "jobs": len(trace),
+        "times": "slurmctld.log (ms)" if precise else "sacct (s)",
+        "tau": float(tau),
+        "median_abs_start_diff": float(np.median(diff)),
+        "p90_abs_start_diff": float(np.percentile(diff, 90)),
+        "within_2_bf_interval": float(np.mean(diff <= 2 * config["bf_interval"])),
+        "avg_wait_real": float(np.mean(real_start - submit)),
+        "avg_wait_sim": float(np.mean(rec.queue)),
+        "avg_jct_real": float(np.mean(real_end - submit)),
+        "avg_jct_sim": float(np.mean(rec.jct)),
+        "backfill": sim.policies[0].backfill_kind,
+        "killed_real": int(sum(r["State"].startswith("TIMEOUT") for r in rows)),
+    }
+
+
+def run_config(cl: Cluster, name: str, config: dict, jobs: list[Job], outdir: Path,
+               placements: tuple[str, ...], timeout: float, log: Path | None = None) -> dict:
+    cl.configure(config)
+    time.sleep(2.0)
+    t0 = cl.submit(jobs)
+    cl.wait_done({j.name for j in jobs}, timeout)
+    time.sleep(1.0)  # sacct sees the last ends
+    path = outdir / f"sacct-{name}.txt"
+    cl.sacct(t0, path)
+    return {p: compare(path, jobs[0].name.rsplit("-", 1)[0], config, p, log) for p in placements}
+
+
+def rank_agreement(results: dict, placement: str, metric: str = "avg_wait") -> dict:
+    names = list(results)
+    real = sorted(names, key=lambda n: results[n][placement][f"{metric}_real"])
+    sim = sorted(names, key=lambda n: results[n][placement][f"{metric}_sim"])
+    return {"real": real, "sim": sim, "same": real == sim}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=40)
+    ap.add_argument("--offset", type=int, default=1200, help="first job (of the <= 8-GPU jobs) of the slice")
+    ap.add_argument("--arrival-span", type=float, default=45.0)
+    ap.add_argument("--dmin", type=int, default=8)
+    ap.add_argument("--dmax", type=int, default=90)
+    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--placements", default="first_fit,consolidate")
+    ap.add_argument("--root", default="/tmp/testbed-twin")
+    ap.add_argument("--port-base", type=int, default=22000)
+    ap.add_argument("--start", action="store_true", help="start the testbed (--fresh) first and stop it after")
+    ap.add_argument("--timeout", type=float, default=600.0, help="seconds a run may take")
+    ap.add_argument("--out", default="/tmp/slurm_twin")
+    ap.add_argument("--json", help="write all figures here")
+    args = ap.parse_args()
+
+    root = Path(args.root)
+    env = dict(os.environ, SLURM_CONF=str(root / "etc" / "slurm.conf"), TESTBED_ROOT=str(root),
+               TESTBED_PORT_BASE=str(args.port_base))
+    if args.start:
+        subprocess.run(["bash", str(SCRIPT), "start", "--fresh"], env=env, check=True, timeout=300)
+    outdir = Path(args.out)
+    outdir.mkdir(parents=True, exist_ok=True)
+    cl = Cluster(env, root / "etc" / "autosched.conf")
+    placements = tuple(args.placements.split(","))
+    results = {}
+    try:
+        cl.equal_shares()
+        for name in args.configs.split(","):
+            tag = f"tw{int(time.time()) % 100000}{name[:3]}"
+            jobs = pick_jobs(args.jobs, args.offset, args.arrival_span, args.dmin, args.dmax, tag)
+            config = {**BASE, **CONFIGS[name]}
+            t = time.monotonic()
+            results[name] = run_config(cl, name, config, jobs, outdir, placements, args.timeout,
+                                       root / "log" / "slurmctld.log")
+            print(f"{name}: real run {time.monotonic() - t:.0f} s", file=sys.stderr)
+            for p, r in results[name].items():
+                print(f"  {p:12s} tau {r['tau']:.3f}  |dstart| median {r['median_abs_start_diff']:.1f} s "
+                      f"p90 {r['p90_abs_start_diff']:.1f} s  within 2xbf {r['within_2_bf_interval']:.0%}  "
+                      f"wait real {r['avg_wait_real']:.1f} sim {r['avg_wait_sim']:.1f}  "
+                      f"JCT real {r['avg_jct_real']:.1f} sim {r['avg_jct_sim']:.1f}", flush=True)
+    finally:
+        cl.include.write_text("# Managed by autosched's live layer: keys here override slurm.conf (included at its end).\n")
+        try:
+            cl.run("scontrol", "reconfigure")
+        except Exception:  # noqa: BLE001 - the cluster may be down already
+            pass
+        if args.start:
+            subprocess.run(["bash", str(SCRIPT), "stop"], env=env, timeout=300)
+    summary = {"results": results, "jobs": args.jobs, "offset": args.offset,
+               "arrival_span": args.arrival_span,
+               "ranking": {p: rank_agreement(results, p) for p in placements} if len(results) > 1 else {}}
+    for p, r in summary["ranking"].items():
+        print(f"ranking by average wait ({p}): real {r['real']} sim {r['sim']} same={r['same']}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+
+
+if __name__ == "__main__":
+    main()
