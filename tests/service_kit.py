@@ -22,7 +22,10 @@ P, A, R, RB = (RevisionState.PROPOSED, RevisionState.APPLIED, RevisionState.REJE
 # the fake cluster's settings as the agent's config (simulator units: seconds, bools)
 BASE = {"PriorityCalcPeriod": 5, "PriorityDecayHalfLife": 604800.0, "PriorityFavorSmall": False,
         "PriorityMaxAge": 604800.0, "PriorityWeightAge": 1000, "PriorityWeightFairshare": 10000,
-        "PriorityWeightJobSize": 1000}
+        "PriorityWeightJobSize": 1000,
+        # not listed by the fake cluster: Slurm's defaults (TRES weights 0, bf_* defaults)
+        "PriorityWeightTRES.CPU": 0, "PriorityWeightTRES.GRES/gpu": 0, "bf_continue": False,
+        "bf_interval": 30, "bf_max_job_test": 500, "bf_resolution": 60, "bf_window": 1440}
 
 
 def seed(state: Path, fake: Path | None = None) -> RevisionStore:

@@ -63,13 +63,34 @@ def test_allowlist_and_fixed_knobs():
     ls = live_space("multifactor")
     assert ls.names == ("PriorityWeightAge", "PriorityMaxAge", "PriorityWeightFairshare",
                         "PriorityDecayHalfLife", "PriorityWeightJobSize", "PriorityFavorSmall",
-                        "PriorityCalcPeriod")
-    assert ls.fixed == {"placement": "consolidate", "backfill": True, "reserve_after": 21600.0}
+                        "PriorityWeightTRES.GRES/gpu", "PriorityWeightTRES.CPU", "PriorityCalcPeriod",
+                        "bf_interval", "bf_window", "bf_max_job_test", "bf_resolution", "bf_continue")
+    # PriorityFlags and the partition's TRESBillingWeights need more than a reconfigure, and
+    # sched_interval/default_queue_depth are not bf_ entries: fixed in live mode
+    assert ls.fixed == {"placement": "consolidate", "PriorityFlags": "FAIR_TREE",
+                        "TRESBillingWeights.GRES/gpu": 1.0, "TRESBillingWeights.CPU": 0.0,
+                        "backfill": True, "reserve_after": 21600.0, "sched_interval": 60,
+                        "default_queue_depth": 100}
     assert live_space("multifactor", {"backfill": False}).fixed["backfill"] is False
     with pytest.raises(LiveError, match="cannot fix PriorityWeightAge"):
         live_space("multifactor", {"PriorityWeightAge": 3})
     with pytest.raises(LiveError, match="no knob with a live Slurm setting"):
         live_space("tiresias")
+
+
+def test_compound_tres_weights_are_one_setting_both_ways():
+    ls = live_space("multifactor")
+    cfg = ls.full({"PriorityWeightTRES.GRES/gpu": 2000, "PriorityWeightTRES.CPU": 500})
+    settings = ls.to_settings(cfg)
+    assert settings["PriorityWeightTRES"] == "GRES/gpu=2000,CPU=500"
+    assert not any("." in name for name in settings)
+    # scontrol's spelling, another order; an entry Slurm does not list weighs 0
+    back = ls.from_settings({**settings, "PriorityWeightTRES": "CPU=500,GRES/gpu=2000"})
+    assert back["PriorityWeightTRES.GRES/gpu"] == 2000 and back["PriorityWeightTRES.CPU"] == 500
+    assert ls.from_settings({**settings, "PriorityWeightTRES": "(null)"})["PriorityWeightTRES.CPU"] == 0
+    assert same_value("PriorityWeightTRES", "CPU=0,GRES/gpu=2000", "GRES/gpu=2000")
+    assert not same_value("PriorityWeightTRES", "CPU=1,GRES/gpu=2000", "GRES/gpu=2000")
+    assert same_value("PriorityWeightTRES", None, "GRES/gpu=0,CPU=0")
 
 
 def test_live_policy_pins_fixed_knobs_and_narrows_managed_ones():

@@ -269,9 +269,8 @@ class Agent:
         """"" if the live settings are the running revision's, else which differ."""
         live = dict(live if live is not None else self.live_values())
         want = self.space.to_settings(self.space.full(running.config))
-        lower = {k.lower(): v for k, v in live.items()}
-        diffs = [f"{k} is {lower.get(k.lower())} live, {v} in revision {running.id}"
-                 for k, v in want.items() if not same_value(k, lower.get(k.lower()), v)]
+        diffs = [f"{k} is {self.space.effective(k, live)} live, {v} in revision {running.id}"
+                 for k, v in want.items() if not same_value(k, self.space.effective(k, live), v)]
         return "; ".join(diffs)
 
     # -- applying ---------------------------------------------------------------------------

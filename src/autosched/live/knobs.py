@@ -34,13 +34,32 @@ NEVER = ("SchedulerType", "SelectType", "SelectTypeParameters", "PriorityType", 
          "PriorityUsageResetPeriod", "AccountingStorageEnforce", "PartitionName", "NodeName",
          "MaxJobCount", "ProctrackType", "StateSaveLocation")
 _ALLOWED_LOWER = {n.lower(): n for n in ALLOWED}
+# Settings whose value is a list of KEY=VALUE entries, one knob per entry, named SETTING.KEY in
+# the policy's space (``PriorityWeightTRES.GRES/gpu``): they are written as one setting.
+COMPOUND = ("PriorityWeightTRES",)
+
+
+def compound_parts(name: str) -> tuple[str, str] | None:
+    """(setting, key) of a compound knob's name, None for a plain one."""
+    setting, dot, key = name.partition(".")
+    return (setting, key) if dot and setting in COMPOUND and key else None
 
 
 def is_allowed(name: str) -> bool:
     """Whether the agent may write the setting `name` (case as in slurm.conf, which ignores it)."""
     if name.lower() in {n.lower() for n in NEVER}:
         return False
+    if compound_parts(name) is not None:
+        return True
     return name.lower() in _ALLOWED_LOWER or name.startswith(BACKFILL_PREFIX)
+
+
+def _entries(text: str | None) -> dict[str, str]:
+    """``CPU=1000,GRES/gpu=2000`` -> {"cpu": "1000", "gres/gpu": "2000"} (keys lower-cased)."""
+    if text is None or text.strip().lower() in ("", "(null)", "none"):
+        return {}
+    pairs = (item.strip().partition("=") for item in text.split(","))
+    return {k.strip().lower(): v.strip() for k, _, v in pairs if k.strip()}
 
 
 def canonical(name: str) -> str:
@@ -71,6 +90,11 @@ class LiveSpace:
         ``""``, a false one is left out)."""
         out: dict[str, str] = {}
         for k in self.managed:
+            parts = compound_parts(k.name)
+            if parts is not None:
+                entry = f"{parts[1]}={to_slurm(k, config[k.name])}"
+                out[parts[0]] = f"{out[parts[0]]},{entry}" if parts[0] in out else entry
+                continue
             if k.name.startswith(BACKFILL_PREFIX) and isinstance(k, Bool):
                 if k.coerce(config[k.name]):
                     out[k.name] = ""
@@ -78,12 +102,29 @@ class LiveSpace:
             out[k.name] = to_slurm(k, config[k.name])
         return out
 
+    def effective(self, name: str, live: Mapping[str, str]) -> str | None:
+        """The text of setting `name` in `live`, or what Slurm uses when it is absent: its
+        default for a valued bf_ entry (Slurm shows only the entries that are set)."""
+        got = {n.lower(): v for n, v in live.items()}.get(name.lower())
+        if got is None and name.startswith(BACKFILL_PREFIX):
+            k = self.knob(name)
+            return None if isinstance(k, Bool) else to_slurm(k, k.default)
+        return got
+
     def from_settings(self, live: Mapping[str, str], where: str = "scontrol show config") -> Config:
         """The managed knobs' values from Slurm settings. A managed setting Slurm does not show is
         an error (the agent cannot know what it would overwrite)."""
         lower = {n.lower(): v for n, v in live.items()}
         out: Config = {}
         for k in self.managed:
+            parts = compound_parts(k.name)
+            if parts is not None:  # an entry Slurm does not list has weight 0
+                text = _entries(lower.get(parts[0].lower())).get(parts[1].lower(), "0")
+                try:
+                    out[k.name] = from_slurm(k, text)
+                except ConfigError as e:
+                    raise LiveError(f"{where}: {parts[0]}: {e}") from None
+                continue
             if k.name.startswith(BACKFILL_PREFIX) and isinstance(k, Bool):
                 out[k.name] = k.name.lower() in lower
                 continue
@@ -127,6 +168,10 @@ def live_space(policy: str, fixed: Mapping[str, Any] | None = None) -> LiveSpace
 def same_value(name: str, a: str | None, b: str | None) -> bool:
     """Whether two Slurm texts of setting `name` mean the same (``7-0`` = ``7-00:00:00``,
     ``YES`` = ``Yes``, ``00:01:00`` = ``1`` for PriorityCalcPeriod)."""
+    if name in COMPOUND or name.lower() in (c.lower() for c in COMPOUND):
+        ea, eb = _entries(a), _entries(b)  # an entry of weight 0 is the same as none
+        keys = set(ea) | set(eb)
+        return all(same_value("", ea.get(key, "0"), eb.get(key, "0")) for key in keys)
     if a is None or b is None:
         return a is b
     a, b = a.strip(), b.strip()
@@ -135,8 +180,6 @@ def same_value(name: str, a: str | None, b: str | None) -> bool:
     if name.lower() in ("prioritymaxage", "prioritydecayhalflife", "prioritycalcperiod"):
         sa, sb = slurm_seconds(a), slurm_seconds(b)
         return sa is not None and sa == sb
-    if name.lower() == "priorityweighttres":
-        return sorted(a.lower().split(",")) == sorted(b.lower().split(","))
     try:
         return float(a) == float(b)
     except ValueError:
