@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testbed import SCRIPT, _missing_slurm, _port_bases, unavailable
+from testbed import SCRIPT, free_port_bases, missing_slurm, unavailable
 
 
 def _node_fields(text: str) -> list[dict[str, str]]:
@@ -203,7 +203,7 @@ def test_slurm_tests_share_one_xdist_worker(tmp_path):
 @pytest.fixture
 def script_env(tmp_path):
     """Env for running scripts/slurm-testbed.sh on a root of its own (no cluster started)."""
-    reason = _missing_slurm()
+    reason = missing_slurm()
     if reason:
         unavailable(reason)
     root = Path("/tmp") / f"astb-t-{os.getpid()}-{tmp_path.name[-8:]}"
@@ -276,7 +276,7 @@ def _processes_with_env(entry: str, comm: str | None = None) -> list[int]:
 def test_stop_leaves_no_job_processes_even_without_a_controller(script_env):
     # slurmstepd outlives slurmd; with slurmctld gone first, jobs cannot be cancelled either.
     root = Path(script_env["TESTBED_ROOT"])
-    env = dict(script_env, TESTBED_PORT_BASE=str(next(_port_bases("master"))))
+    env = dict(script_env, TESTBED_PORT_BASE=str(next(free_port_bases("master"))))
     assert _script(env, "start", "--fresh").returncode == 0
     conf_entry = f"SLURM_CONF={root}/etc/slurm.conf"
     slurm_env = dict(env, SLURM_CONF=str(root / "etc" / "slurm.conf"))
