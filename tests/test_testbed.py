@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from testbed import SCRIPT, _missing_slurm, _port_bases, unavailable
+from testbed import SCRIPT, free_port_bases, missing_slurm, unavailable
 
 
 def _node_fields(text: str) -> list[dict[str, str]]:
@@ -39,7 +39,11 @@ def test_cluster_has_four_idle_nodes_with_eight_gpus(slurm_testbed):
 def test_gpu_job_is_accounted_with_user_account_and_gpus(slurm_testbed):
     job = slurm_testbed.sbatch(3, 1, user="bob", account="chemistry", name="tb-acct")
     slurm_testbed.wait_all_done(timeout=60)
-    # slurmdbd receives the job record asynchronously: poll briefly for it
+    expected = {"JobID": str(job), "User": "bob", "Account": "chemistry", "State": "COMPLETED",
+                "JobName": "tb-acct"}
+    # slurmctld sends the job's records to slurmdbd asynchronously. Once (load ~10, 1 run in ~10)
+    # the row read back COMPLETED but with "allocation", slurmdbd's name for a job whose start
+    # record had no name yet: poll until the whole row matches (or 30 s), then compare.
     deadline = time.monotonic() + 30
     rows: list[dict[str, str]] = []
     while time.monotonic() < deadline:
@@ -47,13 +51,12 @@ def test_gpu_job_is_accounted_with_user_account_and_gpus(slurm_testbed):
                                 str(job), "-o", "JobID,User,Account,AllocTRES,State,JobName").stdout
         header, *lines = out.strip().splitlines()
         rows = [dict(zip(header.split("|"), line.split("|"))) for line in lines]
-        if rows and rows[0]["State"] == "COMPLETED":
+        if len(rows) == 1 and {k: rows[0][k] for k in expected} == expected:
             break
         time.sleep(0.5)
     assert len(rows) == 1, rows
     row = rows[0]
-    assert (row["JobID"], row["User"], row["Account"], row["State"], row["JobName"]) == \
-        (str(job), "bob", "chemistry", "COMPLETED", "tb-acct")
+    assert {k: row[k] for k in expected} == expected
     assert "gres/gpu=3" in row["AllocTRES"].split(","), row["AllocTRES"]
 
 
@@ -200,7 +203,7 @@ def test_slurm_tests_share_one_xdist_worker(tmp_path):
 @pytest.fixture
 def script_env(tmp_path):
     """Env for running scripts/slurm-testbed.sh on a root of its own (no cluster started)."""
-    reason = _missing_slurm()
+    reason = missing_slurm()
     if reason:
         unavailable(reason)
     root = Path("/tmp") / f"astb-t-{os.getpid()}-{tmp_path.name[-8:]}"
@@ -273,7 +276,7 @@ def _processes_with_env(entry: str, comm: str | None = None) -> list[int]:
 def test_stop_leaves_no_job_processes_even_without_a_controller(script_env):
     # slurmstepd outlives slurmd; with slurmctld gone first, jobs cannot be cancelled either.
     root = Path(script_env["TESTBED_ROOT"])
-    env = dict(script_env, TESTBED_PORT_BASE=str(next(_port_bases("master"))))
+    env = dict(script_env, TESTBED_PORT_BASE=str(next(free_port_bases("master"))))
     assert _script(env, "start", "--fresh").returncode == 0
     conf_entry = f"SLURM_CONF={root}/etc/slurm.conf"
     slurm_env = dict(env, SLURM_CONF=str(root / "etc" / "slurm.conf"))

@@ -46,6 +46,8 @@ def unavailable(reason: str) -> None:
 class TestbedError(AssertionError):
     """A testbed command failed or timed out (an AssertionError so the test reads as failed)."""
 
+    __test__ = False  # not a test class, although the name starts with "Test"
+
 
 @dataclass
 class Testbed:
@@ -151,7 +153,8 @@ class Testbed:
         self.start_slurmctld()
 
 
-def _missing_slurm() -> str | None:
+def missing_slurm() -> str | None:
+    """Why a Slurm test cluster cannot start here (one line), or None when it can."""
     if not SCRIPT.exists():
         return f"{SCRIPT} is missing"
     missing = [p for p in SLURM_PROGRAMS
@@ -164,6 +167,7 @@ def _missing_slurm() -> str | None:
 
 
 def _ports_free(base: int) -> bool:
+    """Nothing listens on 127.0.0.1 ports base..base+PORT_SPAN-1."""
     for port in range(base, base + PORT_SPAN):
         with socket.socket() as s:
             if s.connect_ex(("127.0.0.1", port)) == 0:
@@ -171,7 +175,7 @@ def _ports_free(base: int) -> bool:
     return True
 
 
-def _port_bases(worker: str) -> Iterator[int]:
+def free_port_bases(worker: str) -> Iterator[int]:
     """Free port bases to try: AUTOSCHED_TESTBED_PORT_BASE (or 24000) + 100 per xdist worker,
     then on in steps of 1000 past blocks that are busy."""
     base = int(os.environ.get("AUTOSCHED_TESTBED_PORT_BASE", DEFAULT_PORT_BASE))
@@ -191,7 +195,7 @@ def _port_bases(worker: str) -> Iterator[int]:
 def slurm_testbed(request: pytest.FixtureRequest) -> Iterator[Testbed]:
     """A fresh real Slurm cluster for the session: 4 nodes x 8 fake GPUs, slurmdbd + MariaDB,
     accounts physics(60)/chemistry(40), users alice/bob/carol. Stopped at session end."""
-    reason = _missing_slurm()
+    reason = missing_slurm()
     if reason:
         unavailable(reason)
     # Short path under /tmp: munge/MySQL socket paths must stay < 108 bytes, and pytest's own tmp
@@ -204,7 +208,7 @@ def slurm_testbed(request: pytest.FixtureRequest) -> Iterator[Testbed]:
     bed = Testbed(root=root, port_base=0, env=env, conf=conf,
                   include=root / "etc" / "autosched.conf")
     try:
-        for tries, base in enumerate(_port_bases(worker), 1):
+        for tries, base in enumerate(free_port_bases(worker), 1):
             bed.port_base = base
             try:
                 bed.script("start", "--fresh")
