@@ -11,7 +11,6 @@ import numpy as np
 
 from .atomic import check_input
 from .errors import InputError
-
 from .trace.report import LoadReport, RowCheck
 from .trace.table import Trace
 

@@ -6,14 +6,16 @@ import inspect
 import re
 from dataclasses import replace
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
 
 from ..policies import POLICIES, Policy, get_policy
 from ..space import ConfigError, read_config_file
-from .common import (cluster_file, default_trace_and_cluster, fail, input_errors, load_inputs, outputs,
-                     print_json, progress_bar)
+from .common import cluster_file, default_trace_and_cluster, fail, input_errors, load_inputs, outputs, print_json, progress_bar
+
+if TYPE_CHECKING:  # the engine is imported inside the command (start-up time)
+    from ..sim import Simulator
 
 
 def build_policy(name: str, sets: list[str], config_file: Path | None) -> Policy:

@@ -28,8 +28,7 @@ def history_cmd(
 
     from ..atomic import write_text_atomic
     from ..live.history import read_jobs
-    from ..live.slurm import SlurmRunner
-    from ..live.slurm import SlurmConnector
+    from ..live.slurm import SlurmConnector, SlurmRunner
     from ..timeparse import parse_duration
     from ..trace import load_trace
     from ..trace.io import write_trace

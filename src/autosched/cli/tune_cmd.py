@@ -11,8 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ..atomic import write_text_atomic
-from .common import (check_seed, cluster_file, fail, input_errors, load_inputs, note, outputs, print_json, progress_bar,
-                     require)
+from .common import check_seed, cluster_file, fail, input_errors, load_inputs, note, outputs, print_json, progress_bar, require
 
 
 def tune_cmd(
@@ -40,7 +39,7 @@ def tune_cmd(
 ) -> None:
     """Find the best knob settings of a policy on a trace (Bayesian optimisation + causal screening)."""
     from ..space import ConfigError, read_config_file
-    from ..tune import ExecutionConfig, Objective, ObjectiveError, SearchConfig, Tuner, TuneError
+    from ..tune import ExecutionConfig, Objective, ObjectiveError, SearchConfig, TuneError, Tuner
 
     outputs((trace, cluster_file(cluster), study, *warm_start), (out,), dirs=(report,))
     check_seed(seed)

@@ -23,10 +23,9 @@ from typing import Any
 from ..atomic import write_text_atomic
 from ..errors import AutoschedError
 from ..jsonable import jsonable
-from .connector import ApplyFailed, Connector
+from .connector import Connector
 from .errors import ActionNotAllowed, LiveError, SlurmUnavailable
-from .history import (LiveJobs, combine, merge_sacct, observation, period_metrics,
-                      prune_sacct, read_jobs, seed_jobs)
+from .history import LiveJobs, combine, merge_sacct, observation, period_metrics, prune_sacct, read_jobs, seed_jobs
 from .knobs import LiveSpace, live_policy, live_space, same_value
 from .store import Flags, Revision, RevisionState, RevisionStore
 
@@ -446,12 +445,12 @@ class Agent:
 
     def _tune(self, running: Revision, jobs: LiveJobs, now: float, trigger: str) -> dict[str, Any]:
         from ..adapt.controller import Controller, RoundTuner, default_tuner_factory
-        from ..cluster import ClusterSpec
-        from ..tune.config import ExecutionConfig, SearchConfig
-        from ..tune.objective import Objective
         from ..adapt.drift import DriftTest
         from ..adapt.guardrail import Guardrail
         from ..adapt.sources import ModelSource, ReplaySource
+        from ..cluster import ClusterSpec
+        from ..tune.config import ExecutionConfig, SearchConfig
+        from ..tune.objective import Objective
 
         s = self.settings
         obs, origin = observation(jobs, now, s.history, seed=s.seed)

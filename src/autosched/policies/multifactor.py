@@ -7,9 +7,9 @@ from bisect import insort
 
 import numpy as np
 
+from ..cluster import PLACEMENT_HELP, PLACEMENTS
 from ..space import Bool, Categorical, ConfigSpace, Float, Int
 from .backfill import BackfillParams, priority_pass, slurm_backfill
-from ..cluster import PLACEMENT_HELP, PLACEMENTS
 from .base import Policy
 
 DAY = 86400.0

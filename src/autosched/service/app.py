@@ -27,8 +27,7 @@ from ..errors import InputError, LiveError
 from ..live.errors import ActionNotAllowed, UnknownRevision
 from ..live.store import Flags, Revision, RevisionStore
 from . import page, views
-from .models import (ApproveIn, ErrorOut, FlagsOut, FreezeIn, OutcomeOut, RejectIn, RevisionOut,
-                     RollbackIn, StatusOut, UnfreezeIn)
+from .models import ApproveIn, ErrorOut, FlagsOut, FreezeIn, OutcomeOut, RejectIn, RevisionOut, RollbackIn, StatusOut, UnfreezeIn
 from .token import token_matches
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import json
 import time
-from html import escape
 from collections.abc import Callable
+from html import escape
 from typing import Any
 
 from ..live.store import Revision, RevisionState

@@ -13,8 +13,17 @@ from pathlib import Path
 import numpy as np
 
 from . import helios, philly_json, slurm
-from .parsing import (Columns, Format, checked_rows, column_index, csv_header, from_first_day,
-                      new_columns, read_csv_rows, wallclock_seconds)
+from .parsing import (
+    Columns,
+    Format,
+    checked_rows,
+    column_index,
+    csv_header,
+    from_first_day,
+    new_columns,
+    read_csv_rows,
+    wallclock_seconds,
+)
 from .report import MAX_CPUS, MAX_GPUS, RowCheck
 from .table import COLUMNS, OPTIONAL, TraceError
 

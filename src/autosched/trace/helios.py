@@ -15,8 +15,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .parsing import (Columns, checked_rows, column_index, csv_header, from_first_day, new_columns,
-                      read_csv_rows, wallclock_seconds)
+from .parsing import (
+    Columns,
+    checked_rows,
+    column_index,
+    csv_header,
+    from_first_day,
+    new_columns,
+    read_csv_rows,
+    wallclock_seconds,
+)
 from .report import RowCheck
 from .table import TraceError
 

@@ -13,7 +13,6 @@ import numpy as np
 
 from ..atomic import atomic_path, check_input, is_stdout
 from ..errors import InputError
-
 from .formats import detect_format, find_format, format_names
 from .parsing import head_bytes
 from .report import MAX_CPUS, MAX_DURATION, MAX_GPUS, MAX_SUBMIT_TIME, LoadReport, RowCheck

@@ -25,8 +25,16 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .parsing import (Columns, checked_rows, column_index, csv_header, from_first_day, new_columns,
-                      read_csv_rows, wallclock_seconds)
+from .parsing import (
+    Columns,
+    checked_rows,
+    column_index,
+    csv_header,
+    from_first_day,
+    new_columns,
+    read_csv_rows,
+    wallclock_seconds,
+)
 from .report import RowCheck
 
 UNSET = ("", "unknown", "none")

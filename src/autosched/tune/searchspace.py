@@ -13,8 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import optuna
-from optuna.distributions import (BaseDistribution, CategoricalDistribution, FloatDistribution,
-                                  IntDistribution)
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from ..policies import Policy, get_policy
 from ..space import Bool, Categorical, Config, ConfigSpace, Float, Int, Knob

@@ -26,8 +26,8 @@ from dataclasses import asdict, dataclass, field, fields
 
 import numpy as np
 
-from ..jsonable import jsonable
 from ..cluster import ClusterSpec, fit_to_cluster
+from ..jsonable import jsonable
 from ..policies.base import Policy
 from ..space import Config
 from ..trace.table import Trace
