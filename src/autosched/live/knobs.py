@@ -102,6 +102,11 @@ class LiveSpace:
             out[k.name] = to_slurm(k, config[k.name])
         return out
 
+    def knob_texts(self, config: Mapping[str, Any]) -> dict[str, str]:
+        """Each managed knob's value as Slurm spells it, by knob name (a compound knob gives its
+        entry's value, a bf_ flag YES or NO): what an operator compares with slurm.conf."""
+        return {k.name: to_slurm(k, config[k.name]) for k in self.managed}
+
     def effective(self, name: str, live: Mapping[str, str]) -> str | None:
         """The text of setting `name` in `live`, or what Slurm uses when it is absent: its
         default for a valued bf_ entry (Slurm shows only the entries that are set)."""

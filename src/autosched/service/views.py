@@ -30,7 +30,7 @@ _SLURM_CACHE: dict[tuple[int, str], tuple[Any, dict[str, str] | None]] = {}
 
 
 def slurm_settings(agent: Any, config: dict[str, Any]) -> dict[str, str] | None:
-    """`config` as the Slurm settings the agent writes (what `scontrol show config` shows), so
+    """Each managed knob of `config` as Slurm spells it (what `scontrol show config` shows), so
     that operators read 7-0, not 604800.0; None when the agent cannot translate it.
 
     Remembered per (live space, config): a revision's config never changes, and translating it
@@ -41,7 +41,7 @@ def slurm_settings(agent: Any, config: dict[str, Any]) -> dict[str, str] | None:
     if hit is not None and hit[0] is space:  # the same space, not one that reused its id
         return hit[1]
     try:
-        out = space.to_settings(space.full(config)) if space is not None else None
+        out = space.knob_texts(space.full(config)) if space is not None else None
     except (AttributeError, KeyError, ValueError):
         out = None
     _SLURM_CACHE[key] = (space, out)
