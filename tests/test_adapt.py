@@ -167,9 +167,66 @@ def test_controller_workloads_start_with_the_backlog_and_warm_start_grows():
     assert len(ctrl._warm_start()) >= 1
 
 
+class _RecordingTuner(WorseTuner):
+    """WorseTuner (always proposes a change) that also records the workloads configs are scored on
+    outside tuning."""
+
+    evaluated: list[list[Trace]] = []
+
+    def evaluate(self, policy, config, workloads):
+        if not getattr(self, "_tuning", False):
+            _RecordingTuner.evaluated.append(list(workloads))
+        return super().evaluate(policy, config, workloads)
+
+    def tune(self, workloads, warm_start=None, progress=None):
+        self._tuning = True
+        try:
+            return super().tune(workloads, warm_start, progress)
+        finally:
+            self._tuning = False
+
+
+def test_guardrail_judges_on_fresh_samples_the_tuner_never_saw():
+    tr = synthetic_trace(days=4, per_day=150, seed=3)
+    cl = ClusterSpec.uniform_nodes(1, 4)
+    sim = Simulator(tr, cl, Tiresias()).run(until=2 * DAY)
+    obs = observe(sim, 2 * DAY, 0)
+    FakeTuner.instances.clear()
+    _RecordingTuner.evaluated.clear()
+    ctrl = _controller(_RecordingTuner, cl, seed=2)
+    for _ in range(3):  # several rounds: no round's validation seed is any round's tuning seed
+        ctrl.decide(obs)
+    judged = [d for d in ctrl.decisions if d.validation == "fresh"]
+    assert judged, [d.reason for d in ctrl.decisions]
+    tuned_sources = {w.source for t in FakeTuner.instances for ws in t.seen for w in ws}
+    judged_sources = {w.source for ws in _RecordingTuner.evaluated for w in ws}
+    assert judged_sources and not (tuned_sources & judged_sources)
+    # the sources name the sample seeds (FakeModel: "fake-<seed>"): the ones the decision reports
+    assert judged_sources == {f"fake-{s}" for d in judged for s in d.validation_seeds}
+    tuned_seeds = {int(s.split("-")[1]) for s in tuned_sources}
+    assert len(tuned_seeds) == 3 * 3 and not tuned_seeds & {s for d in judged for s in d.validation_seeds}
+    # the values the guardrail weighed are the configs' real metrics on those fresh workloads
+    d = judged[0]
+    fresh = _RecordingTuner.evaluated[0]
+    run_vals = [simulate(w, cl, Tiresias(Tiresias.space.default())).metrics.avg_jct for w in fresh]
+    assert d.running_value == pytest.approx(sum(run_vals) / len(run_vals))
+
+
+def test_a_deterministic_source_is_judged_on_its_tuning_workloads():
+    from autosched.adapt.sources import ReplaySource
+
+    tr = synthetic_trace(days=4, per_day=150, seed=3)
+    cl = ClusterSpec.uniform_nodes(1, 4)
+    sim = Simulator(tr, cl, Tiresias()).run(until=2 * DAY)
+    ctrl = Controller("tiresias", cl, ReplaySource(), period=2 * DAY, budget=3, tuner_factory=WorseTuner)
+    d = ctrl.decide(observe(sim, 2 * DAY, 0))
+    assert d.validation == "tuning" and d.validation_seeds == []
+
+
 # ------------------------------------------------------------------------------ no leakage
 
-def test_controller_never_reads_the_future():
+@pytest.mark.parametrize("tuner", [FakeTuner, WorseTuner])  # WorseTuner: every round reaches the guardrail
+def test_controller_never_reads_the_future(tuner):
     """Poison everything after T (the jobs submitted later, and the true durations of jobs still
     unfinished at T): every decision up to T must be the same."""
     tr = synthetic_trace(days=6, per_day=120, seed=5)
@@ -179,7 +236,7 @@ def test_controller_never_reads_the_future():
 
     def run(trace):
         FakeModel.fitted_on.clear()
-        ctrl = make_controller("autosched", trace, cl, s, FakeTuner, fake_model_factory)
+        ctrl = make_controller("autosched", trace, cl, s, tuner, fake_model_factory)
         rec, timeline, decisions = replay(trace, cl, s, boundaries(trace, s.period), controller=ctrl)
         return rec, decisions, list(FakeModel.fitted_on)
 
@@ -198,6 +255,8 @@ def test_controller_never_reads_the_future():
     def key(d):
         return (d.time, d.trigger, d.deployed, d.config, d.candidate, d.predicted_gain, d.reason)
 
+    if tuner is WorseTuner:  # the guardrail's fresh samples are covered too
+        assert all(d.validation == "fresh" and d.validation_seeds for d in dec_a)
     early_a = [key(d) for d in dec_a if d.time <= T]
     early_b = [key(d) for d in dec_b if d.time <= T]
     assert len(early_a) >= 2 and early_a == early_b
