@@ -178,10 +178,10 @@ class _RecordingTuner(WorseTuner):
             _RecordingTuner.evaluated.append(list(workloads))
         return super().evaluate(policy, config, workloads)
 
-    def tune(self, workloads, warm_start=None, progress=None):
+    def tune(self, workloads, warm_start=None, progress=None, prior=None):
         self._tuning = True
         try:
-            return super().tune(workloads, warm_start, progress)
+            return super().tune(workloads, warm_start, progress, prior)
         finally:
             self._tuning = False
 

@@ -86,7 +86,10 @@ class RoundTuner(Protocol):
     """A tuner for one round: search on the round's workloads, and score a given config on them."""
 
     def tune(self, workloads: Sequence[Trace], warm_start: Sequence[Mapping[str, Any]] | None = None,
-             progress: Callable[[int, int], None] | None = None) -> TuningOutcome: ...
+             progress: Callable[[int, int], None] | None = None,
+             prior: Sequence[Sequence[Any]] | None = None) -> TuningOutcome: ...
+    # prior: the trials of earlier rounds (one group per round, as their outcomes gave them); a
+    # tuner may pool them for screening (`autosched.tune.Tuner` does) or ignore them.
 
     def evaluate(self, policy_name: str, config: Mapping[str, Any],
                  workloads: Sequence[Trace]) -> tuple[float, list[Metrics]]: ...
@@ -113,7 +116,9 @@ class Controller:
     ``decide(obs)`` runs a round: evaluation workloads for [now, now + period) come from `source`
     (a workload model fitted on ``obs.history``, the replayed history, or, for the oracle, the real
     future), prefixed by the jobs the cluster carries over (``obs.backlog``). The tuner searches,
-    warm-started from the running config and the previous rounds' winners; the winner and the
+    warm-started from the running config and the previous rounds' winners, and given the trials of
+    the last `prior_keep` rounds (causal screening pools them: one round's budget is too small for
+    a graph of its own); the winner and the
     running config are then scored, paired, on FRESH workloads from the same source (other seeds,
     the same fitted history) that the tuner never saw, and the `Guardrail` decides: judging the
     winner on the workloads it was selected on would reward its luck on them (the winner's curse).
@@ -135,7 +140,7 @@ class Controller:
                  carry_backlog: bool = True, initial_config: Mapping[str, Any] | None = None,
                  seed: int = 0, tuner_factory: TunerFactory | None = None,
                  search: SearchConfig | None = None, execution: ExecutionConfig | None = None,
-                 warm_keep: int = 3, fresh_validation: bool = True):
+                 warm_keep: int = 3, fresh_validation: bool = True, prior_keep: int = 3):
         if period <= 0:
             raise ValueError("controller: period must be > 0")
         self.policy = policy
@@ -166,6 +171,8 @@ class Controller:
         self.decisions: list[Decision] = []
         self.progress: Callable[[int, int], None] | None = None  # (trials done, budget) of a round
         self._winners: list[Config] = []
+        self.prior_keep = prior_keep
+        self._prior: list[list[Any]] = []  # trials of the last rounds, one group per round
         self._reference: Profile | None = None
         self._last_round = -float("inf")
 
@@ -193,7 +200,11 @@ class Controller:
             return self._keep(base, t0, "no jobs to evaluate in the coming period")
         tuner = self.tuner_factory(self.policy, self.cluster, self.objective,
                                    replace(self.search, seed=round_seed), self.execution)
-        res = tuner.tune(workloads, warm_start=self._warm_start(), progress=self.progress)
+        res = tuner.tune(workloads, warm_start=self._warm_start(), progress=self.progress,
+                         prior=[list(g) for g in self._prior])
+        if self.prior_keep > 0 and res.trials:
+            self._prior.append(list(res.trials))
+            del self._prior[:-self.prior_keep]
         evidence = dict(tuning_cost=jsonable(dict(res.cost)),
                         causal_graph=jsonable([list(e) for e in res.graph]),
                         screened_knobs=jsonable(dict(res.screened_knobs)))

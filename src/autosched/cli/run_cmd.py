@@ -3,7 +3,6 @@ the scheduler, next to the fixed default, tuning on the last period, and two ora
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -117,11 +116,6 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
     bad = [s for s in names if s not in known]
     if bad or not names:
         fail(f"--strategies: unknown {', '.join(bad) or '(none given)'}; use some of {', '.join(known)}")
-    if screening and importlib.util.find_spec("causallearn") is None:
-        # The main job must run on a plain install; screening is an extra (and needs more trials
-        # per round than the default budget to find a graph anyway).
-        note("causal-learn is not installed (pip install 'autosched[causal]'): tuning without causal screening")
-        screening = False
     settings = Settings(policy=policy, period=p, history=h, budget=budget, samples=samples, model=model,
                         metric=objective, seed=seed, drift=drift, guard_k=noise_k, guard_margin=margin,
                         search=SearchConfig(screening=screening), execution=ExecutionConfig(workers=workers))
