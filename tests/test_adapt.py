@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 import random
 
 import numpy as np
@@ -325,6 +326,56 @@ def test_experiment_end_to_end_with_doubles():
         assert {"avg_jct", "p99_jct", "avg_queue", "periods"} <= set(out["strategies"][name])
     assert set(out["summary"]["relative_avg_jct"]) == set(res.strategies)
     assert out["summary"]["relative_avg_jct"]["default"] == 1.0
+
+
+def test_oracles_search_ten_times_longer_and_are_cached_on_disk(tmp_path):
+    tr = synthetic_trace(days=6, per_day=120, seed=2)
+    cl = ClusterSpec.uniform_nodes(1, 8)
+    s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2)
+    assert s.oracle_budget == 20
+    names = ["default", "last_period", "oracle_static", "oracle_period"]
+    FakeTuner.instances.clear()
+    first = run_experiment(tr, cl, s, names, tuner_factory=FakeTuner, cache=tmp_path / "c")
+    budgets = sorted(t.budget for t in FakeTuner.instances if t.seen)
+    # last_period: 2 rounds of 2 trials; oracle_static: one search of 20; oracle_period: 2 rounds of 20
+    assert budgets == [2, 2, 20, 20, 20]
+    assert len(list((tmp_path / "c").glob("*.json"))) == 3  # the three oracle searches
+    FakeTuner.instances.clear()
+    again = run_experiment(tr, cl, s, names, tuner_factory=FakeTuner, cache=tmp_path / "c")
+    assert sorted(t.budget for t in FakeTuner.instances if t.seen) == [2, 2]  # the oracles came from disk
+    for name in names:
+        assert again.strategies[name].metrics == first.strategies[name].metrics
+        assert again.strategies[name].timeline == first.strategies[name].timeline
+    # another seed is another search
+    FakeTuner.instances.clear()
+    run_experiment(tr, cl, replace(s, seed=1), ["oracle_static"], tuner_factory=FakeTuner, cache=tmp_path / "c")
+    assert [t.budget for t in FakeTuner.instances if t.seen] == [20]
+    summ = first.summary()
+    gain = first.strategies["default"].metrics.avg_jct - first.strategies["oracle_static"].metrics.avg_jct
+    if gain > 0:
+        assert summ["share_of_oracle_static_gain"]["oracle_static"] == pytest.approx(1.0)
+        assert summ["share_of_oracle_static_gain"]["default"] == 0.0
+
+
+def test_across_seeds_by_hand():
+    from types import SimpleNamespace
+
+    from autosched.adapt.experiment import across_seeds
+
+    def run(seed, auto, last):
+        rel = {"default": 1.0, "autosched": auto, "last_period": last}
+        return SimpleNamespace(settings=SimpleNamespace(seed=seed), strategies=dict.fromkeys(rel),
+                               summary=lambda rel=rel: {"relative_avg_jct": rel, "share_of_oracle_static_gain": {}})
+
+    out = across_seeds([run(0, 0.90, 0.95), run(1, 0.94, 0.95), run(2, 0.92, 0.98)])
+    assert out["seeds"] == [0, 1, 2]
+    assert out["relative_avg_jct"]["autosched"]["mean"] == pytest.approx(0.92)
+    assert out["relative_avg_jct"]["autosched"]["sd"] == pytest.approx(0.02)  # sample sd of .90 .94 .92
+    lead = out["autosched_lead_over_last_period"]  # leads .05 .01 .06: mean .04, sd .0265
+    assert lead["mean"] == pytest.approx(0.04) and lead["sd"] == pytest.approx(math.sqrt(0.0007))
+    assert lead["larger_than_spread"] is True
+    out = across_seeds([run(0, 0.90, 0.95), run(1, 0.99, 0.95)])  # leads .05, -.04: mean .005, sd .064
+    assert out["autosched_lead_over_last_period"]["larger_than_spread"] is False
 
 
 def test_check_times():

@@ -101,3 +101,17 @@ def test_run_report_without_matplotlib_fails_cleanly(tiny, monkeypatch, tmp_path
     res = runner.invoke(app, _args(tiny, "--report", str(tmp_path / "r")))
     assert res.exit_code == 2 and "--report needs matplotlib" in res.output
     assert not (tmp_path / "r").exists()
+
+
+def test_run_seeds_prints_mean_and_spread(tiny, tmp_path):
+    args = _args(tiny, "--strategies", "default,autosched,last_period", "--seeds", "2", "--budget", "1",
+                 "--cache", str(tmp_path / "cache"))
+    res = runner.invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["across_seeds"]["seeds"] == [0, 1] and len(out["runs"]) == 1 and out["runs"][0]["settings"]["seed"] == 1
+    assert out["across_seeds"]["relative_avg_jct"]["default"] == {"mean": 1.0, "sd": 0.0, "n": 2}
+    assert "larger_than_spread" in out["across_seeds"]["autosched_lead_over_last_period"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "over 2 seeds" in res.stdout and "than the spread" in res.stdout
