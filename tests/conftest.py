@@ -26,3 +26,10 @@ def philly_2d(shared_traces):
 
     trace, _ = load_trace(shared_traces / "philly" / "slices" / "philly_2017-10-02_2d.csv")
     return trace
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path_factory, monkeypatch):
+    """Commands that cache (the oracles' searches of `autosched run`) write under a test's own
+    directory, never the user's ~/.cache."""
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path_factory.mktemp("cache")))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 import random
 
 import numpy as np
@@ -167,9 +168,66 @@ def test_controller_workloads_start_with_the_backlog_and_warm_start_grows():
     assert len(ctrl._warm_start()) >= 1
 
 
+class _RecordingTuner(WorseTuner):
+    """WorseTuner (always proposes a change) that also records the workloads configs are scored on
+    outside tuning."""
+
+    evaluated: list[list[Trace]] = []
+
+    def evaluate(self, policy, config, workloads):
+        if not getattr(self, "_tuning", False):
+            _RecordingTuner.evaluated.append(list(workloads))
+        return super().evaluate(policy, config, workloads)
+
+    def tune(self, workloads, warm_start=None, progress=None, prior=None):
+        self._tuning = True
+        try:
+            return super().tune(workloads, warm_start, progress, prior)
+        finally:
+            self._tuning = False
+
+
+def test_guardrail_judges_on_fresh_samples_the_tuner_never_saw():
+    tr = synthetic_trace(days=4, per_day=150, seed=3)
+    cl = ClusterSpec.uniform_nodes(1, 4)
+    sim = Simulator(tr, cl, Tiresias()).run(until=2 * DAY)
+    obs = observe(sim, 2 * DAY, 0)
+    FakeTuner.instances.clear()
+    _RecordingTuner.evaluated.clear()
+    ctrl = _controller(_RecordingTuner, cl, seed=2)
+    for _ in range(3):  # several rounds: no round's validation seed is any round's tuning seed
+        ctrl.decide(obs)
+    judged = [d for d in ctrl.decisions if d.validation == "fresh"]
+    assert judged, [d.reason for d in ctrl.decisions]
+    tuned_sources = {w.source for t in FakeTuner.instances for ws in t.seen for w in ws}
+    judged_sources = {w.source for ws in _RecordingTuner.evaluated for w in ws}
+    assert judged_sources and not (tuned_sources & judged_sources)
+    # the sources name the sample seeds (FakeModel: "fake-<seed>"): the ones the decision reports
+    assert judged_sources == {f"fake-{s}" for d in judged for s in d.validation_seeds}
+    tuned_seeds = {int(s.split("-")[1]) for s in tuned_sources}
+    assert len(tuned_seeds) == 3 * 3 and not tuned_seeds & {s for d in judged for s in d.validation_seeds}
+    # the values the guardrail weighed are the configs' real metrics on those fresh workloads
+    d = judged[0]
+    fresh = _RecordingTuner.evaluated[0]
+    run_vals = [simulate(w, cl, Tiresias(Tiresias.space.default())).metrics.avg_jct for w in fresh]
+    assert d.running_value == pytest.approx(sum(run_vals) / len(run_vals))
+
+
+def test_a_deterministic_source_is_judged_on_its_tuning_workloads():
+    from autosched.adapt.sources import ReplaySource
+
+    tr = synthetic_trace(days=4, per_day=150, seed=3)
+    cl = ClusterSpec.uniform_nodes(1, 4)
+    sim = Simulator(tr, cl, Tiresias()).run(until=2 * DAY)
+    ctrl = Controller("tiresias", cl, ReplaySource(), period=2 * DAY, budget=3, tuner_factory=WorseTuner)
+    d = ctrl.decide(observe(sim, 2 * DAY, 0))
+    assert d.validation == "tuning" and d.validation_seeds == []
+
+
 # ------------------------------------------------------------------------------ no leakage
 
-def test_controller_never_reads_the_future():
+@pytest.mark.parametrize("tuner", [FakeTuner, WorseTuner])  # WorseTuner: every round reaches the guardrail
+def test_controller_never_reads_the_future(tuner):
     """Poison everything after T (the jobs submitted later, and the true durations of jobs still
     unfinished at T): every decision up to T must be the same."""
     tr = synthetic_trace(days=6, per_day=120, seed=5)
@@ -179,7 +237,7 @@ def test_controller_never_reads_the_future():
 
     def run(trace):
         FakeModel.fitted_on.clear()
-        ctrl = make_controller("autosched", trace, cl, s, FakeTuner, fake_model_factory)
+        ctrl = make_controller("autosched", trace, cl, s, tuner, fake_model_factory)
         rec, timeline, decisions = replay(trace, cl, s, boundaries(trace, s.period), controller=ctrl)
         return rec, decisions, list(FakeModel.fitted_on)
 
@@ -198,6 +256,8 @@ def test_controller_never_reads_the_future():
     def key(d):
         return (d.time, d.trigger, d.deployed, d.config, d.candidate, d.predicted_gain, d.reason)
 
+    if tuner is WorseTuner:  # the guardrail's fresh samples are covered too
+        assert all(d.validation == "fresh" and d.validation_seeds for d in dec_a)
     early_a = [key(d) for d in dec_a if d.time <= T]
     early_b = [key(d) for d in dec_b if d.time <= T]
     assert len(early_a) >= 2 and early_a == early_b
@@ -266,6 +326,56 @@ def test_experiment_end_to_end_with_doubles():
         assert {"avg_jct", "p99_jct", "avg_queue", "periods"} <= set(out["strategies"][name])
     assert set(out["summary"]["relative_avg_jct"]) == set(res.strategies)
     assert out["summary"]["relative_avg_jct"]["default"] == 1.0
+
+
+def test_oracles_search_ten_times_longer_and_are_cached_on_disk(tmp_path):
+    tr = synthetic_trace(days=6, per_day=120, seed=2)
+    cl = ClusterSpec.uniform_nodes(1, 8)
+    s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2)
+    assert s.oracle_budget == 20
+    names = ["default", "last_period", "oracle_static", "oracle_period"]
+    FakeTuner.instances.clear()
+    first = run_experiment(tr, cl, s, names, tuner_factory=FakeTuner, cache=tmp_path / "c")
+    budgets = sorted(t.budget for t in FakeTuner.instances if t.seen)
+    # last_period: 2 rounds of 2 trials; oracle_static: one search of 20; oracle_period: 2 rounds of 20
+    assert budgets == [2, 2, 20, 20, 20]
+    assert len(list((tmp_path / "c").glob("*.json"))) == 3  # the three oracle searches
+    FakeTuner.instances.clear()
+    again = run_experiment(tr, cl, s, names, tuner_factory=FakeTuner, cache=tmp_path / "c")
+    assert sorted(t.budget for t in FakeTuner.instances if t.seen) == [2, 2]  # the oracles came from disk
+    for name in names:
+        assert again.strategies[name].metrics == first.strategies[name].metrics
+        assert again.strategies[name].timeline == first.strategies[name].timeline
+    # another seed is another search
+    FakeTuner.instances.clear()
+    run_experiment(tr, cl, replace(s, seed=1), ["oracle_static"], tuner_factory=FakeTuner, cache=tmp_path / "c")
+    assert [t.budget for t in FakeTuner.instances if t.seen] == [20]
+    summ = first.summary()
+    gain = first.strategies["default"].metrics.avg_jct - first.strategies["oracle_static"].metrics.avg_jct
+    if gain > 0:
+        assert summ["share_of_oracle_static_gain"]["oracle_static"] == pytest.approx(1.0)
+        assert summ["share_of_oracle_static_gain"]["default"] == 0.0
+
+
+def test_across_seeds_by_hand():
+    from types import SimpleNamespace
+
+    from autosched.adapt.experiment import across_seeds
+
+    def run(seed, auto, last):
+        rel = {"default": 1.0, "autosched": auto, "last_period": last}
+        return SimpleNamespace(settings=SimpleNamespace(seed=seed), strategies=dict.fromkeys(rel),
+                               summary=lambda rel=rel: {"relative_avg_jct": rel, "share_of_oracle_static_gain": {}})
+
+    out = across_seeds([run(0, 0.90, 0.95), run(1, 0.94, 0.95), run(2, 0.92, 0.98)])
+    assert out["seeds"] == [0, 1, 2]
+    assert out["relative_avg_jct"]["autosched"]["mean"] == pytest.approx(0.92)
+    assert out["relative_avg_jct"]["autosched"]["sd"] == pytest.approx(0.02)  # sample sd of .90 .94 .92
+    lead = out["autosched_lead_over_last_period"]  # leads .05 .01 .06: mean .04, sd .0265
+    assert lead["mean"] == pytest.approx(0.04) and lead["sd"] == pytest.approx(math.sqrt(0.0007))
+    assert lead["larger_than_spread"] is True
+    out = across_seeds([run(0, 0.90, 0.95), run(1, 0.99, 0.95)])  # leads .05, -.04: mean .005, sd .064
+    assert out["autosched_lead_over_last_period"]["larger_than_spread"] is False
 
 
 def test_check_times():

@@ -81,14 +81,19 @@ def _hide(monkeypatch, module):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
 
 
-def test_run_without_causal_learn_tunes_without_screening(tiny, monkeypatch):
-    _hide(monkeypatch, "causallearn")
-    args = ["run", str(tiny), "--cluster", "1x8", "--period", "2d", "--budget", "2", "--samples", "2",
-            "--strategies", "default,autosched", "--json"]
-    res = runner.invoke(app, args)
-    assert res.exit_code == 0, res.output
-    assert "tuning without causal screening" in res.stderr
-    assert json.loads(res.stdout)["settings"]["search"]["screening"] is False
+def test_run_screens_by_default_and_imports_causal_learn_only_when_screening():
+    """causal-learn is a core dependency: no install silently tunes without screening. It is slow
+    to import, so nothing imports it before a round screens."""
+    import subprocess
+    import sys
+
+    code = ("import sys, autosched.cli, autosched.tune, autosched.adapt; "
+            "from autosched.cli.run_cmd import _settings; from autosched.adapt import STRATEGIES; "
+            "s = _settings('tiresias', '7d', '7d', 8, 4, 1, 'stat', 'default,autosched', 'avg_jct', 0.01, 2.0, "
+            "False, True, '0', None, 0, STRATEGIES)[0]; "
+            "assert s.search.screening is True; assert 'causallearn' not in sys.modules, 'imported early'")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert res.returncode == 0, res.stderr
 
 
 def test_run_report_without_matplotlib_fails_cleanly(tiny, monkeypatch, tmp_path):
@@ -96,3 +101,17 @@ def test_run_report_without_matplotlib_fails_cleanly(tiny, monkeypatch, tmp_path
     res = runner.invoke(app, _args(tiny, "--report", str(tmp_path / "r")))
     assert res.exit_code == 2 and "--report needs matplotlib" in res.output
     assert not (tmp_path / "r").exists()
+
+
+def test_run_seeds_prints_mean_and_spread(tiny, tmp_path):
+    args = _args(tiny, "--strategies", "default,autosched,last_period", "--seeds", "2", "--budget", "1",
+                 "--cache", str(tmp_path / "cache"))
+    res = runner.invoke(app, [*args, "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    assert out["across_seeds"]["seeds"] == [0, 1] and len(out["runs"]) == 1 and out["runs"][0]["settings"]["seed"] == 1
+    assert out["across_seeds"]["relative_avg_jct"]["default"] == {"mean": 1.0, "sd": 0.0, "n": 2}
+    assert "larger_than_spread" in out["across_seeds"]["autosched_lead_over_last_period"]
+    res = runner.invoke(app, args)
+    assert res.exit_code == 0, res.output
+    assert "over 2 seeds" in res.stdout and "than the spread" in res.stdout

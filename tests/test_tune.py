@@ -371,3 +371,30 @@ def test_warm_start_from_a_previous_rounds_trials():
     order = sorted(second.trials, key=lambda t: t.number)
     assert [t.config for t in order[1:3]] == [t.config for t in best_two]
     assert second.best_value == first.best_value
+
+
+def test_screening_pools_the_trials_of_earlier_searches():
+    """Rounds of 8 trials are too small for a graph of their own (screening wants 20 on Knobby and
+    screens after 4 trials at this budget); with the trials of earlier rounds (other workloads:
+    ranked within each round) the second round screens on 8 + 4 and the third on 8 + 8 + 4; with
+    enough earlier trials (the fourth: 24) a round screens right after its default trial."""
+    rounds, prior = [], []
+    for i in range(4):
+        res = tuner(budget=8, seed=i, patience=None).tune([TRACE], prior=prior)
+        rounds.append(res)
+        prior = [*prior, res.trials]
+    assert rounds[0].screened_knobs == {} and not rounds[0].graph  # 4 trials: "too few"
+    assert rounds[1].screening.samples == 12
+    assert rounds[3].screening.samples == 3 * 8 + 1
+    third = rounds[2].screening
+    assert third is not None and third.samples == 8 + 8 + 4
+    assert set(third.relevant) <= set(Knobby.space.names) and third.frozen
+    assert rounds[2].graph and not set(third.frozen) & RELEVANT
+    # a round's own values are not comparable with another's: scale one round's values by 1000
+    # (other workloads) and the pooled screening is the same
+    scaled = [[t.__class__(**{**t.__dict__, "value": t.value * 1000,
+                              "intermediates": {k: v * 1000 for k, v in t.intermediates.items()}})
+               for t in rounds[0].trials], rounds[1].trials]
+    assert len(prior) == 4 and len(scaled) == 2
+    again = tuner(budget=8, seed=2, patience=None).tune([TRACE], prior=scaled)
+    assert again.screening.frozen == third.frozen and again.graph == rounds[2].graph

@@ -43,6 +43,10 @@ class Decision:
     drift: dict[str, float] = field(default_factory=dict)
     history_jobs: int = 0
     imputed_durations: int = 0
+    # How the guardrail's values were measured: "fresh" (samples the tuner did not see, with
+    # `validation_seeds`) or "tuning" (the tuner's own workloads: a deterministic source has no others).
+    validation: str = "tuning"
+    validation_seeds: list[int] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -82,7 +86,10 @@ class RoundTuner(Protocol):
     """A tuner for one round: search on the round's workloads, and score a given config on them."""
 
     def tune(self, workloads: Sequence[Trace], warm_start: Sequence[Mapping[str, Any]] | None = None,
-             progress: Callable[[int, int], None] | None = None) -> TuningOutcome: ...
+             progress: Callable[[int, int], None] | None = None,
+             prior: Sequence[Sequence[Any]] | None = None) -> TuningOutcome: ...
+    # prior: the trials of earlier rounds (one group per round, as their outcomes gave them); a
+    # tuner may pool them for screening (`autosched.tune.Tuner` does) or ignore them.
 
     def evaluate(self, policy_name: str, config: Mapping[str, Any],
                  workloads: Sequence[Trace]) -> tuple[float, list[Metrics]]: ...
@@ -109,8 +116,14 @@ class Controller:
     ``decide(obs)`` runs a round: evaluation workloads for [now, now + period) come from `source`
     (a workload model fitted on ``obs.history``, the replayed history, or, for the oracle, the real
     future), prefixed by the jobs the cluster carries over (``obs.backlog``). The tuner searches,
-    warm-started from the running config and the previous rounds' winners; the winner and the
-    running config are then scored on the same workloads and the `Guardrail` decides.
+    warm-started from the running config and the previous rounds' winners, and given the trials of
+    the last `prior_keep` rounds (causal screening pools them: one round's budget is too small for
+    a graph of its own); the winner and the
+    running config are then scored, paired, on FRESH workloads from the same source (other seeds,
+    the same fitted history) that the tuner never saw, and the `Guardrail` decides: judging the
+    winner on the workloads it was selected on would reward its luck on them (the winner's curse).
+    A deterministic source (``source.stochastic`` False: replay, the real future) has no other
+    workloads to give; its winner is judged on the tuning workloads.
     ``check_drift(obs)`` says whether the last day moved away from the window of the last tuning.
 
     Each round's tuner comes from `tuner_factory` (default: `autosched.tune.Tuner`) with
@@ -127,7 +140,7 @@ class Controller:
                  carry_backlog: bool = True, initial_config: Mapping[str, Any] | None = None,
                  seed: int = 0, tuner_factory: TunerFactory | None = None,
                  search: SearchConfig | None = None, execution: ExecutionConfig | None = None,
-                 warm_keep: int = 3):
+                 warm_keep: int = 3, fresh_validation: bool = True, prior_keep: int = 3):
         if period <= 0:
             raise ValueError("controller: period must be > 0")
         self.policy = policy
@@ -153,10 +166,13 @@ class Controller:
         self.seed = seed
         self.tuner_factory: TunerFactory = tuner_factory or default_tuner_factory
         self.warm_keep = warm_keep
+        self.fresh_validation = fresh_validation and bool(getattr(source, "stochastic", False))
         self.running: Config = self.space.validate(initial_config or {})
         self.decisions: list[Decision] = []
         self.progress: Callable[[int, int], None] | None = None  # (trials done, budget) of a round
         self._winners: list[Config] = []
+        self.prior_keep = prior_keep
+        self._prior: list[list[Any]] = []  # trials of the last rounds, one group per round
         self._reference: Profile | None = None
         self._last_round = -float("inf")
 
@@ -184,7 +200,11 @@ class Controller:
             return self._keep(base, t0, "no jobs to evaluate in the coming period")
         tuner = self.tuner_factory(self.policy, self.cluster, self.objective,
                                    replace(self.search, seed=round_seed), self.execution)
-        res = tuner.tune(workloads, warm_start=self._warm_start(), progress=self.progress)
+        res = tuner.tune(workloads, warm_start=self._warm_start(), progress=self.progress,
+                         prior=[list(g) for g in self._prior])
+        if self.prior_keep > 0 and res.trials:
+            self._prior.append(list(res.trials))
+            del self._prior[:-self.prior_keep]
         evidence = dict(tuning_cost=jsonable(dict(res.cost)),
                         causal_graph=jsonable([list(e) for e in res.graph]),
                         screened_knobs=jsonable(dict(res.screened_knobs)))
@@ -194,8 +214,22 @@ class Controller:
         self._remember(candidate)
         if candidate == self.running:
             return self._keep(base, t0, "the tuner's best is the running config", candidate=candidate, **evidence)
-        m_run = _trial_metrics(res, self.running) or tuner.evaluate(self.policy, self.running, workloads)[1]
-        m_cand = _trial_metrics(res, candidate) or tuner.evaluate(self.policy, candidate, workloads)[1]
+        validation, val_seeds = "tuning", []
+        if self.fresh_validation:
+            val_seed = round_seed + VALIDATION_SEED_OFFSET
+            val_seeds = _seeds(self.source, val_seed)
+            overlap = set(val_seeds) & set(_seeds(self.source, round_seed))
+            if overlap:  # only if a source draws more than VALIDATION_SEED_OFFSET samples per round
+                raise ValueError(f"controller: validation seeds {sorted(overlap)} are also tuning seeds")
+            fresh = self._workloads(obs, val_seed)
+            if fresh:
+                workloads, validation = fresh, "fresh"
+        if validation == "fresh":
+            m_run = tuner.evaluate(self.policy, self.running, workloads)[1]
+            m_cand = tuner.evaluate(self.policy, candidate, workloads)[1]
+        else:
+            m_run = _trial_metrics(res, self.running) or tuner.evaluate(self.policy, self.running, workloads)[1]
+            m_cand = _trial_metrics(res, candidate) or tuner.evaluate(self.policy, candidate, workloads)[1]
         run_vals = [float(getattr(m, self.metric)) for m in m_run]
         cand_vals = [float(getattr(m, self.metric)) for m in m_cand]
         verdict = self.guardrail.judge(run_vals, cand_vals, self.minimize)
@@ -205,7 +239,8 @@ class Controller:
         d = Decision(**base, deployed=verdict.deploy, config=dict(self.running), candidate=candidate,
                      predicted_gain=verdict.gain, spread=verdict.spread,
                      running_value=_mean(run_vals), candidate_value=_mean(cand_vals), knobs_changed=changed,
-                     reason=verdict.reason, tuning_seconds=time.perf_counter() - t0, **evidence)
+                     reason=verdict.reason, tuning_seconds=time.perf_counter() - t0, validation=validation,
+                     validation_seeds=val_seeds if validation == "fresh" else [], **evidence)
         self.decisions.append(d)
         return d
 
@@ -238,6 +273,16 @@ class Controller:
                      knobs_changed={}, reason=reason, tuning_seconds=time.perf_counter() - t0, **evidence)
         self.decisions.append(d)
         return d
+
+
+# Validation samples of a round are drawn with seed round_seed + this; rounds are 1_009 seeds apart,
+# so a source drawing fewer than 503 samples per round never reuses a tuning seed.
+VALIDATION_SEED_OFFSET = 503
+
+
+def _seeds(source: WorkloadSource, seed: int) -> list[int]:
+    seeds = getattr(source, "seeds", None)
+    return list(seeds(seed)) if seeds is not None else [seed]
 
 
 def _trial_metrics(res: TuningOutcome, config: Config) -> list[Metrics] | None:

@@ -10,6 +10,10 @@ switched in with ``sim.reconfigure`` (queued and running jobs carry over). Strat
 - ``last_period``: no workload model; the tuner evaluates on the last period replayed;
 - ``oracle_static``: ORACLE, the best fixed config in hindsight (tuned on the whole real trace);
 - ``oracle_period``: ORACLE, tuned at each boundary on the real jobs of the coming period.
+
+The oracles search with ``Settings.oracle_budget`` trials (default 10x a round's budget): an
+oracle tuned as little as the strategies is one more noisy strategy, and can come out worse than
+the strategies it should bound. Their searches are cached on disk (`cache`), so re-runs are cheap.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,6 +34,7 @@ from ..space import Config
 from ..trace.table import Trace
 from ..jsonable import jsonable
 from ..tune import ExecutionConfig, Objective, SearchConfig
+from .cache import cached_factory
 from .controller import Controller, Decision, TunerFactory, default_tuner_factory
 from .drift import DriftTest, gpu_classes, GPU_CLASS_NAMES
 from .guardrail import Guardrail
@@ -45,6 +51,7 @@ DESCRIPTIONS = {
     "oracle_period": "ORACLE: tuned each period on the real jobs of that period",
 }
 DAY = 86400.0
+ORACLE_FACTOR = 10  # an oracle's search: this many times a round's budget
 
 Progress = Callable[[str, float, float], None]  # (what is happening, done, total)
 
@@ -55,6 +62,7 @@ class Settings:
     period: float = 7 * DAY
     history: float = 7 * DAY
     budget: int = 8
+    oracle_budget: int | None = None  # trials of each oracle search; None: ORACLE_FACTOR x budget
     samples: int = 4
     model: str = "stat"
     metric: str = "avg_jct"
@@ -74,6 +82,10 @@ class Settings:
             raise ValueError("period, history and check interval must be > 0")
         if self.budget < 1 or self.samples < 1:
             raise ValueError("budget and samples must be >= 1")
+        if self.oracle_budget is None:
+            object.__setattr__(self, "oracle_budget", ORACLE_FACTOR * self.budget)
+        if self.oracle_budget < 1:
+            raise ValueError("oracle budget must be >= 1")
         object.__setattr__(self, "search", replace(self.search, budget=self.budget, seed=self.seed))
 
 
@@ -129,6 +141,10 @@ class ExperimentResult:
             return out
         base = s["default"]
         out["relative_avg_jct"] = {k: v.metrics.avg_jct / base.metrics.avg_jct for k, v in s.items()}
+        if "oracle_static" in s:
+            gain = base.metrics.avg_jct - s["oracle_static"].metrics.avg_jct
+            out["share_of_oracle_static_gain"] = {
+                k: (base.metrics.avg_jct - v.metrics.avg_jct) / gain if gain > 0 else None for k, v in s.items()}
         out["worst_period_vs_default"] = {
             k: max(p.metrics.avg_jct / b.metrics.avg_jct for p, b in zip(v.periods, base.periods) if b.metrics.jobs)
             for k, v in s.items() if v.periods}
@@ -152,8 +168,9 @@ class ExperimentResult:
 def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Settings(),
                    strategies: Sequence[str] = STRATEGIES, *, tuner_factory: TunerFactory | None = None,
                    model_factory: Callable[[str], Any] | None = None,
-                   progress: Progress | None = None) -> ExperimentResult:
-    """Run each strategy on the same trace (already fitted to `cluster`) and cluster."""
+                   progress: Progress | None = None, cache: Path | None = None) -> ExperimentResult:
+    """Run each strategy on the same trace (already fitted to `cluster`) and cluster. The oracles'
+    searches are read from / stored in the directory `cache` (None: not cached)."""
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
         raise ValueError(f"unknown strategy {', '.join(unknown)}; known: {', '.join(STRATEGIES)}")
@@ -161,6 +178,7 @@ def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Sett
     if len(trace) == 0:
         raise ValueError("the trace has no jobs")
     tuner_factory = tuner_factory or default_tuner_factory
+    oracle_factory = cached_factory(tuner_factory, cache)
     bounds = boundaries(trace, settings.period)
     progress = progress or (lambda what, done, total: None)
     results: dict[str, StrategyResult] = {}
@@ -168,12 +186,13 @@ def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Sett
         t0 = time.perf_counter()
         say = lambda what, done=0.0, total=1.0, name=name: progress(f"{name}: {what}", done, total)
         if name == "oracle_static":
-            config = _tune_static(trace, cluster, settings, tuner_factory, say)
+            config = _tune_static(trace, cluster, settings, oracle_factory, say)
             res = replay(trace, cluster, settings, bounds, initial=config, progress=say)
         elif name == "default":
             res = replay(trace, cluster, settings, bounds, progress=say)
         else:
-            ctrl = make_controller(name, trace, cluster, settings, tuner_factory, model_factory)
+            ctrl = make_controller(name, trace, cluster, settings,
+                                   oracle_factory if name in ORACLES else tuner_factory, model_factory)
             res = replay(trace, cluster, settings, bounds, controller=ctrl, progress=say)
         records, timeline, decisions = res
         results[name] = StrategyResult(
@@ -181,6 +200,34 @@ def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Sett
             period_metrics(records, trace, cluster, bounds), timeline, decisions, time.perf_counter() - t0)
     return ExperimentResult(settings, cluster.describe(), trace.source, len(trace), bounds, results,
                             workload_series(trace, cluster))
+
+
+def across_seeds(results: Sequence[ExperimentResult]) -> dict[str, Any]:
+    """Mean and sample standard deviation over runs of different seeds: each strategy's avg JCT
+    relative to the default and share of the oracle_static gain, and autosched's lead over
+    last_period (relative JCT of last_period minus autosched's; > 0: autosched better), with
+    whether that lead is larger than its spread across seeds."""
+    def stats(xs: list[float]) -> dict[str, float]:
+        a = np.asarray(xs, dtype=float)
+        return {"mean": float(a.mean()), "sd": float(a.std(ddof=1)) if len(a) > 1 else 0.0, "n": len(a)}
+
+    summaries = [r.summary() for r in results]
+    out: dict[str, Any] = {"seeds": [r.settings.seed for r in results], "relative_avg_jct": {},
+                           "share_of_oracle_static_gain": {}}
+    names = list(results[0].strategies) if results else []
+    for name in names:
+        rel = [s["relative_avg_jct"][name] for s in summaries if name in s.get("relative_avg_jct", {})]
+        if rel:
+            out["relative_avg_jct"][name] = stats(rel)
+        share = [s["share_of_oracle_static_gain"][name] for s in summaries
+                 if s.get("share_of_oracle_static_gain", {}).get(name) is not None]
+        if share:
+            out["share_of_oracle_static_gain"][name] = stats(share)
+    if "autosched" in names and "last_period" in names and "default" in names:
+        lead = stats([s["relative_avg_jct"]["last_period"] - s["relative_avg_jct"]["autosched"] for s in summaries])
+        lead["larger_than_spread"] = lead["n"] > 1 and abs(lead["mean"]) > lead["sd"]
+        out["autosched_lead_over_last_period"] = lead
+    return out
 
 
 def make_controller(name: str, trace: Trace, cluster: ClusterSpec, settings: Settings,
@@ -194,6 +241,8 @@ def make_controller(name: str, trace: Trace, cluster: ClusterSpec, settings: Set
                           drift=DriftTest() if settings.drift else None, **common)
     # The baselines deploy whatever their tuning prefers (no guardrail) and re-tune only at boundaries.
     source = ReplaySource() if name == "last_period" else FutureSource(trace)
+    if name in ORACLES:  # a large search of its own each round: no pooling of earlier rounds
+        common.update(budget=settings.oracle_budget, prior_keep=0)
     return Controller(settings.policy, cluster, source, guardrail=Guardrail(0.0, 0.0), drift=None, **common)
 
 
@@ -256,8 +305,9 @@ def check_times(bounds: list[float], settings: Settings, drift: bool) -> list[tu
 
 def _tune_static(trace: Trace, cluster: ClusterSpec, settings: Settings, tuner_factory: TunerFactory,
                  say: Callable[..., None]) -> Config:
-    say("tuning one config on the whole real trace (oracle)")
-    tuner = tuner_factory(settings.policy, cluster, Objective(settings.metric), settings.search, settings.execution)
+    say(f"tuning one config on the whole real trace (oracle, {settings.oracle_budget} trials)")
+    search = replace(settings.search, budget=settings.oracle_budget)
+    tuner = tuner_factory(settings.policy, cluster, Objective(settings.metric), search, settings.execution)
     res = tuner.tune([trace], warm_start=None)
     space = get_policy(settings.policy).space
     return space.validate(res.best_config) if res.best_config is not None else space.default()

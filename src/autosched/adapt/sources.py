@@ -19,6 +19,9 @@ from .observe import Observation
 class WorkloadSource(Protocol):
     name: str
     oracle: bool
+    # True if another seed gives other workloads (a fitted model sampled); False if every seed gives
+    # the same ones (replay, the real future): no fresh samples can be drawn to validate on.
+    stochastic: bool
 
     def workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
         """Traces of jobs submitted in [obs.now, obs.now + horizon)."""
@@ -29,6 +32,7 @@ class ModelSource:
     """Fit a workload model on the observed history and sample the coming period ``samples`` times."""
 
     oracle = False
+    stochastic = True
 
     def __init__(self, model: str = "stat", samples: int = 3, params: Mapping[str, Any] | None = None,
                  factory: Callable[[str], Any] | None = None):
@@ -40,12 +44,16 @@ class ModelSource:
         self._factory = factory
         self.name = f"model:{model}"
 
+    def seeds(self, seed: int) -> list[int]:
+        """The sample seeds ``workloads(obs, horizon, seed)`` uses."""
+        return [seed + i for i in range(self.samples)]
+
     def workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
         factory = self._factory
         if factory is None:
             from ..workload import get_model as factory
         model = factory(self.model)(**self.params).fit(obs.history)
-        return [model.sample(obs.now, horizon, seed=seed + i) for i in range(self.samples)]
+        return [model.sample(obs.now, horizon, seed=s) for s in self.seeds(seed)]
 
 
 class ReplaySource:
@@ -53,6 +61,7 @@ class ReplaySource:
 
     name = "replay"
     oracle = False
+    stochastic = False
 
     def workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
         start = max(obs.start, obs.now - horizon)
@@ -65,6 +74,7 @@ class FutureSource:
 
     name = "future (oracle)"
     oracle = True
+    stochastic = False
 
     def __init__(self, trace: Trace):
         self.trace = trace

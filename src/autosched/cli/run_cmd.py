@@ -3,7 +3,6 @@ the scheduler, next to the fixed default, tuning on the last period, and two ora
 
 from __future__ import annotations
 
-import importlib.util
 import sys
 from contextlib import contextmanager
 from pathlib import Path
@@ -38,6 +37,9 @@ def run_cmd(
     skip: str = typer.Option("0", "--skip", help="ignore the trace's first SKIP (e.g. 14d) before replaying"),
     span: Optional[str] = typer.Option(None, "--span", help="replay only SPAN of the trace (e.g. 28d) after --skip"),
     seed: int = typer.Option(0, "--seed", help="random seed (tuner and workload samples)"),
+    seeds: int = typer.Option(1, "--seeds", help="run the experiment for seeds SEED..SEED+N-1 and print mean ± sd per strategy"),
+    oracle_budget: Optional[int] = typer.Option(None, "--oracle-budget", help="trials of each oracle search (default: 10 x --budget)"),
+    cache: Optional[Path] = typer.Option(None, "--cache", help="directory caching the oracles' searches (default: ~/.cache/autosched/tuning)"),
     fmt: Optional[str] = typer.Option(None, "--format", help="trace format (default: detected from the header)"),
     report: Optional[Path] = typer.Option(None, "--report", help="write an HTML report (index.html) and its data (report.json) into this directory"),
     as_json: bool = typer.Option(False, "--json", help="print the results as one JSON object"),
@@ -47,9 +49,18 @@ def run_cmd(
     tuning on the real future)."""
     from ..adapt import STRATEGIES, run_experiment
 
+    from dataclasses import replace
+
+    from ..adapt.cache import default_cache_dir
+    from ..adapt.experiment import across_seeds
+
     settings, names, window = _settings(policy, period, history, budget, samples, workers, model, strategies,
-                                        objective, margin, noise_k, drift, screening, skip, span, seed, STRATEGIES)
+                                        objective, margin, noise_k, drift, screening, skip, span, seed, STRATEGIES,
+                                        oracle_budget)
     check_seed(seed)
+    if seeds < 1:
+        fail(f"--seeds must be at least 1 (got {seeds})")
+    check_seed(seed + seeds - 1)
     if report is not None:
         require("matplotlib", "--report", "report")
     if model == "neural":
@@ -64,9 +75,17 @@ def run_cmd(
     if not as_json:
         note(f"replaying {len(tr):,} jobs of {trace_path.name} on {cl.describe()}, policy {settings.policy}, "
              f"period {period}, history {history}, budget {budget} x {samples} samples")
-    with _progress(len(names)) as update:
-        result = run_experiment(tr, cl, settings, names, progress=update)
+    cache_dir = cache if cache is not None else default_cache_dir()
+    results = []
+    for k in range(seeds):
+        with _progress(len(names)) as update:
+            results.append(run_experiment(tr, cl, replace(settings, seed=seed + k), names, progress=update,
+                                          cache=cache_dir))
+    result = results[0]
     data = {**result.to_dict(), "dropped": loaded.to_dict()}
+    if seeds > 1:
+        data["runs"] = [r.to_dict() for r in results[1:]]
+        data["across_seeds"] = across_seeds(results)
     if report is not None:
         from ..adapt.report import build_report
 
@@ -77,11 +96,14 @@ def run_cmd(
     if as_json:
         print_json(data)
         return
-    _print(result)
+    for r in results:
+        _print(r)
+    if seeds > 1:
+        _print_seeds(data["across_seeds"])
 
 
 def _settings(policy, period, history, budget, samples, workers, model, strategies, objective, margin,
-              noise_k, drift, screening, skip, span, seed, known):
+              noise_k, drift, screening, skip, span, seed, known, oracle_budget=None):
     """Check every option up front: a bad one fails with one line before any work starts."""
     from ..adapt import Settings
     from ..tune import ExecutionConfig, SearchConfig
@@ -106,7 +128,8 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
         fail(f"--period of {p / 86400:,.6g} days is beyond the {MAX_HORIZON / 86400:g}-day limit of one workload sample")
     if start < 0 or length <= 0:
         fail("--skip must be >= 0 and --span > 0")
-    for name, value in (("--budget", budget), ("--samples", samples), ("--workers", workers)):
+    for name, value in (("--budget", budget), ("--samples", samples), ("--workers", workers),
+                        ("--oracle-budget", 1 if oracle_budget is None else oracle_budget)):
         if value < 1:
             fail(f"{name} must be at least 1 (got {value})")
     if margin < 0 or noise_k < 0:
@@ -117,12 +140,8 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
     bad = [s for s in names if s not in known]
     if bad or not names:
         fail(f"--strategies: unknown {', '.join(bad) or '(none given)'}; use some of {', '.join(known)}")
-    if screening and importlib.util.find_spec("causallearn") is None:
-        # The main job must run on a plain install; screening is an extra (and needs more trials
-        # per round than the default budget to find a graph anyway).
-        note("causal-learn is not installed (pip install 'autosched[causal]'): tuning without causal screening")
-        screening = False
-    settings = Settings(policy=policy, period=p, history=h, budget=budget, samples=samples, model=model,
+    settings = Settings(policy=policy, period=p, history=h, budget=budget, oracle_budget=oracle_budget,
+                        samples=samples, model=model,
                         metric=objective, seed=seed, drift=drift, guard_k=noise_k, guard_margin=margin,
                         search=SearchConfig(screening=screening), execution=ExecutionConfig(workers=workers))
     return settings, names, (start, start + length)
@@ -156,8 +175,14 @@ def _print(result) -> None:
     console = Console()
     s = result.strategies
     base = s.get("default")
-    table = Table(title=f"{result.settings.policy} on {result.cluster}, {result.jobs:,} jobs", header_style="bold")
-    for col in ("strategy", "avg JCT", "vs default", "p99 JCT", "avg queue", "util", "per period vs default", "deployed"):
+    st = result.settings
+    shares = result.summary().get("share_of_oracle_static_gain", {})
+    table = Table(title=f"{st.policy} on {result.cluster}, {result.jobs:,} jobs, seed {st.seed}", header_style="bold",
+                  caption=f"tuning: {st.budget} trials a round; oracles: {st.oracle_budget} trials a search"
+                          + ("; of gain: share of oracle_static's gain over the default" if shares else ""))
+    cols = ("strategy", "avg JCT", "vs default", *(("of gain",) if shares else ()), "p99 JCT", "avg queue", "util",
+            "per period vs default", "deployed")
+    for col in cols:
         table.add_column(col, justify="left" if col in ("strategy", "per period vs default") else "right",
                          no_wrap=col == "strategy")
     for name, r in s.items():
@@ -167,7 +192,8 @@ def _print(result) -> None:
                        for p, b in zip(r.periods, base.periods)) if base else ""
         dep = f"{sum(d.deployed for d in r.decisions)}/{len(r.decisions)}" if r.decisions else "-"
         label = f"[red]{name}[/] (oracle)" if r.oracle else name
-        table.add_row(label, _h(m.avg_jct), rel, _h(m.p99_jct), _h(m.avg_queue), f"{m.utilization:.2f}", per, dep)
+        sh = shares.get(name)
+        table.add_row(label, _h(m.avg_jct), rel, *(("" if sh is None else f"{sh:.0%}",) if shares else ()), _h(m.p99_jct), _h(m.avg_queue), f"{m.utilization:.2f}", per, dep)
     console.print(table)
     summ = result.summary()
     share = summ.get("autosched_share_of_oracle_period_gain")
@@ -187,6 +213,25 @@ def _print(result) -> None:
             knobs = ", ".join(f"{k} {_v(a)}->{_v(b)}" for k, (a, b) in d.knobs_changed.items())
             console.print(f"  day {(d.time - result.boundaries[0]) / 86400:5.1f} ({d.trigger}): {verb}; {d.reason}"
                           + (f"; {knobs}" if knobs and d.deployed else ""))
+
+
+def _print_seeds(summary: dict) -> None:
+    """Mean ± sd over the seeds, and whether autosched's lead over last_period beats the spread."""
+    console = Console()
+    n = len(summary["seeds"])
+    table = Table(title=f"over {n} seeds ({', '.join(map(str, summary['seeds']))}): mean ± sd", header_style="bold")
+    for col in ("strategy", "avg JCT vs default", "share of oracle_static gain"):
+        table.add_column(col, justify="left" if col == "strategy" else "right")
+    for name, st in summary["relative_avg_jct"].items():
+        sh = summary["share_of_oracle_static_gain"].get(name)
+        table.add_row(name, f"{st['mean'] - 1:+.1%} ± {st['sd']:.1%}",
+                      "" if sh is None else f"{sh['mean']:.0%} ± {sh['sd']:.0%}")
+    console.print(table)
+    lead = summary.get("autosched_lead_over_last_period")
+    if lead is not None:
+        verdict = "larger" if lead["larger_than_spread"] else "NOT larger"
+        console.print(f"autosched's lead over last_period: {lead['mean']:+.1%} of the default's avg JCT "
+                      f"± {lead['sd']:.1%} across seeds: {verdict} than the spread")
 
 
 def _h(seconds: float) -> str:

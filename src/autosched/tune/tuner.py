@@ -31,7 +31,7 @@ from .evaluate import Evaluation, Evaluator, SimFn
 from .config import SAMPLERS, STUDY_NAME, ExecutionConfig, SearchConfig, TuneError
 from .executor import Outcome, make_executor
 from .objective import Objective
-from .screening import Screening, screen
+from .screening import Screening, gaussian_ranks, screen
 from .searchspace import SearchSpace, latin_hypercube
 from .study import StudyError, StudyLock, check_identity, check_study_file, check_study_path, problem_identity
 
@@ -162,23 +162,37 @@ class Tuner:
         at most half the budget."""
         if self.search.initial_design is not None:
             return self.search.initial_design
+        return max(1, min(self.search.budget // 2, self._screening_trials()))
+
+    def _screening_trials(self) -> int:
+        """Trials a causal graph wants, whatever the budget."""
+        if self.search.initial_design is not None:
+            return self.search.initial_design
         knobs = sum(len(p.space.knobs) for p in self.space.policies)
-        return max(1, min(self.search.budget // 2, max(10, 3 * knobs + 2)))
+        return max(10, 3 * knobs + 2)
 
     def tune(self, workloads: Sequence[Trace], warm_start: "Sequence[Mapping[str, Any] | Trial] | None" = None,
-             progress: Callable[[int, int], None] | None = None) -> TuneResult:
+             progress: Callable[[int, int], None] | None = None,
+             prior: "Sequence[Sequence[Trial]] | None" = None) -> TuneResult:
         """Search, and return the best config with the evidence. With a study file, the file is
-        held for the whole run (a second run on it is refused) and a killed run resumes."""
+        held for the whole run (a second run on it is refused) and a killed run resumes.
+
+        `prior`: trials of earlier searches of the same policy, one group per search (each group
+        scored on its own workloads, e.g. an adaptive loop's earlier rounds). Screening pools them
+        with this search's trials, each group's objective and intermediates ranked within the group
+        (values on different workloads are not comparable, rankings are), so that a search too
+        small for a causal graph of its own can still screen."""
         path = self.execution.study
         if path is None:
-            return self._tune(workloads, warm_start, progress)
+            return self._tune(workloads, warm_start, progress, prior)
         check_study_path(path)
         with StudyLock(path):
             check_study_file(path)
-            return self._tune(workloads, warm_start, progress)
+            return self._tune(workloads, warm_start, progress, prior)
 
     def _tune(self, workloads: Sequence[Trace], warm_start: "Sequence[Mapping[str, Any] | Trial] | None",
-              progress: Callable[[int, int], None] | None) -> TuneResult:
+              progress: Callable[[int, int], None] | None,
+              prior: "Sequence[Sequence[Trial]] | None" = None) -> TuneResult:
         t0 = time.perf_counter()
         evaluator = self.evaluator(workloads)
         self._n_workloads = len(workloads)
@@ -190,9 +204,20 @@ class Tuner:
             self._apply(screening)
         _recover_interrupted(study, storage)
         n_init = self.initial_trials()
+        prior = [[t for t in g if t.state == "complete"] for g in (prior or [])]
+        n_prior = sum(len(g) for g in prior)
+        self._prior = prior
+        # With enough trials from earlier searches, screen once this search's warm-start trials are
+        # in (they rank the known winners on this search's workloads) instead of after a design.
+        n_seed = 1 + len(warm_start or [])
+        if n_prior and n_prior + n_seed >= self._screening_trials() and n_seed < budget:
+            n_init = n_seed
+            design = 0
+        else:
+            design = n_init
         want_screen = self.search.screening and not self.space.multi and screening is None and budget > n_init
         if not _finished(study):
-            self._seed_trials(study, warm_start or [], n_init if want_screen else 0)
+            self._seed_trials(study, warm_start or [], design if want_screen else 0)
         known = {_config_key(t.policy, t.config): t for t in _trials(study) if t.state == "complete"}
         executor = make_executor(self.execution.executor, self.execution.workers,
                                  self.execution.trial_timeout, self.execution.address)
@@ -345,10 +370,19 @@ class Tuner:
             return None
         space = self.space.policy(name).space
         best = _best(trials, self.objective)
-        inter_names = sorted(set.intersection(*(set(t.intermediates) for t in trials)))
-        result = screen(space, [t.config for t in trials],
-                        {k: [t.intermediates[k] for t in trials] for k in inter_names},
-                        [t.value for t in trials], self.objective.metric, best.config)
+        groups = [trials] + [[t for t in g if t.policy == name and t.value is not None]
+                             for g in getattr(self, "_prior", [])]
+        groups = [g for g in groups if g]
+        pooled = [t for g in groups for t in g]
+        inter_names = sorted(set.intersection(*(set(t.intermediates) for t in pooled)))
+        if len(groups) == 1:
+            inter = {k: [t.intermediates[k] for t in trials] for k in inter_names}
+            values = [t.value for t in trials]
+        else:  # each search scored its trials on its own workloads: pool within-search ranks
+            inter = {k: [x for g in groups for x in _within(g, lambda t, k=k: t.intermediates[k])]
+                     for k in inter_names}
+            values = [x for g in groups for x in _within(g, lambda t: t.value)]
+        result = screen(space, [t.config for t in pooled], inter, values, self.objective.metric, best.config)
         study.set_user_attr("screening", result.to_dict())
         self._apply(result)
         return result
@@ -401,8 +435,8 @@ def _require_causal_learn() -> None:
     try:
         import causallearn  # noqa: F401
     except ImportError:
-        raise TuneError("causal knob screening needs causal-learn, which is not installed: "
-                        "pip install 'autosched[causal]' (or tune without screening: --no-screening)") from None
+        raise TuneError("causal knob screening needs causal-learn, a dependency of autosched that is not "
+                        "installed: pip install causal-learn (or tune without screening)") from None
 
 
 def _require_torch() -> None:
@@ -488,6 +522,14 @@ def _trials(study: optuna.Study) -> list[Trial]:
             attempts=int(a.get("attempts", 1)), repeat_of=a.get("repeat_of"),
         ))
     return out
+
+
+def _within(group: Sequence[Trial], value: Callable[[Trial], float]) -> list[float]:
+    """A group's values as normal scores of their ranks within the group (0 for a lone trial)."""
+    x = np.asarray([value(t) for t in group], dtype=float)
+    if len(x) < 2 or np.ptp(x) == 0:
+        return [0.0] * len(x)
+    return gaussian_ranks(x).tolist()
 
 
 def _best(trials: Sequence[Trial], objective: Objective) -> Trial:

@@ -1,0 +1,111 @@
+"""A disk cache of tuning outcomes, for the oracles' large searches.
+
+The oracles are tuned with many times a round's budget (they must be the best a search can do,
+not another noisy strategy); that is the slow part of an experiment, and its result depends only
+on the problem. So each search's outcome is stored under a key of everything it depends on: the
+policy and its knob space, the cluster, the objective, the workloads' content (a trace digest:
+the real future of one period, or the whole trace, with the carried-over backlog), the search
+settings (budget, seed, sampler, screening, ...), the warm start and the autosched version. A re-run
+reads the stored best config instead of searching again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .. import __version__
+from ..atomic import write_text_atomic
+from ..jsonable import jsonable
+from ..cluster import ClusterSpec
+from ..policies import get_policy
+from ..sim.metrics import Metrics
+from ..space import Config
+from ..trace.table import Trace
+from ..tune import ExecutionConfig, Objective, SearchConfig
+from .controller import RoundTuner, TunerFactory
+
+CACHE_FORMAT = 1
+
+
+def default_cache_dir() -> Path:
+    """$XDG_CACHE_HOME/autosched/tuning (default ~/.cache/autosched/tuning)."""
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "autosched" / "tuning"
+
+
+@dataclass
+class CachedOutcome:
+    """A stored search: keeps to `autosched.adapt.controller.TuningOutcome` (no trials: the
+    controller scores the configs it compares again, which costs two simulations)."""
+
+    best_config: Config | None
+    cost: dict[str, float]
+    graph: list[tuple[str, str, bool]] = field(default_factory=list)
+    screened_knobs: dict[str, Any] = field(default_factory=dict)
+    trials: list = field(default_factory=list)
+    cached: bool = True
+
+
+class CachedTuner:
+    """A `RoundTuner` whose searches are read from `directory` when the same search was done before."""
+
+    def __init__(self, inner: RoundTuner, key_parts: Mapping[str, Any], directory: Path):
+        self.inner = inner
+        self.key_parts = dict(key_parts)
+        self.directory = Path(directory)
+        self.hits = 0
+
+    def key(self, workloads: Sequence[Trace], warm_start: Sequence[Mapping[str, Any]] | None) -> str:
+        from ..tune import problem_identity
+
+        ident = {**self.key_parts, "format": CACHE_FORMAT, "version": __version__,
+                 "problem": problem_identity([get_policy(self.key_parts["policy"])], self.key_parts["cluster"],
+                                             self.key_parts["objective"], workloads),
+                 "warm_start": [dict(sorted(dict(c).items())) for c in (warm_start or [])]}
+        ident.pop("cluster")
+        ident.pop("objective")
+        text = json.dumps(ident, sort_keys=True, default=repr)
+        return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+    def tune(self, workloads: Sequence[Trace], warm_start: Sequence[Mapping[str, Any]] | None = None,
+             progress: Callable[[int, int], None] | None = None,
+             prior: Sequence[Sequence[Any]] | None = None) -> Any:
+        if prior:  # earlier rounds' trials change the search; not part of the key: search afresh
+            return self.inner.tune(workloads, warm_start, progress, prior)
+        path = self.directory / f"{self.key(workloads, warm_start)}.json"
+        try:
+            d = json.loads(path.read_text())
+            self.hits += 1
+            return CachedOutcome(d["best_config"], d["cost"], [tuple(e) for e in d["graph"]], d["screened_knobs"])
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # not cached yet (or unreadable): search, then store
+        res = self.inner.tune(workloads, warm_start, progress)
+        out = {"best_config": res.best_config, "cost": dict(res.cost),
+               "graph": [list(e) for e in res.graph], "screened_knobs": dict(res.screened_knobs)}
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, json.dumps(jsonable(out)))
+        return res
+
+    def evaluate(self, policy_name: str, config: Mapping[str, Any],
+                 workloads: Sequence[Trace]) -> tuple[float, list[Metrics]]:
+        return self.inner.evaluate(policy_name, config, workloads)
+
+
+def cached_factory(inner: TunerFactory, directory: Path | None) -> TunerFactory:
+    """`inner`, with its searches cached in `directory` (None: no cache)."""
+    if directory is None:
+        return inner
+
+    def make(policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
+             execution: ExecutionConfig) -> RoundTuner:
+        parts = {"policy": policy, "cluster": cluster, "objective": objective,
+                 "search": asdict(search)}  # budget, seed, sampler, screening, design, patience
+        return CachedTuner(inner(policy, cluster, objective, search, execution), parts, directory)
+
+    return make
