@@ -2,8 +2,16 @@
 
 from .controller import Controller, Decision
 from .drift import DriftReport, DriftTest, Profile, profile
-from .experiment import (DESCRIPTIONS, ORACLES, STRATEGIES, ExperimentResult, PeriodResult, Settings,
-                         StrategyResult, run_experiment)
+from .experiment import (
+                         DESCRIPTIONS,
+                         ORACLES,
+                         STRATEGIES,
+                         ExperimentResult,
+                         PeriodResult,
+                         Settings,
+                         StrategyResult,
+                         run_experiment,
+)
 from .guardrail import Guardrail, Verdict
 from .observe import Observation, observe
 from .sources import FutureSource, ModelSource, ReplaySource, WorkloadSource

@@ -21,8 +21,8 @@ from typing import Any
 
 from .. import __version__
 from ..atomic import write_text_atomic
-from ..jsonable import jsonable
 from ..cluster import ClusterSpec
+from ..jsonable import jsonable
 from ..policies import get_policy
 from ..sim.metrics import Metrics
 from ..space import Config

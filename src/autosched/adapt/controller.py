@@ -10,7 +10,7 @@ from typing import Any, Protocol
 from ..cluster import ClusterSpec, fit_to_cluster
 from ..jsonable import jsonable
 from ..policies import get_policy
-from ..sim.metrics import METRIC_HELP, Metrics
+from ..sim.metrics import Metrics
 from ..space import Config
 from ..trace.table import Trace
 from ..tune import ExecutionConfig, Objective, SearchConfig, TuneError

@@ -18,6 +18,7 @@ the strategies it should bound. Their searches are cached on disk (`cache`), so 
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -28,15 +29,15 @@ from typing import Any
 import numpy as np
 
 from ..cluster import ClusterSpec
+from ..jsonable import jsonable
 from ..policies import get_policy
 from ..sim import JobRecords, Metrics, Simulator, compute_metrics
 from ..space import Config
 from ..trace.table import Trace
-from ..jsonable import jsonable
 from ..tune import ExecutionConfig, Objective, SearchConfig
 from .cache import cached_factory
 from .controller import Controller, Decision, TunerFactory, default_tuner_factory
-from .drift import DriftTest, gpu_classes, GPU_CLASS_NAMES
+from .drift import GPU_CLASS_NAMES, DriftTest, gpu_classes
 from .guardrail import Guardrail
 from .observe import observe
 from .sources import FutureSource, ModelSource, ReplaySource
@@ -165,6 +166,12 @@ class ExperimentResult:
         })
 
 
+def _say(progress: Callable[[str, float, float], None], name: str, what: str, done: float = 0.0,
+         total: float = 1.0) -> None:
+    """Progress of one strategy, its name first."""
+    progress(f"{name}: {what}", done, total)
+
+
 def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Settings(),
                    strategies: Sequence[str] = STRATEGIES, *, tuner_factory: TunerFactory | None = None,
                    model_factory: Callable[[str], Any] | None = None,
@@ -184,7 +191,7 @@ def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Sett
     results: dict[str, StrategyResult] = {}
     for name in strategies:
         t0 = time.perf_counter()
-        say = lambda what, done=0.0, total=1.0, name=name: progress(f"{name}: {what}", done, total)
+        say = functools.partial(_say, progress, name)
         if name == "oracle_static":
             config = _tune_static(trace, cluster, settings, oracle_factory, say)
             res = replay(trace, cluster, settings, bounds, initial=config, progress=say)

@@ -12,8 +12,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from .common import (check_seed, cluster_file, default_trace_and_cluster, fail, input_errors, load_inputs, note, outputs,
-                     print_json, require)
+from .common import (
+    check_seed,
+    cluster_file,
+    default_trace_and_cluster,
+    fail,
+    input_errors,
+    load_inputs,
+    note,
+    outputs,
+    print_json,
+    require,
+)
 
 DEFAULT_STRATEGIES = "default,autosched,last_period,oracle_static,oracle_period"
 
@@ -47,10 +57,9 @@ def run_cmd(
     """Replay a trace with autosched re-tuning the scheduler each period; compare with the fixed
     default, tuning on the last period, and two oracles (best fixed config in hindsight; per-period
     tuning on the real future)."""
-    from ..adapt import STRATEGIES, run_experiment
-
     from dataclasses import replace
 
+    from ..adapt import STRATEGIES, run_experiment
     from ..adapt.cache import default_cache_dir
     from ..adapt.experiment import across_seeds
 
@@ -106,10 +115,10 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
               noise_k, drift, screening, skip, span, seed, known, oracle_budget=None):
     """Check every option up front: a bad one fails with one line before any work starts."""
     from ..adapt import Settings
-    from ..tune import ExecutionConfig, SearchConfig
     from ..policies import UnknownPolicy, get_policy
     from ..sim.metrics import METRIC_HELP
     from ..timeparse import TimeParseError, parse_duration
+    from ..tune import ExecutionConfig, SearchConfig
     from ..workload import WorkloadError, get_model
 
     try:

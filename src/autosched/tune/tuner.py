@@ -27,8 +27,8 @@ from ..policies import Policy
 from ..sim import Metrics
 from ..space import Config, dump_config
 from ..trace.table import Trace
-from .evaluate import Evaluation, Evaluator, SimFn
 from .config import SAMPLERS, STUDY_NAME, ExecutionConfig, SearchConfig, TuneError
+from .evaluate import Evaluation, Evaluator, SimFn
 from .executor import Outcome, make_executor
 from .objective import Objective
 from .screening import Screening, gaussian_ranks, screen
