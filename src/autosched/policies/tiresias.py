@@ -7,6 +7,7 @@ from bisect import bisect_left, insort
 from collections.abc import Iterable, Sequence
 from heapq import heappop, heappush
 from itertools import chain, islice
+from typing import TypeAlias
 
 from ..sim.engine import JobInfo, Partition
 from ..space import Categorical, ConfigSpace, Float, Int
@@ -14,6 +15,10 @@ from .base import PLACEMENT, Policy
 from .prefix import SortedPrefix
 
 QUEUE_ORDERS = ("submit", "running_first")
+
+# (time, kind, job, stamp): kind is _DEMOTE, _PROMOTE or _PROTECTED; stamp is the start time of
+# the run or wait the timer was set for (a timer is stale once that run or wait is over).
+Timer: TypeAlias = tuple[float, int, int, float]
 
 
 class QueueBook:
@@ -160,7 +165,7 @@ class Tiresias(Policy):
         self.running_first = c["queue_order"] == "running_first"
         self._next_tick = -math.inf
         self._changed = True
-        self._waking_for: tuple[float, int, int, float] | None = None  # the first timer when the pending wake-up was asked for
+        self._waking_for: Timer | None = None  # the first timer when the pending wake-up was asked for
         if hasattr(self, "book"):  # reconfigured mid-run: re-file jobs under the new queues
             self._refile(self.part.sim.now)
 
@@ -184,7 +189,7 @@ class Tiresias(Policy):
         self.demand = 0  # GPUs asked for by all active (waiting or running) jobs
         # Timers: (time, kind, job, stamp); a timer is stale once the job's run or wait it was
         # set for (identified by its start time) is over.
-        self.timers: list[tuple[float, int, int, float]] = []
+        self.timers: list[Timer] = []
 
     def _new_book(self) -> QueueBook:
         return QueueBook(self.config["queues"], self.jobs.gpus, self.weight, self.running_flag,
@@ -281,7 +286,7 @@ class Tiresias(Policy):
                 else:
                     part.wake_at(first[0])
 
-    def _live(self, timer: tuple[float, int, int, float]) -> bool:
+    def _live(self, timer: Timer) -> bool:
         """Whether the run or wait this timer was set for is still going on."""
         _, kind, j, stamp = timer
         part = self.part
