@@ -11,7 +11,7 @@ import json
 import math
 import os
 import random
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -176,7 +176,7 @@ class ConfigSpace:
     def __getitem__(self, name: str) -> Knob:
         return self._by_name[name]
 
-    def __iter__(self):
+    def __iter__(self) -> Iterator[Knob]:
         return iter(self.knobs)
 
     @property
@@ -252,7 +252,7 @@ def parse_config_json(text: str, source: str = "config") -> tuple[str | None, di
     return policy, knobs
 
 
-def read_config_file(path: str | os.PathLike) -> tuple[str | None, dict[str, Any]]:
+def read_config_file(path: str | os.PathLike[str]) -> tuple[str | None, dict[str, Any]]:
     """A config file (as `dump_config` writes): (policy name or None, knob values), with one clear
     error for a missing, unreadable, non-UTF-8 or non-JSON file."""
     if os.path.exists(path) and not os.path.isdir(path):

@@ -17,16 +17,16 @@ docs/fidelity.md ("Against a real slurmctld").
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, MutableMapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from ..sim.engine import Partition
-from ..sim.placement import NodePool
+from ..sim.placement import Alloc, NodePool
 
 
-def priority_pass(part: Partition, by_size: MutableMapping[int, Sequence[int]],
+def priority_pass(part: Partition, by_size: Mapping[int, Sequence[int]],
                   key: Callable[[int], object], start: Callable[[int], bool],
                   pop: Callable[[int], None], may_pass: Callable[[int], bool],
                   depth: int | None = None) -> None:
@@ -103,7 +103,7 @@ def slurm_backfill(part: Partition, order: Sequence[int], gpus: Sequence[int], l
         when = _earliest(gpus[j], limit[j], times, frees, reservations, horizon, gpn, part.placement)
         if when is None:
             continue
-        t, alloc_free = when
+        t, spot = when
         if t <= now:
             held = _held(reservations, now, now + limit[j], nodes)
             exclude = 0 if count else _mask(held > 0)
@@ -119,9 +119,8 @@ def slurm_backfill(part: Partition, order: Sequence[int], gpus: Sequence[int], l
                 times, frees = _profile(free, releases, now, horizon)
                 continue
             # placement disagreed with the plan (cannot happen with the same rules): reserve
-        alloc = _place(alloc_free, gpus[j], gpn, part.placement)
         hold = np.zeros(nodes, dtype=np.int64)
-        for n, g in alloc:
+        for n, g in spot:
             hold[n] = g if count else gpn  # whole nodes, as Slurm's node_space
         begin = math.floor(max(t, now) / res) * res
         end = limit[j] + t
@@ -161,9 +160,9 @@ def _held(reservations: list[tuple[float, float, np.ndarray]], a: float, b: floa
 
 def _earliest(g: int, lim: float, times: list[float], frees: list[np.ndarray],
               reservations: list[tuple[float, float, np.ndarray]], horizon: float, gpn: int,
-              placement: str) -> tuple[float, np.ndarray] | None:
+              placement: str) -> tuple[float, Alloc] | None:
     """Earliest time within the window at which a job of g GPUs fits for its whole limit, and
-    the free GPUs per node it may use then; None if there is none."""
+    where placement would put it then; None if there is none."""
     candidates = sorted({*times, *(e for _, e, _ in reservations if times[0] < e <= horizon)})
     k = 0
     for t in candidates:
@@ -173,12 +172,14 @@ def _earliest(g: int, lim: float, times: list[float], frees: list[np.ndarray],
         if free.sum() < g:
             continue
         usable = np.maximum(free - _held(reservations, t, t + lim, len(free)), 0)
-        if usable.sum() >= g and _place(usable, g, gpn, placement) is not None:
-            return t, usable
+        if usable.sum() >= g:
+            spot = _place(usable, g, gpn, placement)
+            if spot is not None:
+                return t, spot
     return None
 
 
-def _place(free: np.ndarray, g: int, gpn: int, placement: str):
+def _place(free: np.ndarray, g: int, gpn: int, placement: str) -> Alloc | None:
     """Where the partition's placement rule would put g GPUs given free GPUs per node."""
     if placement == "count":
         return ((0, g),) if free[0] >= g else None

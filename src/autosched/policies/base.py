@@ -30,21 +30,25 @@ class Policy:
     oracle: ClassVar[bool] = False
     preemptive: ClassVar[bool] = False
 
-    def __init__(self, config: Mapping[str, Any] | None = None):
+    # Set by `bind`, before the engine calls any hook: hooks may use them without a None check.
+    part: Partition
+    jobs: JobInfo
+
+    def __init__(self, config: Mapping[str, Any] | None = None) -> None:
         self.config: Config = self.space.validate(config or {})
-        self.part: Partition | None = None
-        self.jobs: JobInfo | None = None
+        self._bound = False
 
     def bind(self, part: Partition, jobs: JobInfo) -> None:
         self.part = part
         self.jobs = jobs
+        self._bound = True
         part.placement = self.config["placement"]
         self.configure()
 
     def reconfigure(self, config: Mapping[str, Any]) -> None:
         """Take a new config mid-run: queued and running jobs stay where they are."""
         self.config = self.space.validate(config)
-        if self.part is not None:
+        if self._bound:
             self.part.placement = self.config["placement"]
             self.configure()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
+from ..sim.engine import JobInfo, Partition
 from ..space import Bool, ConfigSpace, Float
 from .backfill import priority_pass
 from .base import PLACEMENT, Policy
@@ -28,7 +29,7 @@ class Fifo(Policy):
         self.backfill = self.config["backfill"]
         self.reserve_after = self.config["reserve_after"]
 
-    def bind(self, part, jobs) -> None:
+    def bind(self, part: Partition, jobs: JobInfo) -> None:
         # One FIFO per GPU count: jobs of equal size fit or not alike, so backfill only ever needs
         # to look at the oldest job of each size.
         self.by_size: dict[int, deque[int]] = {}

@@ -6,8 +6,10 @@ import math
 from bisect import insort
 
 import numpy as np
+import numpy.typing as npt
 
 from ..cluster import PLACEMENT_HELP, PLACEMENTS
+from ..sim.engine import JobInfo, Partition
 from ..space import Bool, Categorical, ConfigSpace, Float, Int
 from .backfill import BackfillParams, priority_pass, slurm_backfill
 from .base import Policy
@@ -114,18 +116,18 @@ class Multifactor(Policy):
 
     def configure(self) -> None:
         c = self.config
-        self.w_age = c["PriorityWeightAge"]
-        self.max_age = c["PriorityMaxAge"]
-        self.w_fs = c["PriorityWeightFairshare"]
-        self.half_life = c["PriorityDecayHalfLife"]
+        self.w_age: float = c["PriorityWeightAge"]
+        self.max_age: float = c["PriorityMaxAge"]
+        self.w_fs: float = c["PriorityWeightFairshare"]
+        self.half_life: float = c["PriorityDecayHalfLife"]
         self.fair_tree = c["PriorityFlags"] == FAIR_TREE
         self.period = 60.0 * c["PriorityCalcPeriod"]
-        self.backfill = c["backfill"]
-        self.reserve_after = c["reserve_after"]
+        self.backfill: bool = c["backfill"]
+        self.reserve_after: float = c["reserve_after"]
         self.bf_interval = float(c["bf_interval"])
         self.bf = BackfillParams(60.0 * c["bf_window"], c["bf_max_job_test"], float(c["bf_resolution"]))
         self.sched_interval = float(c["sched_interval"])
-        self.depth = c["default_queue_depth"]
+        self.depth: int = c["default_queue_depth"]
         # The parts of a job's priority that do not change while it waits (size and TRES).
         part = self.part
         nodes = max(1, len(part.pool.free))
@@ -133,11 +135,11 @@ class Multifactor(Policy):
         size = (self._nodes / nodes + self._cpus / cpus_total) / 2.0
         if c["PriorityFavorSmall"]:
             size = ((nodes - self._nodes) / nodes + (cpus_total - self._cpus) / cpus_total) / 2.0
-        self.static = (c["PriorityWeightJobSize"] * np.clip(size, 0.0, 1.0)
+        self.static: npt.NDArray[np.float64] = (c["PriorityWeightJobSize"] * np.clip(size, 0.0, 1.0)
                        + c[GPU_TRES] * self._gpus / part.capacity + c[CPU_TRES] * self._cpus / cpus_total)
         if getattr(self, "t0", None) is not None:  # reconfigured mid-run: charge, then recalculate now
             self._recalc(part.sim.now)
-        self.bill = c[GPU_BILL] * self._gpus + c[CPU_BILL] * self._cpus
+        self.bill: npt.NDArray[np.float64] = c[GPU_BILL] * self._gpus + c[CPU_BILL] * self._cpus
         self.held[:] = 0.0
         for j in part.running:
             if j not in self.fresh:
@@ -147,7 +149,7 @@ class Multifactor(Policy):
         else:
             self.backfill_kind = "Slurm time-limit backfill" if self.backfill else "none (sched/builtin)"
 
-    def bind(self, part, jobs) -> None:
+    def bind(self, part: Partition, jobs: JobInfo) -> None:
         n = len(jobs.gpus)
         gpn = part.pool.gpn
         acct = jobs.account if jobs.account is not None else jobs.vc if jobs.vc is not None else [0] * n
@@ -155,27 +157,27 @@ class Multifactor(Policy):
         # Associations (leaves of the tree): (account, user) pairs, numbered in sorted order.
         pairs = sorted(set(zip(acct, user)))
         index = {p: i for i, p in enumerate(pairs)}
-        self.leaf = np.fromiter((index[p] for p in zip(acct, user)), dtype=np.int64, count=n)
-        self.leaf_acct = np.asarray([a for a, _ in pairs], dtype=np.int64)
-        self._submit = np.asarray(jobs.submit, dtype=float)
-        self._gpus = np.asarray(jobs.gpus, dtype=float)
-        self._nodes = np.ceil(self._gpus / gpn)
+        self.leaf: npt.NDArray[np.int64] = np.fromiter((index[p] for p in zip(acct, user)), dtype=np.int64, count=n)
+        self.leaf_acct: npt.NDArray[np.int64] = np.asarray([a for a, _ in pairs], dtype=np.int64)
+        self._submit: npt.NDArray[np.float64] = np.asarray(jobs.submit, dtype=float)
+        self._gpus: npt.NDArray[np.float64] = np.asarray(jobs.gpus, dtype=float)
+        self._nodes: npt.NDArray[np.float64] = np.ceil(self._gpus / gpn)
         cpus = np.asarray(jobs.cpus, dtype=float) if jobs.cpus is not None else np.zeros(n)
-        self._cpus = np.where(cpus > 0, cpus, self._nodes)
+        self._cpus: npt.NDArray[np.float64] = np.where(cpus > 0, cpus, self._nodes)
         leaves = max(1, len(pairs))
-        self.fairshare = np.ones(leaves)  # per association, as of the last recalculation
-        self.used = np.zeros(leaves)  # per association: decayed billing-seconds as of t0
-        self.known = np.zeros(leaves, dtype=bool)  # associations that have submitted here
+        self.fairshare: npt.NDArray[np.float64] = np.ones(leaves)  # per association, as of the last recalculation
+        self.used: npt.NDArray[np.float64] = np.zeros(leaves)  # per association: decayed billing-seconds as of t0
+        self.known: npt.NDArray[np.bool_] = np.zeros(leaves, dtype=bool)  # associations that have submitted here
         self.t0: float | None = None  # time of the last recalculation
         # Usage not yet charged: billing per association of jobs running since before t0; jobs
         # started after t0 (job -> start); runs that ended (association, billing, from, to).
-        self.held = np.zeros(leaves)
+        self.held: npt.NDArray[np.float64] = np.zeros(leaves)
         self.fresh: dict[int, float] = {}
         self.spans: list[tuple[int, float, float, float]] = []
         # Waiting jobs by GPU count, best first (priority descending, then submission); their
         # priorities as last computed, negated so that ascending order is best first.
         self.by_size: dict[int, list[int]] = {}
-        self.neg = np.zeros(n)
+        self.neg: npt.NDArray[np.float64] = np.zeros(n)
         self.waiting: dict[int, None] = {}
         self._dirty = True  # something changed since the last backfill cycle (Slurm's _more_work)
         self.reservations: list[tuple[int, float]] = []  # (job, planned start) of the last cycle
@@ -185,11 +187,11 @@ class Multifactor(Policy):
 
     def priority(self, j: int, at: float) -> float:
         """Priority of waiting job j as computed at time `at` (a recalculation or its arrival)."""
-        age = min((at - self._submit[j]) / self.max_age, 1.0)
+        age: float = min((at - self._submit[j]) / self.max_age, 1.0)
         return math.floor(self.w_age * age + self.w_fs * float(self.fairshare[self.leaf[j]])
                           + float(self.static[j]))
 
-    def priorities(self, js: np.ndarray, at: float) -> np.ndarray:
+    def priorities(self, js: npt.NDArray[np.int64], at: float) -> npt.NDArray[np.float64]:
         """`priority` of many waiting jobs at once."""
         age = np.minimum((at - self._submit[js]) / self.max_age, 1.0)
         return np.floor(self.w_age * age + self.w_fs * self.fairshare[self.leaf[js]] + self.static[js])
@@ -222,6 +224,7 @@ class Multifactor(Policy):
         """Bring usage from t0 to t: decay it, and add the billing-seconds run in (t0, t], each
         decayed continuously to t (so the result does not depend on how often this runs)."""
         t0, h = self.t0, self.half_life
+        assert t0 is not None  # only called once t0 is set (for mypy; not in a loop)
         decay = 2.0 ** (-(t - t0) / h)
         scale = h / math.log(2.0)
         self.used *= decay
@@ -264,6 +267,7 @@ class Multifactor(Policy):
         if b is None:  # it was held since t0
             self.held[a] -= w
             b = self.t0
+            assert b is not None  # a job that ran before t0 implies t0 is set (for mypy)
         if b < now:
             self.spans.append((a, w, b, now))
 
@@ -280,8 +284,7 @@ class Multifactor(Policy):
         self._catch_up(now)  # (may rebuild self.by_size)
         part, neg = self.part, self.neg
 
-        def best(j: int) -> tuple[float, int]:
-            return neg[j]
+        best = neg.__getitem__  # a job's key: its negated priority
 
         def start(j: int) -> bool:
             return self._start(j, now)
@@ -301,7 +304,7 @@ class Multifactor(Policy):
             iv = self.bf_interval
             due = math.ceil(now / iv) * iv
             if due == now and self._dirty:
-                self._backfill(now)
+                self._backfill(now, self.jobs.time_limit)
                 due += iv
             if self._dirty and self.by_size:
                 wakes.append(due)
@@ -312,7 +315,7 @@ class Multifactor(Policy):
         if wakes:
             part.wake_at(min(wakes))
 
-    def _backfill(self, now: float) -> None:
+    def _backfill(self, now: float, limit: list[float]) -> None:
         """One cycle of Slurm's backfill scheduler at `now`."""
         self._dirty = False
         neg = self.neg
@@ -328,7 +331,7 @@ class Multifactor(Policy):
             del self.waiting[j]
             return True
 
-        self.reservations = slurm_backfill(self.part, order, self.jobs.gpus, self.jobs.time_limit,
+        self.reservations = slurm_backfill(self.part, order, self.jobs.gpus, limit,
                                            now, self.bf, start)
 
     def _pop(self, g: int) -> None:

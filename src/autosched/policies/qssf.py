@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 
+from ..sim.engine import JobInfo, Partition
 from ..space import Bool, Categorical, ConfigSpace, Float, Int
 from .base import PLACEMENT, Policy
 from .srtf import PriorityQueue
 
-_STATS = {
+_STATS: dict[str, Callable[[list[float]], float]] = {
     "mean": lambda xs: sum(xs) / len(xs),
     "median": statistics.median,
     "last": lambda xs: xs[-1],
@@ -53,12 +55,12 @@ class Qssf(Policy):
     def configure(self) -> None:
         c = self.config
         self.stat = _STATS[c["estimator"]]
-        self.history = c["history"]
-        self.fallback = c["fallback"]
-        self.preempting = c["preemptive"]
+        self.history: int = c["history"]
+        self.fallback: float = c["fallback"]
+        self.preempting: bool = c["preemptive"]
         self._cache: dict[tuple[int, int], float] = {}  # (level, code) -> estimate
 
-    def bind(self, part, jobs) -> None:
+    def bind(self, part: Partition, jobs: JobInfo) -> None:
         super().bind(part, jobs)
         self.queue = PriorityQueue(part, jobs.gpus)
         self.key: dict[int, tuple[float, int, int]] = {}  # active job -> its queue entry

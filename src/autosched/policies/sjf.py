@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from heapq import heappop, heappush
 
+from ..errors import SimulationError
+from ..sim.engine import JobInfo, Partition
 from ..space import ConfigSpace
 from .base import PLACEMENT, Policy
 
@@ -19,12 +21,15 @@ class Sjf(Policy):
     oracle = True
     space = ConfigSpace([PLACEMENT])
 
-    def bind(self, part, jobs) -> None:
+    def bind(self, part: Partition, jobs: JobInfo) -> None:
+        if jobs.duration is None:
+            raise SimulationError("sjf reads true durations: the engine must give them to an oracle policy")
+        self.duration: list[float] = jobs.duration
         self.queue: list[tuple[float, int]] = []  # (true duration, job): a heap
         super().bind(part, jobs)
 
     def on_arrival(self, j: int, now: float) -> None:
-        heappush(self.queue, (self.jobs.duration[j], j))
+        heappush(self.queue, (self.duration[j], j))
 
     def schedule(self, now: float) -> None:
         queue, part = self.queue, self.part

@@ -9,12 +9,15 @@ from bisect import bisect_left, insort
 from collections import Counter
 from collections.abc import Callable
 from heapq import merge
+from typing import TypeAlias
 
-from ..sim.engine import Partition
+from ..sim.engine import JobInfo, Partition
 from ..space import ConfigSpace
 from .base import PLACEMENT, Policy
 
-Entry = tuple  # (key..., job): compared as tuples, the job index last breaks ties
+# (key..., job): compared as tuples, the job index last breaks ties. srtf: (remaining, job);
+# qssf: (estimate x GPUs, GPUs, job).
+Entry: TypeAlias = tuple[float, int] | tuple[float, int, int]
 
 
 class PriorityQueue:
@@ -131,7 +134,7 @@ class Srtf(Policy):
     preemptive = True
     space = ConfigSpace([PLACEMENT])
 
-    def bind(self, part, jobs) -> None:
+    def bind(self, part: Partition, jobs: JobInfo) -> None:
         super().bind(part, jobs)
         self.queue = PriorityQueue(part, jobs.gpus)
 

@@ -4,14 +4,21 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
+from collections.abc import Iterable, Sequence
 from heapq import heappop, heappush
 from itertools import chain, islice
+from typing import TypeAlias
 
+from ..sim.engine import JobInfo, Partition
 from ..space import Categorical, ConfigSpace, Float, Int
 from .base import PLACEMENT, Policy
 from .prefix import SortedPrefix
 
 QUEUE_ORDERS = ("submit", "running_first")
+
+# (time, kind, job, stamp): kind is _DEMOTE, _PROMOTE or _PROTECTED; stamp is the start time of
+# the run or wait the timer was set for (a timer is stale once that run or wait is over).
+Timer: TypeAlias = tuple[float, int, int, float]
 
 
 class QueueBook:
@@ -158,11 +165,11 @@ class Tiresias(Policy):
         self.running_first = c["queue_order"] == "running_first"
         self._next_tick = -math.inf
         self._changed = True
-        self._waking_for = None  # the first timer when the pending wake-up was asked for
+        self._waking_for: Timer | None = None  # the first timer when the pending wake-up was asked for
         if hasattr(self, "book"):  # reconfigured mid-run: re-file jobs under the new queues
             self._refile(self.part.sim.now)
 
-    def bind(self, part, jobs) -> None:
+    def bind(self, part: Partition, jobs: JobInfo) -> None:
         n = len(jobs.gpus)
         self.running_flag = [False] * n
         self.protected: set[int] = set()  # running jobs younger than min_run
@@ -182,7 +189,7 @@ class Tiresias(Policy):
         self.demand = 0  # GPUs asked for by all active (waiting or running) jobs
         # Timers: (time, kind, job, stamp); a timer is stale once the job's run or wait it was
         # set for (identified by its start time) is over.
-        self.timers: list[tuple[float, int, int, float]] = []
+        self.timers: list[Timer] = []
 
     def _new_book(self) -> QueueBook:
         return QueueBook(self.config["queues"], self.jobs.gpus, self.weight, self.running_flag,
@@ -270,13 +277,16 @@ class Tiresias(Policy):
             while timers and not self._live(timers[0]):
                 heappop(timers)
             if timers:
-                self._waking_for = first = timers[0]
+                first = timers[0]
+                self._waking_for = first
                 if first[0] <= now:  # (rare) it fires at the next event; the next live timer is one
-                    first = min((t for t in timers if t[0] > now and self._live(t)), default=None)
-                if first is not None:
+                    later = min((t for t in timers if t[0] > now and self._live(t)), default=None)
+                    if later is not None:
+                        part.wake_at(later[0])
+                else:
                     part.wake_at(first[0])
 
-    def _live(self, timer: tuple[float, int, int, float]) -> bool:
+    def _live(self, timer: Timer) -> bool:
         """Whether the run or wait this timer was set for is still going on."""
         _, kind, j, stamp = timer
         part = self.part
@@ -316,7 +326,7 @@ class Tiresias(Policy):
             self.protected_flag[j] = False
             self.book.set_weight(j, self.jobs.gpus[j])
 
-    def _start_in_order(self, jobs, now: float) -> None:
+    def _start_in_order(self, jobs: Iterable[int], now: float) -> None:
         """Start jobs in this order, skipping those placement cannot fit.
 
         Placement failure is monotone in size within one decision (no GPU is freed between
@@ -382,6 +392,8 @@ class Tiresias(Policy):
         start: list[int] = []
         preempt: list[int] = []
         left = None  # GPUs left after the first queue that does not fit whole
+        s: Sequence[int]
+        p: Sequence[int]
         for q, waiting in enumerate(book.waiting):
             if left is None:
                 if free[q] <= quota:
@@ -403,7 +415,7 @@ class Tiresias(Policy):
                 self._watch_starvation(j)
         self._start_in_order(start, now)
 
-    def _queue_order(self, q: int):
+    def _queue_order(self, q: int) -> Iterable[int]:
         """Queue q's jobs in priority order (an iterable)."""
         book = self.book
         if self.running_first:
@@ -435,7 +447,7 @@ class Tiresias(Policy):
             return self._fill(quota - taken - more, waiting[:k], [], islice(waiting, k, None))
         return self._fill(quota - taken, [], running[i:], chain(islice(running, i, None), waiting))
 
-    def _fill(self, left: int, start: list[int], rest: list[int], tail) -> tuple[list[int], list[int], int]:
+    def _fill(self, left: int, start: list[int], rest: list[int], tail: Iterable[int]) -> tuple[list[int], list[int], int]:
         """After the prefix: take the jobs of `tail` (in order) that fit in what is `left`.
 
         `start` are the prefix's waiting jobs and `rest` the running jobs after it; returns

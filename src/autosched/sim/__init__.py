@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..cluster import ClusterSpec
+from ..errors import SimulationError
 from ..trace.table import Trace
-from .engine import JobRecords, Partition, SimulationError, Simulator
+from .engine import JobRecords, Partition, Simulator
 from .metrics import METRIC_HELP, Metrics, compute_metrics
 
 if TYPE_CHECKING:
@@ -22,7 +24,8 @@ class SimResult:
     metrics: Metrics
 
 
-def simulate(trace: Trace, cluster: ClusterSpec, policy: "Policy", progress=None) -> SimResult:
+def simulate(trace: Trace, cluster: ClusterSpec, policy: "Policy",
+             progress: Callable[[int, int], None] | None = None) -> SimResult:
     """Run `policy` on `trace` (already fitted to `cluster`) to the end."""
     sim = Simulator(trace, cluster, policy, progress=progress).run()
     return result_of(sim)

@@ -16,6 +16,7 @@ from heapq import heappop, heappush
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import numpy.typing as npt
 
 from ..cluster import ClusterSpec
 from ..errors import SimulationError
@@ -127,9 +128,12 @@ class Partition:
             done += max(0.0, now - s._run_start[j] - s._overhead[j]) * s._speed[j]
         return done
 
-    def allocation(self, j: int) -> Alloc | None:
+    def allocation(self, j: int) -> Alloc:
         """(node, GPUs) pairs running job j holds (() under 'count' placement)."""
-        return self.sim._alloc[j]
+        alloc = self.sim._alloc[j]
+        if alloc is None:
+            raise SimulationError(f"job {j} holds no GPUs: it is not running")
+        return alloc
 
     def run_started(self, j: int) -> float:
         """When the current run of running job j began."""
@@ -154,23 +158,23 @@ class Partition:
 class JobRecords:
     """What happened to every job (arrays in trace order). Times in seconds."""
 
-    submit: np.ndarray
-    first_start: np.ndarray
-    end: np.ndarray
-    gpus: np.ndarray
-    duration: np.ndarray
-    run_time: np.ndarray  # seconds holding GPUs (restart overheads included)
-    preemptions: np.ndarray
-    partition: np.ndarray
+    submit: npt.NDArray[np.float64]
+    first_start: npt.NDArray[np.float64]
+    end: npt.NDArray[np.float64]
+    gpus: npt.NDArray[np.int64]
+    duration: npt.NDArray[np.float64]
+    run_time: npt.NDArray[np.float64]  # seconds holding GPUs (restart overheads included)
+    preemptions: npt.NDArray[np.int64]
+    partition: npt.NDArray[np.int64]
     # True where the job hit its time limit and was ended there (all False without limits).
-    killed: np.ndarray | None = None
+    killed: npt.NDArray[np.bool_] | None = None
 
     @property
-    def jct(self) -> np.ndarray:
+    def jct(self) -> npt.NDArray[np.float64]:
         return self.end - self.submit
 
     @property
-    def queue(self) -> np.ndarray:
+    def queue(self) -> npt.NDArray[np.float64]:
         return self.jct - self.run_time
 
 
@@ -195,18 +199,18 @@ class Simulator:
         cap = np.asarray(cluster.partition_gpus())
         if n and (trace.num_gpus > cap[part]).any():
             raise SimulationError("some jobs need more GPUs than their partition has; call fit_to_cluster first")
-        self._part = part.tolist()
-        self._submit = trace.submit_time.tolist()
-        self._gpus = trace.num_gpus.tolist()
-        self._limit = None if trace.time_limit is None else np.where(
+        self._part: list[int] = part.tolist()
+        self._submit: list[float] = trace.submit_time.tolist()
+        self._gpus: list[int] = trace.num_gpus.tolist()
+        self._limit: npt.NDArray[np.float64] | None = None if trace.time_limit is None else np.where(
             np.isnan(trace.time_limit), math.inf, trace.time_limit)
         if self._limit is None:
-            self._duration = trace.duration.tolist()
+            self._duration: list[float] = trace.duration.tolist()
         else:  # as Slurm, a job that would run past its time limit is ended at the limit
             self._duration = np.minimum(trace.duration, self._limit).tolist()
         self._remaining = list(self._duration)
         self._overhead = [0.0] * n  # restart overhead of the current run (while waiting: of the next)
-        self._restart = [cluster.overhead(g) for g in self._gpus]  # a resumed run's overhead
+        self._restart: list[float] = [cluster.overhead(g) for g in self._gpus]  # a resumed run's overhead
         self._speed = [1.0] * n
         self._run_start = [math.nan] * n
         self._first_start = [math.nan] * n
@@ -215,7 +219,7 @@ class Simulator:
         self._preemptions = [0] * n
         self._alloc: list[Alloc | None] = [None] * n
         self._version = [0] * n
-        self._wait_start = list(self._submit)
+        self._wait_start: list[float] = list(self._submit)
         self.state = [FUTURE] * n
         self.segments: list[tuple[int, float, float, Alloc]] | None = [] if record_segments else None
         self._heap: list[tuple[float, int, int, int, int]] = []
@@ -318,10 +322,12 @@ class Simulator:
 
     def _stop(self, part: Partition, j: int, now: float) -> None:
         self._executed[j] += now - self._run_start[j]
-        part.pool.release(self._gpus[j], self._alloc[j])
+        alloc = self._alloc[j]
+        assert alloc is not None  # j is running: its callers checked (for mypy; free at run time with -O)
+        part.pool.release(self._gpus[j], alloc)
         del part.running[j]
         if self.segments is not None:
-            self.segments.append((j, self._run_start[j], now, self._alloc[j]))
+            self.segments.append((j, self._run_start[j], now, alloc))
         self._alloc[j] = None
 
     # ---------------------------------------------------------------------------- results
@@ -344,4 +350,5 @@ def _codes(col: np.ndarray | None) -> list[int] | None:
     if col is None:
         return None
     _, inverse = np.unique(col.astype(str), return_inverse=True)
-    return inverse.tolist()
+    codes: list[int] = inverse.tolist()
+    return codes

@@ -59,7 +59,9 @@ def compute_metrics(rec: JobRecords, capacity: int, groups: np.ndarray | None = 
     """Metrics of a finished run. `groups` (one label per job) is used for fairness."""
     n = len(rec.submit)
     if n == 0:
-        return Metrics(0, *([0.0] * 9), 0, 1.0)  # jobs; avg_jct .. utilization; preemptions; fairness
+        return Metrics(jobs=0, avg_jct=0.0, median_jct=0.0, p95_jct=0.0, p99_jct=0.0, avg_queue=0.0,
+                       p99_queue=0.0, avg_slowdown=0.0, makespan=0.0, utilization=0.0, preemptions=0,
+                       fairness=1.0)
     jct = rec.jct
     queue = rec.queue
     slowdown = np.maximum(1.0, jct / np.maximum(rec.duration, SLOWDOWN_BOUND))

@@ -46,7 +46,7 @@ class NodePool:
             return ()
         if mode == "consolidate" and gpus <= self.gpn:  # one node, by best fit (the hot path)
             node = self._best_fit(gpus, exclude)
-            alloc = None if node is None else ((node, gpus),)
+            alloc: Alloc | None = None if node is None else ((node, gpus),)
         elif mode == "consolidate":
             alloc = self._consolidate(gpus, exclude)
         elif mode == "first_fit":

@@ -33,7 +33,7 @@ def records_columns(rec: JobRecords, trace: Trace) -> dict[str, np.ndarray]:
     return cols
 
 
-def write_records(rec: JobRecords, trace: Trace, path: str | os.PathLike) -> None:
+def write_records(rec: JobRecords, trace: Trace, path: str | os.PathLike[str]) -> None:
     """CSV, or Parquet when the name ends in .parquet; atomic, as `write_trace`."""
     path = Path(path)
     cols = records_columns(rec, trace)
