@@ -10,6 +10,7 @@ and absent when not). Converting to and from the simulator's units is `autosched
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..cluster import ClusterSpec
@@ -74,3 +75,12 @@ class Connector(Protocol):
         """Put back what `snapshot` returned and make the scheduler read it. Called when an apply
         was interrupted (the agent was killed) and is reconciled on the next start."""
         ...
+
+
+def include_snapshot(include: Path) -> dict[str, Any]:
+    """What `Connector.snapshot` records of a connector that owns one include file: its text
+    (None when it does not exist yet), for `restore` to put back."""
+    try:
+        return {"include": include.read_text() if include.exists() else None}
+    except OSError as e:
+        raise LiveError(f"{include}: cannot read: {e.strerror or e}") from None

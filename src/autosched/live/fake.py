@@ -17,7 +17,7 @@ from typing import Any
 
 from ..atomic import write_text_atomic
 from ..cluster import ClusterSpec
-from .connector import ApplyFailed
+from .connector import ApplyFailed, include_snapshot
 from .errors import LiveError, SlurmUnavailable
 from .knobs import same_value
 
@@ -101,10 +101,7 @@ class FakeConnector:
         return dict(self._log("scontrol show config")["live"])
 
     def snapshot(self) -> dict[str, Any]:
-        try:
-            return {"include": self.include.read_text() if self.include.exists() else None}
-        except OSError as e:
-            raise LiveError(f"{self.include}: cannot read: {e.strerror or e}") from None
+        return include_snapshot(self.include)
 
     def apply(self, settings: dict[str, str], header: str = "") -> None:
         before = self.snapshot()

@@ -24,7 +24,7 @@ from typing import Any
 
 from ..atomic import write_text_atomic
 from ..cluster import ClusterSpec
-from .connector import ApplyFailed
+from .connector import ApplyFailed, include_snapshot
 from .errors import LiveError, SlurmUnavailable
 from .knobs import BACKFILL_PREFIX, canonical, is_allowed, same_value
 
@@ -251,10 +251,7 @@ class SlurmConnector:
         return live_settings(self.show_config())
 
     def snapshot(self) -> dict[str, Any]:
-        try:
-            return {"include": self.include.read_text() if self.include.exists() else None}
-        except OSError as e:
-            raise LiveError(f"{self.include}: cannot read: {e.strerror}") from None
+        return include_snapshot(self.include)
 
     # -- writing --------------------------------------------------------------------------
     def render(self, settings: dict[str, str], header: str = "") -> str:
