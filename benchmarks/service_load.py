@@ -23,10 +23,18 @@ import subprocess
 import sys
 import tempfile
 import time
+from contextlib import ExitStack
 from pathlib import Path
 from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from autosched.service.serve import serve_in_process  # noqa: E402
+
+
+def _autosched() -> str:
+    return str(Path(sys.executable).with_name("autosched"))
 
 
 async def client(host: str, port: int, path: str, until: float, lat: list[float],
@@ -103,10 +111,6 @@ def make_state(state: Path) -> None:
             s.record_outcome(r.id, {"observed_gain": 0.015 + 0.001 * i, "verdict": "kept"})
 
 
-def _autosched() -> str:
-    return str(Path(sys.executable).with_name("autosched"))
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--url", help="an already running service (default: start one)")
@@ -114,28 +118,13 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--timeout", type=float, default=10.0, help="per request, seconds")
     args = ap.parse_args()
-    proc = None
-    with tempfile.TemporaryDirectory(prefix="autosched-load-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="autosched-load-") as tmp, ExitStack() as stack:
         url = args.url
         if url is None:
             state = Path(tmp) / "state"
             make_state(state)
-            env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-            proc = subprocess.Popen([_autosched(), "agent", "serve", "--state", str(state),
-                                     "--port", "0"], stderr=subprocess.PIPE, text=True, env=env)
-            deadline = time.monotonic() + 60
-            while url is None and time.monotonic() < deadline:
-                line = proc.stderr.readline()
-                if not line:
-                    sys.exit("the service exited before serving")
-                if line.startswith("serving "):
-                    url = line.split(" on ", 1)[1].split("/ ")[0]
-        try:
-            res = asyncio.run(run(url, args.clients, args.seconds, args.timeout))
-        finally:
-            if proc is not None:
-                proc.terminate()
-                proc.wait(15)
+            url, _ = stack.enter_context(serve_in_process(state, src=str(ROOT / "src")))
+        res = asyncio.run(run(url, args.clients, args.seconds, args.timeout))
     print(f"{args.clients} clients, GET /api/status for {res['seconds']:.1f} s on {url}")
     print(f"requests/s {res['requests_per_s']:.0f}  p50 {res['p50_ms']:.1f} ms  "
           f"p99 {res['p99_ms']:.1f} ms  max {res['max_ms']:.1f} ms")

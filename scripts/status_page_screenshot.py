@@ -11,8 +11,6 @@ options as the browser tests (tests/testbed.py).
 
 from __future__ import annotations
 
-import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,6 +18,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+
+from autosched.service.serve import serve_in_process  # noqa: E402
 
 
 def demo_state(tmp: Path) -> Path:
@@ -73,19 +73,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="autosched-shot-") as tmp:
         state = demo_state(Path(tmp))
-        env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-        proc = subprocess.Popen([str(Path(sys.executable).with_name("autosched")), "agent",
-                                 "serve", "--state", str(state), "--port", "0"],
-                                stderr=subprocess.PIPE, text=True, env=env)
-        try:
-            url = None
-            deadline = time.monotonic() + 60
-            while url is None and time.monotonic() < deadline:
-                line = proc.stderr.readline()
-                if not line:
-                    sys.exit("the service exited")
-                if line.startswith("serving "):
-                    url = line.split(" on ", 1)[1].split("/ ")[0]
+        with serve_in_process(state, src=str(ROOT / "src")) as (url, _):
             opts = webdriver.ChromeOptions()
             opts.binary_location = "/usr/bin/chromium"
             for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
@@ -104,9 +92,6 @@ def main() -> None:
                 driver.save_screenshot(str(out))
             finally:
                 driver.quit()
-        finally:
-            proc.terminate()
-            proc.wait(15)
     print(f"wrote {out}")
 
 

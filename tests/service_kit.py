@@ -3,16 +3,16 @@ on a real socket (in a thread, or `autosched agent serve` in its own process), h
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import threading
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, ContextManager, Iterator
 
 from autosched.live.store import RevisionState, RevisionStore
+from autosched.service.serve import serve_in_process
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 AUTOSCHED = str(Path(sys.executable).with_name("autosched"))
@@ -56,9 +56,8 @@ def live_values(state: Path) -> dict[str, str]:
 
 
 def make_app(state: Path, **kw: Any):
-    from autosched.service.app import create_app
-
     from autosched.live.agent import open_agent
+    from autosched.service.app import create_app
 
     return create_app(state, token=TOKEN, open_agent=lambda: open_agent(state), **kw)
 
@@ -87,32 +86,7 @@ def serve_in_thread(app) -> Iterator[str]:
         sock.close()
 
 
-@contextmanager
-def serve_process(state: Path, *argv: str) -> Iterator[tuple[str, subprocess.Popen]]:
+def serve_process(state: Path, *argv: str) -> ContextManager[tuple[str, subprocess.Popen[str]]]:
     """`autosched agent serve` in its own process on a free port; stopped by its pid."""
-    cmd = [AUTOSCHED, "agent", "serve", "--state", str(state), "--port", "0", *argv]
-    env = {**os.environ, "PYTHONPATH": SRC}
-    proc = subprocess.Popen(cmd, env=env, stderr=subprocess.PIPE, text=True)
-    url = None
-    try:
-        deadline = time.monotonic() + 60
-        lines = []
-        while url is None and time.monotonic() < deadline:
-            line = proc.stderr.readline()
-            if not line:
-                raise RuntimeError("the service exited: " + "".join(lines))
-            lines.append(line)
-            if line.startswith("serving "):
-                url = line.split(" on ", 1)[1].split("/ ")[0]
-        if url is None:
-            raise RuntimeError("the service did not say where it listens: " + "".join(lines))
-        threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
-        yield url, proc
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(5)
+    return serve_in_process(state, *argv, src=SRC)
 

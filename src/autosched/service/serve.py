@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import ipaddress
+import os
 import socket
+import subprocess
 import sys
-from collections.abc import Callable
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from ..errors import InputError
 from . import DEFAULT_HOST, DEFAULT_PORT
 from .token import load_or_create_token
+
+# The line `serve` writes once it listens; `serve_in_process` reads the address from it.
+SERVING = "serving "
 
 
 def is_loopback(host: str) -> bool:
@@ -59,7 +67,42 @@ def serve(state_dir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
     sock = bind(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if ":" in host else host
-    log(f"serving {state_dir} on http://{shown}:{bound}/ (API schema: /api/openapi.json)")
+    log(f"{SERVING}{state_dir} on http://{shown}:{bound}/ (API schema: /api/openapi.json)")
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
                             timeout_graceful_shutdown=5)
     uvicorn.Server(config).run(sockets=[sock])
+
+
+@contextmanager
+def serve_in_process(state_dir: Path, *argv: str, src: str | None = None,
+                     timeout: float = 60.0) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """`autosched agent serve` in a process of its own on a free port, for tests, benchmarks
+    and scripts: yields (base URL, process) once it listens, and stops it by its pid on exit.
+
+    `argv` adds options; `src` puts a source tree first on the child's PYTHONPATH."""
+    exe = str(Path(sys.executable).with_name("autosched"))
+    env = {**os.environ, **({"PYTHONPATH": src} if src else {})}
+    proc = subprocess.Popen([exe, "agent", "serve", "--state", str(state_dir), "--port", "0", *argv],
+                            env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        url, lines = None, []
+        deadline = time.monotonic() + timeout
+        assert proc.stderr is not None  # stderr=PIPE
+        while url is None and time.monotonic() < deadline:
+            line = proc.stderr.readline()
+            if not line:
+                raise RuntimeError("the service exited: " + "".join(lines))
+            lines.append(line)
+            if line.startswith(SERVING):
+                url = line.split(" on ", 1)[1].split("/ ")[0]
+        if url is None:
+            raise RuntimeError("the service did not say where it listens: " + "".join(lines))
+        threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
+        yield url, proc
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
