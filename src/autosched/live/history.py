@@ -23,7 +23,7 @@ from ..export.slurm import slurm_seconds
 from ..trace.io import load_trace
 from ..trace.parsing import wallclock_seconds
 from ..trace.report import LoadReport
-from ..trace.slurm import UNSET, _tres_gpus
+from ..trace.slurm import UNSET, tres_gpus
 from ..trace.table import Trace
 from .errors import LiveError
 
@@ -126,7 +126,7 @@ def read_jobs(text: str, source: str = "sacct") -> LiveJobs:
             state = (r.get("state", "").split() or [""])[0]
             if state not in ACTIVE_STATES or not math.isnan(end):
                 continue  # ended without being replayable (cancelled in queue, no GPUs, ...)
-            gpus = _tres_gpus(r.get("alloctres", "")) or _tres_gpus(r.get("reqtres", "")) or 0
+            gpus = tres_gpus(r.get("alloctres", "")) or tres_gpus(r.get("reqtres", "")) or 0
             if gpus < 1:
                 continue
             duration, finished = 0.0, False

@@ -155,7 +155,7 @@ def _fold(check: RowCheck, header: list[str], idx: dict[str, int], rows: list[tu
         job.rows += 1
         if dot:
             fold.steps += 1
-            gpus = _tres_gpus(r[idx["alloctres"]])
+            gpus = tres_gpus(r[idx["alloctres"]])
             if gpus and gpus > job.step_gpus:
                 job.step_gpus, job.step_line = gpus, line
             continue
@@ -199,7 +199,7 @@ def _time(check: RowCheck, where: str, column: str, text: str) -> int | None:
 
 
 def _gpus(check: RowCheck, where: str, tres: str, job: _Job) -> int | None:
-    gpus = _tres_gpus(tres)
+    gpus = tres_gpus(tres)
     if gpus is None:
         check.drop(where, "AllocTRES", "GPU count in gres/gpu=N is not a whole number", tres)
         return None
@@ -210,7 +210,7 @@ def _gpus(check: RowCheck, where: str, tres: str, job: _Job) -> int | None:
     return gpus
 
 
-def _tres_gpus(tres: str) -> int | None:
+def tres_gpus(tres: str) -> int | None:
     """GPUs in an AllocTRES string; 0 when none are listed, None when a count is not a number."""
     plain, typed = None, 0
     for item in tres.split(","):
