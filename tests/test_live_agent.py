@@ -380,3 +380,28 @@ def test_run_starts_a_round_early_when_the_workload_drifts(tmp_path):
     assert out[0]["action"] == "proposed" and out[1]["action"] == "wait"
     assert out[1]["trigger"] == "drift: arrival rate x3.00 (rate-ratio test p=1e-09)"
     assert agent.store.last_round()[1] == out[1]
+
+
+def test_the_loser_of_an_approve_race_says_the_winner_applied_it(tmp_path):
+    # Two processes approve revision 2 at once. The loser read the proposal before the winner's
+    # commit; by the time it reads the running revision and the live config, both are the
+    # winner's. It must say "revision 2 is applied", not call the winner's change a hand edit
+    # or a proposal against a stale revision (which is what it said before).
+    winner, fake = make(tmp_path)
+    proposed(winner)
+    loser = open_agent(tmp_path / "state")
+    real_get = loser.store.get
+    reads = []
+
+    def get_then_race(rev_id):
+        rev = real_get(rev_id)
+        if not reads:  # the loser's first read: the winner commits right after it
+            winner.approve(rev_id, "operator:alice")
+        reads.append(rev.state)
+        return rev
+
+    loser.store.get = get_then_race
+    with pytest.raises(ActionNotAllowed, match=r"^revision 2 is applied; only a proposed"):
+        loser.approve(2, "operator:bob")
+    assert reads[0] is P and winner.store.get(2).state is A
+    assert [e.actor for e in winner.store.get(2).events] == ["agent:propose", "operator:alice"]

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 from ..atomic import write_text_atomic
 from ..errors import AutoschedError
@@ -177,14 +177,28 @@ class Agent:
                                    "unfreeze it first")
         running = self._running_or_baseline()
         if rev.parent != running.id:
-            raise ActionNotAllowed(f"revision {rev_id} was proposed against revision "
-                                   f"{rev.parent}, but revision {running.id} is running; reject "
-                                   "it and let the agent propose again")
+            self._refuse_approve(rev_id, f"revision {rev_id} was proposed against revision "
+                                 f"{rev.parent}, but revision {running.id} is running; reject "
+                                 "it and let the agent propose again")
         edited = self._hand_edits(running)
         if edited:
-            raise ActionNotAllowed(f"the live config differs from revision {running.id} "
-                                   f"({edited}); adopt or undo that edit first")
+            self._refuse_approve(rev_id, f"the live config differs from revision {running.id} "
+                                 f"({edited}); adopt or undo that edit first")
         return self._apply(rev, actor, f"approved by {actor}")
+
+    def _refuse_approve(self, rev_id: int, reason: str) -> NoReturn:
+        """Refuse an approve with `reason`, unless the store moved on since the checks began:
+        another process that approved the same revision at the same moment changes both the
+        running revision and the live config, and the loser must say that, not report the
+        winner's apply as a hand edit."""
+        now = self.store.get(rev_id)
+        if now.state is not RevisionState.PROPOSED:
+            raise ActionNotAllowed(f"revision {rev_id} is {now.state.value}; only a proposed "
+                                   "revision can be approved")
+        if (intent := self.store.open_apply()) is not None and intent.owner_alive():
+            raise ActionNotAllowed(f"revision {intent.rev_id} is being applied by pid "
+                                   f"{intent.pid} right now; wait for it to finish")
+        raise ActionNotAllowed(reason)
 
     def reject(self, rev_id: int, actor: str, reason: str = "") -> Revision:
         return self.store.transition(rev_id, RevisionState.REJECTED, actor=actor,

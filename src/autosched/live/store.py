@@ -350,9 +350,11 @@ class RevisionStore:
                 raise ActionNotAllowed(f"revision {rev_id} is {rev.state.value}; only a proposed "
                                        "revision can be applied")
             if (open_ := self._open_apply(db)) is not None:
-                who = "a process that died" if not open_.owner_alive() else f"pid {open_.pid}"
-                raise ActionNotAllowed(f"an apply of revision {open_.rev_id} by {who} has not "
-                                       "finished; it must be reconciled first")
+                if open_.owner_alive():
+                    raise ActionNotAllowed(f"revision {open_.rev_id} is being applied by pid "
+                                           f"{open_.pid} right now; wait for it to finish")
+                raise ActionNotAllowed(f"an apply of revision {open_.rev_id} by a process that "
+                                       "died has not finished; it must be reconciled first")
             cur = db.execute(
                 "INSERT INTO applies (time, rev_id, phase, begin_seq, pid, host, actor, previous, "
                 "note) VALUES (?, ?, 'begin', NULL, ?, ?, ?, ?, '')",
