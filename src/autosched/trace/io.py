@@ -74,7 +74,7 @@ def _head_as_text(path: Path, head: bytes) -> str:
     # NUL bytes, or more than 1% undecodable bytes (one may be a character cut at the end of the head)
     undecodable = text.count("\ufffd") - head.count("\ufffd".encode())  # a literal U+FFFD is text
     if b"\x00" in head or undecodable > len(text) // 100:
-        raise TraceError(f"{path}: a binary file, not a text trace (for Parquet, name it .parquet or pass --format parquet)")
+        raise TraceError(f"{path}: a binary file, not a text trace (for Parquet, name it .parquet or give its format: parquet)")
     return text
 
 

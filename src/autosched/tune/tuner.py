@@ -452,7 +452,7 @@ def _require_torch() -> None:
         import torch  # noqa: F401
     except ImportError:
         raise TuneError("the GP sampler needs PyTorch, which is not installed: "
-                        "pip install 'autosched[gp]' (or use --sampler tpe)") from None
+                        "pip install 'autosched[gp]' (or use the tpe sampler)") from None
 
 
 def _finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
