@@ -54,6 +54,9 @@ class ClusterSpec:
 
     @classmethod
     def uniform_nodes(cls, nodes: int, gpus_per_node: int, **kw) -> "ClusterSpec":
+        """`nodes` nodes of `gpus_per_node` GPUs in one pool (no VCs); `kw` sets the properties
+        (restart overhead, spread slowdown, ...). Raises ClusterError on a size of 0 or beyond
+        the bound."""
         if nodes < 1 or gpus_per_node < 1:
             raise ClusterError("a cluster needs at least one node with at least one GPU")
         _check_size(f"{nodes}x{gpus_per_node}", nodes, gpus_per_node)
@@ -61,18 +64,22 @@ class ClusterSpec:
 
     @property
     def nodes(self) -> int:
+        """Nodes in all partitions."""
         return sum(n for _, n in self.vc_nodes)
 
     @property
     def gpus(self) -> int:
+        """GPUs in all partitions."""
         return self.nodes * self.gpus_per_node
 
     def describe(self) -> str:
+        """One line for reports and results, e.g. ``32x8 (256 GPUs)``."""
         if self.uniform:
             return f"{self.nodes}x{self.gpus_per_node} ({self.gpus} GPUs)"
         return f"{len(self.vc_nodes)} VCs, {self.nodes} nodes x {self.gpus_per_node} ({self.gpus} GPUs)"
 
     def overhead(self, gpus: int) -> float:
+        """Seconds a preempted job of `gpus` GPUs pays when it resumes."""
         return self.restart_overhead[0] if gpus <= self.overhead_cutoff else self.restart_overhead[1]
 
     def partition_of(self, trace: Trace) -> np.ndarray:
@@ -88,6 +95,7 @@ class ClusterSpec:
         return np.fromiter((index.get(v, -1) for v in trace.vc), dtype=np.int64, count=len(trace))
 
     def partition_gpus(self) -> list[int]:
+        """GPUs of each partition (one per VC, or the one pool), in partition order."""
         return [n * self.gpus_per_node for _, n in self.vc_nodes]
 
 

@@ -153,6 +153,7 @@ class Tuner:
     # ---------------------------------------------------------------------------- evaluation
 
     def evaluator(self, workloads: Sequence[Trace]) -> Evaluator:
+        """What scores one config on `workloads` (what an executor ships to its workers)."""
         if not workloads:
             raise TuneError("no workloads to evaluate on")
         return Evaluator(self.cluster, tuple(workloads), self.objective,
