@@ -11,6 +11,7 @@ import numpy as np
 
 from .atomic import check_input
 from .errors import InputError
+from .trace.parsing import found_columns
 from .trace.report import LoadReport, RowCheck
 from .trace.table import Trace
 
@@ -138,7 +139,7 @@ def _read_vc_file(path: Path, **kw) -> ClusterSpec:
     header = [c.strip().lower() for c in rows[0]]
     nodes_col = next((c for c in ("nodes", "node num", "node_num") if c in header), None)
     if "vc" not in header or nodes_col is None:
-        raise ClusterError(f"{path}: line 1: need columns 'vc' and 'nodes' (or 'node num'); found {', '.join(header)}")
+        raise ClusterError(f"{path}: line 1: need columns 'vc' and 'nodes' (or 'node num'); found {found_columns(header)}")
     iv, inn = header.index("vc"), header.index(nodes_col)
     ig = header.index("gpus_per_node") if "gpus_per_node" in header else None
     vcs: list[tuple[str, int]] = []
