@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..sim.engine import Partition
+from ..sim.contract import Partition
 from ..sim.placement import Alloc, NodePool
 
 

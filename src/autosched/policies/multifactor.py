@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import math
 from bisect import insort
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ..cluster import PLACEMENT_HELP, PLACEMENTS
-from ..sim.engine import JobInfo, Partition
+from ..sim.contract import JobInfo, Partition
 from ..space import Bool, Categorical, ConfigSpace, Float, Int
 from .backfill import BackfillParams, priority_pass, slurm_backfill
 from .base import Policy
@@ -115,6 +117,20 @@ class Multifactor(Policy):
     ])
 
     def configure(self) -> None:
+        self._configure_priority()
+        self._configure_usage()
+
+    def on_reconfigure(self, config: Mapping[str, Any], now: float) -> None:
+        """Take a new config mid-run. Usage up to `now` is charged at the old billing weights and
+        every waiting job's priority recalculated now (once priorities have been calculated at
+        all), between the new priority settings and the new billing weights."""
+        self._take_config(config)
+        self._configure_priority()
+        if self.t0 is not None:
+            self._recalc(now)
+        self._configure_usage()
+
+    def _configure_priority(self) -> None:
         c = self.config
         self.w_age: float = c["PriorityWeightAge"]
         self.max_age: float = c["PriorityMaxAge"]
@@ -137,8 +153,9 @@ class Multifactor(Policy):
             size = ((nodes - self._nodes) / nodes + (cpus_total - self._cpus) / cpus_total) / 2.0
         self.static: npt.NDArray[np.float64] = (c["PriorityWeightJobSize"] * np.clip(size, 0.0, 1.0)
                        + c[GPU_TRES] * self._gpus / part.capacity + c[CPU_TRES] * self._cpus / cpus_total)
-        if getattr(self, "t0", None) is not None:  # reconfigured mid-run: charge, then recalculate now
-            self._recalc(part.sim.now)
+
+    def _configure_usage(self) -> None:
+        c, part = self.config, self.part
         self.bill: npt.NDArray[np.float64] = c[GPU_BILL] * self._gpus + c[CPU_BILL] * self._cpus
         self.held[:] = 0.0
         for j in part.running:
