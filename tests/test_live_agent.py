@@ -28,8 +28,14 @@ P, A, R, RB, F = (RevisionState.PROPOSED, RevisionState.APPLIED, RevisionState.R
 
 
 def make(tmp_path, sacct=None, **kw):
-    fake = FakeConnector.create(tmp_path / "fake", sacct=contended(time.time()) if sacct is None
+    """An agent over a fake 8-GPU cluster. With the default history, the cluster's clock is
+    pinned to the moment the history ends: a round replays the last period (600 s) of jobs, so a
+    round that started seconds later on a loaded machine would tune on other jobs."""
+    now = time.time()
+    fake = FakeConnector.create(tmp_path / "fake", sacct=contended(now) if sacct is None
                                 else sacct, nodes=1, gpus_per_node=8)
+    if sacct is None:
+        fake.update(clock=now)
     opts = dict(connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=600,
                 history=3600, min_jobs=10, budget=12, model="replay", margin=0.0, k=0.0)
     opts.update(kw)
