@@ -22,8 +22,10 @@ def cli(*args):
 
 
 def test_init_step_status_approve_rollback_freeze(tmp_path):
-    fake = FakeConnector.create(tmp_path / "fake", sacct=contended(time.time()), nodes=1,
+    now = time.time()  # the clock is pinned where the history ends (see test_live_agent.make)
+    fake = FakeConnector.create(tmp_path / "fake", sacct=contended(now), nodes=1,
                                 gpus_per_node=8)
+    fake.update(clock=now)
     st = str(tmp_path / "state")
     r = cli("agent", "init", "--state", st, "--fake", str(tmp_path / "fake"), "--period", "10m",
             "--history", "1h", "--min-jobs", "10", "--budget", "12", "--model", "replay",
