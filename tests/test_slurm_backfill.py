@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from autosched.cluster import ClusterSpec
 from autosched.policies import get_policy
-from autosched.policies.multifactor import classic_fairshare, fair_tree
+from autosched.policies.fairshare import ShareTree
 from autosched.sim import Simulator
 from simkit import make_trace, starts
 
@@ -124,38 +124,52 @@ def test_a_job_is_ended_at_its_time_limit():
 
 # Tree root -> P (users a, b), C (user c); usage a 30, b 10, c 60; equal shares.
 USED = np.array([30.0, 10.0, 60.0])
-ACCT = np.array([0, 0, 1])
+TREE = ShareTree.from_pairs([(0, 0), (0, 1), (1, 2)])
 ALL = np.ones(3, dtype=bool)
+
+
+def fair_tree(used, known=ALL):
+    return TREE.fair_tree(used, known)
+
+
+def classic_fairshare(used, known=ALL):
+    return TREE.classic(used, known)
 
 
 def test_fair_tree_by_hand():
     # Accounts: P = 0.5 / 0.4 = 1.25, C = 0.5 / 0.6 = 0.83: P first. In P: a = 0.5 / 0.75 = 0.67,
     # b = 0.5 / 0.25 = 2: b, a, then c. Ranks 3, 2, 1 of 3 users.
-    assert fair_tree(USED, ACCT, ALL).tolist() == [2 / 3, 1.0, 1 / 3]
+    assert fair_tree(USED).tolist() == [2 / 3, 1.0, 1 / 3]
 
 
-def test_fair_tree_merges_tied_accounts():
-    # a 10, b 0 in P; c 10 in C: accounts tie (0.5 / 0.5 = 1 each) and their users are sorted
-    # together: b (no usage: infinite), c (1 / 1), a (0.5 / 1): ranks 3, 2, 1. Unmerged, P's users
-    # would both come before c.
-    assert fair_tree(np.array([10.0, 0.0, 10.0]), ACCT, ALL).tolist() == [1 / 3, 1.0, 2 / 3]
+def test_fair_tree_tied_accounts_are_visited_in_turn():
+    # a 10, b 0 in P; c 10 in C: accounts tie (0.5 / 0.5 = 1 each). Slurm 22.05 does not merge
+    # them (its _count_tied_accounts stops at the first account), it visits P then C (tree
+    # order): b (no usage: infinite) rank 3, a (0.5 / 1) rank 2; C is tied with P, so its first
+    # user c keeps rank 2. (Merged, c would come between b and a: 1/3, 1, 2/3.)
+    assert fair_tree(np.array([10.0, 0.0, 10.0])).tolist() == [2 / 3, 1.0, 2 / 3]
 
 
 def test_fair_tree_tied_users_share_a_rank():
     # a 10, b 10, c 40: P = 0.5 / (20/60) = 1.5 before C = 0.75; a and b tie (1 each): both
     # rank 3; c gets rank 1 (the rank counts every user visited).
-    assert fair_tree(np.array([10.0, 10.0, 40.0]), ACCT, ALL).tolist() == [1.0, 1.0, 1 / 3]
+    assert fair_tree(np.array([10.0, 10.0, 40.0])).tolist() == [1.0, 1.0, 1 / 3]
 
 
 def test_classic_fair_share_by_hand():
     # UE(P) = 0.4 + (1 - 0.4) / 2 = 0.7; a: 0.3 + (0.7 - 0.3) / 2 = 0.5 over S = 1/4 -> 2^-2;
     # b: 0.1 + 0.3 = 0.4 -> 2^-1.6; UE(C) = 0.6 + 0.4 / 2 = 0.8, c: 0.6 + 0.2 = 0.8 over 1/2.
-    assert classic_fairshare(USED, ACCT, ALL) == pytest.approx([0.25, 2 ** -1.6, 2 ** -1.6], rel=1e-12)
+    assert classic_fairshare(USED) == pytest.approx([0.25, 2 ** -1.6, 2 ** -1.6], rel=1e-12)
 
 
 def test_no_usage_gives_everyone_one():
-    assert fair_tree(np.zeros(3), ACCT, ALL).tolist() == [1.0, 1.0, 1.0]
-    assert classic_fairshare(np.zeros(3), ACCT, ALL).tolist() == [1.0, 1.0, 1.0]
+    assert fair_tree(np.zeros(3)).tolist() == [1.0, 1.0, 1.0]
+    assert classic_fairshare(np.zeros(3)).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_only_associations_that_submitted_count_in_the_trace_tree():
+    # c has not submitted: P alone under root, a 30 / b 10 -> b rank 2, a rank 1 of 2 users.
+    assert fair_tree(np.array([30.0, 10.0, 0.0]), np.array([True, True, False])).tolist() == [0.5, 1.0, 1.0]
 
 
 def test_fair_tree_orders_jobs_in_the_simulator():

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from .associations import Association
 from .atomic import check_input
 from .errors import InputError
 from .trace.report import LoadReport, RowCheck
@@ -34,6 +36,33 @@ MAX_CLUSTER_GPUS = 1_000_000
 
 
 @dataclass(frozen=True)
+class SlurmClocks:
+    """When a Slurm controller's periodic threads run, each given as one time (s, in the trace's
+    clock) at which it ran; it runs again every period from there. slurmctld starts them when it
+    starts, not at multiples of their period, so a twin of a given slurmctld needs its phases
+    (benchmarks/slurm_twin.py reads them from slurmctld's log); the default, 0, puts every
+    thread at multiples of its period.
+
+    ``tick``: the background loop (once a second) that runs the main scheduler after events;
+    ``backfill``: the backfill cycle (every ``bf_interval``); ``decay``: the priority
+    recalculation (every ``PriorityCalcPeriod``)."""
+
+    tick: float = 0.0
+    backfill: float = 0.0
+    decay: float = 0.0
+
+    @staticmethod
+    def next(anchor: float, period: float, t: float) -> float:
+        """The first time >= t (to a microsecond) of a thread run at `anchor` every `period`."""
+        return anchor + math.ceil((t - anchor) / period - 1e-6) * period
+
+    @staticmethod
+    def last(anchor: float, period: float, t: float) -> float:
+        """The last time <= t (to a microsecond) of a thread run at `anchor` every `period`."""
+        return anchor + math.floor((t - anchor) / period + 1e-6) * period
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     """Nodes × GPUs per node, optionally split into virtual clusters (VCs).
 
@@ -51,6 +80,10 @@ class ClusterSpec:
     overhead_cutoff: int = 8
     spread_slowdown: float = 1.0
     source: str = field(default="", compare=False)
+    # Slurm's configured association tree (autosched.associations), when known: fair share then
+    # counts every association in it, as slurmctld does; empty = the trace's accounts and users.
+    associations: tuple[Association, ...] = ()
+    clocks: SlurmClocks = SlurmClocks()
 
     @classmethod
     def uniform_nodes(cls, nodes: int, gpus_per_node: int, **kw) -> "ClusterSpec":

@@ -8,11 +8,14 @@ from bisect import insort
 import numpy as np
 import numpy.typing as npt
 
-from ..cluster import PLACEMENT_HELP, PLACEMENTS
+from ..cluster import PLACEMENT_HELP, PLACEMENTS, SlurmClocks
+from ..errors import SimulationError
 from ..sim.engine import JobInfo, Partition
 from ..space import Bool, Categorical, ConfigSpace, Float, Int
+from ..trace.table import Trace
 from .backfill import BackfillParams, priority_pass, slurm_backfill
 from .base import Policy
+from .fairshare import ShareTree
 
 DAY = 86400.0
 FAIR_TREE, CLASSIC = "FAIR_TREE", "NO_FAIR_TREE"
@@ -112,6 +115,9 @@ class Multifactor(Policy):
             high=3600, default=60, unit="sec"),
         Int("default_queue_depth", "jobs the main scheduler tries per pass", low=1, high=100000,
             default=100, log=True),
+        Int("batch_sched_delay", "seconds the main scheduler waits after its last pass before "
+            "an event (a submission, a job's end) runs it again", low=0, high=3600, default=3,
+            unit="sec"),
     ])
 
     def configure(self) -> None:
@@ -127,7 +133,9 @@ class Multifactor(Policy):
         self.bf_interval = float(c["bf_interval"])
         self.bf = BackfillParams(60.0 * c["bf_window"], c["bf_max_job_test"], float(c["bf_resolution"]))
         self.sched_interval = float(c["sched_interval"])
+        self.batch_delay = float(c["batch_sched_delay"])
         self.depth: int = c["default_queue_depth"]
+        self.clocks = self.part.sim.cluster.clocks
         # The parts of a job's priority that do not change while it waits (size and TRES).
         part = self.part
         nodes = max(1, len(part.pool.free))
@@ -152,19 +160,25 @@ class Multifactor(Policy):
     def bind(self, part: Partition, jobs: JobInfo) -> None:
         n = len(jobs.gpus)
         gpn = part.pool.gpn
-        acct = jobs.account if jobs.account is not None else jobs.vc if jobs.vc is not None else [0] * n
-        user = jobs.user if jobs.user is not None else [-1] * n
-        # Associations (leaves of the tree): (account, user) pairs, numbered in sorted order.
-        pairs = sorted(set(zip(acct, user)))
-        index = {p: i for i, p in enumerate(pairs)}
-        self.leaf: npt.NDArray[np.int64] = np.fromiter((index[p] for p in zip(acct, user)), dtype=np.int64, count=n)
-        self.leaf_acct: npt.NDArray[np.int64] = np.asarray([a for a, _ in pairs], dtype=np.int64)
+        assocs = part.sim.cluster.associations
+        if assocs:
+            self.tree = ShareTree.from_associations(assocs)
+            self.leaf: npt.NDArray[np.int64] = _leaves_in(self.tree, part.sim.trace)
+            leaves = self.tree.leaves
+        else:
+            acct = jobs.account if jobs.account is not None else jobs.vc if jobs.vc is not None else [0] * n
+            user = jobs.user if jobs.user is not None else [-1] * n
+            # Associations (leaves of the tree): (account, user) pairs, numbered in sorted order.
+            pairs = sorted(set(zip(acct, user)))
+            index = {p: i for i, p in enumerate(pairs)}
+            self.leaf = np.fromiter((index[p] for p in zip(acct, user)), dtype=np.int64, count=n)
+            self.tree = ShareTree.from_pairs(pairs)
+            leaves = max(1, len(pairs))
         self._submit: npt.NDArray[np.float64] = np.asarray(jobs.submit, dtype=float)
         self._gpus: npt.NDArray[np.float64] = np.asarray(jobs.gpus, dtype=float)
         self._nodes: npt.NDArray[np.float64] = np.ceil(self._gpus / gpn)
         cpus = np.asarray(jobs.cpus, dtype=float) if jobs.cpus is not None else np.zeros(n)
         self._cpus: npt.NDArray[np.float64] = np.where(cpus > 0, cpus, self._nodes)
-        leaves = max(1, len(pairs))
         self.fairshare: npt.NDArray[np.float64] = np.ones(leaves)  # per association, as of the last recalculation
         self.used: npt.NDArray[np.float64] = np.zeros(leaves)  # per association: decayed billing-seconds as of t0
         self.known: npt.NDArray[np.bool_] = np.zeros(leaves, dtype=bool)  # associations that have submitted here
@@ -180,6 +194,11 @@ class Multifactor(Policy):
         self.neg: npt.NDArray[np.float64] = np.zeros(n)
         self.waiting: dict[int, None] = {}
         self._dirty = True  # something changed since the last backfill cycle (Slurm's _more_work)
+        # An event asked for the main scheduler (Slurm's job_sched_cnt) since its last pass, and
+        # when that pass ran (Slurm's last_sched_time).
+        self._queued = False
+        self._last_sched = -math.inf
+        self._full_due = math.inf
         self.reservations: list[tuple[int, float]] = []  # (job, planned start) of the last cycle
         super().bind(part, jobs)
 
@@ -197,19 +216,23 @@ class Multifactor(Policy):
         return np.floor(self.w_age * age + self.w_fs * self.fairshare[self.leaf[js]] + self.static[js])
 
     def _catch_up(self, now: float) -> None:
+        last = SlurmClocks.last(self.clocks.decay, self.period, now)
         if self.t0 is None:
-            self.t0 = math.floor(now / self.period) * self.period
-        elif now >= (math.floor(self.t0 / self.period) + 1) * self.period:
-            self._recalc(math.floor(now / self.period) * self.period)
+            self.t0 = last
+        elif last > self.t0:
+            self._recalc(last)
+
+    def _next_recalc(self, now: float) -> float:
+        return SlurmClocks.last(self.clocks.decay, self.period, now) + self.period
 
     def _recalc(self, t: float) -> None:
         """Charge usage up to t, recompute fair shares and every waiting job's priority."""
         self._charge(t)
         self._dirty = True
-        if not self.fair_tree:
-            self.fairshare[:] = classic_fairshare(self.used, self.leaf_acct, self.known)
-        elif self.known.sum() > 1:  # (under Fair Tree a lone association's factor is always 1)
-            self.fairshare[:] = fair_tree(self.used, self.leaf_acct, self.known)
+        if self.fair_tree:
+            self.fairshare[:] = self.tree.fair_tree(self.used, self.known)
+        else:
+            self.fairshare[:] = self.tree.classic(self.used, self.known)
         if not self.waiting:
             return
         js = np.fromiter(self.waiting, dtype=np.int64, count=len(self.waiting))
@@ -249,7 +272,7 @@ class Multifactor(Policy):
     def on_arrival(self, j: int, now: float) -> None:
         self._catch_up(now)
         self.known[self.leaf[j]] = True
-        self._dirty = True
+        self._dirty = self._queued = True
         g = self.jobs.gpus[j]
         self.neg[j] = -self.priority(j, now)
         self.waiting[j] = None
@@ -261,7 +284,7 @@ class Multifactor(Policy):
             insort(same, j, key=lambda k: (neg[k], k))
 
     def on_finish(self, j: int, now: float) -> None:
-        self._dirty = True
+        self._dirty = self._queued = True
         a, w = self.leaf[j], self.bill[j]
         b = self.fresh.pop(j, None)
         if b is None:  # it was held since t0
@@ -295,25 +318,52 @@ class Multifactor(Policy):
                           lambda top: backfill and now - submit[top] < reserve_after)
             if self.by_size and 0 < part.free and min(self.by_size) <= part.free:
                 # the order may change at the next recalculation and let a job that fits start
-                part.wake_at((math.floor(now / self.period) + 1) * self.period)
+                part.wake_at(self._next_recalc(now))
             return
-        # Slurm: the main scheduler at every event, in strict priority order.
-        priority_pass(part, self.by_size, best, start, self._pop, lambda top: False, self.depth)
+        # Slurm: the main scheduler in strict priority order, from slurmctld's background loop
+        # (once a second): after an event, at the first tick at least batch_sched_delay whole
+        # seconds after its last pass; and a full pass (no depth limit) every sched_interval,
+        # which matters only after a recalculation reorders the queue.
         wakes = []
+        main = self._main_due()
+        if main is not None and now >= main - 1e-6:
+            self._queued = False
+            self._last_sched = now
+            priority_pass(part, self.by_size, best, start, self._pop, lambda top: False, self.depth)
+        elif now >= self._full_due - 1e-6 and self._full_due > self._last_sched:
+            self._last_sched = now
+            priority_pass(part, self.by_size, best, start, self._pop, lambda top: False)
+        main = self._main_due()
+        if main is not None and self.by_size:
+            wakes.append(main)
         if self.backfill and self.by_size:
             iv = self.bf_interval
-            due = math.ceil(now / iv) * iv
-            if due == now and self._dirty:
+            due = SlurmClocks.next(self.clocks.backfill, iv, now)
+            if abs(due - now) < 1e-6 and self._dirty:
                 self._backfill(now, self.jobs.time_limit)
                 due += iv
             if self._dirty and self.by_size:
                 wakes.append(due)
+        self._full_due = math.inf
         if self.by_size and 0 < part.free and min(self.by_size) <= part.free:
             # after the next recalculation, the main scheduler's periodic pass may start one
-            recalc = (math.floor(now / self.period) + 1) * self.period
-            wakes.append(math.ceil(recalc / self.sched_interval) * self.sched_interval)
+            self._full_due = SlurmClocks.next(self.clocks.tick, 1.0, SlurmClocks.next(
+                0.0, self.sched_interval, self._next_recalc(now)))
+            wakes.append(self._full_due)
         if wakes:
             part.wake_at(min(wakes))
+
+    def _main_due(self) -> float | None:
+        """When the main scheduler runs for the pending request, if any: the first tick at
+        least batch_sched_delay whole seconds (Slurm compares time_t) after its last pass."""
+        if not self._queued:
+            return None
+        tick = self.clocks.tick
+        now = self.part.sim.now
+        due = SlurmClocks.next(tick, 1.0, now)
+        if self.batch_delay > 0 and self._last_sched > -math.inf:
+            due = max(due, SlurmClocks.next(tick, 1.0, math.floor(self._last_sched) + self.batch_delay))
+        return due
 
     def _backfill(self, now: float, limit: list[float]) -> None:
         """One cycle of Slurm's backfill scheduler at `now`."""
@@ -342,61 +392,17 @@ class Multifactor(Policy):
             del self.by_size[g]
 
 
-# -------------------------------------------------------------------------------- fair share
-
-
-def classic_fairshare(used: np.ndarray, leaf_acct: np.ndarray, known: np.ndarray) -> np.ndarray:
-    """Slurm's classic fair-share factor (``PriorityFlags=NO_FAIR_TREE``) of each association
-    (leaf) in the tree root -> account -> user with equal shares among known siblings:
-    2^(-UE / S), S the product of share fractions down the path, and effective usage
-    UE = UA + (UE_parent - UA) * S_child / S_siblings with UA = usage / total usage, UE_root = 1.
-    Unknown associations get 1."""
-    out = np.ones(len(used))
-    total = used[known].sum()
-    if total <= 0:
-        return out
-    accts = np.unique(leaf_acct[known])
-    s_acct = 1.0 / len(accts)
-    for a in accts:
-        leaves = np.flatnonzero(known & (leaf_acct == a))
-        ua_acct = used[leaves].sum() / total
-        ue_acct = ua_acct + (1.0 - ua_acct) * s_acct
-        s_user = 1.0 / len(leaves)
-        ua = used[leaves] / total
-        ue = ua + (ue_acct - ua) * s_user
-        out[leaves] = np.exp2(-ue / (s_acct * s_user))
-    return out
-
-
-def fair_tree(used: np.ndarray, leaf_acct: np.ndarray, known: np.ndarray) -> np.ndarray:
-    """Slurm's Fair Tree factor (22.05 ``fair_tree.c``) of each association (leaf) under
-    root -> account -> user with equal shares among known siblings.
-
-    At each level a sibling's level fair share is its share fraction / its fraction of its
-    parent's usage (no usage: infinite). Accounts are visited in descending level fair share;
-    accounts that tie are merged (their users sorted together); users get ranks from the number
-    of users down, in visiting order, tied users the same rank; the factor is rank / users.
-    Unknown associations get 1."""
-    out = np.ones(len(used))
-    idx = np.flatnonzero(known)
-    n = len(idx)
-    if n <= 1:  # (one association, e.g. a VC's partition of a trace without users: always 1)
-        return out
-    inv = leaf_acct[idx]
-    mine = used[idx]
-    acct_used = np.bincount(inv, weights=mine)
-    acct_users = np.bincount(inv)
-    total = mine.sum()
-    share = 1.0 / np.count_nonzero(acct_users)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        acct_fs = np.where(acct_used > 0, share / (acct_used / total), np.inf)[inv]
-        parent = acct_used[inv]
-        user_fs = np.where((mine > 0) & (parent > 0), (1.0 / acct_users[inv]) / (mine / parent), np.inf)
-    # accounts with equal level fair share form one group, whose users are sorted together
-    order = np.lexsort((-user_fs, -acct_fs))
-    g, fs = acct_fs[order], user_fs[order]
-    new = np.ones(n, dtype=bool)
-    new[1:] = (g[1:] != g[:-1]) | (fs[1:] != fs[:-1])  # tied users share the rank of the first
-    first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
-    out[idx[order]] = (n - first) / n
+def _leaves_in(tree: ShareTree, trace: Trace) -> npt.NDArray[np.int64]:
+    """Each job's leaf in a configured association tree, by its account (else VC) and user."""
+    acct = trace.account if trace.account is not None else trace.vc
+    if acct is None or trace.user is None:
+        raise SimulationError("a configured association tree needs the trace's users and accounts "
+                              "(columns 'user' and 'account' or 'vc')")
+    out = np.empty(len(trace), dtype=np.int64)
+    for i, key in enumerate(zip(acct.astype(str).tolist(), trace.user.astype(str).tolist())):
+        k = tree.node_of.get(key)
+        if k is None:
+            raise SimulationError(f"job {trace.job_id[i]!r} (row {i}): association {key[0]}/{key[1]} "
+                                  "is not in the cluster's association tree (Slurm would reject the job)")
+        out[i] = tree.leaf[k]
     return out
