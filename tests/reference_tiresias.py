@@ -40,8 +40,10 @@ class ReferenceTiresias(Policy):
         c = self.config
         self.limits = [c["threshold"] * c["threshold_growth"] ** k for k in range(c["queues"] - 1)]
         self.interval = c["interval"]
-        if getattr(self, "bound", False):  # mid-run: every active job re-filed as of now
-            self._refile(self.part.sim.now)
+
+    def on_reconfigure(self, config, now: float) -> None:
+        super().on_reconfigure(config, now)
+        self._refile(now)  # every active job re-filed as of now
 
     def bind(self, part, jobs) -> None:
         self.queue: dict[int, int] = {}  # active job -> queue
@@ -52,7 +54,6 @@ class ReferenceTiresias(Policy):
         self.promote_at: dict[int, float] = {}  # waiting job -> when its promotion falls due
         self.protect_until: dict[int, float] = {}  # running job -> end of its min_run
         super().bind(part, jobs)
-        self.bound = True
 
     # ------------------------------------------------------------------------------ events
 

@@ -82,7 +82,7 @@ def test_the_simulator_uses_the_configured_tree(assocs):
 
 def test_a_job_outside_the_tree_is_refused(assocs):
     trace = make_trace([(0, 1, 10)], ["zed"]).replace(account=np.array(["P"], dtype=object))
-    with pytest.raises(SimulationError, match=r"job 'j0' \(row 0\): association P/zed is not in"):
+    with pytest.raises(SimulationError, match=r"job in row 0 of the trace: association P/zed is not in"):
         Simulator(trace, ClusterSpec.uniform_nodes(1, 4, associations=assocs),
                   get_policy("multifactor")({}))
 

@@ -57,6 +57,75 @@ def test_reconfigure_every_policy_to_its_default_and_back(name):
     assert (sim.records().end >= sim.records().first_start).all()
 
 
+class _Recorder(get_policy("fifo")):
+    """Strict FIFO that logs every hook the engine calls (a unit test of the call order)."""
+
+    def bind(self, part, jobs):
+        self.log = [("bind",)]
+        super().bind(part, jobs)
+
+    def on_arrival(self, j, now):
+        self.log.append(("arrival", j, now))
+        super().on_arrival(j, now)
+
+    def on_finish(self, j, now):
+        self.log.append(("finish", j, now))
+        super().on_finish(j, now)
+
+    def schedule(self, now):
+        self.log.append(("schedule", now))
+        super().schedule(now)
+
+    def on_reconfigure(self, config, now):
+        self.log.append(("reconfigure", dict(config)["placement"], now))
+        super().on_reconfigure(config, now)
+
+
+def test_hooks_are_called_in_the_documented_order():
+    # A (4 GPUs) 0-10; B (4) arrives at 10 as A finishes: the arrival comes before the finish,
+    # then one decision at 10 starts B. At 12 the run is reconfigured: on_reconfigure(config, 12)
+    # then a decision at 12. B ends at 20, a decision follows (nothing waits).
+    sim = Simulator(make_trace([(0, 4, 10), (10, 4, 10)]), cluster(), _Recorder({}))
+    sim.run(until=12)
+    sim.reconfigure({"placement": "count"})
+    sim.run()
+    assert sim.policies[0].log == [
+        ("bind",), ("arrival", 0, 0.0), ("schedule", 0.0),
+        ("arrival", 1, 10.0), ("finish", 0, 10.0), ("schedule", 10.0),
+        ("reconfigure", "count", 12), ("schedule", 12),
+        ("finish", 1, 20.0), ("schedule", 20.0),
+    ]
+
+
+def test_the_callers_policy_is_never_bound_and_serves_many_runs(tmp_path):
+    vcs = tmp_path / "vcs.csv"
+    vcs.write_text("vc,nodes,gpus_per_node\na,1,4\nb,1,4\n")
+    jobs = [(0, 2, 100), (10, 4, 50), (20, 1, 30), (30, 2, 200)]
+    trace = make_trace(jobs, vcs=["a", "b", "a", "b"])
+    policy = get_policy("tiresias")({"queues": 2, "threshold": 100.0})
+    first = Simulator(trace, parse_cluster(str(vcs)), policy, record_segments=True).run()
+    second = Simulator(trace, parse_cluster(str(vcs)), policy, record_segments=True).run()
+    assert not hasattr(policy, "part")  # each partition ran a clone
+    a, b = first.policies
+    assert a is not b and a is not policy and a.config == b.config == policy.config
+    assert first.segments == second.segments and first.finished == len(jobs)
+
+
+def test_the_engine_never_imports_policies():
+    # The contract lives in sim/contract.py so that the engine layer stands below the policies.
+    import ast
+    from pathlib import Path
+
+    import autosched.sim
+
+    for path in Path(autosched.sim.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                assert "policies" not in (node.module or ""), path.name
+            elif isinstance(node, ast.Import):
+                assert not any("policies" in a.name for a in node.names), path.name
+
+
 def test_jobs_run_only_on_their_vc(tmp_path):
     f = tmp_path / "vcs.csv"
     f.write_text("vc,nodes,gpus_per_node\nX,1,4\nY,1,4\n")

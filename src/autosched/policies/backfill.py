@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..sim.engine import Partition
+from ..sim.contract import Partition
 from ..sim.placement import Alloc, NodePool
 
 
@@ -149,7 +149,8 @@ class _Reservations:
         """GPUs per node held by reservations that overlap [a, b)."""
         k = self.n
         over = (self.begin[:k] < b) & (self.end[:k] > a)
-        return self.hold[:k][over].sum(axis=0).astype(np.int64)
+        out: np.ndarray = self.hold[:k][over].sum(axis=0).astype(np.int64)
+        return out
 
     def held_many(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         """`held` for the windows [a[i], b[i]) at once (rows)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from ..sim.engine import JobInfo, Partition
+from ..sim.contract import JobInfo, Partition
 from ..space import Bool, ConfigSpace, Float
 from .backfill import priority_pass
 from .base import PLACEMENT, Policy

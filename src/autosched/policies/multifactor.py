@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import math
 from bisect import insort
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
 from ..cluster import PLACEMENT_HELP, PLACEMENTS, SlurmClocks
 from ..errors import SimulationError
-from ..sim.engine import JobInfo, Partition
+from ..sim.contract import JobInfo, Partition
 from ..space import Bool, Categorical, ConfigSpace, Float, Int
-from ..trace.table import Trace
 from .backfill import BackfillParams, priority_pass, slurm_backfill
 from .base import Policy
 from .fairshare import ShareTree
@@ -121,13 +122,27 @@ class Multifactor(Policy):
     ])
 
     def configure(self) -> None:
+        self._configure_priority()
+        self._configure_usage()
+
+    def on_reconfigure(self, config: Mapping[str, Any], now: float) -> None:
+        """Take a new config mid-run. Usage up to `now` is charged at the old billing weights and
+        every waiting job's priority recalculated now (once priorities have been calculated at
+        all), between the new priority settings and the new billing weights."""
+        self._take_config(config)
+        self._configure_priority()
+        if self.t0 is not None:
+            self._recalc(now)
+        self._configure_usage()
+
+    def _configure_priority(self) -> None:
         c = self.config
         self.w_age: float = c["PriorityWeightAge"]
         self.max_age: float = c["PriorityMaxAge"]
         self.w_fs: float = c["PriorityWeightFairshare"]
         self.half_life: float = c["PriorityDecayHalfLife"]
         self.fair_tree = c["PriorityFlags"] == FAIR_TREE
-        self.period = 60.0 * c["PriorityCalcPeriod"]
+        self.period = 60.0 * float(c["PriorityCalcPeriod"])
         self.backfill: bool = c["backfill"]
         self.reserve_after: float = c["reserve_after"]
         self.bf_interval = float(c["bf_interval"])
@@ -135,7 +150,7 @@ class Multifactor(Policy):
         self.sched_interval = float(c["sched_interval"])
         self.batch_delay = float(c["batch_sched_delay"])
         self.depth: int = c["default_queue_depth"]
-        self.clocks = self.part.sim.cluster.clocks
+        self.clocks = self.part.cluster.clocks
         # The parts of a job's priority that do not change while it waits (size and TRES).
         part = self.part
         nodes = max(1, len(part.pool.free))
@@ -145,8 +160,9 @@ class Multifactor(Policy):
             size = ((nodes - self._nodes) / nodes + (cpus_total - self._cpus) / cpus_total) / 2.0
         self.static: npt.NDArray[np.float64] = (c["PriorityWeightJobSize"] * np.clip(size, 0.0, 1.0)
                        + c[GPU_TRES] * self._gpus / part.capacity + c[CPU_TRES] * self._cpus / cpus_total)
-        if getattr(self, "t0", None) is not None:  # reconfigured mid-run: charge, then recalculate now
-            self._recalc(part.sim.now)
+
+    def _configure_usage(self) -> None:
+        c, part = self.config, self.part
         self.bill: npt.NDArray[np.float64] = c[GPU_BILL] * self._gpus + c[CPU_BILL] * self._cpus
         self.held[:] = 0.0
         for j in part.running:
@@ -160,10 +176,10 @@ class Multifactor(Policy):
     def bind(self, part: Partition, jobs: JobInfo) -> None:
         n = len(jobs.gpus)
         gpn = part.pool.gpn
-        assocs = part.sim.cluster.associations
+        assocs = part.cluster.associations
         if assocs:
             self.tree = ShareTree.from_associations(assocs)
-            self.leaf: npt.NDArray[np.int64] = _leaves_in(self.tree, part.sim.trace)
+            self.leaf: npt.NDArray[np.int64] = _leaves_in(self.tree, jobs)
             leaves = self.tree.leaves
         else:
             acct = jobs.account if jobs.account is not None else jobs.vc if jobs.vc is not None else [0] * n
@@ -359,7 +375,7 @@ class Multifactor(Policy):
         if not self._queued:
             return None
         tick = self.clocks.tick
-        now = self.part.sim.now
+        now = self.part.now
         due = SlurmClocks.next(tick, 1.0, now)
         if self.batch_delay > 0 and self._last_sched > -math.inf:
             due = max(due, SlurmClocks.next(tick, 1.0, math.floor(self._last_sched) + self.batch_delay))
@@ -392,17 +408,20 @@ class Multifactor(Policy):
             del self.by_size[g]
 
 
-def _leaves_in(tree: ShareTree, trace: Trace) -> npt.NDArray[np.int64]:
+def _leaves_in(tree: ShareTree, jobs: JobInfo) -> npt.NDArray[np.int64]:
     """Each job's leaf in a configured association tree, by its account (else VC) and user."""
-    acct = trace.account if trace.account is not None else trace.vc
-    if acct is None or trace.user is None:
+    col = "account" if jobs.account is not None else "vc"
+    acct = jobs.account if jobs.account is not None else jobs.vc
+    if acct is None or jobs.user is None:
         raise SimulationError("a configured association tree needs the trace's users and accounts "
                               "(columns 'user' and 'account' or 'vc')")
-    out = np.empty(len(trace), dtype=np.int64)
-    for i, key in enumerate(zip(acct.astype(str).tolist(), trace.user.astype(str).tolist())):
+    acct_names, user_names = jobs.labels[col], jobs.labels["user"]
+    out = np.empty(len(acct), dtype=np.int64)
+    for i, (a, u) in enumerate(zip(acct, jobs.user)):
+        key = (acct_names[a], user_names[u])
         k = tree.node_of.get(key)
         if k is None:
-            raise SimulationError(f"job {trace.job_id[i]!r} (row {i}): association {key[0]}/{key[1]} "
-                                  "is not in the cluster's association tree (Slurm would reject the job)")
+            raise SimulationError(f"job in row {i} of the trace: association {key[0]}/{key[1]} is not in "
+                                  "the cluster's association tree (Slurm would reject the job)")
         out[i] = tree.leaf[k]
     return out

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable
 
-from ..sim.engine import JobInfo, Partition
+from ..sim.contract import JobInfo, Partition
 from ..space import Bool, Categorical, ConfigSpace, Float, Int
 from .base import PLACEMENT, Policy
 from .srtf import PriorityQueue

@@ -5,7 +5,7 @@ from __future__ import annotations
 from heapq import heappop, heappush
 
 from ..errors import SimulationError
-from ..sim.engine import JobInfo, Partition
+from ..sim.contract import JobInfo, Partition
 from ..space import ConfigSpace
 from .base import PLACEMENT, Policy
 

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from heapq import merge
 from typing import TypeAlias
 
-from ..sim.engine import JobInfo, Partition
+from ..sim.contract import JobInfo, Partition
 from ..space import ConfigSpace
 from .base import PLACEMENT, Policy
 

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from heapq import heappop, heappush
 from itertools import chain, islice
-from typing import TypeAlias
+from typing import Any, TypeAlias
 
-from ..sim.engine import JobInfo, Partition
+from ..sim.contract import JobInfo, Partition
 from ..space import Categorical, ConfigSpace, Float, Int
 from .base import PLACEMENT, Policy
 from .prefix import SortedPrefix
@@ -166,8 +166,12 @@ class Tiresias(Policy):
         self._next_tick = -math.inf
         self._changed = True
         self._waking_for: Timer | None = None  # the first timer when the pending wake-up was asked for
-        if hasattr(self, "book"):  # reconfigured mid-run: re-file jobs under the new queues
-            self._refile(self.part.sim.now)
+
+    def on_reconfigure(self, config: Mapping[str, Any], now: float) -> None:
+        """Take a new config mid-run, then re-file every active job under the new queues (and
+        set its timers and min_run protection afresh) as of `now`."""
+        super().on_reconfigure(config, now)
+        self._refile(now)
 
     def bind(self, part: Partition, jobs: JobInfo) -> None:
         n = len(jobs.gpus)

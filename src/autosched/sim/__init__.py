@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from ..cluster import ClusterSpec
 from ..errors import SimulationError
 from ..trace.table import Trace
-from .engine import JobRecords, Partition, Simulator
+from .contract import JobInfo, Partition, PolicyHooks
+from .engine import JobRecords, Simulator
 from .metrics import METRIC_HELP, Metrics, compute_metrics
-
-if TYPE_CHECKING:
-    from ..policies.base import Policy
 
 
 @dataclass(frozen=True)
@@ -24,7 +21,7 @@ class SimResult:
     metrics: Metrics
 
 
-def simulate(trace: Trace, cluster: ClusterSpec, policy: "Policy",
+def simulate(trace: Trace, cluster: ClusterSpec, policy: PolicyHooks,
              progress: Callable[[int, int], None] | None = None) -> SimResult:
     """Run `policy` on `trace` (already fitted to `cluster`) to the end."""
     sim = Simulator(trace, cluster, policy, progress=progress).run()
@@ -38,5 +35,5 @@ def result_of(sim: Simulator) -> SimResult:
     return SimResult(rec, compute_metrics(rec, sim.cluster.gpus, groups))
 
 
-__all__ = ["Simulator", "Partition", "SimulationError", "JobRecords", "Metrics", "METRIC_HELP",
-           "SimResult", "simulate", "compute_metrics", "result_of"]
+__all__ = ["Simulator", "Partition", "JobInfo", "PolicyHooks", "SimulationError", "JobRecords", "Metrics",
+           "METRIC_HELP", "SimResult", "simulate", "compute_metrics", "result_of"]

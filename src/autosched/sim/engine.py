@@ -2,7 +2,8 @@
 
 Time jumps from event to event: job arrivals, job completions, and wake-ups that a policy asks
 for (a job crossing a queue threshold, a decision interval). After all events of one instant are
-applied, the policy of every partition they touched decides which jobs start or stop.
+applied, the policy of every partition they touched decides which jobs start or stop. What a
+policy sees and when it is called is the contract in `sim/contract.py`.
 
 Per-job state lives in flat lists indexed by the job's row in the (submit-sorted) trace.
 """
@@ -10,10 +11,10 @@ Per-job state lives in flat lists indexed by the job's row in the (submit-sorted
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -21,34 +22,18 @@ import numpy.typing as npt
 from ..cluster import ClusterSpec
 from ..errors import SimulationError
 from ..trace.table import Trace
+from .contract import JobInfo, PolicyHooks
 from .placement import Alloc, NodePool
-
-if TYPE_CHECKING:
-    from ..policies.base import Policy
 
 _FINISH, _WAKE = 0, 1
 WAITING, RUNNING, DONE, FUTURE = 0, 1, 2, 3
 
 
-@dataclass(frozen=True)
-class JobInfo:
-    """What a scheduler knows about jobs. ``duration`` is set only for oracle policies."""
-
-    submit: list[float]
-    gpus: list[int]
-    vc: list[int] | None
-    user: list[int] | None
-    duration: list[float] | None
-    # Each job's time limit (s; inf = none) when the trace has them: a real scheduler knows it.
-    time_limit: list[float] | None = None
-    cpus: list[int] | None = None  # CPUs requested (0 = not known)
-    account: list[int] | None = None  # Slurm account codes
-
-
-class Partition:
+class SimPartition:
     """One scheduling domain (the whole cluster, or one VC): its nodes and its running jobs.
 
-    This is the whole interface between a policy and the engine.
+    The engine's implementation of `contract.Partition`, the whole interface between a policy
+    and the engine (the methods are documented there).
     """
 
     def __init__(self, sim: "Simulator", index: int, name: str, pool: NodePool):
@@ -61,6 +46,14 @@ class Partition:
         self.placement = "consolidate"
         self._wake_version = 0
         self._wake_time = math.nan  # of the latest request
+
+    @property
+    def now(self) -> float:
+        return self.sim.now
+
+    @property
+    def cluster(self) -> ClusterSpec:
+        return self.sim.cluster
 
     @property
     def free(self) -> int:
@@ -104,7 +97,8 @@ class Partition:
         s.state[j] = WAITING
 
     def wake_at(self, t: float) -> None:
-        """Ask for a decision at time t (replaces the previous request of this partition)."""
+        """Ask for a decision at time t. ONE pending request per partition: this replaces the
+        previous one (a stale heap entry is recognised by its version and skipped)."""
         if t <= self.sim.now or t == math.inf or t == self._wake_time:
             return  # (the same time as the pending request: that one stands)
         self._wake_time = t
@@ -185,7 +179,7 @@ class Simulator:
     policy (as an operator would reconfigure the live scheduler) and ``run()`` on.
     """
 
-    def __init__(self, trace: Trace, cluster: ClusterSpec, policy: "Policy", *,
+    def __init__(self, trace: Trace, cluster: ClusterSpec, policy: PolicyHooks, *,
                  record_segments: bool = False,
                  progress: Callable[[int, int], None] | None = None):
         self.trace = trace
@@ -237,12 +231,16 @@ class Simulator:
             time_limit=None if self._limit is None else self._limit.tolist(),
             cpus=None if trace.num_cpus is None else trace.num_cpus.tolist(),
             account=_codes(trace.account),
+            labels={name: tuple(np.unique(col.astype(str)).tolist())
+                    for name, col in (("vc", trace.vc), ("user", trace.user), ("account", trace.account))
+                    if col is not None},
         )
         self.partitions = [
-            Partition(self, i, name, NodePool(nodes, cluster.gpus_per_node))
+            SimPartition(self, i, name, NodePool(nodes, cluster.gpus_per_node))
             for i, (name, nodes) in enumerate(cluster.vc_nodes)
         ]
-        self.policies = [type(policy)(policy.config) for _ in self.partitions]
+        # `policy` itself stays unbound: each partition runs its own clone.
+        self.policies = [policy.clone() for _ in self.partitions]
         for pol, p in zip(self.policies, self.partitions):
             pol.bind(p, self.jobs)
 
@@ -298,11 +296,12 @@ class Simulator:
             self._progress(self.finished, n)
         return self
 
-    def reconfigure(self, config: dict[str, Any]) -> None:
-        """Give every partition's policy a new config now; queued and running jobs carry over."""
+    def reconfigure(self, config: Mapping[str, Any]) -> None:
+        """Give every partition's policy a new config now (``on_reconfigure``), then let each
+        decide (``schedule``); queued and running jobs carry over."""
         for pol in self.policies:
-            pol.reconfigure(config)
-        for p, pol in zip(self.partitions, self.policies):
+            pol.on_reconfigure(config, self.now)
+        for pol in self.policies:
             pol.schedule(self.now)
 
     # ------------------------------------------------------------------------ job transitions
@@ -320,7 +319,7 @@ class Simulator:
         self.finished += 1
         self.policies[self._part[j]].on_finish(j, now)
 
-    def _stop(self, part: Partition, j: int, now: float) -> None:
+    def _stop(self, part: SimPartition, j: int, now: float) -> None:
         self._executed[j] += now - self._run_start[j]
         alloc = self._alloc[j]
         assert alloc is not None  # j is running: its callers checked (for mypy; free at run time with -O)

@@ -112,6 +112,7 @@ class Evaluator:
         inter = {}
         for name in INTERMEDIATES:
             vals = [x[name] if name in x else getattr(m, name, None) for m, x in zip(metrics, extras)]
-            if all(v is not None for v in vals):
-                inter[name] = float(np.mean(vals))
+            known = [v for v in vals if v is not None]
+            if len(known) == len(vals):
+                inter[name] = float(np.mean(known))
         return Evaluation(value, tuple(metrics), tuple(self.objective.violations(metrics)), inter)

@@ -13,10 +13,14 @@ import signal
 import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from dataclasses import dataclass
-from typing import Any, Protocol
+from multiprocessing.connection import Connection
+from multiprocessing.process import BaseProcess
+from types import FrameType
+from typing import Any, Literal, NoReturn, Protocol
 
+from ..space import Config
 from .evaluate import Evaluation, Evaluator
 
 MAX_ATTEMPTS = 2  # a dead worker's trial is retried once
@@ -32,6 +36,8 @@ class Outcome:
 
 
 class Executor(Protocol):
+    """Where the tuner's trials run (see the module docstring)."""
+
     workers: int
 
     def start(self, evaluator: Evaluator) -> None: ...
@@ -67,7 +73,7 @@ class InProcessExecutor:
 
     def __init__(self, trial_timeout: float | None = None):
         self.trial_timeout = trial_timeout
-        self._queue: list[tuple[int, str, dict]] = []
+        self._queue: list[tuple[int, str, Config]] = []
 
     def start(self, evaluator: Evaluator) -> None:
         self.evaluator = evaluator
@@ -90,20 +96,20 @@ class _alarm:
     """Raise TrialTimeout in the main thread after `seconds` (no-op elsewhere or without a limit)."""
 
     def __init__(self, seconds: float | None):
-        self.seconds = seconds
+        self.seconds = seconds or 0.0
         self.armed = bool(seconds) and threading.current_thread() is threading.main_thread() \
             and hasattr(signal, "setitimer")
 
-    def _fire(self, signum, frame):
+    def _fire(self, signum: int, frame: FrameType | None) -> NoReturn:
         raise TrialTimeout(f"trial ran past the {self.seconds:g} s timeout")
 
-    def __enter__(self):
+    def __enter__(self) -> _alarm:
         if self.armed:
             self._old = signal.signal(signal.SIGALRM, self._fire)
             signal.setitimer(signal.ITIMER_REAL, self.seconds)
         return self
 
-    def __exit__(self, *exc):
+    def __exit__(self, *exc: object) -> Literal[False]:
         if self.armed:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, self._old)
@@ -128,10 +134,12 @@ def _die_with(parent: int) -> None:
         os._exit(1)
 
 
-def _child(conn, policy: str, config: dict, parent: int) -> None:
+def _child(conn: Connection, policy: str, config: Config, parent: int) -> None:
     _die_with(parent)
     os.environ["OMP_NUM_THREADS"] = "1"  # one BLAS thread per worker: cores are shared
     try:
+        if _EVALUATOR is None:
+            raise RuntimeError("the worker was forked before ProcessExecutor.start")
         result = run_trial(_EVALUATOR, policy, config)
     except BaseException as e:  # noqa: BLE001
         result = (None, _error_with_origin(e))
@@ -143,9 +151,9 @@ def _child(conn, policy: str, config: dict, parent: int) -> None:
 class _Running:
     key: int
     policy: str
-    config: dict
-    process: Any
-    conn: Any
+    config: Config
+    process: BaseProcess
+    conn: Connection
     started: float
     attempts: int
 
@@ -155,10 +163,10 @@ class _Pool:
     keeps what runs in `_running`. A trial whose worker died goes back to the front, once."""
 
     workers: int
-    _running: Any
+    _running: Sized
 
     def __init__(self) -> None:
-        self._waiting: list[tuple[int, str, dict, int]] = []  # (key, policy, config, attempt)
+        self._waiting: list[tuple[int, str, Config, int]] = []  # (key, policy, config, attempt)
 
     def submit(self, key: int, policy: str, config: Mapping[str, Any]) -> None:
         self._waiting.append((key, policy, dict(config), 1))
@@ -168,7 +176,7 @@ class _Pool:
         while self._waiting and len(self._running) < self.workers:
             self._launch_one(*self._waiting.pop(0))
 
-    def _launch_one(self, key: int, policy: str, config: dict, attempts: int) -> None:
+    def _launch_one(self, key: int, policy: str, config: Config, attempts: int) -> None:
         raise NotImplementedError
 
 
@@ -195,7 +203,7 @@ class ProcessExecutor(_Pool):
         global _EVALUATOR
         _EVALUATOR = evaluator
 
-    def _launch_one(self, key: int, policy: str, config: dict, attempts: int) -> None:
+    def _launch_one(self, key: int, policy: str, config: Config, attempts: int) -> None:
         recv, send = self._ctx.Pipe(duplex=False)
         p = self._ctx.Process(target=_child, args=(send, policy, config, os.getpid()), daemon=True)
         p.start()
@@ -223,7 +231,7 @@ class ProcessExecutor(_Pool):
         now = time.perf_counter()
         return max(0.0, min(r.started + self.trial_timeout - now for r in self._running))
 
-    def _reap(self, ready: set) -> list[Outcome]:
+    def _reap(self, ready: set[object]) -> list[Outcome]:
         out: list[Outcome] = []
         now = time.perf_counter()
         for r in list(self._running):
@@ -280,7 +288,8 @@ class RayExecutor(_Pool):
         self.workers = workers
         self.trial_timeout = trial_timeout
         self.address = address
-        self._running: dict[Any, tuple[int, str, dict, float, int]] = {}
+        # Ray's object refs (Ray has no type information) -> (key, policy, config, submitted, attempts)
+        self._running: dict[Any, tuple[int, str, Config, float, int]] = {}
         super().__init__()
         self._started_ray = False
         # Past this (from submission) a task is cancelled from here; normally the task's own alarm
@@ -297,18 +306,19 @@ class RayExecutor(_Pool):
         # max_retries=0: a dead worker's retry is ours (once), so local and Ray behave alike.
         self._task = ray.remote(num_cpus=1, max_retries=0)(_ray_trial)
 
-    def _launch_one(self, key: int, policy: str, config: dict, attempts: int) -> None:
+    def _launch_one(self, key: int, policy: str, config: Config, attempts: int) -> None:
         ref = self._task.remote(self._ref, policy, config, self.trial_timeout)
         self._running[ref] = (key, policy, config, time.perf_counter(), attempts)
 
     def collect(self) -> list[Outcome]:
         ray = self.ray
+        hard = self._hard_limit
         while self._running or self._waiting:
             self._launch()
             timeout = None
-            if self.trial_timeout:
+            if hard is not None:
                 now = time.perf_counter()
-                timeout = max(0.0, min(v[3] + self._hard_limit - now for v in self._running.values()))
+                timeout = max(0.0, min(v[3] + hard - now for v in self._running.values()))
             ready, _ = ray.wait(list(self._running), num_returns=1, timeout=timeout)
             out = []
             now = time.perf_counter()
@@ -325,9 +335,9 @@ class RayExecutor(_Pool):
                 except ray.exceptions.RayError as e:
                     evaluation, error = None, f"{type(e).__name__}: {e}"
                 out.append(Outcome(key, evaluation, error, now - t0, attempts))
-            if self.trial_timeout:
+            if hard is not None:
                 for ref, (key, policy, config, t0, attempts) in list(self._running.items()):
-                    if now - t0 >= self._hard_limit:  # the task's own alarm did not fire: hung
+                    if now - t0 >= hard:  # the task's own alarm did not fire: hung
                         ray.cancel(ref, force=True)
                         del self._running[ref]
                         out.append(Outcome(key, None, f"trial ran past the {self.trial_timeout:g} s timeout",
@@ -346,7 +356,8 @@ class RayExecutor(_Pool):
             self.ray.shutdown()
 
 
-def _ray_trial(evaluator: Evaluator, policy: str, config: dict, timeout: float | None):
+def _ray_trial(evaluator: Evaluator, policy: str, config: Config,
+               timeout: float | None) -> tuple[Evaluation | None, str | None]:
     os.environ["OMP_NUM_THREADS"] = "1"
     # The timeout runs inside the task: a task may wait for a worker (and its imports) for a
     # while, which must not count against the trial.

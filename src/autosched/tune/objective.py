@@ -7,12 +7,14 @@ import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any, Literal
 
 from ..errors import InputError
 from ..sim.metrics import METRIC_HELP, Metrics
 
 COMBINES = ("mean", "worst")
-DIRECTIONS = ("minimize", "maximize")
+Direction = Literal["minimize", "maximize"]
+DIRECTIONS: dict[str, Direction] = {"minimize": "minimize", "maximize": "maximize"}
 _CONSTRAINT = re.compile(r"^\s*([a-z_0-9]+)\s*(<=|>=)\s*([-+0-9.eE]+)\s*$")
 
 
@@ -57,29 +59,35 @@ class Constraint:
         return f"{self.metric}{self.op}{self.bound:g}"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, init=False)
 class Objective:
     """A `Metrics` field to minimise or maximise over a set of workloads.
 
     ``direction=None`` takes the metric's natural direction from ``METRIC_HELP`` (less JCT is
     better, more utilisation is better). ``combine="worst"`` scores a config by its worst workload.
+    Constraints may be given as text (``"avg_queue<=600"``) and are kept parsed.
     """
 
-    metric: str = "avg_jct"
-    direction: str | None = None
-    constraints: tuple[str, ...] | tuple[Constraint, ...] = ()
-    combine: str = "mean"
+    metric: str
+    direction: Direction
+    constraints: tuple[Constraint, ...]
+    combine: str
 
-    def __post_init__(self) -> None:
-        _check_metric(self.metric, "objective")
-        if self.direction is None:
-            object.__setattr__(self, "direction", "minimize" if METRIC_HELP[self.metric][1] else "maximize")
-        elif self.direction not in DIRECTIONS:
-            raise ObjectiveError(f"direction {self.direction!r}: use minimize or maximize")
-        if self.combine not in COMBINES:
-            raise ObjectiveError(f"combine {self.combine!r}: use one of {', '.join(COMBINES)}")
-        parsed = tuple(c if isinstance(c, Constraint) else Constraint.parse(c) for c in self.constraints)
+    def __init__(self, metric: str = "avg_jct", direction: str | None = None,
+                 constraints: Sequence[str | Constraint] = (), combine: str = "mean") -> None:
+        _check_metric(metric, "objective")
+        natural = "minimize" if METRIC_HELP[metric][1] else "maximize"
+        chosen = DIRECTIONS.get(natural if direction is None else direction)
+        if chosen is None:
+            raise ObjectiveError(f"direction {direction!r}: use minimize or maximize")
+        if combine not in COMBINES:
+            raise ObjectiveError(f"combine {combine!r}: use one of {', '.join(COMBINES)}")
+        parsed = tuple(c if isinstance(c, Constraint) else Constraint.parse(c) for c in constraints)
+        # (frozen: the fields are set once, here)
+        object.__setattr__(self, "metric", metric)
+        object.__setattr__(self, "direction", chosen)
         object.__setattr__(self, "constraints", parsed)
+        object.__setattr__(self, "combine", combine)
 
     @property
     def minimize(self) -> bool:
@@ -114,7 +122,7 @@ class Objective:
             text += " subject to " + ", ".join(map(str, self.constraints))
         return text
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"metric": self.metric, "direction": self.direction, "combine": self.combine,
                 "constraints": [str(c) for c in self.constraints]}
 

@@ -7,6 +7,7 @@ import math
 from ..report.html import Report
 from ..sim.metrics import METRIC_HELP
 from .evaluate import INTERMEDIATES
+from .screening import Screening
 from .tuner import TuneResult
 
 
@@ -26,7 +27,7 @@ def tuning_report(result: TuneResult, title: str) -> Report:
     _importance(rep, result)
     if result.screening is not None:
         rep.heading("Causal graph (knobs → intermediate metrics → objective)")
-        _graph(rep, result)
+        _graph(rep, result, result.screening)
         rep.pre(result.screening.text())
     failed = [t for t in result.trials if t.state == "failed"]
     if failed:
@@ -40,7 +41,7 @@ def _convergence(rep: Report, result: TuneResult) -> None:
     fig, ax = rep.figure(8, 3.5)
     trials = sorted(result.trials, key=lambda t: t.number)
     xs = [t.number for t in trials if t.state == "complete"]
-    ys = [t.value for t in trials if t.state == "complete"]
+    ys = [t.score for t in trials if t.state == "complete"]
     best, curve = math.nan, []
     for y in ys:
         if math.isnan(best) or result.objective.better(y, best):
@@ -86,8 +87,7 @@ def _importance(rep: Report, result: TuneResult) -> None:
                                 "objective, from the initial design")
 
 
-def _graph(rep: Report, result: TuneResult) -> None:
-    s = result.screening
+def _graph(rep: Report, result: TuneResult, s: Screening) -> None:
     inter = [m for m in INTERMEDIATES if m in s.intermediates]
     cols = {0: list(s.knobs), 1: inter, 2: [s.objective]}
     pos = {}

@@ -61,7 +61,7 @@ class Screening:
     untestable: list[str] = field(default_factory=list)
     unfrozen_at: int | None = None  # trials done when a stalled reduced search gave the knobs back
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"knobs": self.knobs, "intermediates": self.intermediates, "objective": self.objective,
                 "edges": [[e.source, e.target, e.directed] for e in self.edges],
                 "effects": self.effects, "relevant": self.relevant, "frozen": self.frozen,
@@ -90,7 +90,8 @@ class Screening:
 def gaussian_ranks(x: np.ndarray) -> np.ndarray:
     """Map a column to normal scores of its ranks (ties share a rank)."""
     r = rankdata(x)
-    return norm.ppf((r - 0.5) / len(x))
+    scores: np.ndarray = norm.ppf((r - 0.5) / len(x))  # (scipy has no type information)
+    return scores
 
 
 def encode_knobs(space: ConfigSpace, configs: Sequence[Mapping[str, Any]],

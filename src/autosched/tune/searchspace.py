@@ -71,6 +71,7 @@ def suggest(trial: optuna.Trial, name: str, dist: BaseDistribution) -> Any:
         return trial.suggest_float(name, dist.low, dist.high, log=dist.log)
     if isinstance(dist, IntDistribution):
         return trial.suggest_int(name, dist.low, dist.high, log=dist.log)
+    assert isinstance(dist, CategoricalDistribution)  # `distribution` makes only these three kinds
     return trial.suggest_categorical(name, dist.choices)
 
 

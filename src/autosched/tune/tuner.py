@@ -60,12 +60,18 @@ class Trial:
     def feasible(self) -> bool:
         return self.state == "complete" and all(v <= 0 for v in self.violations)
 
+    @property
+    def score(self) -> float:
+        """The objective value of a complete trial (a failed or pruned trial has none)."""
+        if self.value is None:
+            raise TuneError(f"trial {self.number} is {self.state}: it has no objective value")
+        return self.value
+
     def evaluation(self) -> Evaluation:
         """This complete trial's result, to reuse for a repeat of its config."""
-        assert self.value is not None
-        return Evaluation(self.value, tuple(self.metrics), tuple(self.violations), dict(self.intermediates))
+        return Evaluation(self.score, tuple(self.metrics), tuple(self.violations), dict(self.intermediates))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"number": self.number, "policy": self.policy, "config": self.config, "value": self.value,
                 "state": self.state, "error": self.error, "duration": self.duration,
                 "violations": self.violations, "intermediates": self.intermediates,
@@ -101,9 +107,11 @@ class TuneResult:
 
     def best_config_json(self) -> str:
         """The best config in the format `autosched simulate --config` reads."""
+        if self.best_policy is None or self.best_config is None:
+            raise TuneError("no trial completed: there is no best config")
         return dump_config(self.best_policy, self.best_config)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "objective": self.objective.to_dict(),
             "best_policy": self.best_policy, "best_config": self.best_config,
@@ -135,6 +143,8 @@ class Tuner:
         self.search = search or SearchConfig()
         self.execution = execution or ExecutionConfig()
         self.simulator = simulator
+        # Complete trials of earlier searches, one group per search (`tune`'s `prior`), for screening.
+        self._prior: list[list[Trial]] = []
         if self.search.sampler == "gp":
             _require_torch()
         if self.search.screening:
@@ -204,9 +214,8 @@ class Tuner:
             self._apply(screening)
         _recover_interrupted(study, storage)
         n_init = self.initial_trials()
-        prior = [[t for t in g if t.state == "complete"] for g in (prior or [])]
-        n_prior = sum(len(g) for g in prior)
-        self._prior = prior
+        self._prior = [[t for t in g if t.state == "complete"] for g in (prior or [])]
+        n_prior = sum(len(g) for g in self._prior)
         # With enough trials from earlier searches, screen once this search's warm-start trials are
         # in (they rank the known winners on this search's workloads) instead of after a design.
         n_seed = 1 + len(warm_start or [])
@@ -333,7 +342,7 @@ class Tuner:
                                                       self.search.seed)]
         for name, config in first:
             study.enqueue_trial(self.space.params(name, config), skip_if_exists=True)
-    def _warm_item(self, item: "Mapping[str, Any] | Trial") -> tuple[str, dict]:
+    def _warm_item(self, item: "Mapping[str, Any] | Trial") -> tuple[str, dict[str, Any]]:
         if isinstance(item, Trial):  # a previous round's trial
             return self._warm_item({"policy": item.policy, "knobs": item.config})
         if "knobs" in item:
@@ -371,17 +380,16 @@ class Tuner:
         space = self.space.policy(name).space
         best = _best(trials, self.objective)
         groups = [trials] + [[t for t in g if t.policy == name and t.value is not None]
-                             for g in getattr(self, "_prior", [])]
+                             for g in self._prior]
         groups = [g for g in groups if g]
         pooled = [t for g in groups for t in g]
         inter_names = sorted(set.intersection(*(set(t.intermediates) for t in pooled)))
         if len(groups) == 1:
             inter = {k: [t.intermediates[k] for t in trials] for k in inter_names}
-            values = [t.value for t in trials]
+            values = [t.score for t in trials]
         else:  # each search scored its trials on its own workloads: pool within-search ranks
-            inter = {k: [x for g in groups for x in _within(g, lambda t, k=k: t.intermediates[k])]
-                     for k in inter_names}
-            values = [x for g in groups for x in _within(g, lambda t: t.value)]
+            inter = {k: [x for g in groups for x in _within(g, _intermediate(k))] for k in inter_names}
+            values = [x for g in groups for x in _within(g, lambda t: t.score)]
         result = screen(space, [t.config for t in pooled], inter, values, self.objective.metric, best.config)
         study.set_user_attr("screening", result.to_dict())
         self._apply(result)
@@ -420,8 +428,8 @@ class Tuner:
             objective=self.objective,
             best_policy=best.policy if best else None,
             best_config=best.config if best else None,
-            best_value=best.value if best else math.nan,
-            default_value=default.value if default else math.nan,
+            best_value=best.score if best else math.nan,
+            default_value=default.score if default else math.nan,
             best_metrics=best.metrics if best else [],
             default_metrics=default.metrics if default else [],
             trials=trials, screened_knobs=frozen, searched_knobs=searched,
@@ -529,13 +537,19 @@ def _within(group: Sequence[Trial], value: Callable[[Trial], float]) -> list[flo
     x = np.asarray([value(t) for t in group], dtype=float)
     if len(x) < 2 or np.ptp(x) == 0:
         return [0.0] * len(x)
-    return gaussian_ranks(x).tolist()
+    ranks: list[float] = gaussian_ranks(x).tolist()
+    return ranks
+
+
+def _intermediate(name: str) -> Callable[[Trial], float]:
+    """A trial's value of intermediate `name`."""
+    return lambda t: t.intermediates[name]
 
 
 def _best(trials: Sequence[Trial], objective: Objective) -> Trial:
     """The best feasible trial; if none is feasible, the one that breaks its constraints least."""
     feasible = [t for t in trials if t.feasible]
+    sign = 1.0 if objective.minimize else -1.0
     if feasible:
-        key = (lambda t: t.value) if objective.minimize else (lambda t: -t.value)
-        return min(feasible, key=key)
-    return min(trials, key=lambda t: (sum(max(0.0, v) for v in t.violations), t.value if objective.minimize else -t.value))
+        return min(feasible, key=lambda t: sign * t.score)
+    return min(trials, key=lambda t: (sum(max(0.0, v) for v in t.violations), sign * t.score))
