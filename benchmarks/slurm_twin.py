@@ -206,12 +206,17 @@ def slurm_clocks(lt: dict[str, dict[int, float]], ids: list[int], day0: float) -
     its first cycle after the first submission, and the priority recalculation from slurmctld's
     start (its decay thread runs then and every PriorityCalcPeriod after)."""
     first = min(lt["submit"][j] for j in ids)
-    allocs = sorted(lt["alloc_pass"][j] for j in ids if j in lt["alloc_pass"])
+    passes = sorted({round(lt["alloc_pass"][j], 2) for j in ids if j in lt["alloc_pass"]})
     cycles = sorted(t for t in lt["bf_cycle"].values() if t >= first)
     starts = [t for t in lt["ctld_start"].values() if t <= first]
-    return SlurmClocks(tick=(allocs[0] if allocs else 0.0) - day0,
-                       backfill=(cycles[0] if cycles else 0.0) - day0,
-                       decay=(max(starts) if starts else 0.0) - day0)
+    tick, period = (passes[0] if passes else day0), 1.0
+    if len(passes) > 2:
+        # the loop's period: number the passes' ticks (gaps of a few s, so rounding is safe
+        # despite the drift) and fit a line through them
+        k = np.cumsum([0] + [round(b - a) for a, b in zip(passes, passes[1:])])
+        period, tick = np.polyfit(k, passes, 1)
+    return SlurmClocks(tick=float(tick) - day0, backfill=(cycles[0] if cycles else day0) - day0,
+                       decay=(max(starts) if starts else day0) - day0, tick_period=float(period))
 
 
 def compare(sacct_path: Path, tag: str, config: dict, placement: str,
@@ -278,7 +283,9 @@ def run_config(cl: Cluster, name: str, config: dict, jobs: list[Job], outdir: Pa
                placements: tuple[str, ...], timeout: float, log: Path | None = None) -> dict:
     mark = log.stat().st_size if log is not None and log.exists() else 0
     cl.configure(config)
-    time.sleep(2.0)
+    # a reconfigure queues the main scheduler, whose next event-driven pass then waits
+    # batch_sched_delay (3 s): let that pass happen before the first job arrives
+    time.sleep(5.0)
     t0 = cl.submit(jobs)
     cl.wait_done({j.name for j in jobs}, timeout)
     time.sleep(1.0)  # sacct sees the last ends

@@ -66,9 +66,11 @@ class BackfillParams:
 
 def slurm_backfill(part: Partition, order: Sequence[int], gpus: Sequence[int], limit: Sequence[float],
                    now: float, params: BackfillParams,
-                   start: Callable[[int, int], bool]) -> list[tuple[int, float]]:
+                   start: Callable[[int, int], bool],
+                   deny: Callable[[int], np.ndarray] | None = None) -> list[tuple[int, float]]:
     """One backfill cycle at `now` over pending jobs `order` (best first). ``start(j, exclude)``
-    starts job j now outside the node bitmask `exclude` and says whether it could.
+    starts job j now outside the node bitmask `exclude` and says whether it could; ``deny(j)``,
+    when given, marks the nodes job j may not use (outside its Slurm partition).
 
     Returns the (job, planned start) of every job that got a reservation (for tests and reports).
 
@@ -100,7 +102,8 @@ def slurm_backfill(part: Partition, order: Sequence[int], gpus: Sequence[int], l
             # Nothing can start now, and reservations only serve to decide what starts now
             # (the next cycle plans afresh): the rest of this cycle cannot change the run.
             break
-        when = _earliest(gpus[j], limit[j], times, frees, res, horizon, gpn, part.placement)
+        when = _earliest(gpus[j], limit[j], times, frees, res, horizon, gpn, part.placement,
+                         None if deny is None or count else deny(j))
         if when is None:
             continue
         t, spot = when
@@ -178,7 +181,8 @@ def _profile(free: np.ndarray, releases: list[tuple[float, int, int]], now: floa
 
 
 def _earliest(g: int, lim: float, times: list[float], frees: list[np.ndarray], res: _Reservations,
-              horizon: float, gpn: int, placement: str) -> tuple[float, Alloc] | None:
+              horizon: float, gpn: int, placement: str,
+              denied: np.ndarray | None = None) -> tuple[float, Alloc] | None:
     """Earliest time within the window at which a job of g GPUs fits for its whole limit, and
     where placement would put it then; None if there is none.
 
@@ -194,6 +198,8 @@ def _earliest(g: int, lim: float, times: list[float], frees: list[np.ndarray], r
     while lo < len(cand):
         c = cand[lo:lo + size]
         free = free_all[step_of[lo:lo + size]]
+        if denied is not None:
+            free = np.where(denied, 0, free)
         rows = np.flatnonzero(free.sum(axis=1) >= g)
         if len(rows):
             c, free = c[rows], free[rows]

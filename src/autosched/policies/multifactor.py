@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..cluster import PLACEMENT_HELP, PLACEMENTS, SlurmClocks
+from ..cluster import PLACEMENT_HELP, PLACEMENTS, SlurmClocks, SlurmPartition
 from ..errors import SimulationError
 from ..sim.contract import JobInfo, Partition
 from ..space import Bool, Categorical, ConfigSpace, Float, Int
@@ -19,6 +19,7 @@ from .base import Policy
 from .fairshare import ShareTree
 
 DAY = 86400.0
+TIER = 2.0 ** 32  # above any priority (Slurm's are 32-bit): orders jobs by PriorityTier first
 FAIR_TREE, CLASSIC = "FAIR_TREE", "NO_FAIR_TREE"
 GPU_TRES, CPU_TRES = "PriorityWeightTRES.GRES/gpu", "PriorityWeightTRES.CPU"
 GPU_BILL, CPU_BILL = "TRESBillingWeights.GRES/gpu", "TRESBillingWeights.CPU"
@@ -151,15 +152,15 @@ class Multifactor(Policy):
         self.batch_delay = float(c["batch_sched_delay"])
         self.depth: int = c["default_queue_depth"]
         self.clocks = self.part.cluster.clocks
-        # The parts of a job's priority that do not change while it waits (size and TRES).
-        part = self.part
-        nodes = max(1, len(part.pool.free))
-        cpus_total = nodes * part.pool.gpn
+        # The parts of a job's priority that do not change while it waits (size and TRES), as
+        # shares of its partition's nodes, CPUs and GPUs.
+        nodes = self._part_nodes
+        cpus_total = gpus_total = nodes * self.part.pool.gpn
         size = (self._nodes / nodes + self._cpus / cpus_total) / 2.0
         if c["PriorityFavorSmall"]:
             size = ((nodes - self._nodes) / nodes + (cpus_total - self._cpus) / cpus_total) / 2.0
         self.static: npt.NDArray[np.float64] = (c["PriorityWeightJobSize"] * np.clip(size, 0.0, 1.0)
-                       + c[GPU_TRES] * self._gpus / part.capacity + c[CPU_TRES] * self._cpus / cpus_total)
+                       + c[GPU_TRES] * self._gpus / gpus_total + c[CPU_TRES] * self._cpus / cpus_total)
 
     def _configure_usage(self) -> None:
         c, part = self.config, self.part
@@ -190,6 +191,21 @@ class Multifactor(Policy):
             self.leaf = np.fromiter((index[p] for p in zip(acct, user)), dtype=np.int64, count=n)
             self.tree = ShareTree.from_pairs(pairs)
             leaves = max(1, len(pairs))
+        # Slurm partitions: per job, the bitmask of its partition's nodes and of the others, its
+        # PriorityTier, and its partition's node count (one partition: all nodes, tier 0).
+        self._mask: list[int] | None = None
+        self._excl: list[int] | None = None
+        self._tier: npt.NDArray[np.float64] = np.zeros(n)
+        self._part_nodes: npt.NDArray[np.float64] = np.full(n, float(max(1, len(part.pool.free))))
+        if part.cluster.slurm_partitions:
+            parts = part.cluster.slurm_partitions
+            pidx = _partitions_of(parts, jobs)
+            masks = [sum(1 << k for k in p.nodes) for p in parts]
+            everything = (1 << len(part.pool.free)) - 1
+            self._mask = [masks[p] for p in pidx]
+            self._excl = [everything & ~m for m in self._mask]
+            self._tier = np.asarray([float(parts[p].priority_tier) for p in pidx])
+            self._part_nodes = np.asarray([float(len(parts[p].nodes)) for p in pidx])
         self._submit: npt.NDArray[np.float64] = np.asarray(jobs.submit, dtype=float)
         self._gpus: npt.NDArray[np.float64] = np.asarray(jobs.gpus, dtype=float)
         self._nodes: npt.NDArray[np.float64] = np.ceil(self._gpus / gpn)
@@ -221,15 +237,17 @@ class Multifactor(Policy):
     # ---------------------------------------------------------------------------- priority
 
     def priority(self, j: int, at: float) -> float:
-        """Priority of waiting job j as computed at time `at` (a recalculation or its arrival)."""
+        """Priority of waiting job j as computed at time `at` (a recalculation or its arrival),
+        plus TIER x its partition's PriorityTier: Slurm orders jobs by tier, then priority."""
         age: float = min((at - self._submit[j]) / self.max_age, 1.0)
         return math.floor(self.w_age * age + self.w_fs * float(self.fairshare[self.leaf[j]])
-                          + float(self.static[j]))
+                          + float(self.static[j])) + TIER * float(self._tier[j])
 
     def priorities(self, js: npt.NDArray[np.int64], at: float) -> npt.NDArray[np.float64]:
         """`priority` of many waiting jobs at once."""
         age = np.minimum((at - self._submit[js]) / self.max_age, 1.0)
-        return np.floor(self.w_age * age + self.w_fs * self.fairshare[self.leaf[js]] + self.static[js])
+        return (np.floor(self.w_age * age + self.w_fs * self.fairshare[self.leaf[js]] + self.static[js])
+                + TIER * self._tier[js])
 
     def _catch_up(self, now: float) -> None:
         last = SlurmClocks.last(self.clocks.decay, self.period, now)
@@ -311,6 +329,8 @@ class Multifactor(Policy):
             self.spans.append((a, w, b, now))
 
     def _start(self, j: int, now: float, exclude: int = 0) -> bool:
+        if self._excl is not None:
+            exclude |= self._excl[j]
         if self.part.start(j, exclude):
             self.fresh[j] = now
             self._dirty = True
@@ -345,10 +365,10 @@ class Multifactor(Policy):
         if main is not None and now >= main - 1e-6:
             self._queued = False
             self._last_sched = now
-            priority_pass(part, self.by_size, best, start, self._pop, lambda top: False, self.depth)
+            self._main_pass(now, self.depth)
         elif now >= self._full_due - 1e-6 and self._full_due > self._last_sched:
             self._last_sched = now
-            priority_pass(part, self.by_size, best, start, self._pop, lambda top: False)
+            self._main_pass(now, None)
         main = self._main_due()
         if main is not None and self.by_size:
             wakes.append(main)
@@ -363,22 +383,54 @@ class Multifactor(Policy):
         self._full_due = math.inf
         if self.by_size and 0 < part.free and min(self.by_size) <= part.free:
             # after the next recalculation, the main scheduler's periodic pass may start one
-            self._full_due = SlurmClocks.next(self.clocks.tick, 1.0, SlurmClocks.next(
+            self._full_due = SlurmClocks.next(self.clocks.tick, self.clocks.tick_period, SlurmClocks.next(
                 0.0, self.sched_interval, self._next_recalc(now)))
             wakes.append(self._full_due)
         if wakes:
             part.wake_at(min(wakes))
+
+    def _main_pass(self, now: float, depth: int | None) -> None:
+        """Slurm's main scheduler: jobs in order (tier, priority), at most `depth` tried. With
+        one partition it stops at the first job that does not fit. With several, as 22.05's
+        _schedule: a job that does not fit takes its partition's nodes out of the pass (no later
+        job may use them) and the jobs of that partition are skipped; the others go on."""
+        if self._mask is None:
+            priority_pass(self.part, self.by_size, self.neg.__getitem__, lambda j: self._start(j, now),
+                          self._pop, lambda top: False, depth)
+            return
+        neg, mask = self.neg, self._mask
+        blocked = tries = 0
+        everything = (1 << len(self.part.pool.free)) - 1
+        for j in sorted(self.waiting, key=lambda k: (neg[k], k)):
+            if depth is not None and tries >= depth or blocked == everything:
+                break
+            if not mask[j] & ~blocked:  # its partition failed (or all its nodes are taken out)
+                continue
+            tries += 1
+            if self._start(j, now, blocked):
+                self._take(j)
+            else:
+                blocked |= mask[j]
+
+    def _take(self, j: int) -> None:
+        """Remove started job j from the queues."""
+        g = self.jobs.gpus[j]
+        same = self.by_size[g]
+        same.remove(j)
+        if not same:
+            del self.by_size[g]
+        del self.waiting[j]
 
     def _main_due(self) -> float | None:
         """When the main scheduler runs for the pending request, if any: the first tick at
         least batch_sched_delay whole seconds (Slurm compares time_t) after its last pass."""
         if not self._queued:
             return None
-        tick = self.clocks.tick
+        tick, period = self.clocks.tick, self.clocks.tick_period
         now = self.part.now
-        due = SlurmClocks.next(tick, 1.0, now)
+        due = SlurmClocks.next(tick, period, now)
         if self.batch_delay > 0 and self._last_sched > -math.inf:
-            due = max(due, SlurmClocks.next(tick, 1.0, math.floor(self._last_sched) + self.batch_delay))
+            due = max(due, SlurmClocks.next(tick, period, math.floor(self._last_sched) + self.batch_delay))
         return due
 
     def _backfill(self, now: float, limit: list[float]) -> None:
@@ -390,15 +442,19 @@ class Multifactor(Policy):
         def start(j: int, exclude: int) -> bool:
             if not self._start(j, now, exclude):
                 return False
-            same = self.by_size[self.jobs.gpus[j]]
-            same.remove(j)
-            if not same:
-                del self.by_size[self.jobs.gpus[j]]
-            del self.waiting[j]
+            self._take(j)
             return True
 
+        deny = None
+        if self._excl is not None:
+            excl, n_nodes = self._excl, len(self.part.pool.free)
+            bits = np.arange(n_nodes)
+
+            def deny(j: int) -> np.ndarray:
+                return ((excl[j] >> bits) & 1).astype(bool)
+
         self.reservations = slurm_backfill(self.part, order, self.jobs.gpus, limit,
-                                           now, self.bf, start)
+                                           now, self.bf, start, deny)
 
     def _pop(self, g: int) -> None:
         same = self.by_size[g]
@@ -424,4 +480,22 @@ def _leaves_in(tree: ShareTree, jobs: JobInfo) -> npt.NDArray[np.int64]:
             raise SimulationError(f"job in row {i} of the trace: association {key[0]}/{key[1]} is not in "
                                   "the cluster's association tree (Slurm would reject the job)")
         out[i] = tree.leaf[k]
+    return out
+
+
+def _partitions_of(parts: tuple[SlurmPartition, ...], jobs: JobInfo) -> list[int]:
+    """Each job's Slurm partition (index into `parts`) by the trace's ``partition`` label; a job
+    without one goes to the first partition (as Slurm's Default=YES partition)."""
+    index = {p.name: i for i, p in enumerate(parts)}
+    if jobs.partition is None:
+        return [0] * len(jobs.gpus)
+    names = jobs.labels["partition"]
+    out = []
+    for i, code in enumerate(jobs.partition):
+        name = names[code]
+        k = index.get(name, 0 if not name else None)
+        if k is None:
+            raise SimulationError(f"job in row {i} of the trace: partition {name!r} is not one of the "
+                                  f"cluster's Slurm partitions ({', '.join(index)})")
+        out.append(k)
     return out

@@ -46,6 +46,7 @@ class JobInfo:
     time_limit: list[float] | None = None
     cpus: list[int] | None = None  # CPUs requested (0 = not known)
     account: list[int] | None = None  # Slurm account codes
+    partition: list[int] | None = None  # Slurm partition codes
     # The label each code of `vc`, `user` and `account` stands for (code i -> labels[col][i]):
     # e.g. to find a job's association in a configured Slurm association tree.
     labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)

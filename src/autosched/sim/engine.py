@@ -231,8 +231,10 @@ class Simulator:
             time_limit=None if self._limit is None else self._limit.tolist(),
             cpus=None if trace.num_cpus is None else trace.num_cpus.tolist(),
             account=_codes(trace.account),
+            partition=_codes(trace.partition),
             labels={name: tuple(np.unique(col.astype(str)).tolist())
-                    for name, col in (("vc", trace.vc), ("user", trace.user), ("account", trace.account))
+                    for name, col in (("vc", trace.vc), ("user", trace.user), ("account", trace.account),
+                                      ("partition", trace.partition))
                     if col is not None},
         )
         self.partitions = [
