@@ -282,6 +282,9 @@ def compare(sacct_path: Path, tag: str, config: dict, placement: str,
 def run_config(cl: Cluster, name: str, config: dict, jobs: list[Job], outdir: Path,
                placements: tuple[str, ...], timeout: float, log: Path | None = None) -> dict:
     mark = log.stat().st_size if log is not None and log.exists() else 0
+    # the association tree as slurmdbd holds it: the simulator's fair share counts it all
+    (outdir / "assoc.txt").write_text(cl.run("sacctmgr", "-P", "show", "assoc",
+                                             "format=Cluster,Account,User,ParentName,Share"))
     cl.configure(config)
     # a reconfigure queues the main scheduler, whose next event-driven pass then waits
     # batch_sched_delay (3 s): let that pass happen before the first job arrives
@@ -312,11 +315,33 @@ def load_times(path: Path) -> tuple[str, dict, dict[str, dict[int, float]]]:
     return d["tag"], d["config"], {k: {int(j): t for j, t in v.items()} for k, v in d["times"].items()}
 
 
-def rank_agreement(results: dict, placement: str, metric: str = "avg_wait") -> dict:
-    names = list(results)
+def run_noise(results: dict, placement: str, metric: str = "avg_wait") -> float | None:
+    """Real run-to-run noise of `metric`: the largest difference between a config and its
+    repeats (NAME#2, ...), None without repeats."""
+    diffs = [abs(results[n][placement][f"{metric}_real"] - results[n.split("#")[0]][placement][f"{metric}_real"])
+             for n in results if "#" in n and n.split("#")[0] in results]
+    return max(diffs) if diffs else None
+
+
+def rank_agreement(results: dict, placement: str, metric: str = "avg_wait", noise: float = 0.0) -> dict:
+    """Do the real cluster and the simulator order the configs (repeats left out) the same by
+    `metric`? Over all of them, and over the pairs whose real outcomes differ by more than
+    `noise` (2 x the measured run-to-run noise: only those pairs are a decision tuning can make)."""
+    names = [n for n in results if "#" not in n]
     real = sorted(names, key=lambda n: results[n][placement][f"{metric}_real"])
     sim = sorted(names, key=lambda n: results[n][placement][f"{metric}_sim"])
-    return {"real": real, "sim": sim, "same": real == sim}
+    clear, agree = [], []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            ra, rb = (results[x][placement][f"{metric}_real"] for x in (a, b))
+            sa, sb = (results[x][placement][f"{metric}_sim"] for x in (a, b))
+            if abs(ra - rb) > noise:
+                clear.append((a, b))
+                if (ra - rb) * (sa - sb) > 0:
+                    agree.append((a, b))
+    return {"real": real, "sim": sim, "same": real == sim, "noise": noise,
+            "clear_pairs": len(clear), "clear_pairs_same_order": len(agree),
+            "clear_pairs_swapped": [p for p in clear if p not in agree]}
 
 
 def _print(name: str, res: dict) -> None:
@@ -358,6 +383,8 @@ def main() -> None:
     ap.add_argument("--out", default="/tmp/slurm_twin")
     ap.add_argument("--replay", action="store_true",
                     help="no Slurm: simulate the real runs saved in --out again and compare")
+    ap.add_argument("--noise", type=float, default=1.0,
+                    help="real run-to-run noise of the average wait (s) when no config is repeated")
     ap.add_argument("--json", help="write all figures here")
     args = ap.parse_args()
 
@@ -367,11 +394,18 @@ def main() -> None:
         results = replay(outdir, placements, args.configs.split(",") if args.configs != ",".join(CONFIGS) else None)
     else:
         results = run_all(args, outdir, placements)
+    ranking = {}
+    for p in placements:
+        if len(results) > 1:
+            noise = run_noise(results, p)
+            ranking[p] = rank_agreement(results, p, noise=2 * (noise if noise is not None else args.noise))
     summary = {"results": results, "jobs": args.jobs, "offset": args.offset,
-               "arrival_span": args.arrival_span,
-               "ranking": {p: rank_agreement(results, p) for p in placements} if len(results) > 1 else {}}
-    for p, r in summary["ranking"].items():
-        print(f"ranking by average wait ({p}): real {r['real']} sim {r['sim']} same={r['same']}")
+               "arrival_span": args.arrival_span, "ranking": ranking}
+    for p, r in ranking.items():
+        print(f"ranking by average wait ({p}): real {r['real']} sim {r['sim']} same={r['same']}; "
+              f"pairs apart by more than {r['noise']:.2f} s (2 x run-to-run noise): "
+              f"{r['clear_pairs_same_order']} of {r['clear_pairs']} in the same order"
+              + (f", swapped: {r['clear_pairs_swapped']}" if r["clear_pairs_swapped"] else ""))
     if args.json:
         Path(args.json).write_text(json.dumps(summary, indent=2))
 
@@ -387,9 +421,6 @@ def run_all(args: argparse.Namespace, outdir: Path, placements: tuple[str, ...])
     results = {}
     try:
         cl.equal_shares()
-        # the association tree as slurmdbd holds it: the simulator's fair share counts it all
-        (outdir / "assoc.txt").write_text(cl.run("sacctmgr", "-P", "show", "assoc",
-                                                 "format=Cluster,Account,User,ParentName,Share"))
         for name in args.configs.split(","):
             tag = f"tw{int(time.time()) % 100000}{name[:3]}"
             jobs = pick_jobs(args.jobs, args.offset, args.arrival_span, args.dmin, args.dmax, tag)

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autosched.cluster import ClusterSpec
+from autosched.cluster import ClusterSpec, SlurmClocks
 from autosched.policies import get_policy
 from autosched.policies.fairshare import ShareTree
 from autosched.sim import Simulator
@@ -263,3 +263,44 @@ def test_simulate_says_which_backfill_ran_and_what_hit_its_limit(tmp_path):
     m = json.loads(runner.invoke(app, ["simulate", str(no_limits), "-c", "1x4", "-p", "multifactor",
                                        "--json"]).stdout)
     assert m["backfill"].startswith("reserve_after stand-in") and "killed_at_limit" not in m
+
+
+# ------------------------------------------------------------------- slurmctld's clocks
+
+def clocked(jobs, limits, config, clocks, nodes=1, gpn=4):
+    trace = make_trace(jobs).replace(time_limit=np.asarray(limits, dtype=float))
+    spec = ClusterSpec.uniform_nodes(nodes, gpn, clocks=clocks)
+    return Simulator(trace, spec, get_policy("multifactor")({**FLAT, **config})).run()
+
+
+@pytest.mark.parametrize("delay, expected", [
+    # 3 s (Slurm's default): the pass for j1 (t=1) waits until 3 whole seconds after the pass at
+    # 0; the one for j2 (t=4) until 3 after that one: 6.
+    (3, [0, 3, 6]),
+    # 0: every event runs the main scheduler at the next tick of the 1-s loop (here, at once).
+    (0, [0, 1, 4]),
+])
+def test_batch_sched_delay_spaces_event_driven_passes(delay, expected):
+    sim = clocked([(0, 1, 100), (1, 1, 100), (4, 1, 100)], [200] * 3,
+                  {"backfill": False, "batch_sched_delay": delay}, SlurmClocks())
+    assert starts(sim) == expected
+
+
+def test_the_main_scheduler_runs_on_its_loops_ticks():
+    # Ticks at 0.4 + k: j0 (t=0) starts at 0.4; j1 (t=1) at the first tick at least 3 whole
+    # seconds after floor(0.4) = 0: 3.4.
+    sim = clocked([(0, 1, 100), (1, 1, 100)], [200] * 2, {"backfill": False}, SlurmClocks(tick=0.4))
+    assert starts(sim) == pytest.approx([0.4, 3.4])
+
+
+def test_backfill_cycles_keep_their_own_clock():
+    # The hand-worked case above with cycles at 3 + 7k: C (t=20) starts at the cycle at 24.
+    sim = clocked(JOBS, LIMITS, {"bf_interval": 7, "bf_resolution": 1}, SlurmClocks(backfill=3.0))
+    assert starts(sim) == [0, 100, 24, 150]
+
+
+def test_priorities_are_recalculated_on_the_decay_threads_clock():
+    # PriorityCalcPeriod 1 min from 30 (passes at 30, 90, 150, 210): the first arrival (t=100)
+    # finds the last pass at 90; the second (t=200) brings the recalculation at 150.
+    sim = clocked([(100, 1, 10), (200, 1, 10)], [60, 60], {}, SlurmClocks(decay=30.0))
+    assert sim.policies[0].t0 == 150.0

@@ -163,3 +163,26 @@ def test_sacct_partition_gives_the_partition_column(tmp_path):
                     "1|2026-01-01T00:00:00|2026-01-01T00:00:05|2026-01-01T00:01:00|gres/gpu=2|hi\n")
     trace, _ = load_trace(path, format="slurm")
     assert trace.partition.tolist() == ["hi"] and trace.vc.tolist() == ["hi"]
+
+
+def test_simulate_takes_partitions_and_the_association_tree(tmp_path):
+    # The first test's case through the CLI: b's tier 2 job starts first, a's at b's end.
+    from typer.testing import CliRunner
+
+    from autosched.cli import build_app
+
+    (tmp_path / "t.csv").write_text("job_id,submit_time,num_gpus,duration,time_limit,partition,user,account\n"
+                                    "a,0,4,100,200,a,u1,P\nb,0,8,100,200,b,u2,C\n")
+    (tmp_path / "p.csv").write_text("partition,nodes,priority_tier\na,0,1\nb,0-1,2\n")
+    (tmp_path / "a.txt").write_text("Account|User|ParentName|Share\nroot|||1\nroot|root||1\nP||root|1\n"
+                                    "P|u1||1\nC||root|1\nC|u2||1\n")
+    args = ["simulate", str(tmp_path / "t.csv"), "-c", "2x4", "-p", "multifactor",
+            "--slurm-partitions", str(tmp_path / "p.csv"), "--slurm-assoc", str(tmp_path / "a.txt"),
+            "--jobs-out", str(tmp_path / "jobs.csv"), "--json"]
+    r = CliRunner().invoke(build_app(), args)
+    assert r.exit_code == 0, r.output
+    lines = (tmp_path / "jobs.csv").read_text().splitlines()
+    assert [ln.split(",")[2] for ln in lines[1:]] == ["100.0", "0.0"]
+    (tmp_path / "p.csv").write_text("partition,nodes\na,0-5\n")
+    r = CliRunner().invoke(build_app(), args)
+    assert r.exit_code == 2 and "error: Slurm partition 'a': nodes must be numbers in [0, 1]" in r.output
