@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 from autosched.associations import read_associations  # noqa: E402
-from autosched.cluster import ClusterSpec, SlurmClocks  # noqa: E402
+from autosched.cluster import ClusterSpec, SlurmClocks, SlurmPartition  # noqa: E402
 from autosched.export.slurm import slurm_conf_lines  # noqa: E402
 from autosched.policies import get_policy  # noqa: E402
 from autosched.sim import Simulator  # noqa: E402
@@ -70,7 +70,22 @@ CONFIGS = {
     "gpu_first": {"PriorityWeightTRES.GRES/gpu": 5000},
     "small_first": {"PriorityWeightJobSize": 5000, "PriorityFavorSmall": True},
     "fairtree": {"PriorityWeightFairshare": 5000},
+    # A second partition, hi = n1-n2 with PriorityTier 2, beside the testbed's gpu (all nodes,
+    # tier 1); bob's jobs go to hi. Keys starting with "_" are the harness's, not knobs.
+    "tiers": {"_partitions": [["gpu", [0, 1, 2, 3], 1], ["hi", [0, 1], 2]], "_partition_of": {"bob": "hi"}},
 }
+
+
+def knobs(config: dict) -> dict:
+    """The policy's knobs of a harness config."""
+    return {k: v for k, v in config.items() if not k.startswith("_")}
+
+
+def partition_lines(config: dict) -> list[str]:
+    """slurm.conf lines for a config's partitions beyond the testbed's own (gpu)."""
+    return [f"PartitionName={name} Nodes={','.join(f'n{k + 1}' for k in nodes)} MaxTime=INFINITE "
+            f"State=UP PriorityTier={tier} TRESBillingWeights=\"CPU=1.0,GRES/gpu=4.0\""
+            for name, nodes, tier in config.get("_partitions", []) if name != "gpu"]
 
 
 @dataclass(frozen=True)
@@ -82,6 +97,7 @@ class Job:
     limit_min: int
     user: str
     account: str
+    partition: str = ""  # (empty: the default partition)
 
 
 def pick_jobs(n: int, offset: int, arrival_span: float, dmin: int, dmax: int, tag: str,
@@ -120,7 +136,7 @@ class Cluster:
 
     def configure(self, config: dict) -> None:
         """Write the config's slurm.conf lines to the include file and reconfigure; reset usage."""
-        lines = [ln for ln in slurm_conf_lines(config) if not ln.startswith("#")]
+        lines = [ln for ln in slurm_conf_lines(knobs(config)) if not ln.startswith("#")] + partition_lines(config)
         lines.append("DebugFlags=Backfill")  # the log then shows each backfill cycle (its clock)
         self.include.write_text("# written by benchmarks/slurm_twin.py\n" + "\n".join(lines) + "\n")
         self.run("scontrol", "reconfigure")
@@ -140,6 +156,7 @@ class Cluster:
             if delay > 0:
                 time.sleep(delay)
             self.run("sbatch", "--parsable", "--chdir=/tmp", "-o", "/dev/null", "-A", j.account,
+                     *(["-p", j.partition] if j.partition else []),
                      "-t", str(j.limit_min), f"--gres=gpu:{j.gpus}", f"--job-name={j.name}",
                      "--wrap", f"sleep {j.seconds}", user=j.user)
         return t0
@@ -251,14 +268,16 @@ def compare(sacct_path: Path, tag: str, config: dict, placement: str,
             trace = trace.replace(submit_time=submit, duration=real_end - real_start)
             order = np.argsort(submit, kind="stable")
             submit, real_start, real_end = submit[order], real_start[order], real_end[order]
-    spec = ClusterSpec.uniform_nodes(4, 8)
+    spec = ClusterSpec.uniform_nodes(4, 8, slurm_partitions=tuple(
+        SlurmPartition(name, tuple(nodes), tier) for name, nodes, tier in config.get("_partitions", [])))
     if model:
         clocks = slurm_clocks(lt, ids, day0) if precise and lt is not None else SlurmClocks()
         assoc_path = sacct_path.parent / "assoc.txt"
         spec = replace(spec, clocks=clocks,
                        associations=read_associations(assoc_path) if assoc_path.exists() else ())
     sim = Simulator(trace, spec,
-                    get_policy("multifactor")({**config, "placement": placement}), record_segments=True).run()
+                    get_policy("multifactor")({**knobs(config), "placement": placement}),
+                    record_segments=True).run()
     rec = sim.records()
     sim_start = rec.first_start
     diff = np.abs(sim_start - real_start)
@@ -425,6 +444,8 @@ def run_all(args: argparse.Namespace, outdir: Path, placements: tuple[str, ...])
             tag = f"tw{int(time.time()) % 100000}{name[:3]}"
             jobs = pick_jobs(args.jobs, args.offset, args.arrival_span, args.dmin, args.dmax, tag)
             config = {**BASE, **CONFIGS[name.split("#")[0]]}
+            to = config.get("_partition_of", {})
+            jobs = [replace(j, partition=to.get(j.user, "")) for j in jobs]
             t = time.monotonic()
             results[name] = run_config(cl, name, config, jobs, outdir, placements, args.timeout,
                                        root / "log" / "slurmctld.log")
