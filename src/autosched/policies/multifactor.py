@@ -48,25 +48,32 @@ class Multifactor(Policy):
     ``PriorityWeightTRES.GRES/gpu`` (job GPUs / partition GPUs), as in ``PriorityWeightTRES=
     GRES/gpu=N``.
 
-    *Fair share* is over the association tree root -> account -> user, with equal shares at each
-    level (Slurm's default ``fairshare=1``): the account is the trace's ``account``, else its
-    ``vc``; the user is its ``user`` (without users each account is one leaf). Usage is billing-
-    weighted run time (``TRESBillingWeights``: CPU and GPU weights times the job's CPUs and
-    GPUs), decayed with half-life ``PriorityDecayHalfLife``. ``PriorityFlags=FAIR_TREE`` (Slurm's
-    default since 19.05) ranks users depth-first by level fair share (shares / usage at each
-    level) and gives rank / users; ``NO_FAIR_TREE`` is the classic factor 2^(-effective usage /
-    normalised shares). Priorities of waiting jobs are recomputed every ``PriorityCalcPeriod``
-    (at its multiples) and stay fixed in between; a job arriving in between gets age 0 and the
-    fair share of the last recalculation.
+    *Fair share* is over the cluster's configured association tree (``ClusterSpec.associations``,
+    from ``sacctmgr``: every association counts, as in slurmctld), else over root -> account ->
+    user built from the trace with equal shares at each level (Slurm's default ``fairshare=1``;
+    only associations that have submitted count): the account is the trace's ``account``, else
+    its ``vc``; the user is its ``user`` (without users each account is one leaf). Usage is
+    billing-weighted run time (``TRESBillingWeights``: CPU and GPU weights times the job's CPUs
+    and GPUs), decayed with half-life ``PriorityDecayHalfLife``. ``PriorityFlags=FAIR_TREE``
+    (Slurm's default since 19.05) ranks users depth-first by level fair share (shares / usage at
+    each level) and gives rank / users; ``NO_FAIR_TREE`` is the classic factor 2^(-effective
+    usage / normalised shares) (see `fairshare`). Priorities of waiting jobs are recomputed every
+    ``PriorityCalcPeriod`` (on the decay thread's clock, ``SlurmClocks.decay``) and stay fixed in
+    between; a job arriving in between gets age 0 and the fair share of the last recalculation.
 
-    Scheduling: when the trace has time limits, Slurm's way: the main scheduler tries jobs in
-    priority order at every event (and after a recalculation, at the next ``sched_interval``
-    tick) and stops at the first that does not fit; with ``backfill`` the backfill scheduler runs
-    every ``bf_interval`` seconds and plans with time limits (see `slurm_backfill`). Without time
-    limits Slurm's backfill cannot be modelled, and a non-clairvoyant stand-in runs: later jobs
-    that fit start while the top job has waited less than ``reserve_after``. ``backfill_kind``
-    says which one ran. Usage and accounts are tracked per partition (each VC is scheduled on
-    its own).
+    Scheduling: when the trace has time limits, Slurm 22.05's way. The main scheduler runs from
+    slurmctld's background loop (a tick about once a second, ``SlurmClocks.tick``): after an
+    event (a submission, a job's end) at the first tick at least ``batch_sched_delay`` whole
+    seconds after its last pass, and after a recalculation at the next ``sched_interval``; it
+    tries jobs in order (``PriorityTier`` of the job's Slurm partition, then priority, then
+    submission) and stops at the first that does not fit (with several Slurm partitions, that
+    job's partition leaves the pass and the others go on). With ``backfill`` the backfill
+    scheduler runs every ``bf_interval`` seconds on its own clock and plans with time limits
+    (see `slurm_backfill`). With ``ClusterSpec.slurm_partitions`` a job runs only on its
+    partition's nodes. Without time limits Slurm's backfill cannot be modelled, and a
+    non-clairvoyant stand-in runs at every event: later jobs that fit start while the top job
+    has waited less than ``reserve_after``. ``backfill_kind`` says which one ran. Usage and
+    accounts are tracked per engine partition (each VC is scheduled on its own).
     """
 
     name = "multifactor"
@@ -339,7 +346,17 @@ class Multifactor(Policy):
 
     def schedule(self, now: float) -> None:
         if not self.by_size:
-            return  # nothing waits; usage is charged lazily (continuous decay allows it)
+            # Nothing waits; usage is charged lazily (continuous decay allows it). Slurm's main
+            # scheduler still runs for a queued event (its pass then starts nothing), and its
+            # time is the one batch_sched_delay counts from.
+            main = self._main_due() if self.jobs.time_limit is not None else None
+            if main is not None:
+                if now >= main - 1e-6:
+                    self._queued = False
+                    self._last_sched = now
+                else:
+                    self.part.wake_at(main)
+            return
         self._catch_up(now)  # (may rebuild self.by_size)
         part, neg = self.part, self.neg
 
