@@ -5,8 +5,8 @@
 The demo agent runs on the fake connector (autosched.live.fake) in a temporary directory; its
 history is made through the agent's own actions (approve, rollback by the guard, reject) with
 evidence and outcomes written as a round and its judge write them. The page is served by
-`autosched agent serve` in its own process (stopped by its pid) and shot with the same Chromium
-options as the browser tests (tests/testbed.py).
+`autosched agent serve` in its own process (stopped by its pid) and shot with the Chromium the
+browser tests use (tests/chromium_kit.py; it needs selenium, from the `test` extra).
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
+sys.path.insert(0, str(ROOT / "tests"))
 
 from autosched.service.serve import serve_in_process  # noqa: E402
+from chromium_kit import start_chromium  # noqa: E402
 
 
 def demo_state(tmp: Path) -> Path:
@@ -68,21 +70,10 @@ def demo_state(tmp: Path) -> Path:
 
 def main() -> None:
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else ROOT / "docs" / "img" / "status-page.png"
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
     with tempfile.TemporaryDirectory(prefix="autosched-shot-") as tmp:
         state = demo_state(Path(tmp))
         with serve_in_process(state, src=str(ROOT / "src")) as (url, _):
-            opts = webdriver.ChromeOptions()
-            opts.binary_location = "/usr/bin/chromium"
-            for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
-                         "--no-first-run", "--disable-background-networking",
-                         "--disable-component-update", "--disable-sync",
-                         "--disable-dev-shm-usage", f"--user-data-dir={Path(tmp) / 'profile'}",
-                         "--window-size=1200,900", "--hide-scrollbars"):
-                opts.add_argument(flag)
-            driver = webdriver.Chrome(service=Service("/usr/bin/chromedriver"), options=opts)
+            driver = start_chromium(Path(tmp) / "profile", "--window-size=1200,900", "--hide-scrollbars")
             try:
                 driver.get(url + "/")
                 height = driver.execute_script("return document.documentElement.scrollHeight")

@@ -11,7 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
@@ -100,6 +100,7 @@ def test_trace_loader_never_crashes(tmp_path, suffix, fmt, data, strict):
 
 @FUZZ
 @given(data=hostile_bytes())
+@example(data=b'"ob_id,submit_time\nj0,0,1,100,vc0\n')  # found: a quoted header cell spanning lines
 def test_cluster_file_loader_never_crashes(tmp_path, data):
     path = _write(tmp_path / "vcs.csv", data)
     _one_line_or_ok(lambda: parse_cluster(str(path)))

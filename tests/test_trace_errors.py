@@ -46,7 +46,7 @@ def test_unknown_header(tmp_path):
     (tmp_path / "t.csv").write_text("when,what\n1,2\n")
     message = _error(tmp_path / "t.csv")
     assert "cannot tell the trace format from its first line 'when,what'" in message
-    assert "pass --format, one of: canonical, philly, itp, helios, philly-json, slurm, parquet" in message
+    assert "give its format, one of: canonical, philly, itp, helios, philly-json, slurm, parquet" in message
 
 
 def test_detected_format_with_missing_columns(tmp_path):

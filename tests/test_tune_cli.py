@@ -60,11 +60,14 @@ def test_report_has_the_four_parts(trace, tmp_path):
     (["--constraint", "p99_queue<6h"], "expected METRIC<=VALUE"),
     (["--policy", "nosuch"], "unknown policy 'nosuch'"),
     (["--sampler", "cma"], "sampler 'cma'"),
+    (["--budget", "0"], "budget must be at least 1 trial (got 0)"),  # (the last --budget counts)
+    (["--policy", "fifo,fifo"], "policy listed twice: fifo, fifo"),
 ])
 def test_bad_options_are_one_line_errors(trace, args, msg):
     res = runner.invoke(app, ["tune", str(trace), "--cluster", "1x4", "--budget", "3", *args])
     assert res.exit_code == 2
     assert msg in res.output and "Traceback" not in res.output
+    assert len(res.output.strip().splitlines()) == 1, res.output  # (was: a second line "error: 2")
 
 
 def test_warm_start_file_with_an_unknown_knob_is_a_clear_error(trace, tmp_path):

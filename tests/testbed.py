@@ -21,14 +21,14 @@ from pathlib import Path
 
 import pytest
 
+from chromium_kit import CHROMEDRIVER, CHROMIUM, start_chromium
+
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "slurm-testbed.sh"
 REAL_MARKERS = ("slurm", "browser")
 DEFAULT_PORT_BASE = 24000
 PORT_SPAN = 20  # ports B..B+19 (see the script's header)
 SLURM_PROGRAMS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch", "sacctmgr")
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMEDRIVER = Path("/usr/bin/chromedriver")
 
 
 def in_ci() -> bool:
@@ -242,16 +242,7 @@ def _chromium_ready() -> None:
 @pytest.fixture
 def browser(_chromium_ready: None, tmp_path: Path) -> Iterator[object]:
     """A Selenium webdriver for Debian's headless Chromium with a fresh profile; quit after."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    opts = webdriver.ChromeOptions()
-    opts.binary_location = str(CHROMIUM)
-    for flag in ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                 "--disable-dev-shm-usage", f"--user-data-dir={tmp_path / 'chromium-profile'}"):
-        opts.add_argument(flag)
-    driver = webdriver.Chrome(service=Service(str(CHROMEDRIVER)), options=opts)
+    driver = start_chromium(tmp_path / "chromium-profile")
     driver.set_page_load_timeout(30)
     try:
         yield driver

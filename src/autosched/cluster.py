@@ -13,6 +13,7 @@ import numpy as np
 from .associations import Association
 from .atomic import check_input
 from .errors import InputError
+from .trace.parsing import found_columns
 from .trace.report import LoadReport, RowCheck
 from .trace.table import Trace
 
@@ -117,6 +118,9 @@ class ClusterSpec:
 
     @classmethod
     def uniform_nodes(cls, nodes: int, gpus_per_node: int, **kw) -> "ClusterSpec":
+        """`nodes` nodes of `gpus_per_node` GPUs in one pool (no VCs); `kw` sets the properties
+        (restart overhead, spread slowdown, ...). Raises ClusterError on a size of 0 or beyond
+        the bound."""
         if nodes < 1 or gpus_per_node < 1:
             raise ClusterError("a cluster needs at least one node with at least one GPU")
         _check_size(f"{nodes}x{gpus_per_node}", nodes, gpus_per_node)
@@ -124,18 +128,22 @@ class ClusterSpec:
 
     @property
     def nodes(self) -> int:
+        """Nodes in all partitions."""
         return sum(n for _, n in self.vc_nodes)
 
     @property
     def gpus(self) -> int:
+        """GPUs in all partitions."""
         return self.nodes * self.gpus_per_node
 
     def describe(self) -> str:
+        """One line for reports and results, e.g. ``32x8 (256 GPUs)``."""
         if self.uniform:
             return f"{self.nodes}x{self.gpus_per_node} ({self.gpus} GPUs)"
         return f"{len(self.vc_nodes)} VCs, {self.nodes} nodes x {self.gpus_per_node} ({self.gpus} GPUs)"
 
     def overhead(self, gpus: int) -> float:
+        """Seconds a preempted job of `gpus` GPUs pays when it resumes."""
         return self.restart_overhead[0] if gpus <= self.overhead_cutoff else self.restart_overhead[1]
 
     def partition_of(self, trace: Trace) -> np.ndarray:
@@ -151,6 +159,7 @@ class ClusterSpec:
         return np.fromiter((index.get(v, -1) for v in trace.vc), dtype=np.int64, count=len(trace))
 
     def partition_gpus(self) -> list[int]:
+        """GPUs of each partition (one per VC, or the one pool), in partition order."""
         return [n * self.gpus_per_node for _, n in self.vc_nodes]
 
 
@@ -193,7 +202,7 @@ def _read_vc_file(path: Path, **kw) -> ClusterSpec:
     header = [c.strip().lower() for c in rows[0]]
     nodes_col = next((c for c in ("nodes", "node num", "node_num") if c in header), None)
     if "vc" not in header or nodes_col is None:
-        raise ClusterError(f"{path}: line 1: need columns 'vc' and 'nodes' (or 'node num'); found {', '.join(header)}")
+        raise ClusterError(f"{path}: line 1: need columns 'vc' and 'nodes' (or 'node num'); found {found_columns(header)}")
     iv, inn = header.index("vc"), header.index(nodes_col)
     ig = header.index("gpus_per_node") if "gpus_per_node" in header else None
     vcs: list[tuple[str, int]] = []

@@ -181,12 +181,17 @@ class ConfigSpace:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """Knob names in declaration order."""
         return tuple(k.name for k in self.knobs)
 
     def default(self) -> Config:
+        """Every knob at its default: the config a policy runs with when none is given, and
+        the tuner's first trial."""
         return self.validate({})
 
     def is_active(self, knob: Knob, config: Mapping[str, Any]) -> bool:
+        """Whether `knob` matters under `config` (a conditional knob matters only while its
+        parent has one of the allowed values; a missing parent counts at its default)."""
         if knob.condition is None:
             return True
         parent, allowed = knob.condition
@@ -218,6 +223,7 @@ class ConfigSpace:
         return self.validate(config)
 
     def sample(self, rng: random.Random) -> Config:
+        """A random valid config, each knob drawn on its own scale (for tests and random search)."""
         return self.validate({k.name: k.sample(rng) for k in self.knobs})
 
     def active(self, config: Mapping[str, Any]) -> Config:

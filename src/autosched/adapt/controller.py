@@ -188,6 +188,10 @@ class Controller:
     # ------------------------------------------------------------------------------ a round
 
     def decide(self, obs: Observation, trigger: str = "period", drift: DriftReport | None = None) -> Decision:
+        """One round at ``obs.now`` (see the class docstring): tune on workloads for the coming
+        period and let the guardrail say whether the winner replaces the running config.
+        `trigger` (``period`` or ``drift``) and the `drift` report that caused it are recorded
+        in the returned `Decision`, which is also appended to ``decisions``."""
         t0 = time.perf_counter()
         round_seed = self.seed * 100_003 + len(self.decisions) * 1_009
         self._last_round = obs.now

@@ -46,7 +46,7 @@ STRATEGIES = ("default", "autosched", "last_period", "oracle_static", "oracle_pe
 ORACLES = frozenset({"oracle_static", "oracle_period"})
 DESCRIPTIONS = {
     "default": "the policy's default config, fixed",
-    "autosched": "workload model + tuner + guardrail, each period (and on drift, with --drift)",
+    "autosched": "workload model + tuner + guardrail, each period (and on drift, when drift checks are on)",
     "last_period": "tuned on the last period replayed (no workload model)",
     "oracle_static": "ORACLE: best fixed config in hindsight, tuned on the whole real trace",
     "oracle_period": "ORACLE: tuned each period on the real jobs of that period",

@@ -137,7 +137,8 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
         fail(f"--period of {p / 86400:,.6g} days is beyond the {MAX_HORIZON / 86400:g}-day limit of one workload sample")
     if start < 0 or length <= 0:
         fail("--skip must be >= 0 and --span > 0")
-    for name, value in (("--budget", budget), ("--samples", samples), ("--workers", workers),
+    # (--workers: ExecutionConfig checks it below)
+    for name, value in (("--budget", budget), ("--samples", samples),
                         ("--oracle-budget", 1 if oracle_budget is None else oracle_budget)):
         if value < 1:
             fail(f"{name} must be at least 1 (got {value})")

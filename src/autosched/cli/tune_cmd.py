@@ -61,14 +61,11 @@ def tune_cmd(
     if oracles and not as_json:
         note(f"note: {', '.join(oracles)} read true job durations (oracle baselines, not deployable)")
     tr, cl, loaded = load_inputs(trace, cluster, fmt, quiet=as_json)
-    try:
-        with input_errors():
-            search = SearchConfig(budget=budget, seed=seed, sampler=sampler, screening=screening)
-            execution = ExecutionConfig(workers=workers, executor=executor, address=address,
-                                        trial_timeout=trial_timeout, study=study)
-            tuner = Tuner(names if len(names) > 1 else names[0], cl, obj, search, execution)
-    except (TuneError, ValueError, RuntimeError) as e:
-        fail(str(e))
+    with input_errors():  # (fail() raises typer.Exit, a RuntimeError: nothing around may catch those)
+        search = SearchConfig(budget=budget, seed=seed, sampler=sampler, screening=screening)
+        execution = ExecutionConfig(workers=workers, executor=executor, address=address,
+                                    trial_timeout=trial_timeout, study=study)
+        tuner = Tuner(names if len(names) > 1 else names[0], cl, obj, search, execution)
     try:
         with progress_bar(f"tuning {', '.join(names)} ({len(tr):,} jobs)", budget) as update:
             result = tuner.tune([tr], warm_start=warm, progress=update)

@@ -122,7 +122,7 @@ def sample_cmd(
     t0 = _seconds(start, "--start")
     if t0 < 0:
         fail(f"--start must be >= 0 (got {start!r}): submit times count from the trace's origin")
-    h = _seconds(horizon, "--horizon", positive=True)
+    h = _seconds(horizon, "--horizon")  # (> 0 and the bound on a sample: the model checks them)
     with _errors():
         m = load_model(model)
         tr = m.sample(t0, h, seed)
@@ -172,8 +172,9 @@ def evaluate_cmd(
         pol = get_policy(policy)
         for s in specs:
             parse_model_spec(s)
-    setup = EvalSetup(history=_seconds(history, "--history", True), horizon=_seconds(horizon, "--horizon", True),
-                      step=_seconds(step, "--step", True), samples=samples, panel=panel, seed=seed,
+    # (lengths > 0, samples and panel >= 1: EvalSetup.check checks them)
+    setup = EvalSetup(history=_seconds(history, "--history"), horizon=_seconds(horizon, "--horizon"),
+                      step=_seconds(step, "--step"), samples=samples, panel=panel, seed=seed,
                       objective=objective, first=_seconds(first, "--first") if first else None,
                       last=_seconds(last, "--last") if last else None)
     with _errors():

@@ -249,6 +249,11 @@ class Simulator:
     # ------------------------------------------------------------------------------ the loop
 
     def run(self, until: float = math.inf) -> "Simulator":
+        """Replay events up to and including time `until` (default: to the end) and return self.
+
+        Stopped early, the clock stands at `until`, so a `reconfigure` acts then, and a later
+        ``run()`` goes on. Run to the end, it raises SimulationError if some job never finished
+        (a policy left jobs waiting with nothing left to wake it)."""
         heap, submit, n = self._heap, self._submit, self.n
         policies, part_of, state, version = self.policies, self._part, self.state, self._version
         partitions, progress, inf = self.partitions, self._progress, math.inf
@@ -334,6 +339,7 @@ class Simulator:
     # ---------------------------------------------------------------------------- results
 
     def records(self) -> JobRecords:
+        """What happened to every job so far (after ``run()``: the whole replay)."""
         return JobRecords(
             submit=np.asarray(self._submit),
             first_start=np.asarray(self._first_start),

@@ -208,5 +208,5 @@ def detect_format(path: Path, head: str) -> Format:
     first = head.splitlines()[0][:200] if head else "(empty file)"
     raise TraceError(
         f"{path}: cannot tell the trace format from its first line {first!r}; "
-        f"pass --format, one of: {', '.join(format_names())}"
+        f"give its format, one of: {', '.join(format_names())}"
     )

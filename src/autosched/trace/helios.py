@@ -20,6 +20,7 @@ from .parsing import (
     checked_rows,
     column_index,
     csv_header,
+    found_columns,
     from_first_day,
     new_columns,
     read_csv_rows,
@@ -41,7 +42,7 @@ def parse(path: Path, check: RowCheck) -> Columns:
     idx = column_index(path, header, ("job_id", "gpu_num", "submit_time"))
     if "duration" not in header and not {"start_time", "end_time"} <= set(header):
         raise TraceError(f"{path}: line 1 (header): need column 'duration' or both 'start_time' and "
-                         f"'end_time'; found {', '.join(header)}")
+                         f"'end_time'; found {found_columns(header)}")
     extra = {canon: header.index(col) for col, canon in _OPTIONAL.items() if col in header}
     icpu = header.index("cpu_num") if "cpu_num" in header else None
     stamps: list[int] = []

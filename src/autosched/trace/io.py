@@ -14,7 +14,7 @@ import numpy as np
 from ..atomic import atomic_path, check_input, is_stdout
 from ..errors import InputError
 from .formats import detect_format, find_format, format_names
-from .parsing import head_bytes
+from .parsing import found_columns, head_bytes
 from .report import MAX_CPUS, MAX_DURATION, MAX_GPUS, MAX_SUBMIT_TIME, LoadReport, RowCheck
 from .table import _TEXT, COLUMNS, REQUIRED, Trace, TraceError
 
@@ -74,7 +74,7 @@ def _head_as_text(path: Path, head: bytes) -> str:
     # NUL bytes, or more than 1% undecodable bytes (one may be a character cut at the end of the head)
     undecodable = text.count("\ufffd") - head.count("\ufffd".encode())  # a literal U+FFFD is text
     if b"\x00" in head or undecodable > len(text) // 100:
-        raise TraceError(f"{path}: a binary file, not a text trace (for Parquet, name it .parquet or pass --format parquet)")
+        raise TraceError(f"{path}: a binary file, not a text trace (for Parquet, name it .parquet or give its format: parquet)")
     return text
 
 
@@ -134,7 +134,7 @@ def _read_parquet(path: Path, strict: bool) -> tuple[Trace, LoadReport]:
     names = [n.lower() for n in table.column_names]
     missing = [c for c in REQUIRED if c not in names]
     if missing:
-        raise TraceError(f"{path}: missing required column(s) {', '.join(missing)}; found {', '.join(names)}")
+        raise TraceError(f"{path}: missing required column(s) {', '.join(missing)}; found {found_columns(names)}")
     report = LoadReport(source=str(path), format="parquet", rows=table.num_rows)
     try:
         raw = {c: table.column(names.index(c)).to_numpy(zero_copy_only=False) for c in COLUMNS if c in names}

@@ -50,11 +50,19 @@ def read_csv_rows(path: Path, delimiter: str = ",", quoting: int = csv.QUOTE_MIN
     return header, rows
 
 
+def found_columns(header: Sequence[str]) -> str:
+    """A file's header cells for an error message, which must stay one line: a cell with a line
+    break or another unprintable character (a quoted cell may span lines) is shown as its repr,
+    and the whole is cut at 200 characters."""
+    text = ", ".join(c if c.isprintable() else repr(c) for c in header)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
 def column_index(path: Path, header: list[str], names: Sequence[str]) -> dict[str, int]:
     missing = [n for n in names if n not in header]
     if missing:
         raise TraceError(
-            f"{path}: line 1 (header): missing column(s) {', '.join(missing)}; found {', '.join(header)}"
+            f"{path}: line 1 (header): missing column(s) {', '.join(missing)}; found {found_columns(header)}"
         )
     return {n: header.index(n) for n in names}
 

@@ -91,21 +91,26 @@ class Trace:
         return self.take(np.arange(lo, hi))
 
     def shifted(self, dt: float) -> "Trace":
+        """The same jobs submitted `dt` seconds later (e.g. -trace.start: a slice from time 0)."""
         cols = self.columns()
         cols["submit_time"] = self.submit_time + dt
         return Trace(**cols, source=self.source)
 
     def replace(self, **columns: np.ndarray | None) -> "Trace":
+        """A copy with some columns replaced (None drops an optional one); rows are re-sorted by
+        submit time if the new times need it."""
         cols: dict = self.columns()
         cols.update(columns)
         return Trace.from_columns(cols, source=self.source)
 
     @property
     def start(self) -> float:
+        """The first submit time (0 for an empty trace)."""
         return float(self.submit_time[0]) if len(self) else 0.0
 
     @property
     def end(self) -> float:
+        """The last submit time (0 for an empty trace); jobs may run past it."""
         return float(self.submit_time[-1]) if len(self) else 0.0
 
     def equals(self, other: "Trace") -> bool:
@@ -116,6 +121,8 @@ class Trace:
             ((mine[c], theirs[c]) for c in mine))
 
     def gpu_seconds(self) -> float:
+        """The work the trace asks for: GPUs x duration summed over its jobs (its offered load
+        is this over the cluster's GPUs and the trace's span)."""
         return float(np.dot(self.num_gpus.astype(np.float64), self.duration))
 
 

@@ -21,6 +21,7 @@ from types import FrameType
 from typing import Any, Literal, NoReturn, Protocol
 
 from ..space import Config
+from .config import TuneError
 from .evaluate import Evaluation, Evaluator
 
 MAX_ATTEMPTS = 2  # a dead worker's trial is retried once
@@ -283,7 +284,7 @@ class RayExecutor(_Pool):
         try:
             import ray
         except ImportError:
-            raise RuntimeError("the Ray executor needs Ray: pip install 'autosched[ray]'") from None
+            raise TuneError("the Ray executor needs Ray, which is not installed: pip install 'autosched[ray]'") from None
         self.ray = ray
         self.workers = workers
         self.trial_timeout = trial_timeout

@@ -17,6 +17,7 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 
 from ..policies import Policy, get_policy
 from ..space import Bool, Categorical, Config, ConfigSpace, Float, Int, Knob
+from .config import TuneError
 
 POLICY_PARAM = "policy"
 
@@ -86,11 +87,11 @@ class SearchSpace:
     def of(cls, policy: "str | type[Policy] | Sequence[str | type[Policy]]") -> "SearchSpace":
         items = [policy] if isinstance(policy, (str, type)) else list(policy)
         if not items:
-            raise ValueError("no policy to tune")
+            raise TuneError("no policy to tune")
         classes = tuple(get_policy(p) if isinstance(p, str) else p for p in items)
         names = [c.name for c in classes]
         if len(set(names)) != len(names):
-            raise ValueError(f"policy listed twice: {', '.join(names)}")
+            raise TuneError(f"policy listed twice: {', '.join(names)}")
         return cls(classes)
 
     @property

@@ -153,6 +153,7 @@ class Tuner:
     # ---------------------------------------------------------------------------- evaluation
 
     def evaluator(self, workloads: Sequence[Trace]) -> Evaluator:
+        """What scores one config on `workloads` (what an executor ships to its workers)."""
         if not workloads:
             raise TuneError("no workloads to evaluate on")
         return Evaluator(self.cluster, tuple(workloads), self.objective,
@@ -452,7 +453,7 @@ def _require_torch() -> None:
         import torch  # noqa: F401
     except ImportError:
         raise TuneError("the GP sampler needs PyTorch, which is not installed: "
-                        "pip install 'autosched[gp]' (or use --sampler tpe)") from None
+                        "pip install 'autosched[gp]' (or use the tpe sampler)") from None
 
 
 def _finished(study: optuna.Study) -> list[optuna.trial.FrozenTrial]:

@@ -96,6 +96,7 @@ class WorkloadModel:
             np.savez_compressed(f, __header__=np.array(json.dumps(header)), **arrays)
 
     def describe(self) -> str:
+        """The model and its parameters in one line, e.g. ``stat(half_life=7)``."""
         knobs = ", ".join(f"{k}={v:g}" if isinstance(v, float) else f"{k}={v}" for k, v in self.params.items())
         return f"{self.name}({knobs})"
 

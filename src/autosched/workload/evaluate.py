@@ -52,14 +52,14 @@ class EvalSetup:
     def check(self) -> None:
         for name in ("history", "horizon", "step"):
             if not getattr(self, name) > 0:
-                raise WorkloadError(f"--{name} must be > 0 seconds (got {getattr(self, name):g})")
+                raise WorkloadError(f"{name} must be > 0 seconds (got {getattr(self, name):g})")
         if self.horizon > MAX_HORIZON:
-            raise WorkloadError(f"--horizon of {self.horizon / 86400:,.6g} days is beyond the "
+            raise WorkloadError(f"horizon of {self.horizon / 86400:,.6g} days is beyond the "
                                 f"{MAX_HORIZON / 86400:g}-day limit of one sample")
         if self.samples < 1:
-            raise WorkloadError(f"--samples must be >= 1 (got {self.samples})")
+            raise WorkloadError(f"samples must be >= 1 (got {self.samples})")
         if self.panel < 1:
-            raise WorkloadError(f"--panel must be >= 1 (got {self.panel})")
+            raise WorkloadError(f"panel must be >= 1 (got {self.panel})")
 
 
 @dataclass(frozen=True)
