@@ -35,7 +35,7 @@ import subprocess
 import sys
 import time
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -43,7 +43,8 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
-from autosched.cluster import ClusterSpec  # noqa: E402
+from autosched.associations import read_associations  # noqa: E402
+from autosched.cluster import ClusterSpec, SlurmClocks, SlurmPartition  # noqa: E402
 from autosched.export.slurm import slurm_conf_lines  # noqa: E402
 from autosched.policies import get_policy  # noqa: E402
 from autosched.sim import Simulator  # noqa: E402
@@ -69,7 +70,22 @@ CONFIGS = {
     "gpu_first": {"PriorityWeightTRES.GRES/gpu": 5000},
     "small_first": {"PriorityWeightJobSize": 5000, "PriorityFavorSmall": True},
     "fairtree": {"PriorityWeightFairshare": 5000},
+    # A second partition, hi = n1-n2 with PriorityTier 2, beside the testbed's gpu (all nodes,
+    # tier 1); bob's jobs go to hi. Keys starting with "_" are the harness's, not knobs.
+    "tiers": {"_partitions": [["gpu", [0, 1, 2, 3], 1], ["hi", [0, 1], 2]], "_partition_of": {"bob": "hi"}},
 }
+
+
+def knobs(config: dict) -> dict:
+    """The policy's knobs of a harness config."""
+    return {k: v for k, v in config.items() if not k.startswith("_")}
+
+
+def partition_lines(config: dict) -> list[str]:
+    """slurm.conf lines for a config's partitions beyond the testbed's own (gpu)."""
+    return [f"PartitionName={name} Nodes={','.join(f'n{k + 1}' for k in nodes)} MaxTime=INFINITE "
+            f"State=UP PriorityTier={tier} TRESBillingWeights=\"CPU=1.0,GRES/gpu=4.0\""
+            for name, nodes, tier in config.get("_partitions", []) if name != "gpu"]
 
 
 @dataclass(frozen=True)
@@ -81,6 +97,7 @@ class Job:
     limit_min: int
     user: str
     account: str
+    partition: str = ""  # (empty: the default partition)
 
 
 def pick_jobs(n: int, offset: int, arrival_span: float, dmin: int, dmax: int, tag: str,
@@ -119,7 +136,8 @@ class Cluster:
 
     def configure(self, config: dict) -> None:
         """Write the config's slurm.conf lines to the include file and reconfigure; reset usage."""
-        lines = [ln for ln in slurm_conf_lines(config) if not ln.startswith("#")]
+        lines = [ln for ln in slurm_conf_lines(knobs(config)) if not ln.startswith("#")] + partition_lines(config)
+        lines.append("DebugFlags=Backfill")  # the log then shows each backfill cycle (its clock)
         self.include.write_text("# written by benchmarks/slurm_twin.py\n" + "\n".join(lines) + "\n")
         self.run("scontrol", "reconfigure")
         for a in ACCOUNTS:
@@ -138,6 +156,7 @@ class Cluster:
             if delay > 0:
                 time.sleep(delay)
             self.run("sbatch", "--parsable", "--chdir=/tmp", "-o", "/dev/null", "-A", j.account,
+                     *(["-p", j.partition] if j.partition else []),
                      "-t", str(j.limit_min), f"--gres=gpu:{j.gpus}", f"--job-name={j.name}",
                      "--wrap", f"sleep {j.seconds}", user=j.user)
         return t0
@@ -163,13 +182,16 @@ _LOG = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)\] (?:"
                   r"_slurm_rpc_submit_batch_job: JobId=(?P<submit>\d+) |"
                   r"sched: Allocate JobId=(?P<alloc>\d+) |"
                   r"sched/backfill: _start_job: Started JobId=(?P<bf>\d+) |"
-                  r"_job_complete: JobId=(?P<end>\d+) done)")
+                  r"_job_complete: JobId=(?P<end>\d+) done|"
+                  r"(?P<cycle>sched/backfill: _attempt_backfill: beginning)|"
+                  r"(?P<ctld>slurmctld version .* started))")
 
 
 def log_times(log: Path) -> dict[str, dict[int, float]]:
     """Submit, start and end of every job in slurmctld's log, to the millisecond (sacct keeps
     whole seconds, which turns events a few hundred ms apart into ties)."""
-    out: dict[str, dict[int, float]] = {"submit": {}, "start": {}, "end": {}, "by_backfill": {}}
+    out: dict[str, dict[int, float]] = {"submit": {}, "start": {}, "end": {}, "by_backfill": {},
+                                        "alloc_pass": {}, "bf_cycle": {}, "ctld_start": {}}
     with open(log, errors="replace") as f:
         for line in f:
             m = _LOG.match(line)
@@ -177,21 +199,49 @@ def log_times(log: Path) -> dict[str, dict[int, float]]:
                 continue
             stamp, frac = (m.group(1).split(".") + ["0"])[:2]
             t = wallclock_seconds(stamp) + float("0." + frac)
-            if m.group("submit"):
+            if m.group("cycle"):  # (numbered in order: one dict shape for the JSON)
+                out["bf_cycle"][len(out["bf_cycle"])] = t
+            elif m.group("ctld"):
+                out["ctld_start"][len(out["ctld_start"])] = t
+            elif m.group("submit"):
                 out["submit"][int(m.group("submit"))] = t
             elif m.group("alloc") or m.group("bf"):
                 j = int(m.group("alloc") or m.group("bf"))
                 out["start"].setdefault(j, t)
                 out["by_backfill"][j] = bool(m.group("bf"))
+                if m.group("alloc"):
+                    out["alloc_pass"][j] = t
             else:
                 out["end"][int(m.group("end"))] = t
     return out
 
 
-def compare(sacct_path: Path, tag: str, config: dict, placement: str, log: Path | None = None) -> dict:
+def slurm_clocks(lt: dict[str, dict[int, float]], ids: list[int], day0: float) -> SlurmClocks:
+    """slurmctld's thread phases during one run, from its log (times since `day0`): the main
+    scheduler's tick from its first allocation of the run (the loop sleeps a second after its
+    work, so the phase drifts a few ms a second: see docs/fidelity.md), the backfill cycle from
+    its first cycle after the first submission, and the priority recalculation from slurmctld's
+    start (its decay thread runs then and every PriorityCalcPeriod after)."""
+    first = min(lt["submit"][j] for j in ids)
+    passes = sorted({round(lt["alloc_pass"][j], 2) for j in ids if j in lt["alloc_pass"]})
+    cycles = sorted(t for t in lt["bf_cycle"].values() if t >= first)
+    starts = [t for t in lt["ctld_start"].values() if t <= first]
+    tick, period = (passes[0] if passes else day0), 1.0
+    if len(passes) > 2:
+        # the loop's period: number the passes' ticks (gaps of a few s, so rounding is safe
+        # despite the drift) and fit a line through them
+        k = np.cumsum([0] + [round(b - a) for a, b in zip(passes, passes[1:])])
+        period, tick = np.polyfit(k, passes, 1)
+    return SlurmClocks(tick=float(tick) - day0, backfill=(cycles[0] if cycles else day0) - day0,
+                       decay=(max(starts) if starts else day0) - day0, tick_period=float(period))
+
+
+def compare(sacct_path: Path, tag: str, config: dict, placement: str,
+            log: Path | dict | None = None, model: bool = True) -> dict:
     """Simulate the jobs of one real run and compare start times. The jobs (submit, run time,
     limit, user, account) are read from sacct with autosched's own loader; with `log`
-    (slurmctld.log), submit, start and end come from it to the millisecond."""
+    (slurmctld.log, or `log_times` of it as saved by `save_times`), submit, start and end come
+    from it to the millisecond."""
     from scipy.stats import kendalltau
 
     with open(sacct_path, newline="") as f:
@@ -208,8 +258,8 @@ def compare(sacct_path: Path, tag: str, config: dict, placement: str, log: Path 
     real_end = np.array([wallclock_seconds(by_name[nm]["End"]) - day0 for nm in trace.name], dtype=float)
     submit = trace.submit_time
     precise = False
-    if log is not None and log.exists():
-        lt = log_times(log)
+    lt = log if isinstance(log, dict) else log_times(log) if log is not None and log.exists() else None
+    if lt is not None:
         if all(j in lt["submit"] and j in lt["start"] and j in lt["end"] for j in ids):
             precise = True
             submit = np.array([lt["submit"][j] - day0 for j in ids])
@@ -218,8 +268,16 @@ def compare(sacct_path: Path, tag: str, config: dict, placement: str, log: Path 
             trace = trace.replace(submit_time=submit, duration=real_end - real_start)
             order = np.argsort(submit, kind="stable")
             submit, real_start, real_end = submit[order], real_start[order], real_end[order]
-    sim = Simulator(trace, ClusterSpec.uniform_nodes(4, 8),
-                    get_policy("multifactor")({**config, "placement": placement})).run()
+    spec = ClusterSpec.uniform_nodes(4, 8, slurm_partitions=tuple(
+        SlurmPartition(name, tuple(nodes), tier) for name, nodes, tier in config.get("_partitions", [])))
+    if model:
+        clocks = slurm_clocks(lt, ids, day0) if precise and lt is not None else SlurmClocks()
+        assoc_path = sacct_path.parent / "assoc.txt"
+        spec = replace(spec, clocks=clocks,
+                       associations=read_associations(assoc_path) if assoc_path.exists() else ())
+    sim = Simulator(trace, spec,
+                    get_policy("multifactor")({**knobs(config), "placement": placement}),
+                    record_segments=True).run()
     rec = sim.records()
     sim_start = rec.first_start
     diff = np.abs(sim_start - real_start)
@@ -242,21 +300,89 @@ def compare(sacct_path: Path, tag: str, config: dict, placement: str, log: Path 
 
 def run_config(cl: Cluster, name: str, config: dict, jobs: list[Job], outdir: Path,
                placements: tuple[str, ...], timeout: float, log: Path | None = None) -> dict:
+    mark = log.stat().st_size if log is not None and log.exists() else 0
+    # the association tree as slurmdbd holds it: the simulator's fair share counts it all
+    (outdir / "assoc.txt").write_text(cl.run("sacctmgr", "-P", "show", "assoc",
+                                             "format=Cluster,Account,User,ParentName,Share"))
     cl.configure(config)
-    time.sleep(2.0)
+    # a reconfigure queues the main scheduler, whose next event-driven pass then waits
+    # batch_sched_delay (3 s): let that pass happen before the first job arrives
+    time.sleep(5.0)
     t0 = cl.submit(jobs)
     cl.wait_done({j.name for j in jobs}, timeout)
     time.sleep(1.0)  # sacct sees the last ends
     path = outdir / f"sacct-{name}.txt"
     cl.sacct(t0, path)
-    return {p: compare(path, jobs[0].name.rsplit("-", 1)[0], config, p, log) for p in placements}
+    tag = jobs[0].name.rsplit("-", 1)[0]
+    times = log_times(log) if log is not None and log.exists() else None
+    if times is not None:
+        save_times(outdir / f"times-{name}.json", times, tag, config)
+        with open(log, "rb") as f:  # this run's part of the log (cycle times, for the record)
+            f.seek(mark)
+            (outdir / f"slurmctld-{name}.log").write_bytes(f.read())
+    return {p: compare(path, tag, config, p, times) for p in placements}
 
 
-def rank_agreement(results: dict, placement: str, metric: str = "avg_wait") -> dict:
-    names = list(results)
+def save_times(path: Path, times: dict[str, dict[int, float]], tag: str, config: dict) -> None:
+    """Keep what a replay needs (--replay): the log's times, the job-name tag and the config."""
+    path.write_text(json.dumps({"tag": tag, "config": config,
+                                "times": {k: {str(j): t for j, t in v.items()} for k, v in times.items()}}))
+
+
+def load_times(path: Path) -> tuple[str, dict, dict[str, dict[int, float]]]:
+    d = json.loads(path.read_text())
+    return d["tag"], d["config"], {k: {int(j): t for j, t in v.items()} for k, v in d["times"].items()}
+
+
+def run_noise(results: dict, placement: str, metric: str = "avg_wait") -> float | None:
+    """Real run-to-run noise of `metric`: the largest difference between a config and its
+    repeats (NAME#2, ...), None without repeats."""
+    diffs = [abs(results[n][placement][f"{metric}_real"] - results[n.split("#")[0]][placement][f"{metric}_real"])
+             for n in results if "#" in n and n.split("#")[0] in results]
+    return max(diffs) if diffs else None
+
+
+def rank_agreement(results: dict, placement: str, metric: str = "avg_wait", noise: float = 0.0) -> dict:
+    """Do the real cluster and the simulator order the configs (repeats left out) the same by
+    `metric`? Over all of them, and over the pairs whose real outcomes differ by more than
+    `noise` (2 x the measured run-to-run noise: only those pairs are a decision tuning can make)."""
+    names = [n for n in results if "#" not in n]
     real = sorted(names, key=lambda n: results[n][placement][f"{metric}_real"])
     sim = sorted(names, key=lambda n: results[n][placement][f"{metric}_sim"])
-    return {"real": real, "sim": sim, "same": real == sim}
+    clear, agree = [], []
+    for i, a in enumerate(names):
+        for b in names[i + 1:]:
+            ra, rb = (results[x][placement][f"{metric}_real"] for x in (a, b))
+            sa, sb = (results[x][placement][f"{metric}_sim"] for x in (a, b))
+            if abs(ra - rb) > noise:
+                clear.append((a, b))
+                if (ra - rb) * (sa - sb) > 0:
+                    agree.append((a, b))
+    return {"real": real, "sim": sim, "same": real == sim, "noise": noise,
+            "clear_pairs": len(clear), "clear_pairs_same_order": len(agree),
+            "clear_pairs_swapped": [p for p in clear if p not in agree]}
+
+
+def _print(name: str, res: dict) -> None:
+    for p, r in res.items():
+        print(f"{name:14s} {p:12s} tau {r['tau']:.3f}  |dstart| median {r['median_abs_start_diff']:.1f} s "
+              f"p90 {r['p90_abs_start_diff']:.1f} s  within 2xbf {r['within_2_bf_interval']:.0%}  "
+              f"wait real {r['avg_wait_real']:.2f} sim {r['avg_wait_sim']:.2f}  "
+              f"JCT real {r['avg_jct_real']:.2f} sim {r['avg_jct_sim']:.2f}", flush=True)
+
+
+def replay(outdir: Path, placements: tuple[str, ...], names: list[str] | None = None) -> dict:
+    """Simulate again the real runs saved in `outdir` (sacct-NAME.txt + times-NAME.json), with
+    the committed simulator: a change of the model is measured without running Slurm again."""
+    results = {}
+    for path in sorted(outdir.glob("times-*.json")):
+        name = path.stem[len("times-"):]
+        if names is not None and name not in names:
+            continue
+        tag, config, times = load_times(path)
+        results[name] = {p: compare(outdir / f"sacct-{name}.txt", tag, config, p, times) for p in placements}
+        _print(name, results[name])
+    return results
 
 
 def main() -> None:
@@ -266,41 +392,65 @@ def main() -> None:
     ap.add_argument("--arrival-span", type=float, default=45.0)
     ap.add_argument("--dmin", type=int, default=8)
     ap.add_argument("--dmax", type=int, default=90)
-    ap.add_argument("--configs", default=",".join(CONFIGS))
+    ap.add_argument("--configs", default=",".join(CONFIGS),
+                    help="comma-separated; NAME#2 runs NAME again (run-to-run noise)")
     ap.add_argument("--placements", default="first_fit,consolidate")
     ap.add_argument("--root", default="/tmp/testbed-twin")
     ap.add_argument("--port-base", type=int, default=22000)
     ap.add_argument("--start", action="store_true", help="start the testbed (--fresh) first and stop it after")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds a run may take")
     ap.add_argument("--out", default="/tmp/slurm_twin")
+    ap.add_argument("--replay", action="store_true",
+                    help="no Slurm: simulate the real runs saved in --out again and compare")
+    ap.add_argument("--noise", type=float, default=1.0,
+                    help="real run-to-run noise of the average wait (s) when no config is repeated")
     ap.add_argument("--json", help="write all figures here")
     args = ap.parse_args()
 
+    outdir = Path(args.out)
+    placements = tuple(args.placements.split(","))
+    if args.replay:
+        results = replay(outdir, placements, args.configs.split(",") if args.configs != ",".join(CONFIGS) else None)
+    else:
+        results = run_all(args, outdir, placements)
+    ranking = {}
+    for p in placements:
+        if len(results) > 1:
+            noise = run_noise(results, p)
+            ranking[p] = rank_agreement(results, p, noise=2 * (noise if noise is not None else args.noise))
+    summary = {"results": results, "jobs": args.jobs, "offset": args.offset,
+               "arrival_span": args.arrival_span, "ranking": ranking}
+    for p, r in ranking.items():
+        print(f"ranking by average wait ({p}): real {r['real']} sim {r['sim']} same={r['same']}; "
+              f"pairs apart by more than {r['noise']:.2f} s (2 x run-to-run noise): "
+              f"{r['clear_pairs_same_order']} of {r['clear_pairs']} in the same order"
+              + (f", swapped: {r['clear_pairs_swapped']}" if r["clear_pairs_swapped"] else ""))
+    if args.json:
+        Path(args.json).write_text(json.dumps(summary, indent=2))
+
+
+def run_all(args: argparse.Namespace, outdir: Path, placements: tuple[str, ...]) -> dict:
     root = Path(args.root)
     env = dict(os.environ, SLURM_CONF=str(root / "etc" / "slurm.conf"), TESTBED_ROOT=str(root),
                TESTBED_PORT_BASE=str(args.port_base))
     if args.start:
         subprocess.run(["bash", str(SCRIPT), "start", "--fresh"], env=env, check=True, timeout=300)
-    outdir = Path(args.out)
     outdir.mkdir(parents=True, exist_ok=True)
     cl = Cluster(env, root / "etc" / "autosched.conf")
-    placements = tuple(args.placements.split(","))
     results = {}
     try:
         cl.equal_shares()
         for name in args.configs.split(","):
             tag = f"tw{int(time.time()) % 100000}{name[:3]}"
             jobs = pick_jobs(args.jobs, args.offset, args.arrival_span, args.dmin, args.dmax, tag)
-            config = {**BASE, **CONFIGS[name]}
+            config = {**BASE, **CONFIGS[name.split("#")[0]]}
+            to = config.get("_partition_of", {})
+            jobs = [replace(j, partition=to.get(j.user, "")) for j in jobs]
             t = time.monotonic()
             results[name] = run_config(cl, name, config, jobs, outdir, placements, args.timeout,
                                        root / "log" / "slurmctld.log")
             print(f"{name}: real run {time.monotonic() - t:.0f} s", file=sys.stderr)
-            for p, r in results[name].items():
-                print(f"  {p:12s} tau {r['tau']:.3f}  |dstart| median {r['median_abs_start_diff']:.1f} s "
-                      f"p90 {r['p90_abs_start_diff']:.1f} s  within 2xbf {r['within_2_bf_interval']:.0%}  "
-                      f"wait real {r['avg_wait_real']:.1f} sim {r['avg_wait_sim']:.1f}  "
-                      f"JCT real {r['avg_jct_real']:.1f} sim {r['avg_jct_sim']:.1f}", flush=True)
+            _print(name, results[name])
     finally:
         cl.include.write_text("# Managed by autosched's live layer: keys here override slurm.conf (included at its end).\n")
         try:
@@ -309,13 +459,7 @@ def main() -> None:
             pass
         if args.start:
             subprocess.run(["bash", str(SCRIPT), "stop"], env=env, timeout=300)
-    summary = {"results": results, "jobs": args.jobs, "offset": args.offset,
-               "arrival_span": args.arrival_span,
-               "ranking": {p: rank_agreement(results, p) for p in placements} if len(results) > 1 else {}}
-    for p, r in summary["ranking"].items():
-        print(f"ranking by average wait ({p}): real {r['real']} sim {r['sim']} same={r['same']}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=2))
+    return results
 
 
 if __name__ == "__main__":

@@ -34,7 +34,7 @@ def test_init_step_status_approve_rollback_freeze(tmp_path):
     assert "manages PriorityWeightAge, PriorityMaxAge" in r.output
     assert ("fixed in live mode (no Slurm setting): placement=consolidate, PriorityFlags=FAIR_TREE, "
             "TRESBillingWeights.GRES/gpu=1.0, TRESBillingWeights.CPU=0.0, backfill=True, reserve_after=21600.0, "
-            "sched_interval=60, default_queue_depth=100") in " ".join(r.output.split())
+            "sched_interval=60, default_queue_depth=100, batch_sched_delay=3") in " ".join(r.output.split())
     r = cli("agent", "step", "--state", st)
     assert r.exit_code == 0 and r.output.startswith("proposed: gain +"), r.output
     r = cli("agent", "status", "--state", st)

@@ -66,11 +66,11 @@ def test_allowlist_and_fixed_knobs():
                         "PriorityWeightTRES.GRES/gpu", "PriorityWeightTRES.CPU", "PriorityCalcPeriod",
                         "bf_interval", "bf_window", "bf_max_job_test", "bf_resolution", "bf_continue")
     # PriorityFlags and the partition's TRESBillingWeights need more than a reconfigure, and
-    # sched_interval/default_queue_depth are not bf_ entries: fixed in live mode
+    # sched_interval/default_queue_depth/batch_sched_delay are not bf_ entries: fixed in live mode
     assert ls.fixed == {"placement": "consolidate", "PriorityFlags": "FAIR_TREE",
                         "TRESBillingWeights.GRES/gpu": 1.0, "TRESBillingWeights.CPU": 0.0,
                         "backfill": True, "reserve_after": 21600.0, "sched_interval": 60,
-                        "default_queue_depth": 100}
+                        "default_queue_depth": 100, "batch_sched_delay": 3}
     assert live_space("multifactor", {"backfill": False}).fixed["backfill"] is False
     with pytest.raises(LiveError, match="cannot fix PriorityWeightAge"):
         live_space("multifactor", {"PriorityWeightAge": 3})

@@ -145,7 +145,7 @@ def test_slurm_conf_lines_of_the_default():
         "PriorityCalcPeriod=5",
         "SchedulerType=sched/backfill",
         "SchedulerParameters=bf_interval=30,bf_window=1440,bf_max_job_test=500,bf_resolution=60,"
-        "sched_interval=60,default_queue_depth=100",
+        "sched_interval=60,default_queue_depth=100,batch_sched_delay=3",
         '# PartitionName=... TRESBillingWeights="CPU=0,GRES/gpu=1"',
         "# placement=consolidate: simulator setting; Slurm's select plugin places jobs",
         "# reserve_after=21600 s: used only for traces without time limits (Slurm's backfill reserves by "
@@ -167,7 +167,7 @@ def test_slurm_conf_lines_of_a_tuned_config():
     assert "PriorityWeightTRES=CPU=0,GRES/gpu=2000" in lines
     assert '# PartitionName=... TRESBillingWeights="CPU=1,GRES/gpu=4"' in lines
     assert "SchedulerType=sched/builtin" in lines
-    assert "SchedulerParameters=sched_interval=20,default_queue_depth=100" in lines
+    assert "SchedulerParameters=sched_interval=20,default_queue_depth=100,batch_sched_delay=3" in lines
     assert not any("reserve_after" in line for line in lines)
     # every knob named after slurm.conf appears as a parameter line
     knobs = [k for k in get_policy("multifactor").space.names
@@ -179,7 +179,7 @@ def test_backfill_knobs_go_to_scheduler_parameters():
     lines = slurm_conf_lines({"bf_interval": 5, "bf_window": 60, "bf_max_job_test": 50,
                               "bf_resolution": 10, "bf_continue": True})
     assert ("SchedulerParameters=bf_interval=5,bf_window=60,bf_max_job_test=50,bf_resolution=10,"
-            "bf_continue,sched_interval=60,default_queue_depth=100") in lines
+            "bf_continue,sched_interval=60,default_queue_depth=100,batch_sched_delay=3") in lines
 
 
 def test_slurm_conf_lines_reject_a_bad_config():

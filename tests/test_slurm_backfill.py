@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from autosched.cluster import ClusterSpec
+from autosched.cluster import ClusterSpec, SlurmClocks
 from autosched.policies import get_policy
-from autosched.policies.multifactor import classic_fairshare, fair_tree
+from autosched.policies.fairshare import ShareTree
 from autosched.sim import Simulator
 from simkit import make_trace, starts
 
@@ -124,38 +124,52 @@ def test_a_job_is_ended_at_its_time_limit():
 
 # Tree root -> P (users a, b), C (user c); usage a 30, b 10, c 60; equal shares.
 USED = np.array([30.0, 10.0, 60.0])
-ACCT = np.array([0, 0, 1])
+TREE = ShareTree.from_pairs([(0, 0), (0, 1), (1, 2)])
 ALL = np.ones(3, dtype=bool)
+
+
+def fair_tree(used, known=ALL):
+    return TREE.fair_tree(used, known)
+
+
+def classic_fairshare(used, known=ALL):
+    return TREE.classic(used, known)
 
 
 def test_fair_tree_by_hand():
     # Accounts: P = 0.5 / 0.4 = 1.25, C = 0.5 / 0.6 = 0.83: P first. In P: a = 0.5 / 0.75 = 0.67,
     # b = 0.5 / 0.25 = 2: b, a, then c. Ranks 3, 2, 1 of 3 users.
-    assert fair_tree(USED, ACCT, ALL).tolist() == [2 / 3, 1.0, 1 / 3]
+    assert fair_tree(USED).tolist() == [2 / 3, 1.0, 1 / 3]
 
 
-def test_fair_tree_merges_tied_accounts():
-    # a 10, b 0 in P; c 10 in C: accounts tie (0.5 / 0.5 = 1 each) and their users are sorted
-    # together: b (no usage: infinite), c (1 / 1), a (0.5 / 1): ranks 3, 2, 1. Unmerged, P's users
-    # would both come before c.
-    assert fair_tree(np.array([10.0, 0.0, 10.0]), ACCT, ALL).tolist() == [1 / 3, 1.0, 2 / 3]
+def test_fair_tree_tied_accounts_are_visited_in_turn():
+    # a 10, b 0 in P; c 10 in C: accounts tie (0.5 / 0.5 = 1 each). Slurm 22.05 does not merge
+    # them (its _count_tied_accounts stops at the first account), it visits P then C (tree
+    # order): b (no usage: infinite) rank 3, a (0.5 / 1) rank 2; C is tied with P, so its first
+    # user c keeps rank 2. (Merged, c would come between b and a: 1/3, 1, 2/3.)
+    assert fair_tree(np.array([10.0, 0.0, 10.0])).tolist() == [2 / 3, 1.0, 2 / 3]
 
 
 def test_fair_tree_tied_users_share_a_rank():
     # a 10, b 10, c 40: P = 0.5 / (20/60) = 1.5 before C = 0.75; a and b tie (1 each): both
     # rank 3; c gets rank 1 (the rank counts every user visited).
-    assert fair_tree(np.array([10.0, 10.0, 40.0]), ACCT, ALL).tolist() == [1.0, 1.0, 1 / 3]
+    assert fair_tree(np.array([10.0, 10.0, 40.0])).tolist() == [1.0, 1.0, 1 / 3]
 
 
 def test_classic_fair_share_by_hand():
     # UE(P) = 0.4 + (1 - 0.4) / 2 = 0.7; a: 0.3 + (0.7 - 0.3) / 2 = 0.5 over S = 1/4 -> 2^-2;
     # b: 0.1 + 0.3 = 0.4 -> 2^-1.6; UE(C) = 0.6 + 0.4 / 2 = 0.8, c: 0.6 + 0.2 = 0.8 over 1/2.
-    assert classic_fairshare(USED, ACCT, ALL) == pytest.approx([0.25, 2 ** -1.6, 2 ** -1.6], rel=1e-12)
+    assert classic_fairshare(USED) == pytest.approx([0.25, 2 ** -1.6, 2 ** -1.6], rel=1e-12)
 
 
 def test_no_usage_gives_everyone_one():
-    assert fair_tree(np.zeros(3), ACCT, ALL).tolist() == [1.0, 1.0, 1.0]
-    assert classic_fairshare(np.zeros(3), ACCT, ALL).tolist() == [1.0, 1.0, 1.0]
+    assert fair_tree(np.zeros(3)).tolist() == [1.0, 1.0, 1.0]
+    assert classic_fairshare(np.zeros(3)).tolist() == [1.0, 1.0, 1.0]
+
+
+def test_only_associations_that_submitted_count_in_the_trace_tree():
+    # c has not submitted: P alone under root, a 30 / b 10 -> b rank 2, a rank 1 of 2 users.
+    assert fair_tree(np.array([30.0, 10.0, 0.0]), np.array([True, True, False])).tolist() == [0.5, 1.0, 1.0]
 
 
 def test_fair_tree_orders_jobs_in_the_simulator():
@@ -249,3 +263,44 @@ def test_simulate_says_which_backfill_ran_and_what_hit_its_limit(tmp_path):
     m = json.loads(runner.invoke(app, ["simulate", str(no_limits), "-c", "1x4", "-p", "multifactor",
                                        "--json"]).stdout)
     assert m["backfill"].startswith("reserve_after stand-in") and "killed_at_limit" not in m
+
+
+# ------------------------------------------------------------------- slurmctld's clocks
+
+def clocked(jobs, limits, config, clocks, nodes=1, gpn=4):
+    trace = make_trace(jobs).replace(time_limit=np.asarray(limits, dtype=float))
+    spec = ClusterSpec.uniform_nodes(nodes, gpn, clocks=clocks)
+    return Simulator(trace, spec, get_policy("multifactor")({**FLAT, **config})).run()
+
+
+@pytest.mark.parametrize("delay, expected", [
+    # 3 s (Slurm's default): the pass for j1 (t=1) waits until 3 whole seconds after the pass at
+    # 0; the one for j2 (t=4) until 3 after that one: 6.
+    (3, [0, 3, 6]),
+    # 0: every event runs the main scheduler at the next tick of the 1-s loop (here, at once).
+    (0, [0, 1, 4]),
+])
+def test_batch_sched_delay_spaces_event_driven_passes(delay, expected):
+    sim = clocked([(0, 1, 100), (1, 1, 100), (4, 1, 100)], [200] * 3,
+                  {"backfill": False, "batch_sched_delay": delay}, SlurmClocks())
+    assert starts(sim) == expected
+
+
+def test_the_main_scheduler_runs_on_its_loops_ticks():
+    # Ticks at 0.4 + k: j0 (t=0) starts at 0.4; j1 (t=1) at the first tick at least 3 whole
+    # seconds after floor(0.4) = 0: 3.4.
+    sim = clocked([(0, 1, 100), (1, 1, 100)], [200] * 2, {"backfill": False}, SlurmClocks(tick=0.4))
+    assert starts(sim) == pytest.approx([0.4, 3.4])
+
+
+def test_backfill_cycles_keep_their_own_clock():
+    # The hand-worked case above with cycles at 3 + 7k: C (t=20) starts at the cycle at 24.
+    sim = clocked(JOBS, LIMITS, {"bf_interval": 7, "bf_resolution": 1}, SlurmClocks(backfill=3.0))
+    assert starts(sim) == [0, 100, 24, 150]
+
+
+def test_priorities_are_recalculated_on_the_decay_threads_clock():
+    # PriorityCalcPeriod 1 min from 30 (passes at 30, 90, 150, 210): the first arrival (t=100)
+    # finds the last pass at 90; the second (t=200) brings the recalculation at 150.
+    sim = clocked([(100, 1, 10), (200, 1, 10)], [60, 60], {}, SlurmClocks(decay=30.0))
+    assert sim.policies[0].t0 == 150.0

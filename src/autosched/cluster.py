@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import csv
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
+from .associations import Association
 from .atomic import check_input
 from .errors import InputError
 from .trace.parsing import found_columns
@@ -35,6 +37,47 @@ MAX_CLUSTER_GPUS = 1_000_000
 
 
 @dataclass(frozen=True)
+class SlurmPartition:
+    """A Slurm partition of a uniform cluster: its nodes (numbers from 0; partitions may share
+    nodes) and its ``PriorityTier`` (Slurm schedules the jobs of higher tiers first)."""
+
+    name: str
+    nodes: tuple[int, ...]
+    priority_tier: int = 1
+
+
+@dataclass(frozen=True)
+class SlurmClocks:
+    """When a Slurm controller's periodic threads run, each given as one time (s, in the trace's
+    clock) at which it ran; it runs again every period from there. slurmctld starts them when it
+    starts, not at multiples of their period, so a twin of a given slurmctld needs its phases
+    (benchmarks/slurm_twin.py reads them from slurmctld's log); the default, 0, puts every
+    thread at multiples of its period.
+
+    ``tick``: the background loop (about once a second, ``tick_period``) that runs the main
+    scheduler after events;
+    ``backfill``: the backfill cycle (every ``bf_interval``); ``decay``: the priority
+    recalculation (every ``PriorityCalcPeriod``)."""
+
+    tick: float = 0.0
+    backfill: float = 0.0
+    decay: float = 0.0
+    # The loop sleeps a second after its work, so its period is 1 s plus that work (a few ms
+    # on a busy machine: measured 1.003-1.005 s on the testbed; the phase drifts by as much).
+    tick_period: float = 1.0
+
+    @staticmethod
+    def next(anchor: float, period: float, t: float) -> float:
+        """The first time >= t (to a microsecond) of a thread run at `anchor` every `period`."""
+        return anchor + math.ceil((t - anchor) / period - 1e-6) * period
+
+    @staticmethod
+    def last(anchor: float, period: float, t: float) -> float:
+        """The last time <= t (to a microsecond) of a thread run at `anchor` every `period`."""
+        return anchor + math.floor((t - anchor) / period + 1e-6) * period
+
+
+@dataclass(frozen=True)
 class ClusterSpec:
     """Nodes × GPUs per node, optionally split into virtual clusters (VCs).
 
@@ -52,6 +95,26 @@ class ClusterSpec:
     overhead_cutoff: int = 8
     spread_slowdown: float = 1.0
     source: str = field(default="", compare=False)
+    # Slurm's configured association tree (autosched.associations), when known: fair share then
+    # counts every association in it, as slurmctld does; empty = the trace's accounts and users.
+    associations: tuple[Association, ...] = ()
+    clocks: SlurmClocks = SlurmClocks()
+    # Slurm partitions (nodes, PriorityTier) of a uniform cluster: the multifactor policy places
+    # a job (trace column 'partition') only on its partition's nodes. Empty: one partition.
+    slurm_partitions: tuple[SlurmPartition, ...] = ()
+
+    def __post_init__(self) -> None:
+        if not self.slurm_partitions:
+            return
+        if not self.uniform:
+            raise ClusterError("Slurm partitions need a uniform cluster (NODESxGPUS), not virtual clusters")
+        names = [p.name for p in self.slurm_partitions]
+        for p in self.slurm_partitions:
+            if names.count(p.name) > 1:
+                raise ClusterError(f"Slurm partition {p.name!r} is described twice")
+            if not p.nodes or min(p.nodes) < 0 or max(p.nodes) >= self.nodes:
+                raise ClusterError(f"Slurm partition {p.name!r}: nodes must be numbers in [0, {self.nodes - 1}] "
+                                   f"(got {list(p.nodes)})")
 
     @classmethod
     def uniform_nodes(cls, nodes: int, gpus_per_node: int, **kw) -> "ClusterSpec":
@@ -171,6 +234,46 @@ def _read_vc_file(path: Path, **kw) -> ClusterSpec:
         raise ClusterError(f"{path}: column 'gpus_per_node' must be >= 1")
     _check_size(str(path), sum(n for _, n in vcs), gpn)
     return ClusterSpec(gpn, tuple(vcs), False, source=str(path), **kw)
+
+
+def read_slurm_partitions(path: Path | str) -> tuple[SlurmPartition, ...]:
+    """Slurm partitions from a CSV with columns ``partition``, ``nodes`` (node numbers from 0,
+    as ``0-3,6``) and optionally ``priority_tier`` (default 1), one partition a line."""
+    path = Path(path)
+    try:
+        check_input(path, "CSV of partition,nodes,priority_tier")
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            rows = list(csv.reader(f))
+    except (OSError, UnicodeDecodeError, csv.Error) as e:
+        raise ClusterError(f"{path}: cannot read the partition file ({e})") from None
+    if not rows:
+        raise ClusterError(f"{path}: empty partition file")
+    header = [c.strip().lower() for c in rows[0]]
+    if "partition" not in header or "nodes" not in header:
+        raise ClusterError(f"{path}: line 1: need columns 'partition' and 'nodes'; found {', '.join(header)}")
+    ip, inodes = header.index("partition"), header.index("nodes")
+    it = header.index("priority_tier") if "priority_tier" in header else None
+    out = []
+    for line, r in enumerate(rows[1:], start=2):
+        if not any(c.strip() for c in r):
+            continue
+        try:
+            nodes: list[int] = []
+            for part in r[inodes].split(","):
+                a, _, b = part.strip().partition("-")
+                nodes.extend(range(int(a), int(b or a) + 1))
+        except (ValueError, IndexError):
+            raise ClusterError(f"{path}: line {line}, column 'nodes': not node numbers such as 0-3,6") from None
+        try:
+            tier = int(r[it]) if it is not None and r[it].strip() else 1
+        except (ValueError, IndexError):
+            raise ClusterError(f"{path}: line {line}, column 'priority_tier': not an integer") from None
+        if tier < 0:
+            raise ClusterError(f"{path}: line {line}, column 'priority_tier': must be >= 0 (got {tier})")
+        out.append(SlurmPartition(r[ip].strip(), tuple(sorted(set(nodes))), tier))
+    if not out:
+        raise ClusterError(f"{path}: no partitions listed")
+    return tuple(out)
 
 
 def _check_size(what: str, nodes: int, gpus_per_node: int) -> None:

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
+from ..associations import read_associations
+from ..cluster import read_slurm_partitions
 from ..policies import POLICIES, Policy, get_policy
 from ..space import ConfigError, read_config_file
 from .common import cluster_file, default_trace_and_cluster, fail, input_errors, load_inputs, outputs, print_json, progress_bar
@@ -48,17 +50,23 @@ def simulate_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the metrics as one JSON object"),
     jobs_out: Optional[Path] = typer.Option(None, "--jobs-out", help="write per-job records (.csv or .parquet)"),
     restart_overhead: str = typer.Option("40,60", "--restart-overhead", help="seconds a preempted job pays when it resumes: SMALL,LARGE for jobs of <= 8 GPUs and above (Lucid: 40,60; Tiresias: 0,0)"),
+    slurm_assoc: Optional[Path] = typer.Option(None, "--slurm-assoc", help="Slurm's association tree for multifactor's fair share, as `sacctmgr -P show assoc format=Account,User,ParentName,Share` prints it (default: the trace's accounts and users)"),
+    slurm_partitions: Optional[Path] = typer.Option(None, "--slurm-partitions", help="Slurm partitions for multifactor: CSV partition,nodes,priority_tier (nodes from 0, e.g. 0-3); jobs use the trace's 'partition' column"),
 ) -> None:
     """Replay a trace on a cluster under a policy and print the metrics."""
     from ..sim import Simulator, result_of
 
-    outputs((trace, config, cluster_file(cluster)), (jobs_out,))
+    outputs((trace, config, cluster_file(cluster), slurm_assoc, slurm_partitions), (jobs_out,))
     name = policy or (policy_from_config_file(config) if config else None) or "fifo"
     pol = build_policy(name, set_, config)
     overhead = _parse_overhead(restart_overhead)
     trace_path, cluster_spec = default_trace_and_cluster(trace, cluster)
     tr, cl, report = load_inputs(trace_path, cluster_spec, fmt, strict, quiet=as_json)
     cl = replace(cl, restart_overhead=overhead)
+    if slurm_assoc is not None:
+        cl = replace(cl, associations=read_associations(slurm_assoc))
+    if slurm_partitions is not None:
+        cl = replace(cl, slurm_partitions=read_slurm_partitions(slurm_partitions))
     with progress_bar(f"simulating {len(tr):,} jobs", len(tr)) as update:
         sim = Simulator(tr, cl, pol, progress=update).run()
     res = result_of(sim)

@@ -68,7 +68,8 @@ def scheduler_parameters(config: Mapping[str, Any]) -> str:
                   f"bf_max_job_test={c['bf_max_job_test']}", f"bf_resolution={c['bf_resolution']}"]
         if c["bf_continue"]:
             parts.append("bf_continue")
-    parts += [f"sched_interval={c['sched_interval']}", f"default_queue_depth={c['default_queue_depth']}"]
+    parts += [f"sched_interval={c['sched_interval']}", f"default_queue_depth={c['default_queue_depth']}",
+              f"batch_sched_delay={c['batch_sched_delay']}"]
     return ",".join(parts)
 
 

@@ -66,9 +66,11 @@ class BackfillParams:
 
 def slurm_backfill(part: Partition, order: Sequence[int], gpus: Sequence[int], limit: Sequence[float],
                    now: float, params: BackfillParams,
-                   start: Callable[[int, int], bool]) -> list[tuple[int, float]]:
+                   start: Callable[[int, int], bool],
+                   deny: Callable[[int], np.ndarray] | None = None) -> list[tuple[int, float]]:
     """One backfill cycle at `now` over pending jobs `order` (best first). ``start(j, exclude)``
-    starts job j now outside the node bitmask `exclude` and says whether it could.
+    starts job j now outside the node bitmask `exclude` and says whether it could; ``deny(j)``,
+    when given, marks the nodes job j may not use (outside its Slurm partition).
 
     Returns the (job, planned start) of every job that got a reservation (for tests and reports).
 
@@ -91,21 +93,22 @@ def slurm_backfill(part: Partition, order: Sequence[int], gpus: Sequence[int], l
         else:
             releases.extend((end, n, g) for n, g in part.allocation(r))
     horizon = now + params.window
-    reservations: list[tuple[float, float, np.ndarray]] = []  # (begin, end, GPUs held per node)
+    res = _Reservations(len(order[:params.max_job_test]), nodes)
     planned: list[tuple[int, float]] = []
-    res = params.resolution
+    step = params.resolution
     times, frees = _profile(free, releases, now, horizon)
     for j in order[:params.max_job_test]:
         if free.sum() == 0:
             # Nothing can start now, and reservations only serve to decide what starts now
             # (the next cycle plans afresh): the rest of this cycle cannot change the run.
             break
-        when = _earliest(gpus[j], limit[j], times, frees, reservations, horizon, gpn, part.placement)
+        when = _earliest(gpus[j], limit[j], times, frees, res, horizon, gpn, part.placement,
+                         None if deny is None or count else deny(j))
         if when is None:
             continue
         t, spot = when
         if t <= now:
-            held = _held(reservations, now, now + limit[j], nodes)
+            held = res.held(now, now + limit[j])
             exclude = 0 if count else _mask(held > 0)
             if start(j, exclude):
                 if count:
@@ -122,12 +125,41 @@ def slurm_backfill(part: Partition, order: Sequence[int], gpus: Sequence[int], l
         hold = np.zeros(nodes, dtype=np.int64)
         for n, g in spot:
             hold[n] = g if count else gpn  # whole nodes, as Slurm's node_space
-        begin = math.floor(max(t, now) / res) * res
+        begin = math.floor(max(t, now) / step) * step
         end = limit[j] + t
-        end = math.floor(end / res) * res if math.isfinite(end) else math.inf
-        reservations.append((begin, end, hold))
+        end = math.floor(end / step) * step if math.isfinite(end) else math.inf
+        res.add(begin, end, hold)
         planned.append((j, t))
     return planned
+
+
+class _Reservations:
+    """The reservations of one backfill cycle as arrays (begin, end, GPUs held per node), so
+    that the GPUs they hold over a time window are found for many windows at once."""
+
+    def __init__(self, capacity: int, nodes: int):
+        self.n = 0
+        self.begin = np.empty(capacity)
+        self.end = np.empty(capacity)
+        self.hold = np.empty((capacity, nodes))  # float: the product below then runs in BLAS
+
+    def add(self, begin: float, end: float, hold: np.ndarray) -> None:
+        k = self.n
+        self.begin[k], self.end[k], self.hold[k] = begin, end, hold
+        self.n += 1
+
+    def held(self, a: float, b: float) -> np.ndarray:
+        """GPUs per node held by reservations that overlap [a, b)."""
+        k = self.n
+        over = (self.begin[:k] < b) & (self.end[:k] > a)
+        out: np.ndarray = self.hold[:k][over].sum(axis=0).astype(np.int64)
+        return out
+
+    def held_many(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+        """`held` for the windows [a[i], b[i]) at once (rows)."""
+        k = self.n
+        over = (self.begin[None, :k] < b[:, None]) & (self.end[None, :k] > a[:, None])
+        return (over.astype(np.float64) @ self.hold[:k]).astype(np.int64)  # (exact: small counts)
 
 
 def _profile(free: np.ndarray, releases: list[tuple[float, int, int]], now: float,
@@ -148,34 +180,36 @@ def _profile(free: np.ndarray, releases: list[tuple[float, int, int]], now: floa
     return times, frees
 
 
-def _held(reservations: list[tuple[float, float, np.ndarray]], a: float, b: float,
-          nodes: int) -> np.ndarray:
-    """GPUs per node held by reservations that overlap [a, b)."""
-    held = np.zeros(nodes, dtype=np.int64)
-    for begin, end, hold in reservations:
-        if begin < b and end > a:
-            held += hold
-    return held
-
-
-def _earliest(g: int, lim: float, times: list[float], frees: list[np.ndarray],
-              reservations: list[tuple[float, float, np.ndarray]], horizon: float, gpn: int,
-              placement: str) -> tuple[float, Alloc] | None:
+def _earliest(g: int, lim: float, times: list[float], frees: list[np.ndarray], res: _Reservations,
+              horizon: float, gpn: int, placement: str,
+              denied: np.ndarray | None = None) -> tuple[float, Alloc] | None:
     """Earliest time within the window at which a job of g GPUs fits for its whole limit, and
-    where placement would put it then; None if there is none."""
-    candidates = sorted({*times, *(e for _, e, _ in reservations if times[0] < e <= horizon)})
-    k = 0
-    for t in candidates:
-        while k + 1 < len(times) and times[k + 1] <= t:
-            k += 1
-        free = frees[k]
-        if free.sum() < g:
-            continue
-        usable = np.maximum(free - _held(reservations, t, t + lim, len(free)), 0)
-        if usable.sum() >= g:
-            spot = _place(usable, g, gpn, placement)
-            if spot is not None:
-                return t, spot
+    where placement would put it then; None if there is none.
+
+    The candidate times are the profile's steps and the reservations' ends; they are tried in
+    order, a few at a time (most jobs fit at one of the first), each batch with arrays: free GPUs
+    at the time, less what the reservations overlapping [t, t + limit) hold."""
+    t_steps = np.asarray(times)
+    ends = res.end[:res.n]
+    cand = np.unique(np.concatenate([t_steps, ends[(ends > t_steps[0]) & (ends <= horizon)]]))
+    step_of = np.searchsorted(t_steps, cand, side="right") - 1
+    free_all = np.asarray(frees)
+    lo, size = 0, 8
+    while lo < len(cand):
+        c = cand[lo:lo + size]
+        free = free_all[step_of[lo:lo + size]]
+        if denied is not None:
+            free = np.where(denied, 0, free)
+        rows = np.flatnonzero(free.sum(axis=1) >= g)
+        if len(rows):
+            c, free = c[rows], free[rows]
+            usable = np.maximum(free - res.held_many(c, c + lim), 0) if res.n else free
+            for i in np.flatnonzero(usable.sum(axis=1) >= g).tolist():
+                spot = _place(usable[i], g, gpn, placement)
+                if spot is not None:
+                    return float(c[i]), spot
+        lo += size
+        size *= 4
     return None
 
 
@@ -183,6 +217,13 @@ def _place(free: np.ndarray, g: int, gpn: int, placement: str) -> Alloc | None:
     """Where the partition's placement rule would put g GPUs given free GPUs per node."""
     if placement == "count":
         return ((0, g),) if free[0] >= g else None
+    if g <= gpn and placement in ("first_fit", "consolidate"):  # one node: no pool needed
+        fits = np.flatnonzero(free >= g)
+        if not len(fits):
+            return None
+        # first fit: the lowest node; best fit: the fewest free GPUs, then the lowest node
+        n = fits[0] if placement == "first_fit" else fits[np.argmin(free[fits])]
+        return ((int(n), g),)
     pool = NodePool(len(free), gpn)
     for n, f in enumerate(free.tolist()):
         if f != gpn:

@@ -10,13 +10,16 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ..cluster import PLACEMENT_HELP, PLACEMENTS
+from ..cluster import PLACEMENT_HELP, PLACEMENTS, SlurmClocks, SlurmPartition
+from ..errors import SimulationError
 from ..sim.contract import JobInfo, Partition
 from ..space import Bool, Categorical, ConfigSpace, Float, Int
 from .backfill import BackfillParams, priority_pass, slurm_backfill
 from .base import Policy
+from .fairshare import ShareTree
 
 DAY = 86400.0
+TIER = 2.0 ** 32  # above any priority (Slurm's are 32-bit): orders jobs by PriorityTier first
 FAIR_TREE, CLASSIC = "FAIR_TREE", "NO_FAIR_TREE"
 GPU_TRES, CPU_TRES = "PriorityWeightTRES.GRES/gpu", "PriorityWeightTRES.CPU"
 GPU_BILL, CPU_BILL = "TRESBillingWeights.GRES/gpu", "TRESBillingWeights.CPU"
@@ -45,25 +48,32 @@ class Multifactor(Policy):
     ``PriorityWeightTRES.GRES/gpu`` (job GPUs / partition GPUs), as in ``PriorityWeightTRES=
     GRES/gpu=N``.
 
-    *Fair share* is over the association tree root -> account -> user, with equal shares at each
-    level (Slurm's default ``fairshare=1``): the account is the trace's ``account``, else its
-    ``vc``; the user is its ``user`` (without users each account is one leaf). Usage is billing-
-    weighted run time (``TRESBillingWeights``: CPU and GPU weights times the job's CPUs and
-    GPUs), decayed with half-life ``PriorityDecayHalfLife``. ``PriorityFlags=FAIR_TREE`` (Slurm's
-    default since 19.05) ranks users depth-first by level fair share (shares / usage at each
-    level) and gives rank / users; ``NO_FAIR_TREE`` is the classic factor 2^(-effective usage /
-    normalised shares). Priorities of waiting jobs are recomputed every ``PriorityCalcPeriod``
-    (at its multiples) and stay fixed in between; a job arriving in between gets age 0 and the
-    fair share of the last recalculation.
+    *Fair share* is over the cluster's configured association tree (``ClusterSpec.associations``,
+    from ``sacctmgr``: every association counts, as in slurmctld), else over root -> account ->
+    user built from the trace with equal shares at each level (Slurm's default ``fairshare=1``;
+    only associations that have submitted count): the account is the trace's ``account``, else
+    its ``vc``; the user is its ``user`` (without users each account is one leaf). Usage is
+    billing-weighted run time (``TRESBillingWeights``: CPU and GPU weights times the job's CPUs
+    and GPUs), decayed with half-life ``PriorityDecayHalfLife``. ``PriorityFlags=FAIR_TREE``
+    (Slurm's default since 19.05) ranks users depth-first by level fair share (shares / usage at
+    each level) and gives rank / users; ``NO_FAIR_TREE`` is the classic factor 2^(-effective
+    usage / normalised shares) (see `fairshare`). Priorities of waiting jobs are recomputed every
+    ``PriorityCalcPeriod`` (on the decay thread's clock, ``SlurmClocks.decay``) and stay fixed in
+    between; a job arriving in between gets age 0 and the fair share of the last recalculation.
 
-    Scheduling: when the trace has time limits, Slurm's way: the main scheduler tries jobs in
-    priority order at every event (and after a recalculation, at the next ``sched_interval``
-    tick) and stops at the first that does not fit; with ``backfill`` the backfill scheduler runs
-    every ``bf_interval`` seconds and plans with time limits (see `slurm_backfill`). Without time
-    limits Slurm's backfill cannot be modelled, and a non-clairvoyant stand-in runs: later jobs
-    that fit start while the top job has waited less than ``reserve_after``. ``backfill_kind``
-    says which one ran. Usage and accounts are tracked per partition (each VC is scheduled on
-    its own).
+    Scheduling: when the trace has time limits, Slurm 22.05's way. The main scheduler runs from
+    slurmctld's background loop (a tick about once a second, ``SlurmClocks.tick``): after an
+    event (a submission, a job's end) at the first tick at least ``batch_sched_delay`` whole
+    seconds after its last pass, and after a recalculation at the next ``sched_interval``; it
+    tries jobs in order (``PriorityTier`` of the job's Slurm partition, then priority, then
+    submission) and stops at the first that does not fit (with several Slurm partitions, that
+    job's partition leaves the pass and the others go on). With ``backfill`` the backfill
+    scheduler runs every ``bf_interval`` seconds on its own clock and plans with time limits
+    (see `slurm_backfill`). With ``ClusterSpec.slurm_partitions`` a job runs only on its
+    partition's nodes. Without time limits Slurm's backfill cannot be modelled, and a
+    non-clairvoyant stand-in runs at every event: later jobs that fit start while the top job
+    has waited less than ``reserve_after``. ``backfill_kind`` says which one ran. Usage and
+    accounts are tracked per engine partition (each VC is scheduled on its own).
     """
 
     name = "multifactor"
@@ -114,6 +124,9 @@ class Multifactor(Policy):
             high=3600, default=60, unit="sec"),
         Int("default_queue_depth", "jobs the main scheduler tries per pass", low=1, high=100000,
             default=100, log=True),
+        Int("batch_sched_delay", "seconds the main scheduler waits after its last pass before "
+            "an event (a submission, a job's end) runs it again", low=0, high=3600, default=3,
+            unit="sec"),
     ])
 
     def configure(self) -> None:
@@ -137,22 +150,24 @@ class Multifactor(Policy):
         self.w_fs: float = c["PriorityWeightFairshare"]
         self.half_life: float = c["PriorityDecayHalfLife"]
         self.fair_tree = c["PriorityFlags"] == FAIR_TREE
-        self.period = 60.0 * c["PriorityCalcPeriod"]
+        self.period = 60.0 * float(c["PriorityCalcPeriod"])
         self.backfill: bool = c["backfill"]
         self.reserve_after: float = c["reserve_after"]
         self.bf_interval = float(c["bf_interval"])
         self.bf = BackfillParams(60.0 * c["bf_window"], c["bf_max_job_test"], float(c["bf_resolution"]))
         self.sched_interval = float(c["sched_interval"])
+        self.batch_delay = float(c["batch_sched_delay"])
         self.depth: int = c["default_queue_depth"]
-        # The parts of a job's priority that do not change while it waits (size and TRES).
-        part = self.part
-        nodes = max(1, len(part.pool.free))
-        cpus_total = nodes * part.pool.gpn
+        self.clocks = self.part.cluster.clocks
+        # The parts of a job's priority that do not change while it waits (size and TRES), as
+        # shares of its partition's nodes, CPUs and GPUs.
+        nodes = self._part_nodes
+        cpus_total = gpus_total = nodes * self.part.pool.gpn
         size = (self._nodes / nodes + self._cpus / cpus_total) / 2.0
         if c["PriorityFavorSmall"]:
             size = ((nodes - self._nodes) / nodes + (cpus_total - self._cpus) / cpus_total) / 2.0
         self.static: npt.NDArray[np.float64] = (c["PriorityWeightJobSize"] * np.clip(size, 0.0, 1.0)
-                       + c[GPU_TRES] * self._gpus / part.capacity + c[CPU_TRES] * self._cpus / cpus_total)
+                       + c[GPU_TRES] * self._gpus / gpus_total + c[CPU_TRES] * self._cpus / cpus_total)
 
     def _configure_usage(self) -> None:
         c, part = self.config, self.part
@@ -169,19 +184,40 @@ class Multifactor(Policy):
     def bind(self, part: Partition, jobs: JobInfo) -> None:
         n = len(jobs.gpus)
         gpn = part.pool.gpn
-        acct = jobs.account if jobs.account is not None else jobs.vc if jobs.vc is not None else [0] * n
-        user = jobs.user if jobs.user is not None else [-1] * n
-        # Associations (leaves of the tree): (account, user) pairs, numbered in sorted order.
-        pairs = sorted(set(zip(acct, user)))
-        index = {p: i for i, p in enumerate(pairs)}
-        self.leaf: npt.NDArray[np.int64] = np.fromiter((index[p] for p in zip(acct, user)), dtype=np.int64, count=n)
-        self.leaf_acct: npt.NDArray[np.int64] = np.asarray([a for a, _ in pairs], dtype=np.int64)
+        assocs = part.cluster.associations
+        if assocs:
+            self.tree = ShareTree.from_associations(assocs)
+            self.leaf: npt.NDArray[np.int64] = _leaves_in(self.tree, jobs)
+            leaves = self.tree.leaves
+        else:
+            acct = jobs.account if jobs.account is not None else jobs.vc if jobs.vc is not None else [0] * n
+            user = jobs.user if jobs.user is not None else [-1] * n
+            # Associations (leaves of the tree): (account, user) pairs, numbered in sorted order.
+            pairs = sorted(set(zip(acct, user)))
+            index = {p: i for i, p in enumerate(pairs)}
+            self.leaf = np.fromiter((index[p] for p in zip(acct, user)), dtype=np.int64, count=n)
+            self.tree = ShareTree.from_pairs(pairs)
+            leaves = max(1, len(pairs))
+        # Slurm partitions: per job, the bitmask of its partition's nodes and of the others, its
+        # PriorityTier, and its partition's node count (one partition: all nodes, tier 0).
+        self._mask: list[int] | None = None
+        self._excl: list[int] | None = None
+        self._tier: npt.NDArray[np.float64] = np.zeros(n)
+        self._part_nodes: npt.NDArray[np.float64] = np.full(n, float(max(1, len(part.pool.free))))
+        if part.cluster.slurm_partitions:
+            parts = part.cluster.slurm_partitions
+            pidx = _partitions_of(parts, jobs)
+            masks = [sum(1 << k for k in p.nodes) for p in parts]
+            everything = (1 << len(part.pool.free)) - 1
+            self._mask = [masks[p] for p in pidx]
+            self._excl = [everything & ~m for m in self._mask]
+            self._tier = np.asarray([float(parts[p].priority_tier) for p in pidx])
+            self._part_nodes = np.asarray([float(len(parts[p].nodes)) for p in pidx])
         self._submit: npt.NDArray[np.float64] = np.asarray(jobs.submit, dtype=float)
         self._gpus: npt.NDArray[np.float64] = np.asarray(jobs.gpus, dtype=float)
         self._nodes: npt.NDArray[np.float64] = np.ceil(self._gpus / gpn)
         cpus = np.asarray(jobs.cpus, dtype=float) if jobs.cpus is not None else np.zeros(n)
         self._cpus: npt.NDArray[np.float64] = np.where(cpus > 0, cpus, self._nodes)
-        leaves = max(1, len(pairs))
         self.fairshare: npt.NDArray[np.float64] = np.ones(leaves)  # per association, as of the last recalculation
         self.used: npt.NDArray[np.float64] = np.zeros(leaves)  # per association: decayed billing-seconds as of t0
         self.known: npt.NDArray[np.bool_] = np.zeros(leaves, dtype=bool)  # associations that have submitted here
@@ -197,36 +233,47 @@ class Multifactor(Policy):
         self.neg: npt.NDArray[np.float64] = np.zeros(n)
         self.waiting: dict[int, None] = {}
         self._dirty = True  # something changed since the last backfill cycle (Slurm's _more_work)
+        # An event asked for the main scheduler (Slurm's job_sched_cnt) since its last pass, and
+        # when that pass ran (Slurm's last_sched_time).
+        self._queued = False
+        self._last_sched = -math.inf
+        self._full_due = math.inf
         self.reservations: list[tuple[int, float]] = []  # (job, planned start) of the last cycle
         super().bind(part, jobs)
 
     # ---------------------------------------------------------------------------- priority
 
     def priority(self, j: int, at: float) -> float:
-        """Priority of waiting job j as computed at time `at` (a recalculation or its arrival)."""
+        """Priority of waiting job j as computed at time `at` (a recalculation or its arrival),
+        plus TIER x its partition's PriorityTier: Slurm orders jobs by tier, then priority."""
         age: float = min((at - self._submit[j]) / self.max_age, 1.0)
         return math.floor(self.w_age * age + self.w_fs * float(self.fairshare[self.leaf[j]])
-                          + float(self.static[j]))
+                          + float(self.static[j])) + TIER * float(self._tier[j])
 
     def priorities(self, js: npt.NDArray[np.int64], at: float) -> npt.NDArray[np.float64]:
         """`priority` of many waiting jobs at once."""
         age = np.minimum((at - self._submit[js]) / self.max_age, 1.0)
-        return np.floor(self.w_age * age + self.w_fs * self.fairshare[self.leaf[js]] + self.static[js])
+        return (np.floor(self.w_age * age + self.w_fs * self.fairshare[self.leaf[js]] + self.static[js])
+                + TIER * self._tier[js])
 
     def _catch_up(self, now: float) -> None:
+        last = SlurmClocks.last(self.clocks.decay, self.period, now)
         if self.t0 is None:
-            self.t0 = math.floor(now / self.period) * self.period
-        elif now >= (math.floor(self.t0 / self.period) + 1) * self.period:
-            self._recalc(math.floor(now / self.period) * self.period)
+            self.t0 = last
+        elif last > self.t0:
+            self._recalc(last)
+
+    def _next_recalc(self, now: float) -> float:
+        return SlurmClocks.last(self.clocks.decay, self.period, now) + self.period
 
     def _recalc(self, t: float) -> None:
         """Charge usage up to t, recompute fair shares and every waiting job's priority."""
         self._charge(t)
         self._dirty = True
-        if not self.fair_tree:
-            self.fairshare[:] = classic_fairshare(self.used, self.leaf_acct, self.known)
-        elif self.known.sum() > 1:  # (under Fair Tree a lone association's factor is always 1)
-            self.fairshare[:] = fair_tree(self.used, self.leaf_acct, self.known)
+        if self.fair_tree:
+            self.fairshare[:] = self.tree.fair_tree(self.used, self.known)
+        else:
+            self.fairshare[:] = self.tree.classic(self.used, self.known)
         if not self.waiting:
             return
         js = np.fromiter(self.waiting, dtype=np.int64, count=len(self.waiting))
@@ -266,7 +313,7 @@ class Multifactor(Policy):
     def on_arrival(self, j: int, now: float) -> None:
         self._catch_up(now)
         self.known[self.leaf[j]] = True
-        self._dirty = True
+        self._dirty = self._queued = True
         g = self.jobs.gpus[j]
         self.neg[j] = -self.priority(j, now)
         self.waiting[j] = None
@@ -278,7 +325,7 @@ class Multifactor(Policy):
             insort(same, j, key=lambda k: (neg[k], k))
 
     def on_finish(self, j: int, now: float) -> None:
-        self._dirty = True
+        self._dirty = self._queued = True
         a, w = self.leaf[j], self.bill[j]
         b = self.fresh.pop(j, None)
         if b is None:  # it was held since t0
@@ -289,6 +336,8 @@ class Multifactor(Policy):
             self.spans.append((a, w, b, now))
 
     def _start(self, j: int, now: float, exclude: int = 0) -> bool:
+        if self._excl is not None:
+            exclude |= self._excl[j]
         if self.part.start(j, exclude):
             self.fresh[j] = now
             self._dirty = True
@@ -297,7 +346,17 @@ class Multifactor(Policy):
 
     def schedule(self, now: float) -> None:
         if not self.by_size:
-            return  # nothing waits; usage is charged lazily (continuous decay allows it)
+            # Nothing waits; usage is charged lazily (continuous decay allows it). Slurm's main
+            # scheduler still runs for a queued event (its pass then starts nothing), and its
+            # time is the one batch_sched_delay counts from.
+            main = self._main_due() if self.jobs.time_limit is not None else None
+            if main is not None:
+                if now >= main - 1e-6:
+                    self._queued = False
+                    self._last_sched = now
+                else:
+                    self.part.wake_at(main)
+            return
         self._catch_up(now)  # (may rebuild self.by_size)
         part, neg = self.part, self.neg
 
@@ -312,25 +371,84 @@ class Multifactor(Policy):
                           lambda top: backfill and now - submit[top] < reserve_after)
             if self.by_size and 0 < part.free and min(self.by_size) <= part.free:
                 # the order may change at the next recalculation and let a job that fits start
-                part.wake_at((math.floor(now / self.period) + 1) * self.period)
+                part.wake_at(self._next_recalc(now))
             return
-        # Slurm: the main scheduler at every event, in strict priority order.
-        priority_pass(part, self.by_size, best, start, self._pop, lambda top: False, self.depth)
+        # Slurm: the main scheduler in strict priority order, from slurmctld's background loop
+        # (once a second): after an event, at the first tick at least batch_sched_delay whole
+        # seconds after its last pass; and a full pass (no depth limit) every sched_interval,
+        # which matters only after a recalculation reorders the queue.
         wakes = []
+        main = self._main_due()
+        if main is not None and now >= main - 1e-6:
+            self._queued = False
+            self._last_sched = now
+            self._main_pass(now, self.depth)
+        elif now >= self._full_due - 1e-6 and self._full_due > self._last_sched:
+            self._last_sched = now
+            self._main_pass(now, None)
+        main = self._main_due()
+        if main is not None and self.by_size:
+            wakes.append(main)
         if self.backfill and self.by_size:
             iv = self.bf_interval
-            due = math.ceil(now / iv) * iv
-            if due == now and self._dirty:
+            due = SlurmClocks.next(self.clocks.backfill, iv, now)
+            if abs(due - now) < 1e-6 and self._dirty:
                 self._backfill(now, self.jobs.time_limit)
                 due += iv
             if self._dirty and self.by_size:
                 wakes.append(due)
+        self._full_due = math.inf
         if self.by_size and 0 < part.free and min(self.by_size) <= part.free:
             # after the next recalculation, the main scheduler's periodic pass may start one
-            recalc = (math.floor(now / self.period) + 1) * self.period
-            wakes.append(math.ceil(recalc / self.sched_interval) * self.sched_interval)
+            self._full_due = SlurmClocks.next(self.clocks.tick, self.clocks.tick_period, SlurmClocks.next(
+                0.0, self.sched_interval, self._next_recalc(now)))
+            wakes.append(self._full_due)
         if wakes:
             part.wake_at(min(wakes))
+
+    def _main_pass(self, now: float, depth: int | None) -> None:
+        """Slurm's main scheduler: jobs in order (tier, priority), at most `depth` tried. With
+        one partition it stops at the first job that does not fit. With several, as 22.05's
+        _schedule: a job that does not fit takes its partition's nodes out of the pass (no later
+        job may use them) and the jobs of that partition are skipped; the others go on."""
+        if self._mask is None:
+            priority_pass(self.part, self.by_size, self.neg.__getitem__, lambda j: self._start(j, now),
+                          self._pop, lambda top: False, depth)
+            return
+        neg, mask = self.neg, self._mask
+        blocked = tries = 0
+        everything = (1 << len(self.part.pool.free)) - 1
+        for j in sorted(self.waiting, key=lambda k: (neg[k], k)):
+            if depth is not None and tries >= depth or blocked == everything:
+                break
+            if not mask[j] & ~blocked:  # its partition failed (or all its nodes are taken out)
+                continue
+            tries += 1
+            if self._start(j, now, blocked):
+                self._take(j)
+            else:
+                blocked |= mask[j]
+
+    def _take(self, j: int) -> None:
+        """Remove started job j from the queues."""
+        g = self.jobs.gpus[j]
+        same = self.by_size[g]
+        same.remove(j)
+        if not same:
+            del self.by_size[g]
+        del self.waiting[j]
+
+    def _main_due(self) -> float | None:
+        """When the main scheduler runs for the pending request, if any: the first tick at
+        least batch_sched_delay whole seconds (Slurm compares time_t) after its last pass."""
+        if not self._queued:
+            return None
+        tick, period = self.clocks.tick, self.clocks.tick_period
+        now = self.part.now
+        due = SlurmClocks.next(tick, period, now)
+        if self.batch_delay > 0 and self._last_sched > -math.inf:
+            due = max(due, SlurmClocks.next(tick, period, math.floor(self._last_sched) + self.batch_delay))
+        return due
 
     def _backfill(self, now: float, limit: list[float]) -> None:
         """One cycle of Slurm's backfill scheduler at `now`."""
@@ -341,15 +459,19 @@ class Multifactor(Policy):
         def start(j: int, exclude: int) -> bool:
             if not self._start(j, now, exclude):
                 return False
-            same = self.by_size[self.jobs.gpus[j]]
-            same.remove(j)
-            if not same:
-                del self.by_size[self.jobs.gpus[j]]
-            del self.waiting[j]
+            self._take(j)
             return True
 
+        deny = None
+        if self._excl is not None:
+            excl, n_nodes = self._excl, len(self.part.pool.free)
+            bits = np.arange(n_nodes)
+
+            def deny(j: int) -> np.ndarray:
+                return ((excl[j] >> bits) & 1).astype(bool)
+
         self.reservations = slurm_backfill(self.part, order, self.jobs.gpus, limit,
-                                           now, self.bf, start)
+                                           now, self.bf, start, deny)
 
     def _pop(self, g: int) -> None:
         same = self.by_size[g]
@@ -359,61 +481,38 @@ class Multifactor(Policy):
             del self.by_size[g]
 
 
-# -------------------------------------------------------------------------------- fair share
-
-
-def classic_fairshare(used: np.ndarray, leaf_acct: np.ndarray, known: np.ndarray) -> np.ndarray:
-    """Slurm's classic fair-share factor (``PriorityFlags=NO_FAIR_TREE``) of each association
-    (leaf) in the tree root -> account -> user with equal shares among known siblings:
-    2^(-UE / S), S the product of share fractions down the path, and effective usage
-    UE = UA + (UE_parent - UA) * S_child / S_siblings with UA = usage / total usage, UE_root = 1.
-    Unknown associations get 1."""
-    out = np.ones(len(used))
-    total = used[known].sum()
-    if total <= 0:
-        return out
-    accts = np.unique(leaf_acct[known])
-    s_acct = 1.0 / len(accts)
-    for a in accts:
-        leaves = np.flatnonzero(known & (leaf_acct == a))
-        ua_acct = used[leaves].sum() / total
-        ue_acct = ua_acct + (1.0 - ua_acct) * s_acct
-        s_user = 1.0 / len(leaves)
-        ua = used[leaves] / total
-        ue = ua + (ue_acct - ua) * s_user
-        out[leaves] = np.exp2(-ue / (s_acct * s_user))
+def _leaves_in(tree: ShareTree, jobs: JobInfo) -> npt.NDArray[np.int64]:
+    """Each job's leaf in a configured association tree, by its account (else VC) and user."""
+    col = "account" if jobs.account is not None else "vc"
+    acct = jobs.account if jobs.account is not None else jobs.vc
+    if acct is None or jobs.user is None:
+        raise SimulationError("a configured association tree needs the trace's users and accounts "
+                              "(columns 'user' and 'account' or 'vc')")
+    acct_names, user_names = jobs.labels[col], jobs.labels["user"]
+    out = np.empty(len(acct), dtype=np.int64)
+    for i, (a, u) in enumerate(zip(acct, jobs.user)):
+        key = (acct_names[a], user_names[u])
+        k = tree.node_of.get(key)
+        if k is None:
+            raise SimulationError(f"job in row {i} of the trace: association {key[0]}/{key[1]} is not in "
+                                  "the cluster's association tree (Slurm would reject the job)")
+        out[i] = tree.leaf[k]
     return out
 
 
-def fair_tree(used: np.ndarray, leaf_acct: np.ndarray, known: np.ndarray) -> np.ndarray:
-    """Slurm's Fair Tree factor (22.05 ``fair_tree.c``) of each association (leaf) under
-    root -> account -> user with equal shares among known siblings.
-
-    At each level a sibling's level fair share is its share fraction / its fraction of its
-    parent's usage (no usage: infinite). Accounts are visited in descending level fair share;
-    accounts that tie are merged (their users sorted together); users get ranks from the number
-    of users down, in visiting order, tied users the same rank; the factor is rank / users.
-    Unknown associations get 1."""
-    out = np.ones(len(used))
-    idx = np.flatnonzero(known)
-    n = len(idx)
-    if n <= 1:  # (one association, e.g. a VC's partition of a trace without users: always 1)
-        return out
-    inv = leaf_acct[idx]
-    mine = used[idx]
-    acct_used = np.bincount(inv, weights=mine)
-    acct_users = np.bincount(inv)
-    total = mine.sum()
-    share = 1.0 / np.count_nonzero(acct_users)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        acct_fs = np.where(acct_used > 0, share / (acct_used / total), np.inf)[inv]
-        parent = acct_used[inv]
-        user_fs = np.where((mine > 0) & (parent > 0), (1.0 / acct_users[inv]) / (mine / parent), np.inf)
-    # accounts with equal level fair share form one group, whose users are sorted together
-    order = np.lexsort((-user_fs, -acct_fs))
-    g, fs = acct_fs[order], user_fs[order]
-    new = np.ones(n, dtype=bool)
-    new[1:] = (g[1:] != g[:-1]) | (fs[1:] != fs[:-1])  # tied users share the rank of the first
-    first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
-    out[idx[order]] = (n - first) / n
+def _partitions_of(parts: tuple[SlurmPartition, ...], jobs: JobInfo) -> list[int]:
+    """Each job's Slurm partition (index into `parts`) by the trace's ``partition`` label; a job
+    without one goes to the first partition (as Slurm's Default=YES partition)."""
+    index = {p.name: i for i, p in enumerate(parts)}
+    if jobs.partition is None:
+        return [0] * len(jobs.gpus)
+    names = jobs.labels["partition"]
+    out = []
+    for i, code in enumerate(jobs.partition):
+        name = names[code]
+        k = index.get(name, 0 if not name else None)
+        if k is None:
+            raise SimulationError(f"job in row {i} of the trace: partition {name!r} is not one of the "
+                                  f"cluster's Slurm partitions ({', '.join(index)})")
+        out.append(k)
     return out

@@ -24,9 +24,10 @@ runs: ``on_arrival`` and ``on_finish`` update the policy's own bookkeeping and m
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ..cluster import ClusterSpec
 from .placement import Alloc, NodePool
 
 
@@ -45,6 +46,10 @@ class JobInfo:
     time_limit: list[float] | None = None
     cpus: list[int] | None = None  # CPUs requested (0 = not known)
     account: list[int] | None = None  # Slurm account codes
+    partition: list[int] | None = None  # Slurm partition codes
+    # The label each code of `vc`, `user` and `account` stands for (code i -> labels[col][i]):
+    # e.g. to find a job's association in a configured Slurm association tree.
+    labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 class Partition(Protocol):
@@ -66,6 +71,12 @@ class Partition(Protocol):
     @property
     def capacity(self) -> int:
         """GPUs in the partition."""
+        ...
+
+    @property
+    def cluster(self) -> ClusterSpec:
+        """The cluster the run is on, for its fixed properties (e.g. a Slurm controller's
+        thread clocks and association tree)."""
         ...
 
     @property

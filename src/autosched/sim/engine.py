@@ -52,6 +52,10 @@ class SimPartition:
         return self.sim.now
 
     @property
+    def cluster(self) -> ClusterSpec:
+        return self.sim.cluster
+
+    @property
     def free(self) -> int:
         return self.pool.free_gpus
 
@@ -227,6 +231,11 @@ class Simulator:
             time_limit=None if self._limit is None else self._limit.tolist(),
             cpus=None if trace.num_cpus is None else trace.num_cpus.tolist(),
             account=_codes(trace.account),
+            partition=_codes(trace.partition),
+            labels={name: tuple(np.unique(col.astype(str)).tolist())
+                    for name, col in (("vc", trace.vc), ("user", trace.user), ("account", trace.account),
+                                      ("partition", trace.partition))
+                    if col is not None},
         )
         self.partitions = [
             SimPartition(self, i, name, NodePool(nodes, cluster.gpus_per_node))

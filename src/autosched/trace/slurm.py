@@ -1,7 +1,7 @@
 """Slurm accounting: ``sacct --parsable2`` output (``|``-separated, one header line).
 
 Needed columns: ``JobID, Submit, Start, End, AllocTRES``; used when present: ``User``,
-``Partition`` (-> vc), ``State`` (-> status, first word: "CANCELLED by 0" -> CANCELLED),
+``Partition`` (-> vc and partition), ``State`` (-> status, first word: "CANCELLED by 0" -> CANCELLED),
 ``JobName`` (-> name), ``AllocCPUS`` or ``NCPUS`` (-> num_cpus), ``Account`` (-> account),
 ``Timelimit`` (-> time_limit in seconds; ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
 ``D-HH:MM:SS`` as Slurm prints them; ``UNLIMITED``, ``Partition_Limit`` or empty -> no limit). Times are
@@ -42,7 +42,8 @@ _TIME_RULE = "time is not of the form YYYY-MM-DDTHH:MM:SS"
 _REQUIRED = ("jobid", "submit", "start", "end", "alloctres")
 # canonical column <- sacct column (lower-cased), first one present wins
 _OPTIONAL = {"user": ("user",), "vc": ("partition",), "status": ("state",), "name": ("jobname",),
-             "num_cpus": ("alloccpus", "ncpus"), "account": ("account",), "time_limit": ("timelimit",)}
+             "num_cpus": ("alloccpus", "ncpus"), "account": ("account",), "time_limit": ("timelimit",),
+             "partition": ("partition",)}
 # how sacct spells the columns, for messages
 _SPELLING = {"jobid": "JobID", "submit": "Submit", "start": "Start", "end": "End", "alloctres": "AllocTRES",
              "alloccpus": "AllocCPUS", "ncpus": "NCPUS"}

@@ -11,9 +11,9 @@ import numpy as np
 from ..errors import InputError
 
 REQUIRED = ("job_id", "submit_time", "num_gpus", "duration")
-OPTIONAL = ("user", "vc", "status", "num_cpus", "name", "time_limit", "account")
+OPTIONAL = ("user", "vc", "status", "num_cpus", "name", "time_limit", "account", "partition")
 COLUMNS = REQUIRED + OPTIONAL
-_TEXT = {"job_id", "user", "vc", "status", "name", "account"}
+_TEXT = {"job_id", "user", "vc", "status", "name", "account", "partition"}
 
 
 class TraceError(InputError):
@@ -42,6 +42,9 @@ class Trace:
     time_limit: np.ndarray | None = None
     # Slurm's account (the fair-share tree is account -> user).
     account: np.ndarray | None = None
+    # Slurm's partition: with a cluster that describes Slurm partitions (their nodes and
+    # PriorityTier), a job runs only on its partition's nodes.
+    partition: np.ndarray | None = None
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:

@@ -190,15 +190,29 @@ def _space_digest(policy: type[Policy]) -> str:
     return hashlib.sha256("\n".join(repr(k) for k in policy.space).encode()).hexdigest()[:16]
 
 
+# Cluster fields added after studies were first stored: part of a study's identity only when
+# set, so that a study stored before them opens again.
+_IF_SET = ("associations", "clocks", "slurm_partitions")
+
+
+def _plain(v: Any) -> Any:
+    if dataclasses.is_dataclass(v) and not isinstance(v, type):
+        return dataclasses.asdict(v)
+    if isinstance(v, tuple):
+        return [_plain(x) for x in v]
+    return v
+
+
 def problem_identity(policies: Sequence[type[Policy]], cluster: ClusterSpec, objective: Objective,
                      workloads: Sequence[Trace]) -> dict[str, Any]:
     """What a study is for, as JSON: compared part by part when a study is opened again."""
-    cluster_fields = {f.name: getattr(cluster, f.name) for f in dataclasses.fields(cluster) if f.compare}
+    cluster_fields = {f.name: getattr(cluster, f.name) for f in dataclasses.fields(cluster)
+                      if f.compare and not (f.name in _IF_SET and getattr(cluster, f.name) == f.default)}
     return {
         "policies": [p.name for p in policies],
         "spaces": {p.name: _space_digest(p) for p in policies},
         "cluster": {"describe": cluster.describe(),
-                    **{k: list(v) if isinstance(v, tuple) else v for k, v in cluster_fields.items()}},
+                    **{k: _plain(v) for k, v in cluster_fields.items()}},
         "objective": objective.to_dict(),
         "workloads": [{"jobs": len(w), "sha256": trace_digest(w)} for w in workloads],
     }
