@@ -10,7 +10,9 @@ capacity), job count and p90 duration, with the model fitted on
 
 Prints one row per (trace, history, model): mean ± sd over origins x seeds of each ratio, the
 ratio of summed loads (sampled / real over all origins: not pulled up by light weeks as a mean of
-ratios is) and the number of origins whose mean load ratio is within 0.9-1.1.
+ratios is), the number of origins whose mean load ratio is within 0.9-1.1, and the mean over
+origins of sampled load / the true last week's load: the model's own bias, apart from how much
+the real next week differs from the last one (which no model fitted on the past can know).
 
     PYTHONPATH=src python benchmarks/stat_load_ratio.py                       # every trace
     PYTHONPATH=src python benchmarks/stat_load_ratio.py --traces sample,cluster04 --models stat,hybrid
@@ -86,11 +88,13 @@ def measure(name: str, models: list[str], seeds: int, per_origin: bool) -> list[
     rows: dict[tuple[str, str], list[tuple[int, float, float, float]]] = {}
     sums: dict[tuple[str, str], list[float]] = {}
     real_sum = 0.0
+    lasts: dict[tuple[str, str], list[float]] = {}
     for k, t in enumerate(origins):
         real = tr.window(t, t + 7 * DAY)
         if len(real) == 0:
             continue
         real_sum += real.gpu_seconds()
+        last_week = tr.window(t - 7 * DAY, t).gpu_seconds()
         sim.run(until=t)
         hists = {"true 21d": (tr.window(t - 21 * DAY, t), 21), "true 7d": (tr.window(t - 7 * DAY, t), 7),
                  "observed 7d": (observe(sim, t, t - 7 * DAY, seed=0).history, 7)}
@@ -107,6 +111,9 @@ def measure(name: str, models: list[str], seeds: int, per_origin: bool) -> list[
                     got.append((k, *ratios(samp, real)))
                     sums.setdefault((hname, spec), []).append(samp.gpu_seconds() / n)
                 rows.setdefault((hname, spec), []).extend(got)
+                if last_week > 0:
+                    lasts.setdefault((hname, spec), []).append(
+                        np.mean([g[1] for g in got]) * real.gpu_seconds() / last_week)
                 if per_origin:
                     a = np.array(got)[:, 1:]
                     print(f"  {name} day {(t - tr.start) / DAY:3.0f} real load "
@@ -119,7 +126,8 @@ def measure(name: str, models: list[str], seeds: int, per_origin: bool) -> list[
         out.append(dict(trace=name, cluster=cl.describe(), origins=len(per_o), history=hname, model=spec,
                         load=a[:, 1].mean(), load_sd=sd(a[:, 1]), count=a[:, 2].mean(), count_sd=sd(a[:, 2]),
                         p90=a[:, 3].mean(), p90_sd=sd(a[:, 3]), pooled=sum(sums[(hname, spec)]) / real_sum,
-                        within=sum(0.9 <= x <= 1.1 for x in per_o)))
+                        within=sum(0.9 <= x <= 1.1 for x in per_o),
+                        vs_last=float(np.mean(lasts.get((hname, spec), [np.nan])))))
     print(f"{name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
     return out
 
@@ -133,13 +141,14 @@ def main() -> None:
     args = ap.parse_args()
     models = args.models.split(",")
     print("| trace | cluster | origins | history | model | load ratio | job count ratio | p90 duration ratio "
-          "| summed load ratio | origins in 0.9-1.1 |")
-    print("|---|---|---|---|---|---|---|---|---|---|", flush=True)
+          "| summed load ratio | origins in 0.9-1.1 | load vs the true last week |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|", flush=True)
     for name in args.traces.split(","):
         for r in measure(name, models, args.seeds, args.per_origin):
             print(f"| {r['trace']} | {r['cluster']} | {r['origins']} | {r['history']} | {r['model']} "
                   f"| {r['load']:.2f} ± {r['load_sd']:.2f} | {r['count']:.2f} ± {r['count_sd']:.2f} "
-                  f"| {r['p90']:.2f} ± {r['p90_sd']:.2f} | {r['pooled']:.2f} | {r['within']} of {r['origins']} |",
+                  f"| {r['p90']:.2f} ± {r['p90_sd']:.2f} | {r['pooled']:.2f} | {r['within']} of {r['origins']} "
+                  f"| {r['vs_last']:.2f} |",
                   flush=True)
 
 

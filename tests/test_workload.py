@@ -314,12 +314,12 @@ def _hourly_batches(per_hour_by_week: list[int]) -> Trace:
     return trace_of(t, g, d)
 
 
-EXACT = dict(trend=False, weekly=False, overdispersion=False, ridge=0.0, half_life=1000.0)
+EXACT = dict(level="count", trend=False, weekly=False, overdispersion=False, ridge=0.0, half_life=1000.0)
 
 
 def test_hybrid_with_the_forecast_equal_to_last_week_is_last_week():
-    # One batch every hour for two weeks: the count model expects 168 batches next week, the
-    # replayed week has 168, so the scale is 1 and the sample is exactly replay's.
+    # One batch every hour for two weeks: the count model (level=count) expects 168 batches next
+    # week, the replayed week has 168, so the scale is 1 and the sample is exactly replay's.
     hist = _hourly_batches([1, 1])
     m = get_model("hybrid")(**EXACT).fit(hist, 0.0, 14 * DAY)
     assert m.scale(14 * DAY, 7 * DAY) == pytest.approx(1.0, abs=1e-4)
@@ -330,8 +330,8 @@ def test_hybrid_with_the_forecast_equal_to_last_week_is_last_week():
 
 
 def test_hybrid_rescales_last_week_to_the_count_forecast():
-    # Week 1: 2 batches an hour, week 2: 1. Hour-of-day means are 1.5 (weights 0.5**(age/1000 d)
-    # make it 1.4988), so the forecast is 1.5 x 168 = 252 batches against the replayed 168:
+    # level=count. Week 1: 2 batches an hour, week 2: 1. Hour-of-day means are 1.5
+    # (weights 0.5**(age/1000 d) make it 1.4988), so the forecast is 1.5 x 168 = 252 batches against the replayed 168:
     # scale 1.5 - every replayed batch once, and a second time with probability 1/2, moved by
     # whole days (same minute of the hour).
     hist = _hourly_batches([2, 1])
@@ -349,6 +349,22 @@ def test_hybrid_rescales_last_week_to_the_count_forecast():
     assert get_model("hybrid")(**EXACT).fit(_hourly_batches([7, 1]), 0.0, 14 * DAY).scale(14 * DAY, 7 * DAY) == 2.0
 
 
+def test_hybrid_load_level_follows_gpu_hours_not_batch_counts():
+    # Week 1: 2 batches an hour of 2 GPUs x 50 s; week 2: 1 batch an hour of 3 GPUs x 100 s.
+    # Counts: forecast 1.5 an hour against 1 -> 1.5. Load: 200 GPU-s an hour, then 300; the
+    # mean day is 250 an hour against the replayed 300 -> 5/6 (weights 0.5**(age/1000 d) ~ 1).
+    t = [w * 7 * DAY + h * HOUR + 600.0 * (j + 1) for w, k in enumerate([2, 1]) for h in range(168) for j in range(k)]
+    g = [2] * 336 + [3] * 168
+    d = [50.0] * 336 + [100.0] * 168
+    hist = trace_of(t, g, d)
+    by_count = get_model("hybrid")(**EXACT).fit(hist, 0.0, 14 * DAY)
+    by_load = get_model("hybrid")(**{**EXACT, "level": "load"}).fit(hist, 0.0, 14 * DAY)
+    assert by_count.scale(14 * DAY, 7 * DAY) == pytest.approx(1.5, abs=0.002)
+    assert by_load.scale(14 * DAY, 7 * DAY) == pytest.approx(5 / 6, abs=0.002)
+    out = by_load.sample(14 * DAY, 7 * DAY, seed=1)
+    assert set(out.num_gpus.tolist()) == {3} and abs(len(out) - 140) < 4 * math.sqrt(168 / 6 * 5 / 6)
+
+
 # ------------------------------------------------------------------------ sampled load vs known rate
 
 
@@ -362,13 +378,13 @@ def _poisson_jobs(rate_per_hour: float, days: float, seed: int) -> Trace:
 
 @settings(max_examples=6, deadline=None, derandomize=True)
 @given(rate=st.floats(2.0, 12.0), seed=st.integers(0, 2**31 - 1))
-@pytest.mark.parametrize("name", CORE)
+@pytest.mark.parametrize("name", [*CORE, "hybrid:level=count"])
 def test_sampled_load_matches_a_known_rate(name, rate, seed):
     """Fitted on 21 days of jobs arriving at a known rate, a model's next week carries the known
     offered load, within 4 sd of a week's total (compound Poisson: var = rate x T x E[(g d)^2]);
     `stat` and `hybrid` are averaged over 4 samples, which only narrows their own noise."""
     hist = _poisson_jobs(rate, 21, seed)
-    m = get_model(name)().fit(hist, 0.0, 21 * DAY)
+    m = parse_model_spec(name).fit(hist, 0.0, 21 * DAY)
     n = 1 if m.deterministic else 4
     got = np.mean([m.sample(21 * DAY, 7 * DAY, s).gpu_seconds() for s in range(n)])
     eg, eg2 = 7 / 3, 7.0  # E[g], E[g^2] for g uniform on {1, 2, 4}

@@ -1,19 +1,25 @@
-"""Replay with the count model's level: last period's batches, rescaled to the forecast count.
+"""Replay with a forecast level: last period's batches, rescaled to the level the history forecasts.
 
 `replay` keeps everything a week really had (its large jobs, its bursts, its VC mix) but also its
 accidents: a week that was unusually busy or quiet is forecast as such. `stat` forecasts the
 number of batches well but resamples their contents from three weeks, which mixes large-job
 content and makes its samples' load vary more than real weeks do. The hybrid takes the contents
-from replay and the level from `stat`'s count model:
+from replay and only the level from a model of the history:
 
 1. The batches (``stat``'s unit: jobs of one VC at most ``burst_gap`` apart) that started in the
    last ``horizon`` of history are the replayed window, shifted forward by whole days as `replay`
    shifts it (tiled if the horizon is longer than the history).
-2. The scale is ``s = mu / n``: ``mu`` is the count model's expected number of batches in the new
-   period (hour of day, day of week, trend clipped to [1/2, 2]), ``n`` the batches the replayed
-   window puts there; ``s`` is clipped to [1/2, 2]. With ``overdispersion`` the scale is
-   multiplied by one gamma factor for the period (mean 1, the variance of a period total under
-   the count model's day-level noise: shape ``k x days`` for day-level shape ``k``).
+2. The scale ``s`` is the forecast level over the replayed window's, clipped to [1/2, 2]:
+   ``level=load`` (default): the history's GPU-hours per day, recency-weighted
+   (``half_life``), over the replayed window's; ``level=count``: `stat`'s count model's expected
+   batches in the new period (hour of day, day of week; trend only if asked) over the replayed
+   window's batches. Batch counts and load need not move together (on ITP cluster04 the week
+   with the fewest jobs, 283, was as heavy as the one with the most, 3,414): with
+   ``level=count`` the forecast load was 1.40x the real one on cluster04 (1.13x with ``load``),
+   and ``load`` ranked configs better on Philly, cluster02 and cluster04 (docs/workload.md).
+   With ``overdispersion`` the scale is multiplied by one gamma factor for the period (mean 1, the
+   variance of a period total under the count model's day-level noise: shape ``k x days`` for
+   day-level shape ``k``), so samples spread around the replay.
 3. Each replayed batch is kept ``floor(s)`` times plus once more with probability ``s - floor(s)``
    (so ``s = 1`` is the replay itself, and ``s = 0.8`` drops a fifth of the batches at random).
    A second or later copy of a batch is moved by a random whole number of days within the window,
@@ -30,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..space import ConfigSpace
+from ..space import Categorical, ConfigSpace
 from ..trace.table import Trace
 from .base import Jobs, WorkloadModel, check_sample_size
 from .replay import _whole_days
@@ -45,24 +51,42 @@ _KNOBS = ("burst_gap", "half_life", "trend", "weekly", "overdispersion", "ridge"
 class Hybrid(WorkloadModel):
     name = "hybrid"
     summary = "last period's bursts replayed, their number rescaled to the count model's forecast"
-    space = ConfigSpace([Stat.space[k] for k in _KNOBS])
+    space = ConfigSpace([
+        Categorical("level", "what sets the period's level: the count model's batches, or the "
+                    "history's recency-weighted GPU-hours per day", choices=("count", "load"), default="load"),
+        *(Stat.space[k] for k in _KNOBS),
+    ])
 
     def _fit(self, history: Trace) -> None:
-        self.count = Stat(**self.params)
+        self.count = Stat(**{k: self.params[k] for k in _KNOBS})
         self.count.history_start, self.count.history_end = self.history_start, self.history_end
         self.count.history_jobs, self.count.vc_names = self.history_jobs, self.vc_names
         self.count._fit(history)
         self.count.fitted = True
 
     def scale(self, start: float, horizon: float) -> float:
-        """Expected batches in ``[start, start + horizon)`` over the batches the replayed window
-        puts there, clipped to [1/2, 2] (before the period's gamma factor)."""
+        """The expected level of ``[start, start + horizon)`` over what the replayed window puts
+        there, clipped to [1/2, 2] (before the period's gamma factor). ``level=count``: batches
+        expected by the count model over the replayed batches; ``level=load``: the history's
+        recency-weighted GPU-seconds per day over the replayed window's."""
+        c = self.count
         length = self._length(horizon)
-        n = np.count_nonzero(self.count.bt > self.history_end - length) * horizon / length
-        mu = float(self.count.expected_batches(start, horizon)[2].sum())
-        if n <= 0:
+        in_window = c.bt > self.history_end - length
+        if self.params["level"] == "count":
+            now = float(np.count_nonzero(in_window))
+            expected = float(c.expected_batches(start, horizon)[2].sum()) * length / horizon
+        else:
+            work = c.g * c.d  # per job, in batch order
+            now = float(work[np.repeat(in_window, np.diff(c.ptr))].sum())
+            submit = np.repeat(c.bt, np.diff(c.ptr)) + c.offset
+            days = max(int(math.ceil((self.history_end - self.history_start) / DAY - 1e-9)), 1)
+            age = np.minimum(np.floor((self.history_end - submit) / DAY), days - 1).astype(np.int64)
+            per_day = np.bincount(age, weights=work, minlength=days)
+            w = 0.5 ** ((np.arange(days) + 0.5) / self.params["half_life"])
+            expected = float((per_day * w).sum() / w.sum()) * length / DAY
+        if now <= 0:
             return 1.0
-        return float(np.clip(mu / n, 1.0 / SCALE_CLIP, SCALE_CLIP))
+        return float(np.clip(expected / now, 1.0 / SCALE_CLIP, SCALE_CLIP))
 
     def _length(self, horizon: float) -> float:
         span = self.history_end - self.history_start
@@ -105,7 +129,7 @@ class Hybrid(WorkloadModel):
         return self.count._state()
 
     def _restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        self.count = Stat(**self.params)
+        self.count = Stat(**{k: self.params[k] for k in _KNOBS})
         self.count.history_start, self.count.history_end = self.history_start, self.history_end
         self.count.history_jobs, self.count.vc_names = self.history_jobs, self.vc_names
         self.count._restore(meta, arrays)
