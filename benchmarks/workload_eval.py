@@ -112,7 +112,56 @@ def table(out: Path) -> str:
             lines.append(f"| {name} | {data['cluster'].split(' ')[0]} | {n} | {model} (pooled only) | | "
                          f"| {_f(np.nanmean(pr[:, 0]))} | {_f(np.mean(pr[:, 1]))} | | | | | | | {_pooled_vs_replay(pool, model)} |")
         per_origin.append(_origin_table(name, data, pool))
-    return "\n".join(lines) + "\n\n" + "\n\n".join(per_origin)
+    return "\n".join(lines) + "\n\n" + verdict(out) + "\n\n" + "\n\n".join(per_origin)
+
+
+def verdict(out: Path) -> str:
+    """Per trace and model: on how many origins it beats replay. "Beats replay on most origins"
+    means a higher mean Spearman on more than half of the origins *and* a regret no worse (lower
+    or tied) on more than half; the same for the config chosen on the mean over the samples."""
+    lines = ["| trace | model | origins | Spearman higher | regret lower / tied / higher | beats replay on most origins "
+             "| pooled: Spearman higher | pooled: regret lower / tied / higher | pooled: beats replay on most |",
+             "|" + "---|" * 9]
+    for name in RUNS:
+        rep = out / name / "report.json"
+        if not rep.exists():
+            continue
+        data = json.loads(rep.read_text())
+        pool = pooled(data)
+        base = data["results"]["replay"]
+        b_rho = [_mean_of(r, "spearman") for r in base]
+        b_reg = [_mean_of(r, "regret") for r in base]
+        for model in pool:
+            if model == "replay":
+                continue
+            n = len(data["reals"])
+            if model in data["results"]:
+                rho = [_mean_of(r, "spearman") for r in data["results"][model]]
+                reg = [_mean_of(r, "regret") for r in data["results"][model]]
+                own = _counts(rho, reg, b_rho, b_reg)
+            else:
+                own = None
+            pr = np.array(pool[model], dtype=float)
+            pb = np.array(pool["replay"], dtype=float)
+            pl = _counts(list(pr[:, 0]), list(pr[:, 1]), list(pb[:, 0]), list(pb[:, 1]))
+            cells = ["", "", ""] if own is None else [f"{own[0]}", f"{own[1]} / {own[2]} / {own[3]}", own[4]]
+            lines.append(f"| {name} | {model} | {n} | " + " | ".join(cells) +
+                         f" | {pl[0]} | {pl[1]} / {pl[2]} / {pl[3]} | {pl[4]} |")
+    return "\n".join(lines)
+
+
+def _mean_of(r: dict, key: str) -> float:
+    vals = [s[key] for s in r["samples"] if s[key] is not None and not math.isnan(s[key])]
+    return float(np.mean(vals)) if vals else math.nan
+
+
+def _counts(rho: list, reg: list, b_rho: list, b_reg: list) -> tuple[int, int, int, int, str]:
+    n = len(rho)
+    higher = sum(a > b for a, b in zip(rho, b_rho))
+    lower = sum(a < b - 1e-12 for a, b in zip(reg, b_reg))
+    tied = sum(abs(a - b) <= 1e-12 for a, b in zip(reg, b_reg))
+    most = higher > n / 2 and lower + tied > n / 2
+    return higher, lower, tied, n - lower - tied, "yes" if most else "no"
 
 
 def _origin_table(name: str, data: dict, pool: dict) -> str:
@@ -157,8 +206,9 @@ def plot(out: Path, docs: Path) -> None:
             rho = [np.mean([s["spearman"] for s in r["samples"] if s["spearman"] is not None] or [np.nan]) for r in per]
             reg = [np.mean([s["regret"] for s in r["samples"]]) for r in per]
             c = colors.get(m.split(":")[0], None)
-            axes[0, j].plot(days, rho, "o-", color=c, ms=3, lw=1, label=m)
-            axes[1, j].plot(days, reg, "o-", color=c, ms=3, lw=1, label=m)
+            ls = "o--" if ":" in m else "o-"  # a variant of a model: its colour, dashed
+            axes[0, j].plot(days, rho, ls, color=c, ms=3, lw=1, label=m)
+            axes[1, j].plot(days, reg, ls, color=c, ms=3, lw=1, label=m)
         axes[1, j].plot(days, [r["default_regret"] for r in data["reals"]], "x:", color="grey", ms=4, lw=0.8, label="default config")
         axes[0, j].set_title(f"{name} ({data['cluster'].split(' ')[0]})", fontsize=9)
         axes[0, j].set_ylim(-1.05, 1.05)

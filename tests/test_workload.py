@@ -330,10 +330,10 @@ def test_hybrid_with_the_forecast_equal_to_last_week_is_last_week():
 
 
 def test_hybrid_rescales_last_week_to_the_count_forecast():
-    # level=count. Week 1: 2 batches an hour, week 2: 1. Hour-of-day means are 1.5
-    # (weights 0.5**(age/1000 d) make it 1.4988), so the forecast is 1.5 x 168 = 252 batches against the replayed 168:
-    # scale 1.5 - every replayed batch once, and a second time with probability 1/2, moved by
-    # whole days (same minute of the hour).
+    # level=count. Week 1: 2 batches an hour, week 2: 1. Hour-of-day means are 1.5 (weights
+    # 0.5**(age/1000 d) make it 1.4988), so the forecast is 1.5 x 168 = 252 batches against the
+    # replayed 168: scale 1.5 - every replayed batch once, and a second time with probability
+    # 1/2, moved by whole days (same minute of the hour).
     hist = _hourly_batches([2, 1])
     m = get_model("hybrid")(**EXACT).fit(hist, 0.0, 14 * DAY)
     assert m.scale(14 * DAY, 7 * DAY) == pytest.approx(1.5, abs=0.002)
