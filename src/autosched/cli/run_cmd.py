@@ -37,7 +37,7 @@ def run_cmd(
     budget: int = typer.Option(8, "--budget", "-n", help="tuning trials per round (one simulation per sampled workload each)"),
     samples: int = typer.Option(4, "--samples", "-k", help="workloads sampled from the model per round (the guardrail's noise estimate)"),
     workers: int = typer.Option(2, "--workers", "-j", help="tuning trials run in parallel processes (1 = in this process)"),
-    model: str = typer.Option("stat", "--model", help="workload model: stat, replay or neural (needs autosched[neural])"),
+    model: str = typer.Option("stat", "--model", help="workload model: stat, hybrid, replay or neural (needs autosched[neural])"),
     strategies: str = typer.Option(DEFAULT_STRATEGIES, "--strategies", help="comma-separated strategies to compare (oracle_* read the real future)"),
     objective: str = typer.Option("avg_jct", "--objective", help="Metrics field the tuner and the guardrail optimise"),
     margin: float = typer.Option(0.01, "--margin", help="guardrail: deploy only if the predicted gain exceeds this fraction (0.01 = 1%)"),
