@@ -221,7 +221,8 @@ def _will_run(g: int, avail: int, free: np.ndarray, running: list[tuple[float, A
                 first_end = end + (window - end % window)
             last = end
             for m, gg in alloc:
-                cur[m] += gg
+                if use[m]:  # (only on the usable nodes, as job_res_rm_job with the node map)
+                    cur[m] += gg
             nxt = running[k][0] if k < len(running) else None
             if nxt is None or nxt > first_end + window:
                 break
