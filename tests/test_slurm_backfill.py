@@ -304,3 +304,49 @@ def test_priorities_are_recalculated_on_the_decay_threads_clock():
     # finds the last pass at 90; the second (t=200) brings the recalculation at 150.
     sim = clocked([(100, 1, 10), (200, 1, 10)], [60, 60], {}, SlurmClocks(decay=30.0))
     assert sim.policies[0].t0 == 150.0
+
+
+# cons_tres's will-run test (22.05 `_will_run_test`) takes running jobs away in batches, and a
+# job on none of the usable nodes is passed over without looking at the batch's window: the
+# batch goes on to the next usable job however late it ends. Three nodes of 4 GPUs, first fit,
+# bf_resolution 1, cycles every 10 s. At 0 the main scheduler starts S (4 GPUs, limit 62) on
+# n0, U1 (3 GPUs, limit 60) on n1 and U2 (4 GPUs, limit 600) on n2; n1 keeps 1 GPU free. E, F
+# (4 GPUs, limits 300 and 100) and H (1 GPU, limit 100) arrive at 1, 2, 3; the main scheduler
+# stops at E. Backfill cycle at 10 (running jobs by planned end: U1 60, S 62, U2 600):
+#  - E, all nodes usable: U1 is the first usable job, the batch window ends at 60 rounded up
+#    to the next 30 s + 30 = 120; S (62) is within it, U2 (600) is not: batch {U1, S}, E fits
+#    on n0 (first fit) at 62 (the batch's last end): reservation n0 [62, 362);
+#  - F from 10: n0 is reserved within [10, 110), so F may use n1, n2. U1 (n1) is the first
+#    usable job (F now fits on n1), the next job S is within the window, S is passed over
+#    (n0), and U2 (n2) is taken away too, with no window check: F's start is 600, after the
+#    next trial start 362 (where n0 comes free): from 362 every node is usable, the batch
+#    {U1, S} makes room on n0 at 62, so F is reserved on n0 [362, 462);
+#  - H from 10: n0 is reserved within [10, 110), n1 has 1 GPU free: H starts at 10 on n1.
+# (Planning F at the first end that makes room, 60 on n1, as the simulator did before, kept H
+# off n1 until E ended at 70.) Then U1 ends at 60: the main scheduler starts E on n1 at 60; S
+# ends at 62: F starts on n0 at the next pass, 63 (batch_sched_delay 3 s after the pass at 60).
+WILL_RUN_JOBS = [(0, 4, 62), (0, 3, 60), (0, 4, 600), (1, 4, 10), (2, 4, 10), (3, 1, 5)]
+WILL_RUN_LIMITS = [62, 60, 600, 300, 100, 100]
+
+
+def test_will_run_batches_pass_over_unusable_jobs():
+    sim = run(WILL_RUN_JOBS, WILL_RUN_LIMITS, {"bf_interval": 10, "bf_resolution": 1,
+                                               "placement": "first_fit"}, nodes=3)
+    assert starts(sim) == [0, 0, 0, 60, 63, 10]
+
+
+def test_will_run_batch_by_hand():
+    from autosched.policies.backfill import _will_run
+
+    # Free GPUs 0/1/0 on n0..n2; running (end, allocation, node mask) by end. Usable n1, n2 (0b110).
+    free = np.array([0, 1, 0])
+    running = [(60.0, ((1, 3),), 0b010), (62.0, ((0, 4),), 0b001), (600.0, ((2, 4),), 0b100)]
+    # 4 GPUs: the batch {U1 (n1), S passed over, U2 (n2)} ends at 600; first fit picks n1
+    assert _will_run(4, 0b110, free, running, 10.0, 4, "first_fit") == (600.0, ((1, 4),))
+    # 1 GPU fits now on n1
+    assert _will_run(1, 0b110, free, running, 10.0, 4, "first_fit") == (10.0, ((1, 1),))
+    # all nodes usable: batch {U1, S} (U2 at 600 is beyond 90 + 30): n0 at 62
+    assert _will_run(4, 0b111, free, running, 10.0, 4, "first_fit") == (62.0, ((0, 4),))
+    # only n2 usable: U1 and S passed over, U2 alone: 600; no usable running job: never
+    assert _will_run(4, 0b100, free, running, 10.0, 4, "first_fit") == (600.0, ((2, 4),))
+    assert _will_run(4, 0b100, free, running[:2], 10.0, 4, "first_fit") is None

@@ -7,17 +7,19 @@ a trace has no time limits).
 
 `slurm_backfill` is Slurm's ``sched/backfill`` planning with job time limits (22.05,
 ``src/plugins/sched/backfill/backfill.c``), for traces that have them: walk the pending jobs in
-priority order; for each, find the earliest time at which it fits, given the planned ends of the
+priority order; for each, find when and where it can start, given the planned ends of the
 running jobs (start + time limit) and the reservations already made for higher-priority jobs; a
-job whose earliest time is now starts now, any other gets a reservation on the nodes it would
-use, so that no later job may delay it. What is modelled and what is assumed is listed in
-docs/fidelity.md ("Against a real slurmctld").
+job that can start now starts now, any other gets a reservation on the nodes it would use, so
+that no later job may delay it. On nodes, "when" is found as 22.05 finds it, not as the earliest
+time that fits: the nodes free of reservations from a trial start to trial start + limit go to
+cons_tres's will-run test, which takes running jobs away in batches (`_will_run`). What is
+modelled and what is assumed is listed in docs/fidelity.md ("Against a real slurmctld").
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -75,25 +77,21 @@ def slurm_backfill(part: Partition, order: Sequence[int], gpus: Sequence[int], l
     Returns the (job, planned start) of every job that got a reservation (for tests and reports).
 
     Assumptions (Slurm 22.05): a reservation holds whole nodes (``node_space`` keeps node bitmaps)
-    from its start to start + limit, both rounded down to ``bf_resolution``; under 'count'
-    placement, which has no nodes, it holds the job's GPUs instead. A job that cannot start
-    within ``bf_window`` gets no reservation. Only the first ``bf_max_job_test`` jobs are looked at.
+    from its start to start + limit, both rounded down to ``bf_resolution``; running jobs end in
+    the plan at their whole-second start + limit. Under 'count' placement, which has no nodes,
+    a reservation holds the job's GPUs instead and a job's start is the earliest time it fits
+    (the model before the will-run test). A job that cannot start within ``bf_window`` gets no
+    reservation. Only the first ``bf_max_job_test`` jobs are looked at.
     """
     pool = part.pool
     count = part.placement == "count"
-    nodes = 1 if count else len(pool.free)
-    gpn = pool.capacity if count else pool.gpn
-    free = np.array([pool.free_gpus] if count else pool.free, dtype=np.int64)
+    if not count:
+        return _slurm_backfill_nodes(part, order, gpus, limit, now, params, start, deny)
+    free = np.array([pool.free_gpus], dtype=np.int64)
     # Planned releases of the running jobs: (end, node, GPUs).
-    releases: list[tuple[float, int, int]] = []
-    for r in part.running:
-        end = part.run_started(r) + limit[r]
-        if count:
-            releases.append((end, 0, gpus[r]))
-        else:
-            releases.extend((end, n, g) for n, g in part.allocation(r))
+    releases: list[tuple[float, int, int]] = [(part.run_started(r) + limit[r], 0, gpus[r]) for r in part.running]
     horizon = now + params.window
-    res = _Reservations(len(order[:params.max_job_test]), nodes)
+    res = _Reservations(len(order[:params.max_job_test]), 1)
     planned: list[tuple[int, float]] = []
     step = params.resolution
     times, frees = _profile(free, releases, now, horizon)
@@ -102,34 +100,205 @@ def slurm_backfill(part: Partition, order: Sequence[int], gpus: Sequence[int], l
             # Nothing can start now, and reservations only serve to decide what starts now
             # (the next cycle plans afresh): the rest of this cycle cannot change the run.
             break
-        when = _earliest(gpus[j], limit[j], times, frees, res, horizon, gpn, part.placement,
-                         None if deny is None or count else deny(j))
+        when = _earliest(gpus[j], limit[j], times, frees, res, horizon, 1, part.placement)
         if when is None:
             continue
         t, spot = when
-        if t <= now:
-            held = res.held(now, now + limit[j])
-            exclude = 0 if count else _mask(held > 0)
-            if start(j, exclude):
-                if count:
-                    free[0] -= gpus[j]
-                    releases.append((now + limit[j], 0, gpus[j]))
-                else:
-                    alloc = part.allocation(j)
-                    for n, g in alloc:
-                        free[n] -= g
-                    releases.extend((now + limit[j], n, g) for n, g in alloc)
-                times, frees = _profile(free, releases, now, horizon)
-                continue
-            # placement disagreed with the plan (cannot happen with the same rules): reserve
-        hold = np.zeros(nodes, dtype=np.int64)
+        if t <= now and start(j, 0):
+            free[0] -= gpus[j]
+            releases.append((now + limit[j], 0, gpus[j]))
+            times, frees = _profile(free, releases, now, horizon)
+            continue
+        hold = np.zeros(1, dtype=np.int64)
         for n, g in spot:
-            hold[n] = g if count else gpn  # whole nodes, as Slurm's node_space
+            hold[n] = g
         begin = math.floor(max(t, now) / step) * step
         end = limit[j] + t
         end = math.floor(end / step) * step if math.isfinite(end) else math.inf
         res.add(begin, end, hold)
         planned.append((j, t))
+    return planned
+
+
+# cons_tres's will-run test takes the running jobs away in batches: the first batch ends 30 s
+# after the first end (aligned up to a multiple of 30 s), each later one twice as far
+_WILL_RUN_WINDOW = 30
+
+
+@dataclass(slots=True)
+class _Slot:
+    begin: float
+    end: float
+    held: int  # the nodes reserved in [begin, end), as a bitmask
+
+
+class _Plan:
+    """Backfill's node_space of one cycle (22.05's ``node_space_map_t``): consecutive slots
+    [begin, end) with the nodes reserved in each (bitmask), from now rounded down to
+    ``bf_resolution`` to now + ``bf_window`` rounded down; a reservation splits the slots at
+    its start and end (``_add_reservation``)."""
+
+    def __init__(self, begin: float, end: float):
+        self.slots = [_Slot(begin, end, 0)]
+        self.resv: list[tuple[float, float, int]] = []
+
+    def add(self, begin: float, end: float, nodes: int) -> None:
+        self.resv.append((begin, end, nodes))
+        for cut in (begin, end):
+            for k, sl in enumerate(self.slots):
+                if sl.begin < cut < sl.end:
+                    self.slots[k:k + 1] = [_Slot(sl.begin, cut, sl.held), _Slot(cut, sl.end, sl.held)]
+                    break
+        for sl in self.slots:
+            if sl.begin >= begin and sl.end <= end:
+                sl.held |= nodes
+
+    def overlaps(self, nodes: int, begin: float, end: float) -> bool:
+        """Do the nodes meet a reservation within [begin, end) (``_test_resv_overlap``)?"""
+        return any(b < end and e > begin and m & nodes for b, e, m in self.resv)
+
+
+def _or(masks: Iterable[int]) -> int:
+    out = 0
+    for m in masks:
+        out |= m
+    return out
+
+
+def _usable(slots: list[_Slot], part_mask: int, start_res: float,
+            end_time: float) -> tuple[int, float]:
+    """The nodes a job may plan on if it started at `start_res` and ran until `end_time`, and
+    the next time worth trying (0: none), as 22.05's ``_attempt_backfill`` walks its map:
+    every node reserved in any slot that meets [start_res, end_time] is out (even if the job
+    will in fact start much later), and the later start is the end of the first slot after
+    which a node so excluded comes free."""
+    avail, later = part_mask, 0.0
+    for k, sl in enumerate(slots):
+        a, b, held = sl.begin, sl.end, sl.held
+        has_next = k + 1 < len(slots)
+        if b > start_res and has_next and later == 0:
+            nxt = part_mask & ~slots[k + 1].held
+            if nxt & ~(avail & ~held):
+                later = b
+        if b <= start_res:
+            continue
+        if a <= end_time:
+            avail &= ~held
+        else:
+            if later == 0 and has_next and k + 2 < len(slots):
+                later = slots[k + 1].end
+            break
+    return avail, later
+
+
+def _will_run(g: int, avail: int, free: np.ndarray, running: list[tuple[float, Alloc, int]], now: float,
+              gpn: int, placement: str) -> tuple[float, Alloc] | None:
+    """When and where cons_tres's will-run test (22.05 ``_will_run_test``) starts a job of g
+    GPUs on the nodes `avail` (bitmask): now if it fits, else it takes the running jobs away
+    in order of their planned end, in batches, and tries after each batch; the start is the
+    last end of the batch that made room. A job on none of the usable nodes is passed over
+    without looking at the batch's window, so a batch goes on to the next usable job however
+    late it ends: this is why a job can be planned minutes after the first end that would
+    have made room for it."""
+    use = _bits(avail, len(free))
+    cur = np.where(use, free, 0)
+    spot = _place(cur, g, gpn, placement)
+    if spot is not None:
+        return now, spot
+    window, first_end = _WILL_RUN_WINDOW, 0.0
+    k = 0
+    while k < len(running):
+        last = None
+        nxt = None
+        while k < len(running):
+            end, alloc, on = running[k]
+            if not math.isfinite(end):
+                return None  # (sorted: the rest never end either) no start in any window
+            k += 1
+            if not on & avail:
+                continue  # no usable node: skipped, and the window is not looked at
+            if not first_end:
+                first_end = end + (window - end % window)
+            last = end
+            for m, gg in alloc:
+                if use[m]:  # (only on the usable nodes, as job_res_rm_job with the node map)
+                    cur[m] += gg
+            nxt = running[k][0] if k < len(running) else None
+            if nxt is None or nxt > first_end + window:
+                break
+        if last is None:
+            break
+        while nxt is not None and math.isfinite(nxt) and nxt > first_end + window:
+            window *= 2
+        spot = _place(cur, g, gpn, placement)
+        if spot is not None:
+            return (last if last > now else now + 1.0), spot
+    return None
+
+
+def _slurm_backfill_nodes(part: Partition, order: Sequence[int], gpus: Sequence[int],
+                          limit: Sequence[float], now: float, params: BackfillParams,
+                          start: Callable[[int, int], bool],
+                          deny: Callable[[int], np.ndarray] | None) -> list[tuple[int, float]]:
+    """`slurm_backfill` on nodes, step by step as 22.05's ``_attempt_backfill`` with cons_tres's
+    will-run test: for each job, the usable nodes are those no reservation holds from the trial
+    start to the trial start + limit; the will-run test gives the start and nodes on them; a
+    start beyond the next trial start, or nodes that meet a reservation from the start, send
+    the job to the next trial start (``TRY_LATER``)."""
+    pool = part.pool
+    nodes, gpn = len(pool.free), pool.gpn
+    free = np.array(pool.free, dtype=np.int64)
+    step = params.resolution
+    # Running jobs with their planned ends (Slurm's whole-second start + limit), by end.
+    running: list[tuple[float, Alloc, int]] = sorted(
+        ((math.floor(part.run_started(r)) + limit[r], alloc, _or(1 << m for m, _ in alloc))
+         for r in part.running for alloc in (part.allocation(r),)), key=lambda x: x[0])
+    plan = _Plan(math.floor(now / step) * step, math.floor((now + params.window) / step) * step)
+    everything = (1 << nodes) - 1
+    planned: list[tuple[int, float]] = []
+    for j in order[:params.max_job_test]:
+        if free.sum() == 0:
+            # Nothing can start now, and reservations only serve to decide what starts now
+            # (the next cycle plans afresh): the rest of this cycle cannot change the run.
+            break
+        part_mask = everything if deny is None else everything & ~_mask(deny(j))
+        lim = limit[j]
+        slots = plan.slots
+        start_res = now
+        for _ in range(2 * len(slots) + 4):  # each retry moves start_res on to a later slot
+            avail, later = _usable(slots, part_mask, start_res, max(start_res, now) + lim)
+            got = _will_run(gpus[j], avail, free, running, now, gpn, part.placement) if avail else None
+            if got is None:
+                if later:
+                    start_res = later
+                    continue
+                break
+            t, spot = got
+            t = max(t, start_res)
+            spot_mask = _or(1 << m for m, _ in spot)
+            begin = math.floor(t / step) * step
+            end = math.floor((t + lim) / step) * step if math.isfinite(lim) else math.inf
+            end = max(end, begin + step)  # a reservation holds at least one slot
+            if t > now and plan.overlaps(spot_mask, max(begin, plan.slots[0].begin), end):
+                start_res = t + (step if start_res == t else 0.0)
+                continue
+            if t <= now:
+                if start(j, everything & ~avail):
+                    alloc = part.allocation(j)
+                    for m, g in alloc:
+                        free[m] -= g
+                    running.append((math.floor(now) + lim, alloc, _or(1 << m for m, _ in alloc)))
+                    running.sort(key=lambda x: x[0])
+                    break
+                # placement disagreed with the plan (cannot happen with the same rules): reserve
+            elif later and t > later:
+                start_res = later
+                continue
+            if t > now + params.window:
+                break  # too far ahead: no reservation
+            plan.add(max(begin, plan.slots[0].begin), end, spot_mask)
+            planned.append((j, t))
+            break
     return planned
 
 
@@ -230,6 +399,11 @@ def _place(free: np.ndarray, g: int, gpn: int, placement: str) -> Alloc | None:
             pool._set(n, f)
     pool.free_gpus = int(free.sum())
     return pool.place(g, placement)
+
+
+def _bits(mask: int, n: int) -> np.ndarray:
+    """The node bitmask as a boolean array of n nodes."""
+    return (mask >> np.arange(n)) & 1 == 1 if n < 63 else np.array([(mask >> k) & 1 for k in range(n)], dtype=bool)
 
 
 def _mask(nodes: np.ndarray) -> int:
