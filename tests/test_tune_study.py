@@ -425,3 +425,31 @@ def test_a_killed_run_leaves_no_worker_running_and_the_study_free(tmp_path):
     assert not any(_alive(w) for w in workers), "the workers outlived their killed run"
     with StudyLock(study):  # and nothing holds the study
         pass
+
+
+def test_a_schema_created_by_a_concurrent_opener_is_not_an_error(tmp_path, monkeypatch):
+    # A reader opening the same new file at the same moment (the tests' own load_study polling
+    # did) creates Optuna's tables between the tuner's check and its CREATE TABLE: SQLite says
+    # "table studies already exists". The schema is then there; the tuner opens it again.
+    import sqlalchemy.exc
+
+    from autosched.tune import tuner
+
+    real, calls = optuna.storages.RDBStorage, []
+
+    def racing(url, **kw):
+        calls.append(url)
+        if len(calls) == 1:
+            real(url, **kw)  # the other process wins the race and creates the schema
+            raise sqlalchemy.exc.OperationalError("CREATE TABLE studies", {},
+                                                  Exception("table studies already exists"))
+        return real(url, **kw)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", racing)
+    storage = tuner._storage(tmp_path / "s.db")
+    assert len(calls) == 2 and storage.get_all_studies() == []
+    # any other operational error still says which file cannot be opened
+    monkeypatch.setattr(optuna.storages, "RDBStorage", lambda url, **kw: (_ for _ in ()).throw(
+        sqlalchemy.exc.OperationalError("x", {}, Exception("disk I/O error"))))
+    with pytest.raises(StudyError, match=r"s2\.db: cannot be opened as a study \(.*disk I/O error"):
+        tuner._storage(tmp_path / "s2.db")

@@ -468,12 +468,25 @@ def _storage(path: Path | None) -> optuna.storages.BaseStorage:
         return optuna.storages.InMemoryStorage()
     import sqlalchemy.exc
 
-    try:
-        return optuna.storages.RDBStorage(f"sqlite:///{path.resolve()}",
-                                          engine_kwargs={"connect_args": {"timeout": 30}})
-    except (sqlalchemy.exc.SQLAlchemyError, RuntimeError) as e:  # damaged, or another Optuna schema
-        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise StudyError(f"study {path}: cannot be opened as a study ({first})") from None
+    for attempt in range(3):
+        try:
+            return optuna.storages.RDBStorage(f"sqlite:///{path.resolve()}",
+                                              engine_kwargs={"connect_args": {"timeout": 30}})
+        except sqlalchemy.exc.OperationalError as e:
+            # Another process that opens the file at the same moment (a reader such as
+            # `optuna.load_study`, or a dashboard) may create Optuna's tables between our check
+            # and our CREATE TABLE; the schema is then there and a second open succeeds.
+            if "already exists" not in str(e) or attempt == 2:
+                raise _unopenable(path, e) from None
+            time.sleep(0.1)
+        except (sqlalchemy.exc.SQLAlchemyError, RuntimeError) as e:  # damaged, or another schema
+            raise _unopenable(path, e) from None
+    raise AssertionError("unreachable")
+
+
+def _unopenable(path: Path, e: Exception) -> StudyError:
+    first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    return StudyError(f"study {path}: cannot be opened as a study ({first})")
 
 
 def _n_trials(storage: optuna.storages.BaseStorage, name: str) -> int:
