@@ -65,7 +65,7 @@ class Settings:
     policy: str = "tiresias"
     period: float = 7 * DAY
     history: float = 7 * DAY
-    budget: int = 8
+    budget: int = 16
     oracle_budget: int | None = None  # trials of each oracle search; None: ORACLE_FACTOR x budget
     samples: int = 4
     model: str = "stat"
@@ -78,7 +78,9 @@ class Settings:
     carry_backlog: bool = True
     # How each round searches (sampler, screening, ...) and where its trials run (workers, ...);
     # the search's budget and seed are always this record's `budget` and `seed`.
-    search: SearchConfig = field(default_factory=SearchConfig)
+    # Screening is off in the loop by default: at 16 trials a round it searched no better than
+    # without it and cost more (docs/tuning.md, "Screening on against off").
+    search: SearchConfig = field(default_factory=lambda: SearchConfig(screening=False))
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
     def __post_init__(self) -> None:
