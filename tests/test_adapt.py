@@ -242,16 +242,7 @@ def test_controller_never_reads_the_future(tuner):
         return rec, decisions, list(FakeModel.fitted_on)
 
     rec, dec_a, fit_a = run(tr)
-    unfinished = rec.end > T
-    assert unfinished.any() and (tr.submit_time > T).any()
-    future = tr.submit_time > T
-    rng = np.random.default_rng(9)
-    poisoned = tr.replace(
-        duration=np.where(unfinished, tr.duration * 50, tr.duration),  # later: no finish moves before T
-        num_gpus=np.where(future, rng.choice([1, 8], len(tr)), tr.num_gpus),
-        submit_time=np.where(future, T + 1 + (tr.submit_time - T) * rng.uniform(0.2, 1, len(tr)), tr.submit_time),
-    )
-    _, dec_b, fit_b = run(poisoned)
+    _, dec_b, fit_b = run(_poison_after(tr, rec, T))
 
     def key(d):
         return (d.time, d.trigger, d.deployed, d.config, d.candidate, d.predicted_gain, d.reason)
@@ -261,12 +252,68 @@ def test_controller_never_reads_the_future(tuner):
     early_a = [key(d) for d in dec_a if d.time <= T]
     early_b = [key(d) for d in dec_b if d.time <= T]
     assert len(early_a) >= 2 and early_a == early_b
+    _same_histories_up_to(T, fit_a, fit_b, dec_a)
+
+
+def _poison_after(tr: Trace, rec, T: float) -> Trace:
+    """The trace with everything a controller must not know at T changed: the jobs submitted later
+    (sizes and times), and the true durations of jobs still unfinished at T."""
+    unfinished = rec.end > T
+    assert unfinished.any() and (tr.submit_time > T).any()
+    future = tr.submit_time > T
+    rng = np.random.default_rng(9)
+    return tr.replace(
+        duration=np.where(unfinished, tr.duration * 50, tr.duration),  # later: no finish moves before T
+        num_gpus=np.where(future, rng.choice([1, 8], len(tr)), tr.num_gpus),
+        submit_time=np.where(future, T + 1 + (tr.submit_time - T) * rng.uniform(0.2, 1, len(tr)), tr.submit_time),
+    )
+
+
+def _same_histories_up_to(T, fit_a, fit_b, dec_a) -> None:
     for h_a, h_b in zip(fit_a, fit_b):
         if h_a.end <= T:
             for col, arr in h_a.columns().items():
                 np.testing.assert_array_equal(arr, h_b.columns()[col])
     for h in fit_a:  # no fitted history holds a job submitted after its round
         assert h.end <= max(d.time for d in dec_a)
+
+
+def test_the_default_loop_never_reads_the_future():
+    """The same poisoning with the real components and the defaults (`Settings()`: its budget,
+    samples, search and guardrail; the real tuner and `stat` model), on a small trace."""
+    from autosched.adapt.controller import default_tuner_factory
+
+    tr = synthetic_trace(days=6, per_day=120, seed=5)
+    cl = ClusterSpec.uniform_nodes(1, 8)
+    s = Settings(period=2 * DAY, history=2 * DAY)
+    T = tr.start + 4 * DAY
+    fitted: list[Trace] = []
+
+    def spy(name):  # the real model, recording what each round fitted it on
+        from autosched.workload import get_model
+
+        cls = get_model(name)
+
+        class Spy(cls):  # type: ignore[misc, valid-type]
+            def fit(self, history):
+                fitted.append(history)
+                return super().fit(history)
+        return Spy
+
+    def run(trace):
+        fitted.clear()
+        ctrl = make_controller("autosched", trace, cl, s, default_tuner_factory, spy)
+        rec, _, decisions = replay(trace, cl, s, boundaries(trace, s.period), controller=ctrl)
+        return rec, decisions, list(fitted)
+
+    rec, dec_a, fit_a = run(tr)
+    _, dec_b, fit_b = run(_poison_after(tr, rec, T))
+    assert len(dec_a) == 2 and any(d.validation == "fresh" for d in dec_a)
+    keys = ("time", "deployed", "config", "candidate", "predicted_gain", "reason", "validation_seeds")
+    early_a = [[getattr(d, k) for k in keys] for d in dec_a if d.time <= T]
+    early_b = [[getattr(d, k) for k in keys] for d in dec_b if d.time <= T]
+    assert len(early_a) == 2 and early_a == early_b
+    _same_histories_up_to(T, fit_a, fit_b, dec_a)
 
 
 # ------------------------------------------------------------------------------ switching mid-run
