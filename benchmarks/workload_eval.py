@@ -23,7 +23,7 @@ import numpy as np
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 PHILLY = TRACES / "philly" / "philly_jobs_sia.csv"
 ITP = TRACES / "microsoft-itp-elasticflow"
-COMMON = ["--policy", "tiresias", "--models", "replay,stat,neural", "--samples", "2", "--panel", "12"]
+COMMON = ["--policy", "tiresias", "--models", "replay,stat,hybrid,hybrid:level=count", "--samples", "3", "--panel", "30"]
 # name -> (trace, cluster, extra options). Sizes load each ITP cluster ~0.6-0.8 (see docs/workload.md).
 RUNS: dict[str, tuple[Path, str, list[str]]] = {
     "philly": (PHILLY, "32x8", ["--max-duration", "2d", "--first", "49d", "--last", "91d"]),
@@ -59,14 +59,17 @@ def run(out: Path, names: list[str]) -> None:
 
 def pooled(data: dict) -> dict[str, list[tuple[float, float]]]:
     """Per model and origin: Spearman and regret of the config chosen on the *mean* objective of
-    the model's samples (what a tuner that averages over several sampled workloads would pick)."""
+    the model's samples (what a tuner that averages over several sampled workloads would pick).
+    For each stochastic model M evaluated beside replay, also ``M+replay``: the mean over the
+    replayed week and M's samples (what the controller's ModelSource(with_replay=True) tunes on)."""
     from scipy.stats import spearmanr
 
     out: dict[str, list[tuple[float, float]]] = {}
-    for model, per in data["results"].items():
+    mixes = {f"{m}+replay": [m, "replay"] for m in data["results"] if m != "replay" and "replay" in data["results"]}
+    for model, parts in [*((m, [m]) for m in data["results"]), *mixes.items()]:
         rows = []
-        for r, real in zip(per, data["reals"]):
-            gen = np.mean([s["objective"] for s in r["samples"]], axis=0)
+        for k, real in enumerate(data["reals"]):
+            gen = np.mean([s["objective"] for p in parts for s in data["results"][p][k]["samples"]], axis=0)
             obj = np.asarray(real["objective"])
             rho = float(spearmanr(gen, obj).statistic) if np.ptp(gen) > 0 and np.ptp(obj) > 0 else math.nan
             rows.append((rho, float(obj[int(np.argmin(gen))] / obj.min() - 1)))
@@ -74,10 +77,19 @@ def pooled(data: dict) -> dict[str, list[tuple[float, float]]]:
     return out
 
 
+def _pooled_vs_replay(pool: dict, model: str) -> str:
+    """Origins where the pooled choice of `model` has a higher Spearman / lower regret / the same
+    regret as replay's."""
+    a, b = np.array(pool[model], dtype=float), np.array(pool["replay"], dtype=float)
+    return (f"{int(np.sum(a[:, 0] > b[:, 0]))} / {int(np.sum(a[:, 1] < b[:, 1] - 1e-12))} / "
+            f"{int(np.sum(np.abs(a[:, 1] - b[:, 1]) <= 1e-12))} of {len(a)}")
+
+
 def table(out: Path) -> str:
     lines = ["| trace | cluster | origins | model | Spearman (mean ± sd) | regret (mean ± sd) | pooled Spearman | pooled regret "
-             "| KS inter-arrival | KS log duration | KS GPUs | KS GPU-h by hour | load ratio | beats replay: rho / regret / tied |",
-             "|" + "---|" * 14]
+             "| KS inter-arrival | KS log duration | KS GPUs | KS GPU-h by hour | load ratio | beats replay: rho / regret / tied "
+             "| pooled beats replay |",
+             "|" + "---|" * 15]
     per_origin = []
     for name in RUNS:
         rep = out / name / "report.json"
@@ -93,7 +105,12 @@ def table(out: Path) -> str:
             lines.append(f"| {name} | {data['cluster'].split(' ')[0]} | {n} | {model} | {_f(e['spearman_mean'])} ± {_f(e['spearman_std'])} "
                          f"| {_f(e['regret_mean'])} ± {_f(e['regret_std'])} | {_f(np.nanmean(pr[:, 0]) if np.isfinite(pr[:, 0]).any() else math.nan)} "
                          f"| {_f(np.mean(pr[:, 1]))} | {_f(e['ks_interarrival_mean'])} | {_f(e['ks_log_duration_mean'])} "
-                         f"| {_f(e['ks_gpus_mean'])} | {_f(e['ks_gpu_hours_tod_mean'])} | {_f(e['load_ratio_mean'], 2)} | {beats} |")
+                         f"| {_f(e['ks_gpus_mean'])} | {_f(e['ks_gpu_hours_tod_mean'])} | {_f(e['load_ratio_mean'], 2)} | {beats} "
+                         f"| {_pooled_vs_replay(pool, model) if vs else ''} |")
+        for model in (m for m in pool if m.endswith("+replay")):
+            pr = np.array(pool[model], dtype=float)
+            lines.append(f"| {name} | {data['cluster'].split(' ')[0]} | {n} | {model} (pooled only) | | "
+                         f"| {_f(np.nanmean(pr[:, 0]))} | {_f(np.mean(pr[:, 1]))} | | | | | | | {_pooled_vs_replay(pool, model)} |")
         per_origin.append(_origin_table(name, data, pool))
     return "\n".join(lines) + "\n\n" + "\n\n".join(per_origin)
 
@@ -132,7 +149,7 @@ def plot(out: Path, docs: Path) -> None:
     docs.mkdir(parents=True, exist_ok=True)
     names = [n for n in RUNS if (out / n / "report.json").exists()]
     fig, axes = plt.subplots(2, len(names), figsize=(2.6 * len(names), 5.2), squeeze=False)
-    colors = {"replay": "black", "stat": "tab:blue", "neural": "tab:orange"}
+    colors = {"replay": "black", "stat": "tab:blue", "hybrid": "tab:green", "neural": "tab:orange"}
     for j, name in enumerate(names):
         data = json.loads((out / name / "report.json").read_text())
         days = [r["origin"] / 86400 for r in data["reals"]]
@@ -166,7 +183,7 @@ def _curves(data: dict, name: str, path: Path, plt) -> None:
     hours = np.arange(len(real["arrivals"])) / 24
     axes[0].plot(hours, real["arrivals"], color="black", lw=1.2, label="real")
     axes[1].plot(hours, real["demand"], color="black", lw=1.2, label="real")
-    for c, (m, per) in zip(["grey", "tab:blue", "tab:orange"], data["results"].items()):
+    for c, (m, per) in zip(["grey", "tab:blue", "tab:green", "tab:orange"], data["results"].items()):
         s = per[k]["samples"][0]
         axes[0].plot(hours, s["arrivals"], color=c, lw=0.8, label=m)
         axes[1].plot(hours, s["demand"], color=c, lw=0.8, label=m)
@@ -196,9 +213,9 @@ def timing() -> None:
     tr = tr.take(tr.duration <= 2 * 86400)
     o = 49 * 86400.0
     hist = tr.window(o - 21 * 86400, o)
-    for name in ("replay", "stat", "neural"):
+    for name in ("replay", "stat", "hybrid", "neural"):
         t0 = time.perf_counter()
-        m = get_model(name)().fit(hist)
+        m = get_model(name)().fit(hist, o - 21 * 86400, o)
         t1 = time.perf_counter()
         s = m.sample(o, 7 * 86400, 0)
         t2 = time.perf_counter()

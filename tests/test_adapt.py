@@ -61,6 +61,40 @@ def test_observe_window_and_no_finished_longer_keeps_lower_bound():
     assert obs.history.duration.tolist() == [990, 1.0] or obs.history.duration[0] == 990
 
 
+def test_observe_imputes_from_jobs_before_the_window():
+    # One GPU, FIFO: j0 runs 0-3000 (before the window), j1 3100-3150, j2 from 3200 (4000 s).
+    # At 4000, j2 has run 800 s. The window's only finished job is 50 s long, so the old rule
+    # (draw from the window's finished durations above 800 s, else keep 800) kept 800; the
+    # estimate over every known job (50 s, 3000 s finished; j2 censored at 800) puts all the mass
+    # above 800 on 3000.
+    tr = _trace([(0, 3000, 1), (3100, 50, 1), (3200, 4000, 1)])
+    sim = Simulator(tr, ClusterSpec.uniform_nodes(1, 1), get_policy("fifo")()).run(until=4000)
+    obs = observe(sim, 4000, 3050)
+    assert list(obs.history.job_id) == ["j1", "j2"] and obs.history.duration.tolist() == [50, 3000]
+    assert obs.backlog.duration.tolist() == [2200]
+
+
+def test_kaplan_meier_and_imputation_by_hand():
+    from autosched.adapt.observe import impute, kaplan_meier
+
+    # 10 / 20 / 30 finished, 20 and 40 still running: at risk 5, 4, (3), 2, (1); S = 0.8, 0.6, 0.3.
+    d = np.array([10.0, 20.0, 20.0, 30.0, 40.0])
+    f = np.array([True, True, False, True, False])
+    times, cdf = kaplan_meier(d, f)
+    assert times.tolist() == [10, 20, 30] and cdf == pytest.approx([0.2, 0.4, 0.7])
+    # with weights 2 on the first job: at risk 6, 4, 2 -> S = 4/6, 4/6 * 3/4, 1/2 of that
+    assert kaplan_meier(d, f, np.array([2.0, 1, 1, 1, 1]))[1] == pytest.approx([1 / 3, 0.5, 0.75])
+    # bound 25: mass above is 0.3 at 30 and the 0.3 tail (imputed as the longest finished, 30);
+    # bound 35: only the tail, above the longest finished: the bound stays; bound 0: 10, 20 with
+    # 0.2 each and 30 (with the tail) 0.6.
+    rng = np.random.default_rng(0)
+    n = 4000
+    out = impute(np.r_[25.0, 35.0, np.zeros(n)], np.zeros(n + 2, dtype=bool), rng, d, f)
+    assert out[:2].tolist() == [30, 35] and set(out[2:].tolist()) == {10, 20, 30}
+    share30 = np.mean(out[2:] == 30)
+    assert abs(share30 - 0.6) < 4 * math.sqrt(0.6 * 0.4 / n)
+
+
 def test_observe_refuses_a_simulator_past_now():
     tr = _trace([(0, 10, 1), (50, 10, 1)])
     sim = Simulator(tr, ClusterSpec.uniform_nodes(1, 1), get_policy("fifo")()).run(until=60)
@@ -226,18 +260,35 @@ def test_a_deterministic_source_is_judged_on_its_tuning_workloads():
 
 # ------------------------------------------------------------------------------ no leakage
 
+def _recording_factory(name: str):
+    """The real workload model `name`, recording each history it is fitted on (as FakeModel does)."""
+    from autosched.workload import get_model
+
+    class Recording(get_model(name)):  # type: ignore[misc, valid-type]
+        def fit(self, history, start=None, end=None):
+            FakeModel.fitted_on.append(history)
+            return super().fit(history, start, end)
+
+    return Recording
+
+
 @pytest.mark.parametrize("tuner", [FakeTuner, WorseTuner])  # WorseTuner: every round reaches the guardrail
-def test_controller_never_reads_the_future(tuner):
+@pytest.mark.parametrize("source", ["fake", "hybrid+replay", "stat+replay"])
+def test_controller_never_reads_the_future(tuner, source):
     """Poison everything after T (the jobs submitted later, and the true durations of jobs still
-    unfinished at T): every decision up to T must be the same."""
+    unfinished at T): every decision up to T must be the same. Also with real models and the
+    source that mixes the replayed last period into the model samples."""
     tr = synthetic_trace(days=6, per_day=120, seed=5)
     cl = ClusterSpec.uniform_nodes(1, 8)
-    s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2, drift=True)
+    model, _, mix = source.partition("+")
+    s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2, drift=True,
+                 model=model, with_replay=bool(mix))
+    factory = fake_model_factory if model == "fake" else _recording_factory
     T = tr.start + 4 * DAY
 
     def run(trace):
         FakeModel.fitted_on.clear()
-        ctrl = make_controller("autosched", trace, cl, s, tuner, fake_model_factory)
+        ctrl = make_controller("autosched", trace, cl, s, tuner, factory)
         rec, timeline, decisions = replay(trace, cl, s, boundaries(trace, s.period), controller=ctrl)
         return rec, decisions, list(FakeModel.fitted_on)
 
@@ -249,6 +300,8 @@ def test_controller_never_reads_the_future(tuner):
 
     if tuner is WorseTuner:  # the guardrail's fresh samples are covered too
         assert all(d.validation == "fresh" and d.validation_seeds for d in dec_a)
+    if mix:  # the replayed period is one workload more than the samples
+        assert all(d.samples == s.samples + 1 for d in dec_a if d.samples)
     early_a = [key(d) for d in dec_a if d.time <= T]
     early_b = [key(d) for d in dec_b if d.time <= T]
     assert len(early_a) >= 2 and early_a == early_b
@@ -432,3 +485,43 @@ def test_check_times():
     bounds = [0.0, 2 * DAY, 4 * DAY, 6 * DAY]
     assert check_times(bounds, s, drift=False) == [(2 * DAY, True), (4 * DAY, True)]
     assert check_times(bounds, s, drift=True) == [(2 * DAY, True), (3 * DAY, False), (4 * DAY, True), (5 * DAY, False)]
+
+
+# ------------------------------------------------------------------------------ mixing replay and samples
+
+def test_model_source_with_replay_brackets_the_replay_and_keeps_it_out_of_fresh_samples():
+    from autosched.adapt.sources import ReplaySource
+
+    tr = synthetic_trace(days=4, per_day=150, seed=4)
+    cl = ClusterSpec.uniform_nodes(1, 4)
+    sim = Simulator(tr, cl, Tiresias()).run(until=2 * DAY)
+    obs = observe(sim, 2 * DAY, 0)
+    plain = ModelSource("hybrid", samples=3)
+    mixed = ModelSource("hybrid", samples=3, with_replay=True)
+    assert mixed.name == "model:hybrid+replay" and plain.name == "model:hybrid"
+    got = mixed.workloads(obs, DAY, seed=7)
+    assert len(got) == 4
+    assert got[0].equals(ReplaySource().workloads(obs, DAY, seed=0)[0])  # the same for any seed
+    for a, b in zip(got[1:], plain.workloads(obs, DAY, seed=7)):
+        assert a.equals(b)
+    fresh = mixed.fresh_workloads(obs, DAY, seed=7 + 503)
+    assert len(fresh) == 3 and not any(f.equals(got[0]) for f in fresh)
+
+    # The controller tunes on replay + samples and judges the winner on fresh samples only.
+    class Recording(WorseTuner):
+        seen: list[list[str]] = []
+
+        def tune(self, workloads, **kw):
+            Recording.seen.append([w.source for w in workloads])
+            return super().tune(workloads, **kw)
+
+        def evaluate(self, policy, config, workloads):
+            Recording.seen.append([w.source for w in workloads])
+            return super().evaluate(policy, config, workloads)
+
+    ctrl = Controller("tiresias", cl, mixed, period=DAY, budget=3, tuner_factory=Recording)
+    d = ctrl.decide(obs)
+    assert d.samples == 4 and d.validation == "fresh" and len(d.validation_seeds) == 3
+    tuned, *judged = Recording.seen
+    assert len(tuned) == 4 and all(len(j) == 3 for j in judged)
+    assert not set(tuned) & {s for j in judged for s in j}

@@ -94,7 +94,7 @@ class FakeModel:
     def __init__(self, **params):
         self.params = params
 
-    def fit(self, history: Trace) -> "FakeModel":
+    def fit(self, history: Trace, start: float | None = None, end: float | None = None) -> "FakeModel":
         FakeModel.fitted_on.append(history)
         self.history = history
         return self

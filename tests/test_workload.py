@@ -15,7 +15,7 @@ from autosched.trace import Trace
 from autosched.workload import MODELS, WorkloadError, get_model, load_model, parse_model_spec
 
 DAY, HOUR = 86400.0, 3600.0
-CORE = ("replay", "stat")
+CORE = ("replay", "stat", "hybrid")
 
 
 def trace_of(t, g, d, vc=None, prefix="h") -> Trace:
@@ -114,6 +114,8 @@ def test_fit_reads_nothing_after_history_end(name):
     hist = random_history(2)
     m = get_model(name)().fit(hist)
     assert m.history_end == hist.end and m.history_jobs == len(hist)
+    m = get_model(name)().fit(hist, -DAY, 15 * DAY)  # the window the history was cut from
+    assert (m.history_start, m.history_end) == (-DAY, 15 * DAY)
     assert set(m.sample(30 * DAY, 7 * DAY, 0).num_gpus.tolist()) <= set(hist.num_gpus.tolist())
 
 
@@ -163,7 +165,7 @@ def test_bad_input(name):
 
 
 def test_unknown_model_and_bad_params():
-    with pytest.raises(WorkloadError, match="unknown workload model 'arima'; known: replay, stat, neural"):
+    with pytest.raises(WorkloadError, match="unknown workload model 'arima'; known: replay, stat, hybrid, neural"):
         get_model("arima")
     with pytest.raises(ValueError, match="half_life"):
         parse_model_spec("stat:half_life=-1")
@@ -271,3 +273,122 @@ def test_stat_fitted_rate_matches_truth():
     hours = np.arange(168) * HOUR + HOUR / 2
     truth = _true_batch_rate(hours)
     assert np.max(np.abs(rate.reshape(56, 3).mean(1) / truth.reshape(56, 3).mean(1) - 1)) < 0.15
+
+
+# ------------------------------------------------------------------------------ history window
+
+
+@pytest.mark.parametrize("name", CORE)
+def test_fit_refuses_a_window_that_does_not_hold_the_history(name):
+    hist = random_history(4)
+    for lo, hi in ((hist.start + 1, hist.end + 1), (hist.start - 1, hist.end - 1), (math.nan, hist.end)):
+        with pytest.raises(WorkloadError, match="does not hold its jobs"):
+            get_model(name)().fit(hist, lo, hi)
+
+
+def test_replay_of_a_full_window_does_not_tile():
+    # Jobs at 1.5 d and 6.5 d of the window [0, 7 d): with the window given, the replayed week is
+    # exactly those two jobs a week later. From the jobs alone the window is the 5 days
+    # (1.5 d, 6.5 d], tiled: the 1.5 d job is lost and the 6.5 d one lands at 7.5 d and 12.5 d (a
+    # 7-day window's first and last jobs are less than 7 days apart, so tiling that span made a
+    # replayed week too heavy: about 7/6 with a job every few hours).
+    hist = trace_of([1.5 * DAY, 6.5 * DAY], [1, 2], [10.0, 20.0])
+    out = get_model("replay")().fit(hist, 0.0, 7 * DAY).sample(7 * DAY, 7 * DAY, seed=0)
+    assert out.submit_time.tolist() == [8.5 * DAY, 13.5 * DAY] and out.num_gpus.tolist() == [1, 2]
+    assert get_model("replay")().fit(hist).sample(7 * DAY, 7 * DAY, seed=0).submit_time.tolist() == [7.5 * DAY, 12.5 * DAY]
+
+
+# ------------------------------------------------------------------------------------- hybrid
+
+
+def _hourly_batches(per_hour_by_week: list[int]) -> Trace:
+    """`k` single-job batches at minutes 10, 20, ... of every hour, `k` per week as given;
+    job i of a week has GPUs 1 + i % 3 and duration 100 + i s."""
+    t, g, d = [], [], []
+    for w, k in enumerate(per_hour_by_week):
+        for h in range(168):
+            for j in range(k):
+                t.append(w * 7 * DAY + h * HOUR + 600.0 * (j + 1))
+                g.append(1 + len(t) % 3)
+                d.append(100.0 + len(t))
+    return trace_of(t, g, d)
+
+
+EXACT = dict(level="count", trend=False, weekly=False, overdispersion=False, ridge=0.0, half_life=1000.0)
+
+
+def test_hybrid_with_the_forecast_equal_to_last_week_is_last_week():
+    # One batch every hour for two weeks: the count model (level=count) expects 168 batches next
+    # week, the replayed week has 168, so the scale is 1 and the sample is exactly replay's.
+    hist = _hourly_batches([1, 1])
+    m = get_model("hybrid")(**EXACT).fit(hist, 0.0, 14 * DAY)
+    assert m.scale(14 * DAY, 7 * DAY) == pytest.approx(1.0, abs=1e-4)
+    out = m.sample(14 * DAY, 7 * DAY, seed=3)
+    rep = get_model("replay")().fit(hist, 0.0, 14 * DAY).sample(14 * DAY, 7 * DAY, seed=0)
+    for col in ("submit_time", "num_gpus", "duration"):
+        assert getattr(out, col).tolist() == getattr(rep, col).tolist()
+
+
+def test_hybrid_rescales_last_week_to_the_count_forecast():
+    # level=count. Week 1: 2 batches an hour, week 2: 1. Hour-of-day means are 1.5
+    # (weights 0.5**(age/1000 d) make it 1.4988), so the forecast is 1.5 x 168 = 252 batches against the replayed 168:
+    # scale 1.5 - every replayed batch once, and a second time with probability 1/2, moved by
+    # whole days (same minute of the hour).
+    hist = _hourly_batches([2, 1])
+    m = get_model("hybrid")(**EXACT).fit(hist, 0.0, 14 * DAY)
+    assert m.scale(14 * DAY, 7 * DAY) == pytest.approx(1.5, abs=0.002)
+    out = m.sample(14 * DAY, 7 * DAY, seed=3)
+    last = hist.window(7 * DAY, 14 * DAY)
+    assert 168 < len(out) < 336 and abs(len(out) - 252) < 4 * math.sqrt(168 * 0.25)
+    assert set(out.submit_time % HOUR) == {600.0}
+    # every replayed job appears at least once, at its own time a week later
+    assert set((last.submit_time + 7 * DAY).tolist()) <= set(out.submit_time.tolist())
+    # a copy is a copy: (GPUs, duration) pairs are last week's
+    assert set(zip(out.num_gpus.tolist(), out.duration.tolist())) == set(zip(last.num_gpus.tolist(), last.duration.tolist()))
+    # 7 batches an hour, then 1: the forecast is 4x the replayed week, clipped to 2x
+    assert get_model("hybrid")(**EXACT).fit(_hourly_batches([7, 1]), 0.0, 14 * DAY).scale(14 * DAY, 7 * DAY) == 2.0
+
+
+def test_hybrid_load_level_follows_gpu_hours_not_batch_counts():
+    # Week 1: 2 batches an hour of 2 GPUs x 50 s; week 2: 1 batch an hour of 3 GPUs x 100 s.
+    # Counts: forecast 1.5 an hour against 1 -> 1.5. Load: 200 GPU-s an hour, then 300; the
+    # mean day is 250 an hour against the replayed 300 -> 5/6 (weights 0.5**(age/1000 d) ~ 1).
+    t = [w * 7 * DAY + h * HOUR + 600.0 * (j + 1) for w, k in enumerate([2, 1]) for h in range(168) for j in range(k)]
+    g = [2] * 336 + [3] * 168
+    d = [50.0] * 336 + [100.0] * 168
+    hist = trace_of(t, g, d)
+    by_count = get_model("hybrid")(**EXACT).fit(hist, 0.0, 14 * DAY)
+    by_load = get_model("hybrid")(**{**EXACT, "level": "load"}).fit(hist, 0.0, 14 * DAY)
+    assert by_count.scale(14 * DAY, 7 * DAY) == pytest.approx(1.5, abs=0.002)
+    assert by_load.scale(14 * DAY, 7 * DAY) == pytest.approx(5 / 6, abs=0.002)
+    out = by_load.sample(14 * DAY, 7 * DAY, seed=1)
+    assert set(out.num_gpus.tolist()) == {3} and abs(len(out) - 140) < 4 * math.sqrt(168 / 6 * 5 / 6)
+
+
+# ------------------------------------------------------------------------ sampled load vs known rate
+
+
+def _poisson_jobs(rate_per_hour: float, days: float, seed: int) -> Trace:
+    """Poisson arrivals; GPUs uniform on {1, 2, 4}; durations uniform on [600, 7200] s."""
+    rng = np.random.default_rng(seed)
+    n = rng.poisson(rate_per_hour * 24 * days)
+    t = np.sort(rng.uniform(0, days * DAY, n))
+    return trace_of(t, rng.choice([1, 2, 4], n), rng.uniform(600.0, 7200.0, n))
+
+
+@settings(max_examples=6, deadline=None, derandomize=True)
+@given(rate=st.floats(2.0, 12.0), seed=st.integers(0, 2**31 - 1))
+@pytest.mark.parametrize("name", [*CORE, "hybrid:level=count"])
+def test_sampled_load_matches_a_known_rate(name, rate, seed):
+    """Fitted on 21 days of jobs arriving at a known rate, a model's next week carries the known
+    offered load, within 4 sd of a week's total (compound Poisson: var = rate x T x E[(g d)^2]);
+    `stat` and `hybrid` are averaged over 4 samples, which only narrows their own noise."""
+    hist = _poisson_jobs(rate, 21, seed)
+    m = parse_model_spec(name).fit(hist, 0.0, 21 * DAY)
+    n = 1 if m.deterministic else 4
+    got = np.mean([m.sample(21 * DAY, 7 * DAY, s).gpu_seconds() for s in range(n)])
+    eg, eg2 = 7 / 3, 7.0  # E[g], E[g^2] for g uniform on {1, 2, 4}
+    ed, ed2 = 3900.0, (7200.0 ** 3 - 600.0 ** 3) / (3 * 6600.0)  # uniform on [600, 7200]
+    jobs = rate * 24 * 7
+    truth, sd = jobs * eg * ed, math.sqrt(jobs * eg2 * ed2)
+    assert abs(got - truth) < 4 * sd, (got / truth, sd / truth)

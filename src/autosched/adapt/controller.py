@@ -221,7 +221,7 @@ class Controller:
             overlap = set(val_seeds) & set(_seeds(self.source, round_seed))
             if overlap:  # only if a source draws more than VALIDATION_SEED_OFFSET samples per round
                 raise ValueError(f"controller: validation seeds {sorted(overlap)} are also tuning seeds")
-            fresh = self._workloads(obs, val_seed)
+            fresh = self._workloads(obs, val_seed, fresh=True)
             if fresh:
                 workloads, validation = fresh, "fresh"
         if validation == "fresh":
@@ -244,9 +244,12 @@ class Controller:
         self.decisions.append(d)
         return d
 
-    def _workloads(self, obs: Observation, seed: int) -> list[Trace]:
+    def _workloads(self, obs: Observation, seed: int, fresh: bool = False) -> list[Trace]:
+        # A source that mixes in a seed-independent workload (ModelSource with_replay) draws its
+        # fresh validation samples without it: the tuner has seen that one.
+        draw = getattr(self.source, "fresh_workloads", None) if fresh else None
         out = []
-        for w in self.source.workloads(obs, self.period, seed):
+        for w in (draw or self.source.workloads)(obs, self.period, seed):
             if self.carry_backlog and len(obs.backlog):
                 w = concat(obs.backlog, w)
             w, _ = fit_to_cluster(w, self.cluster)

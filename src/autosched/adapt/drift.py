@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .observe import Observation
+from .observe import GPU_CLASSES, Observation
 
-GPU_CLASSES = (1, 4, 8)  # upper bounds of the classes 1, 2-4, 5-8; the rest is >8
 GPU_CLASS_NAMES = ("1", "2-4", "5-8", ">8")
 
 

@@ -69,6 +69,9 @@ class Settings:
     oracle_budget: int | None = None  # trials of each oracle search; None: ORACLE_FACTOR x budget
     samples: int = 4
     model: str = "stat"
+    # autosched's workloads: the last period replayed plus `samples` model samples (ModelSource
+    # with_replay), instead of the model samples alone.
+    with_replay: bool = False
     metric: str = "avg_jct"
     seed: int = 0
     drift: bool = False  # also re-tune when a daily drift test fires (each firing costs a round)
@@ -249,7 +252,8 @@ def make_controller(name: str, trace: Trace, cluster: ClusterSpec, settings: Set
                                   seed=settings.seed, tuner_factory=tuner_factory, search=settings.search,
                                   execution=settings.execution, carry_backlog=settings.carry_backlog)
     if name == "autosched":
-        source = ModelSource(settings.model, settings.samples, factory=model_factory)
+        source = ModelSource(settings.model, settings.samples, factory=model_factory,
+                             with_replay=settings.with_replay)
         return Controller(settings.policy, cluster, source, guardrail=Guardrail(settings.guard_k, settings.guard_margin),
                           drift=DriftTest() if settings.drift else None, **common)
     # The baselines deploy whatever their tuning prefers (no guardrail) and re-tune only at boundaries.

@@ -1,6 +1,7 @@
 """Where a controller's evaluation workloads for the coming period come from.
 
-- `ModelSource`: a workload model fitted on the observed history, sampled several times (autosched);
+- `ModelSource`: a workload model fitted on the observed history, sampled several times (autosched),
+  optionally with the replayed last period as one more workload (``with_replay``);
 - `ReplaySource`: the last period of observed history, replayed as the next (no model);
 - `FutureSource`: the real jobs of the coming period. ORACLE: no real controller has them.
 """
@@ -29,30 +30,44 @@ class WorkloadSource(Protocol):
 
 
 class ModelSource:
-    """Fit a workload model on the observed history and sample the coming period ``samples`` times."""
+    """Fit a workload model on the observed history and sample the coming period ``samples`` times.
+
+    ``with_replay``: the workloads are the last period replayed (`ReplaySource`) followed by the
+    ``samples`` model samples, so the samples bracket the plain replay instead of replacing it (a
+    config is then judged on what really happened as well as on what the model says may happen).
+    The replay is the same workload for every seed, so it is not part of ``fresh_workloads``: fresh
+    samples to validate a winner on must be ones the tuner did not see.
+    """
 
     oracle = False
     stochastic = True
 
     def __init__(self, model: str = "stat", samples: int = 3, params: Mapping[str, Any] | None = None,
-                 factory: Callable[[str], Any] | None = None):
+                 factory: Callable[[str], Any] | None = None, with_replay: bool = False):
         if samples < 1:
             raise ValueError("samples must be >= 1")
         self.model = model
         self.samples = samples
         self.params = dict(params or {})
         self._factory = factory
-        self.name = f"model:{model}"
+        self.with_replay = with_replay
+        self.name = f"model:{model}" + ("+replay" if with_replay else "")
 
     def seeds(self, seed: int) -> list[int]:
         """The sample seeds ``workloads(obs, horizon, seed)`` uses."""
         return [seed + i for i in range(self.samples)]
 
     def workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
+        replayed = ReplaySource().workloads(obs, horizon, seed) if self.with_replay else []
+        return replayed + self.fresh_workloads(obs, horizon, seed)
+
+    def fresh_workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
+        """The model samples only (seeds ``seeds(seed)``): what another seed changes."""
         factory = self._factory
         if factory is None:
             from ..workload import get_model as factory
-        model = factory(self.model)(**self.params).fit(obs.history)
+        # The window the history was cut from, not its first and last job (see WorkloadModel.fit).
+        model = factory(self.model)(**self.params).fit(obs.history, obs.start, obs.now)
         return [model.sample(obs.now, horizon, seed=s) for s in self.seeds(seed)]
 
 

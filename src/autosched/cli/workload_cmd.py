@@ -92,7 +92,7 @@ def fit_cmd(
         fail(f"{trace}: no jobs submitted in [{_when(lo)}, {_when(t_until)}): the history to fit on is empty "
              f"(the trace spans {_when(tr.start)} to {_when(tr.end)})")
     with _errors():
-        m.fit(past)
+        m.fit(past, lo if length is not None else None, t_until)
         m.save(out)
     info = {"model": m.name, "params": m.params, "out": str(out), "jobs": len(past),
             "history_start": m.history_start, "history_end": m.history_end, "dropped": loaded.to_dict()}

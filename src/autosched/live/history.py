@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..adapt.observe import Observation, impute
+from ..adapt.observe import Observation, impute_from_past
 from ..export.slurm import slurm_seconds
 from ..trace.io import load_trace
 from ..trace.parsing import wallclock_seconds
@@ -190,7 +190,11 @@ def observation(jobs: LiveJobs, now: float, window: float, seed: int = 0
     ran = np.where(np.isnan(jobs.start), 0.0, np.maximum(now - np.nan_to_num(jobs.start), 0.0))
     dur = np.where(jobs.finished, jobs.duration, ran)
     rng = np.random.default_rng([seed, int(now)])
-    imputed = impute(dur[idx], done, rng)
+    # Durations are estimated from every job known by now, not only the window's (see
+    # autosched.adapt.observe: a window's finished jobs are its short ones).
+    past = np.flatnonzero(jobs.submit <= now)
+    imputed = impute_from_past(dur[past], jobs.finished[past], jobs.submit[past], jobs.gpus[past], now,
+                               rng)[np.searchsorted(past, idx)]
     history = _trace(jobs, idx, jobs.submit[idx] - origin, np.maximum(imputed, 1.0))
     end = np.where(done, jobs.end[idx] - origin, np.nan)
     act = np.flatnonzero(active)

@@ -6,7 +6,8 @@
     model.save("m.npz"); same = load_model("m.npz")
 
 ``MODELS`` maps a name to its class: ``replay`` (the baseline), ``stat`` (statistical, fits in
-seconds) and ``neural`` (a GRU over the job sequence; needs ``pip install autosched[neural]``).
+seconds), ``hybrid`` (last period's bursts replayed, their number set by ``stat``'s count model)
+and ``neural`` (a GRU over the job sequence; needs ``pip install autosched[neural]``).
 """
 
 from __future__ import annotations
@@ -14,11 +15,12 @@ from __future__ import annotations
 import os
 
 from .base import WorkloadError, WorkloadModel, read_model_file
+from .hybrid import Hybrid
 from .neural import Neural
 from .replay import Replay
 from .stat import Stat
 
-MODELS: dict[str, type[WorkloadModel]] = {cls.name: cls for cls in (Replay, Stat, Neural)}
+MODELS: dict[str, type[WorkloadModel]] = {cls.name: cls for cls in (Replay, Stat, Hybrid, Neural)}
 
 
 def get_model(name: str) -> type[WorkloadModel]:
@@ -52,4 +54,4 @@ def load_model(path: str | os.PathLike) -> WorkloadModel:
 
 
 __all__ = ["MODELS", "WorkloadModel", "WorkloadError", "get_model", "load_model", "parse_model_spec",
-           "Replay", "Stat", "Neural"]
+           "Replay", "Stat", "Hybrid", "Neural"]

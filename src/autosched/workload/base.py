@@ -54,11 +54,21 @@ class WorkloadModel:
 
     # ----------------------------------------------------------------------------- public API
 
-    def fit(self, history: Trace) -> "WorkloadModel":
-        """Learn the workload from `history` (and nothing after its last submission)."""
+    def fit(self, history: Trace, start: float | None = None, end: float | None = None) -> "WorkloadModel":
+        """Learn the workload from `history` (and nothing after its last submission).
+
+        ``start`` / ``end``: the window the history was cut from (default: its first and last
+        submission). Give them when known: a 7-day window's first and last jobs are less than 7
+        days apart, and a model that took that span for the window would see quiet edges as no
+        time at all (replay would tile 6 days into 7, +17 % load)."""
         if len(history) == 0:
             raise WorkloadError(f"{self.name}: cannot fit on an empty history")
-        self.history_start, self.history_end = history.start, history.end
+        lo = history.start if start is None else float(start)
+        hi = history.end if end is None else float(end)
+        if not (math.isfinite(lo) and math.isfinite(hi) and lo <= history.start and hi >= history.end):
+            raise WorkloadError(f"{self.name}: the history window [{lo:g}, {hi:g}] does not hold its jobs "
+                                f"(submitted {history.start:g} to {history.end:g})")
+        self.history_start, self.history_end = lo, hi
         self.history_jobs = len(history)
         self.vc_names = sorted(set(history.vc.tolist())) if history.vc is not None else None
         self._fit(history)

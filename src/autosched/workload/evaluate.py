@@ -215,7 +215,8 @@ def evaluate(trace: Trace, cluster: ClusterSpec, policy: type[Policy], models: S
         history = trace.window(o - setup.history, o)
         for spec in models:
             t0 = time.perf_counter()
-            model = parse_model_spec(spec).fit(history)
+            # the window the history was cut from (not before the trace's first job)
+            model = parse_model_spec(spec).fit(history, max(o - setup.history, trace.start), o)
             fit_s = time.perf_counter() - t0
             samples = []
             for s in range(runs[spec]):
