@@ -285,15 +285,8 @@ def test_controller_never_reads_the_future(tuner, source):
                  model=model, with_replay=bool(mix))
     factory = fake_model_factory if model == "fake" else _recording_factory
     T = tr.start + 4 * DAY
-
-    def run(trace):
-        FakeModel.fitted_on.clear()
-        ctrl = make_controller("autosched", trace, cl, s, tuner, factory)
-        rec, timeline, decisions = replay(trace, cl, s, boundaries(trace, s.period), controller=ctrl)
-        return rec, decisions, list(FakeModel.fitted_on)
-
-    rec, dec_a, fit_a = run(tr)
-    _, dec_b, fit_b = run(_poison_after(tr, rec, T))
+    rec, dec_a, fit_a = _run_autosched(tr, cl, s, tuner, factory)
+    _, dec_b, fit_b = _run_autosched(_poison_after(tr, rec, T), cl, s, tuner, factory)
 
     def key(d):
         return (d.time, d.trigger, d.deployed, d.config, d.candidate, d.predicted_gain, d.reason)
@@ -306,6 +299,14 @@ def test_controller_never_reads_the_future(tuner, source):
     early_b = [key(d) for d in dec_b if d.time <= T]
     assert len(early_a) >= 2 and early_a == early_b
     _same_histories_up_to(T, fit_a, fit_b, dec_a)
+
+
+def _run_autosched(trace: Trace, cl: ClusterSpec, s: Settings, tuner, model_factory):
+    """Replay `trace` with autosched: the job records, its decisions, the histories it fitted on."""
+    FakeModel.fitted_on.clear()
+    ctrl = make_controller("autosched", trace, cl, s, tuner, model_factory)
+    rec, _, decisions = replay(trace, cl, s, boundaries(trace, s.period), controller=ctrl)
+    return rec, decisions, list(FakeModel.fitted_on)
 
 
 def _poison_after(tr: Trace, rec, T: float) -> Trace:
@@ -340,15 +341,8 @@ def test_the_default_loop_never_reads_the_future():
     cl = ClusterSpec.uniform_nodes(1, 8)  # busy: each round's winner reaches the guardrail
     s = Settings(period=2 * DAY, history=2 * DAY)
     T = tr.start + 4 * DAY
-
-    def run(trace):
-        FakeModel.fitted_on.clear()
-        ctrl = make_controller("autosched", trace, cl, s, default_tuner_factory, _recording_factory)
-        rec, _, decisions = replay(trace, cl, s, boundaries(trace, s.period), controller=ctrl)
-        return rec, decisions, list(FakeModel.fitted_on)
-
-    rec, dec_a, fit_a = run(tr)
-    _, dec_b, fit_b = run(_poison_after(tr, rec, T))
+    rec, dec_a, fit_a = _run_autosched(tr, cl, s, default_tuner_factory, _recording_factory)
+    _, dec_b, fit_b = _run_autosched(_poison_after(tr, rec, T), cl, s, default_tuner_factory, _recording_factory)
     assert len(dec_a) == 2 and all(d.validation == "fresh" for d in dec_a)
     keys = ("time", "deployed", "config", "candidate", "predicted_gain", "reason", "validation_seeds")
     early_a = [[getattr(d, k) for k in keys] for d in dec_a if d.time <= T]
