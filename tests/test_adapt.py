@@ -285,24 +285,8 @@ def test_controller_never_reads_the_future(tuner, source):
                  model=model, with_replay=bool(mix))
     factory = fake_model_factory if model == "fake" else _recording_factory
     T = tr.start + 4 * DAY
-
-    def run(trace):
-        FakeModel.fitted_on.clear()
-        ctrl = make_controller("autosched", trace, cl, s, tuner, factory)
-        rec, timeline, decisions = replay(trace, cl, s, boundaries(trace, s.period), controller=ctrl)
-        return rec, decisions, list(FakeModel.fitted_on)
-
-    rec, dec_a, fit_a = run(tr)
-    unfinished = rec.end > T
-    assert unfinished.any() and (tr.submit_time > T).any()
-    future = tr.submit_time > T
-    rng = np.random.default_rng(9)
-    poisoned = tr.replace(
-        duration=np.where(unfinished, tr.duration * 50, tr.duration),  # later: no finish moves before T
-        num_gpus=np.where(future, rng.choice([1, 8], len(tr)), tr.num_gpus),
-        submit_time=np.where(future, T + 1 + (tr.submit_time - T) * rng.uniform(0.2, 1, len(tr)), tr.submit_time),
-    )
-    _, dec_b, fit_b = run(poisoned)
+    rec, dec_a, fit_a = _run_autosched(tr, cl, s, tuner, factory)
+    _, dec_b, fit_b = _run_autosched(_poison_after(tr, rec, T), cl, s, tuner, factory)
 
     def key(d):
         return (d.time, d.trigger, d.deployed, d.config, d.candidate, d.predicted_gain, d.reason)
@@ -314,12 +298,57 @@ def test_controller_never_reads_the_future(tuner, source):
     early_a = [key(d) for d in dec_a if d.time <= T]
     early_b = [key(d) for d in dec_b if d.time <= T]
     assert len(early_a) >= 2 and early_a == early_b
+    _same_histories_up_to(T, fit_a, fit_b, dec_a)
+
+
+def _run_autosched(trace: Trace, cl: ClusterSpec, s: Settings, tuner, model_factory):
+    """Replay `trace` with autosched: the job records, its decisions, the histories it fitted on."""
+    FakeModel.fitted_on.clear()
+    ctrl = make_controller("autosched", trace, cl, s, tuner, model_factory)
+    rec, _, decisions = replay(trace, cl, s, boundaries(trace, s.period), controller=ctrl)
+    return rec, decisions, list(FakeModel.fitted_on)
+
+
+def _poison_after(tr: Trace, rec, T: float) -> Trace:
+    """The trace with everything a controller must not know at T changed: the jobs submitted later
+    (sizes and times), and the true durations of jobs still unfinished at T."""
+    unfinished = rec.end > T
+    assert unfinished.any() and (tr.submit_time > T).any()
+    future = tr.submit_time > T
+    rng = np.random.default_rng(9)
+    return tr.replace(
+        duration=np.where(unfinished, tr.duration * 50, tr.duration),  # later: no finish moves before T
+        num_gpus=np.where(future, rng.choice([1, 8], len(tr)), tr.num_gpus),
+        submit_time=np.where(future, T + 1 + (tr.submit_time - T) * rng.uniform(0.2, 1, len(tr)), tr.submit_time),
+    )
+
+
+def _same_histories_up_to(T, fit_a, fit_b, dec_a) -> None:
     for h_a, h_b in zip(fit_a, fit_b):
         if h_a.end <= T:
             for col, arr in h_a.columns().items():
                 np.testing.assert_array_equal(arr, h_b.columns()[col])
     for h in fit_a:  # no fitted history holds a job submitted after its round
         assert h.end <= max(d.time for d in dec_a)
+
+
+def test_the_default_loop_never_reads_the_future():
+    """The same poisoning with the real components and the defaults (`Settings()`: its budget,
+    samples, search and guardrail; the real tuner and `stat` model), on a small trace."""
+    from autosched.adapt.controller import default_tuner_factory
+
+    tr = synthetic_trace(days=6, per_day=200, seed=3)
+    cl = ClusterSpec.uniform_nodes(1, 8)  # busy: each round's winner reaches the guardrail
+    s = Settings(period=2 * DAY, history=2 * DAY)
+    T = tr.start + 4 * DAY
+    rec, dec_a, fit_a = _run_autosched(tr, cl, s, default_tuner_factory, _recording_factory)
+    _, dec_b, fit_b = _run_autosched(_poison_after(tr, rec, T), cl, s, default_tuner_factory, _recording_factory)
+    assert len(dec_a) == 2 and all(d.validation == "fresh" for d in dec_a)
+    keys = ("time", "deployed", "config", "candidate", "predicted_gain", "reason", "validation_seeds")
+    early_a = [[getattr(d, k) for k in keys] for d in dec_a if d.time <= T]
+    early_b = [[getattr(d, k) for k in keys] for d in dec_b if d.time <= T]
+    assert len(early_a) == 2 and early_a == early_b
+    _same_histories_up_to(T, fit_a, fit_b, dec_a)
 
 
 # ------------------------------------------------------------------------------ switching mid-run
@@ -399,10 +428,12 @@ def test_oracles_search_ten_times_longer_and_are_cached_on_disk(tmp_path):
     for name in names:
         assert again.strategies[name].metrics == first.strategies[name].metrics
         assert again.strategies[name].timeline == first.strategies[name].timeline
-    # another seed is another search
+    # the oracles do not depend on the run's seed: another seed reads the same searches
     FakeTuner.instances.clear()
-    run_experiment(tr, cl, replace(s, seed=1), ["oracle_static"], tuner_factory=FakeTuner, cache=tmp_path / "c")
-    assert [t.budget for t in FakeTuner.instances if t.seen] == [20]
+    other = run_experiment(tr, cl, replace(s, seed=1), names, tuner_factory=FakeTuner, cache=tmp_path / "c")
+    assert sorted(t.budget for t in FakeTuner.instances if t.seen) == [2, 2]
+    for name in ("oracle_static", "oracle_period"):
+        assert other.strategies[name].metrics == first.strategies[name].metrics
     summ = first.summary()
     gain = first.strategies["default"].metrics.avg_jct - first.strategies["oracle_static"].metrics.avg_jct
     if gain > 0:

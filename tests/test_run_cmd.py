@@ -81,9 +81,10 @@ def _hide(monkeypatch, module):
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == module else real(name, *a))
 
 
-def test_run_screens_by_default_and_imports_causal_learn_only_when_screening():
-    """causal-learn is a core dependency: no install silently tunes without screening. It is slow
-    to import, so nothing imports it before a round screens."""
+def test_run_screening_is_opt_in_and_imports_causal_learn_only_when_screening():
+    """Screening is off by default in the loop (it did not earn its cost, docs/tuning.md); with
+    --screening every install screens (causal-learn is a core dependency). It is slow to import,
+    so nothing imports it before a round screens."""
     import subprocess
     import sys
 
@@ -91,7 +92,8 @@ def test_run_screens_by_default_and_imports_causal_learn_only_when_screening():
             "from autosched.cli.run_cmd import _settings; from autosched.adapt import STRATEGIES; "
             "s = _settings('tiresias', '7d', '7d', 8, 4, 1, 'stat', 'default,autosched', 'avg_jct', 0.01, 2.0, "
             "False, True, '0', None, 0, STRATEGIES)[0]; "
-            "assert s.search.screening is True; assert 'causallearn' not in sys.modules, 'imported early'")
+            "assert s.search.screening is True; assert 'causallearn' not in sys.modules, 'imported early'; "
+            "from autosched.adapt import Settings; assert Settings().search.screening is False")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
     assert res.returncode == 0, res.stderr
 
@@ -115,3 +117,48 @@ def test_run_seeds_prints_mean_and_spread(tiny, tmp_path):
     res = runner.invoke(app, args)
     assert res.exit_code == 0, res.output
     assert "over 2 seeds" in res.stdout and "than the spread" in res.stdout
+
+
+# The packages of pyproject.toml's extras that a plain install lacks (matplotlib is not one:
+# causal-learn, a core dependency, requires it).
+OPTIONAL = ("torch", "ray", "fastapi", "uvicorn", "selenium")
+
+
+def _decisions(tiny, tmp_path, prelude: str) -> dict:
+    """`autosched run` (screening on, as by default) in a fresh interpreter after `prelude`; what it
+    decided: each strategy's configs over time, rounds' candidates and verdicts, and its result."""
+    import subprocess
+    import sys
+
+    args = ["run", str(tiny), "--cluster", "1x8", "--period", "2d", "--history", "2d", "--budget", "12",
+            "--samples", "2", "--workers", "1", "--strategies", "default,autosched,last_period", "--screening",
+            "--json"]
+    code = f"{prelude}\nimport sys\nfrom autosched.cli import main\nsys.argv = ['autosched', *{args!r}]\nmain()"
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
+    assert res.returncode == 0, res.stderr
+    out = json.loads(res.stdout)
+    keep = ("deployed", "config", "candidate", "predicted_gain", "reason", "causal_graph", "screened_knobs")
+    return {name: {"avg_jct": s["avg_jct"], "timeline": s["timeline"],
+                   "decisions": [{k: d[k] for k in keep} for d in s["decisions"]]}
+            for name, s in out["strategies"].items()}
+
+
+def test_the_main_job_decides_the_same_without_any_optional_package(tiny, tmp_path):
+    """The README's command must make the same decisions on a plain install as with every extra:
+    run once with each optional package made unimportable (as on `pip install -e .`), once with
+    the installed ones imported first, and compare every decision. With --screening, so that
+    causal-learn and its dependencies run too (the default, without, imports less)."""
+    import importlib.util
+
+    # A finder that says "not installed" for them (a None in sys.modules would not do: SciPy reads
+    # sys.modules["torch"] to tell torch tensors apart, and expects a module or nothing there).
+    block = ("import sys\nclass Absent:\n    def find_spec(self, name, path=None, target=None):\n"
+             f"        if name.split('.')[0] in {OPTIONAL!r}:\n"
+             "            raise ModuleNotFoundError(f'No module named {name!r}', name=name)\n"
+             "sys.meta_path.insert(0, Absent())")
+    present = [m for m in OPTIONAL if importlib.util.find_spec(m) is not None]
+    load = "\n".join(f"import {m}" for m in present) or "pass"
+    plain = _decisions(tiny, tmp_path / "plain", block)
+    full = _decisions(tiny, tmp_path / "full", load)
+    assert any(d["causal_graph"] for s in plain.values() for d in s["decisions"]), "screening never ran"
+    assert plain == full

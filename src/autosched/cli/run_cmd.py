@@ -34,16 +34,17 @@ def run_cmd(
     policy: str = typer.Option("tiresias", "--policy", "-p", help="policy whose knobs are tuned (see `autosched policies`)"),
     period: str = typer.Option("7d", "--period", help="re-tune at every period boundary (e.g. 7d, 1d, 12h)"),
     history: str = typer.Option("7d", "--history", help="window of past jobs the workload model is fitted on"),
-    budget: int = typer.Option(8, "--budget", "-n", help="tuning trials per round (one simulation per sampled workload each)"),
+    budget: int = typer.Option(16, "--budget", "-n", help="tuning trials per round (one simulation per sampled workload each)"),
     samples: int = typer.Option(4, "--samples", "-k", help="workloads sampled from the model per round (the guardrail's noise estimate)"),
     workers: int = typer.Option(2, "--workers", "-j", help="tuning trials run in parallel processes (1 = in this process)"),
     model: str = typer.Option("stat", "--model", help="workload model: stat, hybrid, replay or neural (needs autosched[neural])"),
+    with_replay: bool = typer.Option(False, "--with-replay/--model-only", help="autosched tunes on the last period replayed as well as on the model's samples (validation stays on fresh model samples)"),
     strategies: str = typer.Option(DEFAULT_STRATEGIES, "--strategies", help="comma-separated strategies to compare (oracle_* read the real future)"),
     objective: str = typer.Option("avg_jct", "--objective", help="Metrics field the tuner and the guardrail optimise"),
     margin: float = typer.Option(0.01, "--margin", help="guardrail: deploy only if the predicted gain exceeds this fraction (0.01 = 1%)"),
     noise_k: float = typer.Option(2.0, "--noise-k", help="guardrail: ... and exceeds this many standard errors of the paired gain across samples"),
     drift: bool = typer.Option(False, "--drift/--no-drift", help="also re-tune between boundaries when a daily drift test fires (costs a tuning round each time it fires)"),
-    screening: bool = typer.Option(True, "--screening/--no-screening", help="causal knob screening inside each tuning round"),
+    screening: bool = typer.Option(False, "--screening/--no-screening", help="causal knob screening inside each tuning round (off by default: see docs/tuning.md)"),
     skip: str = typer.Option("0", "--skip", help="ignore the trace's first SKIP (e.g. 14d) before replaying"),
     span: Optional[str] = typer.Option(None, "--span", help="replay only SPAN of the trace (e.g. 28d) after --skip"),
     seed: int = typer.Option(0, "--seed", help="random seed (tuner and workload samples)"),
@@ -65,7 +66,7 @@ def run_cmd(
 
     settings, names, window = _settings(policy, period, history, budget, samples, workers, model, strategies,
                                         objective, margin, noise_k, drift, screening, skip, span, seed, STRATEGIES,
-                                        oracle_budget)
+                                        oracle_budget, with_replay)
     check_seed(seed)
     if seeds < 1:
         fail(f"--seeds must be at least 1 (got {seeds})")
@@ -112,7 +113,7 @@ def run_cmd(
 
 
 def _settings(policy, period, history, budget, samples, workers, model, strategies, objective, margin,
-              noise_k, drift, screening, skip, span, seed, known, oracle_budget=None):
+              noise_k, drift, screening, skip, span, seed, known, oracle_budget=None, with_replay=False):
     """Check every option up front: a bad one fails with one line before any work starts."""
     from ..adapt import Settings
     from ..policies import UnknownPolicy, get_policy
@@ -151,7 +152,7 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
     if bad or not names:
         fail(f"--strategies: unknown {', '.join(bad) or '(none given)'}; use some of {', '.join(known)}")
     settings = Settings(policy=policy, period=p, history=h, budget=budget, oracle_budget=oracle_budget,
-                        samples=samples, model=model,
+                        samples=samples, model=model, with_replay=with_replay,
                         metric=objective, seed=seed, drift=drift, guard_k=noise_k, guard_margin=margin,
                         search=SearchConfig(screening=screening), execution=ExecutionConfig(workers=workers))
     return settings, names, (start, start + length)
