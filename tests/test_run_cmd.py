@@ -53,12 +53,14 @@ def test_run_table_output(tiny):
 
 
 @pytest.mark.parametrize("extra, message", [
-    (["--period", "0"], "--period and --history must be longer than 0"),
+    (["--period", "0"], "period and history must be longer than 0 (got period 0 s"),
+    (["--samples", "0"], "samples must be at least 1 (got 0)"),
+    (["--noise-k", "-1"], "the guardrail's k and margin must be >= 0 (got k -1"),
     (["--period", "soon"], "--period 'soon' is not a length of time"),
     (["--strategies", "default,magic"], "--strategies: unknown magic"),
     (["--model", "crystal"], "unknown workload model 'crystal'"),
     (["--policy", "lottery"], "unknown policy 'lottery'"),
-    (["--budget", "0"], "--budget must be at least 1"),
+    (["--budget", "0"], "budget must be at least 1 (got 0)"),
     (["--objective", "speed"], "--objective 'speed': not a metric"),
     (["--span", "1d"], "less than two periods"),
 ])

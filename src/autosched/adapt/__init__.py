@@ -2,6 +2,7 @@
 
 from .controller import Controller, Decision
 from .drift import DriftReport, DriftTest, Profile, profile
+from .errors import AdaptError
 from .experiment import (
                          DESCRIPTIONS,
                          ORACLES,
@@ -16,7 +17,7 @@ from .guardrail import Guardrail, Verdict
 from .observe import Observation, observe
 from .sources import FutureSource, ModelSource, ReplaySource, WorkloadSource
 
-__all__ = ["Controller", "Decision", "DriftTest", "DriftReport", "Profile", "profile", "Guardrail", "Verdict",
+__all__ = ["AdaptError", "Controller", "Decision", "DriftTest", "DriftReport", "Profile", "profile", "Guardrail", "Verdict",
            "Observation", "observe", "ModelSource", "ReplaySource", "FutureSource", "WorkloadSource",
            "Settings", "run_experiment", "ExperimentResult", "StrategyResult", "PeriodResult",
            "STRATEGIES", "ORACLES", "DESCRIPTIONS"]

@@ -15,6 +15,7 @@ from ..space import Config
 from ..trace.table import Trace
 from ..tune import ExecutionConfig, Objective, SearchConfig, TuneError
 from .drift import DriftReport, DriftTest, Profile, profile
+from .errors import AdaptError
 from .guardrail import Guardrail
 from .observe import Observation
 from .sources import WorkloadSource, concat
@@ -142,7 +143,7 @@ class Controller:
                  search: SearchConfig | None = None, execution: ExecutionConfig | None = None,
                  warm_keep: int = 3, fresh_validation: bool = True, prior_keep: int = 3):
         if period <= 0:
-            raise ValueError("controller: period must be > 0")
+            raise AdaptError(f"controller: period must be longer than 0 (got {period:g} s)")
         self.policy = policy
         self.space = get_policy(policy).space
         self.cluster = cluster

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .errors import AdaptError
 from .observe import GPU_CLASSES, Observation
 
 GPU_CLASS_NAMES = ("1", "2-4", "5-8", ">8")
@@ -65,7 +66,7 @@ class DriftTest:
 
     def __post_init__(self) -> None:
         if not 0 < self.alpha < 1 or self.rate_factor <= 1 or not 0 < self.ks_d < 1 or not 0 < self.mix_tv < 1:
-            raise ValueError("drift test: need 0<alpha<1, rate_factor>1, 0<ks_d<1, 0<mix_tv<1")
+            raise AdaptError("drift test: need 0<alpha<1, rate_factor>1, 0<ks_d<1, 0<mix_tv<1")
 
     def compare(self, recent: Profile, reference: Profile) -> "DriftReport":
         found: list[str] = []

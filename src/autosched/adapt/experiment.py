@@ -40,6 +40,7 @@ from ..tune import ExecutionConfig, Objective, SearchConfig
 from .cache import cached_factory
 from .controller import Controller, Decision, TunerFactory, default_tuner_factory
 from .drift import GPU_CLASS_NAMES, DriftTest, gpu_classes
+from .errors import AdaptError
 from .guardrail import Guardrail
 from .observe import observe
 from .sources import FutureSource, ModelSource, ReplaySource
@@ -88,13 +89,18 @@ class Settings:
 
     def __post_init__(self) -> None:
         if self.period <= 0 or self.history <= 0 or self.check_every <= 0:
-            raise ValueError("period, history and check interval must be > 0")
-        if self.budget < 1 or self.samples < 1:
-            raise ValueError("budget and samples must be >= 1")
+            raise AdaptError(f"period and history must be longer than 0 (got period {self.period:g} s, "
+                             f"history {self.history:g} s, check interval {self.check_every:g} s)")
+        for name in ("budget", "samples"):
+            if getattr(self, name) < 1:
+                raise AdaptError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        if self.guard_k < 0 or self.guard_margin < 0:
+            raise AdaptError(f"the guardrail's k and margin must be >= 0 (got k {self.guard_k:g}, "
+                             f"margin {self.guard_margin:g})")
         if self.oracle_budget is None:
             object.__setattr__(self, "oracle_budget", ORACLE_FACTOR * self.budget)
         if self.oracle_budget < 1:
-            raise ValueError("oracle budget must be >= 1")
+            raise AdaptError(f"oracle budget must be at least 1 (got {self.oracle_budget})")
         object.__setattr__(self, "search", replace(self.search, budget=self.budget, seed=self.seed))
 
 
@@ -188,10 +194,10 @@ def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Sett
     searches are read from / stored in the directory `cache` (None: not cached)."""
     unknown = [s for s in strategies if s not in STRATEGIES]
     if unknown:
-        raise ValueError(f"unknown strategy {', '.join(unknown)}; known: {', '.join(STRATEGIES)}")
+        raise AdaptError(f"unknown strategy {', '.join(unknown)}; known: {', '.join(STRATEGIES)}")
     get_policy(settings.policy)  # fail early on a bad name
     if len(trace) == 0:
-        raise ValueError("the trace has no jobs")
+        raise AdaptError("the trace has no jobs")
     tuner_factory = tuner_factory or default_tuner_factory
     oracle_factory = cached_factory(tuner_factory, cache)
     bounds = boundaries(trace, settings.period)

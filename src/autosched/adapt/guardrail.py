@@ -6,6 +6,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from .errors import AdaptError
+
 
 @dataclass(frozen=True)
 class Verdict:
@@ -29,7 +31,7 @@ class Guardrail:
 
     def __post_init__(self) -> None:
         if self.k < 0 or self.min_margin < 0:
-            raise ValueError("guardrail: k and min_margin must be >= 0")
+            raise AdaptError("guardrail: k and min_margin must be >= 0")
 
     def judge(self, running: Sequence[float], candidate: Sequence[float], minimize: bool = True) -> Verdict:
         if len(running) != len(candidate) or not running:

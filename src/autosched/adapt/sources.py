@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..trace.table import Trace
+from .errors import AdaptError
 from .observe import Observation
 
 
@@ -45,7 +46,7 @@ class ModelSource:
     def __init__(self, model: str = "stat", samples: int = 3, params: Mapping[str, Any] | None = None,
                  factory: Callable[[str], Any] | None = None, with_replay: bool = False):
         if samples < 1:
-            raise ValueError("samples must be >= 1")
+            raise AdaptError(f"samples must be at least 1 (got {samples})")
         self.model = model
         self.samples = samples
         self.params = dict(params or {})

@@ -130,8 +130,7 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
         length = parse_duration(span, "--span") if span is not None else float("inf")
     except (UnknownPolicy, WorkloadError, TimeParseError) as e:
         fail(str(e))
-    if p <= 0 or h <= 0:
-        fail("--period and --history must be longer than 0")
+    # (period, history, budget, samples, the oracle's budget, margin and k: Settings checks them)
     from ..workload.base import MAX_HORIZON
 
     if p > MAX_HORIZON:  # each round samples one period
@@ -139,12 +138,6 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
     if start < 0 or length <= 0:
         fail("--skip must be >= 0 and --span > 0")
     # (--workers: ExecutionConfig checks it below)
-    for name, value in (("--budget", budget), ("--samples", samples),
-                        ("--oracle-budget", 1 if oracle_budget is None else oracle_budget)):
-        if value < 1:
-            fail(f"{name} must be at least 1 (got {value})")
-    if margin < 0 or noise_k < 0:
-        fail("--margin and --noise-k must be >= 0")
     if objective not in METRIC_HELP:
         fail(f"--objective {objective!r}: not a metric; use one of {', '.join(METRIC_HELP)}")
     names = [s.strip() for s in strategies.split(",") if s.strip()]
