@@ -350,8 +350,7 @@ def _profile(free: np.ndarray, releases: list[tuple[float, int, int]], now: floa
 
 
 def _earliest(g: int, lim: float, times: list[float], frees: list[np.ndarray], res: _Reservations,
-              horizon: float, gpn: int, placement: str,
-              denied: np.ndarray | None = None) -> tuple[float, Alloc] | None:
+              horizon: float, gpn: int, placement: str) -> tuple[float, Alloc] | None:
     """Earliest time within the window at which a job of g GPUs fits for its whole limit, and
     where placement would put it then; None if there is none.
 
@@ -367,8 +366,6 @@ def _earliest(g: int, lim: float, times: list[float], frees: list[np.ndarray], r
     while lo < len(cand):
         c = cand[lo:lo + size]
         free = free_all[step_of[lo:lo + size]]
-        if denied is not None:
-            free = np.where(denied, 0, free)
         rows = np.flatnonzero(free.sum(axis=1) >= g)
         if len(rows):
             c, free = c[rows], free[rows]
