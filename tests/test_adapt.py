@@ -11,6 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from autosched.adapt import Controller, DriftTest, Guardrail, ModelSource, Settings, observe, run_experiment
+from autosched.adapt.errors import AdaptError
 from autosched.adapt.drift import ks_2samp, mix_test, rate_ratio_test
 from autosched.adapt.experiment import boundaries, check_times, make_controller, replay
 from autosched.cluster import ClusterSpec
@@ -157,9 +158,21 @@ def test_guardrail_by_hand():
     assert v.deploy and v.gain == pytest.approx(0.22)
 
 
-def _controller(tuner_cls, cluster, **kw):
-    return Controller("tiresias", cluster, ModelSource("fake", samples=3, factory=fake_model_factory),
-                      period=2 * DAY, budget=3, tuner_factory=tuner_cls, **kw)
+def test_guardrail_max_loss_by_hand():
+    """Scenarios: better on average is not enough if one scenario is clearly worse."""
+    g = Guardrail(k=0.0, min_margin=0.01, max_loss=0.02)
+    v = g.judge([100, 100, 100], [90, 90, 103])  # gains .10 .10 -.03: mean .0567, worst -.03
+    assert not v.deploy and v.gain == pytest.approx(0.17 / 3) and "-3.00% on one workload" in v.reason
+    v = g.judge([100, 100, 100], [90, 90, 101.5])  # worst -.015: within the allowed loss
+    assert v.deploy and "worst workload -1.50%" in v.reason
+    assert Guardrail(k=0.0, min_margin=0.01).judge([100, 100, 100], [90, 90, 103]).deploy  # no floor
+    with pytest.raises(AdaptError, match="max_loss must be >= 0"):
+        Guardrail(max_loss=-0.01)
+
+
+def _controller(tuner_cls, cluster, validation_samples=None, **kw):
+    source = ModelSource("fake", samples=3, factory=fake_model_factory, validation_samples=validation_samples)
+    return Controller("tiresias", cluster, source, period=2 * DAY, budget=3, tuner_factory=tuner_cls, **kw)
 
 
 def test_controller_settings_are_typed_and_checked_once(tmp_path):
@@ -221,14 +234,15 @@ class _RecordingTuner(WorseTuner):
             self._tuning = False
 
 
-def test_guardrail_judges_on_fresh_samples_the_tuner_never_saw():
+@pytest.mark.parametrize("validation_samples", [None, 7])
+def test_guardrail_judges_on_fresh_samples_the_tuner_never_saw(validation_samples):
     tr = synthetic_trace(days=4, per_day=150, seed=3)
     cl = ClusterSpec.uniform_nodes(1, 4)
     sim = Simulator(tr, cl, Tiresias()).run(until=2 * DAY)
     obs = observe(sim, 2 * DAY, 0)
     FakeTuner.instances.clear()
     _RecordingTuner.evaluated.clear()
-    ctrl = _controller(_RecordingTuner, cl, seed=2)
+    ctrl = _controller(_RecordingTuner, cl, seed=2, validation_samples=validation_samples)
     for _ in range(3):  # several rounds: no round's validation seed is any round's tuning seed
         ctrl.decide(obs)
     judged = [d for d in ctrl.decisions if d.validation == "fresh"]
@@ -238,6 +252,7 @@ def test_guardrail_judges_on_fresh_samples_the_tuner_never_saw():
     assert judged_sources and not (tuned_sources & judged_sources)
     # the sources name the sample seeds (FakeModel: "fake-<seed>"): the ones the decision reports
     assert judged_sources == {f"fake-{s}" for d in judged for s in d.validation_seeds}
+    assert all(len(d.validation_seeds) == (validation_samples or 3) for d in judged)
     tuned_seeds = {int(s.split("-")[1]) for s in tuned_sources}
     assert len(tuned_seeds) == 3 * 3 and not tuned_seeds & {s for d in judged for s in d.validation_seeds}
     # the values the guardrail weighed are the configs' real metrics on those fresh workloads
@@ -441,6 +456,28 @@ def test_oracles_search_ten_times_longer_and_are_cached_on_disk(tmp_path):
         assert summ["share_of_oracle_static_gain"]["default"] == 0.0
 
 
+def test_share_of_oracle_gain_after_period_0_by_hand():
+    """Period 0 runs the default for all but oracle_static; the second share leaves its jobs out."""
+    from types import SimpleNamespace
+
+    from autosched.adapt.experiment import ExperimentResult, PeriodResult, StrategyResult
+
+    def strategy(name, per_period):  # (jobs, avg JCT) per period
+        periods = [PeriodResult(i, 0.0, 1.0, SimpleNamespace(jobs=n, avg_jct=a)) for i, (n, a) in enumerate(per_period)]
+        total = sum(n * a for n, a in per_period) / sum(n for n, _ in per_period)
+        return StrategyResult(name, False, "", SimpleNamespace(avg_jct=total), periods, [], [], 0.0)
+
+    res = ExperimentResult(Settings(), "c", "t", 40, [], {
+        "default": strategy("default", [(10, 100), (10, 100), (20, 100)]),
+        "oracle_static": strategy("oracle_static", [(10, 50), (10, 60), (20, 60)]),  # 57.5; after P0 60
+        "autosched": strategy("autosched", [(10, 100), (10, 80), (20, 70)]),  # 80; after P0 220/3
+    }, {})
+    summ = res.summary()
+    assert summ["share_of_oracle_static_gain"]["autosched"] == pytest.approx(20 / 42.5)
+    assert summ["share_of_oracle_static_gain_after_p0"]["autosched"] == pytest.approx((100 - 220 / 3) / 40)
+    assert summ["share_of_oracle_static_gain_after_p0"]["oracle_static"] == pytest.approx(1.0)
+
+
 def test_across_seeds_by_hand():
     from types import SimpleNamespace
 
@@ -486,7 +523,7 @@ def test_model_source_with_replay_brackets_the_replay_and_keeps_it_out_of_fresh_
     assert got[0].equals(ReplaySource().workloads(obs, DAY, seed=0)[0])  # the same for any seed
     for a, b in zip(got[1:], plain.workloads(obs, DAY, seed=7)):
         assert a.equals(b)
-    fresh = mixed.fresh_workloads(obs, DAY, seed=7 + 503)
+    fresh = mixed.validation_workloads(obs, DAY, seed=7 + 503)
     assert len(fresh) == 3 and not any(f.equals(got[0]) for f in fresh)
 
     # The controller tunes on replay + samples and judges the winner on fresh samples only.

@@ -55,7 +55,10 @@ def test_run_table_output(tiny):
 @pytest.mark.parametrize("extra, message", [
     (["--period", "0"], "period and history must be longer than 0 (got period 0 s"),
     (["--samples", "0"], "samples must be at least 1 (got 0)"),
-    (["--noise-k", "-1"], "the guardrail's k and margin must be >= 0 (got k -1"),
+    (["--validation-samples", "1"], "validation samples must be at least 2, to measure a spread (got 1)"),
+    (["--noise-k", "-1"], "the guardrail's k, margin and max loss must be >= 0 (got k -1"),
+    (["--max-loss", "-0.1"], "max loss -0.1)"),
+    (["--level-sd", "3"], "level sd must be in [0, 2] (got 3)"),
     (["--period", "soon"], "--period 'soon' is not a length of time"),
     (["--strategies", "default,magic"], "--strategies: unknown magic"),
     (["--model", "crystal"], "unknown workload model 'crystal'"),

@@ -123,7 +123,7 @@ class Controller:
     running config are then scored, paired, on FRESH workloads from the same source (other seeds,
     the same fitted history) that the tuner never saw, and the `Guardrail` decides: judging the
     winner on the workloads it was selected on would reward its luck on them (the winner's curse).
-    A deterministic source (``source.stochastic`` False: replay, the real future) has no other
+    A deterministic source (replay, the real future: no ``validation_workloads``) has no other
     workloads to give; its winner is judged on the tuning workloads.
     ``check_drift(obs)`` says whether the last day moved away from the window of the last tuning.
 
@@ -167,7 +167,7 @@ class Controller:
         self.seed = seed
         self.tuner_factory: TunerFactory = tuner_factory or default_tuner_factory
         self.warm_keep = warm_keep
-        self.fresh_validation = fresh_validation and bool(getattr(source, "stochastic", False))
+        self.fresh_validation = fresh_validation
         self.running: Config = self.space.validate(initial_config or {})
         self.decisions: list[Decision] = []
         self.progress: Callable[[int, int], None] | None = None  # (trials done, budget) of a round
@@ -222,8 +222,8 @@ class Controller:
         validation, val_seeds = "tuning", []
         if self.fresh_validation:
             val_seed = round_seed + VALIDATION_SEED_OFFSET
-            val_seeds = _seeds(self.source, val_seed)
-            overlap = set(val_seeds) & set(_seeds(self.source, round_seed))
+            val_seeds = self.source.validation_seeds(val_seed)
+            overlap = set(val_seeds) & set(self.source.seeds(round_seed))
             if overlap:  # only if a source draws more than VALIDATION_SEED_OFFSET samples per round
                 raise ValueError(f"controller: validation seeds {sorted(overlap)} are also tuning seeds")
             fresh = self._workloads(obs, val_seed, fresh=True)
@@ -250,11 +250,9 @@ class Controller:
         return d
 
     def _workloads(self, obs: Observation, seed: int, fresh: bool = False) -> list[Trace]:
-        # A source that mixes in a seed-independent workload (ModelSource with_replay) draws its
-        # fresh validation samples without it: the tuner has seen that one.
-        draw = getattr(self.source, "fresh_workloads", None) if fresh else None
+        draw = self.source.validation_workloads if fresh else self.source.workloads
         out = []
-        for w in (draw or self.source.workloads)(obs, self.period, seed):
+        for w in draw(obs, self.period, seed):
             if self.carry_backlog and len(obs.backlog):
                 w = concat(obs.backlog, w)
             w, _ = fit_to_cluster(w, self.cluster)
@@ -286,11 +284,6 @@ class Controller:
 # Validation samples of a round are drawn with seed round_seed + this; rounds are 1_009 seeds apart,
 # so a source drawing fewer than 503 samples per round never reuses a tuning seed.
 VALIDATION_SEED_OFFSET = 503
-
-
-def _seeds(source: WorkloadSource, seed: int) -> list[int]:
-    seeds = getattr(source, "seeds", None)
-    return list(seeds(seed)) if seeds is not None else [seed]
 
 
 def _trial_metrics(res: TuningOutcome, config: Config) -> list[Metrics] | None:

@@ -19,19 +19,24 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Guardrail:
-    """Deploy when mean paired gain > ``k`` × its standard error and > ``min_margin``.
+    """Deploy when mean paired gain > ``k`` × its standard error and > ``min_margin``, and (if
+    ``max_loss`` is set) the candidate loses more than ``max_loss`` on no workload.
 
     Both configs are scored on the same sampled workloads, so the comparison is paired: the
     per-workload gains cancel most of the sampling noise that the workloads share. With one
-    workload there is no spread to measure and only the margin applies.
+    workload there is no spread to measure and only the margin applies. ``max_loss`` is the rule
+    for scenarios (a busier and a quieter period, `ModelSource` ``level_sd``): their gains differ
+    by design, not by noise, so the standard error overstates the doubt; what must hold is that
+    the candidate is better on average and not clearly worse in any scenario.
     """
 
     k: float = 2.0
     min_margin: float = 0.01
+    max_loss: float | None = None
 
     def __post_init__(self) -> None:
-        if self.k < 0 or self.min_margin < 0:
-            raise AdaptError("guardrail: k and min_margin must be >= 0")
+        if self.k < 0 or self.min_margin < 0 or (self.max_loss is not None and self.max_loss < 0):
+            raise AdaptError("guardrail: k, min_margin and max_loss must be >= 0")
 
     def judge(self, running: Sequence[float], candidate: Sequence[float], minimize: bool = True) -> Verdict:
         if len(running) != len(candidate) or not running:
@@ -45,8 +50,13 @@ class Guardrail:
             return Verdict(False, mean, se, f"{why}: {mean:+.2%} <= margin {self.min_margin:.2%}")
         if mean <= self.k * se:
             return Verdict(False, mean, se, f"gain {mean:+.2%} within noise ({self.k:g} x s.e. = {self.k * se:.2%})")
+        worst = min(gains)
+        if self.max_loss is not None and worst < -self.max_loss:
+            return Verdict(False, mean, se, f"gain {mean:+.2%} but {worst:+.2%} on one workload "
+                                            f"(a loss beyond {self.max_loss:.2%})")
         noise = f" > {self.k:g} x s.e. {se:.2%}" if n > 1 else " (one workload: no spread measured)"
-        return Verdict(True, mean, se, f"gain {mean:+.2%}{noise} and > margin {self.min_margin:.2%}")
+        floor = f", worst workload {worst:+.2%}" if self.max_loss is not None else ""
+        return Verdict(True, mean, se, f"gain {mean:+.2%}{noise} and > margin {self.min_margin:.2%}{floor}")
 
 
 def _gain(running: float, candidate: float, minimize: bool) -> float:

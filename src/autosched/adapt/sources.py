@@ -14,70 +14,123 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..trace.table import Trace
+from ..workload.level import rescale, scenario_levels
 from .errors import AdaptError
 from .observe import Observation
 
 
 class WorkloadSource(Protocol):
+    """Where a `Controller` gets the workloads of a round. The controller calls `workloads` once a
+    round to tune on, then `validation_workloads` (with another seed) to judge the tuner's winner
+    against the running config on workloads the tuner never saw."""
+
     name: str
-    oracle: bool
-    # True if another seed gives other workloads (a fitted model sampled); False if every seed gives
-    # the same ones (replay, the real future): no fresh samples can be drawn to validate on.
-    stochastic: bool
+    oracle: bool  # True if it reads the real future (no real controller could)
 
     def workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
-        """Traces of jobs submitted in [obs.now, obs.now + horizon)."""
+        """Traces of jobs submitted in [obs.now, obs.now + horizon) to tune on."""
+        ...
+
+    def seeds(self, seed: int) -> list[int]:
+        """The random seeds `workloads(obs, horizon, seed)` draws its samples with ([] if none)."""
+        ...
+
+    def validation_workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
+        """Workloads for the same period drawn with `validation_seeds(seed)` and none of the tuning
+        workloads; [] when every seed gives the same workloads (replay, the real future): such a
+        source has nothing fresh to validate on."""
+        ...
+
+    def validation_seeds(self, seed: int) -> list[int]:
+        """The seeds `validation_workloads(obs, horizon, seed)` draws with ([] if none)."""
         ...
 
 
 class ModelSource:
-    """Fit a workload model on the observed history and sample the coming period ``samples`` times.
+    """Fit a workload model on the observed history and sample the coming period ``samples`` times
+    to tune on, and ``validation_samples`` times (other seeds) to validate on.
 
-    ``with_replay``: the workloads are the last period replayed (`ReplaySource`) followed by the
-    ``samples`` model samples, so the samples bracket the plain replay instead of replacing it (a
-    config is then judged on what really happened as well as on what the model says may happen).
-    The replay is the same workload for every seed, so it is not part of ``fresh_workloads``: fresh
+    ``with_replay``: the tuning workloads are the last period replayed (`ReplaySource`) followed by
+    the ``samples`` model samples, so the samples bracket the plain replay instead of replacing it
+    (a config is then judged on what really happened as well as on what the model says may happen).
+    The replay is the same workload for every seed, so it is never a validation workload: fresh
     samples to validate a winner on must be ones the tuner did not see.
+
+    ``validation_samples`` (default: ``samples``) sets how finely the guardrail measures a gain:
+    validation simulates only two configs, so more samples there cost little next to a round's
+    ``budget x samples`` tuning simulations.
+
+    ``level_sd`` > 0: the samples of a draw are scenarios of a busier or quieter period; the i-th
+    of n has its bursts scaled by the i-th of `scenario_levels(n, level_sd)` (stratified levels of
+    mean 1), so a config is chosen, and judged, over the range of load the coming period may
+    plausibly carry rather than at last week's level alone (`autosched.workload.level`).
     """
 
     oracle = False
-    stochastic = True
 
     def __init__(self, model: str = "stat", samples: int = 3, params: Mapping[str, Any] | None = None,
-                 factory: Callable[[str], Any] | None = None, with_replay: bool = False):
+                 factory: Callable[[str], Any] | None = None, with_replay: bool = False,
+                 validation_samples: int | None = None, level_sd: float = 0.0):
         if samples < 1:
             raise AdaptError(f"samples must be at least 1 (got {samples})")
+        if validation_samples is not None and validation_samples < 2:
+            raise AdaptError(f"validation samples must be at least 2, to measure a spread (got {validation_samples})")
+        if not 0.0 <= level_sd <= 2.0:
+            raise AdaptError(f"level sd must be in [0, 2] (got {level_sd:g})")
         self.model = model
         self.samples = samples
+        self.level_sd = level_sd
+        self.validation_samples = validation_samples if validation_samples is not None else samples
         self.params = dict(params or {})
         self._factory = factory
         self.with_replay = with_replay
         self.name = f"model:{model}" + ("+replay" if with_replay else "")
 
     def seeds(self, seed: int) -> list[int]:
-        """The sample seeds ``workloads(obs, horizon, seed)`` uses."""
         return [seed + i for i in range(self.samples)]
+
+    def validation_seeds(self, seed: int) -> list[int]:
+        return [seed + i for i in range(self.validation_samples)]
 
     def workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
         replayed = ReplaySource().workloads(obs, horizon, seed) if self.with_replay else []
-        return replayed + self.fresh_workloads(obs, horizon, seed)
+        return replayed + self._sample(obs, horizon, self.seeds(seed))
 
-    def fresh_workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
-        """The model samples only (seeds ``seeds(seed)``): what another seed changes."""
+    def validation_workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
+        return self._sample(obs, horizon, self.validation_seeds(seed))
+
+    def _sample(self, obs: Observation, horizon: float, seeds: list[int]) -> list[Trace]:
         factory = self._factory
         if factory is None:
             from ..workload import get_model as factory
         # The window the history was cut from, not its first and last job (see WorkloadModel.fit).
         model = factory(self.model)(**self.params).fit(obs.history, obs.start, obs.now)
-        return [model.sample(obs.now, horizon, seed=s) for s in self.seeds(seed)]
+        out = [model.sample(obs.now, horizon, seed=s) for s in seeds]
+        if self.level_sd > 0:
+            levels = scenario_levels(len(seeds), self.level_sd)
+            out = [rescale(w, f, obs.now, horizon, np.random.default_rng([s, 1]))
+                   for w, f, s in zip(out, levels, seeds)]
+        return out
 
 
-class ReplaySource:
+class _Deterministic:
+    """A source whose every seed gives the same workloads: nothing fresh to validate on."""
+
+    def seeds(self, seed: int) -> list[int]:
+        return []
+
+    def validation_workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
+        return []
+
+    def validation_seeds(self, seed: int) -> list[int]:
+        return []
+
+
+class ReplaySource(_Deterministic):
     """The last ``horizon`` of observed history, shifted to start at ``now`` (one workload)."""
 
     name = "replay"
     oracle = False
-    stochastic = False
 
     def workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
         start = max(obs.start, obs.now - horizon)
@@ -85,12 +138,11 @@ class ReplaySource:
         return [past.shifted(obs.now - start)]
 
 
-class FutureSource:
+class FutureSource(_Deterministic):
     """ORACLE: the real jobs submitted in the coming period, with their true durations."""
 
     name = "future (oracle)"
     oracle = True
-    stochastic = False
 
     def __init__(self, trace: Trace):
         self.trace = trace

@@ -36,6 +36,8 @@ def run_cmd(
     history: str = typer.Option("7d", "--history", help="window of past jobs the workload model is fitted on"),
     budget: int = typer.Option(16, "--budget", "-n", help="tuning trials per round (one simulation per sampled workload each)"),
     samples: int = typer.Option(4, "--samples", "-k", help="workloads sampled from the model per round (the guardrail's noise estimate)"),
+    validation_samples: Optional[int] = typer.Option(None, "--validation-samples", help="fresh model samples the guardrail judges each round's winner on (default: --samples)"),
+    level_sd: float = typer.Option(0.0, "--level-sd", help="autosched's samples are scenarios of a busier or quieter period: log sd of their load level (0: all at the forecast level)"),
     workers: int = typer.Option(2, "--workers", "-j", help="tuning trials run in parallel processes (1 = in this process)"),
     model: str = typer.Option("stat", "--model", help="workload model: stat, hybrid, replay or neural (needs autosched[neural])"),
     with_replay: bool = typer.Option(False, "--with-replay/--model-only", help="autosched tunes on the last period replayed as well as on the model's samples (validation stays on fresh model samples)"),
@@ -43,6 +45,7 @@ def run_cmd(
     objective: str = typer.Option("avg_jct", "--objective", help="Metrics field the tuner and the guardrail optimise"),
     margin: float = typer.Option(0.01, "--margin", help="guardrail: deploy only if the predicted gain exceeds this fraction (0.01 = 1%)"),
     noise_k: float = typer.Option(2.0, "--noise-k", help="guardrail: ... and exceeds this many standard errors of the paired gain across samples"),
+    max_loss: Optional[float] = typer.Option(None, "--max-loss", help="guardrail: ... and loses no more than this fraction on any sample (0.02 = 2%)"),
     drift: bool = typer.Option(False, "--drift/--no-drift", help="also re-tune between boundaries when a daily drift test fires (costs a tuning round each time it fires)"),
     screening: bool = typer.Option(False, "--screening/--no-screening", help="causal knob screening inside each tuning round (off by default: see docs/tuning.md)"),
     skip: str = typer.Option("0", "--skip", help="ignore the trace's first SKIP (e.g. 14d) before replaying"),
@@ -66,7 +69,7 @@ def run_cmd(
 
     settings, names, window = _settings(policy, period, history, budget, samples, workers, model, strategies,
                                         objective, margin, noise_k, drift, screening, skip, span, seed, STRATEGIES,
-                                        oracle_budget, with_replay)
+                                        oracle_budget, with_replay, validation_samples, level_sd, max_loss)
     check_seed(seed)
     if seeds < 1:
         fail(f"--seeds must be at least 1 (got {seeds})")
@@ -113,7 +116,8 @@ def run_cmd(
 
 
 def _settings(policy, period, history, budget, samples, workers, model, strategies, objective, margin,
-              noise_k, drift, screening, skip, span, seed, known, oracle_budget=None, with_replay=False):
+              noise_k, drift, screening, skip, span, seed, known, oracle_budget=None, with_replay=False,
+              validation_samples=None, level_sd=0.0, max_loss=None):
     """Check every option up front: a bad one fails with one line before any work starts."""
     from ..adapt import Settings
     from ..policies import UnknownPolicy, get_policy
@@ -145,7 +149,8 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
     if bad or not names:
         fail(f"--strategies: unknown {', '.join(bad) or '(none given)'}; use some of {', '.join(known)}")
     settings = Settings(policy=policy, period=p, history=h, budget=budget, oracle_budget=oracle_budget,
-                        samples=samples, model=model, with_replay=with_replay,
+                        samples=samples, validation_samples=validation_samples, level_sd=level_sd, model=model,
+                        with_replay=with_replay, guard_max_loss=max_loss,
                         metric=objective, seed=seed, drift=drift, guard_k=noise_k, guard_margin=margin,
                         search=SearchConfig(screening=screening), execution=ExecutionConfig(workers=workers))
     return settings, names, (start, start + length)
@@ -208,6 +213,11 @@ def _print(result) -> None:
     if "autosched_beats_last_period" in summ:
         console.print("autosched " + ("beat" if summ["autosched_beats_last_period"] else "did not beat")
                       + " tuning on the last period")
+    after = {k: v for k, v in summ.get("share_of_oracle_static_gain_after_p0", {}).items()
+             if v is not None and k not in ("default", "oracle_static")}
+    if after:
+        console.print("share of oracle_static's gain on the jobs submitted after period 0 (where the others "
+                      "run the default): " + ", ".join(f"{k} {v:.0%}" for k, v in after.items()))
     worst = summ.get("worst_period_vs_default", {}).get("autosched")
     if worst is not None:
         console.print(f"autosched's worst period vs the default: {worst - 1:+.1%}")
@@ -224,12 +234,13 @@ def _print_seeds(summary: dict) -> None:
     console = Console()
     n = len(summary["seeds"])
     table = Table(title=f"over {n} seeds ({', '.join(map(str, summary['seeds']))}): mean ± sd", header_style="bold")
-    for col in ("strategy", "avg JCT vs default", "share of oracle_static gain"):
+    for col in ("strategy", "avg JCT vs default", "share of oracle_static gain", "the same, after period 0"):
         table.add_column(col, justify="left" if col == "strategy" else "right")
     for name, st in summary["relative_avg_jct"].items():
-        sh = summary["share_of_oracle_static_gain"].get(name)
+        shares = [summary.get(key, {}).get(name) for key in
+                  ("share_of_oracle_static_gain", "share_of_oracle_static_gain_after_p0")]
         table.add_row(name, f"{st['mean'] - 1:+.1%} ± {st['sd']:.1%}",
-                      "" if sh is None else f"{sh['mean']:.0%} ± {sh['sd']:.0%}")
+                      *("" if sh is None else f"{sh['mean']:.0%} ± {sh['sd']:.0%}" for sh in shares))
     console.print(table)
     lead = summary.get("autosched_lead_over_last_period")
     if lead is not None:

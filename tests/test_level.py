@@ -1,0 +1,91 @@
+"""Load-level scenarios (autosched.workload.level) and the source that uses them."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from autosched.adapt import ModelSource, observe
+from autosched.cluster import ClusterSpec
+from autosched.policies.tiresias import Tiresias
+from autosched.sim import Simulator
+from autosched.trace import Trace
+from autosched.workload.level import rescale, scenario_levels
+from test_adapt_doubles import DAY, synthetic_trace
+
+
+def _tiny() -> Trace:
+    # a and b: one burst (one VC, 10 s apart); c and d: bursts of their own
+    return Trace.from_columns({
+        "job_id": np.array(["a", "b", "c", "d"], dtype=object),
+        "submit_time": np.array([100.0, 110.0, 5000.0, 90000.0]),
+        "num_gpus": np.array([1, 2, 1, 4]), "duration": np.array([10.0, 20.0, 30.0, 40.0]),
+        "vc": np.array(["x", "x", "y", "x"], dtype=object)})
+
+
+def test_scenario_levels_by_hand():
+    assert np.array_equal(scenario_levels(4, 0.0), np.ones(4))
+    lv = scenario_levels(2, 0.5)  # quantiles .25, .75: z = -/+0.6745, then scaled to mean 1
+    assert lv.mean() == pytest.approx(1.0) and lv[1] / lv[0] == pytest.approx(math.exp(2 * 0.5 * 0.67449), rel=1e-4)
+    lv = scenario_levels(8, 0.33)
+    assert np.all(np.diff(lv) > 0) and lv.mean() == pytest.approx(1.0)
+    with pytest.raises(ValueError):
+        scenario_levels(0, 0.3)
+
+
+def test_rescale_doubles_every_burst_by_whole_days():
+    tr = _tiny()
+    out = rescale(tr, 2.0, 0.0, 7 * DAY, np.random.default_rng(3))
+    assert sorted(out.job_id) == ["a", "a~1", "b", "b~1", "c", "c~1", "d", "d~1"]
+    t = dict(zip(out.job_id, out.submit_time))
+    for j in "abcd":  # the first copy stays; a copy keeps its time of day, inside the period
+        assert t[j] == tr.submit_time[list(tr.job_id).index(j)]
+        moved = t[j + "~1"] - t[j]
+        assert moved % DAY == 0 or (moved + 7 * DAY) % DAY == 0
+        assert 0 <= t[j + "~1"] < 7 * DAY and t[j + "~1"] != t[j]
+    assert t["b~1"] - t["a~1"] == 10.0  # a burst moves as one
+    assert np.all(np.diff(out.submit_time) >= 0)
+    assert rescale(tr, 1.0, 0.0, 7 * DAY, np.random.default_rng(3)) is tr
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 10_000), factor=st.floats(0.0, 3.0))
+def test_rescale_keeps_or_drops_whole_bursts(seed, factor):
+    out = rescale(_tiny(), factor, 0.0, 7 * DAY, np.random.default_rng(seed))
+    ids = list(out.job_id)
+    base = [i.split("~")[0] for i in ids]
+    assert base.count("a") == base.count("b")  # one burst: the same number of copies
+    for j in "abcd":
+        assert math.floor(factor) <= base.count(j) <= math.floor(factor) + 1
+    assert len(set(ids)) == len(ids)
+
+
+def test_rescale_scales_the_expected_load():
+    tr = synthetic_trace(days=7, per_day=100, seed=1)
+    for factor in (0.6, 1.4):
+        n = [len(rescale(tr, factor, tr.start, 7 * DAY, np.random.default_rng(s))) for s in range(200)]
+        assert np.mean(n) == pytest.approx(factor * len(tr), rel=0.03)
+
+
+def test_model_source_scenarios_bracket_the_forecast():
+    """Scenario i rescales the sample of the same seed: below level 1 it keeps a subset of that
+    sample's jobs, above 1 all of them and copies."""
+    tr = synthetic_trace(days=4, per_day=150, seed=3)
+    sim = Simulator(tr, ClusterSpec.uniform_nodes(1, 4), Tiresias()).run(until=2 * DAY)
+    obs = observe(sim, 2 * DAY, 0)
+    plain = ModelSource("stat", samples=4).workloads(obs, DAY, seed=5)
+    scen = ModelSource("stat", samples=4, level_sd=0.5).workloads(obs, DAY, seed=5)
+    levels = scenario_levels(4, 0.5)
+    for p, s, lv in zip(plain, scen, levels):
+        mine, theirs = set(s.job_id), set(p.job_id)
+        originals = {i for i in mine if "~" not in i}
+        if lv < 1:
+            assert mine <= theirs
+        else:
+            assert originals == theirs and len(mine) >= len(theirs)
+    val = ModelSource("stat", samples=4, level_sd=0.5, validation_samples=8).validation_workloads(obs, DAY, seed=505)
+    assert len(val) == 8
