@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autosched.adapt import Controller, DriftTest, Guardrail, ModelSource, Settings, observe, run_experiment
 from autosched.adapt.drift import ks_2samp, mix_test, rate_ratio_test
@@ -18,7 +19,6 @@ from autosched.policies import get_policy
 from autosched.policies.tiresias import Tiresias
 from autosched.sim import Simulator, simulate
 from autosched.trace import Trace
-
 from test_adapt_doubles import DAY, FakeModel, FakeTuner, WorseTuner, fake_model_factory, synthetic_trace
 
 
