@@ -28,14 +28,19 @@ from autosched.sim import Simulator
 from autosched.tune import ExecutionConfig, Objective, SearchConfig, Tuner
 
 args = dict(a.split("=") for a in sys.argv[1:])
-tpath = Path(args.get("trace", str(sample_path()))); cl = args.get("cluster", SAMPLE_CLUSTER)
-budget = int(args.get("budget", 8)); screening = args.get("screening", "1") == "1"; seed = int(args.get("seed", 0))
+tpath = Path(args.get("trace", str(sample_path())))
+cl = args.get("cluster", SAMPLE_CLUSTER)
+budget = int(args.get("budget", 8))
+screening = args.get("screening", "1") == "1"
+seed = int(args.get("seed", 0))
 tr, cluster, _ = load_inputs(tpath, cl, quiet=True)
-skip = float(args.get("skip", 0)) * 86400; span = float(args.get("span", 1e9)) * 86400
+skip = float(args.get("skip", 0)) * 86400
+span = float(args.get("span", 1e9)) * 86400
 tr = tr.window(tr.start + skip, tr.start + skip + span)
 st = Settings(seed=seed)
 bounds = boundaries(tr, st.period)
-cls = get_policy("tiresias"); default = cls.space.default()
+cls = get_policy("tiresias")
+default = cls.space.default()
 sim = Simulator(tr, cluster, cls(default))
 out = []
 for bi, t in enumerate(bounds[1:-1]):
@@ -61,7 +66,8 @@ for bi, t in enumerate(bounds[1:-1]):
                     ExecutionConfig(workers=1)).tune(wl, warm_start=[default])
         tt = time.perf_counter() - t0
         comp = [x for x in res.trials if x.state == "complete"]
-        sv = [x.value for x in comp]; rv = [realv(x.config) for x in comp]
+        sv = [x.value for x in comp]
+        rv = [realv(x.config) for x in comp]
         rho = spearmanr(sv, rv)[0] if len(set(sv)) > 1 else float("nan")
         chosen = realv(res.best_config)
         row[sname] = {"tune_s": round(tt, 1), "n": len(comp), "rho": round(float(rho), 2),

@@ -34,7 +34,6 @@ import sys
 import time
 from pathlib import Path
 
-
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "traces"
 RESULTS = Path(__file__).resolve().parent / "results"

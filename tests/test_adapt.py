@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 import random
+from dataclasses import replace
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autosched.adapt import Controller, DriftTest, Guardrail, ModelSource, Settings, observe, run_experiment
 from autosched.adapt.errors import AdaptError
@@ -19,7 +20,6 @@ from autosched.policies import get_policy
 from autosched.policies.tiresias import Tiresias
 from autosched.sim import Simulator, simulate
 from autosched.trace import Trace
-
 from test_adapt_doubles import DAY, FakeModel, FakeTuner, WorseTuner, fake_model_factory, synthetic_trace
 
 
@@ -85,14 +85,18 @@ def test_kaplan_meier_and_imputation_by_hand():
     assert times.tolist() == [10, 20, 30] and cdf == pytest.approx([0.2, 0.4, 0.7])
     # with weights 2 on the first job: at risk 6, 4, 2 -> S = 4/6, 4/6 * 3/4, 1/2 of that
     assert kaplan_meier(d, f, np.array([2.0, 1, 1, 1, 1]))[1] == pytest.approx([1 / 3, 0.5, 0.75])
-    # bound 25: mass above is 0.3 at 30 and the 0.3 tail (imputed as the longest finished, 30);
-    # bound 35: only the tail, above the longest finished: the bound stays; bound 0: 10, 20 with
-    # 0.2 each and 30 (with the tail) 0.6.
+    # Imputing those five jobs with n more still running at 0: censored before the first event,
+    # the n jobs leave the risk sets before 10, so the estimate stays 0.2 / 0.4 / 0.7.
+    # Bound 20 (tied with an event, which it rules out): mass above is 0.3 at 30 and the 0.3 tail
+    # (imputed as the longest finished, 30); bound 40: only the tail, above the longest finished:
+    # the bound stays; bound 0: 10, 20 with 0.2 each and 30 (with the tail) 0.6.
     rng = np.random.default_rng(0)
     n = 4000
-    out = impute(np.r_[25.0, 35.0, np.zeros(n)], np.zeros(n + 2, dtype=bool), rng, d, f)
-    assert out[:2].tolist() == [30, 35] and set(out[2:].tolist()) == {10, 20, 30}
-    share30 = np.mean(out[2:] == 30)
+    dn, fn = np.r_[d, np.zeros(n)], np.r_[f, np.zeros(n, dtype=bool)]
+    assert np.array_equal(kaplan_meier(dn, fn)[1], cdf)
+    out = impute(dn, fn, rng)
+    assert out[:5].tolist() == [10, 20, 30, 30, 40] and set(out[5:].tolist()) == {10, 20, 30}
+    share30 = np.mean(out[5:] == 30)
     assert abs(share30 - 0.6) < 4 * math.sqrt(0.6 * 0.4 / n)
 
 

@@ -22,7 +22,6 @@ from autosched.space import read_config_file
 from autosched.trace import load_trace
 from autosched.trace.formats import format_names
 from autosched.workload import get_model, load_model
-
 from conftest import FIXTURES
 
 runner = CliRunner()

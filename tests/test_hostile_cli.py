@@ -16,7 +16,6 @@ from typer.testing import CliRunner
 from autosched.cli import app
 from autosched.trace import Trace, load_trace, write_trace
 from autosched.workload import get_model
-
 from test_outputs import own_null_device
 
 runner = CliRunner()

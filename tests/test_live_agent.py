@@ -19,7 +19,6 @@ from autosched.live.connector import ApplyFailed
 from autosched.live.errors import ActionNotAllowed, LiveError, SlurmUnavailable
 from autosched.live.fake import FakeConnector
 from autosched.live.store import RevisionState
-
 from live_helpers import HEADER, contended, row
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

@@ -11,7 +11,6 @@ from typer.testing import CliRunner
 
 from autosched.cli import build_app
 from autosched.live.fake import FakeConnector
-
 from live_helpers import contended
 
 runner = CliRunner()

@@ -14,11 +14,17 @@ from autosched.export.slurm import from_slurm, quantize, slurm_seconds, to_slurm
 from autosched.live.errors import LiveError, SlurmUnavailable
 from autosched.live.history import merge_sacct, period_metrics, read_jobs
 from autosched.live.knobs import is_allowed, live_policy, live_space, same_value
-from autosched.live.slurm import (SlurmRunner, add_queue_rows, cluster_from_nodes, live_settings,
-                                  node_gpus, parse_nodes, parse_show_config)
+from autosched.live.slurm import (
+    SlurmRunner,
+    add_queue_rows,
+    cluster_from_nodes,
+    live_settings,
+    node_gpus,
+    parse_nodes,
+    parse_show_config,
+)
 from autosched.policies.multifactor import Multifactor
 from autosched.space import ConfigError
-
 from live_helpers import HEADER, row
 
 SPACE = Multifactor.space

@@ -19,7 +19,7 @@ from autosched.live.agent import AgentSettings, init_agent, open_agent
 from autosched.live.connector import ApplyFailed
 from autosched.live.errors import ActionNotAllowed, SlurmUnavailable
 from autosched.live.history import read_jobs
-from autosched.live.slurm import SlurmConnector, SlurmRunner
+from autosched.live.slurm import SlurmConnector
 from autosched.live.store import RevisionState
 
 pytestmark = pytest.mark.slurm

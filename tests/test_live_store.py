@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from autosched.errors import LiveError
 from autosched.live.errors import ActionNotAllowed, UnknownRevision
 from autosched.live.store import Flags, RevisionState, RevisionStore
-from autosched.errors import LiveError
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 P, A, R, RB, F = (RevisionState.PROPOSED, RevisionState.APPLIED, RevisionState.REJECTED,

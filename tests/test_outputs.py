@@ -14,8 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from autosched.atomic import (OutputError, atomic_path, check_output, output_scope, protect_inputs,
-                              write_text_atomic, writer_tag)
+from autosched.atomic import OutputError, atomic_path, check_output, output_scope, protect_inputs, write_text_atomic, writer_tag
 from autosched.errors import AutoschedError
 
 SRC = Path(__file__).resolve().parents[1] / "src"

@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 
 from autosched.cli import app
 from autosched.trace import write_trace
-
 from test_adapt_doubles import synthetic_trace
 
 runner = CliRunner()

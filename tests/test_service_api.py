@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import stat
 import urllib.error
 import urllib.request
 
 import pytest
-
 
 from autosched.client import Client, Conflict, NotFound, ServiceError, Unauthorized
 from autosched.errors import InputError

@@ -13,9 +13,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
-
 from autosched.client import Client
 from autosched.live.store import RevisionState
 from service_kit import AUTOSCHED, SRC, TOKEN, live_values, seed, serve_process

@@ -10,7 +10,6 @@ import re
 
 import pytest
 
-
 from autosched.live.store import RevisionStore
 from service_kit import TOKEN, live_values, seed, serve_process
 
@@ -29,8 +28,8 @@ def served(tmp_path):
 
 
 def wait_for(browser, css: str, pattern: str, timeout: float = 30):
-    from selenium.webdriver.common.by import By
     from selenium.common.exceptions import StaleElementReferenceException
+    from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     # the page reloads itself after an action: an element found before may be gone

@@ -8,8 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autosched.policies import POLICIES, get_policy
-from autosched.space import (Bool, Categorical, ConfigError, ConfigSpace, Float, Int, dump_config,
-                             parse_config_json)
+from autosched.space import Bool, Categorical, ConfigError, ConfigSpace, Float, Int, dump_config, parse_config_json
 
 SPACE = ConfigSpace([
     Categorical("placement", "where", choices=("consolidate", "spread", "count"), default="consolidate"),

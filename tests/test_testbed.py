@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from testbed import SCRIPT, free_port_bases, missing_slurm, unavailable
 
 

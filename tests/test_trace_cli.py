@@ -9,7 +9,6 @@ from typer.testing import CliRunner
 
 from autosched.cli import app
 from autosched.trace import load_trace
-
 from conftest import FIXTURES
 
 runner = CliRunner()  # click 8.2+: result.stdout and result.stderr are kept apart

@@ -9,7 +9,6 @@ import re
 import pytest
 
 from autosched.trace import TraceError, load_trace
-
 from conftest import FIXTURES
 
 CANON = "job_id,submit_time,num_gpus,duration\n"

@@ -12,7 +12,6 @@ import pytest
 from autosched.trace import TraceError, load_trace
 from autosched.trace.formats import detect_format
 from autosched.trace.parsing import head_text
-
 from conftest import FIXTURES
 
 

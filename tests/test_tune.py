@@ -21,13 +21,21 @@ from autosched.policies import get_policy
 from autosched.sim import Simulator
 from autosched.space import Bool, Categorical, Float, Int
 from autosched.trace.table import Trace
-from autosched.tune import (ExecutionConfig, Objective, ObjectiveError, SearchConfig, Tuner, TuneError,
-                            distribution, fragmentation)
+from autosched.tune import ExecutionConfig, Objective, ObjectiveError, SearchConfig, TuneError, Tuner, distribution, fragmentation
 from autosched.tune.screening import screen
 from autosched.tune.searchspace import from_unit, latin_hypercube
-
-from test_tune_doubles import (CLUSTER, RELEVANT, TRACE, Knobby, always_dies_sim, dies_once_sim,
-                               failing_sim, known_sim, metrics_of, sleepy_sim)
+from test_tune_doubles import (
+    CLUSTER,
+    RELEVANT,
+    TRACE,
+    Knobby,
+    always_dies_sim,
+    dies_once_sim,
+    failing_sim,
+    known_sim,
+    metrics_of,
+    sleepy_sim,
+)
 
 TESTS = Path(__file__).resolve().parent
 

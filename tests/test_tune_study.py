@@ -22,9 +22,8 @@ from autosched.cli import app
 from autosched.cluster import ClusterSpec
 from autosched.policies.base import Policy
 from autosched.space import Bool, Categorical, ConfigSpace
-from autosched.tune import ExecutionConfig, Objective, SearchConfig, StudyError, Tuner, TuneError, trace_digest
+from autosched.tune import ExecutionConfig, Objective, SearchConfig, StudyError, TuneError, Tuner, trace_digest
 from autosched.tune.study import StudyLock
-
 from test_tune_doubles import CLUSTER, TRACE, Knobby, known_sim, metrics_of
 
 TESTS = Path(__file__).resolve().parent

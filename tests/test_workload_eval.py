@@ -11,8 +11,7 @@ from autosched.cluster import parse_cluster
 from autosched.policies import get_policy
 from autosched.trace import Trace
 from autosched.workload import MODELS, Replay, WorkloadError
-from autosched.workload.evaluate import (EvalSetup, _demand, _regret, _spearman, distances, evaluate,
-                                         origins, panel_configs)
+from autosched.workload.evaluate import EvalSetup, _demand, _regret, _spearman, distances, evaluate, origins, panel_configs
 
 DAY, HOUR = 86400.0, 3600.0
 

@@ -101,42 +101,36 @@ def impute_from_past(duration: np.ndarray, finished: np.ndarray, submit: np.ndar
     read their windows out of it."""
     cls = np.searchsorted(GPU_CLASSES, gpus, side="left")  # large jobs run longer
     recency = 0.5 ** (np.maximum(now - submit, 0.0) / DURATION_HALF_LIFE)
-    return impute(duration, finished, rng, duration, finished, cls, cls, recency)
+    return impute(duration, finished, rng, cls, recency)
 
 
 def impute(duration: np.ndarray, finished: np.ndarray, rng: np.random.Generator,
-           pool_duration: np.ndarray | None = None, pool_finished: np.ndarray | None = None,
-           group: np.ndarray | None = None, pool_group: np.ndarray | None = None,
-           pool_weight: np.ndarray | None = None) -> np.ndarray:
+           group: np.ndarray | None = None, weight: np.ndarray | None = None) -> np.ndarray:
     """Durations with each unfinished job's value (a lower bound: what it has run) replaced by a
     draw from the Kaplan-Meier estimate of the duration distribution given that bound.
 
-    The estimate is built from ``pool_duration`` / ``pool_finished`` (every job known at the
-    time: finished ones are events, unfinished ones censored at their bound), or from the jobs
-    being imputed when no pool is given. With ``group`` / ``pool_group`` (e.g. GPU-count classes:
-    large jobs run longer) each group has its own estimate when its pool holds at least
-    `MIN_EVENTS` finished jobs, the estimate of all groups otherwise. Mass beyond the longest
+    The estimate is built from the jobs passed (finished ones are events, unfinished ones
+    censored at their bound), each weighing ``weight`` (default 1). With ``group`` (e.g.
+    GPU-count classes: large jobs run longer) each group has its own estimate when it holds at
+    least `MIN_EVENTS` finished jobs, the estimate of all jobs otherwise. Mass beyond the longest
     finished duration is imputed as that duration, or as the job's own bound if it is larger;
     with no finished job at all the bound stays."""
-    out = duration.astype(np.float64).copy()
+    bound = np.asarray(duration, dtype=np.float64)
+    finished = np.asarray(finished, dtype=bool)
+    out = bound.copy()
     todo = np.flatnonzero(~finished)
     if len(todo) == 0:
         return out
-    if pool_duration is None or pool_finished is None:
-        pool_duration, pool_finished, pool_group, pool_weight = duration, finished, group, None
-    pool_duration = np.asarray(pool_duration, dtype=np.float64)
-    pool_finished = np.asarray(pool_finished, dtype=bool)
-    everyone = kaplan_meier(pool_duration, pool_finished, pool_weight)
-    if group is None or pool_group is None:
-        out[todo] = _draw(everyone, out[todo], rng)
+    everyone = kaplan_meier(bound, finished, weight)
+    if group is None:
+        out[todo] = _draw(everyone, bound[todo], rng)
         return out
     for g in np.unique(group[todo]):
         mine = todo[group[todo] == g]
-        in_pool = pool_group == g
-        est = kaplan_meier(pool_duration[in_pool], pool_finished[in_pool],
-                           None if pool_weight is None else pool_weight[in_pool]) \
-            if np.count_nonzero(pool_finished & in_pool) >= MIN_EVENTS else everyone
-        out[mine] = _draw(est, out[mine], rng)
+        ours = group == g
+        est = kaplan_meier(bound[ours], finished[ours], None if weight is None else weight[ours]) \
+            if np.count_nonzero(finished & ours) >= MIN_EVENTS else everyone
+        out[mine] = _draw(est, bound[mine], rng)
     return out
 
 

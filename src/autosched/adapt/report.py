@@ -6,7 +6,7 @@ from typing import Any
 
 import numpy as np
 
-from ..report import Report
+from ..htmlreport import Report
 from .experiment import DAY, ExperimentResult
 
 COLORS = {"default": "#777777", "autosched": "#1f77b4", "last_period": "#ff7f0e",

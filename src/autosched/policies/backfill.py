@@ -83,39 +83,34 @@ def slurm_backfill(part: Partition, order: Sequence[int], gpus: Sequence[int], l
     (the model before the will-run test). A job that cannot start within ``bf_window`` gets no
     reservation. Only the first ``bf_max_job_test`` jobs are looked at.
     """
-    pool = part.pool
-    count = part.placement == "count"
-    if not count:
+    if part.placement != "count":
         return _slurm_backfill_nodes(part, order, gpus, limit, now, params, start, deny)
-    free = np.array([pool.free_gpus], dtype=np.int64)
-    # Planned releases of the running jobs: (end, node, GPUs).
-    releases: list[tuple[float, int, int]] = [(part.run_started(r) + limit[r], 0, gpus[r]) for r in part.running]
+    # 'count' has no nodes: the plan is in GPUs of the whole partition.
+    free = part.pool.free_gpus
+    # Planned releases of the running jobs: (end, GPUs).
+    releases: list[tuple[float, int]] = [(part.run_started(r) + limit[r], gpus[r]) for r in part.running]
     horizon = now + params.window
-    res = _Reservations(len(order[:params.max_job_test]), 1)
+    res = _Reservations(len(order[:params.max_job_test]))
     planned: list[tuple[int, float]] = []
     step = params.resolution
     times, frees = _profile(free, releases, now, horizon)
     for j in order[:params.max_job_test]:
-        if free.sum() == 0:
+        if free == 0:
             # Nothing can start now, and reservations only serve to decide what starts now
             # (the next cycle plans afresh): the rest of this cycle cannot change the run.
             break
-        when = _earliest(gpus[j], limit[j], times, frees, res, horizon, 1, part.placement)
-        if when is None:
+        t = _earliest(gpus[j], limit[j], times, frees, res, horizon)
+        if t is None:
             continue
-        t, spot = when
         if t <= now and start(j, 0):
-            free[0] -= gpus[j]
-            releases.append((now + limit[j], 0, gpus[j]))
+            free -= gpus[j]
+            releases.append((now + limit[j], gpus[j]))
             times, frees = _profile(free, releases, now, horizon)
             continue
-        hold = np.zeros(1, dtype=np.int64)
-        for n, g in spot:
-            hold[n] = g
         begin = math.floor(max(t, now) / step) * step
         end = limit[j] + t
         end = math.floor(end / step) * step if math.isfinite(end) else math.inf
-        res.add(begin, end, hold)
+        res.add(begin, end, gpus[j])
         planned.append((j, t))
     return planned
 
@@ -303,44 +298,36 @@ def _slurm_backfill_nodes(part: Partition, order: Sequence[int], gpus: Sequence[
 
 
 class _Reservations:
-    """The reservations of one backfill cycle as arrays (begin, end, GPUs held per node), so
-    that the GPUs they hold over a time window are found for many windows at once."""
+    """The reservations of one 'count' backfill cycle as arrays (begin, end, GPUs held), so that
+    the GPUs they hold over a time window are found for many windows at once."""
 
-    def __init__(self, capacity: int, nodes: int):
+    def __init__(self, capacity: int):
         self.n = 0
         self.begin = np.empty(capacity)
         self.end = np.empty(capacity)
-        self.hold = np.empty((capacity, nodes))  # float: the product below then runs in BLAS
+        self.hold = np.empty(capacity)  # float: the product below then runs in BLAS
 
-    def add(self, begin: float, end: float, hold: np.ndarray) -> None:
+    def add(self, begin: float, end: float, hold: int) -> None:
         k = self.n
         self.begin[k], self.end[k], self.hold[k] = begin, end, hold
         self.n += 1
 
-    def held(self, a: float, b: float) -> np.ndarray:
-        """GPUs per node held by reservations that overlap [a, b)."""
-        k = self.n
-        over = (self.begin[:k] < b) & (self.end[:k] > a)
-        out: np.ndarray = self.hold[:k][over].sum(axis=0).astype(np.int64)
-        return out
-
     def held_many(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """`held` for the windows [a[i], b[i]) at once (rows)."""
+        """GPUs held by the reservations that overlap [a[i], b[i]), for every i at once."""
         k = self.n
         over = (self.begin[None, :k] < b[:, None]) & (self.end[None, :k] > a[:, None])
         return (over.astype(np.float64) @ self.hold[:k]).astype(np.int64)  # (exact: small counts)
 
 
-def _profile(free: np.ndarray, releases: list[tuple[float, int, int]], now: float,
-             horizon: float) -> tuple[list[float], list[np.ndarray]]:
-    """Free GPUs per node from now on, as a step function: (times, free vector from each)."""
-    times, frees = [now], [free.copy()]
-    cur = free.copy()
-    for end, n, g in sorted(releases):
+def _profile(free: int, releases: list[tuple[float, int]], now: float,
+             horizon: float) -> tuple[list[float], list[int]]:
+    """Free GPUs from now on, as a step function: (times, free GPUs from each)."""
+    times, frees = [now], [free]
+    cur = free
+    for end, g in sorted(releases):
         if end > horizon or not math.isfinite(end):
             break
-        cur = cur.copy()
-        cur[n] += g
+        cur += g
         if end <= times[-1]:
             frees[-1] = cur
         else:
@@ -349,10 +336,10 @@ def _profile(free: np.ndarray, releases: list[tuple[float, int, int]], now: floa
     return times, frees
 
 
-def _earliest(g: int, lim: float, times: list[float], frees: list[np.ndarray], res: _Reservations,
-              horizon: float, gpn: int, placement: str) -> tuple[float, Alloc] | None:
-    """Earliest time within the window at which a job of g GPUs fits for its whole limit, and
-    where placement would put it then; None if there is none.
+def _earliest(g: int, lim: float, times: list[float], frees: list[int], res: _Reservations,
+              horizon: float) -> float | None:
+    """Earliest time within the window at which a job of g GPUs fits for its whole limit; None
+    if there is none.
 
     The candidate times are the profile's steps and the reservations' ends; they are tried in
     order, a few at a time (most jobs fit at one of the first), each batch with arrays: free GPUs
@@ -361,19 +348,18 @@ def _earliest(g: int, lim: float, times: list[float], frees: list[np.ndarray], r
     ends = res.end[:res.n]
     cand = np.unique(np.concatenate([t_steps, ends[(ends > t_steps[0]) & (ends <= horizon)]]))
     step_of = np.searchsorted(t_steps, cand, side="right") - 1
-    free_all = np.asarray(frees)
+    free_all = np.asarray(frees, dtype=np.int64)
     lo, size = 0, 8
     while lo < len(cand):
         c = cand[lo:lo + size]
         free = free_all[step_of[lo:lo + size]]
-        rows = np.flatnonzero(free.sum(axis=1) >= g)
+        rows = np.flatnonzero(free >= g)
         if len(rows):
             c, free = c[rows], free[rows]
             usable = np.maximum(free - res.held_many(c, c + lim), 0) if res.n else free
-            for i in np.flatnonzero(usable.sum(axis=1) >= g).tolist():
-                spot = _place(usable[i], g, gpn, placement)
-                if spot is not None:
-                    return float(c[i]), spot
+            fits = np.flatnonzero(usable >= g)
+            if len(fits):
+                return float(c[fits[0]])
         lo += size
         size *= 4
     return None
@@ -381,8 +367,6 @@ def _earliest(g: int, lim: float, times: list[float], frees: list[np.ndarray], r
 
 def _place(free: np.ndarray, g: int, gpn: int, placement: str) -> Alloc | None:
     """Where the partition's placement rule would put g GPUs given free GPUs per node."""
-    if placement == "count":
-        return ((0, g),) if free[0] >= g else None
     if g <= gpn and placement in ("first_fit", "consolidate"):  # one node: no pool needed
         fits = np.flatnonzero(free >= g)
         if not len(fits):

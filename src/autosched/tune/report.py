@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from ..report.html import Report
+from ..htmlreport import Report
 from ..sim.metrics import METRIC_HELP
 from .evaluate import INTERMEDIATES
 from .screening import Screening

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..report import Report
+from ..htmlreport import Report
 from .evaluate import Evaluation, evaluation_data
 
 DAY = 86400.0

@@ -1,5 +1,9 @@
 """A small builder for one-file HTML reports (figures inlined as base64 PNG).
 
+A foundation, below every layer: it knows HTML, matplotlib figures and the rule for outputs, and
+nothing of traces, policies or tuning, so the tuner, the workload evaluation and the adaptive loop
+each build their own report with it (``tune/report.py`` ...) without importing a surface.
+
 Usage::
 
     rep = Report("Tuning tiresias on philly")
@@ -21,8 +25,8 @@ import os
 from pathlib import Path
 from typing import Any
 
-from ..atomic import OutputError, write_text_atomic
-from ..jsonable import jsonable
+from .atomic import OutputError, write_text_atomic
+from .jsonable import jsonable
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;padding:0 1em;color:#222}

@@ -1,0 +1,113 @@
+"""The layering of docs/architecture.md: a module imports only from its own layer and those below."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import autosched
+
+SRC = Path(autosched.__file__).parent
+
+# Lowest first, as docs/architecture.md ("Layers, lowest first") lists them; every package and
+# top-level module of autosched must be in one (the test below checks it).
+LAYERS: list[tuple[str, ...]] = [
+    ("errors", "atomic", "jsonable", "timeparse", "htmlreport", "data"),  # foundations
+    ("trace", "associations"),  # data
+    ("cluster", "sim"),  # cluster and engine
+    ("space", "policies"),
+    ("export",),  # scheduler syntax: used by the live layer and the CLI
+    ("workload",),
+    ("tune",),
+    ("adapt",),
+    ("live",),
+    ("cli", "service", "client"),  # surfaces
+]
+LAYER = {name: k for k, names in enumerate(LAYERS) for name in names}
+
+
+def _modules() -> list[tuple[str, Path]]:
+    """(dotted name, path) of every module of autosched."""
+    out = []
+    for path in sorted(SRC.rglob("*.py")):
+        parts = path.relative_to(SRC.parent).with_suffix("").parts
+        out.append((".".join(parts[:-1] if parts[-1] == "__init__" else parts), path))
+    return out
+
+
+def _type_checking(node: ast.If) -> bool:
+    t = node.test
+    return (isinstance(t, ast.Name) and t.id == "TYPE_CHECKING") or (
+        isinstance(t, ast.Attribute) and t.attr == "TYPE_CHECKING")
+
+
+def _imports(name: str, path: Path) -> list[tuple[int, str]]:
+    """(line, absolute module) of every import run at some point (top level or inside a function),
+    not those under ``if TYPE_CHECKING:`` (types only: no dependency at run time)."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    out: list[tuple[int, str]] = []
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _type_checking(node):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            out.extend((node.lineno, a.name) for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")[:len(package.split(".")) - node.level + 1]
+                mod = ".".join(base + ([node.module] if node.module else []))
+                # `from . import x` may name a submodule: count it as one
+                out.extend((node.lineno, mod if node.module else f"{mod}.{a.name}") for a in node.names)
+            else:
+                out.append((node.lineno, node.module or ""))
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    return out
+
+
+def _layer(dotted: str) -> int | None:
+    """The layer of an autosched module (None: not autosched's)."""
+    parts = dotted.split(".")
+    if parts[0] != "autosched" or len(parts) == 1 or parts[1] == "__version__":
+        return None  # (autosched's own __init__ holds only the version)
+    return LAYER.get(parts[1])  # (a package with no layer fails the test above)
+
+
+def test_every_package_has_a_layer():
+    tops = {p.stem for p in SRC.glob("*.py") if p.stem != "__init__"} | {
+        p.name for p in SRC.iterdir() if (p / "__init__.py").exists()}
+    assert sorted(tops - LAYER.keys()) == []
+
+
+def test_no_module_imports_a_higher_layer():
+    bad = []
+    for name, path in _modules():
+        mine = _layer(name)
+        if mine is None:
+            continue
+        for line, mod in _imports(name, path):
+            theirs = _layer(mod)
+            if theirs is not None and theirs > mine:
+                bad.append(f"{path.relative_to(SRC.parent)}:{line} imports {mod}")
+    assert bad == []
+
+
+@pytest.mark.parametrize("source, expected", [
+    ("from ..report.html import Report", ["autosched.report.html"]),
+    ("from ..report import Report", ["autosched.report"]),
+    ("from . import report", ["autosched.tune.report"]),
+    ("def f():\n    import autosched.cli.common", ["autosched.cli.common"]),
+    ("from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from ..cli import x\nelse:\n    from ..trace import y",
+     ["typing", "autosched.trace"]),
+])
+def test_imports_are_resolved_as_python_does(tmp_path, source, expected):
+    # a module autosched/tune/x.py: the checker must see its relative and lazy imports
+    path = tmp_path / "x.py"
+    path.write_text(source)
+    assert [m for _, m in _imports("autosched.tune.x", path)] == expected
