@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autosched.adapt import Controller, DriftTest, Guardrail, ModelSource, Settings, observe, run_experiment
-from autosched.adapt.errors import AdaptError
 from autosched.adapt.drift import ks_2samp, mix_test, rate_ratio_test
+from autosched.adapt.errors import AdaptError
 from autosched.adapt.experiment import boundaries, check_times, make_controller, replay
 from autosched.cluster import ClusterSpec
 from autosched.policies import get_policy
