@@ -548,3 +548,22 @@ def test_model_source_with_replay_brackets_the_replay_and_keeps_it_out_of_fresh_
     tuned, *judged = Recording.seen
     assert len(tuned) == 4 and all(len(j) == 3 for j in judged)
     assert not set(tuned) & {s for j in judged for s in j}
+
+
+def test_old_finished_jobs_are_left_out_of_the_duration_estimate():
+    from autosched.adapt.observe import DURATION_HALF_LIFE, ESTIMATE_AGE, GPU_CLASSES, impute, impute_from_past
+
+    r = np.random.default_rng(4)
+    n, now = 600, 100 * DAY
+    submit = np.sort(r.uniform(0, now, n))
+    dur = r.exponential(3600.0, n)
+    finished = r.random(n) < 0.8
+    gpus = r.integers(1, 16, n)
+    got = impute_from_past(dur, finished, submit, gpus, now, np.random.default_rng(1))
+    old = (now - submit > ESTIMATE_AGE) & finished
+    assert old.any() and np.array_equal(got[old], dur[old])  # finished: kept as they are
+    keep = ~old  # the rest: exactly as if the old finished jobs had never been seen
+    cls = np.searchsorted(GPU_CLASSES, gpus[keep], side="left")
+    alone = impute(dur[keep], finished[keep], np.random.default_rng(1), cls,
+                   0.5 ** ((now - submit[keep]) / DURATION_HALF_LIFE))
+    assert np.array_equal(got[keep], alone)

@@ -37,6 +37,7 @@ from ..trace.table import Trace
 # 7-day windows of Philly (72x8) came out 1.5x heavier than the real ones (1.24x with 7 days,
 # 1.15x with 3.5; ITP cluster02/04/07 and the bundled sample are within 0.93-1.06 at 3.5 days).
 DURATION_HALF_LIFE = 3.5 * 86400.0
+ESTIMATE_AGE = 10 * DURATION_HALF_LIFE
 GPU_CLASSES = (1, 4, 8)  # upper bounds of the classes 1, 2-4, 5-8; the rest is >8
 
 
@@ -100,8 +101,14 @@ def impute_from_past(duration: np.ndarray, finished: np.ndarray, submit: np.ndar
     more (``DURATION_HALF_LIFE``). The simulator's `observe` and the live agent's history both
     read their windows out of it."""
     cls = np.searchsorted(GPU_CLASSES, gpus, side="left")  # large jobs run longer
-    recency = 0.5 ** (np.maximum(now - submit, 0.0) / DURATION_HALF_LIFE)
-    return impute(duration, finished, rng, cls, recency)
+    age = np.maximum(now - submit, 0.0)
+    recency = 0.5 ** (age / DURATION_HALF_LIFE)
+    # Finished jobs older than ESTIMATE_AGE weigh under 2**-10 and are left out of the estimate, so
+    # a round's cost does not grow with the whole history; unfinished ones are all imputed.
+    used = (age <= ESTIMATE_AGE) | ~finished
+    out = duration.astype(np.float64)
+    out[used] = impute(duration[used], finished[used], rng, cls[used], recency[used])
+    return out
 
 
 def impute(duration: np.ndarray, finished: np.ndarray, rng: np.random.Generator,
