@@ -166,3 +166,23 @@ def test_the_main_job_decides_the_same_without_any_optional_package(tiny, tmp_pa
     full = _decisions(tiny, tmp_path / "full", load)
     assert any(d["causal_graph"] for s in plain.values() for d in s["decisions"]), "screening never ran"
     assert plain == full
+
+
+def test_run_options_default_to_the_settings_defaults():
+    """One source of truth: `autosched run` with no options decides as `Settings()` does."""
+    import inspect
+
+    from autosched.adapt import STRATEGIES, Settings
+    from autosched.cli.run_cmd import _settings, run_cmd
+
+    d = {k: p.default.default for k, p in inspect.signature(run_cmd).parameters.items()
+         if hasattr(p.default, "default")}
+    got, _, _ = _settings(d["policy"], d["period"], d["history"], d["budget"], d["samples"], d["workers"],
+                          d["model"], d["strategies"], d["objective"], d["margin"], d["noise_k"], d["drift"],
+                          d["screening"], d["skip"], d["span"], d["seed"], STRATEGIES, d["oracle_budget"],
+                          d["with_replay"], d["validation_samples"], d["level_sd"], d["max_loss"])
+    ref = Settings()
+    for field in ("policy", "period", "history", "budget", "oracle_budget", "samples", "validation_samples",
+                  "model", "with_replay", "metric", "seed", "drift", "guard_k", "guard_margin", "guard_max_loss",
+                  "level_sd", "search"):
+        assert getattr(got, field) == getattr(ref, field), field

@@ -19,9 +19,12 @@ def build_report(result: ExperimentResult) -> Report:
     rep.text(_verdict(result))
     rep.text(f"{result.jobs:,} jobs; period {st.period / DAY:g} d, history {st.history / DAY:g} d, "
              f"workload model {st.model}, {st.samples} sampled workloads per round, tuning budget {st.budget} "
-             f"trials, objective {st.metric}; guardrail: deploy only if the mean paired gain > {st.guard_k:g} "
-             f"standard errors and > {st.guard_margin:.1%}. Strategies marked ORACLE read the real future "
-             "and cannot be deployed; they bound what is possible.", "note")
+             f"trials, objective {st.metric}; guardrail: on {st.validation_samples} fresh samples, "
+             f"deploy only if the mean paired gain > {st.guard_k:g} standard errors and > {st.guard_margin:.1%}"
+             + (f" and no sample loses more than {st.guard_max_loss:.1%}" if st.guard_max_loss is not None else "")
+             + (f"; samples are load scenarios (log sd {st.level_sd:g})" if st.level_sd else "")
+             + ". Strategies marked ORACLE read the real future and cannot be deployed; they bound what is "
+             "possible.", "note")
     _summary_table(rep, result)
     _jct_per_period(rep, result)
     _drift(rep, result)

@@ -36,7 +36,7 @@ def run_cmd(
     history: str = typer.Option("7d", "--history", help="window of past jobs the workload model is fitted on"),
     budget: int = typer.Option(16, "--budget", "-n", help="tuning trials per round (one simulation per sampled workload each)"),
     samples: int = typer.Option(4, "--samples", "-k", help="workloads sampled from the model per round (the guardrail's noise estimate)"),
-    validation_samples: Optional[int] = typer.Option(None, "--validation-samples", help="fresh model samples the guardrail judges each round's winner on (default: --samples)"),
+    validation_samples: int = typer.Option(8, "--validation-samples", help="fresh model samples (not the tuner's) the guardrail judges each round's winner on"),
     level_sd: float = typer.Option(0.0, "--level-sd", help="autosched's samples are scenarios of a busier or quieter period: log sd of their load level (0: all at the forecast level)"),
     workers: int = typer.Option(2, "--workers", "-j", help="tuning trials run in parallel processes (1 = in this process)"),
     model: str = typer.Option("stat", "--model", help="workload model: stat, hybrid, replay or neural (needs autosched[neural])"),
@@ -44,7 +44,7 @@ def run_cmd(
     strategies: str = typer.Option(DEFAULT_STRATEGIES, "--strategies", help="comma-separated strategies to compare (oracle_* read the real future)"),
     objective: str = typer.Option("avg_jct", "--objective", help="Metrics field the tuner and the guardrail optimise"),
     margin: float = typer.Option(0.01, "--margin", help="guardrail: deploy only if the predicted gain exceeds this fraction (0.01 = 1%)"),
-    noise_k: float = typer.Option(2.0, "--noise-k", help="guardrail: ... and exceeds this many standard errors of the paired gain across samples"),
+    noise_k: float = typer.Option(1.0, "--noise-k", help="guardrail: ... and exceeds this many standard errors of the paired gain across samples"),
     max_loss: Optional[float] = typer.Option(None, "--max-loss", help="guardrail: ... and loses no more than this fraction on any sample (0.02 = 2%)"),
     drift: bool = typer.Option(False, "--drift/--no-drift", help="also re-tune between boundaries when a daily drift test fires (costs a tuning round each time it fires)"),
     screening: bool = typer.Option(False, "--screening/--no-screening", help="causal knob screening inside each tuning round (off by default: see docs/tuning.md)"),
@@ -117,7 +117,7 @@ def run_cmd(
 
 def _settings(policy, period, history, budget, samples, workers, model, strategies, objective, margin,
               noise_k, drift, screening, skip, span, seed, known, oracle_budget=None, with_replay=False,
-              validation_samples=None, level_sd=0.0, max_loss=None):
+              validation_samples=8, level_sd=0.0, max_loss=None):
     """Check every option up front: a bad one fails with one line before any work starts."""
     from ..adapt import Settings
     from ..policies import UnknownPolicy, get_policy
