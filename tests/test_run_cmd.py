@@ -55,9 +55,11 @@ def test_run_table_output(tiny):
     (["--period", "0"], "period and history must be longer than 0 (got period 0 s"),
     (["--samples", "0"], "samples must be at least 1 (got 0)"),
     (["--validation-samples", "1"], "validation samples must be at least 2, to measure a spread (got 1)"),
-    (["--noise-k", "-1"], "the guardrail's k, margin and max loss must be >= 0 (got k -1"),
+    (["--noise-k", "-1"], "the guardrail's k, margin and max loss must be finite and >= 0 (got k -1"),
     (["--max-loss", "-0.1"], "max loss -0.1)"),
     (["--level-sd", "3"], "level sd must be in [0, 2] (got 3)"),
+    (["--max-loss", "nan"], "max loss nan)"),
+    (["--validation-samples", "600"], "at most 503 samples and 506 validation samples a round"),
     (["--period", "soon"], "--period 'soon' is not a length of time"),
     (["--strategies", "default,magic"], "--strategies: unknown magic"),
     (["--model", "crystal"], "unknown workload model 'crystal'"),
@@ -95,7 +97,7 @@ def test_run_screening_is_opt_in_and_imports_causal_learn_only_when_screening():
     code = ("import sys, autosched.cli, autosched.tune, autosched.adapt; "
             "from autosched.cli.run_cmd import _settings; from autosched.adapt import STRATEGIES; "
             "s = _settings('tiresias', '7d', '7d', 8, 4, 1, 'stat', 'default,autosched', 'avg_jct', 0.01, 2.0, "
-            "False, True, '0', None, 0, STRATEGIES)[0]; "
+            "False, True, '0', None, 0, STRATEGIES, None, False, 8, 0.0, None)[0]; "
             "assert s.search.screening is True; assert 'causallearn' not in sys.modules, 'imported early'; "
             "from autosched.adapt import Settings; assert Settings().search.screening is False")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)

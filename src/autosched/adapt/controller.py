@@ -144,6 +144,10 @@ class Controller:
                  warm_keep: int = 3, fresh_validation: bool = True, prior_keep: int = 3):
         if period <= 0:
             raise AdaptError(f"controller: period must be longer than 0 (got {period:g} s)")
+        if not isinstance(source, WorkloadSource):
+            raise AdaptError(f"controller: {type(source).__name__} is not a WorkloadSource (it needs workloads, "
+                             "seeds, validation_workloads and validation_seeds)")
+        check_sample_counts(len(source.seeds(0)), len(source.validation_seeds(0)))
         self.policy = policy
         self.space = get_policy(policy).space
         self.cluster = cluster
@@ -194,7 +198,7 @@ class Controller:
         `trigger` (``period`` or ``drift``) and the `drift` report that caused it are recorded
         in the returned `Decision`, which is also appended to ``decisions``."""
         t0 = time.perf_counter()
-        round_seed = self.seed * 100_003 + len(self.decisions) * 1_009
+        round_seed = self.seed * 100_003 + len(self.decisions) * ROUND_SEED_STRIDE
         self._last_round = obs.now
         self._reference = profile(obs, obs.start, obs.now)
         workloads = self._workloads(obs, round_seed)
@@ -224,8 +228,8 @@ class Controller:
             val_seed = round_seed + VALIDATION_SEED_OFFSET
             val_seeds = self.source.validation_seeds(val_seed)
             overlap = set(val_seeds) & set(self.source.seeds(round_seed))
-            if overlap:  # only if a source draws more than VALIDATION_SEED_OFFSET samples per round
-                raise ValueError(f"controller: validation seeds {sorted(overlap)} are also tuning seeds")
+            if overlap:  # check_sample_counts rules it out; kept because the guarantee matters
+                raise AdaptError(f"controller: validation seeds {sorted(overlap)} are also tuning seeds")
             fresh = self._workloads(obs, val_seed, fresh=True)
             if fresh:
                 workloads, validation = fresh, "fresh"
@@ -281,9 +285,19 @@ class Controller:
         return d
 
 
-# Validation samples of a round are drawn with seed round_seed + this; rounds are 1_009 seeds apart,
-# so a source drawing fewer than 503 samples per round never reuses a tuning seed.
+# Validation samples of a round are drawn with seed round_seed + VALIDATION_SEED_OFFSET, and rounds
+# are ROUND_SEED_STRIDE seeds apart: with at most 503 tuning and 506 validation samples a round, no
+# validation seed is ever a tuning seed, of this round or another (`check_sample_counts`).
 VALIDATION_SEED_OFFSET = 503
+ROUND_SEED_STRIDE = 1_009
+
+
+def check_sample_counts(samples: int, validation_samples: int) -> None:
+    """Refuse sample counts whose seeds could overlap (see VALIDATION_SEED_OFFSET)."""
+    most = ROUND_SEED_STRIDE - VALIDATION_SEED_OFFSET
+    if samples > VALIDATION_SEED_OFFSET or validation_samples > most:
+        raise AdaptError(f"at most {VALIDATION_SEED_OFFSET} samples and {most} validation samples a round, so that "
+                         f"no validation seed is a tuning seed (got {samples} and {validation_samples})")
 
 
 def _trial_metrics(res: TuningOutcome, config: Config) -> list[Metrics] | None:

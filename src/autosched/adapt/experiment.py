@@ -38,12 +38,12 @@ from ..space import Config
 from ..trace.table import Trace
 from ..tune import ExecutionConfig, Objective, SearchConfig
 from .cache import cached_factory
-from .controller import Controller, Decision, TunerFactory, default_tuner_factory
+from .controller import Controller, Decision, TunerFactory, check_sample_counts, default_tuner_factory
 from .drift import GPU_CLASS_NAMES, DriftTest, gpu_classes
 from .errors import AdaptError
 from .guardrail import Guardrail
 from .observe import observe
-from .sources import FutureSource, ModelSource, ReplaySource
+from .sources import FutureSource, ModelSource, ReplaySource, check_model_source
 
 STRATEGIES = ("default", "autosched", "last_period", "oracle_static", "oracle_period")
 ORACLES = frozenset({"oracle_static", "oracle_period"})
@@ -83,8 +83,8 @@ class Settings:
     seed: int = 0
     drift: bool = False  # also re-tune when a daily drift test fires (each firing costs a round)
     check_every: float = DAY  # how often the drift tests run between boundaries
-    guard_k: float = 1.0
-    guard_margin: float = 0.01
+    guard_k: float = Guardrail.k
+    guard_margin: float = Guardrail.min_margin
     guard_max_loss: float | None = None  # refuse a winner that loses more than this on one workload
     carry_backlog: bool = True
     # How each round searches (sampler, screening, ...) and where its trials run (workers, ...);
@@ -101,13 +101,10 @@ class Settings:
         for name in ("budget", "samples"):
             if getattr(self, name) < 1:
                 raise AdaptError(f"{name} must be at least 1 (got {getattr(self, name)})")
-        if self.validation_samples < 2:
-            raise AdaptError(f"validation samples must be at least 2, to measure a spread (got {self.validation_samples})")
-        if self.guard_k < 0 or self.guard_margin < 0 or (self.guard_max_loss or 0) < 0:
-            raise AdaptError(f"the guardrail's k, margin and max loss must be >= 0 (got k {self.guard_k:g}, "
-                             f"margin {self.guard_margin:g}, max loss {self.guard_max_loss})")
-        if not 0.0 <= self.level_sd <= 2.0:
-            raise AdaptError(f"level sd must be in [0, 2] (got {self.level_sd:g})")
+        # The source's, the guardrail's and the seed counts' own checks, made before any work starts.
+        check_model_source(self.samples, self.validation_samples, self.level_sd)
+        check_sample_counts(self.samples, self.validation_samples)
+        Guardrail(self.guard_k, self.guard_margin, self.guard_max_loss)
         if self.oracle_budget is None:
             object.__setattr__(self, "oracle_budget", ORACLE_FACTOR * self.budget)
         if self.oracle_budget < 1:
@@ -260,7 +257,7 @@ def across_seeds(results: Sequence[ExperimentResult]) -> dict[str, Any]:
 
     summaries = [r.summary() for r in results]
     out: dict[str, Any] = {"seeds": [r.settings.seed for r in results], "relative_avg_jct": {},
-                           "share_of_oracle_static_gain": {}}
+                           "share_of_oracle_static_gain": {}, "share_of_oracle_static_gain_after_p0": {}}
     names = list(results[0].strategies) if results else []
     for name in names:
         rel = [s["relative_avg_jct"][name] for s in summaries if name in s.get("relative_avg_jct", {})]
@@ -269,7 +266,7 @@ def across_seeds(results: Sequence[ExperimentResult]) -> dict[str, Any]:
         for key in ("share_of_oracle_static_gain", "share_of_oracle_static_gain_after_p0"):
             share = [s[key][name] for s in summaries if s.get(key, {}).get(name) is not None]
             if share:
-                out.setdefault(key, {})[name] = stats(share)
+                out[key][name] = stats(share)
     if "autosched" in names and "last_period" in names and "default" in names:
         lead = stats([s["relative_avg_jct"]["last_period"] - s["relative_avg_jct"]["autosched"] for s in summaries])
         lead["larger_than_spread"] = lead["n"] > 1 and abs(lead["mean"]) > lead["sd"]

@@ -9,16 +9,17 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
 from ..trace.table import Trace
-from ..workload.level import rescale, scenario_levels
+from ..workload.level import check_level_sd, rescale, scenario_levels
 from .errors import AdaptError
 from .observe import Observation
 
 
+@runtime_checkable
 class WorkloadSource(Protocol):
     """Where a `Controller` gets the workloads of a round. The controller calls `workloads` once a
     round to tune on, then `validation_workloads` (with another seed) to judge the tuner's winner
@@ -71,12 +72,7 @@ class ModelSource:
     def __init__(self, model: str = "stat", samples: int = 3, params: Mapping[str, Any] | None = None,
                  factory: Callable[[str], Any] | None = None, with_replay: bool = False,
                  validation_samples: int | None = None, level_sd: float = 0.0):
-        if samples < 1:
-            raise AdaptError(f"samples must be at least 1 (got {samples})")
-        if validation_samples is not None and validation_samples < 2:
-            raise AdaptError(f"validation samples must be at least 2, to measure a spread (got {validation_samples})")
-        if not 0.0 <= level_sd <= 2.0:
-            raise AdaptError(f"level sd must be in [0, 2] (got {level_sd:g})")
+        check_model_source(samples, validation_samples, level_sd)
         self.model = model
         self.samples = samples
         self.level_sd = level_sd
@@ -111,6 +107,15 @@ class ModelSource:
             out = [rescale(w, f, obs.now, horizon, np.random.default_rng([s, 1]))
                    for w, f, s in zip(out, levels, seeds)]
         return out
+
+
+def check_model_source(samples: int, validation_samples: int | None, level_sd: float) -> None:
+    """The checks of `ModelSource`'s settings, in one place (`Settings` makes them up front)."""
+    if samples < 1:
+        raise AdaptError(f"samples must be at least 1 (got {samples})")
+    if validation_samples is not None and validation_samples < 2:
+        raise AdaptError(f"validation samples must be at least 2, to measure a spread (got {validation_samples})")
+    check_level_sd(level_sd)
 
 
 class _Deterministic:

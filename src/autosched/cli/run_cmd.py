@@ -35,7 +35,7 @@ def run_cmd(
     period: str = typer.Option("7d", "--period", help="re-tune at every period boundary (e.g. 7d, 1d, 12h)"),
     history: str = typer.Option("7d", "--history", help="window of past jobs the workload model is fitted on"),
     budget: int = typer.Option(16, "--budget", "-n", help="tuning trials per round (one simulation per sampled workload each)"),
-    samples: int = typer.Option(4, "--samples", "-k", help="workloads sampled from the model per round (the guardrail's noise estimate)"),
+    samples: int = typer.Option(4, "--samples", "-k", help="workloads sampled from the model per round to tune on"),
     validation_samples: int = typer.Option(8, "--validation-samples", help="fresh model samples (not the tuner's) the guardrail judges each round's winner on"),
     level_sd: float = typer.Option(0.0, "--level-sd", help="autosched's samples are scenarios of a busier or quieter period: log sd of their load level (0: all at the forecast level)"),
     workers: int = typer.Option(2, "--workers", "-j", help="tuning trials run in parallel processes (1 = in this process)"),
@@ -116,8 +116,8 @@ def run_cmd(
 
 
 def _settings(policy, period, history, budget, samples, workers, model, strategies, objective, margin,
-              noise_k, drift, screening, skip, span, seed, known, oracle_budget=None, with_replay=False,
-              validation_samples=8, level_sd=0.0, max_loss=None):
+              noise_k, drift, screening, skip, span, seed, known, oracle_budget, with_replay,
+              validation_samples, level_sd, max_loss):
     """Check every option up front: a bad one fails with one line before any work starts."""
     from ..adapt import Settings
     from ..policies import UnknownPolicy, get_policy

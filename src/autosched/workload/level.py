@@ -17,18 +17,27 @@ import numpy as np
 from scipy.stats import norm
 
 from ..trace.table import Trace
-from .stat import _batches
+from .base import WorkloadError, check_sample_size
+from .stat import bursts
 
 DAY = 86400.0
+MAX_LEVEL_SD = 2.0  # e^(2 x 2) already spans a 55x range of load between scenarios
 
 
 def scenario_levels(n: int, sd: float) -> np.ndarray:
     """``n`` levels at the quantiles ``(i + 0.5) / n`` of a log-normal with log standard deviation
     ``sd``, in increasing order, scaled so that their mean is exactly 1 (all 1 when ``sd`` is 0)."""
-    if n < 1 or sd < 0:
-        raise ValueError(f"scenario_levels: need n >= 1 and sd >= 0 (got n {n}, sd {sd:g})")
+    check_level_sd(sd)
+    if n < 1:
+        raise WorkloadError(f"scenario levels: need at least 1 (got {n})")
     levels = np.exp(sd * norm.ppf((np.arange(n) + 0.5) / n))
     return levels / levels.mean()
+
+
+def check_level_sd(sd: float) -> None:
+    """The one check of a scenario spread, wherever it is set."""
+    if not (math.isfinite(sd) and 0.0 <= sd <= MAX_LEVEL_SD):
+        raise WorkloadError(f"level sd must be in [0, {MAX_LEVEL_SD:g}] (got {sd:g})")
 
 
 def rescale(trace: Trace, factor: float, start: float, horizon: float, rng: np.random.Generator,
@@ -36,28 +45,32 @@ def rescale(trace: Trace, factor: float, start: float, horizon: float, rng: np.r
     """The jobs of ``trace`` (submitted in ``[start, start + horizon)``) with the number of bursts
     scaled by ``factor``: each burst (jobs of one VC at most ``burst_gap`` s apart, `stat`'s unit)
     is kept ``floor(factor)`` times plus once more with probability ``factor - floor(factor)``.
-    The first copy stays where it was; a further copy moves by a random whole number of days
-    (by a random time if the period is shorter than two days), wrapped inside the period, so time
-    of day is kept and copies do not pile up at one instant. Copies get job ids ``<id>~<copy>``."""
+    The first copy stays where it was; a further copy moves forward by a random whole number of
+    days, wrapped back by whole days into the period's whole days (so time of day is kept and
+    copies do not pile up at one instant); in a period shorter than two days it moves by a random
+    time, wrapped inside the period. Copies get job ids ``<id>~<copy>``."""
     if factor < 0 or not math.isfinite(factor):
-        raise ValueError(f"rescale: factor must be finite and >= 0 (got {factor})")
+        raise WorkloadError(f"level: a scale factor must be finite and >= 0 (got {factor})")
     if factor == 1.0 or len(trace) == 0:
         return trace
+    check_sample_size("level", math.ceil(factor) * len(trace))
     vc = None if trace.vc is None else np.unique(trace.vc, return_inverse=True)[1].astype(np.int64)
-    batch = _batches(trace.submit_time, vc, burst_gap)
+    batch = bursts(trace.submit_time, vc, burst_gap)
     nb = int(batch.max()) + 1
     copies = (math.floor(factor) + (rng.random(nb) < factor - math.floor(factor))).astype(np.int64)
-    most = int(copies.max())
+    most = max(int(copies.max()), 1)
     days = int(horizon // DAY)
+    span = days * DAY if days >= 2 else horizon  # copies wrap inside [start, start + span)
     if days >= 2:
-        shift = DAY * rng.integers(1, days, size=(nb, max(most, 1)))
+        shift = DAY * rng.integers(1, days, size=(nb, most)).astype(np.float64)
     else:
-        shift = rng.uniform(0.0, horizon, size=(nb, max(most, 1)))
-    shift[:, 0] = 0.0  # the first copy stays
+        shift = rng.uniform(0.0, horizon, size=(nb, most))
     per_job = copies[batch]
     rows = np.repeat(np.arange(len(trace)), per_job)
     rank = np.arange(len(rows)) - np.repeat(np.cumsum(per_job) - per_job, per_job)
-    submit = start + np.mod(trace.submit_time[rows] - start + shift[batch[rows], rank], horizon)
+    own = trace.submit_time[rows]
+    moved = start + np.mod(own - start + shift[batch[rows], rank], span)
+    submit = np.where(rank > 0, moved, own)  # the first copy stays exactly where it was
     ids = trace.job_id[rows].astype(object)
     again = rank > 0
     ids[again] = [f"{j}~{r}" for j, r in zip(ids[again], rank[again])]

@@ -63,7 +63,7 @@ class Stat(WorkloadModel):
     def _fit(self, history: Trace) -> None:
         p = self.params
         t, vc = history.submit_time, vc_codes(history, self.vc_names)
-        batch_of = _batches(t, vc, p["burst_gap"])
+        batch_of = bursts(t, vc, p["burst_gap"])
         nb = int(batch_of.max()) + 1
         # Batch table (CSR): members of batch b are jobs[ptr[b]:ptr[b+1]], in submit order.
         order = np.lexsort((t, batch_of))
@@ -200,7 +200,7 @@ class Stat(WorkloadModel):
         return np.exp(X @ self.beta)
 
 
-def _batches(t: np.ndarray, vc: np.ndarray | None, gap: float) -> np.ndarray:
+def bursts(t: np.ndarray, vc: np.ndarray | None, gap: float) -> np.ndarray:
     """Batch index of each job: same VC, consecutive (within the VC) gaps of at most `gap`."""
     key = np.zeros(len(t), dtype=np.int64) if vc is None else vc
     order = np.lexsort((t, key))
