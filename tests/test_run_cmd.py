@@ -42,6 +42,9 @@ def test_run_json_and_report(tiny, tmp_path):
     assert [d["time"] for d in out["strategies"]["oracle_period"]["decisions"]] == out["boundaries"][1:-1]
     page = (tmp_path / "rep" / "index.html").read_text()
     assert "ORACLE" in page and "<img" in page and "causal graph" in page
+    assert "the same, jobs after period 0" in page and "8 fresh samples" in page
+    after = out["summary"]["share_of_oracle_static_gain_after_p0"]
+    assert after["default"] in (0.0, None) and after["oracle_static"] in (1.0, None)
     assert json.loads((tmp_path / "rep" / "report.json").read_text())["jobs"] == out["jobs"]
 
 

@@ -56,15 +56,19 @@ def _verdict(result: ExperimentResult) -> str:
 def _summary_table(rep: Report, result: ExperimentResult) -> None:
     rep.heading("Overall")
     base = result.strategies.get("default")
+    summ = result.summary()
+    shares = [summ.get(k, {}) for k in ("share_of_oracle_static_gain", "share_of_oracle_static_gain_after_p0")]
     rows = []
     for name, r in result.strategies.items():
         m = r.metrics
         rows.append([name + (" (ORACLE)" if r.oracle else ""), r.description, m.avg_jct / 3600,
-                     f"{m.avg_jct / base.metrics.avg_jct - 1:+.1%}" if base else "", m.p99_jct / 3600,
-                     m.avg_queue / 3600, round(m.utilization, 3),
+                     f"{m.avg_jct / base.metrics.avg_jct - 1:+.1%}" if base else "",
+                     *("" if sh.get(name) is None else f"{sh[name]:.0%}" for sh in shares),
+                     m.p99_jct / 3600, m.avg_queue / 3600, round(m.utilization, 3),
                      f"{sum(d.deployed for d in r.decisions)}/{len(r.decisions)}" if r.decisions else "-",
                      round(r.seconds, 1)])
-    rep.table(["strategy", "what", "avg JCT (h)", "vs default", "p99 JCT (h)", "avg queue (h)", "utilisation",
+    rep.table(["strategy", "what", "avg JCT (h)", "vs default", "of oracle_static's gain",
+               "the same, jobs after period 0", "p99 JCT (h)", "avg queue (h)", "utilisation",
                "deployed / rounds", "wall s"], rows)
 
 
