@@ -261,9 +261,9 @@ def _same_gpus_in_batch(tr: Trace) -> float:
 
 
 def _batch_ids(tr: Trace) -> np.ndarray:
-    from autosched.workload.stat import _batches
+    from autosched.workload.stat import bursts
 
-    return _batches(tr.submit_time, np.searchsorted(np.unique(tr.vc), tr.vc), 60.0)
+    return bursts(tr.submit_time, np.searchsorted(np.unique(tr.vc), tr.vc), 60.0)
 
 
 def test_stat_fitted_rate_matches_truth():
