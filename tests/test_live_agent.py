@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from autosched.errors import AutoschedError
 from autosched.live.agent import AgentSettings, init_agent, open_agent
 from autosched.live.connector import ApplyFailed
 from autosched.live.errors import ActionNotAllowed, LiveError, SlurmUnavailable
@@ -410,3 +411,17 @@ def test_the_loser_of_an_approve_race_says_the_winner_applied_it(tmp_path):
         loser.approve(2, "operator:bob")
     assert reads[0] is P and winner.store.get(2).state is A
     assert [e.actor for e in winner.store.get(2).events] == ["agent:propose", "operator:alice"]
+
+
+def test_a_model_round_draws_the_agents_validation_samples(tmp_path):
+    """The agent's source validates on its own count of fresh samples (the controller's tests
+    check that those are judged and never tuned on)."""
+    agent, _ = make(tmp_path, model="stat", samples=2, validation_samples=3, period=3600)
+    agent.step()
+    source = agent._controller.source
+    assert source.seeds(0) == [0, 1] and source.validation_seeds(503) == [503, 504, 505]
+
+
+def test_agent_settings_refuse_too_few_validation_samples(tmp_path):
+    with pytest.raises(AutoschedError, match="validation samples must be at least 2"):
+        make(tmp_path, model="stat", validation_samples=1)

@@ -66,7 +66,8 @@ def init_cmd(
     metric: str = typer.Option("avg_jct", "--metric", help="metric to improve"),
     budget: int = typer.Option(20, "--budget", help="tuning trials per round"),
     model: str = typer.Option("stat", "--model", help="workload model for the coming period (stat, neural) or replay"),
-    samples: int = typer.Option(3, "--samples", help="sampled workloads per round"),
+    samples: int = typer.Option(3, "--samples", help="sampled workloads per round to tune on"),
+    validation_samples: int = typer.Option(8, "--validation-samples", help="fresh sampled workloads the guardrail judges the winner on"),
     margin: float = typer.Option(0.02, "--margin", help="guardrail: gain needed to propose, and observed loss that rolls back (0.02 = 2%)"),
     bound: list[str] = typer.Option([], "--bound", help="KNOB=LO:HI limits of a knob (repeatable)"),
     max_step: float = typer.Option(0.25, "--max-step", help="auto mode: largest move of a knob per round, as a fraction of its range"),
@@ -100,6 +101,7 @@ def init_cmd(
         connector=connector, policy=policy, period=parse_duration(period, "period"),
         mode="auto" if auto else "propose", history=parse_duration(history, "history"),
         min_jobs=min_jobs, metric=metric, budget=budget, model=model, samples=samples,
+        validation_samples=validation_samples,
         margin=margin, bounds=bounds, max_step=max_step, fixed=_pairs(fix, "fix"),
         seed_history=str(seed_history.resolve()) if seed_history else None)
     st = state or default_state()

@@ -49,6 +49,8 @@ class AgentSettings:
     budget: int = 20
     model: str = "stat"  # workload model, or "replay"
     samples: int = 3
+    # fresh samples (not the tuner's) the guardrail judges a winner on: cheap, two configs each
+    validation_samples: int = 8
     margin: float = 0.02  # guardrail: predicted gain needed, and observed loss that rolls back
     k: float = 2.0  # guardrail: gain > k x standard error
     screening: bool = False  # causal screening in the tuner (needs causal-learn)
@@ -67,6 +69,11 @@ class AgentSettings:
                             "priorities once a minute at most)")
         if self.history <= 0 or self.min_jobs < 1 or self.budget < 1 or self.samples < 1:
             raise LiveError("history, min_jobs, budget and samples must be positive")
+        from ..adapt.controller import check_sample_counts
+        from ..adapt.sources import check_model_source
+
+        check_model_source(self.samples, self.validation_samples, 0.0)
+        check_sample_counts(self.samples, self.validation_samples)
         if not 0 < self.max_step <= 1:
             raise LiveError(f"max_step {self.max_step:g}: must be in (0, 1]")
         if self.connector.get("kind") not in ("slurm", "fake"):
@@ -477,7 +484,8 @@ class Agent:
             # the live view: fixed knobs pinned, managed ones bounded
             return default_tuner_factory(cls, cluster, objective, search, execution)  # type: ignore[arg-type]
 
-        source = ReplaySource() if s.model == "replay" else ModelSource(s.model, s.samples)
+        source = ReplaySource() if s.model == "replay" else ModelSource(s.model, s.samples,
+                                                                           validation_samples=s.validation_samples)
         ctl = self._controller
         if ctl is None or ctl.running != full:
             ctl = Controller(s.policy, self.connector.cluster(), source, period=s.period,
@@ -492,6 +500,7 @@ class Agent:
         except AutoschedError as e:
             return {"action": "none", "why": f"tuning failed: {e}"}
         evidence = {"predicted_gain": d.predicted_gain, "spread": d.spread, "samples": d.samples,
+                    "validation_samples": len(d.validation_seeds),
                     "tuning_cost": d.tuning_cost, "causal_graph": d.causal_graph,
                     "screened_knobs": d.screened_knobs, "metric": s.metric,
                     "running_value": d.running_value, "candidate_value": d.candidate_value,
