@@ -254,15 +254,8 @@ class Controller:
         return d
 
     def _workloads(self, obs: Observation, seed: int, fresh: bool = False) -> list[Trace]:
-        draw = self.source.validation_workloads if fresh else self.source.workloads
-        out = []
-        for w in draw(obs, self.period, seed):
-            if self.carry_backlog and len(obs.backlog):
-                w = concat(obs.backlog, w)
-            w, _ = fit_to_cluster(w, self.cluster)
-            if len(w):
-                out.append(w)
-        return out
+        return round_workloads(self.source, obs, self.period, self.cluster, seed,
+                               carry_backlog=self.carry_backlog, fresh=fresh)
 
     def _warm_start(self) -> list[Config]:
         seen, out = set(), []
@@ -283,6 +276,23 @@ class Controller:
                      knobs_changed={}, reason=reason, tuning_seconds=time.perf_counter() - t0, **evidence)
         self.decisions.append(d)
         return d
+
+
+def round_workloads(source: WorkloadSource, obs: Observation, period: float, cluster: ClusterSpec,
+                    seed: int, carry_backlog: bool = True, fresh: bool = False) -> list[Trace]:
+    """The workloads a `Controller` evaluates configs on at ``obs.now``: `source`'s workloads for
+    [now, now + period) drawn with `seed` (its validation workloads if `fresh`), each prefixed by
+    the jobs the cluster carries over (``obs.backlog``, if `carry_backlog`) and fitted to `cluster`;
+    empty ones left out. Public so that benchmarks score exactly what a round tunes on."""
+    draw = source.validation_workloads if fresh else source.workloads
+    out = []
+    for w in draw(obs, period, seed):
+        if carry_backlog and len(obs.backlog):
+            w = concat(obs.backlog, w)
+        w, _ = fit_to_cluster(w, cluster)
+        if len(w):
+            out.append(w)
+    return out
 
 
 # Validation samples of a round are drawn with seed round_seed + VALIDATION_SEED_OFFSET, and rounds
