@@ -57,6 +57,12 @@ def slow_sim(trace, cluster, policy):
     return known_sim(trace, cluster, policy)
 
 
+def slower_sim(trace, cluster, policy):
+    """Slow enough that a test polling the study from a loaded machine sees the run early on."""
+    time.sleep(0.5)
+    return known_sim(trace, cluster, policy)
+
+
 def sleepy_sim(trace, cluster, policy):
     if policy.config["a"] > 0.5:
         time.sleep(60)
