@@ -449,6 +449,19 @@ def test_a_schema_created_by_a_concurrent_opener_is_not_an_error(tmp_path, monke
     monkeypatch.setattr(optuna.storages, "RDBStorage", racing)
     storage = tuner._storage(tmp_path / "s.db")
     assert len(calls) == 2 and storage.get_all_studies() == []
+    # the same race, lost at the schema-version row (seen in CI: two runs on one fresh study)
+    calls.clear()
+
+    def racing_version(url, **kw):
+        calls.append(url)
+        if len(calls) == 1:
+            real(url, **kw)
+            raise sqlalchemy.exc.IntegrityError("INSERT INTO alembic_version", {}, Exception(
+                "UNIQUE constraint failed: alembic_version.version_num"))
+        return real(url, **kw)
+
+    monkeypatch.setattr(optuna.storages, "RDBStorage", racing_version)
+    assert tuner._storage(tmp_path / "s3.db").get_all_studies() == [] and len(calls) == 2
     # any other operational error still says which file cannot be opened
     monkeypatch.setattr(optuna.storages, "RDBStorage", lambda url, **kw: (_ for _ in ()).throw(
         sqlalchemy.exc.OperationalError("x", {}, Exception("disk I/O error"))))

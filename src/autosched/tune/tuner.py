@@ -472,11 +472,14 @@ def _storage(path: Path | None) -> optuna.storages.BaseStorage:
         try:
             return optuna.storages.RDBStorage(f"sqlite:///{path.resolve()}",
                                               engine_kwargs={"connect_args": {"timeout": 30}})
-        except sqlalchemy.exc.OperationalError as e:
+        except (sqlalchemy.exc.OperationalError, sqlalchemy.exc.IntegrityError) as e:
             # Another process that opens the file at the same moment (a reader such as
-            # `optuna.load_study`, or a dashboard) may create Optuna's tables between our check
-            # and our CREATE TABLE; the schema is then there and a second open succeeds.
-            if "already exists" not in str(e) or attempt == 2:
+            # `optuna.load_study`, a dashboard, or a second run that will then find the study
+            # locked) may create Optuna's schema between our check and ours: SQLite says "table
+            # ... already exists", or refuses the second schema-version row ("UNIQUE constraint
+            # failed: alembic_version..."). The schema is then there and a second open succeeds.
+            raced = "already exists" in str(e) or "alembic_version" in str(e)
+            if not raced or attempt == 2:
                 raise _unopenable(path, e) from None
             time.sleep(0.1)
         except (sqlalchemy.exc.SQLAlchemyError, RuntimeError) as e:  # damaged, or another schema
