@@ -52,6 +52,15 @@ def test_run_table_output(tiny):
     res = runner.invoke(app, _args(tiny, "--strategies", "default,autosched", "--no-drift"))
     assert res.exit_code == 0, res.output
     assert "autosched" in res.stdout and "avg JCT" in res.stdout and "(period):" in res.stdout
+    # written to a pipe, the table is not cut to 80 columns (no value ends in an ellipsis)
+    assert "…" not in res.stdout and "vs default" in res.stdout
+
+
+def test_run_table_in_a_pipe_keeps_every_column_of_all_strategies(tiny):
+    res = runner.invoke(app, _args(tiny))
+    assert res.exit_code == 0, res.output
+    table = res.stdout.split("tuning:")[0]
+    assert "…" not in table and "oracle_period (oracle)" in table and "per period vs default" in table
 
 
 @pytest.mark.parametrize("extra, message", [

@@ -127,3 +127,14 @@ def progress_bar(description: str, total: int, enabled: bool = True):
                   TimeElapsedColumn(), transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+PIPED_WIDTH = 160  # columns of a result table written to a file, a pipe or a CI log
+
+
+def table_console() -> Any:
+    """A rich console for result tables: the terminal's width, or `PIPED_WIDTH` columns when the
+    output is not a terminal (rich would assume 80 and cut every number in a wide table)."""
+    from rich.console import Console
+
+    return Console() if sys.stdout.isatty() else Console(width=PIPED_WIDTH)

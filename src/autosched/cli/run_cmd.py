@@ -23,6 +23,7 @@ from .common import (
     outputs,
     print_json,
     require,
+    table_console,
 )
 
 DEFAULT_STRATEGIES = "default,autosched,last_period,oracle_static,oracle_period"
@@ -181,7 +182,7 @@ def _progress(n_strategies: int):
 
 
 def _print(result) -> None:
-    console = Console()
+    console = table_console()
     s = result.strategies
     base = s.get("default")
     st = result.settings
@@ -231,7 +232,7 @@ def _print(result) -> None:
 
 def _print_seeds(summary: dict) -> None:
     """Mean ± sd over the seeds, and whether autosched's lead over last_period beats the spread."""
-    console = Console()
+    console = table_console()
     n = len(summary["seeds"])
     table = Table(title=f"over {n} seeds ({', '.join(map(str, summary['seeds']))}): mean ± sd", header_style="bold")
     for col in ("strategy", "avg JCT vs default", "share of oracle_static gain", "the same, after period 0"):

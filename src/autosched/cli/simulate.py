@@ -14,7 +14,17 @@ from ..associations import read_associations
 from ..cluster import read_slurm_partitions
 from ..policies import POLICIES, Policy, get_policy
 from ..space import ConfigError, read_config_file
-from .common import cluster_file, default_trace_and_cluster, fail, input_errors, load_inputs, outputs, print_json, progress_bar
+from .common import (
+    cluster_file,
+    default_trace_and_cluster,
+    fail,
+    input_errors,
+    load_inputs,
+    outputs,
+    print_json,
+    progress_bar,
+    table_console,
+)
 
 if TYPE_CHECKING:  # the engine is imported inside the command (start-up time)
     from ..sim import Simulator
@@ -107,12 +117,11 @@ def _parse_overhead(text: str) -> tuple[float, float]:
 
 
 def _print_metrics(pol: Policy, cluster: str, trace: str, m, notes: dict | None = None) -> None:
-    from rich.console import Console
     from rich.table import Table
 
     from ..sim import METRIC_HELP
 
-    console = Console()
+    console = table_console()
     oracle = " [bold red](oracle: reads true durations)[/]" if pol.oracle else ""
     console.print(f"[bold]{pol.name}[/]{oracle} on {cluster}, trace {trace}")
     console.print("config: " + ", ".join(f"{k}={_fmt(v)}" for k, v in pol.config.items()))
@@ -152,10 +161,9 @@ def policies_cmd(
                                                   "condition": k.condition} for k in cls.space}}
                     for cls in chosen})
         return
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = table_console()
     for cls in chosen:
         tag = " [bold red]ORACLE[/] (reads true job durations; a baseline, not deployable)" if cls.oracle else ""
         console.print(f"[bold cyan]{cls.name}[/]: {cls.summary}{tag}")

@@ -11,6 +11,8 @@ from typing import Optional
 
 import typer
 
+from .common import table_console
+
 trace_app = typer.Typer(help="Inspect job traces and convert them to autosched's canonical CSV/Parquet.",
                         no_args_is_help=True)
 
@@ -76,10 +78,9 @@ def _load(trace: Path, fmt: str | None, cluster: str | None, strict: bool):
 
 
 def _render(s, report) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = table_console()
     console.print(f"[bold]{s.source}[/] ({report.format})")
     load = "n/a (give --cluster)" if s.cluster is None else (
         f"{s.offered_load:.3f} on {s.cluster}" if s.offered_load is not None else f"n/a (zero span) on {s.cluster}")

@@ -7,11 +7,22 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ..atomic import write_text_atomic
-from .common import check_seed, cluster_file, fail, input_errors, load_inputs, note, outputs, print_json, progress_bar, require
+from .common import (
+    check_seed,
+    cluster_file,
+    fail,
+    input_errors,
+    load_inputs,
+    note,
+    outputs,
+    print_json,
+    progress_bar,
+    require,
+    table_console,
+)
 
 
 def tune_cmd(
@@ -96,7 +107,7 @@ def _print_result(result, trace: str, cluster: str) -> None:
     from ..sim import METRIC_HELP
     from .simulate import _fmt, _fmt_metric
 
-    con = Console()
+    con = table_console()
     obj = result.objective
     con.print(f"[bold]best {result.best_policy}[/] on {cluster}, trace {trace}; objective: {obj.describe()}")
     if not result.feasible:

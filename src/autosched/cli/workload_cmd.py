@@ -8,11 +8,22 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.console import Console
 from rich.table import Table
 
 from ..timeparse import TimeParseError, format_duration, parse_duration
-from .common import INPUT_ERRORS, check_seed, cluster_file, fail, load_inputs, note, outputs, print_json, progress_bar, require
+from .common import (
+    INPUT_ERRORS,
+    check_seed,
+    cluster_file,
+    fail,
+    load_inputs,
+    note,
+    outputs,
+    print_json,
+    progress_bar,
+    require,
+    table_console,
+)
 
 workload_app = typer.Typer(help="Workload models: learn a cluster's workload from its history and generate its next period.",
                            no_args_is_help=True)
@@ -58,7 +69,7 @@ def models_cmd(as_json: bool = typer.Option(False, "--json", help="print as one 
                                                                   "help": k.help} for k in c.space}}
                     for n, c in MODELS.items()})
         return
-    console = Console()
+    console = table_console()
     for name, cls in MODELS.items():
         console.print(f"[bold cyan]{name}[/]: {cls.summary}")
         for k in cls.space:
@@ -213,7 +224,7 @@ def _f(x: float, digits: int = 3) -> str:
 
 
 def _print_summary(ev, trace: str) -> None:
-    console = Console()
+    console = table_console()
     s = ev.setup
     console.print(f"[bold]workload models on {trace}[/], {ev.cluster}, policy {ev.policy}: "
                   f"{len(ev.reals)} origins, history {format_duration(s.history)}, horizon {format_duration(s.horizon)}, "
