@@ -98,18 +98,21 @@ class Settings:
         if self.period <= 0 or self.history <= 0 or self.check_every <= 0:
             raise AdaptError(f"period and history must be longer than 0 (got period {self.period:g} s, "
                              f"history {self.history:g} s, check interval {self.check_every:g} s)")
-        for name in ("budget", "samples"):
-            if getattr(self, name) < 1:
-                raise AdaptError(f"{name} must be at least 1 (got {getattr(self, name)})")
+        if self.budget < 1:
+            raise AdaptError(f"budget must be at least 1 (got {self.budget})")
         # The source's, the guardrail's and the seed counts' own checks, made before any work starts.
         check_model_source(self.samples, self.validation_samples, self.level_sd)
         check_sample_counts(self.samples, self.validation_samples)
-        Guardrail(self.guard_k, self.guard_margin, self.guard_max_loss)
+        self.guardrail()
         if self.oracle_budget is None:
             object.__setattr__(self, "oracle_budget", ORACLE_FACTOR * self.budget)
         if self.oracle_budget < 1:
             raise AdaptError(f"oracle budget must be at least 1 (got {self.oracle_budget})")
         object.__setattr__(self, "search", replace(self.search, budget=self.budget, seed=self.seed))
+
+    def guardrail(self) -> Guardrail:
+        """autosched's guardrail (checks its settings)."""
+        return Guardrail(self.guard_k, self.guard_margin, self.guard_max_loss)
 
 
 @dataclass
@@ -283,8 +286,7 @@ def make_controller(name: str, trace: Trace, cluster: ClusterSpec, settings: Set
         source = ModelSource(settings.model, settings.samples, factory=model_factory,
                              with_replay=settings.with_replay, validation_samples=settings.validation_samples,
                              level_sd=settings.level_sd)
-        guard = Guardrail(settings.guard_k, settings.guard_margin, settings.guard_max_loss)
-        return Controller(settings.policy, cluster, source, guardrail=guard,
+        return Controller(settings.policy, cluster, source, guardrail=settings.guardrail(),
                           drift=DriftTest() if settings.drift else None, **common)
     # The baselines deploy whatever their tuning prefers (no guardrail) and re-tune only at boundaries.
     source = ReplaySource() if name == "last_period" else FutureSource(trace)
