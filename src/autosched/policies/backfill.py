@@ -18,6 +18,7 @@ modelled and what is assumed is listed in docs/fidelity.md ("Against a real slur
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -282,8 +283,9 @@ def _slurm_backfill_nodes(part: Partition, order: Sequence[int], gpus: Sequence[
                     alloc = part.allocation(j)
                     for m, g in alloc:
                         free[m] -= g
-                    running.append((math.floor(now) + lim, alloc, _or(1 << m for m, _ in alloc)))
-                    running.sort(key=lambda x: x[0])
+                    # kept sorted by end; after equal ends, as the stable sort it replaces did
+                    bisect.insort(running, (math.floor(now) + lim, alloc, _or(1 << m for m, _ in alloc)),
+                                  key=lambda x: x[0])
                     break
                 # placement disagreed with the plan (cannot happen with the same rules): reserve
             elif later and t > later:
