@@ -70,10 +70,10 @@ class BackfillParams:
 def slurm_backfill(part: Partition, order: Sequence[int], gpus: Sequence[int], limit: Sequence[float],
                    now: float, params: BackfillParams,
                    start: Callable[[int, int], bool],
-                   deny: Callable[[int], np.ndarray] | None = None) -> list[tuple[int, float]]:
+                   denied: Callable[[int], int] | None = None) -> list[tuple[int, float]]:
     """One backfill cycle at `now` over pending jobs `order` (best first). ``start(j, exclude)``
-    starts job j now outside the node bitmask `exclude` and says whether it could; ``deny(j)``,
-    when given, marks the nodes job j may not use (outside its Slurm partition).
+    starts job j now outside the node bitmask `exclude` and says whether it could; ``denied(j)``,
+    when given, is the node bitmask job j may not use (outside its Slurm partition).
 
     Returns the (job, planned start) of every job that got a reservation (for tests and reports).
 
@@ -85,7 +85,7 @@ def slurm_backfill(part: Partition, order: Sequence[int], gpus: Sequence[int], l
     reservation. Only the first ``bf_max_job_test`` jobs are looked at.
     """
     if part.placement != "count":
-        return _slurm_backfill_nodes(part, order, gpus, limit, now, params, start, deny)
+        return _slurm_backfill_nodes(part, order, gpus, limit, now, params, start, denied)
     # 'count' has no nodes: the plan is in GPUs of the whole partition.
     free = part.pool.free_gpus
     # Planned releases of the running jobs: (end, GPUs).
@@ -235,7 +235,7 @@ def _will_run(g: int, avail: int, free: np.ndarray, running: list[tuple[float, A
 def _slurm_backfill_nodes(part: Partition, order: Sequence[int], gpus: Sequence[int],
                           limit: Sequence[float], now: float, params: BackfillParams,
                           start: Callable[[int, int], bool],
-                          deny: Callable[[int], np.ndarray] | None) -> list[tuple[int, float]]:
+                          denied: Callable[[int], int] | None) -> list[tuple[int, float]]:
     """`slurm_backfill` on nodes, step by step as 22.05's ``_attempt_backfill`` with cons_tres's
     will-run test: for each job, the usable nodes are those no reservation holds from the trial
     start to the trial start + limit; the will-run test gives the start and nodes on them; a
@@ -257,7 +257,7 @@ def _slurm_backfill_nodes(part: Partition, order: Sequence[int], gpus: Sequence[
             # Nothing can start now, and reservations only serve to decide what starts now
             # (the next cycle plans afresh): the rest of this cycle cannot change the run.
             break
-        part_mask = everything if deny is None else everything & ~_mask(deny(j))
+        part_mask = everything if denied is None else everything & ~denied(j)
         lim = limit[j]
         slots = plan.slots
         start_res = now
@@ -387,10 +387,3 @@ def _place(free: np.ndarray, g: int, gpn: int, placement: str) -> Alloc | None:
 def _bits(mask: int, n: int) -> np.ndarray:
     """The node bitmask as a boolean array of n nodes."""
     return (mask >> np.arange(n)) & 1 == 1 if n < 63 else np.array([(mask >> k) & 1 for k in range(n)], dtype=bool)
-
-
-def _mask(nodes: np.ndarray) -> int:
-    m = 0
-    for n in np.flatnonzero(nodes).tolist():
-        m |= 1 << n
-    return m

@@ -462,16 +462,9 @@ class Multifactor(Policy):
             self._take(j)
             return True
 
-        deny = None
-        if self._excl is not None:
-            excl, n_nodes = self._excl, len(self.part.pool.free)
-            bits = np.arange(n_nodes)
-
-            def deny(j: int) -> np.ndarray:
-                return ((excl[j] >> bits) & 1).astype(bool)
-
+        denied = None if self._excl is None else self._excl.__getitem__
         self.reservations = slurm_backfill(self.part, order, self.jobs.gpus, limit,
-                                           now, self.bf, start, deny)
+                                           now, self.bf, start, denied)
 
     def _pop(self, g: int) -> None:
         same = self.by_size[g]
