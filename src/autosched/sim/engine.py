@@ -222,20 +222,20 @@ class Simulator:
         self.finished = 0
         self._progress = progress
         self._spread_speed = 1.0 / cluster.spread_slowdown
+        coded = {name: _codes(col) for name, col in (("vc", trace.vc), ("user", trace.user),
+                                                      ("account", trace.account), ("partition", trace.partition))
+                 if col is not None}
         self.jobs = JobInfo(
             submit=self._submit,
             gpus=self._gpus,
-            vc=_codes(trace.vc),
-            user=_codes(trace.user),
+            vc=coded["vc"][0] if "vc" in coded else None,
+            user=coded["user"][0] if "user" in coded else None,
             duration=self._duration if policy.oracle else None,
             time_limit=None if self._limit is None else self._limit.tolist(),
             cpus=None if trace.num_cpus is None else trace.num_cpus.tolist(),
-            account=_codes(trace.account),
-            partition=_codes(trace.partition),
-            labels={name: tuple(np.unique(col.astype(str)).tolist())
-                    for name, col in (("vc", trace.vc), ("user", trace.user), ("account", trace.account),
-                                      ("partition", trace.partition))
-                    if col is not None},
+            account=coded["account"][0] if "account" in coded else None,
+            partition=coded["partition"][0] if "partition" in coded else None,
+            labels={name: labels for name, (_, labels) in coded.items()},
         )
         self.partitions = [
             SimPartition(self, i, name, NodePool(nodes, cluster.gpus_per_node))
@@ -353,9 +353,8 @@ class Simulator:
         )
 
 
-def _codes(col: np.ndarray | None) -> list[int] | None:
-    if col is None:
-        return None
-    _, inverse = np.unique(col.astype(str), return_inverse=True)
+def _codes(col: np.ndarray) -> tuple[list[int], tuple[str, ...]]:
+    """Each row's index into the column's sorted distinct values, and those values."""
+    uniques, inverse = np.unique(col.astype(str), return_inverse=True)
     codes: list[int] = inverse.tolist()
-    return codes
+    return codes, tuple(uniques.tolist())
