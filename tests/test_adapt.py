@@ -75,6 +75,34 @@ def test_observe_imputes_from_jobs_before_the_window():
     assert obs.backlog.duration.tolist() == [2200]
 
 
+def test_a_job_running_since_before_the_window_keeps_its_imputed_remaining_work():
+    # Two GPUs, FIFO: j0 runs 0-3500; j1 runs from 1000 (9000 s long); j2 runs 3700-3710. At 4000
+    # the window starts at 3600, so j1 (submitted at 1000) is running but outside it. It has run
+    # 3000 s; the only finished job longer than that is j0 (3500 s), so its total is 3500 and
+    # 500 s are left: the backlog must carry them, not the 1 s of "total = what it has run".
+    tr = _trace([(0, 3500, 1), (1000, 9000, 1), (3700, 10, 1)])
+    sim = Simulator(tr, ClusterSpec.uniform_nodes(1, 2), get_policy("fifo")()).run(until=4000)
+    obs = observe(sim, 4000, 3600)
+    assert list(obs.history.job_id) == ["j2"]
+    assert list(obs.backlog.job_id) == ["j1"] and obs.backlog.duration.tolist() == [500]
+
+
+def test_live_backlog_of_a_job_submitted_before_the_window():
+    # The live agent's history, the same case: j1 was submitted before the window and still runs.
+    from autosched.live.history import LiveJobs, observation
+    from autosched.trace.report import LoadReport
+    obj = lambda *v: np.array(v, dtype=object)  # noqa: E731
+    jobs = LiveJobs(job_id=obj("0", "1", "2"), submit=np.array([0.0, 1000.0, 3700.0]),
+                    start=np.array([0.0, 1000.0, 3700.0]), end=np.array([3500.0, np.nan, 3710.0]),
+                    gpus=np.array([1, 1, 1]), user=obj("u", "u", "u"), account=obj("a", "a", "a"),
+                    partition=obj("p", "p", "p"), time_limit=np.full(3, np.nan),
+                    finished=np.array([True, False, True]), duration=np.array([3500.0, 0.0, 10.0]),
+                    report=LoadReport(source="test"))
+    obs, origin = observation(jobs, now=4000.0, window=400.0)
+    assert origin == 0.0 and list(obs.history.job_id) == ["2"]
+    assert list(obs.backlog.job_id) == ["1"] and obs.backlog.duration.tolist() == [500]
+
+
 def test_kaplan_meier_and_imputation_by_hand():
     from autosched.adapt.observe import impute, kaplan_meier
 

@@ -79,16 +79,15 @@ def observe(sim: Simulator, now: float, start: float, seed: int = 0) -> Observat
     rng = np.random.default_rng([seed, int(now)])
     done_all = state[arrived] == DONE
     bound_all = np.where(done_all, trace.duration[arrived], executed[arrived])
-    in_window = np.searchsorted(arrived, known)
-    imputed_dur = impute_from_past(bound_all, done_all, trace.submit_time[arrived], trace.num_gpus[arrived],
-                                   now, rng)[in_window]
-    history = trace.take(known).replace(duration=np.maximum(imputed_dur, 1.0))
+    # Every arrived job gets an imputed total, the backlog's too: a job running since before the
+    # window still has work left (its executed time is only a lower bound of its duration).
+    imputed_all = impute_from_past(bound_all, done_all, trace.submit_time[arrived], trace.num_gpus[arrived],
+                                   now, rng)
+    history = trace.take(known).replace(duration=np.maximum(imputed_all[np.searchsorted(arrived, known)], 1.0))
     end = np.where(done, rec.end[known], np.nan)
 
-    active = arrived[state[arrived] != DONE]
-    pos = np.searchsorted(known, active)  # active jobs inside the window have an imputed duration
-    inside = (pos < len(known)) & (known[np.minimum(pos, len(known) - 1)] == active)
-    total = np.where(inside, imputed_dur[np.minimum(pos, len(known) - 1)], executed[active])
+    active = arrived[~done_all]
+    total = imputed_all[~done_all]
     remaining = np.maximum(total - executed[active], 1.0)
     backlog = trace.take(active).replace(submit_time=np.full(len(active), float(now)), duration=remaining)
     return Observation(now, start, history, done, end, backlog, int((~done).sum()))

@@ -193,16 +193,14 @@ def observation(jobs: LiveJobs, now: float, window: float, seed: int = 0
     # Durations are estimated from every job known by now, not only the window's (see
     # autosched.adapt.observe: a window's finished jobs are its short ones).
     past = np.flatnonzero(jobs.submit <= now)
-    imputed = impute_from_past(dur[past], jobs.finished[past], jobs.submit[past], jobs.gpus[past], now,
-                               rng)[np.searchsorted(past, idx)]
+    imputed_past = impute_from_past(dur[past], jobs.finished[past], jobs.submit[past], jobs.gpus[past], now, rng)
+    imputed = imputed_past[np.searchsorted(past, idx)]
     history = _trace(jobs, idx, jobs.submit[idx] - origin, np.maximum(imputed, 1.0))
     end = np.where(done, jobs.end[idx] - origin, np.nan)
+    # Every unfinished job gets its imputed total, also one submitted before the window (what it
+    # has run is only a lower bound of its duration).
     act = np.flatnonzero(active)
-    total = dur[act].copy()
-    pos = {int(j): i for i, j in enumerate(idx)}
-    for n, j in enumerate(act):
-        if int(j) in pos:
-            total[n] = imputed[pos[int(j)]]
+    total = imputed_past[np.searchsorted(past, act)]
     remaining = np.maximum(total - ran[act], 1.0)
     backlog = _trace(jobs, act, np.full(len(act), now - origin), remaining)
     obs = Observation(now - origin, start - origin, history, done, end, backlog,
