@@ -320,16 +320,18 @@ def _recording_factory(name: str):
 
 
 @pytest.mark.parametrize("tuner", [FakeTuner, WorseTuner])  # WorseTuner: every round reaches the guardrail
-@pytest.mark.parametrize("source", ["fake", "hybrid+replay", "stat+replay"])
+@pytest.mark.parametrize("source", ["fake", "hybrid+replay", "stat+replay", "stat+first"])
 def test_controller_never_reads_the_future(tuner, source):
     """Poison everything after T (the jobs submitted later, and the true durations of jobs still
-    unfinished at T): every decision up to T must be the same. Also with real models and the
-    source that mixes the replayed last period into the model samples."""
+    unfinished at T): every decision up to T must be the same. Also with real models, the
+    source that mixes the replayed last period into the model samples, and a first round inside
+    period 0 ("first": on the 12 hours seen so far)."""
     tr = synthetic_trace(days=6, per_day=120, seed=5)
     cl = ClusterSpec.uniform_nodes(1, 8)
-    model, _, mix = source.partition("+")
+    model, _, extra = source.partition("+")
+    mix, first = extra == "replay", DAY / 2 if extra == "first" else None
     s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2, drift=True,
-                 model=model, with_replay=bool(mix))
+                 model=model, with_replay=mix, first_decision=first)
     factory = fake_model_factory if model == "fake" else _recording_factory
     T = tr.start + 4 * DAY
     rec, dec_a, fit_a = _run_autosched(tr, cl, s, tuner, factory)
@@ -342,6 +344,8 @@ def test_controller_never_reads_the_future(tuner, source):
         assert all(d.validation == "fresh" and d.validation_seeds for d in dec_a)
     if mix:  # the replayed period is one workload more than the samples
         assert all(d.samples == s.samples + 1 for d in dec_a if d.samples)
+    if first is not None:
+        assert dec_a[0].time == tr.start + first and dec_a[0].trigger == "period"
     early_a = [key(d) for d in dec_a if d.time <= T]
     early_b = [key(d) for d in dec_b if d.time <= T]
     assert len(early_a) >= 2 and early_a == early_b
@@ -537,6 +541,12 @@ def test_check_times():
     bounds = [0.0, 2 * DAY, 4 * DAY, 6 * DAY]
     assert check_times(bounds, s, drift=False) == [(2 * DAY, True), (4 * DAY, True)]
     assert check_times(bounds, s, drift=True) == [(2 * DAY, True), (3 * DAY, False), (4 * DAY, True), (5 * DAY, False)]
+    early = replace(s, first_decision=DAY / 2)  # one round more, inside period 0
+    assert check_times(bounds, early, drift=False) == [(DAY / 2, True), (2 * DAY, True), (4 * DAY, True)]
+    assert check_times(bounds[:2], early, drift=False) == []  # one period: nothing to re-tune
+    for bad in (0.0, 2 * DAY, -DAY):
+        with pytest.raises(AdaptError, match="first decision"):
+            replace(s, first_decision=bad)
 
 
 # ------------------------------------------------------------------------------ mixing replay and samples

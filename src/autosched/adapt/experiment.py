@@ -83,6 +83,9 @@ class Settings:
     seed: int = 0
     drift: bool = False  # also re-tune when a daily drift test fires (each firing costs a round)
     check_every: float = DAY  # how often the drift tests run between boundaries
+    # A first round this long after the start, inside period 0, on the history so far (None: the
+    # first round is at the first boundary). Period 0 otherwise runs the default whatever happens.
+    first_decision: float | None = None
     guard_k: float = Guardrail.k
     guard_margin: float = Guardrail.min_margin
     guard_max_loss: float | None = None  # refuse a winner that loses more than this on one workload
@@ -100,6 +103,9 @@ class Settings:
                              f"history {self.history:g} s, check interval {self.check_every:g} s)")
         if self.budget < 1:
             raise AdaptError(f"budget must be at least 1 (got {self.budget})")
+        if self.first_decision is not None and not 0 < self.first_decision < self.period:
+            raise AdaptError(f"the first decision must come after the start and before the first period "
+                             f"boundary ({self.period:g} s; got {self.first_decision:g} s)")
         # The source's, the guardrail's and the seed counts' own checks, made before any work starts.
         check_model_source(self.samples, self.validation_samples, self.level_sd)
         check_sample_counts(self.samples, self.validation_samples)
@@ -340,9 +346,12 @@ def replay(trace: Trace, cluster: ClusterSpec, settings: Settings, bounds: list[
 
 
 def check_times(bounds: list[float], settings: Settings, drift: bool) -> list[tuple[float, bool]]:
-    """(time, is_boundary): re-tune at each inner boundary; drift checks every `check_every` between."""
+    """(time, is_boundary): re-tune at each inner boundary (and at `first_decision` after the start);
+    drift checks every `check_every` between."""
     inner = bounds[1:-1]
     out = [(b, True) for b in inner]
+    if settings.first_decision is not None and bounds[0] + settings.first_decision < bounds[-1] and inner:
+        out.append((bounds[0] + settings.first_decision, True))
     if drift and inner:
         t = inner[0] + settings.check_every
         while t < bounds[-1]:
