@@ -329,7 +329,7 @@ def test_controller_never_reads_the_future(tuner, source):
     tr = synthetic_trace(days=6, per_day=120, seed=5)
     cl = ClusterSpec.uniform_nodes(1, 8)
     model, _, extra = source.partition("+")
-    mix, first = extra == "replay", DAY / 2 if extra == "first" else None
+    mix, first = extra == "replay", 0.25 if extra == "first" else None
     s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2, drift=True,
                  model=model, with_replay=mix, first_decision=first)
     factory = fake_model_factory if model == "fake" else _recording_factory
@@ -345,7 +345,7 @@ def test_controller_never_reads_the_future(tuner, source):
     if mix:  # the replayed period is one workload more than the samples
         assert all(d.samples == s.samples + 1 for d in dec_a if d.samples)
     if first is not None:
-        assert dec_a[0].time == tr.start + first and dec_a[0].trigger == "period"
+        assert dec_a[0].time == tr.start + DAY / 2 and dec_a[0].trigger == "period"
     early_a = [key(d) for d in dec_a if d.time <= T]
     early_b = [key(d) for d in dec_b if d.time <= T]
     assert len(early_a) >= 2 and early_a == early_b
@@ -394,11 +394,13 @@ def test_the_default_loop_never_reads_the_future():
     T = tr.start + 4 * DAY
     rec, dec_a, fit_a = _run_autosched(tr, cl, s, default_tuner_factory, _recording_factory)
     _, dec_b, fit_b = _run_autosched(_poison_after(tr, rec, T), cl, s, default_tuner_factory, _recording_factory)
-    assert len(dec_a) == 2 and all(d.validation == "fresh" for d in dec_a)
+    # the defaults' rounds: 3/7 into period 0 (on what was seen so far), then at each boundary
+    assert [d.time - tr.start for d in dec_a] == [round(3 / 7 * 2 * DAY), 2 * DAY, 4 * DAY]
+    assert all(d.validation == "fresh" for d in dec_a)
     keys = ("time", "deployed", "config", "candidate", "predicted_gain", "reason", "validation_seeds")
     early_a = [[getattr(d, k) for k in keys] for d in dec_a if d.time <= T]
     early_b = [[getattr(d, k) for k in keys] for d in dec_b if d.time <= T]
-    assert len(early_a) == 2 and early_a == early_b
+    assert len(early_a) == 3 and early_a == early_b
     _same_histories_up_to(T, fit_a, fit_b, dec_a)
 
 
@@ -451,9 +453,11 @@ def test_experiment_end_to_end_with_doubles():
         assert sum(p.metrics.jobs for p in sr.periods) == len(tr) == sr.metrics.jobs
         deployed = [(d.time, d.config) for d in sr.decisions if d.deployed]
         assert sr.timeline[1:] == deployed
+    # rounds: 3/7 into period 0 (the default first decision), then at each inner boundary
+    rounds = [tr.start + round(3 / 7 * 2 * DAY)] + res.boundaries[1:-1]
     auto = res.strategies["autosched"]
-    assert [d.time for d in auto.decisions if d.trigger == "period"] == res.boundaries[1:-1]
-    assert [d.time for d in res.strategies["oracle_period"].decisions] == res.boundaries[1:-1]
+    assert [d.time for d in auto.decisions if d.trigger == "period"] == rounds
+    assert [d.time for d in res.strategies["oracle_period"].decisions] == rounds
     out = res.to_dict()
     for name in ("default", "autosched", "last_period", "oracle_static", "oracle_period"):
         assert {"avg_jct", "p99_jct", "avg_queue", "periods"} <= set(out["strategies"][name])
@@ -470,19 +474,20 @@ def test_oracles_search_ten_times_longer_and_are_cached_on_disk(tmp_path):
     FakeTuner.instances.clear()
     first = run_experiment(tr, cl, s, names, tuner_factory=FakeTuner, cache=tmp_path / "c")
     budgets = sorted(t.budget for t in FakeTuner.instances if t.seen)
-    # last_period: 2 rounds of 2 trials; oracle_static: one search of 20; oracle_period: 2 rounds of 20
-    assert budgets == [2, 2, 20, 20, 20]
-    assert len(list((tmp_path / "c").glob("*.json"))) == 3  # the three oracle searches
+    # last_period: 3 rounds of 2 trials (one inside period 0); oracle_static: one search of 20;
+    # oracle_period: 3 rounds of 20
+    assert budgets == [2, 2, 2, 20, 20, 20, 20]
+    assert len(list((tmp_path / "c").glob("*.json"))) == 4  # the four oracle searches
     FakeTuner.instances.clear()
     again = run_experiment(tr, cl, s, names, tuner_factory=FakeTuner, cache=tmp_path / "c")
-    assert sorted(t.budget for t in FakeTuner.instances if t.seen) == [2, 2]  # the oracles came from disk
+    assert sorted(t.budget for t in FakeTuner.instances if t.seen) == [2, 2, 2]  # the oracles came from disk
     for name in names:
         assert again.strategies[name].metrics == first.strategies[name].metrics
         assert again.strategies[name].timeline == first.strategies[name].timeline
     # the oracles do not depend on the run's seed: another seed reads the same searches
     FakeTuner.instances.clear()
     other = run_experiment(tr, cl, replace(s, seed=1), names, tuner_factory=FakeTuner, cache=tmp_path / "c")
-    assert sorted(t.budget for t in FakeTuner.instances if t.seen) == [2, 2]
+    assert sorted(t.budget for t in FakeTuner.instances if t.seen) == [2, 2, 2]
     for name in ("oracle_static", "oracle_period"):
         assert other.strategies[name].metrics == first.strategies[name].metrics
     summ = first.summary()
@@ -537,14 +542,16 @@ def test_across_seeds_by_hand():
 
 
 def test_check_times():
-    s = Settings(period=2 * DAY, history=2 * DAY)
+    s = Settings(period=2 * DAY, history=2 * DAY, first_decision=None)
     bounds = [0.0, 2 * DAY, 4 * DAY, 6 * DAY]
     assert check_times(bounds, s, drift=False) == [(2 * DAY, True), (4 * DAY, True)]
     assert check_times(bounds, s, drift=True) == [(2 * DAY, True), (3 * DAY, False), (4 * DAY, True), (5 * DAY, False)]
-    early = replace(s, first_decision=DAY / 2)  # one round more, inside period 0
+    early = replace(s, first_decision=0.25)  # one round more, a quarter into period 0
     assert check_times(bounds, early, drift=False) == [(DAY / 2, True), (2 * DAY, True), (4 * DAY, True)]
     assert check_times(bounds[:2], early, drift=False) == []  # one period: nothing to re-tune
-    for bad in (0.0, 2 * DAY, -DAY):
+    # the default: day 3 of a week, to the second
+    assert check_times([0.0, 7 * DAY, 14 * DAY], Settings(), drift=False) == [(3 * DAY, True), (7 * DAY, True)]
+    for bad in (0.0, 1.0, -0.5, 7 * DAY):
         with pytest.raises(AdaptError, match="first decision"):
             replace(s, first_decision=bad)
 

@@ -39,13 +39,30 @@ def test_run_json_and_report(tiny, tmp_path):
         assert {"avg_jct", "p99_jct", "avg_queue", "periods"} <= set(s)
         assert len(s["periods"]) == n_periods and s["oracle"] == name.startswith("oracle")
         assert sum(p["jobs"] for p in s["periods"]) == out["jobs"]
-    assert [d["time"] for d in out["strategies"]["oracle_period"]["decisions"]] == out["boundaries"][1:-1]
+    # rounds: 3/7 into period 0 (the default first decision), then at each inner boundary
+    first = out["boundaries"][0] + round(3 / 7 * 2 * 86400)
+    assert [d["time"] for d in out["strategies"]["oracle_period"]["decisions"]] == [first, *out["boundaries"][1:-1]]
     page = (tmp_path / "rep" / "index.html").read_text()
     assert "ORACLE" in page and "<img" in page and "causal graph" in page
     assert "the same, jobs after period 0" in page and "8 fresh samples" in page
     after = out["summary"]["share_of_oracle_static_gain_after_p0"]
     assert after["default"] in (0.0, None) and after["oracle_static"] in (1.0, None)
     assert json.loads((tmp_path / "rep" / "report.json").read_text())["jobs"] == out["jobs"]
+
+
+@pytest.mark.parametrize(("option", "rounds_after_start"), [("off", [2, 4]), ("1d", [1, 2, 4]), ("12h", [0.5, 2, 4])])
+def test_run_first_decision(tiny, option, rounds_after_start):
+    res = runner.invoke(app, _args(tiny, "--json", "--strategies", "default,last_period", "--first-decision", option))
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    times = [d["time"] - out["boundaries"][0] for d in out["strategies"]["last_period"]["decisions"]]
+    assert times == [x * 86400 for x in rounds_after_start]
+
+
+@pytest.mark.parametrize("option", ["2d", "3d", "0", "soon"])
+def test_run_first_decision_outside_the_first_period_is_refused(tiny, option):
+    res = runner.invoke(app, _args(tiny, "--first-decision", option))
+    assert res.exit_code == 2 and "--first-decision" in res.output and "Traceback" not in res.output
 
 
 def test_run_table_output(tiny):
@@ -109,7 +126,7 @@ def test_run_screening_is_opt_in_and_imports_causal_learn_only_when_screening():
     code = ("import sys, autosched.cli, autosched.tune, autosched.adapt; "
             "from autosched.cli.run_cmd import _settings; from autosched.adapt import STRATEGIES; "
             "s = _settings('tiresias', '7d', '7d', 8, 4, 1, 'stat', 'default,autosched', 'avg_jct', 0.01, 2.0, "
-            "False, True, '0', None, 0, STRATEGIES, None, False, 8, 0.0, None)[0]; "
+            "False, True, '0', None, 0, STRATEGIES, None, False, 8, 0.0, None, None)[0]; "
             "assert s.search.screening is True; assert 'causallearn' not in sys.modules, 'imported early'; "
             "from autosched.adapt import Settings; assert Settings().search.screening is False")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -194,9 +211,10 @@ def test_run_options_default_to_the_settings_defaults():
     got, _, _ = _settings(d["policy"], d["period"], d["history"], d["budget"], d["samples"], d["workers"],
                           d["model"], d["strategies"], d["objective"], d["margin"], d["noise_k"], d["drift"],
                           d["screening"], d["skip"], d["span"], d["seed"], STRATEGIES, d["oracle_budget"],
-                          d["with_replay"], d["validation_samples"], d["level_sd"], d["max_loss"])
+                          d["with_replay"], d["validation_samples"], d["level_sd"], d["max_loss"],
+                          d["first_decision"])
     ref = Settings()
     for field in ("policy", "period", "history", "budget", "oracle_budget", "samples", "validation_samples",
                   "model", "with_replay", "metric", "seed", "drift", "guard_k", "guard_margin", "guard_max_loss",
-                  "level_sd", "search"):
+                  "level_sd", "search", "first_decision"):
         assert getattr(got, field) == getattr(ref, field), field

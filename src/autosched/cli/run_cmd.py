@@ -47,7 +47,7 @@ def run_cmd(
     margin: float = typer.Option(0.01, "--margin", help="guardrail: deploy only if the predicted gain exceeds this fraction (0.01 = 1%)"),
     noise_k: float = typer.Option(1.0, "--noise-k", help="guardrail: ... and exceeds this many standard errors of the paired gain across samples"),
     max_loss: Optional[float] = typer.Option(None, "--max-loss", help="guardrail: ... and loses no more than this fraction on any sample (0.02 = 2%)"),
-    first_decision: Optional[str] = typer.Option(None, "--first-decision", help="a first tuning round this long after the start (e.g. 3d), on the history so far, instead of waiting for the first period boundary"),
+    first_decision: Optional[str] = typer.Option(None, "--first-decision", help="a first tuning round this long after the start, on the history seen so far (default: 3/7 of the period, day 3 of a week; 'off': none before the first period boundary)"),
     drift: bool = typer.Option(False, "--drift/--no-drift", help="also re-tune between boundaries when a daily drift test fires (costs a tuning round each time it fires)"),
     screening: bool = typer.Option(False, "--screening/--no-screening", help="causal knob screening inside each tuning round (off by default: see docs/tuning.md)"),
     skip: str = typer.Option("0", "--skip", help="ignore the trace's first SKIP (e.g. 14d) before replaying"),
@@ -123,6 +123,7 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
               validation_samples, level_sd, max_loss, first_decision):
     """Check every option up front: a bad one fails with one line before any work starts."""
     from ..adapt import Settings
+    from ..adapt.experiment import FIRST_DECISION
     from ..policies import UnknownPolicy, get_policy
     from ..sim.metrics import METRIC_HELP
     from ..timeparse import TimeParseError, parse_duration
@@ -135,7 +136,7 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
         p, h = parse_duration(period, "--period"), parse_duration(history, "--history")
         start = parse_duration(skip, "--skip")
         length = parse_duration(span, "--span") if span is not None else float("inf")
-        first = parse_duration(first_decision, "--first-decision") if first_decision is not None else None
+        first = (None if first_decision in (None, "off") else parse_duration(first_decision, "--first-decision"))
     except (UnknownPolicy, WorkloadError, TimeParseError) as e:
         fail(str(e))
     # (period, history, budget, samples, the oracle's budget, margin and k: Settings checks them)
@@ -145,6 +146,12 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
         fail(f"--period of {p / 86400:,.6g} days is beyond the {MAX_HORIZON / 86400:g}-day limit of one workload sample")
     if start < 0 or length <= 0:
         fail("--skip must be >= 0 and --span > 0")
+    if first is not None and not 0 < first < p:
+        fail(f"--first-decision {first_decision} is not inside the first period ({period}); use 'off' for none")
+    if first_decision is None:
+        fraction: float | None = FIRST_DECISION
+    else:  # "off" or a duration inside the first period
+        fraction = None if first is None else first / p
     # (--workers: ExecutionConfig checks it below)
     if objective not in METRIC_HELP:
         fail(f"--objective {objective!r}: not a metric; use one of {', '.join(METRIC_HELP)}")
@@ -155,7 +162,7 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
     settings = Settings(policy=policy, period=p, history=h, budget=budget, oracle_budget=oracle_budget,
                         samples=samples, validation_samples=validation_samples, level_sd=level_sd, model=model,
                         with_replay=with_replay, guard_max_loss=max_loss,
-                        metric=objective, seed=seed, drift=drift, first_decision=first, guard_k=noise_k, guard_margin=margin,
+                        metric=objective, seed=seed, drift=drift, first_decision=fraction, guard_k=noise_k, guard_margin=margin,
                         search=SearchConfig(screening=screening), execution=ExecutionConfig(workers=workers))
     return settings, names, (start, start + length)
 
