@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import insort
 from collections.abc import Mapping
@@ -418,16 +419,23 @@ class Multifactor(Policy):
         neg, mask = self.neg, self._mask
         blocked = tries = 0
         everything = (1 << len(self.part.pool.free)) - 1
-        for j in sorted(self.waiting, key=lambda k: (neg[k], k)):
+        # Each size's queue is already in (negated priority, job) order, so a lazy merge gives
+        # the whole queue's order without sorting it, and a pass that stops early (depth, or
+        # every node taken out) looks at few jobs. The queues are iterated, so started jobs
+        # leave them after the pass.
+        started = []
+        for j in heapq.merge(*self.by_size.values(), key=lambda k: (neg[k], k)):
             if depth is not None and tries >= depth or blocked == everything:
                 break
             if not mask[j] & ~blocked:  # its partition failed (or all its nodes are taken out)
                 continue
             tries += 1
             if self._start(j, now, blocked):
-                self._take(j)
+                started.append(j)
             else:
                 blocked |= mask[j]
+        for j in started:
+            self._take(j)
 
     def _take(self, j: int) -> None:
         """Remove started job j from the queues."""
