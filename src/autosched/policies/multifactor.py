@@ -350,12 +350,9 @@ class Multifactor(Policy):
             # Nothing waits; usage is charged lazily (continuous decay allows it). Slurm's main
             # scheduler still runs for a queued event (its pass then starts nothing), and its
             # time is the one batch_sched_delay counts from.
-            main = self._main_due() if self.jobs.time_limit is not None else None
-            if main is not None:
-                if now >= main - 1e-6:
-                    self._queued = False
-                    self._last_sched = now
-                else:
+            if self.jobs.time_limit is not None and not self._consume_main(now):
+                main = self._main_due()
+                if main is not None:
                     self.part.wake_at(main)
             return
         self._catch_up(now)  # (may rebuild self.by_size)
@@ -379,10 +376,7 @@ class Multifactor(Policy):
         # seconds after its last pass; and a full pass (no depth limit) every sched_interval,
         # which matters only after a recalculation reorders the queue.
         wakes = []
-        main = self._main_due()
-        if main is not None and now >= main - 1e-6:
-            self._queued = False
-            self._last_sched = now
+        if self._consume_main(now):
             self._main_pass(now, self.depth)
         elif now >= self._full_due - 1e-6 and self._full_due > self._last_sched:
             self._last_sched = now
@@ -445,6 +439,17 @@ class Multifactor(Policy):
         if not same:
             del self.by_size[g]
         del self.waiting[j]
+
+    def _consume_main(self, now: float) -> bool:
+        """Whether the main scheduler runs at `now` for a queued event; if so the request is
+        taken and `now` becomes its last pass (Slurm clears job_sched_cnt and sets
+        last_sched_time), whether or not anything waits."""
+        main = self._main_due()
+        if main is None or now < main - 1e-6:
+            return False
+        self._queued = False
+        self._last_sched = now
+        return True
 
     def _main_due(self) -> float | None:
         """When the main scheduler runs for the pending request, if any: the first tick at
