@@ -102,3 +102,16 @@ def test_bad_listings_name_the_line_and_rule(tmp_path, text, message):
     with pytest.raises(InputError, match=message) as e:
         read_associations(path)
     assert str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("assocs, message", [
+    # P and Q are each other's parent: neither leads to root (fair share would never reach them)
+    ((Association("root"), Association("P", "", "Q"), Association("Q", "", "P"), Association("P", "a", "P")),
+     "the cluster's association tree: account 'P' does not lead to root"),
+    ((Association("P", "", "root"),), "the cluster's association tree: no 'root' account"),
+])
+def test_a_cluster_spec_refuses_an_association_tree_that_is_not_one(assocs, message):
+    # A tree given in code, not read from a listing, is checked where the cluster is made.
+    with pytest.raises(InputError, match=message):
+        ClusterSpec.uniform_nodes(1, 4, associations=assocs)
+

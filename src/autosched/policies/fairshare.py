@@ -16,7 +16,6 @@ import numpy as np
 import numpy.typing as npt
 
 from ..associations import ROOT, Association
-from ..errors import SimulationError
 
 
 @dataclass
@@ -43,7 +42,9 @@ class ShareTree:
 
     @classmethod
     def from_associations(cls, assocs: Sequence[Association]) -> "ShareTree":
-        """The configured tree; leaves numbered in the listing's order of user associations."""
+        """The configured tree; leaves numbered in the listing's order of user associations.
+        `assocs` must form one tree under root (`autosched.associations.check_tree`, which
+        `ClusterSpec` runs on its associations)."""
         node = {(ROOT, ""): 0}
         parent, is_user, shares, leaf = [-1], [False], [1.0], [-1]
         root = next(a for a in assocs if a.account == ROOT and not a.user)
@@ -98,19 +99,7 @@ class ShareTree:
         # users before accounts among siblings (as slurmdbd lists them: root's user first)
         for c in children:
             c.sort(key=lambda k: not is_user[k])
-        tree = cls(parent, is_user, shares, leaf, children, configured, node_of or {})
-        tree._check_acyclic()
-        return tree
-
-    def _check_acyclic(self) -> None:
-        seen = 0
-        stack = [0]
-        while stack:
-            k = stack.pop()
-            seen += 1
-            stack.extend(self.children[k])
-        if seen != len(self.parent):
-            raise SimulationError("the association tree has accounts that do not lead to root (a cycle)")
+        return cls(parent, is_user, shares, leaf, children, configured, node_of or {})
 
     # -------------------------------------------------------------------------- per node
 
