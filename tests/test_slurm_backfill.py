@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from autosched.cluster import ClusterSpec, SlurmClocks
 from autosched.policies import get_policy
+from autosched.policies.backfill import _place, _pool_of
 from autosched.policies.fairshare import ShareTree
 from autosched.sim import Simulator
 from simkit import make_trace, starts
@@ -350,3 +351,17 @@ def test_will_run_batch_by_hand():
     # only n2 usable: U1 and S passed over, U2 alone: 600; no usable running job: never
     assert _will_run(4, 0b100, free, running, 10.0, 4, "first_fit") == (600.0, ((2, 4),))
     assert _will_run(4, 0b100, free, running[:2], 10.0, 4, "first_fit") is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_planners_one_node_placement_is_the_node_pools(data):
+    # The backfill planner places a job that fits in one node on an array of free GPUs instead
+    # of a NodePool (for speed); on any node state it must pick what the pool would. Up to 70
+    # nodes: beyond 63 the pool's bitmasks are no longer machine words.
+    gpn = data.draw(st.sampled_from([1, 2, 4, 8]))
+    free = np.array(data.draw(st.lists(st.integers(0, gpn), min_size=1, max_size=70)), dtype=np.int64)
+    g = data.draw(st.integers(1, gpn))
+    placement = data.draw(st.sampled_from(["first_fit", "consolidate"]))
+    assert _place(free, g, gpn, placement) == _pool_of(free, gpn).place(g, placement)
+
