@@ -88,7 +88,8 @@ def test_a_job_outside_the_tree_is_refused(assocs):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("Account|User|Share\nroot||1\n", "need columns Account, User, ParentName, Share"),
+    ("Account|User|Share\nroot||1\n",
+     r"need columns Account, User, ParentName, Share \(missing parentname\); found Account, User, Share$"),
     ("Account|User|ParentName|Share\nroot|||1\nP||root|parent\n", "line 3, column 'Share': 'parent'"),
     ("Account|User|ParentName|Share\nP||root|1\n", "no 'root' account"),
     ("Account|User|ParentName|Share\nroot|||1\nP|a||1\n", "user 'a' is in account 'P', which is not listed"),

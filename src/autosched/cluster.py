@@ -254,7 +254,7 @@ def read_slurm_partitions(path: Path | str) -> tuple[SlurmPartition, ...]:
         raise ClusterError(f"{path}: empty partition file")
     header = [c.strip().lower() for c in rows[0]]
     if "partition" not in header or "nodes" not in header:
-        raise ClusterError(f"{path}: line 1: need columns 'partition' and 'nodes'; found {', '.join(header)}")
+        raise ClusterError(f"{path}: line 1: need columns 'partition' and 'nodes'; found {found_columns(header)}")
     ip, inodes = header.index("partition"), header.index("nodes")
     it = header.index("priority_tier") if "priority_tier" in header else None
     out = []
