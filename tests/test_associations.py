@@ -88,7 +88,8 @@ def test_a_job_outside_the_tree_is_refused(assocs):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("Account|User|Share\nroot||1\n", "need columns Account, User, ParentName, Share"),
+    ("Account|User|Share\nroot||1\n",
+     r"need columns Account, User, ParentName, Share \(missing parentname\); found Account, User, Share$"),
     ("Account|User|ParentName|Share\nroot|||1\nP||root|parent\n", "line 3, column 'Share': 'parent'"),
     ("Account|User|ParentName|Share\nP||root|1\n", "no 'root' account"),
     ("Account|User|ParentName|Share\nroot|||1\nP|a||1\n", "user 'a' is in account 'P', which is not listed"),
@@ -102,3 +103,16 @@ def test_bad_listings_name_the_line_and_rule(tmp_path, text, message):
     with pytest.raises(InputError, match=message) as e:
         read_associations(path)
     assert str(path) in str(e.value)
+
+
+@pytest.mark.parametrize("assocs, message", [
+    # P and Q are each other's parent: neither leads to root (fair share would never reach them)
+    ((Association("root"), Association("P", "", "Q"), Association("Q", "", "P"), Association("P", "a", "P")),
+     "the cluster's association tree: account 'P' does not lead to root"),
+    ((Association("P", "", "root"),), "the cluster's association tree: no 'root' account"),
+])
+def test_a_cluster_spec_refuses_an_association_tree_that_is_not_one(assocs, message):
+    # A tree given in code, not read from a listing, is checked where the cluster is made.
+    with pytest.raises(InputError, match=message):
+        ClusterSpec.uniform_nodes(1, 4, associations=assocs)
+

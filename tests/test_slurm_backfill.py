@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from autosched.cluster import ClusterSpec, SlurmClocks
 from autosched.policies import get_policy
+from autosched.policies.backfill import _place, _pool_of
 from autosched.policies.fairshare import ShareTree
 from autosched.sim import Simulator
 from simkit import make_trace, starts
@@ -170,6 +171,32 @@ def test_no_usage_gives_everyone_one():
 def test_only_associations_that_submitted_count_in_the_trace_tree():
     # c has not submitted: P alone under root, a 30 / b 10 -> b rank 2, a rank 1 of 2 users.
     assert fair_tree(np.array([30.0, 10.0, 0.0]), np.array([True, True, False])).tolist() == [0.5, 1.0, 1.0]
+
+
+def test_fair_tree_with_one_user_per_account():
+    # Accounts 0-3 with one user each (a trace without users), usage 10, 0, 10, 30 of 50:
+    # S = 1/4; levels 1.25, infinite, 1.25, 0.42: account 1 rank 4, 0 rank 3, 2 tied with 0
+    # keeps rank 3, 3 gets rank 1. The flat tree takes the path without the walk; both agree.
+    tree = ShareTree.from_pairs([(0, -1), (1, -1), (2, -1), (3, -1)])
+    used, known = np.array([10.0, 0.0, 10.0, 30.0]), np.ones(4, dtype=bool)
+    assert tree._flat and not TREE._flat
+    assert tree.fair_tree(used, known).tolist() == [0.75, 1.0, 0.75, 0.25]
+    assert tree._walk_fair_tree(used, known).tolist() == [0.75, 1.0, 0.75, 0.25]
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_fair_tree_on_a_flat_tree_is_the_walks(data):
+    # Ties, zero usage, tiny and huge values, float sums that round, and usage a hair below
+    # zero (held billing after many subtractions): the array path must give the walk's floats.
+    n = data.draw(st.integers(1, 12))
+    users = data.draw(st.sampled_from([[-1] * n, list(range(n))]))
+    tree = ShareTree.from_pairs(list(zip(range(n), users)))
+    values = st.sampled_from([0.0, 0.1, 0.2, 0.30000000000000004, 1.0, 2.0, 3.0, 1e-300, 5e-324, 1e300, -1e-13])
+    used = np.array(data.draw(st.lists(values, min_size=n, max_size=n)))
+    known = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+    assert tree._flat
+    assert tree._flat_fair_tree(used, known).tolist() == tree._walk_fair_tree(used, known).tolist()
 
 
 def test_fair_tree_orders_jobs_in_the_simulator():
@@ -350,3 +377,17 @@ def test_will_run_batch_by_hand():
     # only n2 usable: U1 and S passed over, U2 alone: 600; no usable running job: never
     assert _will_run(4, 0b100, free, running, 10.0, 4, "first_fit") == (600.0, ((2, 4),))
     assert _will_run(4, 0b100, free, running[:2], 10.0, 4, "first_fit") is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_the_planners_one_node_placement_is_the_node_pools(data):
+    # The backfill planner places a job that fits in one node on an array of free GPUs instead
+    # of a NodePool (for speed); on any node state it must pick what the pool would. Up to 70
+    # nodes: beyond 63 the pool's bitmasks are no longer machine words.
+    gpn = data.draw(st.sampled_from([1, 2, 4, 8]))
+    free = np.array(data.draw(st.lists(st.integers(0, gpn), min_size=1, max_size=70)), dtype=np.int64)
+    g = data.draw(st.integers(1, gpn))
+    placement = data.draw(st.sampled_from(["first_fit", "consolidate"]))
+    assert _place(free, g, gpn, placement) == _pool_of(free, gpn).place(g, placement)
+

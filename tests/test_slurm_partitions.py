@@ -126,7 +126,9 @@ def test_partitions_read_from_a_file(tmp_path):
 
 
 @pytest.mark.parametrize("text, message", [
-    ("name,nodes\nx,0\n", "line 1: need columns 'partition' and 'nodes'"),
+    ("name,nodes\nx,0\n", "line 1: need columns 'partition' and 'nodes'; found name, nodes$"),
+    # a quoted header cell may span lines; the message stays one line
+    ('"part\nition",nodes\nx,0\n', r"found 'part\\nition', nodes$"),
     ("partition,nodes\nx,a-b\n", "line 2, column 'nodes': not node numbers"),
     ("partition,nodes,priority_tier\nx,0,high\n", "line 2, column 'priority_tier': not an integer"),
 ])

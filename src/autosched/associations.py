@@ -15,6 +15,7 @@ from pathlib import Path
 
 from .atomic import check_input
 from .errors import InputError
+from .trace.parsing import found_columns
 
 ROOT = "root"
 
@@ -48,7 +49,7 @@ def read_associations(path: Path | str) -> tuple[Association, ...]:
     missing = [c for c in need if c not in header]
     if missing:
         raise InputError(f"{path}: line 1: need columns Account, User, ParentName, Share "
-                         f"(missing {', '.join(missing)}); found {'|'.join(rows[0])}")
+                         f"(missing {', '.join(missing)}); found {found_columns(rows[0])}")
     ia, iu, ip, is_ = (header.index(c) for c in need)
     out: list[Association] = []
     for line, r in enumerate(rows[1:], start=2):

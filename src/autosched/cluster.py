@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 
-from .associations import Association
+from .associations import Association, check_tree
 from .atomic import check_input
 from .errors import InputError
 from .trace.parsing import found_columns
@@ -104,6 +104,10 @@ class ClusterSpec:
     slurm_partitions: tuple[SlurmPartition, ...] = ()
 
     def __post_init__(self) -> None:
+        if self.associations:
+            # The one check that the tree is a tree under root (fair share relies on it); a
+            # listing read from a file has been checked already, naming the file.
+            check_tree(self.associations, "the cluster's association tree")
         if not self.slurm_partitions:
             return
         if not self.uniform:
@@ -250,7 +254,7 @@ def read_slurm_partitions(path: Path | str) -> tuple[SlurmPartition, ...]:
         raise ClusterError(f"{path}: empty partition file")
     header = [c.strip().lower() for c in rows[0]]
     if "partition" not in header or "nodes" not in header:
-        raise ClusterError(f"{path}: line 1: need columns 'partition' and 'nodes'; found {', '.join(header)}")
+        raise ClusterError(f"{path}: line 1: need columns 'partition' and 'nodes'; found {found_columns(header)}")
     ip, inodes = header.index("partition"), header.index("nodes")
     it = header.index("priority_tier") if "priority_tier" in header else None
     out = []

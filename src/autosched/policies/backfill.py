@@ -370,18 +370,25 @@ def _earliest(g: int, lim: float, times: list[float], frees: list[int], res: _Re
 def _place(free: np.ndarray, g: int, gpn: int, placement: str) -> Alloc | None:
     """Where the partition's placement rule would put g GPUs given free GPUs per node."""
     if g <= gpn and placement in ("first_fit", "consolidate"):  # one node: no pool needed
+        # NodePool's one-node rules on an array, as building a pool per try costs more than
+        # the planning (tests/test_slurm_backfill.py checks that both agree on random states).
         fits = np.flatnonzero(free >= g)
         if not len(fits):
             return None
         # first fit: the lowest node; best fit: the fewest free GPUs, then the lowest node
         n = fits[0] if placement == "first_fit" else fits[np.argmin(free[fits])]
         return ((int(n), g),)
+    return _pool_of(free, gpn).place(g, placement)
+
+
+def _pool_of(free: np.ndarray, gpn: int) -> NodePool:
+    """A node pool with the given free GPUs per node."""
     pool = NodePool(len(free), gpn)
     for n, f in enumerate(free.tolist()):
         if f != gpn:
             pool._set(n, f)
     pool.free_gpus = int(free.sum())
-    return pool.place(g, placement)
+    return pool
 
 
 def _bits(mask: int, n: int) -> np.ndarray:

@@ -16,7 +16,6 @@ import numpy as np
 import numpy.typing as npt
 
 from ..associations import ROOT, Association
-from ..errors import SimulationError
 
 
 @dataclass
@@ -37,13 +36,25 @@ class ShareTree:
     node_of: dict[tuple[str, str], int] = field(default_factory=dict)  # (account, user) -> node
     _post: list[int] | None = None
 
+    def __post_init__(self) -> None:
+        # A trace's tree with one user per account (e.g. a trace without users), the i-th
+        # account's user being leaf i (as from_pairs builds it): Fair Tree then needs no walk
+        # (`_flat_fair_tree`).
+        accts = self.children[0]
+        users = [c[0] if len(c) == 1 and self.is_user[c[0]] else -1 for c in map(self.children.__getitem__, accts)]
+        self._flat = (not self.configured and len(self.parent) == 1 + 2 * len(accts)
+                      and not any(self.is_user[a] for a in accts)
+                      and [self.leaf[u] if u >= 0 else -1 for u in users] == list(range(len(accts))))
+
     @property
     def leaves(self) -> int:
         return sum(self.is_user)
 
     @classmethod
     def from_associations(cls, assocs: Sequence[Association]) -> "ShareTree":
-        """The configured tree; leaves numbered in the listing's order of user associations."""
+        """The configured tree; leaves numbered in the listing's order of user associations.
+        `assocs` must form one tree under root (`autosched.associations.check_tree`, which
+        `ClusterSpec` runs on its associations)."""
         node = {(ROOT, ""): 0}
         parent, is_user, shares, leaf = [-1], [False], [1.0], [-1]
         root = next(a for a in assocs if a.account == ROOT and not a.user)
@@ -98,19 +109,7 @@ class ShareTree:
         # users before accounts among siblings (as slurmdbd lists them: root's user first)
         for c in children:
             c.sort(key=lambda k: not is_user[k])
-        tree = cls(parent, is_user, shares, leaf, children, configured, node_of or {})
-        tree._check_acyclic()
-        return tree
-
-    def _check_acyclic(self) -> None:
-        seen = 0
-        stack = [0]
-        while stack:
-            k = stack.pop()
-            seen += 1
-            stack.extend(self.children[k])
-        if seen != len(self.parent):
-            raise SimulationError("the association tree has accounts that do not lead to root (a cycle)")
+        return cls(parent, is_user, shares, leaf, children, configured, node_of or {})
 
     # -------------------------------------------------------------------------- per node
 
@@ -168,6 +167,13 @@ class ShareTree:
         the first child of an account tied with its previous sibling starts tied. (Slurm's
         ``_count_tied_accounts`` stops at the first account it meets, so tied accounts are not
         merged in 22.05, whatever its comments say.) Leaves that do not count get 1."""
+        if self._flat:
+            return self._flat_fair_tree(used, known)
+        return self._walk_fair_tree(used, known)
+
+    def _walk_fair_tree(self, used: npt.NDArray[np.float64], known: npt.NDArray[np.bool_]
+                        ) -> npt.NDArray[np.float64]:
+        """`fair_tree` on any tree, by walking it."""
         out = np.ones(self.leaves)
         use, act = self._usage_and_active(used, known)
         n_users = sum(1 for k in range(len(act)) if act[k] and self.is_user[k])
@@ -198,6 +204,39 @@ class ShareTree:
                 prev = lfs[a]
 
         visit([c for c in children[0] if act[c]], False)
+        return out
+
+    def _flat_fair_tree(self, used: npt.NDArray[np.float64], known: npt.NDArray[np.bool_]
+                        ) -> npt.NDArray[np.float64]:
+        """`fair_tree` on a trace's tree whose accounts have one user each (a trace without
+        users, or one user per account), without the walk: the same arithmetic on arrays.
+
+        There, leaf i is the i-th account's only user and root's children are the accounts in
+        leaf order; an account counts exactly when its user does, so the n counted users' level
+        fair share is S / U with S = 1 / n and U = usage / root's usage (root's usage summed in
+        the walk's order, leaf order, so that the float is the same), and each user's own level
+        (one sibling, S = 1) only passes its account's tie on. Accounts sorted stably by
+        descending S / U get rank n - (position of the first of their tie)."""
+        out = np.ones(self.leaves)
+        idx = np.flatnonzero(known)
+        n = len(idx)
+        if n <= 1:
+            return out
+        total = 0.0
+        for x in used.tolist():  # (not sum(): Python 3.12's compensates, the walk does not)
+            total += x
+        if total > 0:
+            u = used[idx] / total
+            with np.errstate(divide="ignore"):
+                lfs = np.where(u > 0, (1.0 / n) / u, math.inf)
+        else:
+            lfs = np.full(n, math.inf)
+        order = np.argsort(-lfs, kind="stable")
+        g = lfs[order]
+        new = np.ones(n, dtype=bool)
+        new[1:] = g[1:] != g[:-1]
+        first = np.maximum.accumulate(np.where(new, np.arange(n), 0))
+        out[idx[order]] = (n - first) / n
         return out
 
     def classic(self, used: npt.NDArray[np.float64], known: npt.NDArray[np.bool_]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import math
 from bisect import insort
 from collections.abc import Mapping
@@ -349,12 +350,9 @@ class Multifactor(Policy):
             # Nothing waits; usage is charged lazily (continuous decay allows it). Slurm's main
             # scheduler still runs for a queued event (its pass then starts nothing), and its
             # time is the one batch_sched_delay counts from.
-            main = self._main_due() if self.jobs.time_limit is not None else None
-            if main is not None:
-                if now >= main - 1e-6:
-                    self._queued = False
-                    self._last_sched = now
-                else:
+            if self.jobs.time_limit is not None and not self._consume_main(now):
+                main = self._main_due()
+                if main is not None:
                     self.part.wake_at(main)
             return
         self._catch_up(now)  # (may rebuild self.by_size)
@@ -378,10 +376,7 @@ class Multifactor(Policy):
         # seconds after its last pass; and a full pass (no depth limit) every sched_interval,
         # which matters only after a recalculation reorders the queue.
         wakes = []
-        main = self._main_due()
-        if main is not None and now >= main - 1e-6:
-            self._queued = False
-            self._last_sched = now
+        if self._consume_main(now):
             self._main_pass(now, self.depth)
         elif now >= self._full_due - 1e-6 and self._full_due > self._last_sched:
             self._last_sched = now
@@ -418,16 +413,23 @@ class Multifactor(Policy):
         neg, mask = self.neg, self._mask
         blocked = tries = 0
         everything = (1 << len(self.part.pool.free)) - 1
-        for j in sorted(self.waiting, key=lambda k: (neg[k], k)):
+        # Each size's queue is already in (negated priority, job) order, so a lazy merge gives
+        # the whole queue's order without sorting it, and a pass that stops early (depth, or
+        # every node taken out) looks at few jobs. The queues are iterated, so started jobs
+        # leave them after the pass.
+        started = []
+        for j in heapq.merge(*self.by_size.values(), key=lambda k: (neg[k], k)):
             if depth is not None and tries >= depth or blocked == everything:
                 break
             if not mask[j] & ~blocked:  # its partition failed (or all its nodes are taken out)
                 continue
             tries += 1
             if self._start(j, now, blocked):
-                self._take(j)
+                started.append(j)
             else:
                 blocked |= mask[j]
+        for j in started:
+            self._take(j)
 
     def _take(self, j: int) -> None:
         """Remove started job j from the queues."""
@@ -437,6 +439,17 @@ class Multifactor(Policy):
         if not same:
             del self.by_size[g]
         del self.waiting[j]
+
+    def _consume_main(self, now: float) -> bool:
+        """Whether the main scheduler runs at `now` for a queued event; if so the request is
+        taken and `now` becomes its last pass (Slurm clears job_sched_cnt and sets
+        last_sched_time), whether or not anything waits."""
+        main = self._main_due()
+        if main is None or now < main - 1e-6:
+            return False
+        self._queued = False
+        self._last_sched = now
+        return True
 
     def _main_due(self) -> float | None:
         """When the main scheduler runs for the pending request, if any: the first tick at
