@@ -345,7 +345,7 @@ def test_controller_never_reads_the_future(tuner, source):
     if mix:  # the replayed period is one workload more than the samples
         assert all(d.samples == s.samples + 1 for d in dec_a if d.samples)
     if first is not None:
-        assert dec_a[0].time == tr.start + DAY / 2 and dec_a[0].trigger == "period"
+        assert dec_a[0].time == tr.start + DAY / 2 and dec_a[0].trigger == "first round"
     early_a = [key(d) for d in dec_a if d.time <= T]
     early_b = [key(d) for d in dec_b if d.time <= T]
     assert len(early_a) >= 2 and early_a == early_b
@@ -456,7 +456,8 @@ def test_experiment_end_to_end_with_doubles():
     # rounds: 3/7 into period 0 (the default first decision), then at each inner boundary
     rounds = [tr.start + round(3 / 7 * 2 * DAY)] + res.boundaries[1:-1]
     auto = res.strategies["autosched"]
-    assert [d.time for d in auto.decisions if d.trigger == "period"] == rounds
+    assert [d.time for d in auto.decisions if d.trigger in ("period", "first round")] == rounds
+    assert [d.trigger for d in auto.decisions[:2]] == ["first round", "period"]
     assert [d.time for d in res.strategies["oracle_period"].decisions] == rounds
     out = res.to_dict()
     for name in ("default", "autosched", "last_period", "oracle_static", "oracle_period"):
@@ -544,16 +545,23 @@ def test_across_seeds_by_hand():
 def test_check_times():
     s = Settings(period=2 * DAY, history=2 * DAY, first_decision=None)
     bounds = [0.0, 2 * DAY, 4 * DAY, 6 * DAY]
-    assert check_times(bounds, s, drift=False) == [(2 * DAY, True), (4 * DAY, True)]
-    assert check_times(bounds, s, drift=True) == [(2 * DAY, True), (3 * DAY, False), (4 * DAY, True), (5 * DAY, False)]
+    P, F, D = "period", "first round", "drift check"
+    assert check_times(bounds, s, drift=False) == [(2 * DAY, P), (4 * DAY, P)]
+    assert check_times(bounds, s, drift=True) == [(2 * DAY, P), (3 * DAY, D), (4 * DAY, P), (5 * DAY, D)]
     early = replace(s, first_decision=0.25)  # one round more, a quarter into period 0
-    assert check_times(bounds, early, drift=False) == [(DAY / 2, True), (2 * DAY, True), (4 * DAY, True)]
+    assert check_times(bounds, early, drift=False) == [(DAY / 2, F), (2 * DAY, P), (4 * DAY, P)]
     assert check_times(bounds[:2], early, drift=False) == []  # one period: nothing to re-tune
     # the default: day 3 of a week, to the second
-    assert check_times([0.0, 7 * DAY, 14 * DAY], Settings(), drift=False) == [(3 * DAY, True), (7 * DAY, True)]
+    assert check_times([0.0, 7 * DAY, 14 * DAY], Settings(), drift=False) == [(3 * DAY, F), (7 * DAY, P)]
     for bad in (0.0, 1.0, -0.5, 7 * DAY):
         with pytest.raises(AdaptError, match="first decision"):
             replace(s, first_decision=bad)
+    # rounded to whole seconds, the first round must still fall strictly inside the first period
+    for period, f in ((1.0, 3 / 7), (1.0, 0.6), (2.0, 0.75), (10.0, 0.96)):
+        with pytest.raises(AdaptError, match="first decision"):
+            Settings(period=period, history=period, first_decision=f)
+    assert check_times([0.0, 10.0, 20.0, 30.0], Settings(period=10.0, history=10.0, first_decision=0.94),
+                       drift=False) == [(9.0, F), (10.0, P), (20.0, P)]
 
 
 # ------------------------------------------------------------------------------ mixing replay and samples

@@ -50,19 +50,26 @@ def test_run_json_and_report(tiny, tmp_path):
     assert json.loads((tmp_path / "rep" / "report.json").read_text())["jobs"] == out["jobs"]
 
 
-@pytest.mark.parametrize(("option", "rounds_after_start"), [("off", [2, 4]), ("1d", [1, 2, 4]), ("12h", [0.5, 2, 4])])
+@pytest.mark.parametrize(("option", "rounds_after_start"),
+                         [("off", [2, 4]), ("OFF", [2, 4]), ("1d", [1, 2, 4]), ("12h", [0.5, 2, 4])])
 def test_run_first_decision(tiny, option, rounds_after_start):
     res = runner.invoke(app, _args(tiny, "--json", "--strategies", "default,last_period", "--first-decision", option))
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
-    times = [d["time"] - out["boundaries"][0] for d in out["strategies"]["last_period"]["decisions"]]
-    assert times == [x * 86400 for x in rounds_after_start]
+    decisions = out["strategies"]["last_period"]["decisions"]
+    assert [d["time"] - out["boundaries"][0] for d in decisions] == [x * 86400 for x in rounds_after_start]
+    assert [d["trigger"] for d in decisions] == ["first round"] * (len(decisions) - 2) + ["period"] * 2
 
 
 @pytest.mark.parametrize("option", ["2d", "3d", "0", "soon"])
 def test_run_first_decision_outside_the_first_period_is_refused(tiny, option):
     res = runner.invoke(app, _args(tiny, "--first-decision", option))
     assert res.exit_code == 2 and "--first-decision" in res.output and "Traceback" not in res.output
+
+
+def test_run_first_decision_with_a_bad_period_names_the_period(tiny):
+    res = runner.invoke(app, ["run", str(tiny), "--cluster", "1x8", "--period", "0", "--first-decision", "1d"])
+    assert res.exit_code == 2 and "period" in res.output and "--first-decision" not in res.output
 
 
 def test_run_table_output(tiny):
@@ -218,3 +225,6 @@ def test_run_options_default_to_the_settings_defaults():
                   "model", "with_replay", "metric", "seed", "drift", "guard_k", "guard_margin", "guard_max_loss",
                   "level_sd", "search", "first_decision"):
         assert getattr(got, field) == getattr(ref, field), field
+    from fractions import Fraction  # the help states the default fraction
+    assert str(Fraction(ref.first_decision).limit_denominator(100)) in inspect.signature(run_cmd).parameters[
+        "first_decision"].default.help

@@ -57,6 +57,8 @@ DESCRIPTIONS = {
 DAY = 86400.0
 ORACLE_FACTOR = 10  # an oracle's search: this many times a round's budget
 FIRST_DECISION = 3 / 7  # Settings.first_decision: day 3 of a 7-day first period
+# What each of check_times' moments is; a round's kind is its Decision's trigger.
+PERIOD, FIRST_ROUND, DRIFT_CHECK = "period", "first round", "drift check"
 ORACLE_SEED = 0  # the oracles' searches and observations use this seed for every run seed
 
 Progress = Callable[[str, float, float], None]  # (what is happening, done, total)
@@ -87,7 +89,7 @@ class Settings:
     # A first round this fraction of the first period after the start (3/7: day 3 of a week), on
     # the history seen so far; None: the first round is at the first boundary, and period 0 runs
     # the default whatever happens. On six traces x 3 seeds it raised autosched's share of
-    # oracle_static's gain from 60% to ~75% (docs/results.md).
+    # oracle_static's gain from 59.9% to 73.2% (docs/results.md).
     first_decision: float | None = FIRST_DECISION
     guard_k: float = Guardrail.k
     guard_margin: float = Guardrail.min_margin
@@ -106,9 +108,10 @@ class Settings:
                              f"history {self.history:g} s, check interval {self.check_every:g} s)")
         if self.budget < 1:
             raise AdaptError(f"budget must be at least 1 (got {self.budget})")
-        if self.first_decision is not None and not 0 < self.first_decision < 1:
+        if self.first_decision is not None and not 0 < first_round_offset(self) < self.period:
             raise AdaptError(f"the first decision must come after the start and before the first period "
-                             f"boundary: a fraction of the period in (0, 1), got {self.first_decision:g}")
+                             f"boundary, to the second: {self.first_decision:g} of a period of "
+                             f"{self.period:g} s is not")
         # The source's, the guardrail's and the seed counts' own checks, made before any work starts.
         check_model_source(self.samples, self.validation_samples, self.level_sd)
         check_sample_counts(self.samples, self.validation_samples)
@@ -122,6 +125,11 @@ class Settings:
     def guardrail(self) -> Guardrail:
         """autosched's guardrail (checks its settings)."""
         return Guardrail(self.guard_k, self.guard_margin, self.guard_max_loss)
+
+
+def first_round_offset(settings: Settings) -> float:
+    """Seconds from the start to the first round inside period 0 (`Settings.first_decision`)."""
+    return float(round((settings.first_decision or 0.0) * settings.period))
 
 
 @dataclass
@@ -180,9 +188,10 @@ class ExperimentResult:
             gain = base.metrics.avg_jct - s["oracle_static"].metrics.avg_jct
             out["share_of_oracle_static_gain"] = {
                 k: (base.metrics.avg_jct - v.metrics.avg_jct) / gain if gain > 0 else None for k, v in s.items()}
-            # Period 0 has no history: every strategy but oracle_static runs the default there, so
-            # the share above caps what a per-period strategy can reach. The same share over the
-            # jobs submitted from the first decision on measures the decisions themselves.
+            # Period 0 starts with no history: every strategy but oracle_static runs the default
+            # there until its first round (Settings.first_decision, or the first boundary), so the
+            # share above caps what a per-period strategy can reach. The same share over the jobs
+            # submitted after period 0 measures the decisions with a full history behind them.
             after_base = _avg_jct_after_p0(base)
             gain = after_base - _avg_jct_after_p0(s["oracle_static"]) if after_base is not None else 0.0
             out["share_of_oracle_static_gain_after_p0"] = {
@@ -324,16 +333,16 @@ def replay(trace: Trace, cluster: ClusterSpec, settings: Settings, bounds: list[
     sim = Simulator(trace, cluster, cls(config))
     timeline = [(bounds[0], config)]
     checks = [] if controller is None else check_times(bounds, settings, drift=controller.drift is not None)
-    for i, (t, is_boundary) in enumerate(checks):
+    for i, (t, kind) in enumerate(checks):
         sim.run(until=t)
         if progress:
             day = f"day {(t - bounds[0]) / DAY:.0f}"
-            progress(f"{day} {'re-tuning' if is_boundary else 'drift check'}", i, len(checks))
+            progress(f"{day} {'drift check' if kind == DRIFT_CHECK else 're-tuning'}", i, len(checks))
             controller.progress = lambda done, total, i=i, day=day: progress(
                 f"{day} tuning, trial {done}/{total}", i + done / max(total, 1), len(checks))
         obs = observe(sim, t, max(bounds[0], t - settings.history), seed=settings.seed)
-        if is_boundary:
-            d = controller.decide(obs, "period")
+        if kind != DRIFT_CHECK:
+            d = controller.decide(obs, kind)
         else:
             report = controller.check_drift(obs)
             if report is None or not report.drifted:
@@ -348,18 +357,19 @@ def replay(trace: Trace, cluster: ClusterSpec, settings: Settings, bounds: list[
     return sim.records(), timeline, list(controller.decisions) if controller else []
 
 
-def check_times(bounds: list[float], settings: Settings, drift: bool) -> list[tuple[float, bool]]:
-    """(time, is_boundary): re-tune at each inner boundary (and `first_decision` into the first
-    period, to the second); drift checks every `check_every` between."""
+def check_times(bounds: list[float], settings: Settings, drift: bool) -> list[tuple[float, str]]:
+    """(time, kind), in time order: a round ("period") at each inner boundary, a "first round"
+    `first_decision` into the first period (rounded to whole seconds; none when the trace has one
+    period: there is nothing to re-tune), and a "drift check" every `check_every` between."""
     inner = bounds[1:-1]
-    out = [(b, True) for b in inner]
+    out = [(b, PERIOD) for b in inner]
     if settings.first_decision is not None and inner:
-        out.append((bounds[0] + round(settings.first_decision * settings.period), True))
+        out.append((bounds[0] + first_round_offset(settings), FIRST_ROUND))
     if drift and inner:
         t = inner[0] + settings.check_every
         while t < bounds[-1]:
             if all(abs(t - b) > 1e-6 for b in inner):
-                out.append((t, False))
+                out.append((t, DRIFT_CHECK))
             t += settings.check_every
     return sorted(out)
 

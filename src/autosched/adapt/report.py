@@ -93,7 +93,8 @@ def _jct_per_period(rep: Report, result: ExperimentResult) -> None:
     ax.set_ylabel("avg JCT vs default (%)")
     ax.legend(fontsize=8, ncol=2)
     rep.add_figure(fig, "below 0 = faster than the fixed default; dotted line: +2% (the guardrail's promise). "
-                        "Period 0 has no history, so every non-oracle strategy runs the default there.")
+                        "Period 0 starts with no history: every strategy but oracle_static runs the default there "
+                        "until its first round.")
     rows = [[f"P{i}", f"{b.metrics.jobs:,}", b.metrics.avg_jct / 3600] +
             [f"{s[n].periods[i].metrics.avg_jct / b.metrics.avg_jct - 1:+.1%}" if b.metrics.jobs else "-" for n in names]
             for i, b in enumerate(base.periods)]
@@ -126,8 +127,9 @@ def _drift(rep: Report, result: ExperimentResult) -> None:
             ax.axvline(x, color="#1f77b4" if d.deployed else "#999", lw=1.6 if d.deployed else 1.0,
                        ls="-" if d.deployed else "--")
     rep.add_figure(fig, "autosched's rounds: solid blue = new config deployed, dashed grey = kept the running "
-                        "config; grey thin lines = period boundaries. Rounds between boundaries were triggered "
-                        "by the drift tests (rate ratio, log-duration KS, GPU-mix chi-square).")
+                        "config; grey thin lines = period boundaries. The round inside period 0 is the first round "
+                        "(on the history seen so far); other rounds between boundaries were triggered by the "
+                        "drift tests (rate ratio, log-duration KS, GPU-mix chi-square).")
 
 
 def _knobs(rep: Report, result: ExperimentResult) -> None:

@@ -33,7 +33,7 @@ def run_cmd(
     trace: Optional[Path] = typer.Argument(None, help="trace file (any supported format); default: the bundled 28-day Philly sample on 32x8"),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="NODESxGPUS (e.g. 32x8) or a VC file (vc,nodes); required with a trace"),
     policy: str = typer.Option("tiresias", "--policy", "-p", help="policy whose knobs are tuned (see `autosched policies`)"),
-    period: str = typer.Option("7d", "--period", help="re-tune at every period boundary (e.g. 7d, 1d, 12h)"),
+    period: str = typer.Option("7d", "--period", help="re-tune at every period boundary (e.g. 7d, 1d, 12h), and once inside the first period (--first-decision)"),
     history: str = typer.Option("7d", "--history", help="window of past jobs the workload model is fitted on"),
     budget: int = typer.Option(16, "--budget", "-n", help="tuning trials per round (one simulation per sampled workload each)"),
     samples: int = typer.Option(4, "--samples", "-k", help="workloads sampled from the model per round to tune on"),
@@ -47,7 +47,7 @@ def run_cmd(
     margin: float = typer.Option(0.01, "--margin", help="guardrail: deploy only if the predicted gain exceeds this fraction (0.01 = 1%)"),
     noise_k: float = typer.Option(1.0, "--noise-k", help="guardrail: ... and exceeds this many standard errors of the paired gain across samples"),
     max_loss: Optional[float] = typer.Option(None, "--max-loss", help="guardrail: ... and loses no more than this fraction on any sample (0.02 = 2%)"),
-    first_decision: Optional[str] = typer.Option(None, "--first-decision", help="a first tuning round this long after the start, on the history seen so far (default: 3/7 of the period, day 3 of a week; 'off': none before the first period boundary)"),
+    first_decision: Optional[str] = typer.Option(None, "--first-decision", metavar="DURATION|off", help="a first tuning round this long after the start, on the history seen so far (default: 3/7 of the period, day 3 of a week; 'off': none before the first period boundary)"),
     drift: bool = typer.Option(False, "--drift/--no-drift", help="also re-tune between boundaries when a daily drift test fires (costs a tuning round each time it fires)"),
     screening: bool = typer.Option(False, "--screening/--no-screening", help="causal knob screening inside each tuning round (off by default: see docs/tuning.md)"),
     skip: str = typer.Option("0", "--skip", help="ignore the trace's first SKIP (e.g. 14d) before replaying"),
@@ -136,7 +136,8 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
         p, h = parse_duration(period, "--period"), parse_duration(history, "--history")
         start = parse_duration(skip, "--skip")
         length = parse_duration(span, "--span") if span is not None else float("inf")
-        first = (None if first_decision in (None, "off") else parse_duration(first_decision, "--first-decision"))
+        off = first_decision is not None and first_decision.strip().lower() == "off"
+        first = None if first_decision is None or off else parse_duration(first_decision, "--first-decision")
     except (UnknownPolicy, WorkloadError, TimeParseError) as e:
         fail(str(e))
     # (period, history, budget, samples, the oracle's budget, margin and k: Settings checks them)
@@ -146,12 +147,12 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
         fail(f"--period of {p / 86400:,.6g} days is beyond the {MAX_HORIZON / 86400:g}-day limit of one workload sample")
     if start < 0 or length <= 0:
         fail("--skip must be >= 0 and --span > 0")
-    if first is not None and not 0 < first < p:
+    if first is not None and p > 0 and not 0 < first < p:
         fail(f"--first-decision {first_decision} is not inside the first period ({period}); use 'off' for none")
     if first_decision is None:
         fraction: float | None = FIRST_DECISION
-    else:  # "off" or a duration inside the first period
-        fraction = None if first is None else first / p
+    else:  # "off" or a duration inside the first period (a period <= 0: Settings says so)
+        fraction = None if first is None or p <= 0 else first / p
     # (--workers: ExecutionConfig checks it below)
     if objective not in METRIC_HELP:
         fail(f"--objective {objective!r}: not a metric; use one of {', '.join(METRIC_HELP)}")
@@ -227,8 +228,8 @@ def _print(result) -> None:
     after = {k: v for k, v in summ.get("share_of_oracle_static_gain_after_p0", {}).items()
              if v is not None and k not in ("default", "oracle_static")}
     if after:
-        console.print("share of oracle_static's gain on the jobs submitted after period 0 (where the others "
-                      "run the default): " + ", ".join(f"{k} {v:.0%}" for k, v in after.items()))
+        console.print("share of oracle_static's gain on the jobs submitted after period 0 (the others run the "
+                      "default in period 0 until their first round): " + ", ".join(f"{k} {v:.0%}" for k, v in after.items()))
     worst = summ.get("worst_period_vs_default", {}).get("autosched")
     if worst is not None:
         console.print(f"autosched's worst period vs the default: {worst - 1:+.1%}")
