@@ -230,7 +230,9 @@ class Tiresias(Policy):
         self.base[j] = 0.0
         self.served_at_promotion[j] = 0.0
         self.waited[j] = 0.0
-        self.book.add(j, 0)
+        # A job with service before its submission (the trace's ``attained``) starts in the
+        # queue that service puts it in, as it would have been in the real scheduler.
+        self.book.add(j, self._queue_for(self.part.attained(j, now)))
         self.demand += self.jobs.gpus[j]
         self._changed = True
 
