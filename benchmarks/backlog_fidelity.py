@@ -130,7 +130,7 @@ def main() -> None:
     say(f"{args.trace.name}: day {(t - tr.start) / DAY:.2f}, backlog {len(ids)} jobs, policy {policy}")
     round_seed = args.seed * 100_003  # the controller's first round
     sources = {"future": FutureSource(tr), "stat": ModelSource("stat", args.samples)}
-    print(f"| trace | cluster | config | backlog | real: default remaining (job-h) | real change "
+    print("| trace | cluster | config | backlog | real: default remaining (job-h) | real change "
           "| source | predicted without history | predicted with history | true remaining work, without history "
           "| true remaining work, with history | workload avg JCT change without / with history |")
     print("|" + "---|" * 12)

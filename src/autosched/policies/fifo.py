@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from bisect import insort
 from collections import deque
-
 from collections.abc import Callable
+from typing import Any
 
 from ..sim.contract import JobInfo, Partition
 from ..space import Bool, ConfigSpace, Float
@@ -40,7 +40,7 @@ class Fifo(Policy):
         super().bind(part, jobs)
         origin = jobs.origin
         # Rows are in submission order; with ages, a later row may have been submitted first.
-        self.order: Callable[[int], object] = _row if origin is None else lambda j: (origin[j], j)
+        self.order: Callable[[int], Any] = _row if origin is None else lambda j: (origin[j], j)
         self.since = jobs.submit if origin is None else origin
 
     def on_arrival(self, j: int, now: float) -> None:

@@ -74,7 +74,7 @@ class Trace:
                 bad = np.flatnonzero(~(np.isfinite(arr) & (arr >= 0)))
                 if len(bad):
                     raise TraceError(f"{self.source or 'trace'}: row {bad[0]}, column {col!r}: "
-                                     f"{arr[bad[0]]!r} is not a finite number of seconds >= 0")
+                                     f"{float(arr[bad[0]]):g} is not a finite number of seconds >= 0")
 
     @classmethod
     def from_columns(cls, columns: Mapping[str, Sequence | np.ndarray], source: str = "") -> "Trace":
