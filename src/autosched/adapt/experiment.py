@@ -95,6 +95,8 @@ class Settings:
     guard_margin: float = Guardrail.min_margin
     guard_max_loss: float | None = None  # refuse a winner that loses more than this on one workload
     carry_backlog: bool = True
+    # The backlog keeps each job's past (attained service, age; `observe`): off until measured.
+    backlog_history: bool = False
     # How each round searches (sampler, screening, ...) and where its trials run (workers, ...);
     # the search's budget and seed are always this record's `budget` and `seed`.
     # Screening is off in the loop by default: at 16 trials a round it searched no better than
@@ -340,7 +342,8 @@ def replay(trace: Trace, cluster: ClusterSpec, settings: Settings, bounds: list[
             progress(f"{day} {'drift check' if kind == DRIFT_CHECK else 're-tuning'}", i, len(checks))
             controller.progress = lambda done, total, i=i, day=day: progress(
                 f"{day} tuning, trial {done}/{total}", i + done / max(total, 1), len(checks))
-        obs = observe(sim, t, max(bounds[0], t - settings.history), seed=settings.seed)
+        obs = observe(sim, t, max(bounds[0], t - settings.history), seed=settings.seed,
+                      backlog_history=settings.backlog_history)
         if kind != DRIFT_CHECK:
             d = controller.decide(obs, kind)
         else:

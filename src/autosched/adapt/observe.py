@@ -49,7 +49,11 @@ class Observation:
     ``finished`` / ``end``: per history row, whether it finished by `now` and when (NaN if not).
     ``backlog``: jobs queued or running at `now`, as new jobs submitted at `now` whose duration is
     their imputed remaining work; evaluation workloads start with them, so a config is judged on
-    the load the cluster really carries over.
+    the load the cluster really carries over. Observed with ``backlog_history``, the backlog also
+    carries what the scheduler knows of each job's past (the trace's ``attained`` and ``age``
+    columns): the GPU-seconds it has run and how long ago it was submitted. Without them a
+    backlog job looks brand new: Tiresias ranks it first (no attained service) and Slurm's age
+    factor and FIFO order forget how long it waited.
     """
 
     now: float
@@ -61,9 +65,12 @@ class Observation:
     imputed: int
 
 
-def observe(sim: Simulator, now: float, start: float, seed: int = 0) -> Observation:
+def observe(sim: Simulator, now: float, start: float, seed: int = 0,
+            backlog_history: bool = False) -> Observation:
     """Read what is known at `now` (the simulator must have been run up to `now`) about the jobs
-    submitted in [start, now]."""
+    submitted in [start, now]. With `backlog_history`, backlog jobs carry their past: the
+    ``attained`` GPU-seconds they have held so far and their ``age`` (now - their submission),
+    on top of any the trace itself gave them."""
     if sim.now > now:
         raise ValueError(f"the simulator is at t={sim.now:g}, past the observation time {now:g}")
     trace = sim.trace
@@ -89,7 +96,13 @@ def observe(sim: Simulator, now: float, start: float, seed: int = 0) -> Observat
     active = arrived[~done_all]
     total = imputed_all[~done_all]
     remaining = np.maximum(total - executed[active], 1.0)
-    backlog = trace.take(active).replace(submit_time=np.full(len(active), float(now)), duration=remaining)
+    past: dict[str, np.ndarray | None] = {"attained": None, "age": None}
+    if backlog_history:
+        gpus = trace.num_gpus[active]
+        past["attained"] = executed[active] * gpus + (0.0 if trace.attained is None else trace.attained[active])
+        past["age"] = now - trace.submit_time[active] + (0.0 if trace.age is None else trace.age[active])
+    backlog = trace.take(active).replace(submit_time=np.full(len(active), float(now)), duration=remaining,
+                                         **past)
     return Observation(now, start, history, done, end, backlog, int((~done).sum()))
 
 

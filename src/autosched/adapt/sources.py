@@ -13,7 +13,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from ..trace.table import Trace
+from ..trace.table import HISTORY, Trace
 from ..workload.level import check_level_sd, rescale, scenario_levels
 from .errors import AdaptError
 from .observe import Observation
@@ -157,7 +157,13 @@ class FutureSource(_Deterministic):
 
 
 def concat(a: Trace, b: Trace) -> Trace:
-    """Jobs of both traces (the columns they share), sorted by submit time."""
+    """Jobs of both traces (the columns they share, and a job-history column either has: absent
+    means 0), sorted by submit time."""
     ca, cb = a.columns(), b.columns()
+    for c in HISTORY:
+        if c in ca and c not in cb:
+            cb[c] = np.zeros(len(b))
+        elif c in cb and c not in ca:
+            ca[c] = np.zeros(len(a))
     cols = {c: np.concatenate([ca[c], cb[c]]) for c in ca if c in cb}
     return Trace.from_columns(cols, source=b.source or a.source)

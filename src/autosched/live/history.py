@@ -172,14 +172,15 @@ def _job_rows(text: str) -> dict[str, dict[str, str]]:
     return out
 
 
-def observation(jobs: LiveJobs, now: float, window: float, seed: int = 0
-                ) -> tuple[Observation, float]:
+def observation(jobs: LiveJobs, now: float, window: float, seed: int = 0,
+                backlog_history: bool = False) -> tuple[Observation, float]:
     """What the Controller sees at `now` of the jobs submitted in the last `window`, and the
     unix time its times count from (00:00 UTC of the first day, as the trace loaders count).
 
     Unfinished jobs keep their place in the history with an imputed duration (as
     `autosched.adapt.observe` does in the simulator); running and pending ones also form the
-    backlog the coming period starts with."""
+    backlog the coming period starts with; with `backlog_history` (as `observe`) each backlog
+    job carries its run time so far x GPUs (``attained``) and its age since submission."""
     start = now - window
     keep = jobs.submit >= start
     active = ~jobs.finished & (jobs.submit <= now)
@@ -203,6 +204,8 @@ def observation(jobs: LiveJobs, now: float, window: float, seed: int = 0
     total = imputed_past[np.searchsorted(past, act)]
     remaining = np.maximum(total - ran[act], 1.0)
     backlog = _trace(jobs, act, np.full(len(act), now - origin), remaining)
+    if backlog_history:
+        backlog = backlog.replace(attained=ran[act] * jobs.gpus[act], age=now - jobs.submit[act])
     obs = Observation(now - origin, start - origin, history, done, end, backlog,
                       int((~done).sum()))
     return obs, origin

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from bisect import insort
 from collections import deque
+from collections.abc import Callable
+from typing import Any
 
 from ..sim.contract import JobInfo, Partition
 from ..space import Bool, ConfigSpace, Float
@@ -14,7 +17,8 @@ class Fifo(Policy):
     """Jobs start in submission order. Without backfill the queue stops at the first job that does
     not fit (strict FIFO, as the Lucid/Helios and Tiresias simulators' ``fifo``). With backfill,
     later jobs may start while the head does not fit, until the head has waited ``reserve_after``
-    seconds: then it is reserved and nothing may pass it."""
+    seconds: then it is reserved and nothing may pass it. A job's submission is its first one
+    (``JobInfo.origin``, for a trace with ages): a job re-submitted with its age keeps its place."""
 
     name = "fifo"
     summary = "first in, first out; optional backfill with a starvation guard"
@@ -34,17 +38,24 @@ class Fifo(Policy):
         # to look at the oldest job of each size.
         self.by_size: dict[int, deque[int]] = {}
         super().bind(part, jobs)
+        origin = jobs.origin
+        # Rows are in submission order; with ages, a later row may have been submitted first.
+        self.order: Callable[[int], Any] = _row if origin is None else lambda j: (origin[j], j)
+        self.since = jobs.submit if origin is None else origin
 
     def on_arrival(self, j: int, now: float) -> None:
         g = self.jobs.gpus[j]
         q = self.by_size.get(g)
         if q is None:
             self.by_size[g] = q = deque()
-        q.append(j)
+        if self.jobs.origin is None:
+            q.append(j)
+        else:
+            insort(q, j, key=self.order)
 
     def schedule(self, now: float) -> None:
-        submit, backfill, reserve_after = self.jobs.submit, self.backfill, self.reserve_after
-        priority_pass(self.part, self.by_size, _oldest_first, self.part.start, self._pop,
+        submit, backfill, reserve_after = self.since, self.backfill, self.reserve_after
+        priority_pass(self.part, self.by_size, self.order, self.part.start, self._pop,
                       lambda top: backfill and now - submit[top] < reserve_after)
 
     def _pop(self, g: int) -> None:
@@ -54,5 +65,5 @@ class Fifo(Policy):
             del self.by_size[g]
 
 
-def _oldest_first(j: int) -> int:
+def _row(j: int) -> int:
     return j  # rows are in submission order

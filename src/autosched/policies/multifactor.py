@@ -41,7 +41,8 @@ class Multifactor(Policy):
                  + PriorityWeightJobSize   * job-size factor
                  + sum over TRES t of PriorityWeightTRES[t] * (job's t / partition's t)
 
-    *age* is the time since submission. The *job-size factor* is Slurm's: the mean of the job's
+    *age* is the time since submission (the first one, ``JobInfo.origin``: a job re-submitted
+    with its age keeps it). The *job-size factor* is Slurm's: the mean of the job's
     share of the partition's nodes and of its CPUs (``PriorityFavorSmall``: of what it leaves
     free). A job needs ceil(GPUs / GPUs per node) nodes; its CPUs are the trace's ``num_cpus``,
     else one per node (sbatch's default of one task per node, one CPU each); a node has as many
@@ -60,7 +61,7 @@ class Multifactor(Policy):
     each level) and gives rank / users; ``NO_FAIR_TREE`` is the classic factor 2^(-effective
     usage / normalised shares) (see `fairshare`). Priorities of waiting jobs are recomputed every
     ``PriorityCalcPeriod`` (on the decay thread's clock, ``SlurmClocks.decay``) and stay fixed in
-    between; a job arriving in between gets age 0 and the fair share of the last recalculation.
+    between; a job arriving in between gets its age then (0 for a new job) and the fair share of the last recalculation.
 
     Scheduling: when the trace has time limits, Slurm 22.05's way. The main scheduler runs from
     slurmctld's background loop (a tick about once a second, ``SlurmClocks.tick``): after an
@@ -214,7 +215,9 @@ class Multifactor(Policy):
             self._excl = [everything & ~m for m in self._mask]
             self._tier = np.asarray([float(parts[p].priority_tier) for p in pidx])
             self._part_nodes = np.asarray([float(len(parts[p].nodes)) for p in pidx])
-        self._submit: npt.NDArray[np.float64] = np.asarray(jobs.submit, dtype=float)
+        # Age counts from the first submission (a job re-submitted with its age keeps it).
+        self._submit: npt.NDArray[np.float64] = np.asarray(
+            jobs.submit if jobs.origin is None else jobs.origin, dtype=float)
         self._gpus: npt.NDArray[np.float64] = np.asarray(jobs.gpus, dtype=float)
         self._nodes: npt.NDArray[np.float64] = np.ceil(self._gpus / gpn)
         cpus = np.asarray(jobs.cpus, dtype=float) if jobs.cpus is not None else np.zeros(n)
@@ -364,7 +367,7 @@ class Multifactor(Policy):
             return self._start(j, now)
 
         if self.jobs.time_limit is None:
-            submit, backfill, reserve_after = self.jobs.submit, self.backfill, self.reserve_after
+            submit, backfill, reserve_after = self._submit, self.backfill, self.reserve_after
             priority_pass(part, self.by_size, best, start, self._pop,
                           lambda top: backfill and now - submit[top] < reserve_after)
             if self.by_size and 0 < part.free and min(self.by_size) <= part.free:

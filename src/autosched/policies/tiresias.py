@@ -230,9 +230,23 @@ class Tiresias(Policy):
         self.base[j] = 0.0
         self.served_at_promotion[j] = 0.0
         self.waited[j] = 0.0
-        self.book.add(j, 0)
+        attained = self.part.attained(j, now)
+        q = self._queue_for(attained)
+        self.book.add(j, q)
         self.demand += self.jobs.gpus[j]
         self._changed = True
+        if attained > 0:
+            # It ran before its submission (the trace's ``attained``, e.g. a backlog job
+            # re-submitted by the adaptive loop): it starts in the queue that service puts it
+            # in, and, as no promotion is known, its past counts toward starvation: all it ran,
+            # and all it waited (its age minus its run time; its first wait counts too, which
+            # Tiresias would not count: the trace does not say how long that was).
+            self.served_at_promotion[j] = -math.inf  # it did work since: before it arrived
+            origin = self.jobs.origin
+            if origin is not None:
+                self.waited[j] = max(0.0, now - origin[j] - self.part.executed(j, now))
+            if self.starvation > 0 and q > 0:
+                self._watch_starvation(j)
 
     def on_finish(self, j: int, now: float) -> None:
         self._unprotect(j)

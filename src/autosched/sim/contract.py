@@ -47,6 +47,11 @@ class JobInfo:
     cpus: list[int] | None = None  # CPUs requested (0 = not known)
     account: list[int] | None = None  # Slurm account codes
     partition: list[int] | None = None  # Slurm partition codes
+    # When each job was first submitted, for a trace with an ``age`` column (``submit - age``: a
+    # job that existed before its row's submit time, e.g. a backlog job re-submitted at a
+    # controller's decision time). None: each job's `submit`. What ages a job (Slurm's age
+    # factor, a FIFO's order, a starvation guard's wait) counts from it.
+    origin: list[float] | None = None
     # The label each code of `vc`, `user` and `account` stands for (code i -> labels[col][i]):
     # e.g. to find a job's association in a configured Slurm association tree.
     labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
@@ -117,11 +122,13 @@ class Partition(Protocol):
         ...
 
     def attained(self, j: int, now: float) -> float:
-        """GPU-seconds job j has held its GPUs so far (restart overhead included)."""
+        """GPU-seconds job j has held its GPUs so far (restart overhead included), with the
+        service it received before its submission (the trace's ``attained`` column)."""
         ...
 
     def executed(self, j: int, now: float) -> float:
-        """Seconds job j has held its GPUs so far (restart overhead included)."""
+        """Seconds job j has held its GPUs so far (restart overhead included), with the time it
+        ran before its submission (the trace's ``attained`` over its GPUs)."""
         ...
 
     def served(self, j: int, now: float) -> float:

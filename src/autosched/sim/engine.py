@@ -106,13 +106,15 @@ class SimPartition:
         self.sim._push(t, _WAKE, self.index, self._wake_version)
 
     def attained(self, j: int, now: float) -> float:
-        """GPU-seconds job j has held its GPUs so far (restart overhead included)."""
+        """GPU-seconds job j has held its GPUs so far (restart overhead included; with what it
+        held before its submission)."""
         return self.executed(j, now) * self.sim._gpus[j]
 
     def executed(self, j: int, now: float) -> float:
-        """Seconds job j has held its GPUs so far."""
+        """Seconds job j has held its GPUs so far (with what it ran before its submission)."""
         s = self.sim
-        return s._executed[j] + (now - s._run_start[j] if j in self.running else 0.0)
+        t = s._executed[j] + (now - s._run_start[j] if j in self.running else 0.0)
+        return t if s._prior is None else s._prior[j] + t
 
     def served(self, j: int, now: float) -> float:
         """Seconds of work job j has done so far (its observable progress, not its total)."""
@@ -209,7 +211,10 @@ class Simulator:
         self._run_start = [math.nan] * n
         self._first_start = [math.nan] * n
         self._end = [math.nan] * n
-        self._executed = [0.0] * n
+        self._executed = [0.0] * n  # in this run (records' run_time); `_prior` adds what came before
+        # Seconds each job ran before its submission (the trace's attained / GPUs); None: none.
+        self._prior: list[float] | None = None if trace.attained is None else (
+            trace.attained / trace.num_gpus).tolist()
         self._preemptions = [0] * n
         self._alloc: list[Alloc | None] = [None] * n
         self._version = [0] * n
@@ -236,6 +241,7 @@ class Simulator:
             account=coded["account"][0] if "account" in coded else None,
             partition=coded["partition"][0] if "partition" in coded else None,
             labels={name: labels for name, (_, labels) in coded.items()},
+            origin=None if trace.age is None else (trace.submit_time - trace.age).tolist(),
         )
         self.partitions = [
             SimPartition(self, i, name, NodePool(nodes, cluster.gpus_per_node))

@@ -11,7 +11,9 @@ import numpy as np
 from ..errors import InputError
 
 REQUIRED = ("job_id", "submit_time", "num_gpus", "duration")
-OPTIONAL = ("user", "vc", "status", "num_cpus", "name", "time_limit", "account", "partition")
+OPTIONAL = ("user", "vc", "status", "num_cpus", "name", "time_limit", "account", "partition", "attained", "age")
+# A job's history before its row's submit_time (see `Trace`): seconds >= 0, absent = 0.
+HISTORY = ("attained", "age")
 COLUMNS = REQUIRED + OPTIONAL
 _TEXT = {"job_id", "user", "vc", "status", "name", "account", "partition"}
 
@@ -45,6 +47,14 @@ class Trace:
     # Slurm's partition: with a cluster that describes Slurm partitions (their nodes and
     # PriorityTier), a job runs only on its partition's nodes.
     partition: np.ndarray | None = None
+    # The job's history before `submit_time`, for a job that existed before the trace starts it
+    # (the backlog an adaptive controller re-submits at its decision time): `attained` is the
+    # GPU-seconds of service it already received (least-attained-service policies such as
+    # Tiresias rank it by them), `age` the seconds it already existed (Slurm's age factor and
+    # submission order count from ``submit_time - age``). Absent = 0. Metrics ignore both: a
+    # job's JCT is still its end minus its row's `submit_time`.
+    attained: np.ndarray | None = None
+    age: np.ndarray | None = None
     source: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
@@ -58,18 +68,30 @@ class Trace:
             arr.flags.writeable = False
         if n and np.any(np.diff(self.submit_time) < 0):
             raise TraceError(f"{self.source or 'trace'}: rows are not sorted by submit_time")
+        for col in HISTORY:
+            arr = getattr(self, col)
+            if arr is not None:
+                bad = np.flatnonzero(~(np.isfinite(arr) & (arr >= 0)))
+                if len(bad):
+                    raise TraceError(f"{self.source or 'trace'}: row {bad[0]}, column {col!r}: "
+                                     f"{float(arr[bad[0]]):g} is not a finite number of seconds >= 0")
 
     @classmethod
     def from_columns(cls, columns: Mapping[str, Sequence | np.ndarray], source: str = "") -> "Trace":
-        """Build a trace from plain columns, sorting by submit time (stable)."""
+        """Build a trace from plain columns, sorting by submit time (stable); with an `age`
+        column, jobs submitted at the same time are in order of ``submit_time - age`` (the
+        older first: a policy that orders by submission reads the row order)."""
         missing = [c for c in REQUIRED if c not in columns]
         if missing:
             raise TraceError(f"{source or 'trace'}: missing required column(s) {', '.join(missing)}")
         unknown = [c for c in columns if c not in COLUMNS]
         if unknown:
             raise TraceError(f"{source or 'trace'}: unknown column(s) {', '.join(unknown)}")
-        arrays = {c: _as_array(c, v) for c, v in columns.items() if v is not None}
-        order = np.argsort(arrays["submit_time"], kind="stable")
+        arrays = {c: _as_array(c, v, source) for c, v in columns.items() if v is not None}
+        if "age" in arrays:  # (lexsort is stable: ties keep the given order, as argsort does)
+            order = np.lexsort((arrays["submit_time"] - arrays["age"], arrays["submit_time"]))
+        else:
+            order = np.argsort(arrays["submit_time"], kind="stable")
         if np.any(order != np.arange(len(order))):
             arrays = {c: a[order] for c, a in arrays.items()}
         return cls(**arrays, source=source)
@@ -126,7 +148,7 @@ class Trace:
         return float(np.dot(self.num_gpus.astype(np.float64), self.duration))
 
 
-def _as_array(col: str, values) -> np.ndarray:
+def _as_array(col: str, values, source: str = "") -> np.ndarray:
     if col in _TEXT:
         return np.asarray(values, dtype=object).astype(str).astype(object)
     if col in ("num_gpus", "num_cpus"):
@@ -134,4 +156,7 @@ def _as_array(col: str, values) -> np.ndarray:
     if col == "time_limit":  # text cells from CSV: empty means no limit
         return np.asarray([math.nan if isinstance(v, str) and not v.strip() else v for v in values],
                           dtype=np.float64)
-    return np.asarray(values, dtype=np.float64)
+    try:
+        return np.asarray(values, dtype=np.float64)
+    except ValueError:  # e.g. a text cell from CSV
+        raise TraceError(f"{source or 'trace'}: column {col!r} is not numeric") from None
