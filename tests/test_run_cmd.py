@@ -72,6 +72,27 @@ def test_run_first_decision_with_a_bad_period_names_the_period(tiny):
     assert res.exit_code == 2 and "period" in res.output and "--first-decision" not in res.output
 
 
+def test_run_backlog_history_reaches_the_round_workloads(tiny, monkeypatch):
+    """--backlog-history: the evaluation workloads' carried-over jobs keep their past."""
+    import autosched.adapt.controller as controller
+
+    seen = []
+    real = controller.concat
+
+    def spy(backlog, *rest, **k):
+        seen.append(backlog)
+        return real(backlog, *rest, **k)
+
+    monkeypatch.setattr(controller, "concat", spy)
+    for flag, want in (("--backlog-history", True), ("--no-backlog-history", False)):
+        seen.clear()
+        res = runner.invoke(app, _args(tiny, "--json", "--strategies", "default,last_period", "--first-decision", "off",
+                                       flag))
+        assert res.exit_code == 0, res.output
+        backlogs = [t for t in seen if len(t) and t.attained is not None]
+        assert bool(backlogs) is want and all((t.attained >= 0).all() for t in backlogs)
+
+
 def test_run_table_output(tiny):
     res = runner.invoke(app, _args(tiny, "--strategies", "default,autosched", "--no-drift"))
     assert res.exit_code == 0, res.output
@@ -219,11 +240,11 @@ def test_run_options_default_to_the_settings_defaults():
                           d["model"], d["strategies"], d["objective"], d["margin"], d["noise_k"], d["drift"],
                           d["screening"], d["skip"], d["span"], d["seed"], STRATEGIES, d["oracle_budget"],
                           d["with_replay"], d["validation_samples"], d["level_sd"], d["max_loss"],
-                          d["first_decision"])
+                          d["first_decision"], d["backlog_history"])
     ref = Settings()
     for field in ("policy", "period", "history", "budget", "oracle_budget", "samples", "validation_samples",
                   "model", "with_replay", "metric", "seed", "drift", "guard_k", "guard_margin", "guard_max_loss",
-                  "level_sd", "search", "first_decision"):
+                  "level_sd", "search", "first_decision", "backlog_history"):
         assert getattr(got, field) == getattr(ref, field), field
     from fractions import Fraction  # the help states the default fraction
     assert str(Fraction(ref.first_decision).limit_denominator(100)) in inspect.signature(run_cmd).parameters[

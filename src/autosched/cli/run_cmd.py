@@ -48,6 +48,7 @@ def run_cmd(
     noise_k: float = typer.Option(1.0, "--noise-k", help="guardrail: ... and exceeds this many standard errors of the paired gain across samples"),
     max_loss: Optional[float] = typer.Option(None, "--max-loss", help="guardrail: ... and loses no more than this fraction on any sample (0.02 = 2%)"),
     first_decision: Optional[str] = typer.Option(None, "--first-decision", metavar="DURATION|off", help="a first tuning round this long after the start, on the history seen so far (default: 3/7 of the period, day 3 of a week; 'off': none before the first period boundary)"),
+    backlog_history: bool = typer.Option(False, "--backlog-history/--no-backlog-history", help="evaluation workloads keep each carried-over job's past (service received, time waited) instead of restarting it as a new job; off until measured (docs/traces.md)"),
     drift: bool = typer.Option(False, "--drift/--no-drift", help="also re-tune between boundaries when a daily drift test fires (costs a tuning round each time it fires)"),
     screening: bool = typer.Option(False, "--screening/--no-screening", help="causal knob screening inside each tuning round (off by default: see docs/tuning.md)"),
     skip: str = typer.Option("0", "--skip", help="ignore the trace's first SKIP (e.g. 14d) before replaying"),
@@ -72,7 +73,7 @@ def run_cmd(
     settings, names, window = _settings(policy, period, history, budget, samples, workers, model, strategies,
                                         objective, margin, noise_k, drift, screening, skip, span, seed, STRATEGIES,
                                         oracle_budget, with_replay, validation_samples, level_sd, max_loss,
-                                        first_decision)
+                                        first_decision, backlog_history)
     check_seed(seed)
     if seeds < 1:
         fail(f"--seeds must be at least 1 (got {seeds})")
@@ -120,7 +121,7 @@ def run_cmd(
 
 def _settings(policy, period, history, budget, samples, workers, model, strategies, objective, margin,
               noise_k, drift, screening, skip, span, seed, known, oracle_budget, with_replay,
-              validation_samples, level_sd, max_loss, first_decision):
+              validation_samples, level_sd, max_loss, first_decision, backlog_history=False):
     """Check every option up front: a bad one fails with one line before any work starts."""
     from ..adapt import Settings
     from ..adapt.experiment import FIRST_DECISION
@@ -163,7 +164,7 @@ def _settings(policy, period, history, budget, samples, workers, model, strategi
     settings = Settings(policy=policy, period=p, history=h, budget=budget, oracle_budget=oracle_budget,
                         samples=samples, validation_samples=validation_samples, level_sd=level_sd, model=model,
                         with_replay=with_replay, guard_max_loss=max_loss,
-                        metric=objective, seed=seed, drift=drift, first_decision=fraction, guard_k=noise_k, guard_margin=margin,
+                        metric=objective, seed=seed, drift=drift, first_decision=fraction, backlog_history=backlog_history, guard_k=noise_k, guard_margin=margin,
                         search=SearchConfig(screening=screening), execution=ExecutionConfig(workers=workers))
     return settings, names, (start, start + length)
 
