@@ -41,10 +41,14 @@ class ShareTree:
         # account's user being leaf i (as from_pairs builds it): Fair Tree then needs no walk
         # (`_flat_fair_tree`).
         accts = self.children[0]
-        users = [c[0] if len(c) == 1 and self.is_user[c[0]] else -1 for c in map(self.children.__getitem__, accts)]
-        self._flat = (not self.configured and len(self.parent) == 1 + 2 * len(accts)
-                      and not any(self.is_user[a] for a in accts)
-                      and [self.leaf[u] if u >= 0 else -1 for u in users] == list(range(len(accts))))
+        flat = not self.configured and len(self.parent) == 1 + 2 * len(accts)
+        for i, a in enumerate(accts):
+            if not flat:
+                break
+            kids = self.children[a]
+            flat = (not self.is_user[a] and len(kids) == 1 and self.is_user[kids[0]]
+                    and self.leaf[kids[0]] == i)
+        self._flat = flat
 
     @property
     def leaves(self) -> int:
