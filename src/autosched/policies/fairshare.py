@@ -231,7 +231,7 @@ class ShareTree:
             total += x
         if total > 0:
             u = used[idx] / total
-            with np.errstate(divide="ignore"):
+            with np.errstate(divide="ignore", over="ignore"):  # a subnormal share: inf, as the walk's
                 lfs = np.where(u > 0, (1.0 / n) / u, math.inf)
         else:
             lfs = np.full(n, math.inf)
