@@ -99,8 +99,8 @@ def test_rows_submitted_together_are_in_order_of_first_submission():
 def test_history_columns_must_be_seconds_at_least_zero(col, value):
     with pytest.raises(TraceError, match=rf"row 1, column '{col}'"):
         _trace([(0, 1, 1), (1, 1, 1)], **{col: [0.0, value]})
-    with pytest.raises(TraceError, match=f"column '{col}' is not numeric"):
-        _trace([(0, 1, 1)], **{col: ["x"]})
+    with pytest.raises(TraceError, match=f"row 1, column '{col}': 'x' is not a number"):
+        _trace([(0, 1, 1), (1, 1, 1)], **{col: ["0", "x"]})
 
 
 JOBS = st.lists(st.tuples(st.integers(0, 300), st.sampled_from([1, 2, 4]), st.integers(1, 400)),

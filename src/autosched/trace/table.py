@@ -158,5 +158,14 @@ def _as_array(col: str, values, source: str = "") -> np.ndarray:
                           dtype=np.float64)
     try:
         return np.asarray(values, dtype=np.float64)
-    except ValueError:  # e.g. a text cell from CSV
-        raise TraceError(f"{source or 'trace'}: column {col!r} is not numeric") from None
+    except (TypeError, ValueError):  # e.g. a text cell from CSV: name the first one
+        row, cell = next(((i, v) for i, v in enumerate(values) if not _is_number(v)), (0, ""))
+        raise TraceError(f"{source or 'trace'}: row {row}, column {col!r}: {cell!r} is not a number") from None
+
+
+def _is_number(v) -> bool:
+    try:
+        float(v)
+    except (TypeError, ValueError):
+        return False
+    return True
