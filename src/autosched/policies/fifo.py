@@ -41,7 +41,7 @@ class Fifo(Policy):
         origin = jobs.origin
         # Rows are in submission order; with ages, a later row may have been submitted first.
         self.order: Callable[[int], Any] = _row if origin is None else lambda j: (origin[j], j)
-        self.since = jobs.submit if origin is None else origin
+        self.since = jobs.first_submit
 
     def on_arrival(self, j: int, now: float) -> None:
         g = self.jobs.gpus[j]

@@ -216,8 +216,7 @@ class Multifactor(Policy):
             self._tier = np.asarray([float(parts[p].priority_tier) for p in pidx])
             self._part_nodes = np.asarray([float(len(parts[p].nodes)) for p in pidx])
         # Age counts from the first submission (a job re-submitted with its age keeps it).
-        self._submit: npt.NDArray[np.float64] = np.asarray(
-            jobs.submit if jobs.origin is None else jobs.origin, dtype=float)
+        self._submit: npt.NDArray[np.float64] = np.asarray(jobs.first_submit, dtype=float)
         self._gpus: npt.NDArray[np.float64] = np.asarray(jobs.gpus, dtype=float)
         self._nodes: npt.NDArray[np.float64] = np.ceil(self._gpus / gpn)
         cpus = np.asarray(jobs.cpus, dtype=float) if jobs.cpus is not None else np.zeros(n)

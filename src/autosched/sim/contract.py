@@ -56,6 +56,12 @@ class JobInfo:
     # e.g. to find a job's association in a configured Slurm association tree.
     labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
+    @property
+    def first_submit(self) -> list[float]:
+        """When each job was first submitted, what ages it: `origin` for a trace with ages, else
+        `submit`."""
+        return self.submit if self.origin is None else self.origin
+
 
 class Partition(Protocol):
     """One scheduling domain (the whole cluster, or one VC) as its policy sees it: the whole
