@@ -18,9 +18,11 @@ long and the cluster is busy: on Philly (all durations, 72x8) a 7-day window's u
 hold 80-99 % of its GPU-hours, and drawing them from the durations of the window's *finished*
 jobs (the earlier rule: finishing is what short jobs do) made the observed week 3-20x lighter
 than the real one. Probability mass the estimate leaves beyond the longest finished job (when the
-longest observations are censored) is imputed as that longest finished duration, or the job's
-own lower bound if it has run longer. The draw is seeded from `now`, so an observation is
-reproducible.
+longest observations are censored), and every job that has run longer than it, is imputed from a
+Pareto tail above b = max(longest finished, the job's bound): b / U**(1/TAIL_ALPHA), capped at
+b + TAIL_CAP. (The earlier rule, TAIL_ALPHA = None, imputed b itself: a job that had outrun every
+finished job was left with no work, e.g. ITP cluster02's 4-GPU job 160 h in with 55 h to go.)
+The draw is seeded from `now`, so an observation is reproducible.
 """
 
 from __future__ import annotations
@@ -132,8 +134,9 @@ def impute(duration: np.ndarray, finished: np.ndarray, rng: np.random.Generator,
     censored at their bound), each weighing ``weight`` (default 1). With ``group`` (e.g.
     GPU-count classes: large jobs run longer) each group has its own estimate when it holds at
     least `MIN_EVENTS` finished jobs, the estimate of all jobs otherwise. Mass beyond the longest
-    finished duration is imputed as that duration, or as the job's own bound if it is larger;
-    with no finished job at all the bound stays."""
+    finished duration (and a job whose bound passes it) is drawn from a Pareto tail above the
+    larger of the two (`TAIL_ALPHA`; None: that value itself); with no finished job at all the
+    bound stays."""
     bound = np.asarray(duration, dtype=np.float64)
     finished = np.asarray(finished, dtype=bool)
     out = bound.copy()
