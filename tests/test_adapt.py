@@ -52,7 +52,11 @@ def test_observe_uses_only_what_is_known_at_now():
     assert b.duration.tolist() == [150, h.duration[3]]
 
 
-def test_observe_window_and_no_finished_longer_keeps_lower_bound():
+def test_observe_window_and_no_finished_longer_keeps_lower_bound(monkeypatch):
+    import importlib
+
+    # The old rule (no Pareto tail): a job that outran every finished one keeps its bound.
+    monkeypatch.setattr(importlib.import_module("autosched.adapt.observe"), "TAIL_ALPHA", None)
     tr = _trace([(0, 10, 1), (5, 5000, 1), (100, 20, 1)])
     sim = Simulator(tr, ClusterSpec.uniform_nodes(1, 1), get_policy("fifo")()).run(until=1000)
     obs = observe(sim, 1000, 1)  # window starts at t=1: j0 is outside
@@ -103,8 +107,13 @@ def test_live_backlog_of_a_job_submitted_before_the_window():
     assert list(obs.backlog.job_id) == ["1"] and obs.backlog.duration.tolist() == [500]
 
 
-def test_kaplan_meier_and_imputation_by_hand():
+def test_kaplan_meier_and_imputation_by_hand(monkeypatch):
+    import importlib
+
     from autosched.adapt.observe import impute, kaplan_meier
+
+    # The old rule (no Pareto tail): the mass beyond the longest finished job sits on it.
+    monkeypatch.setattr(importlib.import_module("autosched.adapt.observe"), "TAIL_ALPHA", None)
 
     # 10 / 20 / 30 finished, 20 and 40 still running: at risk 5, 4, (3), 2, (1); S = 0.8, 0.6, 0.3.
     d = np.array([10.0, 20.0, 20.0, 30.0, 40.0])
@@ -126,6 +135,46 @@ def test_kaplan_meier_and_imputation_by_hand():
     assert out[:5].tolist() == [10, 20, 30, 30, 40] and set(out[5:].tolist()) == {10, 20, 30}
     share30 = np.mean(out[5:] == 30)
     assert abs(share30 - 0.6) < 4 * math.sqrt(0.6 * 0.4 / n)
+
+
+def test_a_job_longer_than_every_finished_one_gets_a_pareto_tail(monkeypatch):
+    import importlib
+
+    observe_mod = importlib.import_module("autosched.adapt.observe")
+    from autosched.adapt.observe import TAIL_CAP, impute
+
+    assert observe_mod.TAIL_ALPHA == 2.0
+    # Finished 10, 20, 30 and a job running for 500 s: no finished job is that long. Its total is
+    # 500 / U**(1/2) with U = 1 - the rng's first draw; default_rng(0).random() = 0.63696...,
+    # so 500 / sqrt(0.36304) = 829.84 s (the old rule: 500, i.e. no work left).
+    d = np.array([10.0, 20.0, 30.0, 500.0])
+    f = np.array([True, True, True, False])
+    out = impute(d, f, np.random.default_rng(0))
+    assert out[:3].tolist() == [10, 20, 30] and out[3] == pytest.approx(829.84, abs=0.01)
+    assert np.array_equal(impute(d, f, np.random.default_rng(0)), out)  # reproducible
+    # Capped at the bound + 30 days: a job 1e7 s in would draw 1.66e7 s.
+    big = impute(np.r_[d[:3], 1e7], f, np.random.default_rng(0))
+    assert big[3] == 1e7 + TAIL_CAP == 1e7 + 30 * 86400
+    monkeypatch.setattr(observe_mod, "TAIL_ALPHA", None)  # one switch back to the old rule
+    assert impute(d, f, np.random.default_rng(0))[3] == 500
+
+
+def test_the_tail_takes_the_estimates_mass_beyond_the_longest_finished_job():
+    from autosched.adapt.observe import impute
+
+    # 10, 20, 30 finished, 20 and 40 censored: the estimate is 0.2 / 0.4 / 0.7 with 0.3 beyond
+    # 30. n jobs that have not run: 10 and 20 with 0.2 each, 30 with 0.3, and 0.3 in the tail,
+    # 30 / U**(1/2): above 30 * sqrt(2) with probability 0.3 / 2 = 0.15. The draws of the jobs
+    # that land below the tail are the old rule's (the same rng order).
+    n = 4000
+    d = np.r_[10.0, 20.0, 20.0, 30.0, 40.0, np.zeros(n)]
+    f = np.r_[True, True, False, True, False, np.zeros(n, dtype=bool)]
+    out = impute(d, f, np.random.default_rng(0))[5:]
+    assert set(out[out <= 30].tolist()) == {10, 20, 30}
+    for value, p in ((10, 0.2), (20, 0.2), (30, 0.3)):
+        assert abs(np.mean(out == value) - p) < 4 * math.sqrt(p * (1 - p) / n)
+    assert abs(np.mean(out > 30) - 0.3) < 4 * math.sqrt(0.3 * 0.7 / n)
+    assert abs(np.mean(out > 30 * math.sqrt(2)) - 0.15) < 4 * math.sqrt(0.15 * 0.85 / n)
 
 
 def test_observe_refuses_a_simulator_past_now():
