@@ -199,6 +199,7 @@ def test_fair_tree_on_a_flat_tree_is_the_walks(data):
     assert tree._flat_fair_tree(used, known).tolist() == tree._walk_fair_tree(used, known).tolist()
 
 
+
 def test_fair_tree_orders_jobs_in_the_simulator():
     # Accounts from the trace: u1 and u2 in "p", u3 in "c". A (u1, 4 GPUs, 0-600) runs; at 600
     # (a recalculation) p has all the usage: c (level infinite) comes first, then in p u2 (no
@@ -260,6 +261,35 @@ def test_sched_builtin_starts_jobs_in_priority_order(case):
                              "PriorityWeightFairshare": 0}, nodes=nodes, gpn=gpn, users=users)
     first = sim.records().first_start
     assert np.all(np.diff(first) >= 0)
+
+
+
+@SETTINGS
+@given(limited(), st.sampled_from([1, 2, 500]))
+def test_a_backfill_cycle_looks_at_the_waiting_jobs_in_priority_order(case, max_job_test):
+    # The cycle takes its jobs from the by-size queues (merged, not sorted afresh): at every
+    # cycle they must be the first bf_max_job_test of all waiting jobs by (priority, submission).
+    from unittest.mock import patch
+
+    from autosched.policies import multifactor
+
+    jobs, limits, cfg, nodes, gpn, users = case
+    trace = make_trace(jobs, users).replace(time_limit=np.asarray(limits, dtype=float))
+    sim = Simulator(trace, ClusterSpec.uniform_nodes(nodes, gpn), get_policy("multifactor")(
+        {**FLAT, **cfg, "backfill": True, "bf_max_job_test": max_job_test}))
+    pol = sim.policies[0]
+    seen = []
+    real = multifactor.slurm_backfill
+
+    def spy(part, order, *args, **kw):
+        neg = pol.neg
+        seen.append((list(order), sorted(pol.waiting, key=lambda k: (neg[k], k))[:max_job_test]))
+        return real(part, order, *args, **kw)
+
+    with patch.object(multifactor, "slurm_backfill", spy):
+        sim.run()
+    for got, want in seen:
+        assert got == want
 
 
 # ------------------------------------------------------------------------------------- CLI
