@@ -6,7 +6,6 @@ import heapq
 import math
 from bisect import insort
 from collections.abc import Mapping
-from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -469,12 +468,12 @@ class Multifactor(Policy):
     def _backfill(self, now: float, limit: list[float]) -> None:
         """One cycle of Slurm's backfill scheduler at `now`."""
         self._dirty = False
-        neg = self.neg
-        # The cycle looks at the first bf_max_job_test jobs in order, and the by-size queues hold
-        # every waiting job, each queue best first: a lazy merge of them yields those jobs without
-        # sorting the whole queue (sorting it cost O(waiting log waiting) a cycle). Taken into a
-        # list first, as a job started below leaves its queue.
-        order = list(islice(heapq.merge(*self.by_size.values(), key=lambda k: (neg[k], k)), self.bf.max_job_test))
+        # The cycle looks at the first bf_max_job_test waiting jobs by (priority, submission):
+        # one lexsort of their keys. Per cycle on real queues (benchmarks/slurm_backfill.py
+        # --order) it costs a fifth of a sort with a Python key on queues of ~1,000 jobs and less
+        # on short ones; a lazy merge of the by-size queues costs more than either on short ones.
+        js = np.fromiter(self.waiting, dtype=np.int64, count=len(self.waiting))
+        order = js[np.lexsort((js, self.neg[js]))][:self.bf.max_job_test].tolist()
 
         def start(j: int, exclude: int) -> bool:
             if not self._start(j, now, exclude):
