@@ -2,22 +2,32 @@
 planner decides the same.
 
     .venv/bin/python benchmarks/slurm_backfill.py [--days 2] [--repeat 3] [--save starts.npy | --check starts.npy]
+    .venv/bin/python benchmarks/slurm_backfill.py --trace ../shared/traces/microsoft-itp-elasticflow/cluster04.csv --cluster 88x8 --order
 
 The trace is the Philly slice of `benchmarks/simulator.py` (submitted in [2017-10-02, +N days),
-32x8 GPUs), with every job given a time limit of 2 x its run time rounded up to the minute (as a
-user over-asks), under the default `multifactor` config (Slurm's time-limit backfill, bf_interval
-30 s, bf_max_job_test 500). Prints the best and median wall time of the simulation itself (in
-process, after loading) and the number of backfill cycles. --save writes every job's start time;
---check compares with such a file and fails unless every start is identical.
+32x8 GPUs), or --trace on --cluster, with every job given a time limit of 2 x its run time rounded
+up to the minute (as a user over-asks), under the default `multifactor` config (Slurm's time-limit
+backfill, bf_interval 30 s, bf_max_job_test 500). Prints the best and median wall time of the
+simulation itself (in process, after loading). --save writes every job's start time; --check
+compares with such a file and fails unless every start is identical.
+
+--order also times, at every backfill cycle of one run and on that cycle's real queue, how the
+cycle's job order (the first bf_max_job_test waiting jobs by priority, then submission) is built
+now (one numpy lexsort of the waiting jobs) against how it was built before (Python's sort with a
+key) and a lazy merge of the policy's by-size queues (each already in order), best of 5 each;
+checks that all three agree, and prints the totals.
 """
 
 from __future__ import annotations
 
 import argparse
+import heapq
+import math
 import statistics
 import sys
 import tempfile
 import time
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -28,8 +38,8 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 
 from simulator import make_slice  # noqa: E402
 
-from autosched.cluster import ClusterSpec  # noqa: E402
-from autosched.policies import get_policy  # noqa: E402
+from autosched.cluster import ClusterSpec, parse_cluster  # noqa: E402
+from autosched.policies import get_policy, multifactor  # noqa: E402
 from autosched.sim import Simulator  # noqa: E402
 from autosched.trace import load_trace  # noqa: E402
 
@@ -37,28 +47,39 @@ from autosched.trace import load_trace  # noqa: E402
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--days", type=int, default=2)
+    ap.add_argument("--trace", help="any supported trace format instead of the Philly slice")
+    ap.add_argument("--cluster", default="32x8", help="NODESxGPUS or a VC file")
+    ap.add_argument("--order", action="store_true", help="time how each backfill cycle's job order is built")
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--config", action="append", default=[], help="KNOB=VALUE (repeatable)")
     ap.add_argument("--save", help="write the start times (.npy)")
     ap.add_argument("--check", help="fail unless the start times equal this file's (.npy)")
     args = ap.parse_args()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "slice.csv"
-        make_slice(args.days, path)
-        trace, _ = load_trace(path)
+    if args.trace:
+        trace, _ = load_trace(args.trace)
+        what = Path(args.trace).name
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / "slice.csv"
+            make_slice(args.days, path)
+            trace, _ = load_trace(path)
+        what = f"{args.days}-day slice"
     trace = trace.replace(time_limit=np.ceil(2 * trace.duration / 60.0) * 60.0)
+    spec = parse_cluster(args.cluster)
     policy = get_policy("multifactor")
     config = policy.space.parse_assignments(args.config)
     times, sim = [], None
     for _ in range(args.repeat):
         t0 = time.perf_counter()
-        sim = Simulator(trace, ClusterSpec.uniform_nodes(32, 8), policy(config)).run()
+        sim = Simulator(trace, spec, policy(config)).run()
         times.append(time.perf_counter() - t0)
     assert sim is not None
     starts = sim.records().first_start
-    print(f"{len(trace)} jobs, {args.days}-day slice, 32x8, multifactor {sim.policies[0].backfill_kind}: "
+    print(f"{len(trace)} jobs, {what}, {args.cluster}, multifactor {sim.policies[0].backfill_kind}: "
           f"best {min(times):.2f} s, median {statistics.median(times):.2f} s "
           f"(runs: {', '.join(f'{t:.2f}' for t in times)}); avg wait {np.mean(starts - trace.submit_time):.1f} s")
+    if args.order:
+        time_order(trace, spec, policy(config))
     if args.save:
         np.save(args.save, starts)
     if args.check:
@@ -69,6 +90,52 @@ def main() -> None:
         if not same:
             raise SystemExit(1)
 
+
+def time_order(trace, spec: ClusterSpec, policy) -> None:
+    """Time both ways of building each backfill cycle's order on the run's real queues (the run
+    itself is unchanged: the spy only reads the policy's state before the cycle plans)."""
+    sim = Simulator(trace, spec, policy)
+    pol = sim.policies[0]
+    real = multifactor.slurm_backfill
+    waiting: list[int] = []
+    spent = {"sort": 0.0, "merge": 0.0, "lexsort": 0.0}
+
+    def best(f) -> float:
+        out = math.inf
+        for _ in range(5):
+            t0 = time.perf_counter()
+            f()
+            out = min(out, time.perf_counter() - t0)
+        return out
+
+    def spy(part, order, *a, **kw):
+        neg, m = pol.neg, pol.bf.max_job_test
+
+        def key(k):
+            return (neg[k], k)
+
+        def lexsort():
+            js = np.fromiter(pol.waiting, dtype=np.int64, count=len(pol.waiting))
+            return js[np.lexsort((js, neg[js]))][:m].tolist()
+
+        ways = {"sort": lambda: sorted(pol.waiting, key=key)[:m],
+                "merge": lambda: list(islice(heapq.merge(*pol.by_size.values(), key=key), m)),
+                "lexsort": lexsort}
+        assert all(f() == list(order) for f in ways.values())
+        waiting.append(len(pol.waiting))
+        for name, f in ways.items():
+            spent[name] += best(f)
+        return real(part, order, *a, **kw)
+
+    multifactor.slurm_backfill = spy
+    try:
+        sim.run()
+    finally:
+        multifactor.slurm_backfill = real
+    w = np.asarray(waiting)
+    print(f"{len(w)} backfill cycles, waiting jobs per cycle: median {np.median(w):.0f}, mean {w.mean():.0f}, "
+          f"max {w.max()}; building the cycles' order: "
+          + ", ".join(f"{name} {t:.3f} s ({t / len(w) * 1e6:.0f} us a cycle)" for name, t in spent.items()))
 
 if __name__ == "__main__":
     main()

@@ -152,9 +152,12 @@ def test_run_screening_is_opt_in_and_imports_causal_learn_only_when_screening():
     import sys
 
     code = ("import sys, autosched.cli, autosched.tune, autosched.adapt; "
-            "from autosched.cli.run_cmd import _settings; from autosched.adapt import STRATEGIES; "
-            "s = _settings('tiresias', '7d', '7d', 8, 4, 1, 'stat', 'default,autosched', 'avg_jct', 0.01, 2.0, "
-            "False, True, '0', None, 0, STRATEGIES, None, False, 8, 0.0, None, None)[0]; "
+            "from autosched.cli.run_cmd import RunOptions; from autosched.adapt import STRATEGIES; "
+            "s = RunOptions(policy='tiresias', period='7d', history='7d', budget=8, samples=4, validation_samples=8, "
+            "level_sd=0.0, workers=1, model='stat', with_replay=False, strategies='default,autosched', "
+            "objective='avg_jct', margin=0.01, noise_k=2.0, max_loss=None, first_decision=None, "
+            "backlog_history=False, drift=False, screening=True, skip='0', span=None, seed=0, "
+            "oracle_budget=None).resolve(STRATEGIES)[0]; "
             "assert s.search.screening is True; assert 'causallearn' not in sys.modules, 'imported early'; "
             "from autosched.adapt import Settings; assert Settings().search.screening is False")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
@@ -232,15 +235,11 @@ def test_run_options_default_to_the_settings_defaults():
     import inspect
 
     from autosched.adapt import STRATEGIES, Settings
-    from autosched.cli.run_cmd import _settings, run_cmd
+    from autosched.cli.run_cmd import RunOptions, run_cmd
 
     d = {k: p.default.default for k, p in inspect.signature(run_cmd).parameters.items()
          if hasattr(p.default, "default")}
-    got, _, _ = _settings(d["policy"], d["period"], d["history"], d["budget"], d["samples"], d["workers"],
-                          d["model"], d["strategies"], d["objective"], d["margin"], d["noise_k"], d["drift"],
-                          d["screening"], d["skip"], d["span"], d["seed"], STRATEGIES, d["oracle_budget"],
-                          d["with_replay"], d["validation_samples"], d["level_sd"], d["max_loss"],
-                          d["first_decision"], d["backlog_history"])
+    got, _, _ = RunOptions.of(d).resolve(STRATEGIES)
     ref = Settings()
     for field in ("policy", "period", "history", "budget", "oracle_budget", "samples", "validation_samples",
                   "model", "with_replay", "metric", "seed", "drift", "guard_k", "guard_margin", "guard_max_loss",

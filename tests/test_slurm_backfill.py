@@ -199,6 +199,35 @@ def test_fair_tree_on_a_flat_tree_is_the_walks(data):
     assert tree._flat_fair_tree(used, known).tolist() == tree._walk_fair_tree(used, known).tolist()
 
 
+
+def test_classic_fair_share_with_one_user_per_account():
+    # Accounts 0-3 with one user each, usage 10, 0, 10, 30 of 50, account 2's user not yet
+    # submitted: 3 count, S = 1/3 each. UA 0.2, 0, 0.6; UE = UA + (1 - UA) / 3: 0.4667, 0.3333,
+    # 0.7333; factor 2^(-3 UE): 2^-1.4, 2^-1, 2^-2.2; account 2 gets 1. The flat path and the
+    # walk agree to the bit.
+    tree = ShareTree.from_pairs([(0, -1), (1, -1), (2, -1), (3, -1)])
+    used, known = np.array([10.0, 0.0, 10.0, 30.0]), np.array([True, True, False, True])
+    assert tree._flat
+    assert tree.classic(used, known) == pytest.approx([2 ** -1.4, 0.5, 1.0, 2 ** -2.2], rel=1e-12)
+    assert tree._flat_classic(used, known).tolist() == tree._walk_classic(used, known).tolist()
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_classic_fair_share_on_a_flat_tree_is_the_walks(data):
+    # As for Fair Tree: ties, zero usage, subnormal and huge values, float sums that round and
+    # usage a hair below zero; every bit of the walk's floats.
+    n = data.draw(st.integers(1, 12))
+    users = data.draw(st.sampled_from([[-1] * n, list(range(n))]))
+    tree = ShareTree.from_pairs(list(zip(range(n), users)))
+    values = st.sampled_from([0.0, -0.0, 0.1, 0.2, 0.30000000000000004, 1.0, 2.0, 3.0, 1e-300, 5e-324, 1e300,
+                              -1e-13])
+    used = np.array(data.draw(st.lists(values, min_size=n, max_size=n)))
+    known = np.array(data.draw(st.lists(st.booleans(), min_size=n, max_size=n)), dtype=bool)
+    assert tree._flat
+    assert tree._flat_classic(used, known).tolist() == tree._walk_classic(used, known).tolist()
+
+
 def test_fair_tree_orders_jobs_in_the_simulator():
     # Accounts from the trace: u1 and u2 in "p", u3 in "c". A (u1, 4 GPUs, 0-600) runs; at 600
     # (a recalculation) p has all the usage: c (level infinite) comes first, then in p u2 (no
@@ -260,6 +289,35 @@ def test_sched_builtin_starts_jobs_in_priority_order(case):
                              "PriorityWeightFairshare": 0}, nodes=nodes, gpn=gpn, users=users)
     first = sim.records().first_start
     assert np.all(np.diff(first) >= 0)
+
+
+
+@SETTINGS
+@given(limited(), st.sampled_from([1, 2, 500]))
+def test_a_backfill_cycle_looks_at_the_waiting_jobs_in_priority_order(case, max_job_test):
+    # The cycle takes its jobs from the by-size queues (merged, not sorted afresh): at every
+    # cycle they must be the first bf_max_job_test of all waiting jobs by (priority, submission).
+    from unittest.mock import patch
+
+    from autosched.policies import multifactor
+
+    jobs, limits, cfg, nodes, gpn, users = case
+    trace = make_trace(jobs, users).replace(time_limit=np.asarray(limits, dtype=float))
+    sim = Simulator(trace, ClusterSpec.uniform_nodes(nodes, gpn), get_policy("multifactor")(
+        {**FLAT, **cfg, "backfill": True, "bf_max_job_test": max_job_test}))
+    pol = sim.policies[0]
+    seen = []
+    real = multifactor.slurm_backfill
+
+    def spy(part, order, *args, **kw):
+        neg = pol.neg
+        seen.append((list(order), sorted(pol.waiting, key=lambda k: (neg[k], k))[:max_job_test]))
+        return real(part, order, *args, **kw)
+
+    with patch.object(multifactor, "slurm_backfill", spy):
+        sim.run()
+    for got, want in seen:
+        assert got == want
 
 
 # ------------------------------------------------------------------------------------- CLI

@@ -4,9 +4,11 @@ the scheduler, next to the fixed default, tuning on the last period, and two ora
 from __future__ import annotations
 
 import sys
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 from rich.console import Console
@@ -25,6 +27,9 @@ from .common import (
     require,
     table_console,
 )
+
+if TYPE_CHECKING:
+    from ..adapt import Settings
 
 DEFAULT_STRATEGIES = "default,autosched,last_period,oracle_static,oracle_period"
 
@@ -64,16 +69,12 @@ def run_cmd(
     """Replay a trace with autosched re-tuning the scheduler each period; compare with the fixed
     default, tuning on the last period, and two oracles (best fixed config in hindsight; per-period
     tuning on the real future)."""
-    from dataclasses import replace
-
+    options = RunOptions.of(locals())  # first, while the arguments are all that is bound
     from ..adapt import STRATEGIES, run_experiment
     from ..adapt.cache import default_cache_dir
     from ..adapt.experiment import across_seeds
 
-    settings, names, window = _settings(policy, period, history, budget, samples, workers, model, strategies,
-                                        objective, margin, noise_k, drift, screening, skip, span, seed, STRATEGIES,
-                                        oracle_budget, with_replay, validation_samples, level_sd, max_loss,
-                                        first_decision, backlog_history)
+    settings, names, window = options.resolve(STRATEGIES)
     check_seed(seed)
     if seeds < 1:
         fail(f"--seeds must be at least 1 (got {seeds})")
@@ -119,54 +120,91 @@ def run_cmd(
         _print_seeds(data["across_seeds"])
 
 
-def _settings(policy, period, history, budget, samples, workers, model, strategies, objective, margin,
-              noise_k, drift, screening, skip, span, seed, known, oracle_budget, with_replay,
-              validation_samples, level_sd, max_loss, first_decision, backlog_history=False):
-    """Check every option up front: a bad one fails with one line before any work starts."""
-    from ..adapt import Settings
-    from ..adapt.experiment import FIRST_DECISION
-    from ..policies import UnknownPolicy, get_policy
-    from ..sim.metrics import METRIC_HELP
-    from ..timeparse import TimeParseError, parse_duration
-    from ..tune import ExecutionConfig, SearchConfig
-    from ..workload import WorkloadError, get_model
+@dataclass(frozen=True)
+class RunOptions:
+    """The options of `autosched run` that make its `Settings`, as given on the command line.
+    A new flag is a parameter of `run_cmd` and a field here (of the same name), used in
+    `resolve`: the command hands all its arguments over at once (`of`)."""
 
-    try:
-        get_policy(policy)
-        get_model(model)
-        p, h = parse_duration(period, "--period"), parse_duration(history, "--history")
-        start = parse_duration(skip, "--skip")
-        length = parse_duration(span, "--span") if span is not None else float("inf")
-        off = first_decision is not None and first_decision.strip().lower() == "off"
-        first = None if first_decision is None or off else parse_duration(first_decision, "--first-decision")
-    except (UnknownPolicy, WorkloadError, TimeParseError) as e:
-        fail(str(e))
-    # (period, history, budget, samples, the oracle's budget, margin and k: Settings checks them)
-    from ..workload.base import MAX_HORIZON
+    policy: str
+    period: str
+    history: str
+    budget: int
+    samples: int
+    validation_samples: int
+    level_sd: float
+    workers: int
+    model: str
+    with_replay: bool
+    strategies: str
+    objective: str
+    margin: float
+    noise_k: float
+    max_loss: float | None
+    first_decision: str | None
+    backlog_history: bool
+    drift: bool
+    screening: bool
+    skip: str
+    span: str | None
+    seed: int
+    oracle_budget: int | None
 
-    if p > MAX_HORIZON:  # each round samples one period
-        fail(f"--period of {p / 86400:,.6g} days is beyond the {MAX_HORIZON / 86400:g}-day limit of one workload sample")
-    if start < 0 or length <= 0:
-        fail("--skip must be >= 0 and --span > 0")
-    if first is not None and p > 0 and not 0 < first < p:
-        fail(f"--first-decision {first_decision} is not inside the first period ({period}); use 'off' for none")
-    if first_decision is None:
-        fraction: float | None = FIRST_DECISION
-    else:  # "off" or a duration inside the first period (a period <= 0: Settings says so)
-        fraction = None if first is None or p <= 0 else first / p
-    # (--workers: ExecutionConfig checks it below)
-    if objective not in METRIC_HELP:
-        fail(f"--objective {objective!r}: not a metric; use one of {', '.join(METRIC_HELP)}")
-    names = [s.strip() for s in strategies.split(",") if s.strip()]
-    bad = [s for s in names if s not in known]
-    if bad or not names:
-        fail(f"--strategies: unknown {', '.join(bad) or '(none given)'}; use some of {', '.join(known)}")
-    settings = Settings(policy=policy, period=p, history=h, budget=budget, oracle_budget=oracle_budget,
-                        samples=samples, validation_samples=validation_samples, level_sd=level_sd, model=model,
-                        with_replay=with_replay, guard_max_loss=max_loss,
-                        metric=objective, seed=seed, drift=drift, first_decision=fraction, backlog_history=backlog_history, guard_k=noise_k, guard_margin=margin,
-                        search=SearchConfig(screening=screening), execution=ExecutionConfig(workers=workers))
-    return settings, names, (start, start + length)
+    @classmethod
+    def of(cls, arguments: Mapping[str, Any]) -> "RunOptions":
+        """The options among a command's arguments (by name; the others are left out)."""
+        return cls(**{f.name: arguments[f.name] for f in fields(cls)})
+
+    def resolve(self, known: Sequence[str]) -> tuple[Settings, list[str], tuple[float, float]]:
+        """Check every option up front, so that a bad one fails with one line before any work
+        starts: the settings, the strategies to run (of `known`), and the window of the trace
+        to replay (from its start). `Settings` checks what it holds itself (period, history,
+        budgets, samples, margin, k; `ExecutionConfig` the workers); only what it cannot see
+        (the text as typed, the strategies, the window) is checked here."""
+        from ..adapt import Settings
+        from ..adapt.experiment import FIRST_DECISION
+        from ..policies import UnknownPolicy, get_policy
+        from ..sim.metrics import METRIC_HELP
+        from ..timeparse import TimeParseError, parse_duration
+        from ..tune import ExecutionConfig, SearchConfig
+        from ..workload import WorkloadError, get_model
+        from ..workload.base import MAX_HORIZON
+
+        try:
+            get_policy(self.policy)
+            get_model(self.model)
+            p, h = parse_duration(self.period, "--period"), parse_duration(self.history, "--history")
+            start = parse_duration(self.skip, "--skip")
+            length = parse_duration(self.span, "--span") if self.span is not None else float("inf")
+            off = self.first_decision is not None and self.first_decision.strip().lower() == "off"
+            first = (None if self.first_decision is None or off
+                     else parse_duration(self.first_decision, "--first-decision"))
+        except (UnknownPolicy, WorkloadError, TimeParseError) as e:
+            fail(str(e))
+        if p > MAX_HORIZON:  # each round samples one period
+            fail(f"--period of {p / 86400:,.6g} days is beyond the {MAX_HORIZON / 86400:g}-day limit of one workload sample")
+        if start < 0 or length <= 0:
+            fail("--skip must be >= 0 and --span > 0")
+        if first is not None and p > 0 and not 0 < first < p:
+            fail(f"--first-decision {self.first_decision} is not inside the first period ({self.period}); use 'off' for none")
+        if self.first_decision is None:
+            fraction: float | None = FIRST_DECISION
+        else:  # "off" or a duration inside the first period (a period <= 0: Settings says so)
+            fraction = None if first is None or p <= 0 else first / p
+        if self.objective not in METRIC_HELP:
+            fail(f"--objective {self.objective!r}: not a metric; use one of {', '.join(METRIC_HELP)}")
+        names = [s.strip() for s in self.strategies.split(",") if s.strip()]
+        bad = [s for s in names if s not in known]
+        if bad or not names:
+            fail(f"--strategies: unknown {', '.join(bad) or '(none given)'}; use some of {', '.join(known)}")
+        settings = Settings(policy=self.policy, period=p, history=h, budget=self.budget, oracle_budget=self.oracle_budget,
+                            samples=self.samples, validation_samples=self.validation_samples, level_sd=self.level_sd,
+                            model=self.model, with_replay=self.with_replay, guard_max_loss=self.max_loss,
+                            metric=self.objective, seed=self.seed, drift=self.drift, first_decision=fraction,
+                            backlog_history=self.backlog_history, guard_k=self.noise_k, guard_margin=self.margin,
+                            search=SearchConfig(screening=self.screening),
+                            execution=ExecutionConfig(workers=self.workers))
+        return settings, names, (start, start + length)
 
 
 @contextmanager

@@ -249,6 +249,13 @@ class ShareTree:
         the product of share fractions down the path and effective usage UE = UA + (UE_parent -
         UA) * shares / counted siblings' shares, UA = usage / all usage, UE_root = 1. Leaves that
         do not count, and every leaf while there is no usage, get 1."""
+        if self._flat:
+            return self._flat_classic(used, known)
+        return self._walk_classic(used, known)
+
+    def _walk_classic(self, used: npt.NDArray[np.float64], known: npt.NDArray[np.bool_]
+                      ) -> npt.NDArray[np.float64]:
+        """`classic` on any tree, by walking it."""
         out = np.ones(self.leaves)
         use, act = self._usage_and_active(used, known)
         total = use[0]
@@ -268,3 +275,31 @@ class ShareTree:
             if self.is_user[k]:
                 out[self.leaf[k]] = 2.0 ** (-ue[k] / s_norm[k]) if s_norm[k] > 0 else 0.0
         return out
+
+    def _flat_classic(self, used: npt.NDArray[np.float64], known: npt.NDArray[np.bool_]
+                      ) -> npt.NDArray[np.float64]:
+        """`classic` on a trace's tree whose accounts have one user each, in one pass over the
+        leaves instead of three walks over every node (it runs at every priority recalculation;
+        on the bundled sample's 11 accounts the walks cost 3.5x as much, benchmarks/fair_share.py).
+
+        There the shares are constant but for how many users count: each of the n counted
+        accounts has S = 1 / n, and its only user S = (1 / n) x 1. An account's usage is its
+        user's (0.0 + it), so both have UA = usage / all usage (all usage summed in the walk's
+        order, leaf order: the same float), and the user's UE = UA + (UE_account - UA) x 1 with
+        UE_account = UA + (1 - UA) / n: the walk's arithmetic step by step, so the floats are its."""
+        used_l, known_l = used.tolist(), known.tolist()
+        total = 0.0
+        for x in used_l:  # (not sum(): Python 3.12's compensates, the walk does not)
+            total += x
+        n = sum(known_l)
+        if total <= 0 or n == 0:
+            return np.ones(self.leaves)
+        frac = 1.0 / n
+        out = [1.0] * self.leaves
+        for i, u in enumerate(used_l):
+            if known_l[i]:
+                ua = u / total
+                ue = ua + (1.0 - ua) * frac  # the account's
+                ue = ua + (ue - ua) * 1.0  # its user's
+                out[i] = 2.0 ** (-ue / frac)
+        return np.array(out)

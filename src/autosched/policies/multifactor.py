@@ -468,8 +468,12 @@ class Multifactor(Policy):
     def _backfill(self, now: float, limit: list[float]) -> None:
         """One cycle of Slurm's backfill scheduler at `now`."""
         self._dirty = False
-        neg = self.neg
-        order = sorted(self.waiting, key=lambda k: (neg[k], k))
+        # The cycle looks at the first bf_max_job_test waiting jobs by (priority, submission):
+        # one lexsort of their keys. Per cycle on real queues (benchmarks/slurm_backfill.py
+        # --order) it costs a fifth of a sort with a Python key on queues of ~1,000 jobs and less
+        # on short ones; a lazy merge of the by-size queues costs more than either on short ones.
+        js = np.fromiter(self.waiting, dtype=np.int64, count=len(self.waiting))
+        order = js[np.lexsort((js, self.neg[js]))][:self.bf.max_job_test].tolist()
 
         def start(j: int, exclude: int) -> bool:
             if not self._start(j, now, exclude):
