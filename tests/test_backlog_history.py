@@ -124,20 +124,21 @@ def test_zero_history_columns_change_nothing(jobs, policy):
         assert np.array_equal(getattr(plain, field), getattr(zero, field)), field
 
 
-def _observed(backlog_history: bool):
+def _observed(backlog_history: bool | None):
     # 2 GPUs, strict FIFO: j0 0-200, j1 (2 GPUs) from 200, j2 (1 GPU) waits behind it. At 300:
     # j1 has run 100 s on 2 GPUs (200 GPU-s) and was submitted 290 s ago; j2 never ran, age 280.
     tr = _trace([(0, 2, 200), (10, 2, 1000), (20, 1, 10), (400, 1, 5)])
     cl = ClusterSpec.uniform_nodes(1, 2)
     sim = Simulator(tr, cl, get_policy("fifo")()).run(until=300)
-    return observe(sim, 300, 0, backlog_history=backlog_history), cl, FutureSource(tr)
+    flag = {} if backlog_history is None else dict(backlog_history=backlog_history)
+    return observe(sim, 300, 0, **flag), cl, FutureSource(tr)
 
 
-def test_observe_fills_the_backlog_history_when_asked():
+def test_observe_fills_the_backlog_history_by_default():
     obs, _, _ = _observed(False)
     assert list(obs.backlog.job_id) == ["j1", "j2"]
     assert obs.backlog.attained is None and obs.backlog.age is None
-    obs, cl, src = _observed(True)
+    obs, cl, src = _observed(None)
     assert list(obs.backlog.job_id) == ["j1", "j2"]
     assert obs.backlog.submit_time.tolist() == [300, 300]
     assert obs.backlog.attained.tolist() == [200, 0] and obs.backlog.age.tolist() == [290, 280]
@@ -147,7 +148,7 @@ def test_observe_fills_the_backlog_history_when_asked():
     assert w.attained.tolist() == [200, 0, 0] and w.age.tolist() == [290, 280, 0]
 
 
-def test_live_observation_fills_the_backlog_history_when_asked():
+def test_live_observation_fills_the_backlog_history_by_default():
     from autosched.live.history import LiveJobs, observation
     from autosched.trace.report import LoadReport
     obj = lambda *v: np.array(v, dtype=object)  # noqa: E731
@@ -158,8 +159,8 @@ def test_live_observation_fills_the_backlog_history_when_asked():
                     partition=obj("p", "p", "p"), time_limit=np.full(3, np.nan),
                     finished=np.array([True, False, False]), duration=np.array([3500.0, 0.0, 0.0]),
                     report=LoadReport(source="test"))
-    obs, _ = observation(jobs, now=4000.0, window=4000.0)
+    obs, _ = observation(jobs, now=4000.0, window=4000.0, backlog_history=False)
     assert obs.backlog.attained is None and obs.backlog.age is None
-    obs, _ = observation(jobs, now=4000.0, window=4000.0, backlog_history=True)
+    obs, _ = observation(jobs, now=4000.0, window=4000.0)
     assert list(obs.backlog.job_id) == ["1", "2"]
     assert obs.backlog.attained.tolist() == [5000, 0] and obs.backlog.age.tolist() == [3000, 300]

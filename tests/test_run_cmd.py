@@ -73,7 +73,7 @@ def test_run_first_decision_with_a_bad_period_names_the_period(tiny):
 
 
 def test_run_backlog_history_reaches_the_round_workloads(tiny, monkeypatch):
-    """--backlog-history: the evaluation workloads' carried-over jobs keep their past."""
+    """--backlog-history (the default): the evaluation workloads' carried-over jobs keep their past."""
     import autosched.adapt.controller as controller
 
     seen = []
@@ -84,10 +84,10 @@ def test_run_backlog_history_reaches_the_round_workloads(tiny, monkeypatch):
         return real(backlog, *rest, **k)
 
     monkeypatch.setattr(controller, "concat", spy)
-    for flag, want in (("--backlog-history", True), ("--no-backlog-history", False)):
+    for flags, want in ((["--backlog-history"], True), (["--no-backlog-history"], False), ([], True)):
         seen.clear()
         res = runner.invoke(app, _args(tiny, "--json", "--strategies", "default,last_period", "--first-decision", "off",
-                                       flag))
+                                       *flags))
         assert res.exit_code == 0, res.output
         backlogs = [t for t in seen if len(t) and t.attained is not None]
         assert bool(backlogs) is want and all((t.attained >= 0).all() for t in backlogs)

@@ -42,7 +42,7 @@ from .controller import Controller, Decision, TunerFactory, check_sample_counts,
 from .drift import GPU_CLASS_NAMES, DriftTest, gpu_classes
 from .errors import AdaptError
 from .guardrail import Guardrail
-from .observe import observe
+from .observe import BACKLOG_HISTORY, observe
 from .sources import FutureSource, ModelSource, ReplaySource, check_model_source
 
 STRATEGIES = ("default", "autosched", "last_period", "oracle_static", "oracle_period")
@@ -95,8 +95,8 @@ class Settings:
     guard_margin: float = Guardrail.min_margin
     guard_max_loss: float | None = None  # refuse a winner that loses more than this on one workload
     carry_backlog: bool = True
-    # The backlog keeps each job's past (attained service, age; `observe`): off until measured.
-    backlog_history: bool = False
+    # The backlog keeps each job's past (attained service, age; `observe.BACKLOG_HISTORY`).
+    backlog_history: bool = BACKLOG_HISTORY
     # How each round searches (sampler, screening, ...) and where its trials run (workers, ...);
     # the search's budget and seed are always this record's `budget` and `seed`.
     # Screening is off in the loop by default: at 16 trials a round it searched no better than

@@ -53,7 +53,7 @@ def run_cmd(
     noise_k: float = typer.Option(1.0, "--noise-k", help="guardrail: ... and exceeds this many standard errors of the paired gain across samples"),
     max_loss: Optional[float] = typer.Option(None, "--max-loss", help="guardrail: ... and loses no more than this fraction on any sample (0.02 = 2%)"),
     first_decision: Optional[str] = typer.Option(None, "--first-decision", metavar="DURATION|off", help="a first tuning round this long after the start, on the history seen so far (default: 3/7 of the period, day 3 of a week; 'off': none before the first period boundary)"),
-    backlog_history: bool = typer.Option(False, "--backlog-history/--no-backlog-history", help="evaluation workloads keep each carried-over job's past (service received, time waited) instead of restarting it as a new job; off until measured (docs/traces.md)"),
+    backlog_history: Optional[bool] = typer.Option(None, "--backlog-history/--no-backlog-history", help="evaluation workloads keep each carried-over job's past (service received, time waited) instead of restarting it as a new job  [default: on] (docs/traces.md)", show_default=False),
     drift: bool = typer.Option(False, "--drift/--no-drift", help="also re-tune between boundaries when a daily drift test fires (costs a tuning round each time it fires)"),
     screening: bool = typer.Option(False, "--screening/--no-screening", help="causal knob screening inside each tuning round (off by default: see docs/tuning.md)"),
     skip: str = typer.Option("0", "--skip", help="ignore the trace's first SKIP (e.g. 14d) before replaying"),
@@ -142,7 +142,7 @@ class RunOptions:
     noise_k: float
     max_loss: float | None
     first_decision: str | None
-    backlog_history: bool
+    backlog_history: bool | None  # None: the Settings' default
     drift: bool
     screening: bool
     skip: str
@@ -201,9 +201,11 @@ class RunOptions:
                             samples=self.samples, validation_samples=self.validation_samples, level_sd=self.level_sd,
                             model=self.model, with_replay=self.with_replay, guard_max_loss=self.max_loss,
                             metric=self.objective, seed=self.seed, drift=self.drift, first_decision=fraction,
-                            backlog_history=self.backlog_history, guard_k=self.noise_k, guard_margin=self.margin,
+                            guard_k=self.noise_k, guard_margin=self.margin,
                             search=SearchConfig(screening=self.screening),
                             execution=ExecutionConfig(workers=self.workers))
+        if self.backlog_history is not None:
+            settings = replace(settings, backlog_history=self.backlog_history)
         return settings, names, (start, start + length)
 
 

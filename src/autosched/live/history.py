@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from ..adapt.observe import Observation, impute_from_past
+from ..adapt.observe import BACKLOG_HISTORY, Observation, impute_from_past
 from ..export.slurm import slurm_seconds
 from ..trace.io import load_trace
 from ..trace.parsing import wallclock_seconds
@@ -173,7 +173,7 @@ def _job_rows(text: str) -> dict[str, dict[str, str]]:
 
 
 def observation(jobs: LiveJobs, now: float, window: float, seed: int = 0,
-                backlog_history: bool = False) -> tuple[Observation, float]:
+                backlog_history: bool = BACKLOG_HISTORY) -> tuple[Observation, float]:
     """What the Controller sees at `now` of the jobs submitted in the last `window`, and the
     unix time its times count from (00:00 UTC of the first day, as the trace loaders count).
 
