@@ -20,14 +20,11 @@ from autosched.live.connector import ApplyFailed
 from autosched.live.errors import ActionNotAllowed, LiveError, SlurmUnavailable
 from autosched.live.fake import FakeConnector
 from autosched.live.store import RevisionState
-from live_helpers import HEADER, contended, row
+from live_helpers import HEADER, PINNED_NOW, contended, row
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 P, A, R, RB, F = (RevisionState.PROPOSED, RevisionState.APPLIED, RevisionState.REJECTED,
                   RevisionState.ROLLED_BACK, RevisionState.FAILED)
-
-
-PINNED_NOW = 1_796_300_000.0  # 2026-12-03 12:13:20 UTC
 
 
 def make(tmp_path, sacct=None, **kw):
