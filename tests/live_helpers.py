@@ -24,6 +24,12 @@ def row(job_id: str, submit: float, start: float | None, end: float | None, gpus
                      "1", limit])
 
 
+# Where a test pins the fake cluster's clock (2026-12-03 12:13:20 UTC): a fixed moment, because
+# sacct's whole-second times round each job differently as the wall clock's fraction moves, and a
+# round then sometimes chooses otherwise.
+PINNED_NOW = 1_796_300_000.0
+
+
 def contended(now: float, n: int = 60, span: float = 1200.0, seed: int = 0) -> str:
     """`n` finished jobs of three users submitted over the last `span` s for an 8-GPU cluster,
     2 to 8 GPUs each: replayed, the queue is long and its order depends on the priority weights

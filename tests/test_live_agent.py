@@ -20,7 +20,7 @@ from autosched.live.connector import ApplyFailed
 from autosched.live.errors import ActionNotAllowed, LiveError, SlurmUnavailable
 from autosched.live.fake import FakeConnector
 from autosched.live.store import RevisionState
-from live_helpers import HEADER, contended, row
+from live_helpers import HEADER, PINNED_NOW, contended, row
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 P, A, R, RB, F = (RevisionState.PROPOSED, RevisionState.APPLIED, RevisionState.REJECTED,
@@ -30,8 +30,10 @@ P, A, R, RB, F = (RevisionState.PROPOSED, RevisionState.APPLIED, RevisionState.R
 def make(tmp_path, sacct=None, **kw):
     """An agent over a fake 8-GPU cluster. With the default history, the cluster's clock is
     pinned to the moment the history ends: a round replays the last period (600 s) of jobs, so a
-    round that started seconds later on a loaded machine would tune on other jobs."""
-    now = time.time()
+    round that started seconds later on a loaded machine would tune on other jobs. The moment is
+    fixed, not the wall clock: sacct's whole-second times round each job differently as the
+    clock's fraction moves, and one round in some tens then chose otherwise."""
+    now = PINNED_NOW
     fake = FakeConnector.create(tmp_path / "fake", sacct=contended(now) if sacct is None
                                 else sacct, nodes=1, gpus_per_node=8)
     if sacct is None:

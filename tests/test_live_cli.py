@@ -5,13 +5,12 @@ test_live_slurm.py."""
 from __future__ import annotations
 
 import json
-import time
 
 from typer.testing import CliRunner
 
 from autosched.cli import build_app
 from autosched.live.fake import FakeConnector
-from live_helpers import contended
+from live_helpers import PINNED_NOW, contended
 
 runner = CliRunner()
 
@@ -21,7 +20,7 @@ def cli(*args):
 
 
 def test_init_step_status_approve_rollback_freeze(tmp_path):
-    now = time.time()  # the clock is pinned where the history ends (see test_live_agent.make)
+    now = PINNED_NOW  # the clock is pinned where the history ends (see test_live_agent.make)
     fake = FakeConnector.create(tmp_path / "fake", sacct=contended(now), nodes=1,
                                 gpus_per_node=8)
     fake.update(clock=now)
