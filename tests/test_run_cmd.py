@@ -245,6 +245,8 @@ def test_run_options_default_to_the_settings_defaults():
                   "model", "with_replay", "metric", "seed", "drift", "guard_k", "guard_margin", "guard_max_loss",
                   "level_sd", "search", "first_decision", "backlog_history"):
         assert getattr(got, field) == getattr(ref, field), field
+    on = "[default: on]" in inspect.signature(run_cmd).parameters["backlog_history"].default.help
+    assert on is ref.backlog_history  # the help states the default it leaves to Settings
     from fractions import Fraction  # the help states the default fraction
     assert str(Fraction(ref.first_decision).limit_denominator(100)) in inspect.signature(run_cmd).parameters[
         "first_decision"].default.help

@@ -67,10 +67,11 @@ class Observation:
     imputed: int
 
 
-# The backlog keeps its past by default: with the Pareto tail for the imputed remaining work it
-# made autosched's decisions better on every one of six traces x 8 seeds (by 0.3-0.9% of average
-# JCT, each within about one standard error; docs/results.md), and without it a carried-over job
-# restarts as new, first in Tiresias's queues and youngest in Slurm's age factor.
+# The backlog keeps its past by default: without it a carried-over job restarts as new, first in
+# Tiresias's queues and youngest in Slurm's age factor. With the Pareto tail below, the evaluation
+# predicts more of the harm a config change does to the backlog (docs/traces.md), and on six
+# traces x 8 seeds autosched's decisions moved within their noise (0.5-0.9% better on four, the
+# same on one, 1.3% worse on one; docs/results.md, "Issue 11, today's defaults").
 BACKLOG_HISTORY = True
 
 
