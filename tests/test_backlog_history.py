@@ -164,3 +164,21 @@ def test_live_observation_fills_the_backlog_history_by_default():
     obs, _ = observation(jobs, now=4000.0, window=4000.0)
     assert list(obs.backlog.job_id) == ["1", "2"]
     assert obs.backlog.attained.tolist() == [5000, 0] and obs.backlog.age.tolist() == [3000, 300]
+
+
+def test_by_default_a_job_past_every_finished_one_keeps_work_and_its_past(monkeypatch):
+    """Today's defaults at the `observe` level: a backlog job that has run longer than every
+    finished job gets a Pareto tail (more than the 1 s the old rule left it) and carries what it
+    ran and its age. j0 runs 0-10,000 on its own 1 GPU; j1-j5 finish after 100 s each."""
+    import importlib
+
+    observe_mod = importlib.import_module("autosched.adapt.observe")  # the package's `observe` is the function
+    rows = [(0, 1, 10_000)] + [(10 * i, 1, 100) for i in range(1, 6)]
+    sim = Simulator(_trace(rows), ClusterSpec.uniform_nodes(1, 8), get_policy("fifo")()).run(until=1000)
+    obs = observe(sim, 1000, 0)
+    assert list(obs.backlog.job_id) == ["j0"]
+    assert obs.backlog.attained.tolist() == [1000] and obs.backlog.age.tolist() == [1000]
+    left = float(obs.backlog.duration[0])
+    assert 1.0 < left <= 1000 + observe_mod.TAIL_CAP  # total 1000 / U**(1/2), capped
+    monkeypatch.setattr(observe_mod, "TAIL_ALPHA", None)  # the old rule: it ends at once
+    assert observe(sim, 1000, 0).backlog.duration.tolist() == [1.0]

@@ -27,17 +27,18 @@ P, A, R, RB, F = (RevisionState.PROPOSED, RevisionState.APPLIED, RevisionState.R
                   RevisionState.ROLLED_BACK, RevisionState.FAILED)
 
 
-def make(tmp_path, sacct=None, **kw):
+def make(tmp_path, sacct=None, pin=None, **kw):
     """An agent over a fake 8-GPU cluster. With the default history, the cluster's clock is
     pinned to the moment the history ends: a round replays the last period (600 s) of jobs, so a
     round that started seconds later on a loaded machine would tune on other jobs. The moment is
     fixed, not the wall clock: sacct's whole-second times round each job differently as the
-    clock's fraction moves, and one round in some tens then chose otherwise."""
+    clock's fraction moves, and one round in some tens then chose otherwise. `pin`: pin the clock
+    there for a history given as `sacct` (or seeded) too."""
     now = PINNED_NOW
     fake = FakeConnector.create(tmp_path / "fake", sacct=contended(now) if sacct is None
                                 else sacct, nodes=1, gpus_per_node=8)
-    if sacct is None:
-        fake.update(clock=now)
+    if sacct is None or pin is not None:
+        fake.update(clock=now if pin is None else pin)
     opts = dict(connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=600,
                 history=3600, min_jobs=10, budget=12, model="replay", margin=0.0, k=0.0)
     opts.update(kw)
@@ -202,11 +203,10 @@ def test_unwritable_state_dir_is_a_clear_error(tmp_path):
 
 
 def test_malformed_sacct_rows_are_skipped_and_counted(tmp_path):
-    now = time.time()
-    text = contended(now)
+    text = contended(PINNED_NOW)
     text += "999|not-a-time|x|y|gres/gpu=1|gres/gpu=1|a|b|gpu|COMPLETED|j|1|1\n"
     text += "1000|2026-01-01T00:00:00\n"  # a partial row
-    agent, _ = make(tmp_path, sacct=text)
+    agent, _ = make(tmp_path, sacct=text, pin=PINNED_NOW)
     out = agent.step()
     assert out["malformed_rows"] == 2 and out["action"] == "proposed"
 
@@ -330,10 +330,9 @@ def test_kill_9_during_an_apply_leaves_old_or_new_never_half(tmp_path):
 
 
 def test_a_sacct_export_seeds_the_history(tmp_path):
-    now = time.time()
     seed = tmp_path / "old.txt"
-    seed.write_text(contended(now))  # what the cluster no longer reports
-    agent, _ = make(tmp_path, sacct=HEADER + "\n", seed_history=str(seed))
+    seed.write_text(contended(PINNED_NOW))  # what the cluster no longer reports
+    agent, _ = make(tmp_path, sacct=HEADER + "\n", pin=PINNED_NOW, seed_history=str(seed))
     out = agent.step()
     assert out["history_jobs"] == 60 and out["action"] == "proposed"
     (tmp_path / "bad.csv").write_text("job_id,submit_time,num_gpus,duration\n1,0,1,10\n")
@@ -427,3 +426,22 @@ def test_a_model_round_draws_the_agents_validation_samples(tmp_path):
 def test_agent_settings_refuse_too_few_validation_samples(tmp_path):
     with pytest.raises(AutoschedError, match="validation samples must be at least 2"):
         make(tmp_path, model="stat", validation_samples=1)
+
+
+def test_the_agent_observes_with_its_backlog_history_setting(tmp_path, monkeypatch):
+    """AgentSettings.backlog_history reaches every observation a round makes."""
+    import autosched.live.agent as agent_mod
+
+    seen = []
+    real = agent_mod.observation
+
+    def spy(*a, **k):
+        seen.append(k.get("backlog_history"))
+        return real(*a, **k)
+
+    monkeypatch.setattr(agent_mod, "observation", spy)
+    for flag in (False, True):
+        seen.clear()
+        agent, _ = make(tmp_path / str(flag), backlog_history=flag)
+        agent.step()
+        assert seen and all(s is flag for s in seen), seen

@@ -76,3 +76,26 @@ def test_init_without_the_include_line_says_what_to_add(tmp_path, monkeypatch):
     conf.write_text(f"ClusterName=x\nInclude {tmp_path / 'autosched.conf'}\n")
     r = cli("agent", "init", "--state", str(tmp_path / "s"), "--slurm-conf", str(conf))
     assert r.exit_code == 0, r.output
+
+
+def test_init_saves_whether_the_backlog_keeps_its_past(tmp_path):
+    """`agent init` saves the choice; the default is the simulator's (`observe.BACKLOG_HISTORY`),
+    which the help states; a state saved before the field existed loads with the default."""
+    import inspect
+
+    from autosched.adapt.observe import BACKLOG_HISTORY
+    from autosched.cli.agent_cmd import init_cmd
+    from autosched.live.agent import SETTINGS_FILE, AgentSettings
+
+    FakeConnector.create(tmp_path / "fake", sacct=contended(PINNED_NOW), nodes=1, gpus_per_node=8)
+    for flags, want in (([], BACKLOG_HISTORY), (["--no-backlog-history"], False), (["--backlog-history"], True)):
+        st = tmp_path / f"state{len(flags)}{want}"
+        r = cli("agent", "init", "--state", str(st), "--fake", str(tmp_path / "fake"), *flags)
+        assert r.exit_code == 0, r.output
+        assert AgentSettings.load(st).backlog_history is want
+    saved = json.loads((st / SETTINGS_FILE).read_text())
+    del saved["backlog_history"]
+    (st / SETTINGS_FILE).write_text(json.dumps(saved))
+    assert AgentSettings.load(st).backlog_history is BACKLOG_HISTORY
+    on = "[default: on]" in inspect.signature(init_cmd).parameters["backlog_history"].default.help
+    assert on is BACKLOG_HISTORY

@@ -295,7 +295,7 @@ def test_sched_builtin_starts_jobs_in_priority_order(case):
 @SETTINGS
 @given(limited(), st.sampled_from([1, 2, 500]))
 def test_a_backfill_cycle_looks_at_the_waiting_jobs_in_priority_order(case, max_job_test):
-    # The cycle takes its jobs from the by-size queues (merged, not sorted afresh): at every
+    # The cycle orders the waiting jobs with one lexsort (not a Python sort): at every
     # cycle they must be the first bf_max_job_test of all waiting jobs by (priority, submission).
     from unittest.mock import patch
 

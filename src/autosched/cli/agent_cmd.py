@@ -73,6 +73,7 @@ def init_cmd(
     max_step: float = typer.Option(0.25, "--max-step", help="auto mode: largest move of a knob per round, as a fraction of its range"),
     fix: list[str] = typer.Option([], "--fix", help="KNOB=VALUE for a knob with no live setting (repeatable)"),
     seed_history: Optional[Path] = typer.Option(None, "--seed-history", help="an older sacct export that seeds the history"),
+    backlog_history: Optional[bool] = typer.Option(None, "--backlog-history/--no-backlog-history", help="evaluation workloads keep each running or pending job's past (run time x GPUs, age) instead of restarting it as a new job  [default: on]", show_default=False),
     timeout: float = typer.Option(30.0, "--timeout", help="seconds a Slurm command may take"),
 ) -> None:
     """Create the agent's state directory and save how it reaches the cluster and what it tunes."""
@@ -104,6 +105,8 @@ def init_cmd(
         validation_samples=validation_samples,
         margin=margin, bounds=bounds, max_step=max_step, fixed=_pairs(fix, "fix"),
         seed_history=str(seed_history.resolve()) if seed_history else None)
+    if backlog_history is not None:
+        settings.backlog_history = backlog_history
     st = state or default_state()
     agent = init_agent(st, settings)
     if connector["kind"] == "slurm":

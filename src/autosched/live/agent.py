@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ..adapt.observe import BACKLOG_HISTORY
 from ..atomic import write_text_atomic
 from ..errors import AutoschedError
 from ..jsonable import jsonable
@@ -60,6 +61,9 @@ class AgentSettings:
     fixed: dict[str, Any] = field(default_factory=dict)  # values of the non-live knobs
     seed_history: str | None = None  # a sacct export that seeds the history
     seed: int = 0
+    # evaluation workloads keep each running or pending job's past (run time x GPUs, age); a
+    # state directory saved before this field existed gets the default
+    backlog_history: bool = BACKLOG_HISTORY
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -474,7 +478,7 @@ class Agent:
         from ..tune.objective import Objective
 
         s = self.settings
-        obs, origin = observation(jobs, now, s.history, seed=s.seed)
+        obs, origin = observation(jobs, now, s.history, seed=s.seed, backlog_history=s.backlog_history)
         full = self.space.full(running.config)
         bounds = {k: (float(v[0]), float(v[1])) for k, v in s.bounds.items()}
         cls = live_policy(self.space, full, bounds, s.max_step if s.mode == "auto" else None)
@@ -530,7 +534,8 @@ class Agent:
         if self._controller is None:
             return ""
         now = self.connector.now() if now is None else now
-        obs, _ = observation(self.jobs(now), now, self.settings.history, seed=self.settings.seed)
+        obs, _ = observation(self.jobs(now), now, self.settings.history, seed=self.settings.seed,
+                             backlog_history=self.settings.backlog_history)
         rep = self._controller.check_drift(obs)
         return rep.reason if rep is not None and rep.drifted else ""
 

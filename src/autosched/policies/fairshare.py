@@ -280,7 +280,7 @@ class ShareTree:
                       ) -> npt.NDArray[np.float64]:
         """`classic` on a trace's tree whose accounts have one user each, in one pass over the
         leaves instead of three walks over every node (it runs at every priority recalculation;
-        on the bundled sample's 11 accounts the walks cost 3.5x as much, benchmarks/fair_share.py).
+        on the bundled sample's 11 accounts the walks cost 3.2x as much, benchmarks/fair_share.py).
 
         There the shares are constant but for how many users count: each of the n counted
         accounts has S = 1 / n, and its only user S = (1 / n) x 1. An account's usage is its
