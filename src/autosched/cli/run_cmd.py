@@ -203,10 +203,12 @@ class RunOptions:
                             metric=self.objective, seed=self.seed, drift=self.drift, first_decision=fraction,
                             guard_k=self.noise_k, guard_margin=self.margin,
                             search=SearchConfig(screening=self.screening),
-                            execution=ExecutionConfig(workers=self.workers))
-        if self.backlog_history is not None:
-            settings = replace(settings, backlog_history=self.backlog_history)
+                            execution=ExecutionConfig(workers=self.workers), **self._given())
         return settings, names, (start, start + length)
+
+    def _given(self) -> dict[str, Any]:
+        """The options whose default is Settings' own (None: not given), as Settings keywords."""
+        return {} if self.backlog_history is None else {"backlog_history": self.backlog_history}
 
 
 @contextmanager
