@@ -443,13 +443,17 @@ def test_the_default_loop_never_reads_the_future():
     T = tr.start + 4 * DAY
     rec, dec_a, fit_a = _run_autosched(tr, cl, s, default_tuner_factory, _recording_factory)
     _, dec_b, fit_b = _run_autosched(_poison_after(tr, rec, T), cl, s, default_tuner_factory, _recording_factory)
-    # the defaults' rounds: 3/7 into period 0 (on what was seen so far), then at each boundary
-    assert [d.time - tr.start for d in dec_a] == [round(3 / 7 * 2 * DAY), 2 * DAY, 4 * DAY]
-    assert all(d.validation == "fresh" for d in dec_a)
+    # the defaults' rounds: 3/7 into period 0 (on what was seen so far), an early round a day
+    # later, then at each boundary
+    first = round(3 / 7 * 2 * DAY)
+    assert [d.time - tr.start for d in dec_a] == [first, first + DAY, 2 * DAY, 4 * DAY]
+    # every round validates on fresh samples, but one whose tuner picked the running config
+    fresh = [d.validation == "fresh" for d in dec_a if d.candidate != d.config or d.deployed]
+    assert all(fresh) and len(fresh) >= 3, [(d.validation, d.reason) for d in dec_a]
     keys = ("time", "deployed", "config", "candidate", "predicted_gain", "reason", "validation_seeds")
     early_a = [[getattr(d, k) for k in keys] for d in dec_a if d.time <= T]
     early_b = [[getattr(d, k) for k in keys] for d in dec_b if d.time <= T]
-    assert len(early_a) == 3 and early_a == early_b
+    assert len(early_a) == 4 and early_a == early_b
     _same_histories_up_to(T, fit_a, fit_b, dec_a)
 
 
@@ -502,11 +506,13 @@ def test_experiment_end_to_end_with_doubles():
         assert sum(p.metrics.jobs for p in sr.periods) == len(tr) == sr.metrics.jobs
         deployed = [(d.time, d.config) for d in sr.decisions if d.deployed]
         assert sr.timeline[1:] == deployed
-    # rounds: 3/7 into period 0 (the default first decision), then at each inner boundary
-    rounds = [tr.start + round(3 / 7 * 2 * DAY)] + res.boundaries[1:-1]
+    # rounds: 3/7 into period 0 (the default first decision), an early round a day later, then at
+    # each inner boundary
+    first = tr.start + round(3 / 7 * 2 * DAY)
+    rounds = [first, first + DAY] + res.boundaries[1:-1]
     auto = res.strategies["autosched"]
-    assert [d.time for d in auto.decisions if d.trigger in ("period", "first round")] == rounds
-    assert [d.trigger for d in auto.decisions[:2]] == ["first round", "period"]
+    assert [d.time for d in auto.decisions if d.trigger in ("period", "first round", "early round")] == rounds
+    assert [d.trigger for d in auto.decisions[:3]] == ["first round", "early round", "period"]
     assert [d.time for d in res.strategies["oracle_period"].decisions] == rounds
     out = res.to_dict()
     for name in ("default", "autosched", "last_period", "oracle_static", "oracle_period"):
@@ -524,20 +530,20 @@ def test_oracles_search_ten_times_longer_and_are_cached_on_disk(tmp_path):
     FakeTuner.instances.clear()
     first = run_experiment(tr, cl, s, names, tuner_factory=FakeTuner, cache=tmp_path / "c")
     budgets = sorted(t.budget for t in FakeTuner.instances if t.seen)
-    # last_period: 3 rounds of 2 trials (one inside period 0); oracle_static: one search of 20;
-    # oracle_period: 3 rounds of 20
-    assert budgets == [2, 2, 2, 20, 20, 20, 20]
-    assert len(list((tmp_path / "c").glob("*.json"))) == 4  # the four oracle searches
+    # last_period: 4 rounds of 2 trials (two inside period 0); oracle_static: one search of 20;
+    # oracle_period: 4 rounds of 20
+    assert budgets == [2, 2, 2, 2, 20, 20, 20, 20, 20]
+    assert len(list((tmp_path / "c").glob("*.json"))) == 5  # the five oracle searches
     FakeTuner.instances.clear()
     again = run_experiment(tr, cl, s, names, tuner_factory=FakeTuner, cache=tmp_path / "c")
-    assert sorted(t.budget for t in FakeTuner.instances if t.seen) == [2, 2, 2]  # the oracles came from disk
+    assert sorted(t.budget for t in FakeTuner.instances if t.seen) == [2, 2, 2, 2]  # the oracles came from disk
     for name in names:
         assert again.strategies[name].metrics == first.strategies[name].metrics
         assert again.strategies[name].timeline == first.strategies[name].timeline
     # the oracles do not depend on the run's seed: another seed reads the same searches
     FakeTuner.instances.clear()
     other = run_experiment(tr, cl, replace(s, seed=1), names, tuner_factory=FakeTuner, cache=tmp_path / "c")
-    assert sorted(t.budget for t in FakeTuner.instances if t.seen) == [2, 2, 2]
+    assert sorted(t.budget for t in FakeTuner.instances if t.seen) == [2, 2, 2, 2]
     for name in ("oracle_static", "oracle_period"):
         assert other.strategies[name].metrics == first.strategies[name].metrics
     summ = first.summary()
@@ -594,14 +600,22 @@ def test_across_seeds_by_hand():
 def test_check_times():
     s = Settings(period=2 * DAY, history=2 * DAY, first_decision=None)
     bounds = [0.0, 2 * DAY, 4 * DAY, 6 * DAY]
-    P, F, D = "period", "first round", "drift check"
+    P, F, E, D = "period", "first round", "early round", "drift check"
     assert check_times(bounds, s, drift=False) == [(2 * DAY, P), (4 * DAY, P)]
     assert check_times(bounds, s, drift=True) == [(2 * DAY, P), (3 * DAY, D), (4 * DAY, P), (5 * DAY, D)]
-    early = replace(s, first_decision=0.25)  # one round more, a quarter into period 0
-    assert check_times(bounds, early, drift=False) == [(DAY / 2, F), (2 * DAY, P), (4 * DAY, P)]
+    early = replace(s, first_decision=0.25)  # a quarter into period 0, then a day later (early rounds)
+    assert check_times(bounds, early, drift=False) == [(DAY / 2, F), (1.5 * DAY, E), (2 * DAY, P), (4 * DAY, P)]
+    assert check_times(bounds, replace(early, early_rounds=False), drift=False) == \
+        [(DAY / 2, F), (2 * DAY, P), (4 * DAY, P)]
     assert check_times(bounds[:2], early, drift=False) == []  # one period: nothing to re-tune
-    # the default: day 3 of a week, to the second
-    assert check_times([0.0, 7 * DAY, 14 * DAY], Settings(), drift=False) == [(3 * DAY, F), (7 * DAY, P)]
+    # an early round never falls on the boundary itself (the boundary's own round is there)
+    assert check_times(bounds, replace(s, first_decision=0.5), drift=False) == [(DAY, F), (2 * DAY, P), (4 * DAY, P)]
+    # the default: day 3 of a week, to the second, then days 4, 5 and 6
+    assert check_times([0.0, 7 * DAY, 14 * DAY], Settings(), drift=False) == \
+        [(3 * DAY, F), (4 * DAY, E), (5 * DAY, E), (6 * DAY, E), (7 * DAY, P)]
+    # drift checks start after the first boundary; early rounds are not drift checks
+    assert check_times([0.0, 7 * DAY, 14 * DAY, 21 * DAY], Settings(), drift=True)[:6] == \
+        [(3 * DAY, F), (4 * DAY, E), (5 * DAY, E), (6 * DAY, E), (7 * DAY, P), (8 * DAY, D)]
     for bad in (0.0, 1.0, -0.5, 7 * DAY):
         with pytest.raises(AdaptError, match="first decision"):
             replace(s, first_decision=bad)

@@ -39,9 +39,11 @@ def test_run_json_and_report(tiny, tmp_path):
         assert {"avg_jct", "p99_jct", "avg_queue", "periods"} <= set(s)
         assert len(s["periods"]) == n_periods and s["oracle"] == name.startswith("oracle")
         assert sum(p["jobs"] for p in s["periods"]) == out["jobs"]
-    # rounds: 3/7 into period 0 (the default first decision), then at each inner boundary
+    # rounds: 3/7 into period 0 (the default first decision), an early round a day later, then at
+    # each inner boundary
     first = out["boundaries"][0] + round(3 / 7 * 2 * 86400)
-    assert [d["time"] for d in out["strategies"]["oracle_period"]["decisions"]] == [first, *out["boundaries"][1:-1]]
+    assert [d["time"] for d in out["strategies"]["oracle_period"]["decisions"]] == \
+        [first, first + 86400, *out["boundaries"][1:-1]]
     page = (tmp_path / "rep" / "index.html").read_text()
     assert "ORACLE" in page and "<img" in page and "causal graph" in page
     assert "the same, jobs after period 0" in page and "8 fresh samples" in page
@@ -51,14 +53,15 @@ def test_run_json_and_report(tiny, tmp_path):
 
 
 @pytest.mark.parametrize(("option", "rounds_after_start"),
-                         [("off", [2, 4]), ("OFF", [2, 4]), ("1d", [1, 2, 4]), ("12h", [0.5, 2, 4])])
+                         [("off", [2, 4]), ("OFF", [2, 4]), ("1d", [1, 2, 4]), ("12h", [0.5, 1.5, 2, 4])])
 def test_run_first_decision(tiny, option, rounds_after_start):
     res = runner.invoke(app, _args(tiny, "--json", "--strategies", "default,last_period", "--first-decision", option))
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     decisions = out["strategies"]["last_period"]["decisions"]
     assert [d["time"] - out["boundaries"][0] for d in decisions] == [x * 86400 for x in rounds_after_start]
-    assert [d["trigger"] for d in decisions] == ["first round"] * (len(decisions) - 2) + ["period"] * 2
+    firsts = ["first round", "early round"][:len(decisions) - 2]  # an early round a day later, if before 2d
+    assert [d["trigger"] for d in decisions] == firsts + ["period"] * 2
 
 
 @pytest.mark.parametrize("option", ["2d", "3d", "0", "soon"])
@@ -91,6 +94,22 @@ def test_run_backlog_history_reaches_the_round_workloads(tiny, monkeypatch):
         assert res.exit_code == 0, res.output
         backlogs = [t for t in seen if len(t) and t.attained is not None]
         assert bool(backlogs) is want and all((t.attained >= 0).all() for t in backlogs)
+
+
+def test_run_early_rounds_follow_the_first_round_daily(tiny):
+    """--early-rounds (the default): after the first round, a round a day until the first boundary,
+    recorded with its own trigger, for every tuned strategy. Periods of 2 days: the first round at
+    3/7 of 172,800 s (74,057 s), an early round a day later (160,457 s, before the boundary)."""
+    first, early = ("first round", 74_057), ("early round", 160_457)
+    periods = [("period", 172_800), ("period", 345_600)]
+    for flags, want in (([], [first, early, *periods]), (["--no-early-rounds"], [first, *periods]),
+                        (["--first-decision", "off", "--early-rounds"], periods)):
+        res = runner.invoke(app, _args(tiny, "--json", "--strategies", "default,autosched,last_period", *flags))
+        assert res.exit_code == 0, res.output
+        out = json.loads(res.stdout)
+        for name in ("autosched", "last_period"):
+            got = [(d["trigger"], round(d["time"] - out["boundaries"][0])) for d in out["strategies"][name]["decisions"]]
+            assert got == want, (flags, name)
 
 
 def test_run_table_output(tiny):
@@ -156,7 +175,7 @@ def test_run_screening_is_opt_in_and_imports_causal_learn_only_when_screening():
             "s = RunOptions(policy='tiresias', period='7d', history='7d', budget=8, samples=4, validation_samples=8, "
             "level_sd=0.0, workers=1, model='stat', with_replay=False, strategies='default,autosched', "
             "objective='avg_jct', margin=0.01, noise_k=2.0, max_loss=None, first_decision=None, "
-            "backlog_history=False, drift=False, screening=True, skip='0', span=None, seed=0, "
+            "early_rounds=None, backlog_history=False, drift=False, screening=True, skip='0', span=None, seed=0, "
             "oracle_budget=None).resolve(STRATEGIES)[0]; "
             "assert s.search.screening is True; assert 'causallearn' not in sys.modules, 'imported early'; "
             "from autosched.adapt import Settings; assert Settings().search.screening is False")
@@ -243,10 +262,11 @@ def test_run_options_default_to_the_settings_defaults():
     ref = Settings()
     for field in ("policy", "period", "history", "budget", "oracle_budget", "samples", "validation_samples",
                   "model", "with_replay", "metric", "seed", "drift", "guard_k", "guard_margin", "guard_max_loss",
-                  "level_sd", "search", "first_decision", "backlog_history"):
+                  "level_sd", "search", "first_decision", "early_rounds", "backlog_history"):
         assert getattr(got, field) == getattr(ref, field), field
-    on = "[default: on]" in inspect.signature(run_cmd).parameters["backlog_history"].default.help
-    assert on is ref.backlog_history  # the help states the default it leaves to Settings
+    for flag in ("backlog_history", "early_rounds"):  # the help states the default it leaves to Settings
+        on = "[default: on]" in inspect.signature(run_cmd).parameters[flag].default.help
+        assert on is getattr(ref, flag), flag
     from fractions import Fraction  # the help states the default fraction
     assert str(Fraction(ref.first_decision).limit_denominator(100)) in inspect.signature(run_cmd).parameters[
         "first_decision"].default.help

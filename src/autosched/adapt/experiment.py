@@ -57,8 +57,10 @@ DESCRIPTIONS = {
 DAY = 86400.0
 ORACLE_FACTOR = 10  # an oracle's search: this many times a round's budget
 FIRST_DECISION = 3 / 7  # Settings.first_decision: day 3 of a 7-day first period
+# Settings.early_rounds: on six traces x 8 seeds ... (docs/results.md, "Issue 11, early rounds").
+EARLY_ROUNDS = True
 # What each of check_times' moments is; a round's kind is its Decision's trigger.
-PERIOD, FIRST_ROUND, DRIFT_CHECK = "period", "first round", "drift check"
+PERIOD, FIRST_ROUND, EARLY_ROUND, DRIFT_CHECK = "period", "first round", "early round", "drift check"
 ORACLE_SEED = 0  # the oracles' searches and observations use this seed for every run seed
 
 Progress = Callable[[str, float, float], None]  # (what is happening, done, total)
@@ -85,12 +87,17 @@ class Settings:
     metric: str = "avg_jct"
     seed: int = 0
     drift: bool = False  # also re-tune when a daily drift test fires (each firing costs a round)
-    check_every: float = DAY  # how often the drift tests run between boundaries
+    check_every: float = DAY  # how often the drift tests run between boundaries, and the early rounds
     # A first round this fraction of the first period after the start (3/7: day 3 of a week), on
     # the history seen so far; None: the first round is at the first boundary, and period 0 runs
     # the default whatever happens. On six traces x 3 seeds it raised autosched's share of
     # oracle_static's gain from 59.9% to 73.2% (docs/results.md).
     first_decision: float | None = FIRST_DECISION
+    # After the first round, a round every `check_every` until the first boundary ("early round"):
+    # in period 0 each day adds a third or more to a young history, and a week heavier than the
+    # first days showed is seen before the boundary (benchmarks/period0_rounds.py). EARLY_ROUNDS
+    # says what it measured; no early rounds without a first round.
+    early_rounds: bool = EARLY_ROUNDS
     guard_k: float = Guardrail.k
     guard_margin: float = Guardrail.min_margin
     guard_max_loss: float | None = None  # refuse a winner that loses more than this on one workload
@@ -363,11 +370,18 @@ def replay(trace: Trace, cluster: ClusterSpec, settings: Settings, bounds: list[
 def check_times(bounds: list[float], settings: Settings, drift: bool) -> list[tuple[float, str]]:
     """(time, kind), in time order: a round ("period") at each inner boundary, a "first round"
     `first_decision` into the first period (rounded to whole seconds; none when the trace has one
-    period: there is nothing to re-tune), and a "drift check" every `check_every` between."""
+    period: there is nothing to re-tune), with `early_rounds` an "early round" every `check_every`
+    after it until the first boundary, and a "drift check" every `check_every` between later
+    boundaries."""
     inner = bounds[1:-1]
     out = [(b, PERIOD) for b in inner]
     if settings.first_decision is not None and inner:
-        out.append((bounds[0] + first_round_offset(settings), FIRST_ROUND))
+        first = bounds[0] + first_round_offset(settings)
+        out.append((first, FIRST_ROUND))
+        k = 1
+        while settings.early_rounds and first + k * settings.check_every < inner[0] - 1e-6:
+            out.append((first + k * settings.check_every, EARLY_ROUND))
+            k += 1
     if drift and inner:
         t = inner[0] + settings.check_every
         while t < bounds[-1]:

@@ -127,9 +127,10 @@ def _drift(rep: Report, result: ExperimentResult) -> None:
             ax.axvline(x, color="#1f77b4" if d.deployed else "#999", lw=1.6 if d.deployed else 1.0,
                        ls="-" if d.deployed else "--")
     rep.add_figure(fig, "autosched's rounds: solid blue = new config deployed, dashed grey = kept the running "
-                        "config; grey thin lines = period boundaries. The round inside period 0 is the first round "
-                        "(on the history seen so far); other rounds between boundaries were triggered by the "
-                        "drift tests (rate ratio, log-duration KS, GPU-mix chi-square).")
+                        "config; grey thin lines = period boundaries. The rounds inside period 0 are the first round "
+                        "(on the history seen so far) and the early rounds a day apart after it; other rounds "
+                        "between boundaries were triggered by the drift tests (rate ratio, log-duration KS, "
+                        "GPU-mix chi-square).")
 
 
 def _knobs(rep: Report, result: ExperimentResult) -> None:

@@ -53,6 +53,7 @@ def run_cmd(
     noise_k: float = typer.Option(1.0, "--noise-k", help="guardrail: ... and exceeds this many standard errors of the paired gain across samples"),
     max_loss: Optional[float] = typer.Option(None, "--max-loss", help="guardrail: ... and loses no more than this fraction on any sample (0.02 = 2%)"),
     first_decision: Optional[str] = typer.Option(None, "--first-decision", metavar="DURATION|off", help="a first tuning round this long after the start, on the history seen so far (default: 3/7 of the period, day 3 of a week; 'off': none before the first period boundary)"),
+    early_rounds: Optional[bool] = typer.Option(None, "--early-rounds/--no-early-rounds", help="after the first round, another round every day until the first period boundary, while the history is young and grows fastest  [default: on]", show_default=False),
     backlog_history: Optional[bool] = typer.Option(None, "--backlog-history/--no-backlog-history", help="evaluation workloads keep each carried-over job's past (service received, time waited) instead of restarting it as a new job (docs/traces.md)  [default: on]", show_default=False),
     drift: bool = typer.Option(False, "--drift/--no-drift", help="also re-tune between boundaries when a daily drift test fires (costs a tuning round each time it fires)"),
     screening: bool = typer.Option(False, "--screening/--no-screening", help="causal knob screening inside each tuning round (off by default: see docs/tuning.md)"),
@@ -142,6 +143,7 @@ class RunOptions:
     noise_k: float
     max_loss: float | None
     first_decision: str | None
+    early_rounds: bool | None  # None: the Settings' default
     backlog_history: bool | None  # None: the Settings' default
     drift: bool
     screening: bool
@@ -208,7 +210,8 @@ class RunOptions:
 
     def _given(self) -> dict[str, Any]:
         """The options whose default is Settings' own (None: not given), as Settings keywords."""
-        return {} if self.backlog_history is None else {"backlog_history": self.backlog_history}
+        given = {"early_rounds": self.early_rounds, "backlog_history": self.backlog_history}
+        return {k: v for k, v in given.items() if v is not None}
 
 
 @contextmanager
