@@ -17,11 +17,15 @@ controller tunes on, `--samples` samples, the controller's first-round seed; poo
 samples). Two diagnostic columns give the backlog its TRUE remaining work (what no controller
 knows), without and with its history: they separate the history's error from the imputation's.
 
-The configs: ``autosched``, the one `autosched run` deployed at t, and ``oracle_static``, read
-from an `autosched run --json` report (``--run-json``); the policy is the report's.
+The configs: the ones the report's strategies deployed at t (autosched, last_period,
+oracle_period; those present) and ``oracle_static``'s, read from an `autosched run --json` report
+(``--run-json``; ``--run K`` for seed K of a ``--seeds N`` report, with ``--seed K`` for the
+controller's observation and samples of that seed); the policy is the report's.
 
     PYTHONPATH=src python benchmarks/backlog_fidelity.py ../shared/traces/microsoft-itp-elasticflow/cluster02.csv \\
         --cluster 11x8 --span 21 --run-json itp02.json
+    # seed 3 of an 8-seed report
+    PYTHONPATH=src python benchmarks/backlog_fidelity.py ... --run-json itp02-8seeds.json --run 3 --seed 3
 """
 
 from __future__ import annotations
@@ -49,16 +53,19 @@ def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def configs_from_run(path: Path, t: float) -> tuple[str, dict[str, dict]]:
-    """The policy of an `autosched run --json` report, autosched's config deployed at `t` (its
-    timeline) and oracle_static's config."""
+def configs_from_run(path: Path, t: float, run: int = 0) -> tuple[str, dict[str, dict]]:
+    """The policy of an `autosched run --json` report, and the configs its strategies deployed
+    at `t` (autosched, last_period, oracle_period: their timelines) and oracle_static's. `run`:
+    which seed of a `--seeds N` report (0: the first; k: its ``runs[k - 1]``)."""
     rep = json.loads(Path(path).read_text())
-    strat = rep["strategies"]
+    strat = (rep if run == 0 else rep["runs"][run - 1])["strategies"]
     out = {}
-    at = [e for e in strat["autosched"]["timeline"] if abs(e["time"] - t) < 1.0]
-    if at:
-        out["autosched"] = at[0]["config"]
-    out["oracle_static"] = strat["oracle_static"]["timeline"][0]["config"]
+    for name in ("autosched", "last_period", "oracle_period"):
+        at = [e for e in strat.get(name, {}).get("timeline", []) if abs(e["time"] - t) < 1.0]
+        if at:
+            out[name] = at[0]["config"]
+    if "oracle_static" in strat:
+        out["oracle_static"] = strat["oracle_static"]["timeline"][0]["config"]
     return rep["settings"]["policy"], out
 
 
@@ -113,13 +120,14 @@ def main() -> None:
     ap.add_argument("--run-json", type=Path, required=True, help="an `autosched run --json` report of this run")
     ap.add_argument("--samples", type=int, default=4, help="stat samples (the controller's default)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--run", type=int, default=0, help="which seed of a `--seeds N` report to read the configs of (0: the first)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     tr, cl, _ = load_inputs(args.trace, args.cluster, quiet=True)
     tr = tr.window(tr.start + args.skip * DAY, tr.start + (args.skip + args.span) * DAY)  # as `autosched run`
     st = Settings(seed=args.seed)
     t = boundaries(tr, st.period)[1]
-    policy, configs = configs_from_run(args.run_json, t)
+    policy, configs = configs_from_run(args.run_json, t, args.run)
     cls = get_policy(policy)
     default = cls.space.default()
     sim = Simulator(tr, cl, cls(default)).run(until=t)
