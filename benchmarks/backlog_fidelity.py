@@ -19,13 +19,14 @@ knows), without and with its history: they separate the history's error from the
 
 The configs: the ones the report's strategies deployed at t (autosched, last_period,
 oracle_period; those present) and ``oracle_static``'s, read from an `autosched run --json` report
-(``--run-json``; ``--run K`` for seed K of a ``--seeds N`` report, with ``--seed K`` for the
-controller's observation and samples of that seed); the policy is the report's.
+(``--run-json``; ``--run K`` for the K-th run of a ``--seeds N`` report, whose seed then also
+seeds the controller's observation and samples unless ``--seed`` says otherwise); the policy is
+the report's.
 
     PYTHONPATH=src python benchmarks/backlog_fidelity.py ../shared/traces/microsoft-itp-elasticflow/cluster02.csv \\
         --cluster 11x8 --span 21 --run-json itp02.json
-    # seed 3 of an 8-seed report
-    PYTHONPATH=src python benchmarks/backlog_fidelity.py ... --run-json itp02-8seeds.json --run 3 --seed 3
+    # the fourth run (seed 3) of an 8-seed report
+    PYTHONPATH=src python benchmarks/backlog_fidelity.py ... --run-json itp02-8seeds.json --run 3
 """
 
 from __future__ import annotations
@@ -53,12 +54,14 @@ def say(msg: str) -> None:
     print(msg, file=sys.stderr, flush=True)
 
 
-def configs_from_run(path: Path, t: float, run: int = 0) -> tuple[str, dict[str, dict]]:
+def configs_from_run(path: Path, t: float, run: int = 0) -> tuple[str, int, dict[str, dict]]:
     """The policy of an `autosched run --json` report, and the configs its strategies deployed
     at `t` (autosched, last_period, oracle_period: their timelines) and oracle_static's. `run`:
-    which seed of a `--seeds N` report (0: the first; k: its ``runs[k - 1]``)."""
+    which run of a `--seeds N` report (0: the first; k: its ``runs[k - 1]``), whose seed is
+    returned too."""
     rep = json.loads(Path(path).read_text())
-    strat = (rep if run == 0 else rep["runs"][run - 1])["strategies"]
+    one = rep if run == 0 else rep["runs"][run - 1]
+    strat = one["strategies"]
     out = {}
     for name in ("autosched", "last_period", "oracle_period"):
         at = [e for e in strat.get(name, {}).get("timeline", []) if abs(e["time"] - t) < 1.0]
@@ -66,7 +69,7 @@ def configs_from_run(path: Path, t: float, run: int = 0) -> tuple[str, dict[str,
             out[name] = at[0]["config"]
     if "oracle_static" in strat:
         out["oracle_static"] = strat["oracle_static"]["timeline"][0]["config"]
-    return rep["settings"]["policy"], out
+    return rep["settings"]["policy"], int(one["settings"]["seed"]), out
 
 
 def real_remaining(trace, cluster, cls, default: dict, config: dict, t: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -119,24 +122,25 @@ def main() -> None:
     ap.add_argument("--span", type=float, default=21.0, help="days replayed")
     ap.add_argument("--run-json", type=Path, required=True, help="an `autosched run --json` report of this run")
     ap.add_argument("--samples", type=int, default=4, help="stat samples (the controller's default)")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--run", type=int, default=0, help="which seed of a `--seeds N` report to read the configs of (0: the first)")
+    ap.add_argument("--seed", type=int, default=None, help="the controller's seed (default: the run's)")
+    ap.add_argument("--run", type=int, default=0, help="which run of a `--seeds N` report to read the configs of (0: the first)")
     args = ap.parse_args()
     t0 = time.perf_counter()
     tr, cl, _ = load_inputs(args.trace, args.cluster, quiet=True)
     tr = tr.window(tr.start + args.skip * DAY, tr.start + (args.skip + args.span) * DAY)  # as `autosched run`
-    st = Settings(seed=args.seed)
-    t = boundaries(tr, st.period)[1]
-    policy, configs = configs_from_run(args.run_json, t, args.run)
+    t = boundaries(tr, Settings().period)[1]
+    policy, run_seed, configs = configs_from_run(args.run_json, t, args.run)
+    seed = run_seed if args.seed is None else args.seed
+    st = Settings(seed=seed)
     cls = get_policy(policy)
     default = cls.space.default()
     sim = Simulator(tr, cl, cls(default)).run(until=t)
-    obs = {h: observe(sim, t, max(tr.start, t - st.history), seed=args.seed, backlog_history=h) for h in (False, True)}
+    obs = {h: observe(sim, t, max(tr.start, t - st.history), seed=seed, backlog_history=h) for h in (False, True)}
     obs["true, no history"] = true_remaining(obs[False], sim, t)
     obs["true, history"] = true_remaining(obs[True], sim, t)
     ids = set(obs[False].backlog.job_id.tolist())
     say(f"{args.trace.name}: day {(t - tr.start) / DAY:.2f}, backlog {len(ids)} jobs, policy {policy}")
-    round_seed = args.seed * 100_003  # the controller's first round
+    round_seed = seed * 100_003  # the controller's first round
     sources = {"future": FutureSource(tr), "stat": ModelSource("stat", args.samples)}
     print("| trace | cluster | config | backlog | real: default remaining (job-h) | real change "
           "| source | predicted without history | predicted with history | true remaining work, without history "

@@ -2,19 +2,21 @@
 seen so far, the offered load (GPU-hours / capacity) of the controller's sampled weeks against the
 real coming week, and what a config does on each: the sampled weeks' mean change in average JCT
 under `--config` against the default, and the real week's (`FutureSource`: what an oracle tunes on).
-Both carry the backlog as the controller does (`round_workloads`).
+Both carry the backlog as the controller does (`round_workloads`), on a cluster that ran the
+default up to each round (what every round sees when the earlier ones kept it); the samples use
+the seeds the controller's rounds from the first one on would use.
 
 ITP cluster02 is why `Settings.early_rounds` exists. The real week after day 3 is heavy (516
 jobs, load 0.91), and the first round's 3 days of history (145 jobs) are light: its samples carry
-0.28 of capacity, and a config that gains 68% on the real week gains 1.5% on them. The history
-grows each day (220 jobs by day 6), the samples get heavier (0.50 at day 6) and the same config's
-predicted gain larger (3.8-5.9% at days 5-6), so a round there can deploy before the first boundary.
+0.28 of capacity (3 seeds x 4 samples), and a config that gains 68% on the real week gains 1.5% on them. The history
+grows each day (220 jobs by day 6), the samples get heavier (0.46-0.55 at days 5-6) and the same
+config's predicted gain larger (5.9-8.3%), so a round there can deploy before the first boundary.
 
     PYTHONPATH=src python benchmarks/period0_rounds.py ../shared/traces/microsoft-itp-elasticflow/cluster02.csv \\
         --cluster 11x8 --span 21 --run-json itp02.json
 
-judges oracle_period's config at the first round, read from an `autosched run --json` report
-(`--run-json`); `--config '{"queues": 3, ...}'` judges another one.
+judges the config oracle_period's first round chose, read from an `autosched run --json` report
+of it (`--run-json`; here the oracles' report); `--config '{"queues": 3, ...}'` judges another one.
 """
 
 from __future__ import annotations
@@ -27,23 +29,25 @@ from pathlib import Path
 
 import numpy as np
 
-from autosched.adapt.controller import round_workloads
+from autosched.adapt.controller import ROUND_SEED_STRIDE, round_workloads
 from autosched.adapt.experiment import DAY, Settings
 from autosched.adapt.observe import observe
 from autosched.adapt.sources import FutureSource, ModelSource
 from autosched.cli.common import load_inputs
+from autosched.cluster import ClusterSpec
 from autosched.data import sample_path
 from autosched.policies import get_policy
 from autosched.sim import Simulator
+from autosched.trace.table import Trace
 
 
-def load(w, now: float, capacity: float, horizon: float) -> float:
+def load(w: Trace, now: float, capacity: float, horizon: float) -> float:
     """Offered load of the jobs submitted after `now` (the backlog is submitted at `now`)."""
     new = w.submit_time > now
     return float((w.duration[new] * w.num_gpus[new]).sum()) / (capacity * horizon)
 
 
-def change(workloads: list, cluster, cls, default: dict, config: dict) -> float:
+def change(workloads: list[Trace], cluster: ClusterSpec, cls: type, default: dict, config: dict) -> float:
     """Mean over the workloads of avg JCT under `config` / under the default, minus 1."""
     return float(np.mean([Simulator(w, cluster, cls(config)).run().records().jct.mean() /
                           Simulator(w, cluster, cls(default)).run().records().jct.mean() - 1.0 for w in workloads]))
@@ -70,13 +74,17 @@ def main() -> None:
     if args.config:
         config = cls.space.validate(json.loads(args.config))
     elif args.run_json:
-        config = json.loads(args.run_json.read_text())["strategies"]["oracle_period"]["decisions"][0]["config"]
+        rep = json.loads(args.run_json.read_text())
+        first = rep["strategies"]["oracle_period"]["decisions"][0]
+        if first["time"] >= rep["boundaries"][1] or first["candidate"] is None:
+            raise SystemExit(f"{args.run_json}: oracle_period's first decision is not a round inside period 0 that tuned")
+        config = first["candidate"]
     else:
         raise SystemExit("give --config or --run-json")
     capacity = float(cl.gpus)
     print("| day | jobs seen | real coming week: jobs, load, config vs default | sampled weeks: jobs, load, config vs default (mean over seeds x samples) |")
     print("|---|---|---|---|")
-    for day in (float(x) for x in args.at.split(",")):
+    for index, day in enumerate(float(x) for x in args.at.split(",")):
         now = tr.start + round(day * DAY)
         sim = Simulator(tr, cl, cls(default)).run(until=now)
         seen = int(((tr.submit_time >= tr.start) & (tr.submit_time <= now)).sum())
@@ -88,7 +96,8 @@ def main() -> None:
                 (w,) = round_workloads(FutureSource(tr), obs, st.period, cl, 0)
                 new = int((w.submit_time > now).sum())
                 real = f"{new}, {load(w, now, capacity, st.period):.2f}, {change([w], cl, cls, default, config):+.1%}"
-            ws = round_workloads(ModelSource(st.model, args.samples), obs, st.period, cl, seed * 100_003)
+            round_seed = seed * 100_003 + index * ROUND_SEED_STRIDE  # as Controller.decide
+            ws = round_workloads(ModelSource(st.model, args.samples), obs, st.period, cl, round_seed)
             jobs += [int((w.submit_time > now).sum()) for w in ws]
             loads += [load(w, now, capacity, st.period) for w in ws]
             changes.append(change(ws, cl, cls, default, config))

@@ -438,18 +438,19 @@ def test_the_default_loop_never_reads_the_future():
     from autosched.adapt.controller import default_tuner_factory
 
     tr = synthetic_trace(days=6, per_day=200, seed=3)
-    cl = ClusterSpec.uniform_nodes(1, 8)  # busy: each round's winner reaches the guardrail
-    s = Settings(period=2 * DAY, history=2 * DAY)
+    cl = ClusterSpec.uniform_nodes(1, 8)  # busy: most rounds' winner reaches the guardrail
+    # the first round a quarter into period 0, so that an early round fits before the boundary
+    s = Settings(period=2 * DAY, history=2 * DAY, first_decision=0.25)
     T = tr.start + 4 * DAY
     rec, dec_a, fit_a = _run_autosched(tr, cl, s, default_tuner_factory, _recording_factory)
     _, dec_b, fit_b = _run_autosched(_poison_after(tr, rec, T), cl, s, default_tuner_factory, _recording_factory)
-    # the defaults' rounds: 3/7 into period 0 (on what was seen so far), an early round a day
-    # later, then at each boundary
-    first = round(3 / 7 * 2 * DAY)
-    assert [d.time - tr.start for d in dec_a] == [first, first + DAY, 2 * DAY, 4 * DAY]
-    # every round validates on fresh samples, but one whose tuner picked the running config
-    fresh = [d.validation == "fresh" for d in dec_a if d.candidate != d.config or d.deployed]
-    assert all(fresh) and len(fresh) >= 3, [(d.validation, d.reason) for d in dec_a]
+    # the rounds: a quarter into period 0 (on what was seen so far), an early round a day later,
+    # then at each boundary
+    assert [(d.time - tr.start, d.trigger) for d in dec_a] == \
+        [(DAY / 2, "first round"), (1.5 * DAY, "early round"), (2 * DAY, "period"), (4 * DAY, "period")]
+    # every round's winner is validated on fresh samples
+    assert [d.validation for d in dec_a] == ["fresh", "fresh", "fresh", "fresh"], \
+        [(d.validation, d.reason) for d in dec_a]
     keys = ("time", "deployed", "config", "candidate", "predicted_gain", "reason", "validation_seeds")
     early_a = [[getattr(d, k) for k in keys] for d in dec_a if d.time <= T]
     early_b = [[getattr(d, k) for k in keys] for d in dec_b if d.time <= T]
@@ -495,7 +496,8 @@ def test_config_switch_mid_run_keeps_every_job_accounted_for(seed, switch, n):
 def test_experiment_end_to_end_with_doubles():
     tr = synthetic_trace(days=6, per_day=120, seed=2)
     cl = ClusterSpec.uniform_nodes(1, 8)
-    s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2)
+    # the first round a quarter into period 0, so that an early round fits before the boundary
+    s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2, first_decision=0.25)
     res = run_experiment(tr, cl, s, tuner_factory=FakeTuner, model_factory=fake_model_factory)
     assert list(res.strategies) == ["default", "autosched", "last_period", "oracle_static", "oracle_period"]
     assert res.boundaries == [tr.start + i * 2 * DAY for i in range(4)]
@@ -506,14 +508,13 @@ def test_experiment_end_to_end_with_doubles():
         assert sum(p.metrics.jobs for p in sr.periods) == len(tr) == sr.metrics.jobs
         deployed = [(d.time, d.config) for d in sr.decisions if d.deployed]
         assert sr.timeline[1:] == deployed
-    # rounds: 3/7 into period 0 (the default first decision), an early round a day later, then at
-    # each inner boundary
-    first = tr.start + round(3 / 7 * 2 * DAY)
+    # rounds: a quarter into period 0, an early round a day later, then at each inner boundary
+    first = tr.start + DAY / 2
     rounds = [first, first + DAY] + res.boundaries[1:-1]
     auto = res.strategies["autosched"]
     assert [d.time for d in auto.decisions if d.trigger in ("period", "first round", "early round")] == rounds
     assert [d.trigger for d in auto.decisions[:3]] == ["first round", "early round", "period"]
-    assert [d.time for d in res.strategies["oracle_period"].decisions] == rounds
+    assert [d.time for d in res.strategies["oracle_period"].decisions] == [first, *rounds[2:]]  # no early round
     out = res.to_dict()
     for name in ("default", "autosched", "last_period", "oracle_static", "oracle_period"):
         assert {"avg_jct", "p99_jct", "avg_queue", "periods"} <= set(out["strategies"][name])
@@ -524,16 +525,16 @@ def test_experiment_end_to_end_with_doubles():
 def test_oracles_search_ten_times_longer_and_are_cached_on_disk(tmp_path):
     tr = synthetic_trace(days=6, per_day=120, seed=2)
     cl = ClusterSpec.uniform_nodes(1, 8)
-    s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2)
+    s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2, first_decision=0.25)
     assert s.oracle_budget == 20
     names = ["default", "last_period", "oracle_static", "oracle_period"]
     FakeTuner.instances.clear()
     first = run_experiment(tr, cl, s, names, tuner_factory=FakeTuner, cache=tmp_path / "c")
     budgets = sorted(t.budget for t in FakeTuner.instances if t.seen)
-    # last_period: 4 rounds of 2 trials (two inside period 0); oracle_static: one search of 20;
-    # oracle_period: 4 rounds of 20
-    assert budgets == [2, 2, 2, 2, 20, 20, 20, 20, 20]
-    assert len(list((tmp_path / "c").glob("*.json"))) == 5  # the five oracle searches
+    # last_period: 4 rounds of 2 trials (two inside period 0: the first and an early round);
+    # oracle_static: one search of 20; oracle_period: 3 rounds of 20 (an oracle has no early rounds)
+    assert budgets == [2, 2, 2, 2, 20, 20, 20, 20]
+    assert len(list((tmp_path / "c").glob("*.json"))) == 4  # the four oracle searches
     FakeTuner.instances.clear()
     again = run_experiment(tr, cl, s, names, tuner_factory=FakeTuner, cache=tmp_path / "c")
     assert sorted(t.budget for t in FakeTuner.instances if t.seen) == [2, 2, 2, 2]  # the oracles came from disk
@@ -608,8 +609,18 @@ def test_check_times():
     assert check_times(bounds, replace(early, early_rounds=False), drift=False) == \
         [(DAY / 2, F), (2 * DAY, P), (4 * DAY, P)]
     assert check_times(bounds[:2], early, drift=False) == []  # one period: nothing to re-tune
-    # an early round never falls on the boundary itself (the boundary's own round is there)
+    # an early round never falls on the boundary itself (the boundary's own round is there), nor
+    # less than half a check interval before it
     assert check_times(bounds, replace(s, first_decision=0.5), drift=False) == [(DAY, F), (2 * DAY, P), (4 * DAY, P)]
+    week = [0.0, 7 * DAY, 14 * DAY]
+    late = Settings(first_decision=(3 * DAY - 30) / (7 * DAY))
+    assert check_times(week, late, drift=False) == \
+        [(3 * DAY - 30, F), (4 * DAY - 30, E), (5 * DAY - 30, E), (6 * DAY - 30, E), (7 * DAY, P)]
+    half = Settings(first_decision=(5.5 * DAY) / (7 * DAY))  # 5.5 d, then 6.5 d: exactly half a day before
+    assert check_times(week, half, drift=False) == [(5.5 * DAY, F), (6.5 * DAY, E), (7 * DAY, P)]
+    # periods shorter than the check interval: no early round
+    assert check_times([0.0, 0.5 * DAY, DAY], Settings(period=0.5 * DAY, history=0.5 * DAY), drift=False) == \
+        [(round(3 / 7 * 0.5 * DAY), F), (0.5 * DAY, P)]
     # the default: day 3 of a week, to the second, then days 4, 5 and 6
     assert check_times([0.0, 7 * DAY, 14 * DAY], Settings(), drift=False) == \
         [(3 * DAY, F), (4 * DAY, E), (5 * DAY, E), (6 * DAY, E), (7 * DAY, P)]

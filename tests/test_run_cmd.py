@@ -39,11 +39,10 @@ def test_run_json_and_report(tiny, tmp_path):
         assert {"avg_jct", "p99_jct", "avg_queue", "periods"} <= set(s)
         assert len(s["periods"]) == n_periods and s["oracle"] == name.startswith("oracle")
         assert sum(p["jobs"] for p in s["periods"]) == out["jobs"]
-    # rounds: 3/7 into period 0 (the default first decision), an early round a day later, then at
-    # each inner boundary
+    # rounds: 3/7 into period 0 (the default first decision), then at each inner boundary (a day
+    # later is within half a day of the boundary: no early round)
     first = out["boundaries"][0] + round(3 / 7 * 2 * 86400)
-    assert [d["time"] for d in out["strategies"]["oracle_period"]["decisions"]] == \
-        [first, first + 86400, *out["boundaries"][1:-1]]
+    assert [d["time"] for d in out["strategies"]["oracle_period"]["decisions"]] == [first, *out["boundaries"][1:-1]]
     page = (tmp_path / "rep" / "index.html").read_text()
     assert "ORACLE" in page and "<img" in page and "causal graph" in page
     assert "the same, jobs after period 0" in page and "8 fresh samples" in page
@@ -98,18 +97,21 @@ def test_run_backlog_history_reaches_the_round_workloads(tiny, monkeypatch):
 
 def test_run_early_rounds_follow_the_first_round_daily(tiny):
     """--early-rounds (the default): after the first round, a round a day until the first boundary,
-    recorded with its own trigger, for every tuned strategy. Periods of 2 days: the first round at
-    3/7 of 172,800 s (74,057 s), an early round a day later (160,457 s, before the boundary)."""
-    first, early = ("first round", 74_057), ("early round", 160_457)
+    recorded with its own trigger, for every tuned strategy. Periods of 2 days, the first round at
+    12 h, an early round a day later (half a day before the boundary)."""
+    first, early = ("first round", 43_200), ("early round", 129_600)
     periods = [("period", 172_800), ("period", 345_600)]
     for flags, want in (([], [first, early, *periods]), (["--no-early-rounds"], [first, *periods]),
-                        (["--first-decision", "off", "--early-rounds"], periods)):
+                        (["--first-decision", "off"], periods)):
+        flags = flags if "off" in flags else ["--first-decision", "12h", *flags]
         res = runner.invoke(app, _args(tiny, "--json", "--strategies", "default,autosched,last_period", *flags))
         assert res.exit_code == 0, res.output
         out = json.loads(res.stdout)
         for name in ("autosched", "last_period"):
             got = [(d["trigger"], round(d["time"] - out["boundaries"][0])) for d in out["strategies"][name]["decisions"]]
             assert got == want, (flags, name)
+    res = runner.invoke(app, _args(tiny, "--first-decision", "off", "--early-rounds"))
+    assert res.exit_code == 2 and "--first-decision off" in res.output and "Traceback" not in res.output
 
 
 def test_run_table_output(tiny):

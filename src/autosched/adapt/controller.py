@@ -26,7 +26,7 @@ class Decision:
     """One round of the loop and its evidence."""
 
     time: float
-    trigger: str  # "period", "first round" (inside period 0) or "drift: <which test fired>"
+    trigger: str  # "period", "first round" or "early round" (inside period 0), or "drift: <which test fired>"
     deployed: bool
     config: Config  # the config running after this decision
     candidate: Config | None  # the tuner's best (None if the round could not tune)
@@ -195,7 +195,7 @@ class Controller:
     def decide(self, obs: Observation, trigger: str = "period", drift: DriftReport | None = None) -> Decision:
         """One round at ``obs.now`` (see the class docstring): tune on workloads for the coming
         period and let the guardrail say whether the winner replaces the running config.
-        `trigger` (``period``, ``first round`` inside period 0, or ``drift: ...``) and the
+        `trigger` (``period``, ``first round`` or ``early round`` inside period 0, or ``drift: ...``) and the
         `drift` report that caused it are recorded
         in the returned `Decision`, which is also appended to ``decisions``."""
         t0 = time.perf_counter()

@@ -49,7 +49,8 @@ STRATEGIES = ("default", "autosched", "last_period", "oracle_static", "oracle_pe
 ORACLES = frozenset({"oracle_static", "oracle_period"})
 DESCRIPTIONS = {
     "default": "the policy's default config, fixed",
-    "autosched": "workload model + tuner + guardrail, each period (and on drift, when drift checks are on)",
+    "autosched": "workload model + tuner + guardrail, each period and daily from the first round to the first "
+                 "boundary (and on drift, when drift checks are on)",
     "last_period": "tuned on the last period replayed (no workload model)",
     "oracle_static": "ORACLE: best fixed config in hindsight, tuned on the whole real trace",
     "oracle_period": "ORACLE: tuned each period on the real jobs of that period",
@@ -57,9 +58,10 @@ DESCRIPTIONS = {
 DAY = 86400.0
 ORACLE_FACTOR = 10  # an oracle's search: this many times a round's budget
 FIRST_DECISION = 3 / 7  # Settings.first_decision: day 3 of a 7-day first period
-# Settings.early_rounds: on six traces x 8 seeds autosched gained 0.3-3.3% on every trace (paired),
-# its share of oracle_static's gain rose from 77.4% to 84.1%, and the traces with no week worse
-# than the default by more than 2% from 3 to 5 (docs/results.md, "Issue 11, today's defaults:
+# Settings.early_rounds: on six traces x 8 seeds autosched's average JCT fell on every trace
+# (paired: 0.3-3.3%; on cluster06 and the sample within 1-2 s.e.), its share of oracle_static's gain
+# rose from 77.4% to 84.1%, and the traces with no week worse than the default by more than 2%
+# went from 3 to 5 (docs/results.md, "Issue 11, today's defaults:
 # early rounds"). last_period, which gets the same rounds, gained as much.
 EARLY_ROUNDS = True
 # What each of check_times' moments is; a round's kind is its Decision's trigger.
@@ -96,10 +98,12 @@ class Settings:
     # the default whatever happens. On six traces x 3 seeds it raised autosched's share of
     # oracle_static's gain from 59.9% to 73.2% (docs/results.md).
     first_decision: float | None = FIRST_DECISION
-    # After the first round, a round every `check_every` until the first boundary ("early round"):
-    # in period 0 each day adds a third or more to a young history, and a week heavier than the
-    # first days showed is seen before the boundary (benchmarks/period0_rounds.py). EARLY_ROUNDS
-    # says what it measured; no early rounds without a first round.
+    # After the first round, a round every `check_every` until half a `check_every` before the
+    # first boundary ("early round"; the boundary has its own round): in period 0 each day adds a
+    # third or more to a young history, and a week heavier than the first days showed is seen
+    # before the boundary (benchmarks/period0_rounds.py). EARLY_ROUNDS says what it measured; no
+    # early rounds without a first round. Their number grows with the period (a 30-day period:
+    # up to 29 rounds before its first boundary).
     early_rounds: bool = EARLY_ROUNDS
     guard_k: float = Guardrail.k
     guard_margin: float = Guardrail.min_margin
@@ -261,7 +265,10 @@ def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Sett
     for name in strategies:
         t0 = time.perf_counter()
         say = functools.partial(_say, progress, name)
-        run_settings = replace(settings, seed=ORACLE_SEED) if name in ORACLES else settings
+        # No early rounds for an oracle: each of its rounds is a search of ORACLE_FACTOR x the
+        # budget, and with them the README's run took 2.6x the CPU with a cold cache. The oracles
+        # bound the loop; oracle_period keeps the first round and the boundaries.
+        run_settings = replace(settings, seed=ORACLE_SEED, early_rounds=False) if name in ORACLES else settings
         if name == "oracle_static":
             config = _tune_static(trace, cluster, run_settings, oracle_factory, say)
             res = replay(trace, cluster, run_settings, bounds, initial=config, progress=say)
@@ -374,15 +381,16 @@ def check_times(bounds: list[float], settings: Settings, drift: bool) -> list[tu
     """(time, kind), in time order: a round ("period") at each inner boundary, a "first round"
     `first_decision` into the first period (rounded to whole seconds; none when the trace has one
     period: there is nothing to re-tune), with `early_rounds` an "early round" every `check_every`
-    after it until the first boundary, and a "drift check" every `check_every` between later
-    boundaries."""
+    after it while at least half a `check_every` before the first boundary (two full rounds
+    seconds apart would decide on the same information), and a "drift check" every `check_every`
+    between later boundaries."""
     inner = bounds[1:-1]
     out = [(b, PERIOD) for b in inner]
     if settings.first_decision is not None and inner:
         first = bounds[0] + first_round_offset(settings)
         out.append((first, FIRST_ROUND))
         k = 1
-        while settings.early_rounds and first + k * settings.check_every < inner[0] - 1e-6:
+        while settings.early_rounds and first + k * settings.check_every <= inner[0] - settings.check_every / 2:
             out.append((first + k * settings.check_every, EARLY_ROUND))
             k += 1
     if drift and inner:

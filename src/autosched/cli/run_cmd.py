@@ -53,7 +53,7 @@ def run_cmd(
     noise_k: float = typer.Option(1.0, "--noise-k", help="guardrail: ... and exceeds this many standard errors of the paired gain across samples"),
     max_loss: Optional[float] = typer.Option(None, "--max-loss", help="guardrail: ... and loses no more than this fraction on any sample (0.02 = 2%)"),
     first_decision: Optional[str] = typer.Option(None, "--first-decision", metavar="DURATION|off", help="a first tuning round this long after the start, on the history seen so far (default: 3/7 of the period, day 3 of a week; 'off': none before the first period boundary)"),
-    early_rounds: Optional[bool] = typer.Option(None, "--early-rounds/--no-early-rounds", help="after the first round, another round every day until the first period boundary, while the history is young and grows fastest  [default: on]", show_default=False),
+    early_rounds: Optional[bool] = typer.Option(None, "--early-rounds/--no-early-rounds", help="after the first round, another round every day until the first period boundary, while the history is young and grows fastest (none without a first round; a long period gets many)  [default: on]", show_default=False),
     backlog_history: Optional[bool] = typer.Option(None, "--backlog-history/--no-backlog-history", help="evaluation workloads keep each carried-over job's past (service received, time waited) instead of restarting it as a new job (docs/traces.md)  [default: on]", show_default=False),
     drift: bool = typer.Option(False, "--drift/--no-drift", help="also re-tune between boundaries when a daily drift test fires (costs a tuning round each time it fires)"),
     screening: bool = typer.Option(False, "--screening/--no-screening", help="causal knob screening inside each tuning round (off by default: see docs/tuning.md)"),
@@ -189,6 +189,8 @@ class RunOptions:
             fail("--skip must be >= 0 and --span > 0")
         if first is not None and p > 0 and not 0 < first < p:
             fail(f"--first-decision {self.first_decision} is not inside the first period ({self.period}); use 'off' for none")
+        if off and self.early_rounds:
+            fail("--early-rounds follow the first round, and --first-decision off leaves none")
         if self.first_decision is None:
             fraction: float | None = FIRST_DECISION
         else:  # "off" or a duration inside the first period (a period <= 0: Settings says so)
