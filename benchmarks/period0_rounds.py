@@ -43,8 +43,7 @@ from autosched.trace.table import Trace
 
 def load(w: Trace, now: float, capacity: float, horizon: float) -> float:
     """Offered load of the jobs submitted after `now` (the backlog is submitted at `now`)."""
-    new = w.submit_time > now
-    return float((w.duration[new] * w.num_gpus[new]).sum()) / (capacity * horizon)
+    return w.take(np.flatnonzero(w.submit_time > now)).gpu_seconds() / (capacity * horizon)
 
 
 def change(workloads: list[Trace], cluster: ClusterSpec, cls: type, default: dict, config: dict) -> float:
