@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import math
 import signal
 import subprocess
@@ -32,6 +33,7 @@ from test_tune_doubles import (
     always_dies_sim,
     dies_once_sim,
     failing_sim,
+    frozen_parent_sim,
     known_sim,
     metrics_of,
     sleepy_sim,
@@ -284,6 +286,16 @@ def test_worker_that_always_dies_fails_its_trial():
     assert [t.state for t in res.trials] == ["failed"] * 2
     assert all(t.error == "worker died twice (exit code 3)" for t in res.trials)
     assert res.best_config is None and math.isnan(res.best_value)
+
+
+def test_workers_inherit_the_parent_frozen_and_the_parent_stays_unfrozen():
+    # Frozen: a worker's collections do not walk (and so copy) the parent's pages (executor.py).
+    res = tuner(budget=4, screening=False, simulator=frozen_parent_sim, workers=2).tune([TRACE])
+    assert [t.state for t in res.trials] == ["complete"] * 4
+    assert gc.get_freeze_count() == 0
+    # The same double fails in this process, where nothing is frozen: the check above can fail.
+    res = tuner(budget=1, screening=False, simulator=frozen_parent_sim, workers=1).tune([TRACE])
+    assert res.trials[0].error == "RuntimeError: the parent's objects are not frozen in the worker"
 
 
 # ------------------------------------------------------------------------------ resume

@@ -4,6 +4,7 @@ subprocess of the resume test."""
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import os
 import time
@@ -76,6 +77,13 @@ def dies_once_sim(trace, cluster, policy):
     if not os.path.exists(marker):
         open(marker, "w").close()
         os._exit(3)
+    return known_sim(trace, cluster, policy)
+
+
+def frozen_parent_sim(trace, cluster, policy):
+    """Fails unless the worker's inherited objects are frozen out of its garbage collector."""
+    if gc.get_freeze_count() == 0:
+        raise RuntimeError("the parent's objects are not frozen in the worker")
     return known_sim(trace, cluster, policy)
 
 

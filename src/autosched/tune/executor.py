@@ -8,6 +8,7 @@ comes back as an error (the search goes on); a trial whose worker died is retrie
 
 from __future__ import annotations
 
+import gc
 import os
 import signal
 import threading
@@ -207,7 +208,16 @@ class ProcessExecutor(_Pool):
     def _launch_one(self, key: int, policy: str, config: Config, attempts: int) -> None:
         recv, send = self._ctx.Pipe(duplex=False)
         p = self._ctx.Process(target=_child, args=(send, policy, config, os.getpid()), daemon=True)
-        p.start()
+        # The child inherits the parent's objects frozen (gc.freeze), so its collections never
+        # walk them: a walk writes to every object's GC header and copies each page it lands on.
+        # After a long run (the README's, after autosched and last_period) the parent's objects
+        # are spread over hundreds of MB, and that copying doubled the oracles' CPU time
+        # (docs/results.md, "Issue 11: the main job's time").
+        gc.freeze()
+        try:
+            p.start()
+        finally:
+            gc.unfreeze()
         send.close()
         self._running.append(_Running(key, policy, config, p, recv, time.perf_counter(), attempts))
 
