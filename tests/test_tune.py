@@ -289,7 +289,7 @@ def test_worker_that_always_dies_fails_its_trial():
 
 
 def test_workers_inherit_the_parent_frozen_and_the_parent_stays_unfrozen():
-    # Frozen: a worker's collections do not walk (and so copy) the parent's pages (executor.py).
+    # Frozen: a worker's collections do not walk (and so copy) the parent's pages (executor.py _child).
     res = tuner(budget=4, screening=False, simulator=frozen_parent_sim, workers=2).tune([TRACE])
     assert [t.state for t in res.trials] == ["complete"] * 4
     assert gc.get_freeze_count() == 0

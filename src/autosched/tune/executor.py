@@ -137,6 +137,13 @@ def _die_with(parent: int) -> None:
 
 
 def _child(conn: Connection, policy: str, config: Config, parent: int) -> None:
+    # Set the inherited objects aside from this worker's collector: a full collection walks every
+    # object and writes to its GC header, which copies each page it lands on. After a long run
+    # (the README's, after autosched and last_period) the parent's objects are spread over
+    # hundreds of MB, and that copying doubled the oracles' CPU time (docs/results.md, "Issue 11:
+    # the main job's time"). Freezing relinks the generation lists (O(1)) and leaves the
+    # parent's collector as it was.
+    gc.freeze()
     _die_with(parent)
     os.environ["OMP_NUM_THREADS"] = "1"  # one BLAS thread per worker: cores are shared
     try:
@@ -208,16 +215,7 @@ class ProcessExecutor(_Pool):
     def _launch_one(self, key: int, policy: str, config: Config, attempts: int) -> None:
         recv, send = self._ctx.Pipe(duplex=False)
         p = self._ctx.Process(target=_child, args=(send, policy, config, os.getpid()), daemon=True)
-        # The child inherits the parent's objects frozen (gc.freeze), so its collections never
-        # walk them: a walk writes to every object's GC header and copies each page it lands on.
-        # After a long run (the README's, after autosched and last_period) the parent's objects
-        # are spread over hundreds of MB, and that copying doubled the oracles' CPU time
-        # (docs/results.md, "Issue 11: the main job's time").
-        gc.freeze()
-        try:
-            p.start()
-        finally:
-            gc.unfreeze()
+        p.start()
         send.close()
         self._running.append(_Running(key, policy, config, p, recv, time.perf_counter(), attempts))
 
