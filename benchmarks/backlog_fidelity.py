@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autosched.adapt.controller import round_workloads
+from autosched.adapt.controller import round_seed_of, round_workloads
 from autosched.adapt.experiment import DAY, Settings, boundaries
 from autosched.adapt.observe import observe
 from autosched.adapt.sources import FutureSource, ModelSource
@@ -140,7 +140,7 @@ def main() -> None:
     obs["true, history"] = true_remaining(obs[True], sim, t)
     ids = set(obs[False].backlog.job_id.tolist())
     say(f"{args.trace.name}: day {(t - tr.start) / DAY:.2f}, backlog {len(ids)} jobs, policy {policy}")
-    round_seed = seed * 100_003  # the controller's first round
+    round_seed = round_seed_of(seed, 0)  # the controller's first round
     sources = {"future": FutureSource(tr), "stat": ModelSource("stat", args.samples)}
     print("| trace | cluster | config | backlog | real: default remaining (job-h) | real change "
           "| source | predicted without history | predicted with history | true remaining work, without history "

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from scipy.stats import spearmanr
 
-from autosched.adapt.controller import Controller
+from autosched.adapt.controller import Controller, round_seed_of
 from autosched.adapt.experiment import Settings, boundaries
 from autosched.adapt.observe import observe
 from autosched.adapt.sources import FutureSource, ModelSource, ReplaySource
@@ -59,7 +59,7 @@ for bi, t in enumerate(bounds[1:-1]):
     row = {"t": bi + 1, "default_real": d_real}
     for sname, src in (("model", ModelSource("stat", 4)), ("replay", ReplaySource())):
         ctrl = Controller("tiresias", cluster, src, period=st.period)
-        rs = seed * 100_003 + bi * 1_009
+        rs = round_seed_of(seed, bi)
         wl = ctrl._workloads(obs, rs)
         t0 = time.perf_counter()
         res = Tuner("tiresias", cluster, Objective("avg_jct"), SearchConfig(budget=budget, seed=rs, screening=screening),

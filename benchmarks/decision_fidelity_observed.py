@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autosched.adapt.controller import ROUND_SEED_STRIDE, round_workloads
+from autosched.adapt.controller import round_seed_of, round_workloads
 from autosched.adapt.experiment import DAY, Settings, boundaries
 from autosched.adapt.observe import observe
 from autosched.adapt.sources import FutureSource, ModelSource, ReplaySource
@@ -91,7 +91,7 @@ def measure(name: str, panel: int, samples: int, seed: int) -> list[dict]:
         t0 = time.perf_counter()
         sim.run(until=t)
         obs = observe(sim, t, max(bounds[0], t - st.history), seed=seed)
-        round_seed = seed * 100_003 + i * ROUND_SEED_STRIDE  # the controller's i-th round (no drift rounds)
+        round_seed = round_seed_of(seed, i)  # the controller's i-th round (no drift rounds)
         real_w = round_workloads(FutureSource(tr), obs, st.period, cl, round_seed)
         if not real_w:
             continue

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autosched.adapt.controller import ROUND_SEED_STRIDE, round_workloads
+from autosched.adapt.controller import round_seed_of, round_workloads
 from autosched.adapt.experiment import DAY, Settings
 from autosched.adapt.observe import observe
 from autosched.adapt.sources import FutureSource, ModelSource
@@ -95,7 +95,7 @@ def main() -> None:
                 (w,) = round_workloads(FutureSource(tr), obs, st.period, cl, 0)
                 new = int((w.submit_time > now).sum())
                 real = f"{new}, {load(w, now, capacity, st.period):.2f}, {change([w], cl, cls, default, config):+.1%}"
-            round_seed = seed * 100_003 + index * ROUND_SEED_STRIDE  # as Controller.decide
+            round_seed = round_seed_of(seed, index)
             ws = round_workloads(ModelSource(st.model, args.samples), obs, st.period, cl, round_seed)
             jobs += [int((w.submit_time > now).sum()) for w in ws]
             loads += [load(w, now, capacity, st.period) for w in ws]

@@ -199,7 +199,7 @@ class Controller:
         `drift` report that caused it are recorded
         in the returned `Decision`, which is also appended to ``decisions``."""
         t0 = time.perf_counter()
-        round_seed = self.seed * 100_003 + len(self.decisions) * ROUND_SEED_STRIDE
+        round_seed = round_seed_of(self.seed, len(self.decisions))
         self._last_round = obs.now
         self._reference = profile(obs, obs.start, obs.now)
         workloads = self._workloads(obs, round_seed)
@@ -301,6 +301,12 @@ def round_workloads(source: WorkloadSource, obs: Observation, period: float, clu
 # validation seed is ever a tuning seed, of this round or another (`check_sample_counts`).
 VALIDATION_SEED_OFFSET = 503
 ROUND_SEED_STRIDE = 1_009
+
+
+def round_seed_of(seed: int, index: int) -> int:
+    """The seed of a run's `index`-th round (0: its first), from which the round's tuning and
+    validation samples are drawn; a benchmark that redraws a round's samples calls this too."""
+    return seed * 100_003 + index * ROUND_SEED_STRIDE
 
 
 def check_sample_counts(samples: int, validation_samples: int) -> None:
