@@ -87,7 +87,7 @@ def main() -> None:
     loss = [rec.jct[m].mean() / base.jct[m].mean() - 1 if m.any() else -np.inf for m in periods]
     p = int(np.argmax(loss)) if args.period is None else args.period
     print(f"{args.strategy}, run {args.run} (seed {seed}), against the default: {changes(rec, base, periods)}")
-    print(f"deployments (day: knobs changed from the default; the history then: jobs, widest in GPUs):")
+    print("deployments (day: knobs changed from the default; the history then: jobs, widest in GPUs):")
     for t, config in line[1:]:
         seen = sub < t
         knobs = {k: v for k, v in config.items() if v != default[k]}
