@@ -18,7 +18,6 @@ from .common import (
     cluster_file,
     default_trace_and_cluster,
     fail,
-    input_errors,
     load_inputs,
     outputs,
     print_json,
@@ -32,20 +31,18 @@ if TYPE_CHECKING:  # the engine is imported inside the command (start-up time)
 
 def build_policy(name: str, sets: list[str], config_file: Path | None) -> Policy:
     """A policy from its name, an optional config file and ``knob=value`` overrides."""
-    with input_errors():
-        cls = get_policy(name)
-        base: dict = {}
-        if config_file is not None:
-            file_policy, base = read_config_file(config_file)
-            if file_policy is not None and file_policy != name:
-                raise ConfigError(f"{config_file}: the config is for policy {file_policy!r}, not {name!r}")
-            base = cls.space.validate(base)
-        return cls(cls.space.parse_assignments(sets, base))
+    cls = get_policy(name)
+    base: dict = {}
+    if config_file is not None:
+        file_policy, base = read_config_file(config_file)
+        if file_policy is not None and file_policy != name:
+            raise ConfigError(f"{config_file}: the config is for policy {file_policy!r}, not {name!r}")
+        base = cls.space.validate(base)
+    return cls(cls.space.parse_assignments(sets, base))
 
 
 def policy_from_config_file(config_file: Path) -> str | None:
-    with input_errors():
-        name, _ = read_config_file(config_file)
+    name, _ = read_config_file(config_file)
     return name
 
 
@@ -83,8 +80,7 @@ def simulate_cmd(
     if jobs_out is not None:
         from ..sim.records_io import write_records
 
-        with input_errors():
-            write_records(res.records, tr, jobs_out)
+        write_records(res.records, tr, jobs_out)
     notes = _run_notes(sim, res)
     if as_json:
         out = {"policy": pol.name, "oracle": pol.oracle, "config": pol.config,

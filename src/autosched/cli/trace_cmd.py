@@ -33,11 +33,10 @@ def inspect_cmd(
     """Summarise a trace: jobs, span, GPU-hours, offered load, size and duration mix, per VC, and
     what was dropped and why."""
     from ..trace import summarize
-    from .common import input_errors, print_json
+    from .common import print_json
 
-    with input_errors():
-        tr, report, spec = _load(trace, fmt, cluster, strict)
-        summary = summarize(tr, spec)
+    tr, report, spec = _load(trace, fmt, cluster, strict)
+    summary = summarize(tr, spec)
     if as_json:
         print_json({**summary.to_dict(), "load_report": report.to_dict()})
         return
@@ -53,15 +52,14 @@ def convert_cmd(
 ) -> None:
     """Convert a trace to canonical CSV or Parquet (the drop report goes to stderr)."""
     from ..trace import load_trace, write_trace
-    from .common import fail, input_errors, note, outputs
+    from .common import fail, note, outputs
 
     stdout = str(out) == "-"
     if not stdout and not out.name.lower().endswith((".csv", ".csv.gz", ".parquet", ".pq")):
         fail(f"{out}: the output name must end in .csv, .csv.gz or .parquet (or be - for CSV on stdout)")
     outputs((source,), stream=(out,))
-    with input_errors():
-        tr, report = load_trace(source, format=fmt, strict=strict)
-        write_trace(tr, out)
+    tr, report = load_trace(source, format=fmt, strict=strict)
+    write_trace(tr, out)
     note(report.summary())
     note(f"wrote {len(tr):,} jobs to {'stdout' if stdout else out}")
 

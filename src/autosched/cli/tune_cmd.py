@@ -14,7 +14,6 @@ from .common import (
     check_seed,
     cluster_file,
     fail,
-    input_errors,
     load_inputs,
     note,
     outputs,
@@ -50,33 +49,28 @@ def tune_cmd(
 ) -> None:
     """Find the best knob settings of a policy on a trace (Bayesian optimisation + causal screening)."""
     from ..space import ConfigError, read_config_file
-    from ..tune import ExecutionConfig, Objective, ObjectiveError, SearchConfig, TuneError, Tuner
+    from ..tune import ExecutionConfig, Objective, SearchConfig, TuneError, Tuner
 
     outputs((trace, cluster_file(cluster), study, *warm_start), (out,), dirs=(report,))
     check_seed(seed)
     if report is not None:
         require("matplotlib", "--report", "report")
     names = [n.strip() for p in policy for n in p.split(",") if n.strip()]
-    with input_errors():
-        try:
-            obj = Objective(objective, direction, tuple(constraint))
-            warm = []
-            for path in warm_start:
-                name, knobs = read_config_file(path)
-                warm.append({"policy": name or names[0], "knobs": knobs})
-        except ObjectiveError as e:
-            fail(str(e))
+    obj = Objective(objective, direction, tuple(constraint))
+    warm = []
+    for path in warm_start:
+        name, knobs = read_config_file(path)
+        warm.append({"policy": name or names[0], "knobs": knobs})
     from ..policies import POLICIES
 
     oracles = [n for n in names if n in POLICIES and POLICIES[n].oracle]
     if oracles and not as_json:
         note(f"note: {', '.join(oracles)} read true job durations (oracle baselines, not deployable)")
     tr, cl, loaded = load_inputs(trace, cluster, fmt, quiet=as_json)
-    with input_errors():  # (fail() raises typer.Exit, a RuntimeError: nothing around may catch those)
-        search = SearchConfig(budget=budget, seed=seed, sampler=sampler, screening=screening)
-        execution = ExecutionConfig(workers=workers, executor=executor, address=address,
-                                    trial_timeout=trial_timeout, study=study)
-        tuner = Tuner(names if len(names) > 1 else names[0], cl, obj, search, execution)
+    search = SearchConfig(budget=budget, seed=seed, sampler=sampler, screening=screening)
+    execution = ExecutionConfig(workers=workers, executor=executor, address=address,
+                                trial_timeout=trial_timeout, study=study)
+    tuner = Tuner(names if len(names) > 1 else names[0], cl, obj, search, execution)
     try:
         with progress_bar(f"tuning {', '.join(names)} ({len(tr):,} jobs)", budget) as update:
             result = tuner.tune([tr], warm_start=warm, progress=update)
@@ -87,14 +81,12 @@ def tune_cmd(
     if result.best_config is None:
         fail(f"no trial finished; first error: {next((t.error for t in result.trials if t.error), 'none')}", 1)
     if out is not None:
-        with input_errors():
-            out.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(out, result.best_config_json() + "\n")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out, result.best_config_json() + "\n")
     if report is not None:
         from ..tune.report import tuning_report
 
-        with input_errors():
-            page = tuning_report(result, f"Tuning {', '.join(names)} on {trace.name}").write(report, data=result.to_dict())
+        page = tuning_report(result, f"Tuning {', '.join(names)} on {trace.name}").write(report, data=result.to_dict())
         if not as_json:
             note(f"report: {page}")
     if as_json:
