@@ -94,7 +94,7 @@ def _run_notes(sim: Simulator, res) -> dict:
     """What the run did that the metrics do not say: which backfill ran (multifactor), how many
     jobs were ended at their time limit (traces with limits)."""
     notes = {}
-    kind = getattr(sim.policies[0], "backfill_kind", None)
+    kind = sim.policies[0].backfill_kind
     if kind is not None:
         notes["backfill"] = kind
     if sim.trace.time_limit is not None:
