@@ -113,6 +113,21 @@ def progress_bar(description: str, total: int, enabled: bool = True):
         yield lambda done, total: bar.update(task, completed=done, total=total)
 
 
+def fmt_value(v: Any) -> str:
+    """A knob's value in a result table: floats in the shortest form (``%g``), the rest as is."""
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def fmt_metric(key: str, v: float | int) -> str:
+    """A metric's value in a result table: counts with thousands separators, ratios to three
+    decimals, times in seconds and hours."""
+    if isinstance(v, int):
+        return f"{v:,}"
+    if key in ("utilization", "fairness", "avg_slowdown"):
+        return f"{v:.3f}"
+    return f"{v:,.0f} s ({v / 3600:.2f} h)"
+
+
 PIPED_WIDTH = 160  # columns of a result table written to a file, a pipe or a CI log
 
 

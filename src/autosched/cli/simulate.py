@@ -18,6 +18,8 @@ from .common import (
     cluster_file,
     default_trace_and_cluster,
     fail,
+    fmt_metric,
+    fmt_value,
     load_inputs,
     outputs,
     print_json,
@@ -120,7 +122,7 @@ def _print_metrics(pol: Policy, cluster: str, trace: str, m, notes: dict | None 
     console = table_console()
     oracle = " [bold red](oracle: reads true durations)[/]" if pol.oracle else ""
     console.print(f"[bold]{pol.name}[/]{oracle} on {cluster}, trace {trace}")
-    console.print("config: " + ", ".join(f"{k}={_fmt(v)}" for k, v in pol.config.items()))
+    console.print("config: " + ", ".join(f"{k}={fmt_value(v)}" for k, v in pol.config.items()))
     for k, v in (notes or {}).items():
         console.print(f"{k}: {v}", markup=False)
     table = Table(show_header=True, header_style="bold")
@@ -128,20 +130,8 @@ def _print_metrics(pol: Policy, cluster: str, trace: str, m, notes: dict | None 
     table.add_column("value", justify="right")
     table.add_column("meaning", style="dim")
     for key, value in m.to_dict().items():
-        table.add_row(key, _fmt_metric(key, value), METRIC_HELP[key][0])
+        table.add_row(key, fmt_metric(key, value), METRIC_HELP[key][0])
     console.print(table)
-
-
-def _fmt(v) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
-def _fmt_metric(key: str, v) -> str:
-    if isinstance(v, int):
-        return f"{v:,}"
-    if key in ("utilization", "fairness", "avg_slowdown"):
-        return f"{v:.3f}"
-    return f"{v:,.0f} s ({v / 3600:.2f} h)"
 
 
 def policies_cmd(
@@ -171,6 +161,6 @@ def policies_cmd(
             table.add_column(col)
         for k in cls.space:
             cond = f" (when {k.condition[0]} = {'/'.join(map(str, k.condition[1]))})" if k.condition else ""
-            table.add_row(k.name, k.describe(), _fmt(k.default), k.help + cond)
+            table.add_row(k.name, k.describe(), fmt_value(k.default), k.help + cond)
         console.print(table)
         console.print()

@@ -14,6 +14,8 @@ from .common import (
     check_seed,
     cluster_file,
     fail,
+    fmt_metric,
+    fmt_value,
     load_inputs,
     note,
     outputs,
@@ -97,7 +99,6 @@ def tune_cmd(
 
 def _print_result(result, trace: str, cluster: str) -> None:
     from ..sim import METRIC_HELP
-    from .simulate import _fmt, _fmt_metric
 
     con = table_console()
     obj = result.objective
@@ -109,7 +110,7 @@ def _print_result(result, trace: str, cluster: str) -> None:
         t.add_column(col)
     for k, v in result.best_config.items():
         status = "frozen (screening)" if k in result.screened_knobs else "searched"
-        t.add_row(k, _fmt(v), status)
+        t.add_row(k, fmt_value(v), status)
     con.print(t)
     if result.default_metrics:
         m = Table(show_header=True, header_style="bold", title="best vs default")
@@ -119,14 +120,14 @@ def _print_result(result, trace: str, cluster: str) -> None:
             d, b = _mean(result.default_metrics, key), _mean(result.best_metrics, key)
             ch = f"{(b - d) / abs(d):+.1%}" if d else ""
             style = "bold" if key == obj.metric else ""
-            m.add_row(f"[{style}]{key}[/]" if style else key, _fmt_metric(key, d), _fmt_metric(key, b), ch)
+            m.add_row(f"[{style}]{key}[/]" if style else key, fmt_metric(key, d), fmt_metric(key, b), ch)
         con.print(m)
     if not math.isnan(result.improvement):
         con.print(f"{obj.metric}: {result.best_value:,.6g} vs default {result.default_value:,.6g} "
                   f"([bold]{result.improvement:+.1%}[/] better)")
     s = result.screening
     if s is not None:
-        frozen = ", ".join(f"{k}={_fmt(v)}" for k, v in s.frozen.items()) or "none"
+        frozen = ", ".join(f"{k}={fmt_value(v)}" for k, v in s.frozen.items()) or "none"
         con.print(f"screening on {s.samples} trials: froze {frozen}; searched {', '.join(s.relevant)}")
         if s.unfrozen_at is not None:
             con.print(f"  the reduced search stalled: all knobs searched again from trial {s.unfrozen_at}")
