@@ -7,11 +7,14 @@ command runs, so ``autosched --help`` stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from .common import table_console
+
+if TYPE_CHECKING:
+    from ..cluster import ClusterSpec
 
 trace_app = typer.Typer(help="Inspect job traces and convert them to autosched's canonical CSV/Parquet.",
                         no_args_is_help=True)
@@ -36,7 +39,7 @@ def inspect_cmd(
     from .common import print_json
 
     tr, report, spec = _load(trace, fmt, cluster, strict)
-    summary = summarize(tr, spec)
+    summary = summarize(tr, **_capacity(spec))
     if as_json:
         print_json({**summary.to_dict(), "load_report": report.to_dict()})
         return
@@ -73,6 +76,15 @@ def _load(trace: Path, fmt: str | None, cluster: str | None, strict: bool):
     if spec is not None:
         tr, report = fit_to_cluster(tr, spec, strict=strict, report=report)
     return tr, report, spec
+
+
+def _capacity(spec: ClusterSpec | None) -> dict[str, Any]:
+    """What `summarize` needs of the cluster, as plain values (the trace layer sits below the
+    cluster's): its label, its GPUs and, when it has VCs, each VC's GPUs."""
+    if spec is None:
+        return {}
+    vc_gpus = {} if spec.uniform else {name: nodes * spec.gpus_per_node for name, nodes in spec.vc_nodes}
+    return {"cluster": spec.describe(), "cluster_gpus": spec.gpus, "vc_gpus": vc_gpus}
 
 
 def _render(s, report) -> None:
