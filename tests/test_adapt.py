@@ -712,3 +712,15 @@ def test_old_finished_jobs_are_left_out_of_the_duration_estimate(monkeypatch):
     everyone = impute(dur, finished, np.random.default_rng(1), np.searchsorted(GPU_CLASSES, gpus, side="left"),
                       0.5 ** ((now - submit) / DURATION_HALF_LIFE))
     assert not np.array_equal(got, everyone)  # the cut changes the estimate
+
+
+def test_report_puts_knob_values_on_a_numeric_axis():
+    """The report's config-over-time plot: numbers as they are, a categorical value as its index
+    among its knob's choices (multifactor's PriorityFlags: FAIR_TREE 0, NO_FAIR_TREE 1)."""
+    from autosched.adapt.report import _num
+
+    space = get_policy("multifactor").space
+    assert _num("NO_FAIR_TREE", space["PriorityFlags"]) == 1.0
+    assert _num("first_fit", space["placement"]) == 3.0
+    assert _num(30, space["bf_interval"]) == 30.0 and _num(True, space["backfill"]) == 1.0
+    assert _num("unknown", space["PriorityFlags"]) == 0.0 and _num("x", space["reserve_after"]) == 0.0
