@@ -16,6 +16,7 @@ from autosched.adapt.drift import ks_2samp, mix_test, rate_ratio_test
 from autosched.adapt.errors import AdaptError
 from autosched.adapt.experiment import boundaries, check_times, make_controller, replay
 from autosched.cluster import ClusterSpec
+from autosched.errors import SimulationError
 from autosched.policies import get_policy
 from autosched.policies.tiresias import Tiresias
 from autosched.sim import Simulator, simulate
@@ -180,7 +181,7 @@ def test_the_tail_takes_the_estimates_mass_beyond_the_longest_finished_job():
 def test_observe_refuses_a_simulator_past_now():
     tr = _trace([(0, 10, 1), (50, 10, 1)])
     sim = Simulator(tr, ClusterSpec.uniform_nodes(1, 1), get_policy("fifo")()).run(until=60)
-    with pytest.raises(ValueError, match="past the observation time"):
+    with pytest.raises(SimulationError, match="past the observation time"):
         observe(sim, 30, 0)
 
 
@@ -237,6 +238,13 @@ def test_guardrail_by_hand():
     assert not v.deploy and "below the margin" in v.reason
     v = Guardrail(min_margin=0.0).judge([0.5, 0.5], [0.6, 0.62], minimize=False)  # utilisation: more is better
     assert v.deploy and v.gain == pytest.approx(0.22)
+
+
+def test_guardrail_refuses_unpaired_values():
+    with pytest.raises(AdaptError, match="same, non-zero number"):
+        Guardrail().judge([100, 100], [90])
+    with pytest.raises(AdaptError, match="same, non-zero number"):
+        Guardrail().judge([], [])
 
 
 def test_guardrail_max_loss_by_hand():
@@ -704,3 +712,15 @@ def test_old_finished_jobs_are_left_out_of_the_duration_estimate(monkeypatch):
     everyone = impute(dur, finished, np.random.default_rng(1), np.searchsorted(GPU_CLASSES, gpus, side="left"),
                       0.5 ** ((now - submit) / DURATION_HALF_LIFE))
     assert not np.array_equal(got, everyone)  # the cut changes the estimate
+
+
+def test_report_puts_knob_values_on_a_numeric_axis():
+    """The report's config-over-time plot: numbers as they are, a categorical value as its index
+    among its knob's choices (multifactor's PriorityFlags: FAIR_TREE 0, NO_FAIR_TREE 1)."""
+    from autosched.adapt.report import _num
+
+    space = get_policy("multifactor").space
+    assert _num("NO_FAIR_TREE", space["PriorityFlags"]) == 1.0
+    assert _num("first_fit", space["placement"]) == 3.0
+    assert _num(30, space["bf_interval"]) == 30.0 and _num(True, space["backfill"]) == 1.0
+    assert _num("unknown", space["PriorityFlags"]) == 0.0 and _num("x", space["reserve_after"]) == 0.0

@@ -46,3 +46,39 @@ def test_library_errors_never_name_a_cli_option():
            for path in sorted(SRC.rglob("*.py")) if path.relative_to(SRC).parts[0] != "cli"
            for line, text in _raised_texts(path) if pattern.search(text)]
     assert not bad, "\n".join(bad)
+
+
+def test_a_file_the_command_cannot_open_is_one_line_naming_it(tmp_path):
+    """The one place (`_one_line_errors`) turns an OSError, as a command lets it rise, into
+    ``error: FILE: reason`` and exit code 2; a project error keeps its own message; anything
+    else keeps its traceback (a bug)."""
+    from typer.testing import CliRunner
+
+    from autosched.cli import _one_line_errors
+    from autosched.errors import InputError
+
+    missing, folder = tmp_path / "none.csv", tmp_path
+    raised: dict[str, Exception] = {"project": InputError("t.csv, row 3: bad"), "bug": KeyError("k")}
+
+    def cmd(what: str) -> None:
+        if what == "missing":
+            missing.open()
+        elif what == "folder":
+            folder.open("w")
+        elif what == "no-file":
+            raise OSError(5, "Input/output error")
+        else:
+            raise raised[what]
+
+    app = typer.Typer()
+    app.command()(_one_line_errors(cmd))
+    runner = CliRunner()
+    expect = {"missing": f"error: {missing}: No such file or directory\n",
+              "folder": f"error: {folder}: Is a directory\n",
+              "no-file": "error: [Errno 5] Input/output error\n",
+              "project": "error: t.csv, row 3: bad\n"}
+    for what, line in expect.items():
+        r = runner.invoke(app, [what])
+        assert (r.exit_code, r.output) == (2, line), what
+    r = runner.invoke(app, ["bug"])
+    assert r.exit_code == 1 and isinstance(r.exception, KeyError)

@@ -200,3 +200,24 @@ def test_one_account_gets_no_fair_share_advantage():
     cfg = {**ONLY, "PriorityWeightFairshare": 10000, "PriorityWeightAge": 1}
     sim = run(FS_JOBS, "multifactor", cfg, users=["u", "u", "u"])
     assert jct(sim) == [600, 690, 780]
+
+
+def test_the_space_names_defaults_and_choices():
+    """Multifactor's knobs, as an operator sees them (placement derives from the base knob and
+    adds Slurm's first_fit; the rest are Slurm's names and defaults)."""
+    from autosched.policies import PLACEMENT
+
+    space = list(get_policy("multifactor").space)
+    assert {k.name: k.default for k in space} == {
+        "placement": "consolidate", "PriorityWeightAge": 1000, "PriorityMaxAge": 604800.0,
+        "PriorityWeightFairshare": 10000, "PriorityDecayHalfLife": 604800.0, "PriorityFlags": "FAIR_TREE",
+        "PriorityWeightJobSize": 1000, "PriorityFavorSmall": False, "PriorityWeightTRES.GRES/gpu": 0,
+        "PriorityWeightTRES.CPU": 0, "TRESBillingWeights.GRES/gpu": 1.0, "TRESBillingWeights.CPU": 0.0,
+        "PriorityCalcPeriod": 5, "backfill": True, "reserve_after": 21600.0, "bf_interval": 30,
+        "bf_window": 1440, "bf_max_job_test": 500, "bf_resolution": 60, "bf_continue": False,
+        "sched_interval": 60, "default_queue_depth": 100, "batch_sched_delay": 3}
+    assert [k.name for k in space][:1] == ["placement"]
+    placement = space[0]
+    assert placement.choices == ("consolidate", "spread", "count", "first_fit")
+    assert placement.help.startswith(PLACEMENT.help + "; first_fit: ")
+    assert space[5].choices == ("FAIR_TREE", "NO_FAIR_TREE")

@@ -11,7 +11,6 @@ import pytest
 
 from autosched.trace import TraceError, load_trace
 from autosched.trace.formats import detect_format
-from autosched.trace.parsing import head_text
 from conftest import FIXTURES
 
 
@@ -118,7 +117,7 @@ def test_slurm_parsable_with_trailing_bar_and_orphan_step(tmp_path):
                                         ("helios_cluster_log.csv", "helios"), ("slurm_sacct.txt", "slurm")])
 def test_detection_and_gzip(tmp_path, name, fmt):
     plain = FIXTURES / name
-    assert detect_format(plain, head_text(plain)).name == fmt
+    assert detect_format(plain, plain.read_text()).name == fmt
     packed = tmp_path / (name + ".gz")
     with open(plain, "rb") as src, gzip.open(packed, "wb") as dst:
         shutil.copyfileobj(src, dst)

@@ -257,6 +257,32 @@ def test_failing_trial_is_recorded_and_the_search_goes_on():
     assert res.best_config["d"] is False
 
 
+def test_a_nan_objective_fails_the_trial_with_the_tuners_error():
+    """A NaN objective is the project's error (TuneError), named so in the failed trial's message."""
+    from dataclasses import replace
+
+    from autosched.tune import Evaluator
+    from autosched.tune.executor import run_trial
+
+    def nan_sim(trace, cluster, policy):
+        return replace(metrics_of(policy.config), avg_jct=math.nan), {}
+
+    ev = Evaluator(CLUSTER, (TRACE,), Objective("avg_jct"), {"knobby": Knobby}, nan_sim)
+    with pytest.raises(TuneError, match="objective avg_jct is NaN"):
+        ev("knobby", Knobby.space.default())
+    assert run_trial(ev, "knobby", Knobby.space.default()) == (None, "TuneError: objective avg_jct is NaN")
+
+
+def test_executors_built_directly_refuse_bad_settings_with_the_tuners_error():
+    """ProcessExecutor and make_executor are public: they refuse what ExecutionConfig refuses, alike."""
+    from autosched.tune import ProcessExecutor, make_executor
+
+    with pytest.raises(TuneError, match=r"workers must be at least 1 \(got 0\)"):
+        ProcessExecutor(0)
+    with pytest.raises(TuneError, match="executor 'dask': use one of local, ray"):
+        make_executor("dask", 1)
+
+
 def test_trial_timeout_in_worker_processes():
     res = tuner(budget=6, screening=False, simulator=sleepy_sim, workers=2, trial_timeout=1.0).tune([TRACE])
     assert len(res.trials) == 6

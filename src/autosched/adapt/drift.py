@@ -38,10 +38,6 @@ class Profile:
     log_durations: np.ndarray  # of jobs that completed in the window
     gpu_mix: np.ndarray  # counts per GPU class of jobs that arrived in the window
 
-    @property
-    def rate(self) -> float:
-        return self.arrivals / max(self.end - self.start, 1e-9)
-
 
 def profile(obs: Observation, start: float, end: float) -> Profile:
     """The profile of jobs that arrived (for rate and mix) or completed (for durations) in [start, end]."""

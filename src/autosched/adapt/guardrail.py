@@ -44,7 +44,7 @@ class Guardrail:
 
     def judge(self, running: Sequence[float], candidate: Sequence[float], minimize: bool = True) -> Verdict:
         if len(running) != len(candidate) or not running:
-            raise ValueError("guardrail: need the same, non-zero number of values for both configs")
+            raise AdaptError("guardrail: need the same, non-zero number of values for both configs")
         gains = [_gain(r, c, minimize) for r, c in zip(running, candidate)]
         n = len(gains)
         mean = sum(gains) / n

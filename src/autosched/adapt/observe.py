@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import SimulationError
 from ..sim.engine import DONE, FUTURE, RUNNING, Simulator
 from ..trace.table import Trace
 
@@ -82,7 +83,7 @@ def observe(sim: Simulator, now: float, start: float, seed: int = 0,
     ``attained`` GPU-seconds they have held so far and their ``age`` (now - their submission),
     on top of any the trace itself gave them."""
     if sim.now > now:
-        raise ValueError(f"the simulator is at t={sim.now:g}, past the observation time {now:g}")
+        raise SimulationError(f"the simulator is at t={sim.now:g}, past the observation time {now:g}")
     trace = sim.trace
     state = np.asarray(sim.state)
     arrived = np.flatnonzero(state != FUTURE)

@@ -7,6 +7,7 @@ from typing import Any
 import numpy as np
 
 from ..htmlreport import Report
+from ..space import Categorical, Float, Int, Knob
 from .experiment import DAY, ExperimentResult
 
 COLORS = {"default": "#777777", "autosched": "#1f77b4", "last_period": "#ff7f0e",
@@ -151,7 +152,7 @@ def _knobs(rep: Report, result: ExperimentResult) -> None:
             ys = [_num(c[knob], space[knob]) for _, c in r.timeline]
             ax.step(xs, ys + ys[-1:], where="post", label=name, color=COLORS.get(name), lw=1.4)
         ax.set_ylabel(knob, fontsize=8)
-        if getattr(space[knob], "log", False):
+        if isinstance(space[knob], (Float, Int)) and space[knob].log:  # only numeric knobs have a scale
             ax.set_yscale("log")
     axes[0, 0].legend(fontsize=7, ncol=3)
     axes[-1, 0].set_xlabel("day of the trace")
@@ -198,11 +199,11 @@ def _edges(graph: Any) -> list[str]:
     return out
 
 
-def _num(v: Any, knob: Any) -> float:
+def _num(v: Any, knob: Knob) -> float:
     """A knob value on a numeric axis: categorical values as their index among the choices."""
     if isinstance(v, (bool, int, float)):
         return float(v)
-    choices = getattr(knob, "choices", ())
+    choices = knob.choices if isinstance(knob, Categorical) else ()
     return float(choices.index(v)) if v in choices else 0.0
 
 

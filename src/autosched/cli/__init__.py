@@ -54,9 +54,10 @@ def build_app(only: str | None = None) -> typer.Typer:
 
 
 def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The one place the CLI turns an `AutoschedError` into ``error: <message>`` and exit code 2.
+    """The one place the CLI turns an `AutoschedError`, or an `OSError` (a file that cannot be
+    opened, read or written), into ``error: <message>`` and exit code 2.
 
-    Commands let the project's errors rise; anything else that escapes is a bug and keeps its
+    Commands let those errors rise; anything else that escapes is a bug and keeps its
     traceback."""
     if getattr(command, "_one_line", False):  # build_app may run more than once
         return command
@@ -66,12 +67,21 @@ def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         try:
             with output_scope():  # the inputs this command protects from its own outputs
                 return command(*args, **kwargs)
-        except AutoschedError as e:
-            typer.echo(f"error: {' '.join(str(e).splitlines())}", err=True)  # one line, always
+        except (AutoschedError, OSError) as e:
+            typer.echo(f"error: {' '.join(_message(e).splitlines())}", err=True)  # one line, always
             raise typer.Exit(2) from None
 
     run._one_line = True  # type: ignore[attr-defined]
     return run
+
+
+def _message(e: Exception) -> str:
+    """The user's message: a project error's own; for an OSError, the file it is about first
+    (``trace.csv: No such file or directory``), as the project's messages name their file."""
+    if isinstance(e, AutoschedError) or not isinstance(e, OSError) or e.filename is None or not e.strerror:
+        return str(e)
+    where = f"{e.filename} -> {e.filename2}" if e.filename2 is not None else f"{e.filename}"
+    return f"{where}: {e.strerror}"
 
 
 def _root() -> None:

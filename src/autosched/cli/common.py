@@ -1,11 +1,11 @@
-"""Pieces every command shares: loading inputs with clear errors, progress, JSON output."""
+"""Pieces every command shares: loading inputs, progress, JSON output. (Errors: commands let
+them rise; `autosched.cli._one_line_errors` prints them as one line.)"""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import sys
-from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, NoReturn
@@ -14,13 +14,8 @@ import typer
 
 from ..atomic import check_output, is_stdout, protect_inputs
 from ..cluster import ClusterSpec, fit_to_cluster, parse_cluster
-from ..errors import AutoschedError
 from ..jsonable import jsonable
 from ..trace import LoadReport, Trace, load_trace
-
-# Errors shown as one line, exit code 2, no traceback: the project's own, and a file that cannot
-# be opened or written (OSError names the path).
-INPUT_ERRORS = (AutoschedError, OSError)
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
@@ -30,15 +25,6 @@ def fail(message: str, code: int = 2) -> NoReturn:
 
 def note(message: str) -> None:
     typer.echo(message, err=True)
-
-
-@contextmanager
-def input_errors() -> Iterator[None]:
-    """Turn input errors raised inside into a clean 'error: ...' and a non-zero exit."""
-    try:
-        yield
-    except INPUT_ERRORS as e:
-        fail(str(e))
 
 
 def require(module: str, what: str, extra: str) -> None:
@@ -65,10 +51,9 @@ def outputs(inputs: tuple, outs: tuple = (), stream: tuple = (), dirs: tuple = (
     an output that is a directory, device or FIFO, or one of the inputs, fails before any work.
     Outputs in `stream` may be ``-`` (standard output); `dirs` are output directories (reports)."""
     protect_inputs(*inputs)
-    with input_errors():
-        for out in outs + stream:
-            if out is not None and not (out in stream and is_stdout(out)):
-                check_output(out)
+    for out in outs + stream:
+        if out is not None and not (out in stream and is_stdout(out)):
+            check_output(out)
     for d in dirs:
         if d is not None and d.exists() and not d.is_dir():
             fail(f"{d}: is not a directory; a report is a directory (index.html, report.json)")
@@ -96,10 +81,9 @@ def load_inputs(trace_path: Path, cluster_spec: str, fmt: str | None = None,
 
     Drops are always reported on stderr; `quiet` (under ``--json``) leaves out a report of notes only."""
     protect_inputs(trace_path, cluster_file(cluster_spec))
-    with input_errors():
-        cluster = parse_cluster(cluster_spec)
-        trace, report = load_trace(trace_path, format=fmt, strict=strict)
-        trace, report = fit_to_cluster(trace, cluster, strict=strict, report=report)
+    cluster = parse_cluster(cluster_spec)
+    trace, report = load_trace(trace_path, format=fmt, strict=strict)
+    trace, report = fit_to_cluster(trace, cluster, strict=strict, report=report)
     if report.dropped or (report.notes and not quiet):  # drops go to stderr under --json too
         note(report.summary())
     if len(trace) == 0:
@@ -127,6 +111,21 @@ def progress_bar(description: str, total: int, enabled: bool = True):
                   TimeElapsedColumn(), transient=True) as bar:
         task = bar.add_task(description, total=total)
         yield lambda done, total: bar.update(task, completed=done, total=total)
+
+
+def fmt_value(v: Any) -> str:
+    """A knob's value in a result table: floats in the shortest form (``%g``), the rest as is."""
+    return f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def fmt_metric(key: str, v: float | int) -> str:
+    """A metric's value in a result table: counts with thousands separators, ratios to three
+    decimals, times in seconds and hours."""
+    if isinstance(v, int):
+        return f"{v:,}"
+    if key in ("utilization", "fairness", "avg_slowdown"):
+        return f"{v:.3f}"
+    return f"{v:,.0f} s ({v / 3600:.2f} h)"
 
 
 PIPED_WIDTH = 160  # columns of a result table written to a file, a pipe or a CI log

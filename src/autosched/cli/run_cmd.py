@@ -19,7 +19,6 @@ from .common import (
     cluster_file,
     default_trace_and_cluster,
     fail,
-    input_errors,
     load_inputs,
     note,
     outputs,
@@ -108,8 +107,7 @@ def run_cmd(
     if report is not None:
         from ..adapt.report import build_report
 
-        with input_errors():
-            page = build_report(result).write(report, data=data)
+        page = build_report(result).write(report, data=data)
         if not as_json:
             note(f"report: {page}")
     if as_json:
@@ -165,24 +163,21 @@ class RunOptions:
         (the text as typed, the strategies, the window) is checked here."""
         from ..adapt import Settings
         from ..adapt.experiment import FIRST_DECISION
-        from ..policies import UnknownPolicy, get_policy
+        from ..policies import get_policy
         from ..sim.metrics import METRIC_HELP
-        from ..timeparse import TimeParseError, parse_duration
+        from ..timeparse import parse_duration
         from ..tune import ExecutionConfig, SearchConfig
-        from ..workload import WorkloadError, get_model
+        from ..workload import get_model
         from ..workload.base import MAX_HORIZON
 
-        try:
-            get_policy(self.policy)
-            get_model(self.model)
-            p, h = parse_duration(self.period, "--period"), parse_duration(self.history, "--history")
-            start = parse_duration(self.skip, "--skip")
-            length = parse_duration(self.span, "--span") if self.span is not None else float("inf")
-            off = self.first_decision is not None and self.first_decision.strip().lower() == "off"
-            first = (None if self.first_decision is None or off
-                     else parse_duration(self.first_decision, "--first-decision"))
-        except (UnknownPolicy, WorkloadError, TimeParseError) as e:
-            fail(str(e))
+        get_policy(self.policy)
+        get_model(self.model)
+        p, h = parse_duration(self.period, "--period"), parse_duration(self.history, "--history")
+        start = parse_duration(self.skip, "--skip")
+        length = parse_duration(self.span, "--span") if self.span is not None else float("inf")
+        off = self.first_decision is not None and self.first_decision.strip().lower() == "off"
+        first = (None if self.first_decision is None or off
+                 else parse_duration(self.first_decision, "--first-decision"))
         if p > MAX_HORIZON:  # each round samples one period
             fail(f"--period of {p / 86400:,.6g} days is beyond the {MAX_HORIZON / 86400:g}-day limit of one workload sample")
         if start < 0 or length <= 0:

@@ -18,7 +18,8 @@ from .common import (
     cluster_file,
     default_trace_and_cluster,
     fail,
-    input_errors,
+    fmt_metric,
+    fmt_value,
     load_inputs,
     outputs,
     print_json,
@@ -32,20 +33,18 @@ if TYPE_CHECKING:  # the engine is imported inside the command (start-up time)
 
 def build_policy(name: str, sets: list[str], config_file: Path | None) -> Policy:
     """A policy from its name, an optional config file and ``knob=value`` overrides."""
-    with input_errors():
-        cls = get_policy(name)
-        base: dict = {}
-        if config_file is not None:
-            file_policy, base = read_config_file(config_file)
-            if file_policy is not None and file_policy != name:
-                raise ConfigError(f"{config_file}: the config is for policy {file_policy!r}, not {name!r}")
-            base = cls.space.validate(base)
-        return cls(cls.space.parse_assignments(sets, base))
+    cls = get_policy(name)
+    base: dict = {}
+    if config_file is not None:
+        file_policy, base = read_config_file(config_file)
+        if file_policy is not None and file_policy != name:
+            raise ConfigError(f"{config_file}: the config is for policy {file_policy!r}, not {name!r}")
+        base = cls.space.validate(base)
+    return cls(cls.space.parse_assignments(sets, base))
 
 
 def policy_from_config_file(config_file: Path) -> str | None:
-    with input_errors():
-        name, _ = read_config_file(config_file)
+    name, _ = read_config_file(config_file)
     return name
 
 
@@ -83,8 +82,7 @@ def simulate_cmd(
     if jobs_out is not None:
         from ..sim.records_io import write_records
 
-        with input_errors():
-            write_records(res.records, tr, jobs_out)
+        write_records(res.records, tr, jobs_out)
     notes = _run_notes(sim, res)
     if as_json:
         out = {"policy": pol.name, "oracle": pol.oracle, "config": pol.config,
@@ -98,7 +96,7 @@ def _run_notes(sim: Simulator, res) -> dict:
     """What the run did that the metrics do not say: which backfill ran (multifactor), how many
     jobs were ended at their time limit (traces with limits)."""
     notes = {}
-    kind = getattr(sim.policies[0], "backfill_kind", None)
+    kind = sim.policies[0].backfill_kind
     if kind is not None:
         notes["backfill"] = kind
     if sim.trace.time_limit is not None:
@@ -124,7 +122,7 @@ def _print_metrics(pol: Policy, cluster: str, trace: str, m, notes: dict | None 
     console = table_console()
     oracle = " [bold red](oracle: reads true durations)[/]" if pol.oracle else ""
     console.print(f"[bold]{pol.name}[/]{oracle} on {cluster}, trace {trace}")
-    console.print("config: " + ", ".join(f"{k}={_fmt(v)}" for k, v in pol.config.items()))
+    console.print("config: " + ", ".join(f"{k}={fmt_value(v)}" for k, v in pol.config.items()))
     for k, v in (notes or {}).items():
         console.print(f"{k}: {v}", markup=False)
     table = Table(show_header=True, header_style="bold")
@@ -132,20 +130,8 @@ def _print_metrics(pol: Policy, cluster: str, trace: str, m, notes: dict | None 
     table.add_column("value", justify="right")
     table.add_column("meaning", style="dim")
     for key, value in m.to_dict().items():
-        table.add_row(key, _fmt_metric(key, value), METRIC_HELP[key][0])
+        table.add_row(key, fmt_metric(key, value), METRIC_HELP[key][0])
     console.print(table)
-
-
-def _fmt(v) -> str:
-    return f"{v:g}" if isinstance(v, float) else str(v)
-
-
-def _fmt_metric(key: str, v) -> str:
-    if isinstance(v, int):
-        return f"{v:,}"
-    if key in ("utilization", "fairness", "avg_slowdown"):
-        return f"{v:.3f}"
-    return f"{v:,.0f} s ({v / 3600:.2f} h)"
 
 
 def policies_cmd(
@@ -175,6 +161,6 @@ def policies_cmd(
             table.add_column(col)
         for k in cls.space:
             cond = f" (when {k.condition[0]} = {'/'.join(map(str, k.condition[1]))})" if k.condition else ""
-            table.add_row(k.name, k.describe(), _fmt(k.default), k.help + cond)
+            table.add_row(k.name, k.describe(), fmt_value(k.default), k.help + cond)
         console.print(table)
         console.print()

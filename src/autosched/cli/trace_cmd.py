@@ -7,11 +7,14 @@ command runs, so ``autosched --help`` stays fast.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from .common import table_console
+
+if TYPE_CHECKING:
+    from ..cluster import ClusterSpec
 
 trace_app = typer.Typer(help="Inspect job traces and convert them to autosched's canonical CSV/Parquet.",
                         no_args_is_help=True)
@@ -33,11 +36,10 @@ def inspect_cmd(
     """Summarise a trace: jobs, span, GPU-hours, offered load, size and duration mix, per VC, and
     what was dropped and why."""
     from ..trace import summarize
-    from .common import input_errors, print_json
+    from .common import print_json
 
-    with input_errors():
-        tr, report, spec = _load(trace, fmt, cluster, strict)
-        summary = summarize(tr, spec)
+    tr, report, spec = _load(trace, fmt, cluster, strict)
+    summary = summarize(tr, **_capacity(spec))
     if as_json:
         print_json({**summary.to_dict(), "load_report": report.to_dict()})
         return
@@ -53,15 +55,14 @@ def convert_cmd(
 ) -> None:
     """Convert a trace to canonical CSV or Parquet (the drop report goes to stderr)."""
     from ..trace import load_trace, write_trace
-    from .common import fail, input_errors, note, outputs
+    from .common import fail, note, outputs
 
     stdout = str(out) == "-"
     if not stdout and not out.name.lower().endswith((".csv", ".csv.gz", ".parquet", ".pq")):
         fail(f"{out}: the output name must end in .csv, .csv.gz or .parquet (or be - for CSV on stdout)")
     outputs((source,), stream=(out,))
-    with input_errors():
-        tr, report = load_trace(source, format=fmt, strict=strict)
-        write_trace(tr, out)
+    tr, report = load_trace(source, format=fmt, strict=strict)
+    write_trace(tr, out)
     note(report.summary())
     note(f"wrote {len(tr):,} jobs to {'stdout' if stdout else out}")
 
@@ -75,6 +76,15 @@ def _load(trace: Path, fmt: str | None, cluster: str | None, strict: bool):
     if spec is not None:
         tr, report = fit_to_cluster(tr, spec, strict=strict, report=report)
     return tr, report, spec
+
+
+def _capacity(spec: ClusterSpec | None) -> dict[str, Any]:
+    """What `summarize` needs of the cluster, as plain values (the trace layer sits below the
+    cluster's): its label, its GPUs and, when it has VCs, each VC's GPUs."""
+    if spec is None:
+        return {}
+    vc_gpus = {} if spec.uniform else {name: nodes * spec.gpus_per_node for name, nodes in spec.vc_nodes}
+    return {"cluster": spec.describe(), "cluster_gpus": spec.gpus, "vc_gpus": vc_gpus}
 
 
 def _render(s, report) -> None:

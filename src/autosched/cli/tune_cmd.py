@@ -14,7 +14,8 @@ from .common import (
     check_seed,
     cluster_file,
     fail,
-    input_errors,
+    fmt_metric,
+    fmt_value,
     load_inputs,
     note,
     outputs,
@@ -50,33 +51,28 @@ def tune_cmd(
 ) -> None:
     """Find the best knob settings of a policy on a trace (Bayesian optimisation + causal screening)."""
     from ..space import ConfigError, read_config_file
-    from ..tune import ExecutionConfig, Objective, ObjectiveError, SearchConfig, TuneError, Tuner
+    from ..tune import ExecutionConfig, Objective, SearchConfig, TuneError, Tuner
 
     outputs((trace, cluster_file(cluster), study, *warm_start), (out,), dirs=(report,))
     check_seed(seed)
     if report is not None:
         require("matplotlib", "--report", "report")
     names = [n.strip() for p in policy for n in p.split(",") if n.strip()]
-    with input_errors():
-        try:
-            obj = Objective(objective, direction, tuple(constraint))
-            warm = []
-            for path in warm_start:
-                name, knobs = read_config_file(path)
-                warm.append({"policy": name or names[0], "knobs": knobs})
-        except ObjectiveError as e:
-            fail(str(e))
+    obj = Objective(objective, direction, tuple(constraint))
+    warm = []
+    for path in warm_start:
+        name, knobs = read_config_file(path)
+        warm.append({"policy": name or names[0], "knobs": knobs})
     from ..policies import POLICIES
 
     oracles = [n for n in names if n in POLICIES and POLICIES[n].oracle]
     if oracles and not as_json:
         note(f"note: {', '.join(oracles)} read true job durations (oracle baselines, not deployable)")
     tr, cl, loaded = load_inputs(trace, cluster, fmt, quiet=as_json)
-    with input_errors():  # (fail() raises typer.Exit, a RuntimeError: nothing around may catch those)
-        search = SearchConfig(budget=budget, seed=seed, sampler=sampler, screening=screening)
-        execution = ExecutionConfig(workers=workers, executor=executor, address=address,
-                                    trial_timeout=trial_timeout, study=study)
-        tuner = Tuner(names if len(names) > 1 else names[0], cl, obj, search, execution)
+    search = SearchConfig(budget=budget, seed=seed, sampler=sampler, screening=screening)
+    execution = ExecutionConfig(workers=workers, executor=executor, address=address,
+                                trial_timeout=trial_timeout, study=study)
+    tuner = Tuner(names if len(names) > 1 else names[0], cl, obj, search, execution)
     try:
         with progress_bar(f"tuning {', '.join(names)} ({len(tr):,} jobs)", budget) as update:
             result = tuner.tune([tr], warm_start=warm, progress=update)
@@ -87,14 +83,12 @@ def tune_cmd(
     if result.best_config is None:
         fail(f"no trial finished; first error: {next((t.error for t in result.trials if t.error), 'none')}", 1)
     if out is not None:
-        with input_errors():
-            out.parent.mkdir(parents=True, exist_ok=True)
-            write_text_atomic(out, result.best_config_json() + "\n")
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(out, result.best_config_json() + "\n")
     if report is not None:
         from ..tune.report import tuning_report
 
-        with input_errors():
-            page = tuning_report(result, f"Tuning {', '.join(names)} on {trace.name}").write(report, data=result.to_dict())
+        page = tuning_report(result, f"Tuning {', '.join(names)} on {trace.name}").write(report, data=result.to_dict())
         if not as_json:
             note(f"report: {page}")
     if as_json:
@@ -105,7 +99,6 @@ def tune_cmd(
 
 def _print_result(result, trace: str, cluster: str) -> None:
     from ..sim import METRIC_HELP
-    from .simulate import _fmt, _fmt_metric
 
     con = table_console()
     obj = result.objective
@@ -117,7 +110,7 @@ def _print_result(result, trace: str, cluster: str) -> None:
         t.add_column(col)
     for k, v in result.best_config.items():
         status = "frozen (screening)" if k in result.screened_knobs else "searched"
-        t.add_row(k, _fmt(v), status)
+        t.add_row(k, fmt_value(v), status)
     con.print(t)
     if result.default_metrics:
         m = Table(show_header=True, header_style="bold", title="best vs default")
@@ -127,14 +120,14 @@ def _print_result(result, trace: str, cluster: str) -> None:
             d, b = _mean(result.default_metrics, key), _mean(result.best_metrics, key)
             ch = f"{(b - d) / abs(d):+.1%}" if d else ""
             style = "bold" if key == obj.metric else ""
-            m.add_row(f"[{style}]{key}[/]" if style else key, _fmt_metric(key, d), _fmt_metric(key, b), ch)
+            m.add_row(f"[{style}]{key}[/]" if style else key, fmt_metric(key, d), fmt_metric(key, b), ch)
         con.print(m)
     if not math.isnan(result.improvement):
         con.print(f"{obj.metric}: {result.best_value:,.6g} vs default {result.default_value:,.6g} "
                   f"([bold]{result.improvement:+.1%}[/] better)")
     s = result.screening
     if s is not None:
-        frozen = ", ".join(f"{k}={_fmt(v)}" for k, v in s.frozen.items()) or "none"
+        frozen = ", ".join(f"{k}={fmt_value(v)}" for k, v in s.frozen.items()) or "none"
         con.print(f"screening on {s.samples} trials: froze {frozen}; searched {', '.join(s.relevant)}")
         if s.unfrozen_at is not None:
             con.print(f"  the reduced search stalled: all knobs searched again from trial {s.unfrozen_at}")

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Optional
 
 import typer
 from rich.table import Table
 
-from ..timeparse import TimeParseError, format_duration, parse_duration
+from ..timeparse import format_duration, parse_duration
 from .common import (
-    INPUT_ERRORS,
     check_seed,
     cluster_file,
     fail,
@@ -31,19 +28,8 @@ workload_app = typer.Typer(help="Workload models: learn a cluster's workload fro
 DAY = 86400.0
 
 
-@contextmanager
-def _errors() -> Iterator[None]:
-    from ..workload import WorkloadError
-
-    try:
-        yield
-    except (WorkloadError, TimeParseError, *INPUT_ERRORS) as e:
-        fail(str(e))
-
-
 def _seconds(text: str, option: str, positive: bool = False) -> float:
-    with _errors():
-        value = parse_duration(text, option)
+    value = parse_duration(text, option)
     if positive and not value > 0:
         fail(f"{option} must be > 0 (got {text!r})")
     return value
@@ -52,8 +38,7 @@ def _seconds(text: str, option: str, positive: bool = False) -> float:
 def _load_trace(path: Path, fmt: Optional[str]):
     from ..trace import load_trace
 
-    with _errors():
-        trace, report = load_trace(path, format=fmt)
+    trace, report = load_trace(path, format=fmt)
     if report.dropped:
         note(report.summary())
     return trace, report
@@ -93,18 +78,16 @@ def fit_cmd(
     outputs((trace,), (out,))
     t_until = _seconds(until, "--until")
     length = _seconds(history, "--history", positive=True) if history is not None else None
-    with _errors():
-        cls = get_model(model)
-        m = cls(**cls.space.parse_assignments(set_))
+    cls = get_model(model)
+    m = cls(**cls.space.parse_assignments(set_))
     tr, loaded = _load_trace(trace, fmt)
     lo = t_until - length if length is not None else -float("inf")
     past = tr.window(lo, t_until)
     if len(past) == 0:
         fail(f"{trace}: no jobs submitted in [{_when(lo)}, {_when(t_until)}): the history to fit on is empty "
              f"(the trace spans {_when(tr.start)} to {_when(tr.end)})")
-    with _errors():
-        m.fit(past, lo if length is not None else None, t_until)
-        m.save(out)
+    m.fit(past, lo if length is not None else None, t_until)
+    m.save(out)
     info = {"model": m.name, "params": m.params, "out": str(out), "jobs": len(past),
             "history_start": m.history_start, "history_end": m.history_end, "dropped": loaded.to_dict()}
     if as_json:
@@ -134,10 +117,9 @@ def sample_cmd(
     if t0 < 0:
         fail(f"--start must be >= 0 (got {start!r}): submit times count from the trace's origin")
     h = _seconds(horizon, "--horizon")  # (> 0 and the bound on a sample: the model checks them)
-    with _errors():
-        m = load_model(model)
-        tr = m.sample(t0, h, seed)
-        write_trace(tr, out)
+    m = load_model(model)
+    tr = m.sample(t0, h, seed)
+    write_trace(tr, out)
     info = {"model": m.name, "out": str(out), "jobs": len(tr), "start": t0, "horizon": h, "seed": seed,
             "gpu_hours": tr.gpu_seconds() / 3600}
     if as_json:
@@ -179,17 +161,15 @@ def evaluate_cmd(
     specs = [s.strip() for s in models.split(",") if s.strip()]
     if not specs:
         fail("--models is empty; give at least one model, e.g. replay,stat")
-    with _errors():
-        pol = get_policy(policy)
-        for s in specs:
-            parse_model_spec(s)
+    pol = get_policy(policy)
+    for s in specs:
+        parse_model_spec(s)
     # (lengths > 0, samples and panel >= 1: EvalSetup.check checks them)
     setup = EvalSetup(history=_seconds(history, "--history"), horizon=_seconds(horizon, "--horizon"),
                       step=_seconds(step, "--step"), samples=samples, panel=panel, seed=seed,
                       objective=objective, first=_seconds(first, "--first") if first else None,
                       last=_seconds(last, "--last") if last else None)
-    with _errors():
-        setup.check()
+    setup.check()
     tr, cl, loaded = load_inputs(trace, cluster, fmt, quiet=as_json)
     if max_duration is not None:
         cap = _seconds(max_duration, "--max-duration", True)
@@ -197,13 +177,12 @@ def evaluate_cmd(
         tr = tr.take(tr.duration <= cap)
         if not as_json:
             note(f"--max-duration {max_duration}: dropped {long:,} jobs longer than {format_duration(cap)}")
-    with _errors(), progress_bar("evaluating", 1, enabled=not as_json) as update:
+    with progress_bar("evaluating", 1, enabled=not as_json) as update:
         ev = evaluate(tr, cl, pol, specs, setup, progress=update)
     if report is not None:
         from ..workload.report import write_report
 
-        with _errors():
-            page = write_report(ev, report, str(trace))
+        page = write_report(ev, report, str(trace))
         if not as_json:
             note(f"report: {page}")
     if as_json:

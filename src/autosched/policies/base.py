@@ -31,6 +31,9 @@ class Policy:
     space: ClassVar[ConfigSpace]
     oracle: ClassVar[bool] = False
     preemptive: ClassVar[bool] = False
+    # Which backfill the run used, for `autosched simulate` to report; None for a policy with no
+    # backfill choice (only multifactor sets it: its backfill depends on the trace's time limits).
+    backfill_kind: str | None = None
 
     # Set by `bind`, before the engine calls any hook: hooks may use them without a None check.
     part: Partition

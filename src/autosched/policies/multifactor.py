@@ -6,16 +6,18 @@ import heapq
 import math
 from bisect import insort
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
-from ..cluster import PLACEMENT_HELP, PLACEMENTS, SlurmClocks, SlurmPartition
+from ..cluster import SlurmClocks, SlurmPartition
 from ..errors import SimulationError
 from ..sim.contract import JobInfo, Partition
 from ..space import Bool, Categorical, ConfigSpace, Float, Int
 from .backfill import BackfillParams, priority_pass, slurm_backfill
+from .base import PLACEMENT as BASE_PLACEMENT
 from .base import Policy
 from .fairshare import ShareTree
 
@@ -24,12 +26,11 @@ TIER = 2.0 ** 32  # above any priority (Slurm's are 32-bit): orders jobs by Prio
 FAIR_TREE, CLASSIC = "FAIR_TREE", "NO_FAIR_TREE"
 GPU_TRES, CPU_TRES = "PriorityWeightTRES.GRES/gpu", "PriorityWeightTRES.CPU"
 GPU_BILL, CPU_BILL = "TRESBillingWeights.GRES/gpu", "TRESBillingWeights.CPU"
-BF_KNOBS = ("bf_interval", "bf_window", "bf_max_job_test", "bf_resolution", "bf_continue")
 # Slurm's select plugin takes the first nodes (in order) that hold a job: first_fit, beside the
-# placements every policy has.
-PLACEMENT = Categorical("placement", PLACEMENT_HELP + "; first_fit: a job that fits in one node goes "
-                        "on the lowest-numbered node that holds it (as Slurm's select plugin)",
-                        choices=(*PLACEMENTS, "first_fit"), default="consolidate")
+# placements every policy has. Derived from the base knob, so its name and default stay one.
+PLACEMENT = replace(BASE_PLACEMENT, choices=(*BASE_PLACEMENT.choices, "first_fit"),
+                    help=BASE_PLACEMENT.help + "; first_fit: a job that fits in one node goes "
+                    "on the lowest-numbered node that holds it (as Slurm's select plugin)")
 
 
 class Multifactor(Policy):

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import InputError
+from ..errors import InputError, LiveError
 from . import DEFAULT_HOST, DEFAULT_PORT
 from .token import load_or_create_token
 
@@ -91,12 +91,12 @@ def serve_in_process(state_dir: Path, *argv: str, src: str | None = None,
         while url is None and time.monotonic() < deadline:
             line = proc.stderr.readline()
             if not line:
-                raise RuntimeError("the service exited: " + "".join(lines))
+                raise LiveError("the service exited: " + "".join(lines))
             lines.append(line)
             if line.startswith(SERVING):
                 url = line.split(" on ", 1)[1].split("/ ")[0]
         if url is None:
-            raise RuntimeError("the service did not say where it listens: " + "".join(lines))
+            raise LiveError("the service did not say where it listens: " + "".join(lines))
         threading.Thread(target=proc.stderr.read, daemon=True).start()  # keep the pipe drained
         yield url, proc
     finally:

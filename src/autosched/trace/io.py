@@ -16,7 +16,7 @@ from ..errors import InputError
 from .formats import detect_format, find_format, format_names
 from .parsing import found_columns, head_bytes
 from .report import MAX_CPUS, MAX_DURATION, MAX_GPUS, MAX_SUBMIT_TIME, LoadReport, RowCheck
-from .table import _TEXT, COLUMNS, REQUIRED, Trace, TraceError
+from .table import COLUMNS, REQUIRED, TEXT_COLUMNS, Trace, TraceError
 
 
 def load_trace(path: str | os.PathLike, format: str | None = None, strict: bool = False) -> tuple[Trace, LoadReport]:
@@ -219,7 +219,7 @@ def check_jobs(cols: dict, check: RowCheck) -> dict:
     if not bad.any():
         return cols
     keep = ~bad
-    return {c: (None if v is None else np.asarray(v, dtype=object if c in _TEXT else None)[keep])
+    return {c: (None if v is None else np.asarray(v, dtype=object if c in TEXT_COLUMNS else None)[keep])
             for c, v in cols.items()}
 
 

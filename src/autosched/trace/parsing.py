@@ -10,7 +10,6 @@ from __future__ import annotations
 import calendar
 import csv
 import gzip
-import io
 import re
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -144,8 +143,3 @@ def head_bytes(path: Path, size: int = 4096) -> bytes:
         with gzip.open(path, "rb") as f:
             raw = f.read(size)
     return raw
-
-
-def head_text(path: Path, size: int = 4096) -> str:
-    raw = head_bytes(path, size)
-    return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8-sig", errors="replace").read()

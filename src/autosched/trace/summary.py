@@ -4,15 +4,12 @@ per virtual cluster. ``autosched trace inspect`` renders a `TraceSummary`; other
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from .table import Trace
-
-if TYPE_CHECKING:  # the cluster layer sits above this one: typing only, no import at run time
-    from ..cluster import ClusterSpec
 
 # [lower, upper) edges; the label says what a person reads
 SIZE_EDGES = (1, 2, 3, 5, 9, 17, 33, 65)
@@ -66,13 +63,15 @@ class TraceSummary:
         return asdict(self)
 
 
-def summarize(trace: Trace, cluster: "ClusterSpec | None" = None) -> TraceSummary:
-    """Summarise `trace` as given. With a cluster, offered load is computed against its GPUs (and,
-    when it has VCs, each VC's load against its own GPUs). Jobs the cluster cannot run are counted
-    too: call `autosched.cluster.fit_to_cluster` first to leave them out."""
+def summarize(trace: Trace, *, cluster: str | None = None, cluster_gpus: int | None = None,
+              vc_gpus: Mapping[str, int] | None = None) -> TraceSummary:
+    """Summarise `trace` as given. The cluster comes as plain values (this layer sits below the
+    cluster's): `cluster` a label to show, `cluster_gpus` its GPUs, against which offered load is
+    computed, and `vc_gpus` each VC's GPUs, against which each VC's load is (none: no per-VC load).
+    Jobs the cluster cannot run are counted too: call `autosched.cluster.fit_to_cluster` first to
+    leave them out."""
     gpu_s = trace.num_gpus.astype(np.float64) * trace.duration
     span = trace.end - trace.start
-    cluster_gpus = cluster.gpus if cluster is not None else None
     return TraceSummary(
         source=trace.source,
         jobs=len(trace),
@@ -84,12 +83,12 @@ def summarize(trace: Trace, cluster: "ClusterSpec | None" = None) -> TraceSummar
         mean_duration=float(trace.duration.mean()) if len(trace) else 0.0,
         median_duration=float(np.median(trace.duration)) if len(trace) else 0.0,
         users=len(set(trace.user.tolist())) if trace.user is not None else None,
-        cluster=cluster.describe() if cluster is not None else None,
+        cluster=cluster,
         cluster_gpus=cluster_gpus,
         offered_load=_load(float(gpu_s.sum()), cluster_gpus, span),
         sizes=_mix(trace.num_gpus, SIZE_EDGES, SIZE_LABELS, gpu_s),
         durations=_mix(trace.duration, DURATION_EDGES, DURATION_LABELS, gpu_s),
-        vcs=_vcs(trace, gpu_s, span, cluster),
+        vcs=_vcs(trace, gpu_s, span, vc_gpus or {}),
         statuses=_counts(trace.status),
     )
 
@@ -110,24 +109,17 @@ def _mix(values: np.ndarray, edges: tuple, labels: tuple, gpu_s: np.ndarray) -> 
                  for label, j, g in zip(labels, jobs, gpu_h))
 
 
-def _vcs(trace: Trace, gpu_s: np.ndarray, span: float, cluster: "ClusterSpec | None") -> tuple[VCSummary, ...]:
+def _vcs(trace: Trace, gpu_s: np.ndarray, span: float, capacity: Mapping[str, int]) -> tuple[VCSummary, ...]:
     if trace.vc is None or not len(trace):
         return ()
     names, which = np.unique(trace.vc.astype(str), return_inverse=True)
     jobs = np.bincount(which, minlength=len(names))
     vc_gpu_s = np.bincount(which, weights=gpu_s, minlength=len(names))
     total = float(gpu_s.sum()) or 1.0
-    capacity = _vc_gpus(cluster)
     out = [VCSummary(str(name), int(j), float(g) / 3600, float(g) / total, capacity.get(str(name)),
                      _load(float(g), capacity.get(str(name)), span))
            for name, j, g in zip(names, jobs, vc_gpu_s)]
     return tuple(sorted(out, key=lambda v: (-v.gpu_hours, v.vc)))
-
-
-def _vc_gpus(cluster: "ClusterSpec | None") -> dict[str, int]:
-    if cluster is None or cluster.uniform:
-        return {}
-    return {name: nodes * cluster.gpus_per_node for name, nodes in cluster.vc_nodes}
 
 
 def _counts(column: np.ndarray | None) -> tuple[tuple[str, int], ...]:

@@ -15,7 +15,8 @@ OPTIONAL = ("user", "vc", "status", "num_cpus", "name", "time_limit", "account",
 # A job's history before its row's submit_time (see `Trace`): seconds >= 0, absent = 0.
 HISTORY = ("attained", "age")
 COLUMNS = REQUIRED + OPTIONAL
-_TEXT = {"job_id", "user", "vc", "status", "name", "account", "partition"}
+# Columns held as text (object arrays of str); the rest are numbers.
+TEXT_COLUMNS = frozenset({"job_id", "user", "vc", "status", "name", "account", "partition"})
 
 
 class TraceError(InputError):
@@ -149,7 +150,7 @@ class Trace:
 
 
 def _as_array(col: str, values, source: str = "") -> np.ndarray:
-    if col in _TEXT:
+    if col in TEXT_COLUMNS:
         return np.asarray(values, dtype=object).astype(str).astype(object)
     if col in ("num_gpus", "num_cpus"):
         return np.asarray(values, dtype=np.int64)

@@ -18,6 +18,7 @@ from ..cluster import ClusterSpec
 from ..policies import Policy
 from ..sim import Metrics, Simulator, result_of
 from ..trace.table import Trace
+from .config import TuneError
 from .objective import Objective
 
 # Intermediate quantities screening puts between knobs and the objective. All but fragmentation
@@ -108,7 +109,7 @@ class Evaluator:
             extras.append(x)
         value = self.objective.value(metrics)
         if math.isnan(value):
-            raise ValueError(f"objective {self.objective.metric} is NaN")
+            raise TuneError(f"objective {self.objective.metric} is NaN")
         inter = {}
         for name in INTERMEDIATES:
             vals = [x[name] if name in x else getattr(m, name, None) for m, x in zip(metrics, extras)]

@@ -22,7 +22,7 @@ from types import FrameType
 from typing import Any, Literal, NoReturn, Protocol
 
 from ..space import Config
-from .config import TuneError
+from .config import EXECUTORS, TuneError
 from .evaluate import Evaluation, Evaluator
 
 MAX_ATTEMPTS = 2  # a dead worker's trial is retried once
@@ -49,13 +49,19 @@ class Executor(Protocol):
 
 
 class TrialTimeout(Exception):
-    pass
+    """Internal control flow, not a project error: `_alarm` raises it inside `run_trial`, which
+    alone arms the alarm and catches it (the alarm is disarmed inside the ``try``), so it never
+    reaches a caller; the trial comes back as a "ran past the timeout" message instead."""
 
 
-def run_trial(evaluator: Evaluator, policy: str, config: Mapping[str, Any]) -> tuple[Evaluation | None, str | None]:
-    """Score a config, turning any exception into an error message (the trial fails, not the run)."""
+def run_trial(evaluator: Evaluator, policy: str, config: Mapping[str, Any],
+              timeout: float | None = None) -> tuple[Evaluation | None, str | None]:
+    """Score a config, turning any exception into an error message (the trial fails, not the run).
+    With `timeout`, a trial still running after that many seconds is stopped (SIGALRM: main thread
+    only, see `_alarm`)."""
     try:
-        return evaluator(policy, config), None
+        with _alarm(timeout):
+            return evaluator(policy, config), None
     except TrialTimeout as e:
         return None, str(e)
     except Exception as e:  # noqa: BLE001 - a failing trial must never stop the search
@@ -86,8 +92,7 @@ class InProcessExecutor:
     def collect(self) -> list[Outcome]:
         key, policy, config = self._queue.pop(0)
         t0 = time.perf_counter()
-        with _alarm(self.trial_timeout):
-            evaluation, error = run_trial(self.evaluator, policy, config)
+        evaluation, error = run_trial(self.evaluator, policy, config, self.trial_timeout)
         return [Outcome(key, evaluation, error, time.perf_counter() - t0)]
 
     def close(self) -> None:
@@ -200,8 +205,8 @@ class ProcessExecutor(_Pool):
     def __init__(self, workers: int, trial_timeout: float | None = None):
         import multiprocessing as mp
 
-        if workers < 1:
-            raise ValueError("workers must be >= 1")
+        if workers < 1:  # ExecutionConfig checks this too, but ProcessExecutor is public on its own
+            raise TuneError(f"workers must be at least 1 (got {workers})")
         self.workers = workers
         self.trial_timeout = trial_timeout
         self._ctx = mp.get_context("fork")
@@ -370,8 +375,7 @@ def _ray_trial(evaluator: Evaluator, policy: str, config: Config,
     os.environ["OMP_NUM_THREADS"] = "1"
     # The timeout runs inside the task: a task may wait for a worker (and its imports) for a
     # while, which must not count against the trial.
-    with _alarm(timeout):
-        return run_trial(evaluator, policy, config)
+    return run_trial(evaluator, policy, config, timeout)
 
 
 def make_executor(kind: str, workers: int, trial_timeout: float | None = None,
@@ -379,7 +383,7 @@ def make_executor(kind: str, workers: int, trial_timeout: float | None = None,
     if kind == "ray":
         return RayExecutor(workers, trial_timeout, address)
     if kind != "local":
-        raise ValueError(f"executor {kind!r}: use local or ray")
+        raise TuneError(f"executor {kind!r}: use one of {', '.join(EXECUTORS)}")  # as ExecutionConfig says
     if workers == 1 and not (trial_timeout and threading.current_thread() is not threading.main_thread()):
         return InProcessExecutor(trial_timeout)  # SIGALRM timeouts work on the main thread only
     return ProcessExecutor(workers, trial_timeout)
