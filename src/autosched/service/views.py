@@ -6,17 +6,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
 from typing import Any
 
 from ..jsonable import jsonable
-from ..live.store import Revision, RevisionState, RevisionStore
-
-# Where the agent records the numbers the page plots (evidence at proposal, outcome one period on).
-PREDICTED_KEYS = ("predicted_gain",)
-SPREAD_KEYS = ("spread",)
-OBSERVED_KEYS = ("observed_gain", "gain")
+from ..live.store import Evidence, Revision, RevisionState, RevisionStore
+from ..live.store import Outcome as JudgedOutcome
 
 
 def revision_dict(rev: Revision, agent: Any | None = None) -> dict[str, Any]:
@@ -50,14 +45,6 @@ def slurm_settings(agent: Any, config: dict[str, Any]) -> dict[str, str] | None:
     return out
 
 
-def _number(d: dict[str, Any] | None, keys: tuple[str, ...]) -> float | None:
-    for k in keys:
-        v = (d or {}).get(k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            return float(v)
-    return None
-
-
 @dataclass(frozen=True)
 class Outcome:
     """One applied revision's predicted gain (with its spread) against what was observed."""
@@ -80,10 +67,10 @@ def outcomes(history: list[Revision]) -> list[Outcome]:
     for rev in reversed(history):
         if rev.applied_at() is None:
             continue
-        rows.append(Outcome(rev.id, rev.applied_at(), rev.state.value,
-                            _number(rev.evidence, PREDICTED_KEYS),
-                            _number(rev.evidence, SPREAD_KEYS),
-                            _number(rev.outcome, OBSERVED_KEYS), rev.outcome))
+        # what the agent recorded: its evidence at proposal, its judge's outcome one period on
+        ev, judged = Evidence.from_dict(rev.evidence), JudgedOutcome.from_dict(rev.outcome)
+        rows.append(Outcome(rev.id, rev.applied_at(), rev.state.value, ev.predicted_gain,
+                            ev.spread, judged.observed_gain if judged else None, rev.outcome))
     return rows
 
 
