@@ -7,14 +7,17 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..jsonable import jsonable
 from ..live.store import Evidence, Revision, RevisionState, RevisionStore
 from ..live.store import Outcome as JudgedOutcome
 
+if TYPE_CHECKING:  # the agent module pulls in the whole tuning stack; the views need only its type
+    from ..live.agent import Agent
 
-def revision_dict(rev: Revision, agent: Any | None = None) -> dict[str, Any]:
+
+def revision_dict(rev: Revision, agent: Agent | None = None) -> dict[str, Any]:
     d = rev.to_dict()
     d["applied_at"] = rev.applied_at()
     d["slurm"] = slurm_settings(agent, rev.config) if agent is not None else None
@@ -24,20 +27,21 @@ def revision_dict(rev: Revision, agent: Any | None = None) -> dict[str, Any]:
 _SLURM_CACHE: dict[tuple[int, str], tuple[Any, dict[str, str] | None]] = {}
 
 
-def slurm_settings(agent: Any, config: dict[str, Any]) -> dict[str, str] | None:
+def slurm_settings(agent: Agent | None, config: dict[str, Any]) -> dict[str, str] | None:
     """Each managed knob of `config` as Slurm spells it (what `scontrol show config` shows), so
-    that operators read 7-0, not 604800.0; None when the agent cannot translate it.
+    that operators read 7-0, not 604800.0; None without an agent, or when its space cannot
+    translate `config` (a knob it does not know, a value out of range).
 
     Remembered per (live space, config): a revision's config never changes, and translating it
     (validating the whole policy config) costs more than the rest of a status request."""
-    space = getattr(agent, "space", None)
+    space = agent.space if agent is not None else None
     key = (id(space), json.dumps(config, sort_keys=True, default=str))
     hit = _SLURM_CACHE.get(key)
     if hit is not None and hit[0] is space:  # the same space, not one that reused its id
         return hit[1]
     try:
         out = space.knob_texts(space.full(config)) if space is not None else None
-    except (AttributeError, KeyError, ValueError):
+    except (KeyError, ValueError):
         out = None
     _SLURM_CACHE[key] = (space, out)
     if len(_SLURM_CACHE) > 512:
@@ -82,7 +86,7 @@ def proposals(history: list[Revision]) -> list[Revision]:
             and not r.trigger.startswith("rollback")]
 
 
-def status(store: RevisionStore, agent: Any | None, agent_error: str = "") -> dict[str, Any]:
+def status(store: RevisionStore, agent: Agent | None, agent_error: str = "") -> dict[str, Any]:
     """The status the API returns and the page shows at its top: the agent's own status
     (`Agent.status`), or, when the agent cannot be opened, what the store alone says and why."""
     if agent is not None:
