@@ -82,7 +82,7 @@ def to_slurm(knob: Knob, value: Any) -> str:
     value = knob.coerce(value)
     if isinstance(knob, Bool):
         return "YES" if value else "NO"
-    unit = getattr(knob, "unit", "")
+    unit = knob.unit
     if unit == "s":
         return slurm_time(value)
     if unit == "min" or isinstance(knob, Int):
@@ -97,7 +97,7 @@ def from_slurm(knob: Knob, text: str) -> Any:
     text = text.strip()
     if isinstance(knob, Bool):
         return knob.coerce(text)
-    unit = getattr(knob, "unit", "")
+    unit = knob.unit
     if unit in ("s", "min"):
         seconds = slurm_seconds(text, minutes_if_bare=True)
         if seconds is None:

@@ -210,7 +210,9 @@ class Pinned(Categorical):
 
 def pin(knob: Knob, value: Any) -> Pinned:
     value = knob.coerce(value)
-    return Pinned(knob.name, knob.help, choices=(value,), default=value, original=knob)
+    # the unit goes along: the Slurm converters read it (a pinned PriorityMaxAge is still 7-0)
+    return Pinned(knob.name, knob.help, choices=(value,), default=value, original=knob,
+                  unit=knob.unit)
 
 
 def narrowed(knob: Knob, running: Any, bounds: tuple[float, float] | None,
