@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..export.slurm import from_slurm, quantize, slurm_seconds, to_slurm
+from ..export.slurm import from_slurm, quantize, to_slurm
 from ..policies import Policy, get_policy
 from ..space import Bool, Categorical, Config, ConfigError, ConfigSpace, Float, Int, Knob
+from ..trace.slurm import slurm_seconds
 from .errors import LiveError
 
 ALLOWED = ("PriorityWeightAge", "PriorityWeightAssoc", "PriorityWeightFairshare",
