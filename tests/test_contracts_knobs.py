@@ -40,3 +40,16 @@ def test_a_pinned_minutes_knob_keeps_its_unit():
     p = pin(calc, 5)
     assert p.unit == "min" and to_slurm(p, 5) == "5"
     assert from_slurm(p, "00:05:00") == 5  # scontrol prints minutes as a time
+
+
+def test_the_fake_clusters_slurm_conf_is_the_multifactor_defaults_as_before():
+    from autosched.live.fake import DEFAULT_BASE
+
+    # what it was when it was written out by hand
+    assert DEFAULT_BASE == {"PriorityWeightAge": "1000", "PriorityMaxAge": "7-0",
+                            "PriorityWeightFairshare": "10000", "PriorityDecayHalfLife": "7-0",
+                            "PriorityWeightJobSize": "1000", "PriorityFavorSmall": "NO",
+                            "PriorityCalcPeriod": "5"}
+    assert list(DEFAULT_BASE) == ["PriorityWeightAge", "PriorityMaxAge", "PriorityWeightFairshare",
+                                  "PriorityDecayHalfLife", "PriorityWeightJobSize",
+                                  "PriorityFavorSmall", "PriorityCalcPeriod"]
