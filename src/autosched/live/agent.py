@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -299,7 +299,7 @@ class Agent:
 
     # -- applying ---------------------------------------------------------------------------
     def _apply(self, rev: Revision, actor: str, note: str,
-               also: list[tuple[int, RevisionState, str]] = ()) -> Revision:
+               also: Sequence[tuple[int, RevisionState, str]] = ()) -> Revision:
         settings = self.space.to_settings(self.space.full(rev.config))
         snap = self.connector.snapshot()
         intent = self.store.begin_apply(rev.id, actor=actor, previous=snap)
@@ -469,7 +469,7 @@ class Agent:
         return None
 
     def _tune(self, running: Revision, jobs: LiveJobs, now: float, trigger: str) -> dict[str, Any]:
-        from ..adapt.controller import Controller, RoundTuner, default_tuner_factory
+        from ..adapt.controller import Controller, RoundTuner
         from ..adapt.drift import DriftTest
         from ..adapt.guardrail import Guardrail
         from ..adapt.sources import ModelSource, ReplaySource
@@ -485,8 +485,11 @@ class Agent:
 
         def factory(policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
                     execution: ExecutionConfig) -> RoundTuner:
-            # the live view: fixed knobs pinned, managed ones bounded
-            return default_tuner_factory(cls, cluster, objective, search, execution)  # type: ignore[arg-type]
+            # The controller names the policy; the tuner gets the live view of it instead (fixed
+            # knobs pinned, managed ones bounded). `Tuner` takes a policy class as well as a name.
+            from ..tune.tuner import Tuner
+
+            return Tuner(cls, cluster, objective, search, execution)
 
         source = ReplaySource() if s.model == "replay" else ModelSource(s.model, s.samples,
                                                                            validation_samples=s.validation_samples)

@@ -248,7 +248,7 @@ def live_policy(ls: LiveSpace, running: Mapping[str, Any],
     value). Every config of it is a valid config of the original policy."""
     base = get_policy(ls.policy)
     bounds = dict(bounds or {})
-    knobs = []
+    knobs: list[Knob] = []
     for k in base.space:
         if k.name in ls.fixed:
             knobs.append(pin(k, ls.fixed[k.name]))

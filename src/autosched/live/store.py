@@ -381,8 +381,10 @@ class RevisionStore:
                                        "it first")
             if parent == "running":
                 run = self._running(db)
-                parent = run.id if run else None
-            base = self._get(db, parent).config if parent is not None else {}
+                parent_id = run.id if run else None
+            else:
+                parent_id = int(parent) if parent is not None else None
+            base = self._get(db, parent_id).config if parent_id is not None else {}
             config = jsonable(dict(config))
             diff = {k: [base.get(k), v] for k, v in config.items() if base.get(k) != v}
             diff.update({k: [v, None] for k, v in base.items() if k not in config})
@@ -391,8 +393,10 @@ class RevisionStore:
                 "INSERT INTO revisions (created, config, diff, parent, trigger, evidence) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (now, json.dumps(config, sort_keys=True), json.dumps(diff, sort_keys=True),
-                 parent, trigger, json.dumps(jsonable(dict(evidence or {})), sort_keys=True)))
+                 parent_id, trigger, json.dumps(jsonable(dict(evidence or {})), sort_keys=True)))
             rev_id = cur.lastrowid
+            if rev_id is None:
+                raise LiveError(f"{self.path}: the revision just written cannot be read back")
             db.execute("INSERT INTO events (rev_id, time, state, actor, note) VALUES (?,?,?,?,?)",
                        (rev_id, now, RevisionState(state).value, actor, note))
             return self._get(db, rev_id)
