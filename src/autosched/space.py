@@ -32,6 +32,10 @@ class Knob:
     help: str
     # Active only when another knob has one of these values: (parent name, allowed values).
     condition: tuple[str, tuple[Any, ...]] | None = field(default=None, kw_only=True)
+    # The unit of its values ("" for none). The Slurm converters read it: "s" is a Slurm time
+    # string, "min" whole minutes, "sec" plain seconds. Keyword-only, so that subclasses keep
+    # their positional fields (name, help, default, ...).
+    unit: str = field(default="", kw_only=True)
 
     def coerce(self, value: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
@@ -51,7 +55,6 @@ class Float(Knob):
     high: float = 1.0
     default: float = 0.0
     log: bool = False
-    unit: str = ""
 
     def coerce(self, value: Any) -> float:
         if isinstance(value, bool):  # JSON true is not 1.0
@@ -83,7 +86,6 @@ class Int(Knob):
     high: int = 1
     default: int = 0
     log: bool = False
-    unit: str = ""
 
     def coerce(self, value: Any) -> int:
         if isinstance(value, bool):  # JSON true is not 1
@@ -164,6 +166,8 @@ class ConfigSpace:
         self.knobs: tuple[Knob, ...] = tuple(knobs)
         self._by_name = {k.name: k for k in self.knobs}
         if len(self._by_name) != len(self.knobs):
+            # Not an input error: every ConfigSpace is declared in code (a policy's or a workload
+            # model's class), so a bad declaration is a bug and keeps its traceback (errors.py).
             raise ValueError("duplicate knob names in a ConfigSpace")
         for k in self.knobs:
             k.coerce(k.default)  # a bad default is a programming error: fail at import

@@ -97,7 +97,11 @@ class RoundTuner(Protocol):
 
 
 class TunerFactory(Protocol):
-    """Makes a round's tuner; `autosched.tune.Tuner` itself is one (this is its constructor)."""
+    """Makes a round's tuner; `autosched.tune.Tuner` itself is one (this is its constructor).
+
+    `policy` is the name the controller was given; a factory may tune a view of that policy
+    instead (the live agent passes its class with fixed knobs pinned to `Tuner`, which takes a
+    class as well as a name)."""
 
     def __call__(self, policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
                  execution: ExecutionConfig) -> RoundTuner: ...

@@ -178,6 +178,7 @@ def status_cmd(state: Optional[Path] = _state_opt(),
                history: int = typer.Option(10, "--history", help="revisions to list")) -> None:
     """The running revision, the pending proposal with its evidence, the history, and whether
     the agent is frozen or blocked and why."""
+    from ..live.store import Evidence, Outcome
     from .common import print_json
 
     st = _open(state).status(history)
@@ -200,10 +201,12 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         typer.echo("running: no revision yet (the first round records the live config)")
     if st.pending:
         p = st.pending
-        ev = p.evidence
-        typer.echo(f"pending: revision {p.id} ({p.trigger}), predicted {ev.get('metric', 'gain')} "
-                   f"gain {ev.get('predicted_gain', 0):+.1%} ± {ev.get('spread', 0):.1%} over "
-                   f"{ev.get('samples')} workload(s)")
+        ev = Evidence.from_dict(p.evidence)
+        # a proposal made by hand (or by an older agent) may lack a figure: say so, never "+0.0%"
+        gain = "unknown" if ev.predicted_gain is None else f"{ev.predicted_gain:+.1%}"
+        spread = "" if ev.spread is None else f" ± {ev.spread:.1%}"
+        typer.echo(f"pending: revision {p.id} ({p.trigger}), predicted {ev.metric or 'gain'} "
+                   f"gain {gain}{spread} over {ev.samples} workload(s)")
         for k, (a, b) in p.diff.items():
             typer.echo(f"  {k}: {a} -> {b}")
     if st.last_round:
@@ -212,7 +215,8 @@ def status_cmd(state: Optional[Path] = _state_opt(),
     typer.echo("history:")
     for r in st.history:
         last = r.events[-1]
-        out = f"; outcome: {r.outcome.get('verdict')}" if r.outcome else ""
+        judged = Outcome.from_dict(r.outcome)
+        out = f"; outcome: {judged.verdict}" if judged else ""
         typer.echo(f"  {r.id:>3} {r.state.value:<11} {r.trigger:<16} "
                    f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(last.time))} "
                    f"{last.actor}: {last.note}{out}")

@@ -12,6 +12,10 @@ from typing import Any
 
 from ..policies.multifactor import CLASSIC, CPU_BILL, CPU_TRES, GPU_BILL, GPU_TRES, Multifactor
 from ..space import Bool, ConfigError, Int, Knob
+from ..trace.slurm import slurm_seconds  # the one parser of Slurm times (re-exported here)
+
+__all__ = ["from_slurm", "quantize", "scheduler_parameters", "slurm_conf_lines", "slurm_seconds",
+           "slurm_time", "to_slurm"]
 
 
 def slurm_time(seconds: float) -> str:
@@ -82,7 +86,7 @@ def to_slurm(knob: Knob, value: Any) -> str:
     value = knob.coerce(value)
     if isinstance(knob, Bool):
         return "YES" if value else "NO"
-    unit = getattr(knob, "unit", "")
+    unit = knob.unit
     if unit == "s":
         return slurm_time(value)
     if unit == "min" or isinstance(knob, Int):
@@ -97,9 +101,9 @@ def from_slurm(knob: Knob, text: str) -> Any:
     text = text.strip()
     if isinstance(knob, Bool):
         return knob.coerce(text)
-    unit = getattr(knob, "unit", "")
+    unit = knob.unit
     if unit in ("s", "min"):
-        seconds = slurm_seconds(text, minutes_if_bare=True)
+        seconds = slurm_seconds(text)
         if seconds is None:
             raise ConfigError(f"knob {knob.name!r}: {text!r} is not a Slurm time")
         return knob.coerce(seconds if unit == "s" else seconds / 60.0)
@@ -109,30 +113,3 @@ def from_slurm(knob: Knob, text: str) -> Any:
 def quantize(knob: Knob, value: Any) -> Any:
     """The value Slurm will really hold for `value` (times are kept in whole minutes)."""
     return from_slurm(knob, to_slurm(knob, value))
-
-
-def slurm_seconds(text: str, minutes_if_bare: bool = True) -> float | None:
-    """Seconds of a Slurm time string: ``D-HH:MM:SS``, ``D-HH:MM``, ``D-HH``, ``D-0``,
-    ``HH:MM:SS``, ``MM:SS`` or a bare number (minutes, as slurm.conf reads it). None if it is
-    none of these (``UNLIMITED``, ``NONE``, ...)."""
-    text = text.strip()
-    days = 0
-    if "-" in text:
-        d, _, text = text.partition("-")
-        if not d.isdigit():
-            return None
-        days = int(d)
-        parts = text.split(":")
-        if not all(p.isdigit() for p in parts) or len(parts) > 3:
-            return None
-        h, m, s = ([int(p) for p in parts] + [0, 0])[:3]
-        return float(days * 86400 + h * 3600 + m * 60 + s)
-    parts = text.split(":")
-    if not parts or not all(p.isdigit() for p in parts) or len(parts) > 3:
-        return None
-    nums = [int(p) for p in parts]
-    if len(nums) == 1:
-        return float(nums[0] * 60 if minutes_if_bare else nums[0])
-    if len(nums) == 2:
-        return float(nums[0] * 60 + nums[1])
-    return float(nums[0] * 3600 + nums[1] * 60 + nums[2])

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
@@ -28,7 +28,7 @@ from .connector import Connector
 from .errors import ActionNotAllowed, LiveError, SlurmUnavailable
 from .history import LiveJobs, combine, merge_sacct, observation, period_metrics, prune_sacct, read_jobs, seed_jobs
 from .knobs import LiveSpace, live_policy, live_space, same_value
-from .store import Flags, Revision, RevisionState, RevisionStore
+from .store import Evidence, Flags, Outcome, Revision, RevisionState, RevisionStore, RollbackEvidence
 
 SETTINGS_FILE = "settings.json"
 HISTORY_FILE = "history.sacct"
@@ -243,7 +243,7 @@ class Agent:
                                   allowed_from=[RevisionState.PROPOSED])
         new = self.store.create(target.config, trigger=f"rollback to {target.id}", actor=actor,
                                 note=note or f"rollback to revision {target.id}", parent=running.id,
-                                evidence={"rollback_of": running.id, "to": target.id})
+                                evidence=RollbackEvidence(rollback_of=running.id, to=target.id).to_dict())
         return self._apply(new, actor, note or f"rollback to revision {target.id} by {actor}",
                            also=[(running.id, RevisionState.ROLLED_BACK,
                                   f"rolled back to revision {target.id} (revision {new.id}) by "
@@ -299,7 +299,7 @@ class Agent:
 
     # -- applying ---------------------------------------------------------------------------
     def _apply(self, rev: Revision, actor: str, note: str,
-               also: list[tuple[int, RevisionState, str]] = ()) -> Revision:
+               also: Sequence[tuple[int, RevisionState, str]] = ()) -> Revision:
         settings = self.space.to_settings(self.space.full(rev.config))
         snap = self.connector.snapshot()
         intent = self.store.begin_apply(rev.id, actor=actor, previous=snap)
@@ -445,31 +445,31 @@ class Agent:
         before = period_metrics(jobs, applied - s.period, applied)
         after = period_metrics(jobs, applied, applied + s.period)
         metric = s.metric if s.metric in (after.values or before.values or {s.metric: 0}) else "avg_jct"
-        outcome: dict[str, Any] = {"metric": metric, "before": before.to_dict(),
-                                   "after": after.to_dict(),
-                                   "predicted_gain": running.evidence.get("predicted_gain")}
+        predicted = Evidence.from_dict(running.evidence).predicted_gain
         if before.jobs == 0 or after.jobs == 0 or metric not in after.values:
-            outcome["verdict"] = "not judged: no finished jobs in one of the two periods"
-            self.store.record_outcome(running.id, outcome)
+            self.store.record_outcome(running.id, Outcome(
+                metric, before.to_dict(), after.to_dict(), predicted,
+                verdict="not judged: no finished jobs in one of the two periods").to_dict())
             return None
         b, a = before.values[metric], after.values[metric]
         gain = (b - a) / abs(b) if b else 0.0
-        outcome["observed_gain"] = gain
         if gain < -s.margin and not running.trigger.startswith("rollback"):
-            outcome["verdict"] = (f"worse: {metric} {b:.1f} -> {a:.1f} ({gain:+.1%}, margin "
-                                  f"{s.margin:.1%}); rolled back")
-            self.store.record_outcome(running.id, outcome)
+            verdict = (f"worse: {metric} {b:.1f} -> {a:.1f} ({gain:+.1%}, margin "
+                       f"{s.margin:.1%}); rolled back")
+            self.store.record_outcome(running.id, Outcome(
+                metric, before.to_dict(), after.to_dict(), predicted, verdict, gain).to_dict())
             try:
-                rev = self.rollback(running.parent, "agent:guard", note=outcome["verdict"])
+                rev = self.rollback(running.parent, "agent:guard", note=verdict)
             except LiveError as e:
                 return {"action": "rollback failed", "why": str(e)}
-            return {"action": "rolled back", "revision": rev.id, "why": outcome["verdict"]}
-        outcome["verdict"] = f"kept: {metric} {b:.1f} -> {a:.1f} ({gain:+.1%})"
-        self.store.record_outcome(running.id, outcome)
+            return {"action": "rolled back", "revision": rev.id, "why": verdict}
+        outcome = Outcome(metric, before.to_dict(), after.to_dict(), predicted,
+                          f"kept: {metric} {b:.1f} -> {a:.1f} ({gain:+.1%})", gain)
+        self.store.record_outcome(running.id, outcome.to_dict())
         return None
 
     def _tune(self, running: Revision, jobs: LiveJobs, now: float, trigger: str) -> dict[str, Any]:
-        from ..adapt.controller import Controller, RoundTuner, default_tuner_factory
+        from ..adapt.controller import Controller, RoundTuner
         from ..adapt.drift import DriftTest
         from ..adapt.guardrail import Guardrail
         from ..adapt.sources import ModelSource, ReplaySource
@@ -485,8 +485,11 @@ class Agent:
 
         def factory(policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
                     execution: ExecutionConfig) -> RoundTuner:
-            # the live view: fixed knobs pinned, managed ones bounded
-            return default_tuner_factory(cls, cluster, objective, search, execution)  # type: ignore[arg-type]
+            # The controller names the policy; the tuner gets the live view of it instead (fixed
+            # knobs pinned, managed ones bounded). `Tuner` takes a policy class as well as a name.
+            from ..tune.tuner import Tuner
+
+            return Tuner(cls, cluster, objective, search, execution)
 
         source = ReplaySource() if s.model == "replay" else ModelSource(s.model, s.samples,
                                                                            validation_samples=s.validation_samples)
@@ -503,14 +506,13 @@ class Agent:
             d = ctl.decide(obs, trigger=trigger)
         except AutoschedError as e:
             return {"action": "none", "why": f"tuning failed: {e}"}
-        evidence = {"predicted_gain": d.predicted_gain, "spread": d.spread, "samples": d.samples,
-                    "validation_samples": len(d.validation_seeds),
-                    "tuning_cost": d.tuning_cost, "causal_graph": d.causal_graph,
-                    "screened_knobs": d.screened_knobs, "metric": s.metric,
-                    "running_value": d.running_value, "candidate_value": d.candidate_value,
-                    "reason": d.reason, "tuning_seconds": d.tuning_seconds,
-                    "history_jobs": d.history_jobs, "imputed_durations": d.imputed_durations,
-                    "history_origin": origin, "model": s.model}
+        evidence = Evidence(
+            predicted_gain=d.predicted_gain, spread=d.spread, samples=d.samples,
+            validation_samples=len(d.validation_seeds), tuning_cost=d.tuning_cost,
+            causal_graph=d.causal_graph, screened_knobs=d.screened_knobs, metric=s.metric,
+            running_value=d.running_value, candidate_value=d.candidate_value, reason=d.reason,
+            tuning_seconds=d.tuning_seconds, history_jobs=d.history_jobs,
+            imputed_durations=d.imputed_durations, history_origin=origin, model=s.model).to_dict()
         if not d.deployed or d.candidate is None:
             return {"action": "none", "why": d.reason, "evidence": evidence}
         new = self.space.quantized(d.candidate)

@@ -17,14 +17,19 @@ from typing import Any
 
 from ..atomic import write_text_atomic
 from ..cluster import ClusterSpec
+from ..export.slurm import to_slurm
+from ..policies.multifactor import Multifactor
 from .connector import ApplyFailed, include_snapshot
 from .errors import LiveError, SlurmUnavailable
 from .knobs import same_value
 
-DEFAULT_BASE = {"PriorityWeightAge": "1000", "PriorityMaxAge": "7-0",
-                "PriorityWeightFairshare": "10000", "PriorityDecayHalfLife": "7-0",
-                "PriorityWeightJobSize": "1000", "PriorityFavorSmall": "NO",
-                "PriorityCalcPeriod": "5"}
+# The fake's slurm.conf: these multifactor settings at the policy's defaults, spelled as Slurm
+# spells them (7-0, NO, ...). Taken from the policy's ConfigSpace, so they cannot drift from it.
+BASE_SETTINGS = ("PriorityWeightAge", "PriorityMaxAge", "PriorityWeightFairshare",
+                 "PriorityDecayHalfLife", "PriorityWeightJobSize", "PriorityFavorSmall",
+                 "PriorityCalcPeriod")
+DEFAULT_BASE = {name: to_slurm(Multifactor.space[name], Multifactor.space[name].default)
+                for name in BASE_SETTINGS}
 
 
 class FakeConnector:

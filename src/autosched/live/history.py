@@ -19,11 +19,10 @@ from pathlib import Path
 import numpy as np
 
 from ..adapt.observe import BACKLOG_HISTORY, Observation, impute_from_past
-from ..export.slurm import slurm_seconds
 from ..trace.io import load_trace
 from ..trace.parsing import wallclock_seconds
 from ..trace.report import LoadReport
-from ..trace.slurm import UNSET, tres_gpus
+from ..trace.slurm import UNSET, slurm_duration, tres_gpus
 from ..trace.table import Trace
 from .errors import LiveError
 
@@ -130,11 +129,11 @@ def read_jobs(text: str, source: str = "sacct") -> LiveJobs:
             if gpus < 1:
                 continue
             duration, finished = 0.0, False
-        limit = slurm_seconds(r.get("timelimit", ""), minutes_if_bare=True)
+        limit = slurm_duration(r.get("timelimit", ""))  # NaN: no limit (0 is none, as in Slurm)
         for k, v in (("job_id", job_id), ("submit", float(submit)), ("start", start), ("end", end),
                      ("gpus", gpus), ("user", r.get("user", "")), ("account", r.get("account", "")),
                      ("partition", r.get("partition", "")),
-                     ("time_limit", float("nan") if limit is None else limit),
+                     ("time_limit", limit),
                      ("finished", finished), ("duration", duration)):
             cols[k].append(v)
     arrays = {k: np.asarray(v, dtype=object if k in ("job_id", "user", "account", "partition")
@@ -262,9 +261,9 @@ def seed_jobs(path: Path, before: float) -> str:
         raise LiveError(f"{path}: cannot read the seed history: {e.strerror}") from None
     head = text.split("\n", 1)[0].lower()
     if "jobid" not in head or "|" not in head or "submit" not in head:
-        raise LiveError(f"{path}: a seed history must be sacct text (as `autosched slurm "
-                        "history` exports it, or `sacct --parsable2`); other trace formats have "
-                        "no absolute times")
+        raise LiveError(f"{path}: a seed history must be sacct text (the output of "
+                        "`sacct --parsable2`, or the cluster's history as autosched exports it); "
+                        "other trace formats have no absolute times")
     return text
 
 

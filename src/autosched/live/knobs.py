@@ -18,9 +18,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from ..export.slurm import from_slurm, quantize, slurm_seconds, to_slurm
+from ..export.slurm import from_slurm, quantize, to_slurm
 from ..policies import Policy, get_policy
 from ..space import Bool, Categorical, Config, ConfigError, ConfigSpace, Float, Int, Knob
+from ..trace.slurm import slurm_seconds
 from .errors import LiveError
 
 ALLOWED = ("PriorityWeightAge", "PriorityWeightAssoc", "PriorityWeightFairshare",
@@ -210,7 +211,9 @@ class Pinned(Categorical):
 
 def pin(knob: Knob, value: Any) -> Pinned:
     value = knob.coerce(value)
-    return Pinned(knob.name, knob.help, choices=(value,), default=value, original=knob)
+    # the unit goes along: the Slurm converters read it (a pinned PriorityMaxAge is still 7-0)
+    return Pinned(knob.name, knob.help, choices=(value,), default=value, original=knob,
+                  unit=knob.unit)
 
 
 def narrowed(knob: Knob, running: Any, bounds: tuple[float, float] | None,
@@ -245,7 +248,7 @@ def live_policy(ls: LiveSpace, running: Mapping[str, Any],
     value). Every config of it is a valid config of the original policy."""
     base = get_policy(ls.policy)
     bounds = dict(bounds or {})
-    knobs = []
+    knobs: list[Knob] = []
     for k in base.space:
         if k.name in ls.fixed:
             knobs.append(pin(k, ls.fixed[k.name]))

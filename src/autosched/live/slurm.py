@@ -160,7 +160,7 @@ def parse_nodes(text: str) -> list[dict[str, str]]:
     for line in text.splitlines():
         if not line.strip():
             continue
-        fields = dict(m.groups() for m in re.finditer(r"(\w+)=(\S*)", line))
+        fields: dict[str, str] = {m[1]: m[2] for m in re.finditer(r"(\w+)=(\S*)", line)}
         nodes.append(fields)
     return nodes
 

@@ -16,13 +16,14 @@ keeps the store safe to use from several threads too.
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,104 @@ class Event:
         return {"time": self.time, "state": self.state.value, "actor": self.actor, "note": self.note}
 
 
+# -- what a revision's evidence and outcome hold ----------------------------------------------
+# The store keeps both as JSON objects (``revisions.evidence``, ``outcomes.outcome``) and
+# `Revision` hands them out as dicts, so rows written by any version stay readable. These
+# dataclasses are the one written-down contract for their keys: the agent writes through
+# `to_dict`, and the service, the status page and the CLI read through `from_dict`. A field's
+# name IS its JSON key; renaming one breaks every stored revision.
+
+
+def _finite(v: Any) -> float | None:
+    """A JSON number as a float; None for null, a non-number or a non-finite value."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """Why the agent proposed a revision: the tuning round's figures, recorded with the revision
+    when it is created (live/agent.py). Revisions made otherwise (the baseline found live, an
+    adopted config, a rollback: see `RollbackEvidence`) carry other or no evidence; reading theirs
+    gives every field None. A gain is relative (0.05 = 5% better), on `metric`."""
+
+    predicted_gain: float | None = None  # mean paired gain of the candidate over the running config
+    spread: float | None = None  # standard error of that mean over the sampled workloads
+    samples: int | None = None  # workloads the tuner evaluated on
+    validation_samples: int | None = None  # fresh workloads the guardrail checked on (0: none)
+    tuning_cost: dict[str, Any] | None = None  # as the tuner reports it (trials, simulations, ...)
+    causal_graph: list[Any] | None = None  # [source, target, directed] edges of screening
+    screened_knobs: dict[str, Any] | None = None  # knob frozen by screening -> its value
+    metric: str | None = None  # what the gain is measured on (e.g. "avg_jct")
+    running_value: float | None = None
+    candidate_value: float | None = None
+    reason: str | None = None  # the controller's words for its decision
+    tuning_seconds: float | None = None
+    history_jobs: int | None = None  # jobs of the cluster's history the round saw
+    imputed_durations: int | None = None  # of those, unfinished ones given an imputed duration
+    history_origin: float | None = None  # unix time the observation's times count from
+    model: str | None = None  # the workload source ("replay" or a model's name)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field under its own name, None included (the stored JSON has every key)."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Evidence:
+        """Any revision's stored evidence: missing keys are None, unknown keys are ignored, and
+        the gains are None unless they are finite numbers."""
+        d = d or {}
+        known = {f.name: d.get(f.name) for f in fields(cls)}
+        known["predicted_gain"] = _finite(known["predicted_gain"])
+        known["spread"] = _finite(known["spread"])
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class RollbackEvidence:
+    """The evidence of a rollback's revision: which running revision it replaced, and which
+    earlier revision's config it brings back."""
+
+    rollback_of: int
+    to: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"rollback_of": self.rollback_of, "to": self.to}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What happened in the period after a revision was applied, recorded once by the agent's
+    judge (live/agent.py) against the period before it. `observed_gain` is None (and absent from
+    the stored JSON) when the revision was not judged: no finished jobs in one of the periods."""
+
+    metric: str  # what was compared (the agent's metric, or avg_jct when that was not measured)
+    before: dict[str, Any]  # the period before: `period_metrics(...).to_dict()`
+    after: dict[str, Any]  # the period after
+    predicted_gain: float | None  # copied from the revision's `Evidence`, to set beside it
+    verdict: str  # "kept: ...", "worse: ...; rolled back" or "not judged: ..."
+    observed_gain: float | None = None  # relative: (before - after) / |before|, 0.05 = 5% better
+
+    def to_dict(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"metric": self.metric, "before": self.before, "after": self.after,
+                             "predicted_gain": self.predicted_gain, "verdict": self.verdict}
+        if self.observed_gain is not None:
+            d["observed_gain"] = self.observed_gain
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> Outcome | None:
+        """A revision's stored outcome (None when it has none); missing keys read as empty."""
+        if not d:
+            return None
+        return cls(metric=str(d.get("metric") or ""), before=dict(d.get("before") or {}),
+                   after=dict(d.get("after") or {}),
+                   predicted_gain=_finite(d.get("predicted_gain")),
+                   verdict=str(d.get("verdict") or ""),
+                   observed_gain=_finite(d.get("observed_gain")))
+
+
 @dataclass(frozen=True)
 class Revision:
     """One managed live config, as proposed or applied, with its evidence and its history."""
@@ -117,9 +216,9 @@ class Revision:
     diff: dict[str, tuple[Any, Any]]  # knob -> (value before, value after), vs `parent`
     parent: int | None  # revision running when this one was made
     trigger: str  # "baseline", "period", "drift: ...", "rollback to 3", "manual"
-    evidence: dict[str, Any]
+    evidence: dict[str, Any]  # as stored; read it with `Evidence.from_dict`
     events: tuple[Event, ...]  # oldest first
-    outcome: dict[str, Any] | None = None  # one period after applying: observed vs predicted
+    outcome: dict[str, Any] | None = None  # one period after applying; `Outcome.from_dict`
 
     @property
     def state(self) -> RevisionState:
@@ -282,8 +381,10 @@ class RevisionStore:
                                        "it first")
             if parent == "running":
                 run = self._running(db)
-                parent = run.id if run else None
-            base = self._get(db, parent).config if parent is not None else {}
+                parent_id = run.id if run else None
+            else:
+                parent_id = int(parent) if parent is not None else None
+            base = self._get(db, parent_id).config if parent_id is not None else {}
             config = jsonable(dict(config))
             diff = {k: [base.get(k), v] for k, v in config.items() if base.get(k) != v}
             diff.update({k: [v, None] for k, v in base.items() if k not in config})
@@ -292,8 +393,10 @@ class RevisionStore:
                 "INSERT INTO revisions (created, config, diff, parent, trigger, evidence) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
                 (now, json.dumps(config, sort_keys=True), json.dumps(diff, sort_keys=True),
-                 parent, trigger, json.dumps(jsonable(dict(evidence or {})), sort_keys=True)))
+                 parent_id, trigger, json.dumps(jsonable(dict(evidence or {})), sort_keys=True)))
             rev_id = cur.lastrowid
+            if rev_id is None:
+                raise LiveError(f"{self.path}: the revision just written cannot be read back")
             db.execute("INSERT INTO events (rev_id, time, state, actor, note) VALUES (?,?,?,?,?)",
                        (rev_id, now, RevisionState(state).value, actor, note))
             return self._get(db, rev_id)

@@ -15,7 +15,8 @@ from collections.abc import Callable
 from html import escape
 from typing import Any
 
-from ..live.store import Revision, RevisionState
+from ..live.store import Evidence, Revision, RevisionState
+from ..live.store import Outcome as JudgedOutcome
 from .views import Outcome
 
 HISTORY_ROWS = 200  # the page shows this many newest revisions; the API has them all
@@ -143,15 +144,16 @@ def _slurm(rev: dict[str, Any] | None, knob: str) -> str:
 def _pending(rev: dict[str, Any] | None, running: dict[str, Any] | None) -> str:
     if rev is None:
         return '<section id=pending><h2>Pending proposal</h2><p class=muted>none</p></section>'
-    ev = rev["evidence"]
-    gain, spread = ev.get("predicted_gain"), ev.get("spread")
+    ev = Evidence.from_dict(rev["evidence"])
+    gain, spread = ev.predicted_gain, ev.spread
     rows = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{_v(a)}{_slurm(running, k)}</td>"
                    f"<td>{_v(b)}{_slurm(rev, k)}</td></tr>"
                    for k, (a, b) in sorted(rev["diff"].items()))
-    extra = "".join(f"<dt>{escape(k.replace('_', ' '))}</dt><dd>{_v(ev[k])}</dd>"
-                    for k in ("samples", "tuning_cost", "objective", "reason") if k in ev)
-    g = (f'{gain:+.1%} &plusmn; {spread:.1%}' if isinstance(gain, (int, float))
-         and isinstance(spread, (int, float)) else _v(gain))
+    extra = "".join(f"<dt>{label}</dt><dd>{_v(v)}</dd>" for label, v in (
+        ("samples", ev.samples), ("tuning cost", ev.tuning_cost), ("reason", ev.reason))
+        if v is not None)
+    g = (f'{gain:+.1%} &plusmn; {spread:.1%}' if gain is not None and spread is not None
+         else _v(gain))
     return (f'<section id=pending><h2>Pending proposal: revision {rev["id"]}</h2>'
             f'<dl><dt>Predicted gain</dt><dd id=predicted-gain>{g}</dd>'
             f'<dt>Trigger</dt><dd>{escape(rev["trigger"])}</dd>'
@@ -200,7 +202,9 @@ def _history(history: list[Revision], running: dict[str, Any] | None, slurm: Slu
     rows = []
     for r in history:
         last = r.events[-1]
-        gain, obs = r.evidence.get("predicted_gain"), (r.outcome or {}).get("observed_gain")
+        judged = JudgedOutcome.from_dict(r.outcome)
+        gain = Evidence.from_dict(r.evidence).predicted_gain
+        obs = judged.observed_gain if judged else None
         act = ""
         if r.applied_at() is not None and r.id != run_id:
             act = _btn("Roll back to this", "/api/rollback", {"revision": r.id},
@@ -209,9 +213,8 @@ def _history(history: list[Revision], running: dict[str, Any] | None, slurm: Slu
             f'<tr id=rev-{r.id} class="state-{r.state.value}"><td>{r.id}</td>'
             f'<td>{_t(r.created)}</td><td>{r.state.value.replace("_", " ")}</td>'
             f'<td>{escape(r.trigger)}</td><td>{_diff_list(r, by_id, slurm)}</td>'
-            f'<td>{_pct(gain if isinstance(gain, (int, float)) else None)}</td>'
-            f'<td title="{escape(str((r.outcome or {}).get("verdict", "")))}">'
-            f'{_pct(obs if isinstance(obs, (int, float)) else None)}</td>'
+            f'<td>{_pct(gain)}</td>'
+            f'<td title="{escape(judged.verdict if judged else "")}">{_pct(obs)}</td>'
             f'<td>{escape(last.actor)}{": " + escape(last.note) if last.note else ""}</td>'
             f'<td>{act}</td></tr>')
     return ('<section id=history><h2>Revisions</h2><table><tr><th>rev</th><th>created</th>'

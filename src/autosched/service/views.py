@@ -6,20 +6,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..jsonable import jsonable
-from ..live.store import Revision, RevisionState, RevisionStore
+from ..live.store import Evidence, Revision, RevisionState, RevisionStore
+from ..live.store import Outcome as JudgedOutcome
 
-# Where the agent records the numbers the page plots (evidence at proposal, outcome one period on).
-PREDICTED_KEYS = ("predicted_gain",)
-SPREAD_KEYS = ("spread",)
-OBSERVED_KEYS = ("observed_gain", "gain")
+if TYPE_CHECKING:  # the agent module pulls in the whole tuning stack; the views need only its type
+    from ..live.agent import Agent
 
 
-def revision_dict(rev: Revision, agent: Any | None = None) -> dict[str, Any]:
+def revision_dict(rev: Revision, agent: Agent | None = None) -> dict[str, Any]:
     d = rev.to_dict()
     d["applied_at"] = rev.applied_at()
     d["slurm"] = slurm_settings(agent, rev.config) if agent is not None else None
@@ -29,33 +27,26 @@ def revision_dict(rev: Revision, agent: Any | None = None) -> dict[str, Any]:
 _SLURM_CACHE: dict[tuple[int, str], tuple[Any, dict[str, str] | None]] = {}
 
 
-def slurm_settings(agent: Any, config: dict[str, Any]) -> dict[str, str] | None:
+def slurm_settings(agent: Agent | None, config: dict[str, Any]) -> dict[str, str] | None:
     """Each managed knob of `config` as Slurm spells it (what `scontrol show config` shows), so
-    that operators read 7-0, not 604800.0; None when the agent cannot translate it.
+    that operators read 7-0, not 604800.0; None without an agent, or when its space cannot
+    translate `config` (a knob it does not know, a value out of range).
 
     Remembered per (live space, config): a revision's config never changes, and translating it
     (validating the whole policy config) costs more than the rest of a status request."""
-    space = getattr(agent, "space", None)
+    space = agent.space if agent is not None else None
     key = (id(space), json.dumps(config, sort_keys=True, default=str))
     hit = _SLURM_CACHE.get(key)
     if hit is not None and hit[0] is space:  # the same space, not one that reused its id
         return hit[1]
     try:
         out = space.knob_texts(space.full(config)) if space is not None else None
-    except (AttributeError, KeyError, ValueError):
+    except (KeyError, ValueError):
         out = None
     _SLURM_CACHE[key] = (space, out)
     if len(_SLURM_CACHE) > 512:
         _SLURM_CACHE.pop(next(iter(_SLURM_CACHE)), None)
     return out
-
-
-def _number(d: dict[str, Any] | None, keys: tuple[str, ...]) -> float | None:
-    for k in keys:
-        v = (d or {}).get(k)
-        if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-            return float(v)
-    return None
 
 
 @dataclass(frozen=True)
@@ -80,10 +71,10 @@ def outcomes(history: list[Revision]) -> list[Outcome]:
     for rev in reversed(history):
         if rev.applied_at() is None:
             continue
-        rows.append(Outcome(rev.id, rev.applied_at(), rev.state.value,
-                            _number(rev.evidence, PREDICTED_KEYS),
-                            _number(rev.evidence, SPREAD_KEYS),
-                            _number(rev.outcome, OBSERVED_KEYS), rev.outcome))
+        # what the agent recorded: its evidence at proposal, its judge's outcome one period on
+        ev, judged = Evidence.from_dict(rev.evidence), JudgedOutcome.from_dict(rev.outcome)
+        rows.append(Outcome(rev.id, rev.applied_at(), rev.state.value, ev.predicted_gain,
+                            ev.spread, judged.observed_gain if judged else None, rev.outcome))
     return rows
 
 
@@ -95,7 +86,7 @@ def proposals(history: list[Revision]) -> list[Revision]:
             and not r.trigger.startswith("rollback")]
 
 
-def status(store: RevisionStore, agent: Any | None, agent_error: str = "") -> dict[str, Any]:
+def status(store: RevisionStore, agent: Agent | None, agent_error: str = "") -> dict[str, Any]:
     """The status the API returns and the page shows at its top: the agent's own status
     (`Agent.status`), or, when the agent cannot be opened, what the store alone says and why."""
     if agent is not None:

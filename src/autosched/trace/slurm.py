@@ -121,18 +121,21 @@ def _optional_value(canon: str, text: str) -> str | int:
 _NO_LIMIT = ("", "unlimited", "partition_limit", "invalid", "none")
 
 
-def slurm_duration(text: str) -> float:
-    """Seconds of a Slurm time limit as sacct prints it; NaN for none or text that is not one
-    (a job without a usable limit is simulated without one rather than dropped)."""
+def slurm_seconds(text: str) -> float | None:
+    """Seconds of a Slurm time string, as Slurm prints and reads them: ``D-HH:MM:SS``,
+    ``D-HH:MM``, ``D-HH`` (``7-0`` is seven days), ``HH:MM:SS``, ``MM:SS`` or a bare number of
+    minutes. None when the text is none of these (``UNLIMITED``, ``NONE``, empty, ...).
+
+    The project's one parser of Slurm times: sacct's Timelimit (`slurm_duration`) and the
+    slurm.conf / ``scontrol show config`` values of time settings (`autosched.export.slurm`).
+    Zero stays 0.0 here: what a zero means depends on the setting."""
     text = text.strip()
-    if text.lower() in _NO_LIMIT:
-        return math.nan
     days, dash, rest = text.partition("-")
     if not dash:
         days, rest = "0", text
     parts = rest.split(":")
     if not days.isdigit() or not 1 <= len(parts) <= 3 or not all(p.isdigit() for p in parts):
-        return math.nan
+        return None
     nums = [int(p) for p in parts]
     if dash:  # D-HH, D-HH:MM, D-HH:MM:SS
         nums += [0] * (3 - len(nums))
@@ -143,8 +146,18 @@ def slurm_duration(text: str) -> float:
         h, (m, sec) = 0, nums
     else:
         h, m, sec = nums
-    seconds = float(int(days) * 86400 + h * 3600 + m * 60 + sec)
-    return seconds if seconds > 0 else math.nan
+    return float(int(days) * 86400 + h * 3600 + m * 60 + sec)
+
+
+def slurm_duration(text: str) -> float:
+    """Seconds of a job's time limit as sacct prints it (Timelimit); NaN for no limit: the
+    words for none (``UNLIMITED``, ``Partition_Limit``, empty, ...), a zero limit (Slurm's
+    spelling of "no time limit", as in ``sbatch --time=0``), and text that is not a time (a job
+    without a usable limit is simulated without one rather than dropped)."""
+    if text.strip().lower() in _NO_LIMIT:
+        return math.nan
+    seconds = slurm_seconds(text)
+    return seconds if seconds is not None and seconds > 0 else math.nan
 
 
 def _fold(check: RowCheck, header: list[str], idx: dict[str, int], rows: list[tuple[int, list[str]]]) -> _Fold:
