@@ -15,8 +15,8 @@ from autosched.cluster import ClusterSpec, SlurmClocks
 from autosched.policies import get_policy
 from autosched.policies.backfill import _place
 from autosched.policies.fairshare import ShareTree
-from autosched.sim.placement import NodePool
 from autosched.sim import Simulator
+from autosched.sim.placement import NodePool
 from simkit import make_trace, starts
 
 # Every priority 0 at arrival and no factor that grows: ties go by submission, so the queue
