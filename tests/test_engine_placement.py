@@ -4,6 +4,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autosched.errors import SimulationError
 from autosched.sim.placement import NodePool
 from simkit import jct, run
 
@@ -131,3 +132,37 @@ def test_node_pool_places_as_the_plain_definition(data):
         assert pool.free_gpus == nodes * gpn - sum(g for g, _ in held)
         if mode != "count":
             assert pool.free == free
+
+
+def _state(pool: NodePool) -> tuple:
+    return pool.gpn, pool.capacity, pool.free_gpus, pool.free, pool.by_free, pool.counts
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_a_pool_from_free_counts_is_the_pool_that_got_there_by_placing(data):
+    # The backfill planner builds pools from free counts; they must place as the engine's pool
+    # that reached the same counts by placing and releasing jobs (up to 70 nodes: beyond 63
+    # the bitmasks are no longer machine words).
+    nodes, gpn = data.draw(st.integers(0, 70)), data.draw(st.sampled_from([1, 2, 4, 8]))
+    pool, held = NodePool(nodes, gpn), []
+    for _ in range(data.draw(st.integers(0, 30))):
+        if held and data.draw(st.booleans()):
+            pool.release(*held.pop(data.draw(st.integers(0, len(held) - 1))))
+        elif nodes:
+            g = data.draw(st.integers(1, nodes * gpn))
+            alloc = pool.place(g, data.draw(st.sampled_from(["consolidate", "spread", "first_fit"])))
+            if alloc is not None:
+                held.append((g, alloc))
+        assert _state(NodePool.from_free(pool.free, gpn)) == _state(pool)
+
+
+def test_a_pool_from_free_counts_by_hand_and_refuses_impossible_counts():
+    pool = NodePool.from_free([4, 1, 0, 3], 4)
+    assert pool.free_gpus == 8 and pool.capacity == 16
+    # best fit for 2 GPUs: node 3 (3 free) before node 0 (4 free); 1 GPU: node 1
+    assert pool.place(2, "consolidate") == ((3, 2),) and pool.place(1, "consolidate") == ((1, 1),)
+    assert pool.free == [4, 0, 0, 1] and pool.free_gpus == 5
+    for bad in ([5, 0], [0, -1]):
+        with pytest.raises(SimulationError, match="node 1 cannot have -1 free GPUs|node 0 cannot have 5 free"):
+            NodePool.from_free(bad, 4)

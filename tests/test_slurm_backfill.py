@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 
 from autosched.cluster import ClusterSpec, SlurmClocks
 from autosched.policies import get_policy
-from autosched.policies.backfill import _place, _pool_of
+from autosched.policies.backfill import _place
 from autosched.policies.fairshare import ShareTree
 from autosched.sim import Simulator
+from autosched.sim.placement import NodePool
 from simkit import make_trace, starts
 
 # Every priority 0 at arrival and no factor that grows: ties go by submission, so the queue
@@ -447,5 +448,5 @@ def test_the_planners_one_node_placement_is_the_node_pools(data):
     free = np.array(data.draw(st.lists(st.integers(0, gpn), min_size=1, max_size=70)), dtype=np.int64)
     g = data.draw(st.integers(1, gpn))
     placement = data.draw(st.sampled_from(["first_fit", "consolidate"]))
-    assert _place(free, g, gpn, placement) == _pool_of(free, gpn).place(g, placement)
+    assert _place(free, g, gpn, placement) == NodePool.from_free(free.tolist(), gpn).place(g, placement)
 

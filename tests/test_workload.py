@@ -3,7 +3,9 @@ recovers from a synthetic history with a known daily cycle and size mix."""
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -180,6 +182,32 @@ def test_save_load_round_trip(name, tmp_path):
     back = load_model(tmp_path / "m.npz")
     assert type(back) is type(m) and back.params == m.params
     assert back.sample(14 * DAY, 7 * DAY, 11).equals(m.sample(14 * DAY, 7 * DAY, 11))
+
+
+@pytest.mark.parametrize("name", CORE)
+def test_load_restores_what_fit_recorded(name, tmp_path):
+    # A window wider than the jobs' span (-1 d to 15 d), as an operator's `workload fit` gives.
+    hist = random_history(2)
+    m = get_model(name)().fit(hist, -DAY, 15 * DAY)
+    m.save(tmp_path / "m.npz")
+    back = load_model(tmp_path / "m.npz")
+    fitted = [(x.history_start, x.history_end, x.history_jobs, x.vc_names, x.fitted)
+              for x in ((m, back, m.count, back.count) if name == "hybrid" else (m, back))]
+    assert fitted == [(-DAY, 15 * DAY, len(hist), ["a", "b", "c"], True)] * len(fitted)
+
+
+def test_a_damaged_model_header_is_one_error_naming_the_file(tmp_path):
+    get_model("hybrid")().fit(random_history(4)).save(tmp_path / "m.npz")
+    with np.load(tmp_path / "m.npz") as z:
+        arrays = {k: z[k] for k in z.files}
+    header = json.loads(str(arrays.pop("__header__")))
+    for field, value, why in [("history", [0.0, "x", 5], "ValueError"), ("state", {}, "KeyError: 'use_hour'"),
+                              ("params", {"level": "loud"}, "ConfigError: knob 'level'")]:
+        np.savez(tmp_path / "bad.npz", __header__=np.array(json.dumps({**header, field: value})), **arrays)
+        with pytest.raises(WorkloadError, match=rf"^{re.escape(str(tmp_path / 'bad.npz'))}: damaged model file \({why}"):
+            load_model(tmp_path / "bad.npz")
+    with pytest.raises(WorkloadError, match=r"^damaged model file \(KeyError: 'ptr'\)"):
+        get_model("stat").load({**header, "params": {}}, {})
 
 
 def test_load_model_bad_files(tmp_path):

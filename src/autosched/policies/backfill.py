@@ -378,17 +378,7 @@ def _place(free: np.ndarray, g: int, gpn: int, placement: str) -> Alloc | None:
         # first fit: the lowest node; best fit: the fewest free GPUs, then the lowest node
         n = fits[0] if placement == "first_fit" else fits[np.argmin(free[fits])]
         return ((int(n), g),)
-    return _pool_of(free, gpn).place(g, placement)
-
-
-def _pool_of(free: np.ndarray, gpn: int) -> NodePool:
-    """A node pool with the given free GPUs per node."""
-    pool = NodePool(len(free), gpn)
-    for n, f in enumerate(free.tolist()):
-        if f != gpn:
-            pool._set(n, f)
-    pool.free_gpus = int(free.sum())
-    return pool
+    return NodePool.from_free(free.tolist(), gpn).place(g, placement)
 
 
 def _bits(mask: int, n: int) -> np.ndarray:

@@ -9,6 +9,10 @@ low-numbered nodes keeps the high-numbered ones whole for multi-node jobs. See d
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
+from ..errors import SimulationError
+
 Alloc = tuple[tuple[int, int], ...]  # (node, GPUs) pairs; () under 'count' placement
 
 
@@ -33,6 +37,24 @@ class NodePool:
         self.by_free = [0] * (gpus_per_node + 1)  # free count -> bitmask of nodes
         self.by_free[gpus_per_node] = (1 << nodes) - 1
         self.counts = (1 << gpus_per_node) if nodes else 0  # bit f: some node has f GPUs free
+
+    @classmethod
+    def from_free(cls, free: Iterable[int], gpus_per_node: int) -> "NodePool":
+        """A pool whose node n has ``free[n]`` GPUs free (each in ``[0, gpus_per_node]``).
+
+        For a policy that plans on a copy of the nodes rather than the engine's pool: the
+        backfill planner asks where the placement rule would put a job on the GPUs it expects
+        to be free later, and places it on such a pool (the engine's own pool is only changed
+        by the engine, through `place` and `release`)."""
+        free = [int(f) for f in free]
+        pool = cls(len(free), gpus_per_node)
+        for n, f in enumerate(free):
+            if f != gpus_per_node:
+                if not 0 <= f < gpus_per_node:
+                    raise SimulationError(f"node {n} cannot have {f} free GPUs (it has {gpus_per_node})")
+                pool._set(n, f)
+        pool.free_gpus = sum(free)
+        return pool
 
     def place(self, gpus: int, mode: str, exclude: int = 0) -> Alloc | None:
         """Take GPUs for a job, or return None (and change nothing) when it does not fit.

@@ -41,16 +41,10 @@ def load_model(path: str | os.PathLike) -> WorkloadModel:
     """A fitted model from a file written by ``WorkloadModel.save``."""
     header, arrays = read_model_file(path)
     cls = get_model(header["model"])
-    model = cls(**header["params"])
     try:
-        model.history_start, model.history_end, model.history_jobs = (float(x) for x in header["history"])
-        model.history_jobs = int(model.history_jobs)
-        model.vc_names = header.get("vc_names")
-        model._restore(header["state"], arrays)
-    except (KeyError, ValueError, TypeError, IndexError) as e:  # a file edited or cut by hand
-        raise WorkloadError(f"{path}: damaged model file ({type(e).__name__}: {e})") from None
-    model.fitted = True
-    return model
+        return cls.load(header, arrays)
+    except WorkloadError as e:
+        raise WorkloadError(f"{path}: {e}") from None
 
 
 __all__ = ["MODELS", "WorkloadModel", "WorkloadError", "get_model", "load_model", "parse_model_spec",

@@ -2,9 +2,9 @@
 
 A model's parameters are declared once, as a `ConfigSpace` (the same typed knobs policies use),
 and validated there. ``fit`` sees only the history it is given; ``sample`` returns a valid
-`Trace` of jobs submitted in ``[start, start + horizon)``. ``save``/``load_model`` round-trip a
-fitted model through one ``.npz`` file (arrays plus a JSON header; no pickle, so a model file
-cannot run code when loaded).
+`Trace` of jobs submitted in ``[start, start + horizon)``. ``save`` and ``load`` (through
+``load_model``) round-trip a fitted model through one ``.npz`` file (arrays plus a JSON header;
+no pickle, so a model file cannot run code when loaded).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 
@@ -104,6 +104,28 @@ class WorkloadModel:
                   "vc_names": self.vc_names, "state": meta}
         with atomic_path(path) as tmp, open(tmp, "wb") as f:
             np.savez_compressed(f, __header__=np.array(json.dumps(header)), **arrays)
+
+    @classmethod
+    def load(cls, header: dict[str, Any], arrays: dict[str, np.ndarray]) -> Self:
+        """The fitted model that `save` wrote, from its file's header and arrays (as
+        `read_model_file` returns them; ``load_model`` calls it once the header has named the
+        class). A model that holds another fitted model (the hybrid's count model) calls it too,
+        with a header of the same shape, so that what ``fit`` records besides the model's own
+        state (the history's window, job count and VC names) is restored in this one place.
+        A header or arrays that do not hold what the model saved raise `WorkloadError`."""
+        try:
+            model = cls(**header["params"])
+            start, end, jobs = header["history"]
+            model.history_start, model.history_end = float(start), float(end)
+            model.history_jobs = int(float(jobs))
+            model.vc_names = header.get("vc_names")
+            model._restore(header["state"], arrays)
+        except WorkloadError:  # (a ValueError too) from a model held inside this one: already said
+            raise
+        except (KeyError, ValueError, TypeError, IndexError) as e:  # a file edited or cut by hand
+            raise WorkloadError(f"damaged model file ({type(e).__name__}: {e})") from None
+        model.fitted = True
+        return model
 
     def describe(self) -> str:
         """The model and its parameters in one line, e.g. ``stat(half_life=7)``."""

@@ -39,8 +39,8 @@ import numpy as np
 from ..space import Categorical, ConfigSpace
 from ..trace.table import Trace
 from .base import Jobs, WorkloadModel, check_sample_size
-from .replay import _whole_days
-from .stat import Stat, _ranges
+from .replay import whole_days
+from .stat import Stat, ranges
 
 DAY = 86400.0
 SCALE_CLIP = 2.0
@@ -58,11 +58,7 @@ class Hybrid(WorkloadModel):
     ])
 
     def _fit(self, history: Trace) -> None:
-        self.count = Stat(**{k: self.params[k] for k in _KNOBS})
-        self.count.history_start, self.count.history_end = self.history_start, self.history_end
-        self.count.history_jobs, self.count.vc_names = self.history_jobs, self.vc_names
-        self.count._fit(history)
-        self.count.fitted = True
+        self.count = Stat(**{k: self.params[k] for k in _KNOBS}).fit(history, self.history_start, self.history_end)
 
     def scale(self, start: float, horizon: float) -> float:
         """The expected level of ``[start, start + horizon)`` over what the replayed window puts
@@ -103,7 +99,7 @@ class Hybrid(WorkloadModel):
             s *= float(rng.gamma(k, 1.0 / k))
         window = np.flatnonzero(c.bt > end - length)
         check_sample_size(self.name, (s + 1) * len(window) * float(np.diff(c.ptr).mean()) * (horizon / length + 2))
-        shift = _whole_days(start - (end - length), length)
+        shift = whole_days(start - (end - length), length)
         offsets = shift + length * np.arange(-1, math.ceil(horizon / length) + 1)  # tiles, as replay
         base = np.tile(window, len(offsets))
         bstart = (c.bt[window][None, :] + offsets[:, None]).ravel()
@@ -120,7 +116,7 @@ class Hybrid(WorkloadModel):
             pos = bt[moved] - tile0[moved] + DAY * rng.integers(1, days, int(moved.sum()))
             bt[moved] = tile0[moved] + np.mod(pos, days * DAY)
         sizes = np.diff(c.ptr)[chosen]
-        members = _ranges(c.ptr[chosen], sizes)
+        members = ranges(c.ptr[chosen], sizes)
         submit = np.repeat(bt, sizes) + c.offset[members]
         vc = None if c.vc is None else c.vc[members]
         return Jobs(submit, c.g[members], c.d[members], vc, self.vc_names)
@@ -129,8 +125,8 @@ class Hybrid(WorkloadModel):
         return self.count._state()
 
     def _restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
-        self.count = Stat(**{k: self.params[k] for k in _KNOBS})
-        self.count.history_start, self.count.history_end = self.history_start, self.history_end
-        self.count.history_jobs, self.count.vc_names = self.history_jobs, self.vc_names
-        self.count._restore(meta, arrays)
-        self.count.fitted = True
+        # The count model's state is the file's (see _state), its history the hybrid's own.
+        header = {"params": {k: self.params[k] for k in _KNOBS}, "state": meta,
+                  "history": [self.history_start, self.history_end, self.history_jobs],
+                  "vc_names": self.vc_names}
+        self.count = Stat.load(header, arrays)

@@ -38,7 +38,7 @@ class Replay(WorkloadModel):
         span = end - self.history_start
         # The window length: the horizon, or the history's whole days if it is shorter.
         length = horizon if horizon <= span else (math.floor(span / DAY) * DAY or max(span, 60.0))
-        shift = _whole_days(start - (end - length), length)
+        shift = whole_days(start - (end - length), length)
         sel = np.flatnonzero(self.t > end - length)  # the window (end - length, end]
         # Copies of the window back to back; one before and one after, since rounding the shift
         # to whole days can leave up to half a day at either edge. to_trace() clips to the period.
@@ -58,8 +58,9 @@ class Replay(WorkloadModel):
         self.vc = arrays.get("vc")
 
 
-def _whole_days(shift: float, length: float) -> float:
-    """`shift` rounded to whole days when the window is at least a day long."""
+def whole_days(shift: float, length: float) -> float:
+    """`shift` rounded to whole days when the window is at least a day long, so that a replayed
+    window keeps its time of day (`replay` and `hybrid` shift their windows by it)."""
     if length < DAY:
         return shift
     return round(shift / DAY) * DAY

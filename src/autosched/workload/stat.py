@@ -145,7 +145,7 @@ class Stat(WorkloadModel):
         starts = np.repeat(lo, n) + rng.random(int(n.sum())) * np.repeat(hi - lo, n)
         chosen = self._choose_batches(starts, rng)
         sizes = np.diff(self.ptr)[chosen]
-        members = _ranges(self.ptr[chosen], sizes)
+        members = ranges(self.ptr[chosen], sizes)
         submit = np.repeat(starts, sizes) + self.offset[members]
         dur = self.d[members]
         if self.params["duration_jitter"] > 0:
@@ -216,8 +216,9 @@ def bursts(t: np.ndarray, vc: np.ndarray | None, gap: float) -> np.ndarray:
     return batch
 
 
-def _ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Concatenation of arange(s, s + n) for each (s, n), without a Python loop."""
+def ranges(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Concatenation of arange(s, s + n) for each (s, n), without a Python loop: the job
+    indices of chosen batches (`stat` and `hybrid` sample whole batches)."""
     total = int(sizes.sum())
     if total == 0:
         return np.zeros(0, dtype=np.int64)
