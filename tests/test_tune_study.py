@@ -467,3 +467,30 @@ def test_a_schema_created_by_a_concurrent_opener_is_not_an_error(tmp_path, monke
         sqlalchemy.exc.OperationalError("x", {}, Exception("disk I/O error"))))
     with pytest.raises(StudyError, match=r"s2\.db: cannot be opened as a study \(.*disk I/O error"):
         tuner._storage(tmp_path / "s2.db")
+
+
+# The knob-space digests stored in studies (and in oracle cache keys) by earlier versions: a
+# refactor of the Knob classes must not make an unchanged space read as changed. A knob really
+# added, removed or re-ranged must change its policy's digest, and this table with it.
+STORED_DIGESTS = {"fifo": "7777c155edf2936d", "sjf": "5c0aa57d7e110659", "srtf": "5c0aa57d7e110659",
+                  "tiresias": "36c3e32d5c6ad57f", "qssf": "f8179cd48f9c7a34", "multifactor": "81f3a06233a7792a"}
+
+
+def test_space_digests_match_the_ones_stored_studies_carry():
+    from autosched.policies import POLICIES
+    from autosched.tune.study import _space_digest
+
+    assert {name: _space_digest(p) for name, p in POLICIES.items()} == STORED_DIGESTS
+
+
+def test_space_digest_changes_when_a_knob_changes():
+    from dataclasses import replace
+
+    from autosched.policies import get_policy
+    from autosched.space import ConfigSpace
+    from autosched.tune.study import _space_digest
+
+    base = get_policy("tiresias")
+    knobs = list(base.space)
+    wider = type("T", (base,), {"space": ConfigSpace([*knobs[:2], replace(knobs[2], high=knobs[2].high * 2), *knobs[3:]])})
+    assert _space_digest(wider) != _space_digest(base)

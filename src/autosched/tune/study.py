@@ -30,6 +30,7 @@ import numpy as np
 
 from ..cluster import ClusterSpec
 from ..policies import Policy
+from ..space import Float, Int, Knob
 from ..trace.table import Trace
 from .config import TuneError
 from .objective import Objective
@@ -187,7 +188,17 @@ def trace_digest(trace: Trace) -> str:
 
 
 def _space_digest(policy: type[Policy]) -> str:
-    return hashlib.sha256("\n".join(repr(k) for k in policy.space).encode()).hexdigest()[:16]
+    return hashlib.sha256("\n".join(_knob_text(k) for k in policy.space).encode()).hexdigest()[:16]
+
+
+def _knob_text(knob: Knob) -> str:
+    """A knob as its dataclass repr read when studies were first stored: `unit` last and only on
+    `Float` and `Int`. Moving `unit` up to `Knob` reordered every repr; a study (and an oracle
+    cache entry, keyed by the same identity) must not read as a changed space when no knob did."""
+    names = [f.name for f in dataclasses.fields(knob) if f.repr and f.name != "unit"]
+    if isinstance(knob, (Float, Int)):
+        names.append("unit")
+    return f"{type(knob).__qualname__}({', '.join(f'{n}={getattr(knob, n)!r}' for n in names)})"
 
 
 # Cluster fields added after studies were first stored: part of a study's identity only when
