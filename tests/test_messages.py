@@ -75,10 +75,11 @@ def test_a_file_the_command_cannot_open_is_one_line_naming_it(tmp_path):
     runner = CliRunner()
     expect = {"missing": f"error: {missing}: No such file or directory\n",
               "folder": f"error: {folder}: Is a directory\n",
-              "no-file": "error: [Errno 5] Input/output error\n",
               "project": "error: t.csv, row 3: bad\n"}
     for what, line in expect.items():
         r = runner.invoke(app, [what])
         assert (r.exit_code, r.output) == (2, line), what
     r = runner.invoke(app, ["bug"])
     assert r.exit_code == 1 and isinstance(r.exception, KeyError)
+    r = runner.invoke(app, ["no-file"])  # an OSError about no file (a pipe, a socket) keeps its traceback
+    assert r.exit_code == 1 and isinstance(r.exception, OSError)

@@ -1,8 +1,9 @@
 """One error hierarchy for the whole project.
 
 Every error that autosched raises on purpose derives from `AutoschedError`; the command line
-catches that base class once and prints its message as one line (exit code 2). Anything else that
-escapes is a bug and keeps its traceback.
+catches that base class once, with an `OSError` about a named file (a file that cannot be opened,
+read or written), and prints its message as one line (exit code 2). Anything else that escapes is
+a bug and keeps its traceback.
 
 - `InputError`: input that cannot be used (a file, a trace row, a config, an option value). The
   message names the file, row, column and rule where there is one.

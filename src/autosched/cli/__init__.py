@@ -54,8 +54,8 @@ def build_app(only: str | None = None) -> typer.Typer:
 
 
 def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
-    """The one place the CLI turns an `AutoschedError`, or an `OSError` (a file that cannot be
-    opened, read or written), into ``error: <message>`` and exit code 2.
+    """The one place the CLI turns an `AutoschedError`, or an `OSError` about a named file (one
+    that cannot be opened, read or written), into ``error: <message>`` and exit code 2.
 
     Commands let those errors rise; anything else that escapes is a bug and keeps its
     traceback."""
@@ -68,6 +68,8 @@ def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
             with output_scope():  # the inputs this command protects from its own outputs
                 return command(*args, **kwargs)
         except (AutoschedError, OSError) as e:
+            if not isinstance(e, AutoschedError) and e.filename is None:
+                raise  # no file named: a pipe, a socket, a leak of descriptors... a bug's traceback
             typer.echo(f"error: {' '.join(_message(e).splitlines())}", err=True)  # one line, always
             raise typer.Exit(2) from None
 
