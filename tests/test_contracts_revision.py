@@ -122,5 +122,5 @@ def test_the_cli_says_unknown_for_a_proposal_without_a_predicted_gain(tmp_path):
     agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=77),
                        trigger="manual", actor="operator:bob")
     text = status_text(agent)
-    assert "pending: revision 2 (manual), predicted gain gain unknown over None workload(s)" in text
+    assert "pending: revision 2 (manual), predicted gain unknown\n" in text
     assert "+0.0%" not in text

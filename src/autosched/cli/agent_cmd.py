@@ -205,8 +205,9 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         # a proposal made by hand (or by an older agent) may lack a figure: say so, never "+0.0%"
         gain = "unknown" if ev.predicted_gain is None else f"{ev.predicted_gain:+.1%}"
         spread = "" if ev.spread is None else f" ± {ev.spread:.1%}"
-        typer.echo(f"pending: revision {p.id} ({p.trigger}), predicted {ev.metric or 'gain'} "
-                   f"gain {gain}{spread} over {ev.samples} workload(s)")
+        metric = f" {ev.metric}" if ev.metric else ""
+        over = "" if ev.samples is None else f" over {ev.samples} workload(s)"
+        typer.echo(f"pending: revision {p.id} ({p.trigger}), predicted{metric} gain {gain}{spread}{over}")
         for k, (a, b) in p.diff.items():
             typer.echo(f"  {k}: {a} -> {b}")
     if st.last_round:
