@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from autosched.adapt.experiment import DAY, Settings, boundaries
+from autosched.adapt.experiment import DAY
 from autosched.cli.common import load_inputs
 from autosched.cluster import ClusterSpec
 from autosched.data import sample_path
@@ -38,14 +38,15 @@ from autosched.trace.table import Trace
 Timeline = list[tuple[float, dict]]
 
 
-def timeline_of(path: Path, run: int, strategy: str) -> tuple[str, int, Timeline]:
-    """The policy, seed and (time, config) timeline of `strategy` in run `run` of a report."""
+def timeline_of(path: Path, run: int, strategy: str) -> tuple[str, int, Timeline, list[float]]:
+    """The policy, seed, (time, config) timeline of `strategy` and period boundaries of run `run`
+    of a report."""
     rep = json.loads(path.read_text())
     one = rep if run == 0 else rep["runs"][run - 1]
     if strategy not in one["strategies"]:
         raise SystemExit(f"{path}: run {run} has no strategy {strategy!r} (it has {', '.join(one['strategies'])})")
     line = [(float(e["time"]), dict(e["config"])) for e in one["strategies"][strategy]["timeline"]]
-    return rep["settings"]["policy"], int(one["settings"]["seed"]), line
+    return rep["settings"]["policy"], int(one["settings"]["seed"]), line, [float(b) for b in one["boundaries"]]
 
 
 def replay(trace: Trace, cluster: ClusterSpec, cls: type, line: Timeline) -> JobRecords:
@@ -75,10 +76,12 @@ def main() -> None:
     args = ap.parse_args()
     tr, cl, _ = load_inputs(args.trace or sample_path(), args.cluster, quiet=True)
     tr = tr.window(tr.start + args.skip * DAY, tr.start + (args.skip + args.span) * DAY)  # as `autosched run`
-    policy, seed, line = timeline_of(args.run_json, args.run, args.strategy)
+    policy, seed, line, bounds = timeline_of(args.run_json, args.run, args.strategy)
+    if abs(bounds[0] - tr.start) > 1.0 or not bounds[-2] <= tr.end < bounds[-1]:
+        raise SystemExit(f"{args.run_json}: its periods run from {bounds[0]:g} s to {bounds[-1]:g} s, the trace window "
+                         f"from {tr.start:g} s to {tr.end:g} s: give the report's --skip and --span")
     cls = get_policy(policy)
     default = cls.space.default()
-    bounds = boundaries(tr, Settings().period)
     day = lambda t: (t - bounds[0]) / DAY  # noqa: E731
     sub = tr.submit_time
     periods = [(sub >= a) & (sub < b) for a, b in zip(bounds[:-1], bounds[1:])]
