@@ -48,3 +48,45 @@ def test_a_trial_whose_ray_worker_dies_is_retried_once(tmp_path, monkeypatch):
     res = tuner.tune([doubles.TRACE])
     assert [t.state for t in res.trials] == ["complete"] * 2
     assert [t.attempts for t in res.trials] == [2] * 2
+
+
+def _closed_port() -> int:
+    import socket
+
+    with socket.socket() as s:  # bound, then closed: nothing listens there
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_a_ray_address_where_nothing_listens_is_refused_at_once():
+    from autosched.tune import TuneError
+    from autosched.tune.executor import check_ray_address
+
+    port = _closed_port()
+    for address in (f"127.0.0.1:{port}", f"ray://127.0.0.1:{port}"):
+        with pytest.raises(TuneError, match="nothing answers there"):
+            check_ray_address(address)
+    with pytest.raises(TuneError, match="expected HOST:PORT"):
+        check_ray_address("localhost")
+    check_ray_address("auto")  # left to Ray
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        check_ray_address(f"127.0.0.1:{s.getsockname()[1]}")  # something answers: no error
+
+
+def test_tune_with_a_dead_ray_address_says_so_in_one_line(tmp_path):
+    from typer.testing import CliRunner
+
+    from autosched.cli import app
+    from autosched.trace import write_trace
+
+    path = tmp_path / "t.csv"
+    write_trace(TRACE, path)
+    r = CliRunner().invoke(app, ["tune", str(path), "--cluster", "1x4", "--budget", "2", "--executor", "ray",
+                                 "--address", f"127.0.0.1:{_closed_port()}"])
+    assert r.exit_code == 2, r.output
+    assert "nothing answers there" in r.output and len(r.output.strip().splitlines()) == 1
+    assert not ray.is_initialized()

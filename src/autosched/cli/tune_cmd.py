@@ -50,8 +50,8 @@ def tune_cmd(
     as_json: bool = typer.Option(False, "--json", help="print the result as one JSON object"),
 ) -> None:
     """Find the best knob settings of a policy on a trace (Bayesian optimisation + causal screening)."""
-    from ..space import ConfigError, read_config_file
-    from ..tune import ExecutionConfig, Objective, SearchConfig, TuneError, Tuner
+    from ..space import read_config_file
+    from ..tune import ExecutionConfig, Objective, SearchConfig, Tuner
 
     outputs((trace, cluster_file(cluster), study, *warm_start), (out,), dirs=(report,))
     check_seed(seed)
@@ -76,8 +76,6 @@ def tune_cmd(
     try:
         with progress_bar(f"tuning {', '.join(names)} ({len(tr):,} jobs)", budget) as update:
             result = tuner.tune([tr], warm_start=warm, progress=update)
-    except (TuneError, RuntimeError, ConfigError) as e:  # e.g. a warm-start config the space rejects
-        fail(str(e))
     except KeyboardInterrupt:
         fail("interrupted" + (f"; finished trials are kept in {study}, run again to resume" if study else ""), 130)
     if result.best_config is None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import socket
 import threading
 import time
 import traceback
@@ -313,6 +314,8 @@ class RayExecutor(_Pool):
     def start(self, evaluator: Evaluator) -> None:
         ray = self.ray
         if not ray.is_initialized():
+            if self.address:
+                check_ray_address(self.address)
             kw = {"address": self.address} if self.address else {"num_cpus": self.workers}
             ray.init(include_dashboard=False, log_to_driver=False, logging_level="ERROR", **kw)
             self._started_ray = True
@@ -376,6 +379,22 @@ def _ray_trial(evaluator: Evaluator, policy: str, config: Config,
     # The timeout runs inside the task: a task may wait for a worker (and its imports) for a
     # while, which must not count against the trial.
     return run_trial(evaluator, policy, config, timeout)
+
+
+def check_ray_address(address: str, timeout: float = 5.0) -> None:
+    """Refuse, with a `TuneError`, a Ray address (``HOST:PORT`` or ``ray://HOST:PORT``) where
+    nothing listens. ``ray.init`` would wait about a minute and then end the whole process with
+    ``SystemExit(15)``; ``auto`` (Ray finds its own cluster) is left to Ray."""
+    if address == "auto":
+        return
+    hostport = address.split("://", 1)[-1]
+    host, _, port = hostport.rpartition(":")
+    if not host or not port.isdigit():
+        raise TuneError(f"Ray address {address!r}: expected HOST:PORT, ray://HOST:PORT or auto")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as e:
+        raise TuneError(f"Ray address {address!r}: nothing answers there ({e.strerror or e})") from None
 
 
 def make_executor(kind: str, workers: int, trial_timeout: float | None = None,
