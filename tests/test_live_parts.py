@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autosched.export.slurm import from_slurm, quantize, slurm_seconds, to_slurm
+from autosched.export.slurm import from_slurm, quantize, to_slurm
 from autosched.live.errors import LiveError, SlurmUnavailable
 from autosched.live.history import merge_sacct, period_metrics, read_jobs
 from autosched.live.knobs import is_allowed, live_policy, live_space, same_value
@@ -25,6 +25,7 @@ from autosched.live.slurm import (
 )
 from autosched.policies.multifactor import Multifactor
 from autosched.space import ConfigError
+from autosched.trace.slurm import slurm_seconds
 from live_helpers import HEADER, row
 
 SPACE = Multifactor.space

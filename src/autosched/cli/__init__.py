@@ -67,20 +67,23 @@ def _one_line_errors(command: Callable[..., Any]) -> Callable[..., Any]:
         try:
             with output_scope():  # the inputs this command protects from its own outputs
                 return command(*args, **kwargs)
-        except (AutoschedError, OSError) as e:
-            if not isinstance(e, AutoschedError) and e.filename is None:
+        except AutoschedError as e:
+            message = str(e)
+        except OSError as e:
+            if e.filename is None:
                 raise  # no file named: a pipe, a socket, a leak of descriptors... a bug's traceback
-            typer.echo(f"error: {' '.join(_message(e).splitlines())}", err=True)  # one line, always
-            raise typer.Exit(2) from None
+            message = _file_message(e)
+        typer.echo(f"error: {' '.join(message.splitlines())}", err=True)  # one line, always
+        raise typer.Exit(2) from None
 
     run._one_line = True  # type: ignore[attr-defined]
     return run
 
 
-def _message(e: Exception) -> str:
-    """The user's message: a project error's own; for an OSError, the file it is about first
-    (``trace.csv: No such file or directory``), as the project's messages name their file."""
-    if isinstance(e, AutoschedError) or not isinstance(e, OSError) or e.filename is None or not e.strerror:
+def _file_message(e: OSError) -> str:
+    """An OSError about a file, the file first (``trace.csv: No such file or directory``), as the
+    project's messages name their file."""
+    if not e.strerror:
         return str(e)
     where = f"{e.filename} -> {e.filename2}" if e.filename2 is not None else f"{e.filename}"
     return f"{where}: {e.strerror}"

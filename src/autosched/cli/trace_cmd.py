@@ -83,7 +83,7 @@ def _capacity(spec: ClusterSpec | None) -> dict[str, Any]:
     cluster's): its label, its GPUs and, when it has VCs, each VC's GPUs."""
     if spec is None:
         return {}
-    vc_gpus = {} if spec.uniform else {name: nodes * spec.gpus_per_node for name, nodes in spec.vc_nodes}
+    vc_gpus = {} if spec.uniform else {name: g for (name, _), g in zip(spec.vc_nodes, spec.partition_gpus())}
     return {"cluster": spec.describe(), "cluster_gpus": spec.gpus, "vc_gpus": vc_gpus}
 
 

@@ -12,10 +12,7 @@ from typing import Any
 
 from ..policies.multifactor import CLASSIC, CPU_BILL, CPU_TRES, GPU_BILL, GPU_TRES, Multifactor
 from ..space import Bool, ConfigError, Int, Knob
-from ..trace.slurm import slurm_seconds  # the one parser of Slurm times (re-exported here)
-
-__all__ = ["from_slurm", "quantize", "scheduler_parameters", "slurm_conf_lines", "slurm_seconds",
-           "slurm_time", "to_slurm"]
+from ..trace.slurm import slurm_seconds  # the one parser of Slurm times
 
 
 def slurm_time(seconds: float) -> str:

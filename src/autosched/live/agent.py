@@ -446,26 +446,26 @@ class Agent:
         after = period_metrics(jobs, applied, applied + s.period)
         metric = s.metric if s.metric in (after.values or before.values or {s.metric: 0}) else "avg_jct"
         predicted = Evidence.from_dict(running.evidence).predicted_gain
+
+        def record(verdict: str, gain: float | None = None) -> None:
+            outcome = Outcome(metric, before.to_dict(), after.to_dict(), predicted, verdict, gain)
+            self.store.record_outcome(running.id, outcome.to_dict())
+
         if before.jobs == 0 or after.jobs == 0 or metric not in after.values:
-            self.store.record_outcome(running.id, Outcome(
-                metric, before.to_dict(), after.to_dict(), predicted,
-                verdict="not judged: no finished jobs in one of the two periods").to_dict())
+            record("not judged: no finished jobs in one of the two periods")
             return None
         b, a = before.values[metric], after.values[metric]
         gain = (b - a) / abs(b) if b else 0.0
         if gain < -s.margin and not running.trigger.startswith("rollback"):
             verdict = (f"worse: {metric} {b:.1f} -> {a:.1f} ({gain:+.1%}, margin "
                        f"{s.margin:.1%}); rolled back")
-            self.store.record_outcome(running.id, Outcome(
-                metric, before.to_dict(), after.to_dict(), predicted, verdict, gain).to_dict())
+            record(verdict, gain)
             try:
                 rev = self.rollback(running.parent, "agent:guard", note=verdict)
             except LiveError as e:
                 return {"action": "rollback failed", "why": str(e)}
             return {"action": "rolled back", "revision": rev.id, "why": verdict}
-        outcome = Outcome(metric, before.to_dict(), after.to_dict(), predicted,
-                          f"kept: {metric} {b:.1f} -> {a:.1f} ({gain:+.1%})", gain)
-        self.store.record_outcome(running.id, outcome.to_dict())
+        record(f"kept: {metric} {b:.1f} -> {a:.1f} ({gain:+.1%})", gain)
         return None
 
     def _tune(self, running: Revision, jobs: LiveJobs, now: float, trigger: str) -> dict[str, Any]:

@@ -23,7 +23,7 @@ import sqlite3
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from pathlib import Path
 from typing import Any
@@ -149,7 +149,7 @@ class Evidence:
 
     def to_dict(self) -> dict[str, Any]:
         """Every field under its own name, None included (the stored JSON has every key)."""
-        return {f.name: getattr(self, f.name) for f in fields(self)}
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> Evidence:
@@ -171,7 +171,7 @@ class RollbackEvidence:
     to: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"rollback_of": self.rollback_of, "to": self.to}
+        return asdict(self)
 
 
 @dataclass(frozen=True)

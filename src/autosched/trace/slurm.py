@@ -118,9 +118,6 @@ def _optional_value(canon: str, text: str) -> str | int:
     return text
 
 
-_NO_LIMIT = ("", "unlimited", "partition_limit", "invalid", "none")
-
-
 def slurm_seconds(text: str) -> float | None:
     """Seconds of a Slurm time string, as Slurm prints and reads them: ``D-HH:MM:SS``,
     ``D-HH:MM``, ``D-HH`` (``7-0`` is seven days), ``HH:MM:SS``, ``MM:SS`` or a bare number of
@@ -154,8 +151,6 @@ def slurm_duration(text: str) -> float:
     words for none (``UNLIMITED``, ``Partition_Limit``, empty, ...), a zero limit (Slurm's
     spelling of "no time limit", as in ``sbatch --time=0``), and text that is not a time (a job
     without a usable limit is simulated without one rather than dropped)."""
-    if text.strip().lower() in _NO_LIMIT:
-        return math.nan
     seconds = slurm_seconds(text)
     return seconds if seconds is not None and seconds > 0 else math.nan
 
