@@ -1,4 +1,4 @@
-"""No traceback on any input (issue 12): every loader and every file-reading option of the command
+"""No traceback on any input: every loader and every file-reading option of the command
 line, fed random bytes, cut-off real files and files of the wrong kind, either works or fails with
 one line of the project's own error class (`AutoschedError`; ``error: ...`` and exit code 2 on
 the command line)."""

@@ -1,4 +1,4 @@
-"""What a hostile but fair new user found (issue 12), case by case, through the real command line:
+"""What a hostile but fair new user found, case by case, through the real command line:
 outputs that would destroy files, limits, drops in --json, and crashes. Each case ends in a result
 or in one line ``error: ...`` with exit code 2, never a traceback. (The study cases are the
 tuner's: tests/test_tune*.)"""

@@ -146,8 +146,8 @@ def _child(conn: Connection, policy: str, config: Config, parent: int) -> None:
     # Set the inherited objects aside from this worker's collector: a full collection walks every
     # object and writes to its GC header, which copies each page it lands on. After a long run
     # (the README's, after autosched and last_period) the parent's objects are spread over
-    # hundreds of MB, and that copying doubled the oracles' CPU time (docs/results.md, "Issue 11:
-    # the main job's time"). Freezing relinks the generation lists (O(1)) and leaves the
+    # hundreds of MB, and that copying doubled the oracles' CPU time (benchmarks/strategy_cost.py;
+    # docs/history.md, "the main job's time"). Freezing relinks the generation lists (O(1)) and leaves the
     # parent's collector as it was.
     gc.freeze()
     _die_with(parent)
