@@ -1,7 +1,10 @@
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -14,6 +17,18 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_TRACES = Path(os.environ.get("AUTOSCHED_TRACES") or REPO.parent / "shared" / "traces")
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 NO_TRACES = f"the real traces are not in {SHARED_TRACES}"
+
+
+def script_module(relpath: str) -> ModuleType:
+    """A script of the checkout (benchmarks/NAME.py, scripts/NAME.py) imported as a module, under
+    its file name (its dataclasses look their module up in sys.modules)."""
+    path = REPO / relpath
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    assert spec is not None and spec.loader is not None, path
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = mod
+    spec.loader.exec_module(mod)
+    return mod
 
 
 @pytest.fixture(scope="session")

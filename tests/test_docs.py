@@ -4,29 +4,19 @@ what CI runs, and no document or comment outside docs/history.md speaks of issue
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import re
-import sys
 
 import pytest
 from typer.testing import CliRunner
 
 from autosched.cli import app
-from conftest import REPO
+from conftest import REPO, script_module
 
 DAY = 86400.0
 
 
-def _results_tables():
-    spec = importlib.util.spec_from_file_location("results_tables", REPO / "benchmarks" / "results_tables.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["results_tables"] = mod  # (its dataclasses look their module up there)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-rt = _results_tables()
+rt = script_module("benchmarks/results_tables.py")
 
 
 # -- docs/results.md ------------------------------------------------------------------------------
@@ -190,9 +180,7 @@ def test_no_issue_numbers_or_sessions_in_src_and_docs():
 # -- docs/slurm.md's knob tables ------------------------------------------------------------------
 
 def test_the_managed_knob_tables_are_the_code_s():
-    spec = importlib.util.spec_from_file_location("knob_tables", REPO / "scripts" / "knob_tables.py")
-    kt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(kt)
+    kt = script_module("scripts/knob_tables.py")
     doc = kt.DOC.read_text()
     assert kt.render(doc) == doc, "docs/slurm.md's knob tables are not current: run scripts/knob_tables.py"
     from autosched.live.knobs import live_space

@@ -4,23 +4,17 @@ real slurmctld"), with a margin. Uses benchmarks/slurm_twin.py, the harness behi
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 
 import pytest
 
-from testbed import REPO
+from conftest import script_module
 
 pytestmark = pytest.mark.slurm
 
 
 def _harness():
-    spec = importlib.util.spec_from_file_location("slurm_twin", REPO / "benchmarks" / "slurm_twin.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["slurm_twin"] = mod  # (its dataclasses look their module up there)
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module("benchmarks/slurm_twin.py")
 
 
 # Measured on these 24 jobs in two runs on the committed code (docs/fidelity.md, "In CI"): tau
