@@ -291,7 +291,8 @@ def targets_table(rows: list[Row]) -> list[str]:
                    f"| {met(mean >= TARGET_SHARE)} |")
     else:
         out.append(f"| ≥ {TARGET_SHARE:.0%} of oracle_static's gain, on average over the traces "
-                   f"| not measured: {n - len(shares)} of {n} runs have no oracle_static | |")
+                   f"| not measured on {n - len(shares)} of {n} traces (no oracle_static, or it did not beat "
+                   "the default) | |")
     leads = [r for r in rows if r.lead is not None]
     ahead = [r for r in leads if r.lead is not None and r.lead.mean >= 0]
     behind = ", ".join(f"{r.name} {pct(r.lead.mean)} (s.e. {r.lead.se:.1%})" for r in leads

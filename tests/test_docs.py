@@ -189,3 +189,19 @@ def test_the_managed_knob_tables_are_the_code_s():
     rows = [line for line in kt.tables() if line.startswith("| `")]
     assert [r.split("`")[1] for r in rows[:len(managed)]] == list(managed)
     assert f"manages ({len(managed)};" in doc
+
+
+def test_a_run_without_the_oracles_has_no_share_and_says_so(tmp_path):
+    data = _two_seeds()
+    for run in (data, data["runs"][0]):
+        for name in ("oracle_static", "oracle_period"):
+            del run["strategies"][name]
+            del run["summary"]["relative_avg_jct"][name]
+        del run["summary"]["share_of_oracle_static_gain"]
+    path = tmp_path / "tiresias-cluster04.json"
+    path.write_text(json.dumps(data))
+    _, row = rt.read_row(path)
+    assert row.share is None and "--strategies default,autosched,last_period" in row.command
+    assert rt.results_table([row])[2].split(" | ")[4:9] == ["n/a", "-10.0% ± 0.0%", "+15.0% (5.0%)", "n/a", "n/a"]
+    assert rt.targets_table([row])[3] == ("| ≥ 60% of oracle_static's gain, on average over the traces | not measured "
+                                          "on 1 of 1 traces (no oracle_static, or it did not beat the default) | |")
