@@ -4,6 +4,7 @@ the exit codes, and the stored summary's keys against rounds an older version re
 
 from __future__ import annotations
 
+import json
 import sqlite3
 from pathlib import Path
 
@@ -161,8 +162,6 @@ def test_exit_codes(out, code):
 def test_the_stored_summary_keeps_the_keys_older_rounds_have():
     """The rounds tests/fixtures/state-v0 recorded (the code before typed rounds) have the keys
     the same rounds have now."""
-    import json
-
     db = sqlite3.connect(f"file:{Path(__file__).parent / 'fixtures' / 'state-v0' / 'state.db'}?mode=ro", uri=True)
     old = {}
     for (text,) in db.execute("SELECT summary FROM rounds"):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -388,33 +388,33 @@ class Agent:
         last = self.store.last_round()
         previous = RoundRecord.from_row(*last).retry_after if last else None
         retry = next_retry(previous, self.settings.period)
-        now = self.connector.now() if now is None else now
-        seen: dict[str, Any] = {"now": now, "trigger": trigger, "previous_retry": previous}
+        seen = Observed(now=self.connector.now() if now is None else now, trigger=trigger,
+                        flags=Flags(), previous_retry=previous)
         try:
             self.reconcile()
         except LiveError as e:  # the cluster may run neither config: try again soon
-            return Observed(**seen, flags=self.store.flags(), block=Block(str(e), retry))
-        seen["flags"] = flags = self.store.flags()
-        if flags.frozen:
-            return Observed(**seen)
+            return replace(seen, flags=self.store.flags(), block=Block(str(e), retry))
+        seen = replace(seen, flags=self.store.flags())
+        if seen.flags.frozen:
+            return seen
         try:
             live = self.live_values()
         except SlurmUnavailable as e:
-            return Observed(**seen, block=Block(f"Slurm does not answer: {e}", retry))
+            return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
         try:
-            seen["running"] = running = self._running_or_baseline()
+            running = self._running_or_baseline()
         except ActionNotAllowed as e:
-            return Observed(**seen, block=Block(str(e)))
-        seen["hand_edits"] = self._hand_edits(running, live)
-        if seen["hand_edits"]:
-            return Observed(**seen)
+            return replace(seen, block=Block(str(e)))
+        seen = replace(seen, running=running, hand_edits=self._hand_edits(running, live))
+        if seen.hand_edits:
+            return seen
         try:
-            seen["jobs"] = self.jobs(now)
+            jobs = self.jobs(seen.now)
         except SlurmUnavailable as e:
-            return Observed(**seen, block=Block(f"Slurm does not answer: {e}", retry))
+            return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
         except LiveError as e:
-            return Observed(**seen, block=Block(f"cannot read the history: {e}"))
-        return Observed(**seen, pending=self.store.pending())
+            return replace(seen, block=Block(f"cannot read the history: {e}"))
+        return replace(seen, jobs=jobs, pending=self.store.pending())
 
     def act(self, plan: Plan, observed: Observed) -> RoundOutcome:
         """Carry `plan` out and record the round (with the controller's memory when it tuned)."""
@@ -437,7 +437,7 @@ class Agent:
         jobs = observed.jobs
         counts = None if jobs is None else HistoryCounts(jobs=int(len(jobs)), finished=int(jobs.finished.sum()),
                                                          malformed_rows=jobs.malformed)
-        out = RoundOutcome(out.action, out.why, observed.trigger, out.revision, out.retry_after, out.evidence, counts)
+        out = replace(out, trigger=observed.trigger, history=counts)
         self.store.record_round(out.to_summary(), memory=memory)
         self.log(f"{out.action.value}: {out.why}")
         return out
