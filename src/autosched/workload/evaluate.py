@@ -117,7 +117,9 @@ class OriginResult:
 
 
 @dataclass
-class Evaluation:
+class ModelEvaluation:
+    """The rolling-origin evaluation of workload models: per model, each origin's results."""
+
     setup: EvalSetup
     policy: str
     cluster: str
@@ -175,7 +177,7 @@ def panel_configs(policy: type[Policy], n: int, seed: int) -> list[Config]:
 
 def evaluate(trace: Trace, cluster: ClusterSpec, policy: type[Policy], models: Sequence[str],
              setup: EvalSetup = EvalSetup(),
-             progress: Callable[[int, int], None] | None = None) -> Evaluation:
+             progress: Callable[[int, int], None] | None = None) -> ModelEvaluation:
     """Score each model spec (``name`` or ``name:param=value``) at each origin of `trace`."""
     from ..sim import Metrics
 
@@ -194,7 +196,7 @@ def evaluate(trace: Trace, cluster: ClusterSpec, policy: type[Policy], models: S
     total = len(when) * len(configs) * (1 + sum(runs.values()))
     done = 0
     tick = progress or (lambda d, t: None)
-    ev = Evaluation(setup, policy.name, cluster.describe(), configs, [], gpus=cluster.gpus)
+    ev = ModelEvaluation(setup, policy.name, cluster.describe(), configs, [], gpus=cluster.gpus)
 
     def run_panel(workload: Trace) -> np.ndarray:
         nonlocal done
@@ -337,7 +339,7 @@ def _nanstd(vals: Sequence[float]) -> float:
     return float(np.nanstd(v)) if np.isfinite(v).any() else math.nan
 
 
-def evaluation_data(ev: Evaluation) -> dict:
+def evaluation_data(ev: ModelEvaluation) -> dict:
     """Everything in an evaluation as plain JSON-able data (for report.json)."""
     return jsonable({"setup": asdict(ev.setup), "policy": ev.policy, "cluster": ev.cluster, "gpus": ev.gpus, "configs": ev.configs,
             "reals": [asdict(o) for o in ev.reals],
