@@ -28,7 +28,7 @@ from .common import (
 )
 
 if TYPE_CHECKING:  # the engine is imported inside the command (start-up time)
-    from ..sim import Simulator
+    from ..sim import SimResult, Simulator
 
 
 def build_policy(name: str, sets: list[str], config_file: Path | None) -> Policy:
@@ -92,14 +92,14 @@ def simulate_cmd(
     _print_metrics(pol, cl.describe(), str(trace_path), res.metrics, notes)
 
 
-def _run_notes(sim: Simulator, res) -> dict:
+def _run_notes(sim: Simulator[Policy], res: SimResult) -> dict[str, str | int]:
     """What the run did that the metrics do not say: which backfill ran (multifactor), how many
     jobs were ended at their time limit (traces with limits)."""
-    notes = {}
+    notes: dict[str, str | int] = {}
     kind = sim.policies[0].backfill_kind
     if kind is not None:
         notes["backfill"] = kind
-    if sim.trace.time_limit is not None:
+    if sim.trace.time_limit is not None and res.records.killed is not None:
         notes["killed_at_limit"] = int(res.records.killed.sum())
     return notes
 
