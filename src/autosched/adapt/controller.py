@@ -196,8 +196,10 @@ class Controller:
             raise AdaptError(f"controller: {type(source).__name__} is not a WorkloadSource (it needs workloads, "
                              "seeds, validation_workloads and validation_seeds)")
         check_sample_counts(len(source.seeds(0)), len(source.validation_seeds(0)))
-        self.policy = policy
-        self.space = get_policy(policy).space
+        cls = get_policy(policy)
+        self.policy = policy  # as the caller named it (a tuner resolves it as get_policy does)
+        self.policy_name = cls.name  # what a tuner's trials and evaluations call it
+        self.space = cls.space
         self.cluster = cluster
         self.source = source
         self.period = period
@@ -320,11 +322,11 @@ class Controller:
             if fresh:
                 workloads, validation = fresh, "fresh"
         if validation == "fresh":
-            m_run = tuner.evaluate(self.policy, self.running, workloads)[1]
-            m_cand = tuner.evaluate(self.policy, candidate, workloads)[1]
+            m_run = tuner.evaluate(self.policy_name, self.running, workloads)[1]
+            m_cand = tuner.evaluate(self.policy_name, candidate, workloads)[1]
         else:
-            m_run = _trial_metrics(res, self.running) or tuner.evaluate(self.policy, self.running, workloads)[1]
-            m_cand = _trial_metrics(res, candidate) or tuner.evaluate(self.policy, candidate, workloads)[1]
+            m_run = _trial_metrics(res, self.running) or tuner.evaluate(self.policy_name, self.running, workloads)[1]
+            m_cand = _trial_metrics(res, candidate) or tuner.evaluate(self.policy_name, candidate, workloads)[1]
         run_vals = [float(getattr(m, self.metric)) for m in m_run]
         cand_vals = [float(getattr(m, self.metric)) for m in m_cand]
         verdict = self.guardrail.judge(run_vals, cand_vals, self.minimize)

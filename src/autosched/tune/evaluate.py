@@ -35,7 +35,7 @@ def simulate_with_extras(trace: Trace, cluster: ClusterSpec, policy: Policy) -> 
     return res.metrics, {"fragmentation": fragmentation(sim)}
 
 
-def fragmentation(sim: Simulator) -> float:
+def fragmentation(sim: Simulator[Any]) -> float:
     """Share of the cluster's GPU-time that was idle while a job of the same partition waited.
 
     A scheduler that holds GPUs free while jobs queue (strict FIFO behind a big job, placement
