@@ -191,8 +191,9 @@ def test_every_file_option_fails_in_one_line(tmp_path, option, data):
 
 
 @pytest.mark.parametrize("column, values, message", [
-    ("num_gpus", ["1", "two"], "column 'num_gpus' is not numeric"),
-    ("duration", [[1.0], [2.0]], "column 'duration' is not numeric"),
+    ("num_gpus", ["1", "two"], "column 'num_gpus' is not numeric (type object)"),
+    ("duration", [[1.0], [2.0]], "column 'duration' is not numeric (type list<element: double>; a cell holds one value)"),
+    ("job_id", [["a"], ["b"]], "column 'job_id' is not text (type list<element: string>; a cell holds one value)"),
     ("num_gpus", [1.5, 2.0], None),  # dropped: not a whole number
     ("submit_time", [None, 1.0], None),  # dropped: not finite
 ])
@@ -210,4 +211,4 @@ def test_parquet_columns_of_the_wrong_type(tmp_path, column, values, message):
         return
     with pytest.raises(AutoschedError) as e:
         load_trace(path)
-    assert str(e.value) == f"{path}: {message} (type object)"
+    assert str(e.value) == f"{path}: {message}"

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +21,7 @@ from test_outputs import own_null_device
 
 runner = CliRunner()
 DAY = 86400.0
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 @pytest.fixture()
@@ -332,3 +334,79 @@ def test_numeric_knobs_take_numbers_only(knob, value):
 
     with pytest.raises(InputError, match=rf"knob '{knob}': .* (is not an integer|is not a number|is outside its range)"):
         get_policy("tiresias").space.validate({knob: value})
+
+
+HEAD = "job_id,submit_time,num_gpus,duration\n"
+
+
+def _report(path) -> dict:
+    res = runner.invoke(app, ["trace", "inspect", str(path), "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)["load_report"]
+
+
+def test_an_unterminated_quote_is_an_error_naming_its_row(tmp_path):
+    """Was: `read 1 rows, kept 1` for 29: the rest of the file became one cell of row 2."""
+    path = tmp_path / "t.csv"
+    path.write_text(HEAD + "j0,0,1,100\n" + 'j1,10,1,"100\n' + "".join(f"j{i},{10 * i},1,100\n" for i in range(2, 29)))
+    line = error_line(cli("trace", "inspect", path))
+    assert line == (f"error: {path}: line 3: a quote in this row is never closed, so the rest of the file (28 lines) "
+                    "would be one cell; close it or remove it")
+    # a quoted cell that spans lines and is closed is a cell like any other
+    path.write_text("job_id,submit_time,num_gpus,duration,name\n" + 'j0,0,1,100,"two\nlines"\n' + "j1,5,1,100,x\n")
+    assert _report(path)["kept"] == 2
+
+
+def test_every_dropped_row_is_counted_under_its_own_column(tmp_path):
+    """Were: a job id in 3 rows counted once (read 5 = kept 2 + dropped 2, and --json said 2); a
+    bad duration reported under `submit_time`, the column where the rule was first broken."""
+    path = tmp_path / "t.csv"
+    path.write_text(HEAD + "a,0,1,10\na,1,1,10\na,2,1,10\nb,x,1,10\nc,4,1,y\nd,5,1,10\n")
+    report = _report(path)
+    assert (report["rows"], report["kept"], report["dropped"]) == (6, 2, 4)
+    assert report["rows"] == report["kept"] + report["dropped"]
+    assert [(d["column"], d["rule"], d["count"], d["examples"]) for d in report["drops"]] == [
+        ("submit_time", "time is not a number", 1, ["line 5 (got 'x')"]),
+        ("duration", "time is not a number", 1, ["line 6 (got 'y')"]),
+        ("job_id", "job id appears more than once (the first row is kept)", 2, ["job 'a'", "job 'a'"]),
+    ]
+
+
+def test_a_header_naming_a_column_twice_is_an_error_on_line_1(tmp_path):
+    """Was: the second `duration` column was ignored without a word."""
+    path = tmp_path / "t.csv"
+    path.write_text("job_id,submit_time,num_gpus,duration,Duration\na,0,1,10,99999\n")
+    assert error_line(cli("trace", "inspect", path)) == \
+        f"error: {path}: line 1 (header): column 'duration' appears twice (columns 4 and 5); name each column once"
+
+
+@pytest.mark.parametrize("ids", [["a", None, None, "b"], [1, None, None, 2]])
+def test_parquet_null_job_ids_are_dropped_as_in_the_converted_csv(tmp_path, ids):
+    """Was: every null id kept from Parquet (as 'None', or as 'nan' beside '1.0' for integer ids),
+    one of them after `trace convert` (the copies of 'None' were duplicates)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"job_id": ids, "submit_time": [0.0, 1.0, 2.0, 3.0], "num_gpus": [1, 1, 1, 1],
+                             "duration": [5.0, 5.0, 5.0, 5.0]}), path)
+    report = _report(path)
+    assert (report["rows"], report["kept"]) == (4, 2)
+    assert report["drops"] == [{"rule": "job id is empty", "column": "job_id", "count": 2,
+                                "examples": ["a job submitted at 1 s", "a job submitted at 2 s"]}]
+    res = cli("trace", "convert", path, tmp_path / "t.csv")
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "t.csv").read_text() == f"{HEAD}{ids[0]},0,1,5\n{ids[3]},3,1,5\n"
+    assert _report(tmp_path / "t.csv")["kept"] == 2
+
+
+def test_a_parquet_job_id_that_is_a_list_is_one_line(tmp_path):
+    """Was: a traceback (`TypeError: unhashable type: 'numpy.ndarray'`)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"job_id": [["a"], ["b"]], "submit_time": [0.0, 1.0], "num_gpus": [1, 1],
+                             "duration": [5.0, 5.0]}), path)
+    assert error_line(cli("trace", "inspect", path)) == \
+        f"error: {path}: column 'job_id' is not text (type list<element: string>; a cell holds one value)"
