@@ -410,3 +410,72 @@ def test_a_parquet_job_id_that_is_a_list_is_one_line(tmp_path):
                              "duration": [5.0, 5.0]}), path)
     assert error_line(cli("trace", "inspect", path)) == \
         f"error: {path}: column 'job_id' is not text (type list<element: string>; a cell holds one value)"
+
+
+def _edited_model(src, dst, name, value):
+    arrays = dict(np.load(src, allow_pickle=False))
+    a = arrays[name].astype(np.float64) if isinstance(value, float) else arrays[name].copy()
+    a[...] = value
+    arrays[name] = a
+    with open(dst, "wb") as f:
+        np.savez_compressed(f, **arrays)
+    return dst
+
+
+@pytest.mark.parametrize("kind", ["stat", "replay", "hybrid"])
+@pytest.mark.parametrize("array, value, rule", [
+    ("d", float("nan"), "durations (s) are finite numbers in (0, 31,536,000]"),
+    ("d", 0.0, "durations (s) are finite numbers in (0, 31,536,000]"),
+    ("d", -5.0, "durations (s) are finite numbers in (0, 31,536,000]"),
+    ("d", 1e300, "durations (s) are finite numbers in (0, 31,536,000]"),
+    ("g", 0, "GPU counts are whole numbers in [1, 1,000,000]"),
+    ("g", -1, "GPU counts are whole numbers in [1, 1,000,000]"),
+    ("g", 10**12, "GPU counts are whole numbers in [1, 1,000,000]"),
+    ("g", float("nan"), "GPU counts are whole numbers in [1, 1,000,000]"),
+])
+def test_a_model_file_with_values_past_the_bounds_is_refused_at_load(tmp_path, trace, kind, array, value, rule):
+    """Were: `lam value too large`, `AssertionError` and `IndexError` tracebacks, or samples with
+    1e300-second jobs and 10^12 GPUs (past the bounds every trace row keeps)."""
+    good = tmp_path / f"{kind}.npz"
+    get_model(kind)().fit(load_trace(trace)[0]).save(good)
+    bad = _edited_model(good, tmp_path / "bad.npz", array, value)
+    line = error_line(cli("workload", "sample", bad, "--start", "3d", "--horizon", "1d", "--out", tmp_path / "o.csv"))
+    shown = f"{float(value):g}"
+    assert line == f"error: {bad}: array '{array}' holds {shown} at index 0; {rule}"
+    assert not (tmp_path / "o.csv").exists()
+
+
+@pytest.mark.parametrize("array, value, message", [
+    ("beta", float("nan"), "array 'beta' holds nan at index 0; parameters are finite numbers"),
+    ("bt", float("inf"), "array 'bt' holds inf at index 0; times (s) are finite numbers in [-3,153,600,000, 3,153,600,000]"),
+    ("offset", -1.0, "array 'offset' holds -1 at index 0; offsets in a batch (s) are finite numbers in [0, 3,153,600,000]"),
+    ("ptr", 7, "array 'ptr' does not split the 120 jobs into {batches} batches"),
+    ("vc", 5, "array 'vc' holds code 5, but there are only 2 VC names"),
+])
+def test_a_stat_model_file_is_checked_as_a_whole(tmp_path, array, value, message):
+    rng = np.random.default_rng(2)
+    tr = Trace.from_columns({"job_id": [f"j{i}" for i in range(120)], "submit_time": np.sort(rng.uniform(0, 3 * DAY, 120)),
+                             "num_gpus": rng.choice([1, 2], 120), "duration": rng.uniform(10, 1000, 120),
+                             "vc": rng.choice(["x", "y"], 120)})
+    fitted = get_model("stat")().fit(tr)
+    fitted.save(tmp_path / "m.npz")
+    bad = _edited_model(tmp_path / "m.npz", tmp_path / "bad.npz", array, value)
+    line = error_line(cli("workload", "sample", bad, "--start", "3d", "--horizon", "1d", "--out", tmp_path / "o.csv"))
+    assert line == f"error: {bad}: " + message.format(batches=len(fitted.bt))
+
+
+def test_samples_keep_the_trace_bounds():
+    """A model built in code from values past the bounds is refused at its sample rather than
+    writing them into it; jitter never takes a year-long job past the bound on durations."""
+    from autosched.trace.report import MAX_DURATION
+    from autosched.workload import WorkloadError
+
+    year = Trace.from_columns({"job_id": [f"j{i}" for i in range(200)], "submit_time": np.arange(200) * 600.0,
+                               "num_gpus": np.ones(200, dtype=int), "duration": np.full(200, float(MAX_DURATION))})
+    stat = get_model("stat")(duration_jitter=2.0).fit(year)
+    sample = stat.sample(200 * 600.0, DAY, 0)
+    assert len(sample) > 10 and sample.duration.max() == MAX_DURATION and sample.duration.min() < MAX_DURATION
+    stat.g = np.full_like(stat.g, 10**12)  # as a model file edited by hand would have it
+    with pytest.raises(WorkloadError, match=r"^stat-0: a sampled job breaks the trace bounds \(array 'num_gpus' holds "
+                                            r"1e\+12 at index 0; GPU counts are whole numbers in \[1, 1,000,000\]\)$"):
+        stat.sample(200 * 600.0, DAY, 0)
