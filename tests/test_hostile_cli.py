@@ -187,8 +187,8 @@ def test_a_json_true_is_not_an_integer_knob(tmp_path, trace):
 
 
 @pytest.mark.parametrize("start, message", [
-    ("1e300", "error: stat: start 1e+300 is beyond the bound on submit times (3,153,600,000 s, 100 years)"),
-    ("-1d", "error: --start must be >= 0 (got '-1d'): submit times count from the trace's origin"),
+    ("1e300", "error: --start '1e300' is beyond the bound on times (3,153,600,000 s, 100 years)"),
+    ("-1d", "error: --start must be >= 0 (got '-1d'): times count from the trace's origin"),
 ])
 def test_a_sample_starts_within_the_bounds_on_submit_times(model, tmp_path, start, message):
     """Was: 0 jobs "in [11574074074074075286836787544866678821745987056604175023500816899304269782...d)"."""
@@ -197,7 +197,7 @@ def test_a_sample_starts_within_the_bounds_on_submit_times(model, tmp_path, star
 
 @pytest.mark.parametrize("args, message", [
     (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "100000d"],
-     "error: horizon of 100,000 days is beyond the 366-day limit of one sample"),
+     "error: --horizon of 100,000 days is beyond the 366-day limit"),
     (["run", "{trace}", "--cluster", "2x8", "--period", "100000d"],
      "error: --period of 100,000 days is beyond the 366-day limit of one workload sample"),
 ])
@@ -207,7 +207,7 @@ def test_horizons_of_evaluate_and_run_are_bounded_up_front(trace, args, message)
 
 def test_a_huge_horizon_fails_at_once(model, tmp_path):
     line = error_line(cli("workload", "sample", model, "--start", "0", "--horizon", "100000d", "--out", tmp_path / "o.csv"))
-    assert "horizon of 100,000 days is beyond the 366-day limit of one sample" in line
+    assert line == "error: --horizon of 100,000 days is beyond the 366-day limit"
     assert not (tmp_path / "o.csv").exists()
 
 
@@ -479,3 +479,50 @@ def test_samples_keep_the_trace_bounds():
     with pytest.raises(WorkloadError, match=r"^stat-0: a sampled job breaks the trace bounds \(array 'num_gpus' holds "
                                             r"1e\+12 at index 0; GPU counts are whole numbers in \[1, 1,000,000\]\)$"):
         stat.sample(200 * 600.0, DAY, 0)
+
+
+@pytest.mark.parametrize("args, message", [
+    # a length of time: > 0 and at most 366 days (`timeparse.MAX_LENGTH`), whatever the command
+    (["workload", "fit", "{trace}", "--until", "2d", "--history", "400d", "--out", "{tmp}/fit.npz"],
+     "error: --history of 400 days is beyond the 366-day limit"),
+    (["workload", "sample", "{model}", "--start", "3d", "--horizon", "3000000d", "--out", "{tmp}/o.csv"],
+     "error: --horizon of 3,000,000 days is beyond the 366-day limit"),
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--step", "400d"],
+     "error: --step of 400 days is beyond the 366-day limit"),
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "100000d"],
+     "error: --history of 100,000 days is beyond the 366-day limit"),
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--max-duration", "1e9"],
+     "error: --max-duration of 11,574.1 days is beyond the 365-day limit"),
+    # a time: in [0, 100 years], and with the trace at hand, within 366 days of its last submission
+    (["workload", "fit", "{trace}", "--until", "3000000d", "--out", "{tmp}/fit.npz"],
+     "error: --until '3000000d' is beyond the bound on times (3,153,600,000 s, 100 years)"),
+    (["workload", "fit", "{trace}", "--until", "10000d", "--out", "{tmp}/fit.npz"],
+     "error: --until of 10,000 days is {after} days after the last submission (at {last} days); the limit is 366 days"),
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--first", "-1d"],
+     "error: --first must be >= 0 (got '-1d'): times count from the trace's origin"),
+    # and what a time option leads to: one origin per step, each fitting and simulating everything
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--step", "1s"],
+     "error: a step of 1 s gives {origins:,} origins in the trace, more than the limit of 1,000; use a longer step, "
+     "or fewer origins between the first and the last"),
+])
+def test_every_time_option_is_bounded(tmp_path, trace, model, args, message):
+    """Was: `workload fit --until 3000000d` on a 2-day trace grew to 23.9 GB (and `--until
+    100000d` took 60 s and 1.3 GB): the model counted every hour up to --until."""
+    jobs = load_trace(trace)[0]
+    # one origin a second, from a day after the first job to a day before the last
+    origins = int(np.floor((jobs.end - DAY) - (jobs.start + DAY) + 1e-9)) + 1
+    line = error_line(cli(*[a.format(trace=trace, model=model, tmp=tmp_path) for a in args]))
+    assert line == message.format(after=f"{(10000 * DAY - jobs.end) / DAY:,.6g}", last=f"{jobs.end / DAY:,.6g}",
+                                  origins=origins)
+    assert not (tmp_path / "fit.npz").exists() and not (tmp_path / "o.csv").exists()
+
+
+def test_a_fit_window_far_past_its_jobs_is_refused_by_the_model_itself(trace):
+    """The bound holds for every caller of `fit` (run, the agent, Python), not only the CLI."""
+    from autosched.workload import WorkloadError
+
+    history = load_trace(trace)[0]
+    with pytest.raises(WorkloadError, match=r"^stat: the history window \[0, 400\] days reaches 39[67]\.\d+ days beyond "
+                                            r"its jobs .*; the limit is 366 days$"):
+        get_model("stat")().fit(history, 0.0, 400 * DAY)
+    get_model("stat")().fit(history, 0.0, history.end + 366 * DAY)  # at the bound: fine

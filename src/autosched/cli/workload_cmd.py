@@ -8,7 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from ..timeparse import format_duration, parse_duration
+from ..timeparse import check_within, format_duration, parse_length, parse_time
 from .common import (
     check_seed,
     cluster_file,
@@ -26,13 +26,6 @@ workload_app = typer.Typer(help="Workload models: learn a cluster's workload fro
                            no_args_is_help=True)
 
 DAY = 86400.0
-
-
-def _seconds(text: str, option: str, positive: bool = False) -> float:
-    value = parse_duration(text, option)
-    if positive and not value > 0:
-        fail(f"{option} must be > 0 (got {text!r})")
-    return value
 
 
 def _load_trace(path: Path, fmt: Optional[str]):
@@ -76,11 +69,12 @@ def fit_cmd(
     from ..workload import get_model
 
     outputs((trace,), (out,))
-    t_until = _seconds(until, "--until")
-    length = _seconds(history, "--history", positive=True) if history is not None else None
+    t_until = parse_time(until, "--until")
+    length = parse_length(history, "--history") if history is not None else None
     cls = get_model(model)
     m = cls(**cls.space.parse_assignments(set_))
     tr, loaded = _load_trace(trace, fmt)
+    check_within(t_until, "--until", tr.end)
     lo = t_until - length if length is not None else -float("inf")
     past = tr.window(lo, t_until)
     if len(past) == 0:
@@ -113,10 +107,8 @@ def sample_cmd(
     if str(out) == "-" and as_json:
         fail("--out - writes the trace to stdout; it cannot be combined with --json")
     check_seed(seed)
-    t0 = _seconds(start, "--start")
-    if t0 < 0:
-        fail(f"--start must be >= 0 (got {start!r}): submit times count from the trace's origin")
-    h = _seconds(horizon, "--horizon")  # (> 0 and the bound on a sample: the model checks them)
+    t0 = parse_time(start, "--start")
+    h = parse_length(horizon, "--horizon")
     m = load_model(model)
     tr = m.sample(t0, h, seed)
     write_trace(tr, out)
@@ -151,6 +143,7 @@ def evaluate_cmd(
 ) -> None:
     """Rolling-origin evaluation of workload models: distribution distances and decision fidelity."""
     from ..policies import get_policy
+    from ..trace.report import MAX_DURATION
     from ..workload import parse_model_spec
     from ..workload.evaluate import EvalSetup, evaluate
 
@@ -165,14 +158,14 @@ def evaluate_cmd(
     for s in specs:
         parse_model_spec(s)
     # (lengths > 0, samples and panel >= 1: EvalSetup.check checks them)
-    setup = EvalSetup(history=_seconds(history, "--history"), horizon=_seconds(horizon, "--horizon"),
-                      step=_seconds(step, "--step"), samples=samples, panel=panel, seed=seed,
-                      objective=objective, first=_seconds(first, "--first") if first else None,
-                      last=_seconds(last, "--last") if last else None)
+    setup = EvalSetup(history=parse_length(history, "--history"), horizon=parse_length(horizon, "--horizon"),
+                      step=parse_length(step, "--step"), samples=samples, panel=panel, seed=seed,
+                      objective=objective, first=parse_time(first, "--first") if first else None,
+                      last=parse_time(last, "--last") if last else None)
     setup.check()
+    cap = parse_length(max_duration, "--max-duration", MAX_DURATION) if max_duration is not None else None
     tr, cl, loaded = load_inputs(trace, cluster, fmt, quiet=as_json)
-    if max_duration is not None:
-        cap = _seconds(max_duration, "--max-duration", True)
+    if cap is not None:
         long = int((tr.duration > cap).sum())
         tr = tr.take(tr.duration <= cap)
         if not as_json:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..timeparse import MAX_TIME, YEAR
 from .table import TraceError
 
 MAX_GPUS = 1_000_000  # a larger GPU count is a corrupt cell (and would overflow an int64 column)
 MAX_CPUS = 100_000_000  # per job; likewise
 # Bounds on times, so that a corrupt cell (1e300) cannot reach the models and the simulator: no
-# job in the public traces runs for more than a few months, and a submit time counts seconds from
-# the trace's origin (or the Unix epoch: 2026 is 1.8e9 s), so 100 years leaves room for both.
-YEAR = 365 * 86400
+# job in the public traces runs for more than a few months; a submit time is a time like any other
+# (`timeparse.MAX_TIME`, 100 years from the trace's origin or the Unix epoch).
 MAX_DURATION = YEAR
-MAX_SUBMIT_TIME = 100 * YEAR
+MAX_SUBMIT_TIME = MAX_TIME
 
 
 @dataclass

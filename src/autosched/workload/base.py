@@ -21,13 +21,14 @@ import numpy as np
 from ..atomic import atomic_path, check_input
 from ..errors import InputError
 from ..space import ConfigSpace
+from ..timeparse import MAX_LENGTH
 from ..trace.report import MAX_DURATION, MAX_GPUS, MAX_SUBMIT_TIME
 from ..trace.table import Trace
 
 FORMAT_VERSION = 1
 # Bounds on what one sample may generate, so that a typo (--horizon 100000d) fails at once instead
 # of filling the machine's memory: a year of the busiest public trace is a few million jobs.
-MAX_HORIZON = 366 * 86400.0
+MAX_HORIZON = MAX_LENGTH
 MAX_SAMPLE_JOBS = 10_000_000
 
 
@@ -122,6 +123,13 @@ class WorkloadModel:
         if not (math.isfinite(lo) and math.isfinite(hi) and lo <= history.start and hi >= history.end):
             raise WorkloadError(f"{self.name}: the history window [{lo:g}, {hi:g}] does not hold its jobs "
                                 f"(submitted {history.start:g} to {history.end:g})")
+        # A window stretched far past its jobs (``--until 3000000d`` on a 2-day trace) is only empty
+        # time, and a model's cost grows with the window (stat counts every hour of it).
+        quiet = max(history.start - lo, hi - history.end)
+        if quiet > MAX_LENGTH:
+            raise WorkloadError(f"{self.name}: the history window [{lo / 86400:,.6g}, {hi / 86400:,.6g}] days "
+                                f"reaches {quiet / 86400:,.6g} days beyond its jobs (submitted {history.start / 86400:,.6g} "
+                                f"to {history.end / 86400:,.6g} days); the limit is {MAX_LENGTH / 86400:g} days")
         self.history_start, self.history_end = lo, hi
         self.history_jobs = len(history)
         self.vc_names = sorted(set(history.vc.tolist())) if history.vc is not None else None
@@ -142,6 +150,9 @@ class WorkloadModel:
         if horizon > MAX_HORIZON:
             raise WorkloadError(f"{self.name}: horizon of {horizon / 86400:,.6g} days is beyond the "
                                 f"{MAX_HORIZON / 86400:g}-day limit of one sample; sample the period in parts")
+        if start + horizon > MAX_SUBMIT_TIME:
+            raise WorkloadError(f"{self.name}: the period [{start:g}, {start + horizon:g}) s ends beyond the bound "
+                                f"on submit times ({MAX_SUBMIT_TIME:,} s, 100 years)")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise WorkloadError(f"{self.name}: seed must be an integer >= 0 (got {seed!r})")
         rng = np.random.default_rng(int(seed))
