@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from pathlib import Path
 
@@ -336,6 +337,120 @@ def test_numeric_knobs_take_numbers_only(knob, value):
         get_policy("tiresias").space.validate({knob: value})
 
 
+# ------------------------------------------------- round 3: the cases of the 338 hostile ones
+#
+# Each case is the command line a hostile user typed, and the one error line it must give now
+# (before, it destroyed a file, ran out of memory, or printed a traceback).
+
+@pytest.fixture()
+def slurm_etc(tmp_path, monkeypatch):
+    """A slurm.conf that includes a folder of files by wildcard and the agent's include file, with
+    a gres.conf beside it: every file Slurm's commands read. No Slurm runs: each case must fail
+    before sacct is called."""
+    etc = tmp_path / "etc"
+    (etc / "slurm.d").mkdir(parents=True)
+    agent = tmp_path / "state" / "autosched.conf"
+    agent.parent.mkdir()
+    (etc / "slurm.conf").write_text(f"ClusterName=c\nInclude slurm.d/*.conf\ninclude {agent}  # the agent's\n")
+    (etc / "slurm.d" / "nodes.conf").write_text("NodeName=n1 Gres=gpu:4\n")
+    (etc / "gres.conf").write_text("Name=gpu File=/dev/nvidia[0-3]\n")
+    agent.write_text("PriorityWeightAge=1000\n")
+    monkeypatch.setenv("SLURM_CONF", str(etc / "slurm.conf"))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))  # a call to sacct would fail otherwise
+    return etc, agent
+
+
+@pytest.mark.parametrize("victim", ["etc/slurm.conf", "etc/slurm.d/nodes.conf", "state/autosched.conf",
+                                    "etc/gres.conf"])
+@pytest.mark.parametrize("through", ["env", "option"])
+def test_slurm_history_never_writes_a_file_slurm_reads(tmp_path, slurm_etc, victim, through):
+    """Was: `slurm history --out $SLURM_CONF` replaced the cluster's slurm.conf with a CSV."""
+    etc, _ = slurm_etc
+    files = [etc / "slurm.conf", etc / "slurm.d" / "nodes.conf", etc / "gres.conf", tmp_path / "state" / "autosched.conf"]
+    before = {p: p.read_bytes() for p in files}
+    conf = ["--slurm-conf", etc / "slurm.conf"] if through == "option" else []
+    line = error_line(cli("slurm", "history", *conf, "--out", tmp_path / victim))
+    assert line == f"error: {tmp_path / victim}: is an input of this command; refusing to overwrite it"
+    assert {p: p.read_bytes() for p in files} == before
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--out", "{tmp}/adir/"], "error: {tmp}/adir/: ends in '/', so it names a directory; give the name of the file to write"),
+    (["--out", "{tmp}"], "error: {tmp}: is a directory, not a regular file; autosched writes only regular files"),
+    (["--since", "-1d", "--out", "{tmp}/h.csv"], "error: --since must be > 0 (got '-1d')"),
+    (["--since", "0", "--out", "{tmp}/h.csv"], "error: --since must be > 0 (got '0')"),
+    (["--since", "3000000d", "--out", "{tmp}/h.csv"], "error: --since of 3,000,000 days is beyond the 366-day limit"),
+    (["--timeout", "nan", "--out", "{tmp}/h.csv"], "error: --timeout 'nan' is not a length of time; use seconds or a "
+     "number with a unit s, m, h, d or w (e.g. 3600, 12h, 21d)"),
+    (["--timeout", "-5", "--out", "{tmp}/h.csv"], "error: --timeout must be > 0 (got '-5')"),
+])
+def test_slurm_history_options_are_checked_before_sacct(tmp_path, slurm_etc, args, message):
+    """Was: `--out adir/` wrote a file named `adir`; `--since -1d` asked sacct for a start after
+    the end."""
+    line = error_line(cli("slurm", "history", *[a.format(tmp=tmp_path) for a in args]))
+    assert line == message.format(tmp=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["etc", "state"]
+
+
+@pytest.mark.parametrize("args, message", [
+    # a length of time: > 0 and at most 366 days (`timeparse.MAX_LENGTH`), whatever the command
+    (["workload", "fit", "{trace}", "--until", "2d", "--history", "400d", "--out", "{tmp}/fit.npz"],
+     "error: --history of 400 days is beyond the 366-day limit"),
+    (["workload", "sample", "{model}", "--start", "3d", "--horizon", "3000000d", "--out", "{tmp}/o.csv"],
+     "error: --horizon of 3,000,000 days is beyond the 366-day limit"),
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--step", "400d"],
+     "error: --step of 400 days is beyond the 366-day limit"),
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "100000d"],
+     "error: --history of 100,000 days is beyond the 366-day limit"),
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--max-duration", "1e9"],
+     "error: --max-duration of 11,574.1 days is beyond the 365-day limit"),
+    # a time: in [0, 100 years], and with the trace at hand, within 366 days of its last submission
+    (["workload", "fit", "{trace}", "--until", "3000000d", "--out", "{tmp}/fit.npz"],
+     "error: --until '3000000d' is beyond the bound on times (3,153,600,000 s, 100 years)"),
+    (["workload", "fit", "{trace}", "--until", "10000d", "--out", "{tmp}/fit.npz"],
+     "error: --until of 10,000 days is {after} days after the last submission (at {last} days); the limit is 366 days"),
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--first", "-1d"],
+     "error: --first must be >= 0 (got '-1d'): times count from the trace's origin"),
+    # and what a time option leads to: one origin per step, each fitting and simulating everything
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--step", "1s"],
+     "error: a step of 1 s gives {origins:,} origins in the trace, more than the limit of 1,000; use a longer step, "
+     "or fewer origins between the first and the last"),
+])
+def test_every_time_option_is_bounded(tmp_path, trace, model, args, message):
+    """Was: `workload fit --until 3000000d` on a 2-day trace grew to 23.9 GB (and `--until
+    100000d` took 60 s and 1.3 GB): the model counted every hour up to --until."""
+    jobs = load_trace(trace)[0]
+    # one origin a second, from a day after the first job to a day before the last
+    origins = int(np.floor((jobs.end - DAY) - (jobs.start + DAY) + 1e-9)) + 1
+    line = error_line(cli(*[a.format(trace=trace, model=model, tmp=tmp_path) for a in args]))
+    assert line == message.format(after=f"{(10000 * DAY - jobs.end) / DAY:,.6g}", last=f"{jobs.end / DAY:,.6g}",
+                                  origins=origins)
+    assert not (tmp_path / "fit.npz").exists() and not (tmp_path / "o.csv").exists()
+
+
+def test_a_fit_window_far_past_its_jobs_is_refused_by_the_model_itself(trace):
+    """The bound holds for every caller of `fit` (run, the agent, Python), not only the CLI."""
+    from autosched.workload import WorkloadError
+
+    history = load_trace(trace)[0]
+    with pytest.raises(WorkloadError, match=r"^stat: the history window \[0, 400\] days reaches 39[67]\.\d+ days beyond "
+                                            r"its jobs .*; the limit is 366 days$"):
+        get_model("stat")().fit(history, 0.0, 400 * DAY)
+    get_model("stat")().fit(history, 0.0, history.end + 366 * DAY)  # at the bound: fine
+
+
+@pytest.mark.parametrize("args", [
+    ["trace", "convert", "{trace}", "{tmp}/adir/"],
+    ["workload", "fit", "{trace}", "--until", "2d", "--out", "{tmp}/adir/"],
+    ["workload", "sample", "{model}", "--start", "3d", "--out", "{tmp}/adir/"],
+])
+def test_an_output_ending_in_a_slash_is_a_directory_not_a_file_name(tmp_path, trace, model, args):
+    """Was: `--out adir/` wrote a file named `adir` (pathlib drops the slash)."""
+    line = error_line(cli(*[a.format(trace=trace, model=model, tmp=tmp_path) for a in args]))
+    assert line == f"error: {tmp_path}/adir/: ends in '/', so it names a directory; give the name of the file to write"
+    assert not (tmp_path / "adir").exists()
+
+
 HEAD = "job_id,submit_time,num_gpus,duration\n"
 
 
@@ -481,48 +596,65 @@ def test_samples_keep_the_trace_bounds():
         stat.sample(200 * 600.0, DAY, 0)
 
 
-@pytest.mark.parametrize("args, message", [
-    # a length of time: > 0 and at most 366 days (`timeparse.MAX_LENGTH`), whatever the command
-    (["workload", "fit", "{trace}", "--until", "2d", "--history", "400d", "--out", "{tmp}/fit.npz"],
-     "error: --history of 400 days is beyond the 366-day limit"),
-    (["workload", "sample", "{model}", "--start", "3d", "--horizon", "3000000d", "--out", "{tmp}/o.csv"],
-     "error: --horizon of 3,000,000 days is beyond the 366-day limit"),
-    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--step", "400d"],
-     "error: --step of 400 days is beyond the 366-day limit"),
-    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "100000d"],
-     "error: --history of 100,000 days is beyond the 366-day limit"),
-    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--max-duration", "1e9"],
-     "error: --max-duration of 11,574.1 days is beyond the 365-day limit"),
-    # a time: in [0, 100 years], and with the trace at hand, within 366 days of its last submission
-    (["workload", "fit", "{trace}", "--until", "3000000d", "--out", "{tmp}/fit.npz"],
-     "error: --until '3000000d' is beyond the bound on times (3,153,600,000 s, 100 years)"),
-    (["workload", "fit", "{trace}", "--until", "10000d", "--out", "{tmp}/fit.npz"],
-     "error: --until of 10,000 days is {after} days after the last submission (at {last} days); the limit is 366 days"),
-    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--first", "-1d"],
-     "error: --first must be >= 0 (got '-1d'): times count from the trace's origin"),
-    # and what a time option leads to: one origin per step, each fitting and simulating everything
-    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--step", "1s"],
-     "error: a step of 1 s gives {origins:,} origins in the trace, more than the limit of 1,000; use a longer step, "
-     "or fewer origins between the first and the last"),
+# ------------------------------------------------------------- standard output and error
+
+MAIN = "from autosched.cli import main; main()"  # the installed `autosched` script's body
+
+
+def _run(args, stdout=subprocess.PIPE, close=()):
+    """`autosched ARGS` in a new process, with descriptors in `close` closed (as `2>&-` does)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))
+
+    def closing():
+        for fd in close:
+            os.close(fd)
+
+    return subprocess.run([sys.executable, "-c", MAIN, *map(str, args)], stdout=stdout, stderr=subprocess.PIPE,
+                          preexec_fn=closing, env=env, timeout=300)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [
+    ["trace", "convert", "{trace}", "-"],
+    ["workload", "sample", "{model}", "--start", "3d", "--horizon", "1d", "--out", "-"],
+    ["simulate", "{trace}", "--cluster", "2x8", "--json"],
+    ["simulate", "{trace}", "--cluster", "2x8"],
 ])
-def test_every_time_option_is_bounded(tmp_path, trace, model, args, message):
-    """Was: `workload fit --until 3000000d` on a 2-day trace grew to 23.9 GB (and `--until
-    100000d` took 60 s and 1.3 GB): the model counted every hour up to --until."""
-    jobs = load_trace(trace)[0]
-    # one origin a second, from a day after the first job to a day before the last
-    origins = int(np.floor((jobs.end - DAY) - (jobs.start + DAY) + 1e-9)) + 1
-    line = error_line(cli(*[a.format(trace=trace, model=model, tmp=tmp_path) for a in args]))
-    assert line == message.format(after=f"{(10000 * DAY - jobs.end) / DAY:,.6g}", last=f"{jobs.end / DAY:,.6g}",
-                                  origins=origins)
-    assert not (tmp_path / "fit.npz").exists() and not (tmp_path / "o.csv").exists()
+def test_stdout_on_a_full_device_is_one_line(trace, model, args):
+    """Was: an OSError traceback (`[Errno 28] No space left on device`)."""
+    with open("/dev/full", "wb") as full:
+        res = _run([a.format(trace=trace, model=model) for a in args], stdout=full)
+    assert res.returncode == 2
+    assert res.stderr.decode().splitlines()[-1] == "error: standard output: cannot write (No space left on device)"
+    assert b"Traceback" not in res.stderr and res.stderr.count(b"error: ") == 1
 
 
-def test_a_fit_window_far_past_its_jobs_is_refused_by_the_model_itself(trace):
-    """The bound holds for every caller of `fit` (run, the agent, Python), not only the CLI."""
-    from autosched.workload import WorkloadError
+def test_a_closed_stdout_is_one_line(trace):
+    res = _run(["simulate", trace, "--cluster", "2x8", "--json"], close=(1,))
+    assert (res.returncode, res.stderr) == (2, b"error: standard output: cannot write (it is closed)\n")
 
-    history = load_trace(trace)[0]
-    with pytest.raises(WorkloadError, match=r"^stat: the history window \[0, 400\] days reaches 39[67]\.\d+ days beyond "
-                                            r"its jobs .*; the limit is 366 days$"):
-        get_model("stat")().fit(history, 0.0, 400 * DAY)
-    get_model("stat")().fit(history, 0.0, history.end + 366 * DAY)  # at the bound: fine
+
+def test_a_message_lost_from_a_closed_stderr_is_an_exit_code(tmp_path, trace):
+    """Was: with stderr closed (`2>&-`) the drop report was lost and the run said 0. Now a run
+    that had something to say on stderr and could not exits 2; one with nothing to say, 0. And a
+    file opened after stderr was closed is not written to as if it were stderr."""
+    bad = tmp_path / "bad.csv"
+    bad.write_text(HEAD + "a,0,1,100\nb,1,1,-5\n")
+    res = _run(["simulate", bad, "--cluster", "2x8", "--json", "--jobs-out", tmp_path / "jobs.csv"], close=(2,))
+    assert res.returncode == 2  # the drop report (1 row dropped) could not be shown
+    assert json.loads(res.stdout)["dropped"]["dropped"] == 1
+    assert (tmp_path / "jobs.csv").read_text().startswith("job_id,")  # no stderr text inside
+    res = _run(["simulate", trace, "--cluster", "2x8", "--json"], close=(2,))
+    assert res.returncode == 0 and json.loads(res.stdout)["jobs"] == 120
+
+
+def test_a_reader_that_stops_early_is_not_an_error(trace):
+    """`autosched trace convert t.csv - | head -2` ends quietly, as before."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", MAIN, "trace", "convert", str(trace), "-"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert first == b"job_id,submit_time,num_gpus,duration\r\n"  # (CSV rows end in CRLF, RFC 4180)
+    assert proc.returncode == 0 and b"Traceback" not in err and b"error" not in err

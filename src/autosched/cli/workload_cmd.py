@@ -8,6 +8,7 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from ..atomic import output_path
 from ..timeparse import check_within, format_duration, parse_length, parse_time
 from .common import (
     check_seed,
@@ -59,7 +60,7 @@ def fit_cmd(
     trace: Path = typer.Argument(..., help="trace file (any supported format)"),
     until: str = typer.Option(..., "--until", help="fit on jobs submitted before this time (s since the trace's origin, or 49d, 12h, ...)"),
     model: str = typer.Option("stat", "--model", "-m", help="workload model: replay, stat or neural (see `autosched workload models`)"),
-    out: Path = typer.Option(..., "--out", "-o", help="where to write the fitted model (.npz)"),
+    out: Path = typer.Option(..., "--out", "-o", parser=output_path, help="where to write the fitted model (.npz)"),
     history: Optional[str] = typer.Option(None, "--history", help="use only this much history before --until (e.g. 21d); default: all of it"),
     set_: list[str] = typer.Option([], "--set", "-s", help="model parameter param=value (repeatable)"),
     fmt: Optional[str] = typer.Option(None, "--format", help="trace format (default: detected from the header)"),
@@ -96,7 +97,8 @@ def sample_cmd(
     start: str = typer.Option(..., "--start", help="start of the generated period (s since the trace's origin, or 49d, ...)"),
     horizon: str = typer.Option("7d", "--horizon", help="length of the generated period (e.g. 7d, 12h, 3600)"),
     seed: int = typer.Option(0, "--seed", help="random seed; the same seed gives the same trace"),
-    out: Path = typer.Option(..., "--out", "-o", help="output trace (.csv canonical, or .parquet); - for CSV on stdout"),
+    out: Path = typer.Option(..., "--out", "-o", parser=output_path,
+                             help="output trace (.csv canonical, or .parquet); - for CSV on stdout"),
     as_json: bool = typer.Option(False, "--json", help="print a summary as one JSON object"),
 ) -> None:
     """Generate a workload for [start, start + horizon) from a fitted model."""
