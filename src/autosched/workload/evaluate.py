@@ -35,6 +35,7 @@ from . import parse_model_spec
 from .base import MAX_HORIZON, WorkloadError
 
 HOUR, DAY = 3600.0, 86400.0
+MAX_ORIGINS = 1000
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,11 @@ def origins(trace: Trace, setup: EvalSetup) -> np.ndarray:
     last = min(last, trace.end - setup.horizon + 1e-6)
     if first > last:
         return np.zeros(0)
-    return first + setup.step * np.arange(int(math.floor((last - first) / setup.step + 1e-9)) + 1)
+    count = math.floor((last - first) / setup.step + 1e-9) + 1
+    if count > MAX_ORIGINS:  # each origin fits every model and simulates the whole panel
+        raise WorkloadError(f"a step of {setup.step:g} s gives {count:,} origins in the trace, more than the limit of "
+                            f"{MAX_ORIGINS:,}; use a longer step, or fewer origins between the first and the last")
+    return first + setup.step * np.arange(count)
 
 
 def panel_configs(policy: type[Policy], n: int, seed: int) -> list[Config]:
