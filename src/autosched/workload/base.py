@@ -28,6 +28,12 @@ FORMAT_VERSION = 1
 # of filling the machine's memory: a year of the busiest public trace is a few million jobs.
 MAX_HORIZON = 366 * 86400.0
 MAX_SAMPLE_JOBS = 10_000_000
+# Per-job columns a sampled job takes from the history job it copies (a model that copies
+# history jobs says which: `Jobs.source`): what a scheduler knows of a job besides its size and
+# run time - whose it is (fair share), its partition and its time limit (Slurm's backfill plans
+# with it). A model that does not copy jobs (neural) samples none of them.
+CARRIED = ("user", "account", "partition", "time_limit", "num_cpus")
+_TEXT_CARRIED = ("user", "account", "partition")
 
 
 class WorkloadError(InputError):
@@ -51,6 +57,8 @@ class WorkloadModel:
         self.history_end = 0.0
         self.history_jobs = 0
         self.vc_names: list[str] | None = None  # None: the history has no VC column
+        # the history's `CARRIED` columns (in its row order) that sampled copies take along
+        self.carried: dict[str, np.ndarray] = {}
 
     # ----------------------------------------------------------------------------- public API
 
@@ -71,6 +79,7 @@ class WorkloadModel:
         self.history_start, self.history_end = lo, hi
         self.history_jobs = len(history)
         self.vc_names = sorted(set(history.vc.tolist())) if history.vc is not None else None
+        self.carried = {c: getattr(history, c) for c in CARRIED if getattr(history, c) is not None}
         self._fit(history)
         self.fitted = True
         return self
@@ -92,16 +101,19 @@ class WorkloadModel:
             raise WorkloadError(f"{self.name}: seed must be an integer >= 0 (got {seed!r})")
         rng = np.random.default_rng(int(seed))
         jobs = self._sample(start, horizon, rng)
-        return jobs.to_trace(start, horizon, f"{self.name}-{int(seed)}")
+        return jobs.to_trace(start, horizon, f"{self.name}-{int(seed)}", self.carried)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the fitted model to one ``.npz`` file, atomically."""
         if not self.fitted:
             raise WorkloadError(f"{self.name}: fit the model before saving it")
         meta, arrays = self._state()
+        # text as fixed-width unicode: an object array would need pickle to load
+        arrays = {**arrays, **{f"carried.{c}": a.astype(str) if c in _TEXT_CARRIED else a
+                               for c, a in self.carried.items()}}
         header = {"format": FORMAT_VERSION, "model": self.name, "params": self.params,
                   "history": [self.history_start, self.history_end, self.history_jobs],
-                  "vc_names": self.vc_names, "state": meta}
+                  "vc_names": self.vc_names, "carried": list(self.carried), "state": meta}
         with atomic_path(path) as tmp, open(tmp, "wb") as f:
             np.savez_compressed(f, __header__=np.array(json.dumps(header)), **arrays)
 
@@ -119,6 +131,9 @@ class WorkloadModel:
             model.history_start, model.history_end = float(start), float(end)
             model.history_jobs = int(float(jobs))
             model.vc_names = header.get("vc_names")
+            model.carried = {str(c): arrays[f"carried.{c}"].astype(object) if c in _TEXT_CARRIED
+                             else arrays[f"carried.{c}"] for c in header.get("carried") or []
+                             if c in CARRIED}
             model._restore(header["state"], arrays)
         except WorkloadError:  # (a ValueError too) from a model held inside this one: already said
             raise
@@ -148,18 +163,23 @@ class WorkloadModel:
 
 
 class Jobs:
-    """Generated jobs as plain arrays (vc as codes into the model's ``vc_names``)."""
+    """Generated jobs as plain arrays (vc as codes into the model's ``vc_names``; ``source``, for
+    a model that copies history jobs, the history row each one copies)."""
 
     def __init__(self, submit: np.ndarray, gpus: np.ndarray, duration: np.ndarray,
-                 vc: np.ndarray | None, vc_names: list[str] | None):
+                 vc: np.ndarray | None, vc_names: list[str] | None,
+                 source: np.ndarray | None = None):
         self.submit = np.asarray(submit, dtype=np.float64)
         self.gpus = np.asarray(gpus, dtype=np.int64)
         self.duration = np.asarray(duration, dtype=np.float64)
         self.vc = None if vc is None or vc_names is None else np.asarray(vc, dtype=np.int64)
         self.vc_names = vc_names
+        self.source = None if source is None else np.asarray(source, dtype=np.int64)
 
-    def to_trace(self, start: float, horizon: float, prefix: str) -> Trace:
-        """Keep the jobs in [start, start + horizon), sort them, and give them unique ids."""
+    def to_trace(self, start: float, horizon: float, prefix: str,
+                 carried: dict[str, np.ndarray] | None = None) -> Trace:
+        """Keep the jobs in [start, start + horizon), sort them, and give them unique ids; with
+        ``source``, each takes the `carried` columns of the history job it copies."""
         keep = (self.submit >= start) & (self.submit < start + horizon)
         order = np.flatnonzero(keep)[np.argsort(self.submit[keep], kind="stable")]
         n = len(order)
@@ -171,6 +191,9 @@ class Jobs:
         }
         if self.vc is not None:
             cols["vc"] = np.asarray(self.vc_names, dtype=object)[self.vc[order]] if n else np.array([], dtype=object)
+        if self.source is not None:
+            for c, a in (carried or {}).items():
+                cols[c] = a[self.source[order]]
         check_jobs(cols)
         return Trace.from_columns(cols, source=prefix)
 

@@ -45,7 +45,8 @@ class Replay(WorkloadModel):
         offsets = shift + length * np.arange(-1, math.ceil(horizon / length) + 1)
         idx = np.tile(sel, len(offsets))
         submit = (self.t[sel][None, :] + offsets[:, None]).ravel()
-        return Jobs(submit, self.g[idx], self.d[idx], None if self.vc is None else self.vc[idx], self.vc_names)
+        return Jobs(submit, self.g[idx], self.d[idx], None if self.vc is None else self.vc[idx],
+                    self.vc_names, idx)
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         arrays = {"t": self.t, "g": self.g, "d": self.d}
