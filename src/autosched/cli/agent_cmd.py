@@ -274,6 +274,44 @@ def adopt_cmd(state: Optional[Path] = _state_opt(), actor: Optional[str] = _acto
                (", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()) or "no change"))
 
 
+@agent_app.command("twin")
+def twin_cmd(state: Optional[Path] = _state_opt(),
+             as_json: bool = typer.Option(False, "--json", help="print it as JSON")) -> None:
+    """What the agent's twin models of the cluster right now: its partitions (nodes,
+    PriorityTier, billing weights), the association tree with its shares, PriorityFlags, the jobs
+    of the observed history and the columns they carry, and what the twin leaves out. Reads the
+    cluster; writes nothing."""
+    from ..cluster import billing_text
+    from ..live.twin import observe_twin
+    from .common import print_json
+
+    agent = _open(state)
+    setup, view = observe_twin(agent.connector, agent.state_dir, agent.settings.history,
+                               agent.settings.seed_history)
+    if as_json:
+        print_json(view)
+        return
+    spec = setup.cluster_spec()
+    typer.echo(f"twin of {setup.source or agent.connector.kind}: {spec.describe()}")
+    typer.echo("partitions:" if setup.partitions else "partitions: one pool (the policy's billing knobs)")
+    for p in setup.ordered_partitions():
+        typer.echo(f"  {p.name}{' (default)' if p.default else ''}: nodes {','.join(p.nodes)}, "
+                   f"PriorityTier {p.priority_tier}, billing {billing_text(p.billing_weights)}")
+    if view["associations"]:
+        typer.echo("associations (shares):")
+        for a in view["associations"]:
+            who = f"user {a['user']} in {a['account']}" if a["user"] else \
+                f"account {a['account']}" + (f" under {a['parent']}" if a["parent"] else "")
+            typer.echo(f"  {who}: {a['shares']}")
+    else:
+        typer.echo("associations: none read (fair share over the history's accounts and users, equal shares)")
+    typer.echo(f"priority flags: {','.join(view['priority_flags']) or '(none: Fair Tree)'}")
+    cols = ", ".join(f"{k} {v}" for k, v in view["trace_columns"].items())
+    typer.echo(f"history: {view['jobs']} jobs in the window; carrying {cols}")
+    for w in view["warnings"]:
+        typer.echo(f"warning: {w}")
+
+
 # The HTTP API and status page (branch `service`): its code lives in serve_cmd.py.
 from .serve_cmd import serve_cmd  # noqa: E402
 

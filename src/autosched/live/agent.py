@@ -26,14 +26,13 @@ from ..errors import AutoschedError
 from ..jsonable import jsonable
 from .connector import Connector
 from .errors import ActionNotAllowed, LiveError, SlurmUnavailable
-from .history import LiveJobs, combine, merge_sacct, observation, period_metrics, prune_sacct, read_jobs, seed_jobs
+from .history import LiveJobs, observation, period_metrics, update_history
 from .knobs import LiveSpace, live_policy, live_space, same_value
 from .store import Evidence, Flags, Outcome, Revision, RevisionState, RevisionStore, RollbackEvidence
+from .twin import twin_jobs
 
 SETTINGS_FILE = "settings.json"
-HISTORY_FILE = "history.sacct"
 MODES = ("propose", "auto")
-OVERLAP = 900.0  # s of history fetched again each round: jobs that changed state since
 
 
 @dataclass
@@ -414,25 +413,8 @@ class Agent:
     def jobs(self, now: float) -> LiveJobs:
         """The history (cache updated with what sacct has since the last round, incrementally),
         plus the seed file's jobs the cluster no longer reports."""
-        cache = self.state_dir / HISTORY_FILE
-        old = cache.read_text() if cache.exists() else ""
-        fetched = float(json.loads((self.state_dir / "fetched.json").read_text())["until"]) \
-            if (self.state_dir / "fetched.json").exists() else None
-        since = now - self.settings.history if fetched is None else min(
-            fetched - OVERLAP, now - OVERLAP)
-        since = max(since, now - self.settings.history - OVERLAP)
-        text = prune_sacct(merge_sacct(old, self.connector.sacct_rows(since, now)),
-                           now - 2 * self.settings.history)
-        try:
-            write_text_atomic(cache, text)
-            write_text_atomic(self.state_dir / "fetched.json", json.dumps({"until": now}))
-        except OSError as e:
-            raise LiveError(f"{cache}: cannot write the history cache: {e.strerror}") from None
-        jobs = read_jobs(text, source=f"sacct since {since:.0f}")
-        if self.settings.seed_history:
-            jobs = combine(jobs, read_jobs(seed_jobs(Path(self.settings.seed_history), now),
-                                           source=self.settings.seed_history))
-        return jobs
+        return update_history(self.state_dir, self.connector.sacct_rows, now,
+                              self.settings.history, self.settings.seed_history)
 
     def _judge(self, running: Revision, jobs: LiveJobs, now: float) -> dict[str, Any] | None:
         """One period after a change: record what happened and roll back when it got worse by
@@ -478,10 +460,15 @@ class Agent:
         from ..tune.objective import Objective
 
         s = self.settings
+        # the twin: this cluster's setup (partitions, associations, flags), and the history's
+        # jobs it can place there
+        setup = self.connector.setup()
+        jobs, _ = twin_jobs(jobs, setup)
         obs, origin = observation(jobs, now, s.history, seed=s.seed, backlog_history=s.backlog_history)
-        full = self.space.full(running.config)
+        space = live_space(s.policy, {**s.fixed, **setup.pinned(self.space.fixed)})
+        full = space.full(running.config)
         bounds = {k: (float(v[0]), float(v[1])) for k, v in s.bounds.items()}
-        cls = live_policy(self.space, full, bounds, s.max_step if s.mode == "auto" else None)
+        cls = live_policy(space, full, bounds, s.max_step if s.mode == "auto" else None)
 
         def factory(policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
                     execution: ExecutionConfig) -> RoundTuner:
@@ -494,8 +481,9 @@ class Agent:
         source = ReplaySource() if s.model == "replay" else ModelSource(s.model, s.samples,
                                                                            validation_samples=s.validation_samples)
         ctl = self._controller
-        if ctl is None or ctl.running != full:
-            ctl = Controller(s.policy, self.connector.cluster(), source, period=s.period,
+        spec = setup.cluster_spec()
+        if ctl is None or ctl.running != full or ctl.cluster != spec:
+            ctl = Controller(s.policy, spec, source, period=s.period,
                              budget=s.budget, metric=s.metric,
                              guardrail=Guardrail(k=s.k, min_margin=s.margin),
                              drift=DriftTest() if s.drift else None, recent=s.period,
