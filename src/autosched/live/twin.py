@@ -13,20 +13,23 @@ changed between two setups (a new account, new shares), for a round's record.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..associations import Association
 from ..cluster import BILLED_TRES, ClusterSpec, SlurmPartition, billing_text
 from ..jsonable import jsonable
+from ..policies.multifactor import CLASSIC, FAIR_TREE
 from .errors import LiveError
-from .history import LiveJobs, take_jobs
+from .history import LiveJobs, observation, take_jobs, update_history
 
-# PriorityFlags the twin models: Fair Tree (Slurm's default) or the classic factor.
-FAIR_TREE, NO_FAIR_TREE = "FAIR_TREE", "NO_FAIR_TREE"
+if TYPE_CHECKING:
+    from .connector import Connector
+
 # the optional trace columns `trace_columns` counts (the ones the twin's Slurm model reads)
 TRACE_COLUMNS = ("time_limit", "user", "account", "partition")
 
@@ -114,7 +117,7 @@ class ClusterSetup:
         fixes: ``PriorityFlags``, Fair Tree unless the cluster sets ``NO_FAIR_TREE``."""
         out: dict[str, Any] = {}
         if "PriorityFlags" in set(names):
-            out["PriorityFlags"] = NO_FAIR_TREE if NO_FAIR_TREE in self.priority_flags else FAIR_TREE
+            out["PriorityFlags"] = CLASSIC if CLASSIC in self.priority_flags else FAIR_TREE
         return out
 
     # -- what it leaves out --------------------------------------------------------------------
@@ -138,7 +141,7 @@ class ClusterSetup:
         if w.get("PriorityWeightAssoc", 0):
             out.append(f"the twin leaves out the association factor (PriorityWeightAssoc="
                        f"{w['PriorityWeightAssoc']})")
-        other = [f for f in self.priority_flags if f not in (FAIR_TREE, NO_FAIR_TREE)]
+        other = [f for f in self.priority_flags if f not in (FAIR_TREE, CLASSIC)]
         if other:
             out.append(f"the twin does not model PriorityFlags {','.join(other)}")
         gpus = sorted({g for _, g in self.nodes})
@@ -206,7 +209,8 @@ def setup_changes(old: ClusterSetup | None, new: ClusterSetup) -> list[str]:
     return out
 
 
-def _keyed(kind: str, old: Mapping[str, Any], new: Mapping[str, Any], diff: Any) -> list[str]:
+def _keyed(kind: str, old: Mapping[str, Any], new: Mapping[str, Any],
+           diff: Callable[[Any, Any], list[str]]) -> list[str]:
     out = [f"{kind} {k!s} added" + _what(new[k]) for k in new if k not in old]
     out += [f"{kind} {k!s} removed" for k in old if k not in new]
     for k in new:
@@ -223,29 +227,25 @@ def _what(x: Any) -> str:
     return f" ({x})"
 
 
+# what a change of each field of a partition and of an association is called, and its text
+_PARTITION_FIELDS: tuple[tuple[str, Callable[[PartitionSetup], str]], ...] = (
+    ("nodes", lambda p: ",".join(p.nodes)), ("PriorityTier", lambda p: str(p.priority_tier)),
+    ("TRESBillingWeights", lambda p: billing_text(tuple(sorted(p.billing_weights)))),
+    ("PriorityJobFactor", lambda p: str(p.job_factor)), ("Default", lambda p: "YES" if p.default else "NO"))
+_ASSOC_FIELDS: tuple[tuple[str, Callable[[Association], str]], ...] = (
+    ("shares", lambda a: str(a.shares)), ("parent", lambda a: a.parent or "(none)"))
+
+
 def _partition_diff(a: PartitionSetup, b: PartitionSetup) -> list[str]:
-    out = []
-    if a.nodes != b.nodes:
-        out.append(f"nodes {','.join(a.nodes)} -> {','.join(b.nodes)}")
-    if a.priority_tier != b.priority_tier:
-        out.append(f"PriorityTier {a.priority_tier} -> {b.priority_tier}")
-    if dict(a.billing_weights) != dict(b.billing_weights):
-        out.append(f"TRESBillingWeights {billing_text(a.billing_weights)} -> "
-                   f"{billing_text(b.billing_weights)}")
-    if a.job_factor != b.job_factor:
-        out.append(f"PriorityJobFactor {a.job_factor} -> {b.job_factor}")
-    if a.default != b.default:
-        out.append("now the default partition" if b.default else "no longer the default partition")
-    return out
+    return _fields_diff(a, b, _PARTITION_FIELDS)
 
 
 def _assoc_diff(a: Association, b: Association) -> list[str]:
-    out = []
-    if a.shares != b.shares:
-        out.append(f"shares {a.shares} -> {b.shares}")
-    if a.parent != b.parent:
-        out.append(f"parent {a.parent or '(none)'} -> {b.parent or '(none)'}")
-    return out
+    return _fields_diff(a, b, _ASSOC_FIELDS)
+
+
+def _fields_diff(a: Any, b: Any, fields: tuple[tuple[str, Callable[[Any], str]], ...]) -> list[str]:
+    return [f"{name} {text(a)} -> {text(b)}" for name, text in fields if text(a) != text(b)]
 
 
 def _changed(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, tuple[Any, Any]]]:
@@ -255,28 +255,30 @@ def _changed(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, tupl
 # -- the history the twin can place ---------------------------------------------------------------
 
 def twin_jobs(jobs: LiveJobs, setup: ClusterSetup) -> tuple[LiveJobs, dict[str, int]]:
-    """The jobs of `jobs` the twin can simulate, and how many were left out by reason: a
-    partition the setup does not have (a partition without GPU nodes, or one removed since), an
-    association not in its tree (a user removed since, or another cluster's seed history), more
-    GPUs than the job's partition has. Slurm would not run such a job now either."""
-    n = len(jobs)
+    """The jobs of `jobs` the twin can simulate, and how many were left out by reason (the first
+    that applies): a partition the setup does not have (a partition without GPU nodes, or one
+    removed since), an association not in its tree (a user removed since, or another cluster's
+    seed history), more GPUs than the job's partition has. Slurm would not run such a job now
+    either."""
     spec = setup.cluster_spec()
-    part_gpus: dict[str, int] = {p.name: len(p.nodes) * spec.gpus_per_node for p in spec.slurm_partitions}
+    part_gpus = {p.name: len(p.nodes) * spec.gpus_per_node for p in spec.slurm_partitions}
     default = spec.slurm_partitions[0].name if spec.slurm_partitions else ""
-    limit = np.array([part_gpus.get(p or default, 0) if part_gpus else spec.gpus
-                      for p in jobs.partition.tolist()], dtype=np.int64) if n else np.zeros(0, np.int64)
-    unknown_part = np.array([bool(part_gpus) and bool(p) and p not in part_gpus
-                             for p in jobs.partition.tolist()], dtype=bool)
     known = {(a.account, a.user) for a in setup.associations if a.user}
-    unknown_assoc = np.array([bool(known) and (a, u) not in known
-                              for a, u in zip(jobs.account.tolist(), jobs.user.tolist())], dtype=bool)
-    too_big = ~unknown_part & (jobs.gpus > limit)
-    reasons = {"partition not in the cluster's setup": unknown_part,
-               "association (account/user) not in the cluster's tree": unknown_assoc & ~unknown_part,
-               "more GPUs than its partition has": too_big & ~unknown_assoc}
-    counts = {k: int(v.sum()) for k, v in reasons.items() if v.any()}
-    bad = unknown_part | unknown_assoc | too_big
-    return (take_jobs(jobs, ~bad) if bad.any() else jobs), counts
+
+    def why(partition: str, account: str, user: str, gpus: int) -> str | None:
+        if part_gpus and partition and partition not in part_gpus:
+            return "partition not in the cluster's setup"
+        if known and (account, user) not in known:
+            return "association (account/user) not in the cluster's tree"
+        if gpus > (part_gpus[partition or default] if part_gpus else spec.gpus):
+            return "more GPUs than its partition has"
+        return None
+
+    reasons = [why(*r) for r in zip(jobs.partition.tolist(), jobs.account.tolist(),
+                                    jobs.user.tolist(), jobs.gpus.tolist())]
+    counts = dict(Counter(r for r in reasons if r is not None))
+    keep = np.array([r is None for r in reasons], dtype=bool)
+    return (jobs if keep.all() else take_jobs(jobs, keep)), counts
 
 
 def trace_columns(trace: Any) -> dict[str, int]:
@@ -319,13 +321,11 @@ def billed_tres_note(name: str, weights: tuple[tuple[str, float], ...]) -> str |
             f"{', '.join(other)} are left out")
 
 
-def observe_twin(connector: Any, state_dir: Any, window: float,
+def observe_twin(connector: Connector, state_dir: Path, window: float,
                  seed_history: str | None = None) -> tuple[ClusterSetup, dict[str, Any]]:
     """The twin as a round would see it now, without writing anything: the connector's setup
     and `twin_view` of the history window (the cache in `state_dir` plus what sacct has since,
     and the seed file), with a warning for each reason jobs were left out (`twin_jobs`)."""
-    from .history import observation, update_history
-
     setup = connector.setup()
     now = connector.now()
     jobs = update_history(state_dir, connector.sacct_rows, now, window, seed_history, save=False)
