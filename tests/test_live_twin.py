@@ -5,6 +5,7 @@ tuning on the setup's spec. Expectations worked out by hand."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
 
 import numpy as np
@@ -269,3 +270,40 @@ def test_fake_setup_is_one_pool_so_existing_tests_see_the_same_cluster(tmp_path)
     fake = FakeConnector.create(tmp_path / "f")
     assert fake.setup().cluster_spec() == ClusterSpec.uniform_nodes(4, 8)
     assert np.array_equal([g for _, g in fake.setup().nodes], [8, 8, 8, 8])
+
+
+def test_agent_twin_prints_what_the_twin_models(tmp_path):
+    from typer.testing import CliRunner
+
+    from autosched.cli import build_app
+    from live_helpers import PINNED_NOW, contended
+
+    fake = FakeConnector.create(tmp_path / "fake", sacct=contended(PINNED_NOW), nodes=4, gpus_per_node=8)
+    fake.update(clock=PINNED_NOW)
+    # contended's jobs are charged to accounts named as their users: a tree with two of them,
+    # so carol's 20-odd jobs are left out and said so
+    fake.set_setup(testbed_setup(assoc="Account|User|ParentName|Share\nroot|||1\nroot|root||1\n"
+                                       "alice||root|60\nalice|alice||1\nbob||root|40\nbob|bob||1\n"))
+    runner = CliRunner()
+    st = str(tmp_path / "state")
+    r = runner.invoke(build_app(), ["agent", "init", "--state", st, "--fake", str(tmp_path / "fake"),
+                                    "--history", "1h"])
+    assert r.exit_code == 0, r.output
+    r = runner.invoke(build_app(), ["agent", "twin", "--state", st, "--json"])
+    assert r.exit_code == 0, r.output
+    view = json.loads(r.output)
+    carol = contended(PINNED_NOW).count("|carol|carol|")
+    assert view["jobs"] == 60 - carol and carol > 0
+    assert view["trace_columns"] == {c: 60 - carol for c in ("time_limit", "user", "account", "partition")}
+    assert view["warnings"] == [f"{carol} job(s) of the history left out of the twin: association "
+                                "(account/user) not in the cluster's tree"]
+    assert [p["name"] for p in view["partitions"]] == ["gpu", "urgent"]
+    r = runner.invoke(build_app(), ["agent", "twin", "--state", st])
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[0] == "twin of slurm cluster testcluster: 4x8 (32 GPUs)"
+    assert "  gpu (default): nodes n1,n2,n3,n4, PriorityTier 1, billing CPU=1,GRES/gpu=4" in lines
+    assert "  account alice under root: 60" in lines and "  user bob in bob: 1" in lines
+    assert f"history: {60 - carol} jobs in the window; carrying time_limit {60 - carol}, user " \
+           f"{60 - carol}, account {60 - carol}, partition {60 - carol}" in lines
+    assert not (tmp_path / "state" / "history.sacct").exists()  # it wrote nothing
