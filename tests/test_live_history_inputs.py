@@ -228,3 +228,15 @@ def test_the_observed_trace_carries_limits_users_accounts_and_partitions():
     lim = dict(zip(b.job_id.tolist(), b.time_limit.tolist()))
     assert lim["2"] == 1800.0 - 500.0 and np.isnan(lim["3"]) and lim["4"] == 1.0
     assert b.user.tolist() and set(b.account.tolist()) == {"physics", "chemistry"}
+
+
+def test_a_cluster_without_history_gives_an_empty_cache_that_reads_back(tmp_path):
+    # a fake cluster whose sacct prints nothing: the cache is written empty, and the next round
+    # reads it as no history (not as a file that is not sacct text)
+    FakeConnector.create(tmp_path / "fake").update(clock=NOW)
+    agent = init_agent(tmp_path / "state", AgentSettings(
+        connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=3600, history=3600))
+    for _ in range(2):
+        out = agent.step()
+        assert out["action"] == "blocked" and out["why"].startswith("too little history: 0 jobs"), out
+    assert (agent.state_dir / HISTORY_FILE).read_text() == ""

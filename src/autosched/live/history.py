@@ -273,7 +273,7 @@ class SacctFile:
 
 
 def read_sacct_file(path: Path, what: str, since: float | None = None,
-                    until: float | None = None) -> SacctFile:
+                    until: float | None = None, empty_ok: bool = False) -> SacctFile:
     """The sacct text of `path` (`what` names it in messages: "seed history", "history cache").
 
     Refused with one `LiveError` naming the file: not a regular file (a FIFO, a device such as
@@ -281,7 +281,7 @@ def read_sacct_file(path: Path, what: str, since: float | None = None,
     columns. Skipped and counted: a row longer than `MAX_ROW_BYTES`, with NUL bytes or not UTF-8,
     and (with `until`) a job submitted after `until`. With `since`, the rows of jobs submitted
     before it are left out (not counted: they are older than what the history needs). Memory is
-    bounded by the rows kept."""
+    bounded by the rows kept. With `empty_ok` an empty file is no rows (a cache of no history)."""
     path = Path(path)
     try:
         check_input(path, f"{what} (sacct text)")
@@ -294,6 +294,8 @@ def read_sacct_file(path: Path, what: str, since: float | None = None,
         raise LiveError(f"{path}: {size / 2**30:.1f} GiB is more than a {what} may have "
                         f"({MAX_HISTORY_BYTES / 2**30:g} GiB); export a shorter period")
     skipped = LoadReport(source=str(path), format="slurm")
+    if size == 0 and empty_ok:
+        return SacctFile("", [], skipped)
     check = RowCheck(skipped)
     try:
         with open(path, "rb") as f:
@@ -434,7 +436,7 @@ def update_history(state_dir: Path, fetch: Callable[[float, float], str], now: f
     state_dir = Path(state_dir)
     cache = state_dir / HISTORY_FILE
     try:
-        old = read_sacct_file(cache, "history cache").text if os.path.lexists(cache) else ""
+        old = read_sacct_file(cache, "history cache", empty_ok=True).text if os.path.lexists(cache) else ""
     except LiveError as e:
         raise LiveError(f"{e}; {_CACHE_HINT}") from None
     if not old.partition("\n")[2].strip():
