@@ -159,12 +159,12 @@ def fake_agent(tmp_path: Path, **kw):
 def test_a_round_over_garbage_in_the_state_dir_is_blocked_naming_the_file(tmp_path, name, content, expected):
     agent = fake_agent(tmp_path)
     (agent.state_dir / name).write_bytes(content)
-    out = agent.step()
+    out = agent.step().to_summary()
     assert out["action"] == "blocked" and out["why"].startswith("cannot read the history: "), out
     assert expected in out["why"] and "\n" not in out["why"]
     assert out["why"].endswith("delete it and the next round fetches the history window again")
     (agent.state_dir / name).unlink()  # as the message says: the next round reads the history
-    assert agent.step()["why"].startswith("too little history: 60 jobs finished")
+    assert agent.step().why.startswith("too little history: 60 jobs finished")
 
 
 @pytest.mark.parametrize("seed", ["/dev/zero", "binary"])
@@ -174,20 +174,22 @@ def test_a_round_with_a_bad_seed_is_blocked_at_once(tmp_path, seed):
         Path(seed).write_bytes(os.urandom(4096).replace(b"\n", b"\x00"))
     agent = fake_agent(tmp_path, seed_history=seed)
     t0 = time.monotonic()
-    out = agent.step()
+    out = agent.step().to_summary()
     assert time.monotonic() - t0 < 30
     assert out["action"] == "blocked" and out["why"].startswith(f"cannot read the history: {seed}: ")
     assert "\n" not in out["why"]
 
 
 def test_a_seed_with_a_future_row_and_a_huge_job_counts_them(tmp_path):
-    # 2099 is skipped while reading; 999,999 GPUs is kept in the history but the twin cannot
-    # place it (more GPUs than the cluster): `agent twin` says so
+    # 2099 is skipped while reading; 999,999 GPUs is read but the twin cannot place it (more
+    # GPUs than the cluster): the round counts it as left out, not in its history, and `agent
+    # twin` says so
     seed = seed_file(tmp_path, [good(9001), row("9002", 4_070_908_800.0, None, None, 2),
                                 row("9003", NOW - 500, NOW - 490, NOW - 400, 999_999)])
     agent = fake_agent(tmp_path, seed_history=str(seed))
-    out = agent.step()
-    assert out["malformed_rows"] == 1 and out["history_jobs"] == 60 + 2
+    out = agent.step().to_summary()
+    assert out["malformed_rows"] == 1 and out["history_jobs"] == 60 + 1
+    assert out["left_out"] == {"more GPUs than its partition has": 1}
     from autosched.live.twin import observe_twin
 
     _, view = observe_twin(agent.connector, agent.state_dir, agent.settings.history, str(seed))
@@ -237,6 +239,6 @@ def test_a_cluster_without_history_gives_an_empty_cache_that_reads_back(tmp_path
     agent = init_agent(tmp_path / "state", AgentSettings(
         connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=3600, history=3600))
     for _ in range(2):
-        out = agent.step()
+        out = agent.step().to_summary()
         assert out["action"] == "blocked" and out["why"].startswith("too little history: 0 jobs"), out
     assert (agent.state_dir / HISTORY_FILE).read_text() == ""

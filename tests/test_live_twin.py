@@ -58,14 +58,14 @@ physics|carol||1
 QOS = "Name|Priority\nnormal|0\n"
 
 
-def testbed_setup(config: str = CONFIG, qos: str = QOS, assoc: str = ASSOC,
+def cluster_of_testbed(config: str = CONFIG, qos: str = QOS, assoc: str = ASSOC,
                   partitions: str = PARTITIONS, nodes: str = NODES) -> ClusterSetup:
     return setup_from_slurm(parse_show_config(config), parse_nodes(nodes), parse_nodes(partitions),
                             assoc, qos)
 
 
 def test_the_test_clusters_setup_read_from_slurms_output():
-    s = testbed_setup()
+    s = cluster_of_testbed()
     assert s.nodes == (("n1", 8), ("n2", 8), ("n3", 8), ("n4", 8))
     assert s.partitions == (
         PartitionSetup("gpu", ("n1", "n2", "n3", "n4"), 1, (("CPU", 1.0), ("GRES/gpu", 4.0)), 1, True),
@@ -92,7 +92,7 @@ def test_default_partition_first_and_slurms_default_billing():
     # spec's first. A partition without TRESBillingWeights bills CPUs, as Slurm does.
     parts = PARTITIONS.split("\n")
     text = parts[1].replace(" TRESBillingWeights=CPU=2.0,GRES/gpu=8.0", "") + "\n" + parts[0] + "\n"
-    s = testbed_setup(partitions=text)
+    s = cluster_of_testbed(partitions=text)
     assert [p.name for p in s.partitions] == ["urgent", "gpu"]
     assert [p.name for p in s.cluster_spec().slurm_partitions] == ["gpu", "urgent"]
     assert s.partitions[0].billing_weights == (("CPU", 1.0),)
@@ -107,7 +107,7 @@ def test_what_the_twin_leaves_out_is_said():
     parts += "PartitionName=cpu Default=NO Nodes=c1 PriorityTier=1\n"
     nodes = NODES.replace("NodeName=n4 Arch=x86_64 CPUTot=8 Gres=gpu:8", "NodeName=n4 Arch=x86_64 CPUTot=8 Gres=gpu:4")
     nodes += "NodeName=c1 Gres=(null) Partitions=cpu\n"
-    s = testbed_setup(config=config, qos=qos, partitions=parts, nodes=nodes)
+    s = cluster_of_testbed(config=config, qos=qos, partitions=parts, nodes=nodes)
     assert s.warnings() == [
         "partition urgent: the twin bills only CPUs and GPUs; the weights of Mem are left out",
         "partition cpu has no GPU nodes: left out of the twin",
@@ -119,19 +119,19 @@ def test_what_the_twin_leaves_out_is_said():
         "nodes have 4 to 8 GPUs; the twin gives every node 8 (the most common count)"]
     assert s.pinned(["PriorityFlags"]) == {"PriorityFlags": "NO_FAIR_TREE"}
     # one QOS priority, or no weight: nothing to say about QOS
-    assert not any("QOS" in w for w in testbed_setup(config=config).warnings())
-    assert not any("QOS" in w for w in testbed_setup(qos=qos).warnings())
+    assert not any("QOS" in w for w in cluster_of_testbed(config=config).warnings())
+    assert not any("QOS" in w for w in cluster_of_testbed(qos=qos).warnings())
 
 
 def test_an_association_tree_the_twin_cannot_model_is_left_out_with_a_note():
-    s = testbed_setup(assoc=ASSOC.replace("physics|carol||1", "physics|carol||parent"))
+    s = cluster_of_testbed(assoc=ASSOC.replace("physics|carol||1", "physics|carol||parent"))
     assert s.associations == ()
     assert len(s.warnings()) == 1 and "fairshare=parent is not modelled" in s.warnings()[0]
     assert s.cluster_spec().associations == ()
 
 
 def test_setup_round_trips_through_json():
-    s = testbed_setup()
+    s = cluster_of_testbed()
     assert ClusterSetup.from_dict(s.to_dict()) == s
     with pytest.raises(LiveError, match="not a cluster setup"):
         ClusterSetup.from_dict({"nodes": [{"name": "n1"}]})
@@ -140,10 +140,10 @@ def test_setup_round_trips_through_json():
 
 
 def test_what_changed_between_two_setups():
-    s = testbed_setup()
+    s = cluster_of_testbed()
     biology = ASSOC + "biology||root|20\nbiology|dave||1\n"
     shares = ASSOC.replace("physics||root|60", "physics||root|50")
-    t = testbed_setup(assoc=biology.replace("physics||root|60", "physics||root|50"),
+    t = cluster_of_testbed(assoc=biology.replace("physics||root|60", "physics||root|50"),
                       partitions=PARTITIONS.replace("PriorityTier=2", "PriorityTier=3").replace(
                           "CPU=1.0,GRES/gpu=4.0", "CPU=1.0,GRES/gpu=2.0"))
     assert setup_changes(s, t) == [
@@ -152,11 +152,11 @@ def test_what_changed_between_two_setups():
         "account biology added (shares 20, parent root)",
         "account physics: shares 60 -> 50",
         "user dave in biology added (shares 1)"]
-    assert setup_changes(s, testbed_setup(assoc=shares)) == ["account physics: shares 60 -> 50"]
+    assert setup_changes(s, cluster_of_testbed(assoc=shares)) == ["account physics: shares 60 -> 50"]
     assert setup_changes(t, s)[2:] == ["account biology removed", "account physics: shares 50 -> 60",
                                        "user dave in biology removed"]
-    assert setup_changes(None, s) == [] and setup_changes(s, testbed_setup()) == []
-    gone = testbed_setup(nodes=NODES.replace("Gres=gpu:8 State=IDLE Partitions=gpu  ", "Gres=gpu:4 State=IDLE Partitions=gpu  "))
+    assert setup_changes(None, s) == [] and setup_changes(s, cluster_of_testbed()) == []
+    gone = cluster_of_testbed(nodes=NODES.replace("Gres=gpu:8 State=IDLE Partitions=gpu  ", "Gres=gpu:4 State=IDLE Partitions=gpu  "))
     assert setup_changes(s, gone) == ["node n3: GPUs 8 -> 4", "node n4: GPUs 8 -> 4"]
 
 
@@ -190,7 +190,7 @@ def _jobs(rows_):
 
 
 def test_the_twin_leaves_out_jobs_it_cannot_place():
-    s = testbed_setup()
+    s = cluster_of_testbed()
     jobs = _jobs([
         row("1", 1000, 1010, 1100, 8),  # alice/physics in gpu (live_helpers' row)
         row("2", 1000, 1010, 1100, 24).replace("|gpu|", "|urgent|"),  # urgent has 16 GPUs
@@ -216,7 +216,7 @@ def test_twin_view_counts_the_columns_jobs_carry():
 
     obs, _ = observation(jobs, 2000.0, 3600.0)
     assert trace_columns(obs.history) == {"time_limit": 2, "user": 2, "account": 2, "partition": 2}
-    view = twin_view(testbed_setup(), obs.history)
+    view = twin_view(cluster_of_testbed(), obs.history)
     assert view["jobs"] == 2 and view["priority_flags"] == []
     assert view["partitions"][1] == {"name": "urgent", "nodes": ["n1", "n2"], "priority_tier": 2,
                                      "billing_weights": {"CPU": 2.0, "GRES/gpu": 8.0}}
@@ -231,7 +231,7 @@ def test_the_fake_connector_has_a_setup(tmp_path):
     fake = FakeConnector.create(tmp_path / "f", nodes=2, gpus_per_node=4)
     assert fake.setup() == ClusterSetup((("n1", 4), ("n2", 4)))
     assert fake.setup().cluster_spec() == ClusterSpec.uniform_nodes(2, 4)  # one pool, as before
-    s = testbed_setup()
+    s = cluster_of_testbed()
     fake.set_setup(s)
     assert FakeConnector(tmp_path / "f").setup() == s
     fake.update(down=True)
@@ -246,6 +246,7 @@ def test_the_agent_tunes_on_the_connectors_setup(tmp_path):
     # charged to an account named as their user); the agent's Controller simulates exactly that
     # spec, and pins PriorityFlags to the cluster's
     from autosched.live.agent import AgentSettings, init_agent
+    from autosched.live.round import Action
     from live_helpers import PINNED_NOW, contended
 
     now = PINNED_NOW
@@ -260,10 +261,13 @@ def test_the_agent_tunes_on_the_connectors_setup(tmp_path):
     agent = init_agent(tmp_path / "state", AgentSettings(
         connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=3600,
         history=4 * 3600, min_jobs=5, budget=3, model="replay"))
+    built = []
+    new_controller = agent._new_controller
+    agent._new_controller = lambda running, s: built.append(new_controller(running, s)) or built[-1]
     out = agent.step()
-    assert out["action"] in ("proposed", "none") and "evidence" in out, out
-    assert agent._controller.cluster == setup.cluster_spec()
-    assert agent._controller.running["PriorityFlags"] == "NO_FAIR_TREE"
+    assert out.action in (Action.PROPOSED, Action.NONE) and out.history.jobs == 60, out
+    assert [c.cluster for c in built] == [setup.cluster_spec()]
+    assert built[0].running["PriorityFlags"] == "NO_FAIR_TREE"
 
 
 def test_fake_setup_is_one_pool_so_existing_tests_see_the_same_cluster(tmp_path):
@@ -282,7 +286,7 @@ def test_agent_twin_prints_what_the_twin_models(tmp_path):
     fake.update(clock=PINNED_NOW)
     # contended's jobs are charged to accounts named as their users: a tree with two of them,
     # so carol's 20-odd jobs are left out and said so
-    fake.set_setup(testbed_setup(assoc="Account|User|ParentName|Share\nroot|||1\nroot|root||1\n"
+    fake.set_setup(cluster_of_testbed(assoc="Account|User|ParentName|Share\nroot|||1\nroot|root||1\n"
                                        "alice||root|60\nalice|alice||1\nbob||root|40\nbob|bob||1\n"))
     runner = CliRunner()
     st = str(tmp_path / "state")
