@@ -4,6 +4,8 @@ its partition and its time limit (backfill plans with it)."""
 
 from __future__ import annotations
 
+import json
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -89,3 +91,91 @@ def test_a_hand_made_batch_is_copied_with_its_limits_and_owners():
     for g, d, u, a, lim, c in zip(s.num_gpus, s.duration, s.user, s.account, s.time_limit, s.num_cpus):
         assert (g, d, u, a, c) in ((1, 50.0, "alice", "physics", 1), (8, 500.0, "bob", "chemistry", 4))
         assert (lim == 60.0) if g == 1 else np.isnan(lim)
+
+
+# -- model files: the carried arrays are checked at load ---------------------------------------
+
+def _rewrite(path, dst, header=None, **arrays):
+    """`path`'s model file with `arrays` replaced (None: removed) and its header edited by `header`."""
+    with np.load(path, allow_pickle=False) as z:
+        out = {k: z[k] for k in z.files}
+    head = json.loads(str(out.pop("__header__")))
+    if header is not None:
+        header(head)
+    for k, v in arrays.items():
+        if v is None:
+            out.pop(k, None)
+        else:
+            out[k] = v
+    with open(dst, "wb") as f:
+        np.savez_compressed(f, __header__=np.array(json.dumps(head)), **out)
+    return dst
+
+
+@pytest.mark.parametrize("model", COPYING)
+def test_a_model_saved_before_the_carried_columns_loads_and_samples_as_before(model, tmp_path):
+    # what the code before them wrote: no "carried" in the header, no carried.* or src arrays
+    m = get_model(model)().fit(history(2, carried=False), 0.0, 3 * DAY)
+    m.save(tmp_path / "m.npz")
+    old = _rewrite(tmp_path / "m.npz", tmp_path / "old.npz", header=lambda h: h.pop("carried"), src=None)
+    back = load_model(old)
+    assert back.carried == {} and back.sample(3 * DAY, DAY, seed=1).equals(m.sample(3 * DAY, DAY, seed=1))
+
+
+def _header_carried(value):
+    return lambda h: h.__setitem__("carried", value)
+
+
+N = 300  # jobs of `history`
+
+
+@pytest.mark.parametrize("model", COPYING)
+@pytest.mark.parametrize("edit, message", [
+    (dict(**{"carried.time_limit": np.full(N, -5.0)}),
+     "array 'carried.time_limit' holds -5 at index 0; time limits (s) are finite numbers > 0, or NaN (none)"),
+    (dict(**{"carried.time_limit": np.full(N, np.inf)}),
+     "array 'carried.time_limit' holds inf at index 0; time limits (s) are finite numbers > 0, or NaN (none)"),
+    (dict(**{"carried.num_cpus": np.full(N, 1.5)}),
+     "array 'carried.num_cpus' holds 1.5 at index 0; CPU counts are whole numbers in [0, 100,000,000]"),
+    (dict(**{"carried.user": np.zeros(N)}), "array 'carried.user' holds float64 values, not text"),
+    (dict(**{"carried.account": np.array(["physics"] * (N - 1))}), f"array 'carried.account' has {N - 1} values, not {N}"),
+    (dict(**{"carried.partition": np.array([["gpu"]] * N)}), "array 'carried.partition' has 2 dimension(s), not 1"),
+    (dict(header=_header_carried(["user", "qos"])),
+     "the carried columns ['user', 'qos'] are not distinct names among user, account, partition, time_limit, num_cpus"),
+    (dict(header=_header_carried(["user", "user"])),
+     "the carried columns ['user', 'user'] are not distinct names among user, account, partition, time_limit, num_cpus"),
+    (dict(header=_header_carried("user")),
+     "the carried columns 'user' are not distinct names among user, account, partition, time_limit, num_cpus"),
+    (dict(**{"carried.user": None}), "damaged model file (KeyError: 'carried.user')"),
+])
+def test_a_model_file_with_bad_carried_arrays_is_refused_in_one_line(model, edit, message, tmp_path):
+    from typer.testing import CliRunner
+
+    from autosched.cli import app
+
+    get_model(model)().fit(history(3), 0.0, 3 * DAY).save(tmp_path / "m.npz")
+    bad = _rewrite(tmp_path / "m.npz", tmp_path / "bad.npz", **edit)
+    r = CliRunner().invoke(app, ["workload", "sample", str(bad), "--start", "3d", "--horizon", "1d",
+                                 "--out", str(tmp_path / "o.csv")])
+    assert r.exit_code == 2 and r.output.strip().splitlines() == [f"error: {bad}: {message}"], r.output
+    assert not (tmp_path / "o.csv").exists()
+
+
+@pytest.mark.parametrize("model, arrays, message", [
+    # stat (and hybrid's count model) saves each job's history row: a row past the history
+    ("stat", {"src": np.full(N, N)}, f"array 'src' holds code {N}, but there are only {N} history jobs"),
+    ("hybrid", {"src": np.full(N, -1)}, "array 'src' holds -1 at index 0; codes are whole numbers >= 0"),
+    ("stat", {"src": np.zeros(N - 2, dtype=np.int64)}, f"array 'src' has {N - 2} values, not {N}"),
+    # replay copies the columns of the row it replays: one per job it keeps
+    ("replay", {"t": np.linspace(0.0, 3 * DAY, N + 1), "g": np.ones(N + 1, dtype=np.int64), "d": np.ones(N + 1),
+                "vc": np.zeros(N + 1, dtype=np.int64)},
+     f"array 't' has {N + 1} values, not {N}"),
+])
+def test_the_rows_a_model_copies_are_rows_of_the_history(model, arrays, message, tmp_path):
+    from autosched.workload import WorkloadError
+
+    get_model(model)().fit(history(4), 0.0, 3 * DAY).save(tmp_path / "m.npz")
+    bad = _rewrite(tmp_path / "m.npz", tmp_path / "bad.npz", **arrays)
+    with pytest.raises(WorkloadError) as e:
+        load_model(bad)
+    assert str(e.value) == f"{bad}: {message}"
