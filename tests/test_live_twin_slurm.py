@@ -160,3 +160,28 @@ def test_the_observed_trace_has_the_limits_and_bf_window_changes_the_outcome(slu
               "--slurm-partitions", str(tmp_path / "parts.csv"), "--json")
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["avg_jct"] == pytest.approx(float(narrow.jct.mean()))
+
+
+def test_each_round_reads_the_setup_and_status_shows_what_changed(slurm_testbed, agent):
+    # an operator gives physics 70 shares and adds an account between two rounds: the second
+    # round records both, and `agent status` shows them (every round stops at "too little
+    # history": the agent's min_jobs is 1000, so nothing is proposed)
+    bed = slurm_testbed
+    first = agent.step()
+    assert first.setup == agent.connector.setup() and first.setup_changes == ()
+    assert first.why.startswith("too little history")
+    try:
+        bed.run("sacctmgr", "-i", "modify", "account", "where", "name=physics", "set", "fairshare=70")
+        bed.run("sacctmgr", "-i", "add", "account", "biology", "parent=root", "fairshare=5")
+        second = agent.step()
+        changes = ["account biology added (shares 5, parent root)", "account physics: shares 60 -> 70"]
+        assert list(second.setup_changes) == changes
+        out = cli(bed, "agent", "status", "--state", str(agent.state_dir), "--json")
+        assert out.returncode == 0, out.stderr
+        assert json.loads(out.stdout)["twin"]["changes"] == changes
+        text = cli(bed, "agent", "status", "--state", str(agent.state_dir)).stdout.splitlines()
+        assert "  changed: account physics: shares 60 -> 70" in text
+    finally:
+        bed.run("sacctmgr", "-i", "modify", "account", "where", "name=physics", "set", "fairshare=60")
+        bed.run("sacctmgr", "-i", "delete", "account", "biology", check=False)
+    assert agent.step().setup_changes == ("account biology removed", "account physics: shares 70 -> 60")

@@ -224,6 +224,16 @@ def status_cmd(state: Optional[Path] = _state_opt(),
     if st.last_round:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.last_round.time))
         typer.echo(f"last round {when}: {st.last_round.action}: {st.last_round.why}")
+    if st.twin:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.twin.read_at))
+        typer.echo(f"cluster setup read {when}: " +
+                   (f"{len(st.twin.changes)} change(s) since the one before" if st.twin.changes else "unchanged"))
+        for c in st.twin.changes:
+            typer.echo(f"  changed: {c}")
+        for why, n in st.twin.left_out.items():
+            typer.echo(f"  {n} job(s) of the history left out of the twin: {why}")
+        for w in st.twin.warnings:
+            typer.echo(f"warning: {w}")
     typer.echo("history:")
     for r in st.history:
         last = r.events[-1]
