@@ -1,12 +1,14 @@
 """The twin in the agent's round, on the fake connector: the cluster's setup is read once a round
 (in observe; a failed read is a block like any other), recorded with the round with what changed
 since the setup recorded before, shown by `agent status` (text, JSON, API, page) with what the
-twin leaves out; a controller memory left on another setup is not used."""
+twin leaves out; a controller memory left on another setup is not used; `agent init` checks the
+seed file before writing anything and says what the twin leaves out."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import replace
+from pathlib import Path
 
 from typer.testing import CliRunner
 
@@ -165,3 +167,28 @@ def test_a_memory_left_on_another_setup_is_not_used(tmp_path):
     agent.reject(agent.store.pending().id, "operator:alice")
     agent.step()  # and the round after goes on from it
     assert agent.memory().rounds == 2
+
+
+def test_init_checks_the_seed_before_writing_anything(tmp_path):
+    FakeConnector.create(tmp_path / "fake")
+    state = tmp_path / "state"
+    for bad, said in (("/dev/zero", "/dev/zero: "), (str(tmp_path / "seed.csv"), f"{tmp_path / 'seed.csv'}: line 1: ")):
+        if bad.endswith(".csv"):
+            Path(bad).write_text("a,b\n1,2\n")
+        r = cli("agent", "init", "--state", state, "--fake", tmp_path / "fake", "--seed-history", bad)
+        assert r.exit_code == 2, r.output
+        lines = r.output.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"error: {said}"), r.output
+        assert not state.exists()
+
+
+def test_init_says_what_the_twin_leaves_out(tmp_path):
+    setup = replace(SETUP, qos=(("normal", 0), ("high", 100)), weights=(("PriorityWeightQOS", 1000),))
+    FakeConnector.create(tmp_path / "fake", setup=setup)
+    r = cli("agent", "init", "--state", tmp_path / "state", "--fake", tmp_path / "fake")
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[-1] == f"warning: {setup.warnings()[0]}"
+    FakeConnector(tmp_path / "fake").update(down=True)
+    r = cli("agent", "init", "--state", tmp_path / "state2", "--fake", tmp_path / "fake")
+    assert r.exit_code == 0, r.output
+    assert r.output.splitlines()[-1].startswith("warning: cannot read the cluster's setup yet (`scontrol")

@@ -83,6 +83,7 @@ def init_cmd(
     from ..errors import InputError
     from ..live.agent import AgentSettings, init_agent
     from ..live.errors import LiveError
+    from ..live.history import check_seed
     from ..timeparse import parse_duration
 
     if fake is not None:
@@ -110,6 +111,8 @@ def init_cmd(
         seed_history=str(seed_history.resolve()) if seed_history else None)
     if backlog_history is not None:
         settings.backlog_history = backlog_history
+    if seed_history is not None:
+        check_seed(seed_history)  # before anything is written
     st = state or default_state()
     agent = init_agent(st, settings)
     if connector["kind"] == "slurm":
@@ -130,6 +133,12 @@ def init_cmd(
     if agent.space.fixed:
         typer.echo("fixed in live mode (no Slurm setting): " +
                    ", ".join(f"{k}={v}" for k, v in agent.space.fixed.items()))
+    try:
+        warnings = agent.connector.setup().warnings()
+    except LiveError as e:
+        warnings = [f"cannot read the cluster's setup yet ({e}); each round reads it"]
+    for w in warnings:
+        typer.echo(f"warning: {w}")
 
 
 @agent_app.command("step")
