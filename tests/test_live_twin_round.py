@@ -1,15 +1,20 @@
 """The twin in the agent's round, on the fake connector: the cluster's setup is read once a round
 (in observe; a failed read is a block like any other), recorded with the round with what changed
 since the setup recorded before, shown by `agent status` (text, JSON, API, page) with what the
-twin leaves out; a controller memory left on another setup is not used; `agent init` checks the
-seed file before writing anything and says what the twin leaves out."""
+twin leaves out; a controller memory left on another setup is not used; drift polls read neither
+the setup nor the seed file again; `agent init` checks the seed file before writing anything and
+says what the twin leaves out."""
 
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from autosched.associations import Association
@@ -17,9 +22,10 @@ from autosched.cli import build_app
 from autosched.live.agent import AgentSettings, init_agent
 from autosched.live.errors import LiveError, SlurmUnavailable
 from autosched.live.fake import FakeConnector
+from autosched.live.history import SeedHistory, read_seed
 from autosched.live.round import EXIT_RETRYING, Action
 from autosched.live.twin import ClusterSetup, PartitionSetup
-from live_helpers import PINNED_NOW, contended
+from live_helpers import HEADER, PINNED_NOW, contended, row
 
 NOW = PINNED_NOW
 # one 8-GPU node; contended's jobs are charged to accounts named as their users
@@ -167,6 +173,45 @@ def test_a_memory_left_on_another_setup_is_not_used(tmp_path):
     agent.reject(agent.store.pending().id, "operator:alice")
     agent.step()  # and the round after goes on from it
     assert agent.memory().rounds == 2
+
+
+def seed_rows(n: int, end: float) -> list[str]:
+    return [row(f"s{i}", end - 3000 + 10 * i, end - 3000 + 10 * i, end - 2900 + 10 * i, 2) for i in range(n)]
+
+
+def test_drift_polls_read_neither_the_setup_nor_the_seed_again(tmp_path):
+    seed = tmp_path / "seed.txt"
+    seed.write_text("\n".join([HEADER, *seed_rows(5, NOW)]) + "\n")
+    agent, fake = make(tmp_path, seed_history=str(seed))
+    assert agent.step().action is Action.PROPOSED
+    assert agent.memory().reference is not None  # so drifted() reads the history
+    before = calls(fake)
+    sacct = calls(fake, "sacct")
+    for _ in range(3):
+        agent.drifted()
+    assert calls(fake, "sacct") == sacct + 3 and calls(fake) == before  # the recorded setup
+    assert agent.seed.reads == 1
+    seed.write_text("\n".join([HEADER, *seed_rows(6, NOW)]) + "\n")  # a new file: read again
+    os.utime(seed, ns=(1, 1))
+    agent.drifted()
+    assert agent.seed.reads == 2
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(first=st.floats(0, 3000), later=st.floats(0, 3000), grow=st.floats(0, 3000))
+def test_a_cached_seed_serves_later_windows_as_a_fresh_read_does(tmp_path, first, later, grow):
+    # windows that start and end no earlier than the one read: the same jobs as reading the file
+    seed = tmp_path / "seed.txt"
+    seed.write_text("\n".join([HEADER, *seed_rows(300, NOW)]) + "\n")
+    cache = SeedHistory(seed)
+    a = cache.jobs(NOW - 3000 + first, NOW)
+    b = cache.jobs(NOW - 3000 + first + later, NOW + grow)
+    want = read_seed(seed, NOW - 3000 + first + later, NOW + grow)
+    assert cache.reads == 1 and len(a) >= len(b)
+    assert b.job_id.tolist() == want.job_id.tolist() and np.array_equal(b.submit, want.submit)
+    assert b.malformed == want.malformed
+    cache.jobs(NOW - 3000 + first - 1, NOW + grow)  # an earlier start needs the file again
+    assert cache.reads == 2
 
 
 def test_init_checks_the_seed_before_writing_anything(tmp_path):

@@ -30,7 +30,7 @@ from ..cluster import ClusterSpec
 from ..errors import AutoschedError
 from .connector import Connector
 from .errors import ActionNotAllowed, LiveError, SlurmUnavailable
-from .history import LiveJobs, observation, update_history
+from .history import LiveJobs, SeedHistory, observation, update_history
 from .knobs import LiveSpace, live_policy, live_space, same_value
 from .round import (
     Action,
@@ -147,6 +147,7 @@ class Agent:
         self.store = RevisionStore(self.state_dir)
         self.connector = connector if connector is not None else make_connector(settings.connector)
         self.space: LiveSpace = live_space(settings.policy, settings.fixed)
+        self.seed = SeedHistory(settings.seed_history) if settings.seed_history else None
         self._slurm: dict[str, dict[str, str] | None] = {}  # config (JSON) -> its Slurm spelling
         self.log: Callable[[str], None] = lambda msg: None
 
@@ -303,7 +304,7 @@ class Agent:
         """The history (cache updated with what sacct has since the last round, incrementally),
         plus the seed file's jobs the cluster no longer reports."""
         return update_history(self.state_dir, self.connector.sacct_rows, now,
-                              self.settings.history, self.settings.seed_history)
+                              self.settings.history, self.seed)
 
     def recorded_setup(self) -> ClusterSetup | None:
         """The cluster's setup as the newest round that read it recorded it (None: none did, or

@@ -399,6 +399,36 @@ def read_seed(path: Path | str, since: float, until: float) -> LiveJobs:
     return read_jobs(got.text, str(path), lines=got.lines, skipped=got.skipped)
 
 
+class SeedHistory:
+    """A seed history that is read again only when the file changes (its device, inode, size or
+    modification time differ): ``agent run`` reads the history at every drift poll, and a seed
+    file may hold gigabytes. Each read keeps the rows of one window (`read_seed`); a later window
+    that starts no earlier and ends no earlier is served from it. (Rows submitted after the
+    first window's end were skipped as future rows then; a file that was not rewritten cannot
+    have gained a job submitted since.)"""
+
+    def __init__(self, path: Path | str) -> None:
+        self.path = Path(path)
+        self._read: tuple[tuple[int, ...], float, float, LiveJobs] | None = None
+        self.reads = 0  # how many times the file was read (for tests and figures)
+
+    def jobs(self, since: float, until: float) -> LiveJobs:
+        """The jobs of the seed history submitted in [since, until] (as `read_seed`)."""
+        try:
+            st = os.stat(self.path)
+            key: tuple[int, ...] | None = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns)
+        except OSError:
+            key = None  # read_seed says what is wrong with the file
+        if key is not None and self._read is not None:
+            was, lo, hi, jobs = self._read
+            if was == key and lo <= since and hi <= until:
+                return jobs if since == lo else take_jobs(jobs, jobs.submit >= since)
+        jobs = read_seed(self.path, since, until)
+        self.reads += 1
+        self._read = None if key is None else (key, since, until, jobs)
+        return jobs
+
+
 def read_fetched(path: Path) -> float | None:
     """Until when the history cache was fetched (``fetched.json``), None when it was not yet;
     a `LiveError` naming the file when it is not the agent's record."""
@@ -428,10 +458,10 @@ def read_fetched(path: Path) -> float | None:
 
 
 def update_history(state_dir: Path, fetch: Callable[[float, float], str], now: float,
-                   window: float, seed_history: str | None = None, save: bool = True) -> LiveJobs:
+                   window: float, seed: SeedHistory | None = None, save: bool = True) -> LiveJobs:
     """The history at `now`: the cache in `state_dir` updated with what `fetch(since, until)`
     (`Connector.sacct_rows`) has since the last fetch (with `OVERLAP`), incrementally, plus the
-    seed file's jobs of the last two windows the cluster no longer reports. With `save` the
+    `seed` history's jobs of the last two windows the cluster no longer reports. With `save` the
     cache and its fetch record are written (a round); without, nothing is (a read-only view)."""
     state_dir = Path(state_dir)
     cache = state_dir / HISTORY_FILE
@@ -457,8 +487,8 @@ def update_history(state_dir: Path, fetch: Callable[[float, float], str], now: f
         except OSError as e:
             raise LiveError(f"{cache}: cannot write the history cache: {e.strerror or e}") from None
     jobs = read_jobs(text, source=f"sacct since {since:.0f}")
-    if seed_history:
-        jobs = combine(jobs, read_seed(seed_history, now - 2 * window, now))
+    if seed is not None:
+        jobs = combine(jobs, seed.jobs(now - 2 * window, now))
     return jobs
 
 

@@ -25,7 +25,7 @@ from ..cluster import BILLED_TRES, ClusterSpec, SlurmPartition, billing_text
 from ..jsonable import jsonable
 from ..policies.multifactor import CLASSIC, FAIR_TREE
 from .errors import LiveError
-from .history import LiveJobs, observation, take_jobs, update_history
+from .history import LiveJobs, SeedHistory, observation, take_jobs, update_history
 
 if TYPE_CHECKING:
     from .connector import Connector
@@ -328,7 +328,8 @@ def observe_twin(connector: Connector, state_dir: Path, window: float,
     and the seed file), with a warning for each reason jobs were left out (`twin_jobs`)."""
     setup = connector.setup()
     now = connector.now()
-    jobs = update_history(state_dir, connector.sacct_rows, now, window, seed_history, save=False)
+    seed = SeedHistory(seed_history) if seed_history else None
+    jobs = update_history(state_dir, connector.sacct_rows, now, window, seed, save=False)
     kept, dropped = twin_jobs(jobs, setup)
     obs, _ = observation(kept, now, window)
     view = twin_view(setup, obs.history)
