@@ -2,13 +2,15 @@
 (in observe; a failed read is a block like any other), recorded with the round with what changed
 since the setup recorded before, shown by `agent status` (text, JSON, API, page) with what the
 twin leaves out; a controller memory left on another setup is not used; drift polls read neither
-the setup nor the seed file again; `agent init` checks the seed file before writing anything and
-says what the twin leaves out."""
+the setup nor the seed file again; `agent twin` only reads; `agent init` checks the seed file
+before writing anything and says what the twin leaves out."""
 
 from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,6 +29,7 @@ from autosched.live.round import EXIT_RETRYING, Action
 from autosched.live.twin import ClusterSetup, PartitionSetup
 from live_helpers import HEADER, PINNED_NOW, contended, row
 
+SRC = str(Path(__file__).resolve().parents[1] / "src")
 NOW = PINNED_NOW
 # one 8-GPU node; contended's jobs are charged to accounts named as their users
 TREE = (Association("root"), *(Association(a, "", "root", s) for a, s in (("alice", 60), ("bob", 30), ("carol", 10))),
@@ -212,6 +215,36 @@ def test_a_cached_seed_serves_later_windows_as_a_fresh_read_does(tmp_path, first
     assert b.malformed == want.malformed
     cache.jobs(NOW - 3000 + first - 1, NOW + grow)  # an earlier start needs the file again
     assert cache.reads == 2
+
+
+INTENT = """
+import sys
+from autosched.live.store import RevisionStore
+RevisionStore(sys.argv[1]).begin_apply(int(sys.argv[2]), actor="operator:gone",
+                                       previous={"include": None})
+"""
+
+
+def test_agent_twin_only_reads(tmp_path):
+    agent, fake = make(tmp_path)
+    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=5),
+                           trigger="manual", actor="t")
+    subprocess.run([sys.executable, "-c", INTENT, str(agent.state_dir), str(p.id)], check=True,
+                   env={**os.environ, "PYTHONPATH": SRC})  # an apply whose process is gone
+    files = {f.name: f.read_bytes() for f in agent.state_dir.iterdir()}
+    fake.update(calls=[])
+    r = cli("agent", "twin", "--state", agent.state_dir, "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output)["jobs"] == 60
+    # the interrupted apply is still open (a read does not reconcile: no restore was asked of
+    # Slurm), and not a file of the state directory changed
+    assert agent.store.open_apply() is not None and "restore" not in " ".join(fake.state()["calls"])
+    assert {f.name: f.read_bytes() for f in agent.state_dir.iterdir()} == files
+    (agent.state_dir / "state.db").unlink()
+    for wal in agent.state_dir.glob("state.db-*"):
+        wal.unlink()
+    assert cli("agent", "twin", "--state", agent.state_dir).exit_code == 0
+    assert not (agent.state_dir / "state.db").exists()  # no store was opened
 
 
 def test_init_checks_the_seed_before_writing_anything(tmp_path):

@@ -311,17 +311,18 @@ def twin_cmd(state: Optional[Path] = _state_opt(),
     of the observed history and the columns they carry, and what the twin leaves out. Reads the
     cluster; writes nothing."""
     from ..cluster import billing_text
+    from ..live.agent import read_only
     from ..live.twin import observe_twin
     from .common import print_json
 
-    agent = _open(state)
-    setup, view = observe_twin(agent.connector, agent.state_dir, agent.settings.history,
-                               agent.settings.seed_history)
+    settings, connector = read_only(state or default_state())
+    setup, view = observe_twin(connector, state or default_state(), settings.history,
+                               settings.seed_history)
     if as_json:
         print_json(view)
         return
     spec = setup.cluster_spec()
-    typer.echo(f"twin of {setup.source or agent.connector.kind}: {spec.describe()}")
+    typer.echo(f"twin of {setup.source or connector.kind}: {spec.describe()}")
     typer.echo("partitions:" if setup.partitions else "partitions: one pool (the policy's billing knobs)")
     for p in setup.ordered_partitions():
         typer.echo(f"  {p.name}{' (default)' if p.default else ''}: nodes {','.join(p.nodes)}, "

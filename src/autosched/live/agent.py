@@ -636,6 +636,13 @@ def init_agent(state_dir: Path | str, settings: AgentSettings) -> Agent:
     return Agent(state_dir, settings)
 
 
+def read_only(state_dir: Path | str) -> tuple[AgentSettings, Connector]:
+    """The settings saved in `state_dir` and a connector to the cluster they name, for a command
+    that only reads (``agent twin``): no store is opened, nothing is reconciled or written."""
+    settings = AgentSettings.load(Path(state_dir))
+    return settings, make_connector(settings.connector)
+
+
 def open_agent(state_dir: Path | str, connector: Connector | None = None) -> Agent:
     """The agent saved in `state_dir` by init (connector, policy, period, mode)."""
     agent = Agent(state_dir, AgentSettings.load(Path(state_dir)), connector)
