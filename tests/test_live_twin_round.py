@@ -134,6 +134,7 @@ def test_status_says_what_the_twin_leaves_out_and_which_jobs(tmp_path):
     st_ = agent.status().twin
     assert st_.warnings == (warning,)
     lines = cli("agent", "status", "--state", agent.state_dir).output.splitlines()
+    assert any(ln.startswith("cluster setup read ") and ln.endswith("Z: no change seen") for ln in lines), lines
     assert f"warning: {warning}" in lines
     assert f"  {carol} job(s) of the history left out of the twin: association (account/user) not in " \
            "the cluster's tree" in lines

@@ -236,7 +236,7 @@ def status_cmd(state: Optional[Path] = _state_opt(),
     if st.twin:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.twin.read_at))
         typer.echo(f"cluster setup read {when}: " +
-                   (f"{len(st.twin.changes)} change(s) since the one before" if st.twin.changes else "unchanged"))
+                   (f"{len(st.twin.changes)} change(s) since the one before" if st.twin.changes else "no change seen"))
         for c in st.twin.changes:
             typer.echo(f"  changed: {c}")
         for why, n in st.twin.left_out.items():

@@ -125,7 +125,7 @@ def _setup(twin: TwinStatus | None) -> str:
     """The cluster's setup as the newest round read it: what changed, what the twin leaves out."""
     if twin is None:
         return "not read yet (each round reads it)"
-    said = f"read {_t(twin.read_at)}: " + (f"{len(twin.changes)} change(s)" if twin.changes else "unchanged")
+    said = f"read {_t(twin.read_at)}: " + (f"{len(twin.changes)} change(s)" if twin.changes else "no change seen")
     items = [f"<li class=setup-change>changed: {escape(c)}</li>" for c in twin.changes]
     items += [f"<li class=left-out>{n} job(s) of the history left out of the twin: {escape(why)}</li>"
               for why, n in twin.left_out.items()]
