@@ -302,7 +302,9 @@ start_slurmd() {
 # Ready = every node answers (not down/unknown/not responding). After --fresh that means idle.
 nodes_ready() {
     local out bad
+    # one line per node and partition: a node in two partitions is listed twice
     out=$(timeout 5 sinfo -h -N -o '%N %t') || return 1
+    out=$(sort -u <<<"$out")
     [[ $(wc -l <<<"$out") -eq ${#NODES[@]} ]] || return 1
     bad=$(awk '$2 !~ /^(idle|alloc|mix|comp|resv|plnd)$/' <<<"$out")
     [[ -z $bad ]]

@@ -38,6 +38,8 @@ BOUNDS = {
     "autosched.workload.level:MAX_LEVEL_SD": lambda v: f"in [0, {v:g}]",
     "autosched.cli.common:MAX_SEED": lambda v: f"[0, {v:,}]",
     "autosched.service.token:MIN_LENGTH": lambda v: f"at least {v} characters",
+    "autosched.live.history:MAX_HISTORY_BYTES": lambda v: f"≤ {v / 2**30:g} GiB",
+    "autosched.live.history:MAX_ROW_BYTES": lambda v: f"≤ {v // 1024} KiB per row",
 }
 # Constants named like bounds that bound autosched's own work, not what it reads
 INTERNAL = {

@@ -17,11 +17,11 @@ from autosched.live.knobs import is_allowed, live_policy, live_space, same_value
 from autosched.live.slurm import (
     SlurmRunner,
     add_queue_rows,
-    cluster_from_nodes,
     live_settings,
     node_gpus,
     parse_nodes,
     parse_show_config,
+    setup_from_slurm,
 )
 from autosched.policies.multifactor import Multifactor
 from autosched.space import ConfigError
@@ -167,14 +167,21 @@ NodeName=login Gres=(null) Partitions=cpu State=IDLE
 
 def test_cluster_from_scontrol_nodes():
     assert node_gpus("gpu:a100:4(S:0),gpu:v100:2") == 6 and node_gpus("(null)") == 0
-    c = cluster_from_nodes(parse_nodes(NODES))
+    setup = setup_from_slurm({}, parse_nodes(NODES), [], "Account|User|ParentName|Share\nroot|||1\n", "")
+    c = setup.cluster_spec()
     assert (c.nodes, c.gpus_per_node, c.uniform) == (2, 8, True)  # login has no GPU
-    split = cluster_from_nodes(parse_nodes("NodeName=a Gres=gpu:4 Partitions=p1\n"
-                                           "NodeName=b Gres=gpu:4 Partitions=p2\n"
-                                           "NodeName=c Gres=gpu:4 Partitions=p2\n"))
-    assert split.vc_nodes == (("p1", 1), ("p2", 2)) and not split.uniform
+    assert c.slurm_partitions == ()  # no partition listed: one pool
+    # partitions that do not overlap stay Slurm partitions of one pool (fair share is one tree
+    # across them, as in slurmctld), not separate VCs
+    split = setup_from_slurm({}, parse_nodes("NodeName=a Gres=gpu:4 Partitions=p1\n"
+                                             "NodeName=b Gres=gpu:4 Partitions=p2\n"
+                                             "NodeName=c Gres=gpu:4 Partitions=p2\n"),
+                             parse_nodes("PartitionName=p1\nPartitionName=p2 Default=YES\n"), "", "")
+    spec = split.cluster_spec()
+    assert spec.uniform and spec.nodes == 3
+    assert [(p.name, p.nodes) for p in spec.slurm_partitions] == [("p2", (1, 2)), ("p1", (0,))]
     with pytest.raises(LiveError, match="no node has GPUs"):
-        cluster_from_nodes(parse_nodes("NodeName=x Gres=(null)\n"))
+        setup_from_slurm({}, parse_nodes("NodeName=x Gres=(null)\n"), [], "", "")
 
 
 def test_queue_rows_fill_in_what_sacct_has_not_recorded():

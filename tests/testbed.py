@@ -68,6 +68,11 @@ class Testbed:
     gpus_per_node: int = 8
     users: tuple[str, ...] = ("alice", "bob", "carol")
     accounts: dict[str, int] = field(default_factory=lambda: {"physics": 60, "chemistry": 40})
+    # partition -> (nodes, PriorityTier, TRESBillingWeights), as scripts/slurm/slurm.conf.in sets
+    # them; gpu is the default
+    partitions: dict[str, tuple[tuple[str, ...], int, str]] = field(default_factory=lambda: {
+        "gpu": (("n1", "n2", "n3", "n4"), 1, "CPU=1.0,GRES/gpu=4.0"),
+        "urgent": (("n1", "n2"), 2, "CPU=2.0,GRES/gpu=8.0")})
 
     def run(self, *argv: str, user: str | None = None, timeout: float = 30,
             check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -101,8 +106,9 @@ class Testbed:
 
     def sbatch(self, gpus: int, seconds: float, *, user: str = "alice", account: str = "physics",
                time_limit: str = "5", begin: str | None = None, name: str | None = None,
-               extra: Sequence[str] = ()) -> int:
-        """Submit `sleep seconds` on `gpus` GPUs as `user`; return the job id.
+               partition: str | None = None, extra: Sequence[str] = ()) -> int:
+        """Submit `sleep seconds` on `gpus` GPUs as `user` (to `partition`, default gpu); return
+        the job id.
 
         Output goes to /dev/null: job ids restart at 1 on a fresh cluster, so any file name
         would collide with a stale one (see docs/testbed.md)."""
@@ -114,6 +120,8 @@ class Testbed:
             argv.append(f"--begin={begin}")
         if name is not None:
             argv.append(f"--job-name={name}")
+        if partition is not None:
+            argv.append(f"--partition={partition}")
         argv += [*extra, "--wrap", f"sleep {seconds}"]
         out = self.run(*argv, user=user).stdout.strip()
         return int(out.split(";")[0])
@@ -194,7 +202,9 @@ def free_port_bases(worker: str) -> Iterator[int]:
 @pytest.fixture(scope="session")
 def slurm_testbed(request: pytest.FixtureRequest) -> Iterator[Testbed]:
     """A fresh real Slurm cluster for the session: 4 nodes x 8 fake GPUs, slurmdbd + MariaDB,
-    accounts physics(60)/chemistry(40), users alice/bob/carol. Stopped at session end."""
+    accounts physics(60)/chemistry(40), users alice/bob/carol, partitions gpu (all nodes, tier 1,
+    the default) and urgent (n1-n2, tier 2), each with its own billing weights. Stopped at
+    session end."""
     reason = missing_slurm()
     if reason:
         unavailable(reason)

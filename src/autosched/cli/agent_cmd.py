@@ -83,6 +83,7 @@ def init_cmd(
     from ..errors import InputError
     from ..live.agent import AgentSettings, init_agent
     from ..live.errors import LiveError
+    from ..live.history import check_seed
     from ..timeparse import parse_duration
 
     if fake is not None:
@@ -110,6 +111,8 @@ def init_cmd(
         seed_history=str(seed_history.resolve()) if seed_history else None)
     if backlog_history is not None:
         settings.backlog_history = backlog_history
+    if seed_history is not None:
+        check_seed(seed_history)  # before anything is written
     st = state or default_state()
     agent = init_agent(st, settings)
     if connector["kind"] == "slurm":
@@ -130,6 +133,12 @@ def init_cmd(
     if agent.space.fixed:
         typer.echo("fixed in live mode (no Slurm setting): " +
                    ", ".join(f"{k}={v}" for k, v in agent.space.fixed.items()))
+    try:
+        warnings = agent.connector.setup().warnings()
+    except LiveError as e:
+        warnings = [f"cannot read the cluster's setup yet ({e}); each round reads it"]
+    for w in warnings:
+        typer.echo(f"warning: {w}")
 
 
 @agent_app.command("step")
@@ -224,6 +233,16 @@ def status_cmd(state: Optional[Path] = _state_opt(),
     if st.last_round:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.last_round.time))
         typer.echo(f"last round {when}: {st.last_round.action}: {st.last_round.why}")
+    if st.twin:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.twin.read_at))
+        typer.echo(f"cluster setup read {when}: " +
+                   (f"{len(st.twin.changes)} change(s) since the one before" if st.twin.changes else "no change seen"))
+        for c in st.twin.changes:
+            typer.echo(f"  changed: {c}")
+        for why, n in st.twin.left_out.items():
+            typer.echo(f"  {n} job(s) of the history left out of the twin: {why}")
+        for w in st.twin.warnings:
+            typer.echo(f"warning: {w}")
     typer.echo("history:")
     for r in st.history:
         last = r.events[-1]
@@ -282,6 +301,45 @@ def adopt_cmd(state: Optional[Path] = _state_opt(), actor: Optional[str] = _acto
     r = _open(state).adopt(_actor(actor))
     typer.echo(f"revision {r.id} records the live config: " +
                (", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()) or "no change"))
+
+
+@agent_app.command("twin")
+def twin_cmd(state: Optional[Path] = _state_opt(),
+             as_json: bool = typer.Option(False, "--json", help="print it as JSON")) -> None:
+    """What the agent's twin models of the cluster right now: its partitions (nodes,
+    PriorityTier, billing weights), the association tree with its shares, PriorityFlags, the jobs
+    of the observed history and the columns they carry, and what the twin leaves out. Reads the
+    cluster; writes nothing."""
+    from ..cluster import billing_text
+    from ..live.agent import read_only
+    from ..live.twin import observe_twin
+    from .common import print_json
+
+    settings, connector = read_only(state or default_state())
+    setup, view = observe_twin(connector, state or default_state(), settings.history,
+                               settings.seed_history)
+    if as_json:
+        print_json(view)
+        return
+    spec = setup.cluster_spec()
+    typer.echo(f"twin of {setup.source or connector.kind}: {spec.describe()}")
+    typer.echo("partitions:" if setup.partitions else "partitions: one pool (the policy's billing knobs)")
+    for p in setup.ordered_partitions():
+        typer.echo(f"  {p.name}{' (default)' if p.default else ''}: nodes {','.join(p.nodes)}, "
+                   f"PriorityTier {p.priority_tier}, billing {billing_text(p.billing_weights)}")
+    if view["associations"]:
+        typer.echo("associations (shares):")
+        for a in view["associations"]:
+            who = f"user {a['user']} in {a['account']}" if a["user"] else \
+                f"account {a['account']}" + (f" under {a['parent']}" if a["parent"] else "")
+            typer.echo(f"  {who}: {a['shares']}")
+    else:
+        typer.echo("associations: none read (fair share over the history's accounts and users, equal shares)")
+    typer.echo(f"priority flags: {','.join(view['priority_flags']) or '(none: Fair Tree)'}")
+    cols = ", ".join(f"{k} {v}" for k, v in view["trace_columns"].items())
+    typer.echo(f"history: {view['jobs']} jobs in the window; carrying {cols}")
+    for w in view["warnings"]:
+        typer.echo(f"warning: {w}")
 
 
 # The HTTP API and status page (branch `service`): its code lives in serve_cmd.py.

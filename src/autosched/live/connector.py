@@ -13,8 +13,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..cluster import ClusterSpec
 from .errors import LiveError
+from .twin import ClusterSetup
 
 
 class ApplyFailed(LiveError):
@@ -48,9 +48,12 @@ class Connector(Protocol):
         merges it into its cache) and by ``autosched slurm history``."""
         ...
 
-    def cluster(self) -> ClusterSpec:
-        """The cluster as the simulator models it (nodes, GPUs per node, partitions). Called each
-        round that tunes."""
+    def setup(self) -> ClusterSetup:
+        """What the agent's twin models of the cluster (`autosched.live.twin`): its GPU nodes,
+        partitions (nodes, PriorityTier, TRESBillingWeights), the association tree with its
+        shares, PriorityFlags, and notes on what the twin leaves out; its `cluster_spec()` is
+        the `ClusterSpec` the tuner simulates. Read each round that tunes, and by ``agent
+        twin``."""
         ...
 
     def live_values(self) -> dict[str, str]:

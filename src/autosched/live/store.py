@@ -479,11 +479,27 @@ class RevisionStore:
                               (limit,)).fetchall()
         return [(t, _json_object(s)) for t, s in rows]
 
+    def last_round_with(self, key: str) -> tuple[float, dict[str, Any]] | None:
+        """The newest round whose summary has `key` (a round that stopped before a read has no
+        key for what it did not read), as `last_round` returns it."""
+        with self._connect() as db:
+            row = db.execute("SELECT time, summary FROM rounds WHERE CASE WHEN json_valid(summary) "
+                             "THEN json_type(summary, ?) END IS NOT NULL ORDER BY seq DESC LIMIT 1",
+                             (f'$."{key}"',)).fetchone()
+        return (row[0], _json_object(row[1])) if row else None
+
     def controller_memory(self) -> str | None:
         """The controller's memory as the newest tuning round left it (JSON; None: none yet)."""
+        got = self.controller_memory_round()
+        return got[0] if got else None
+
+    def controller_memory_round(self) -> tuple[str, dict[str, Any]] | None:
+        """The newest controller memory and the summary of the round that left it (what that
+        round observed: the cluster's setup the memory's trials were simulated on)."""
         with self._connect() as db:
-            row = db.execute("SELECT memory FROM memory ORDER BY seq DESC LIMIT 1").fetchone()
-        return row[0] if row else None
+            row = db.execute("SELECT m.memory, r.summary FROM memory m JOIN rounds r ON r.seq = m.round_seq "
+                             "ORDER BY m.seq DESC LIMIT 1").fetchone()
+        return (row[0], _json_object(row[1])) if row else None
 
     # -- writing --------------------------------------------------------------------------
     def create(self, config: Mapping[str, Any], *, trigger: str, actor: str, note: str = "",

@@ -16,7 +16,7 @@ from html import escape
 from typing import Any
 
 from ..live.round import RoundRecord
-from ..live.status import AgentStatus
+from ..live.status import AgentStatus, TwinStatus
 from ..live.store import Revision, RevisionState
 from .views import OutcomeRow
 
@@ -93,7 +93,8 @@ def render(status: AgentStatus, history: list[Revision], outcomes: list[OutcomeR
         f'<dt>Last round</dt><dd id=last-round>{_t(last.time if last else None)}'
         f'{_summary(last)}</dd>'
         f'<dt>Next round</dt><dd>{_t(status.next_round)}</dd>'
-        f'<dt>Revisions</dt><dd>{status.revisions}</dd></dl></section>',
+        f'<dt>Revisions</dt><dd>{status.revisions}</dd>'
+        f'<dt>Cluster setup</dt><dd id=setup>{_setup(status.twin)}</dd></dl></section>',
         _token_box(status),
         _pending(pending, running),
         _running(running, history),
@@ -118,6 +119,18 @@ def _summary(last: RoundRecord | None) -> str:
     if last is None:
         return ""
     return f': {escape(last.action)}{": " + escape(last.why) if last.why else ""}'
+
+
+def _setup(twin: TwinStatus | None) -> str:
+    """The cluster's setup as the newest round read it: what changed, what the twin leaves out."""
+    if twin is None:
+        return "not read yet (each round reads it)"
+    said = f"read {_t(twin.read_at)}: " + (f"{len(twin.changes)} change(s)" if twin.changes else "no change seen")
+    items = [f"<li class=setup-change>changed: {escape(c)}</li>" for c in twin.changes]
+    items += [f"<li class=left-out>{n} job(s) of the history left out of the twin: {escape(why)}</li>"
+              for why, n in twin.left_out.items()]
+    items += [f"<li class=twin-warning>{escape(w)}</li>" for w in twin.warnings]
+    return said + (f"<ul>{''.join(items)}</ul>" if items else "")
 
 
 def _rev_label(rev: Revision | None) -> str:
