@@ -22,8 +22,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_text_atomic
+from ..atomic import check_input, read_text_input, write_text_atomic
 from ..cluster import ClusterSpec
+from ..errors import InputError
 from .connector import ApplyFailed, include_snapshot
 from .errors import LiveError, SlurmUnavailable
 from .knobs import BACKFILL_PREFIX, canonical, is_allowed, same_value
@@ -36,6 +37,7 @@ SQUEUE_FORMAT = "%i|%V|%S|%b|%u|%a|%P|%T|%j|%C|%l"
 _DOWN = ("unable to contact slurm controller", "connection refused", "socket timed out",
          "unable to establish connection", "slurmdbd", "unable to connect to database",
          "zero bytes were transmitted")
+MAX_SLURM_CONF_BYTES = 1 << 20  # a slurm.conf is a few kilobytes; a larger file is not one
 
 
 @dataclass
@@ -55,6 +57,15 @@ class SlurmRunner:
             env["SLURM_CONF"] = self.slurm_conf
         return env
 
+    def check_conf(self) -> None:
+        """`LiveError` naming slurm.conf when it is not a regular file (a FIFO would hold every
+        Slurm command, a directory fails each in its own words): said once, before a command."""
+        if self.slurm_conf:
+            try:
+                check_input(self.slurm_conf, "slurm.conf")
+            except InputError as e:
+                raise LiveError(str(e)) from None
+
     def run(self, args: Sequence[str], *, read: bool = True) -> str:
         """stdout of the command; `SlurmUnavailable` when it times out or cannot reach the
         daemons (after the retries, for reads), `LiveError` when it fails otherwise."""
@@ -62,6 +73,7 @@ class SlurmRunner:
         if self.bin_dir:
             args[0] = str(Path(self.bin_dir) / args[0])
         shown = " ".join(args)
+        self.check_conf()
         attempts = 1 + (self.retries if read else 0)
         delay = self.backoff
         for attempt in range(attempts):
@@ -213,13 +225,11 @@ class SlurmConnector:
 
     def check_include_line(self) -> str | None:
         """None if slurm.conf has an ``Include`` of our file, else what is wrong (the agent
-        reports it: without that line nothing it writes takes effect)."""
+        reports it: without that line nothing it writes takes effect). A slurm.conf that is not
+        a regular UTF-8 text file is an `InputError` naming it."""
         if self.slurm_conf is None:
             return "SLURM_CONF is not set and no slurm.conf path was given"
-        try:
-            text = self.slurm_conf.read_text()
-        except OSError as e:
-            return f"{self.slurm_conf}: cannot read: {e.strerror}"
+        text = read_text_input(self.slurm_conf, "slurm.conf", MAX_SLURM_CONF_BYTES)
         target = os.path.realpath(self.include)
         for line in text.splitlines():
             words = line.split("#")[0].split()

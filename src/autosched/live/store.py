@@ -19,6 +19,9 @@ short connection, which keeps the store safe to use from several threads too.
 
 The schema is versioned (``PRAGMA user_version``): a store written by an older version is brought
 up to date when it is opened, in one transaction (a process killed midway leaves it as it was).
+A store is marked as autosched's (``PRAGMA application_id``); an SQLite database of something else
+in its place is refused, never adopted (no table is created in it), as tuning refuses a study
+file that is another program's database.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ from ..jsonable import jsonable
 from .errors import ActionNotAllowed, IllegalTransition, LiveError, UnknownRevision
 
 BUSY_TIMEOUT_S = 30.0
+APPLICATION_ID = 0x61757473  # "auts": PRAGMA application_id of a revision store
+MAX_ID = 2**63 - 1  # SQLite's largest integer: no revision id is above it
+# Tables a store has always had: a database with tables but not these is someone else's.
+_CORE_TABLES = frozenset({"revisions", "events"})
 MEMORY_KEPT = 5  # controller memories kept (the newest is the one read)
 
 # The schema as the first version wrote it; `_MIGRATIONS` bring it to this version's.
@@ -379,12 +386,29 @@ class RevisionStore:
         self.path = self.state_dir / "state.db"
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
+            self.check_ours()
             with self._connect() as db:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.executescript(_SCHEMA)
             self._migrate()
         except (OSError, sqlite3.Error) as e:
             raise LiveError(f"{self.path}: cannot open the revision store: {e}") from None
+
+    def check_ours(self) -> None:
+        """Raise `LiveError` when ``state.db`` is an SQLite database of something else: another
+        program's application id, or tables without the store's own. A missing or empty file
+        (a new store) and a store of any version pass; nothing is written."""
+        if not self.path.exists():
+            return
+        with self._connect() as db:
+            app_id = db.execute("PRAGMA application_id").fetchone()[0]
+            tables = {r[0] for r in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+        if app_id not in (0, APPLICATION_ID) or (tables and not _CORE_TABLES <= tables):
+            shown = ", ".join(sorted(tables)[:4]) or "none"
+            raise LiveError(f"{self.path}: an SQLite database of something else (application id "
+                            f"{app_id}, tables {shown}), not the agent's revision store; it is "
+                            "left as it is (move it away, or give another state directory)")
 
     def _migrate(self) -> None:
         """Bring the schema to `SCHEMA_VERSION`, all steps in one transaction (another process
@@ -399,6 +423,8 @@ class RevisionStore:
                     db.execute(sql)
             if version < SCHEMA_VERSION:
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
     # -- connection -----------------------------------------------------------------------
     @contextmanager
@@ -438,6 +464,7 @@ class RevisionStore:
         """Revisions, newest first."""
         with self._connect() as db:
             q = "SELECT id FROM revisions ORDER BY id DESC"
+            limit = limit if limit is not None and 0 < limit <= MAX_ID else None
             ids = [r[0] for r in db.execute(q + (" LIMIT ?" if limit else ""),
                                              (limit,) if limit else ())]
             return [self._get(db, i) for i in ids]
@@ -478,6 +505,19 @@ class RevisionStore:
             rows = db.execute("SELECT time, summary FROM rounds ORDER BY seq DESC LIMIT ?",
                               (limit,)).fetchall()
         return [(t, _json_object(s)) for t, s in rows]
+
+    def round_counts(self) -> dict[str, int]:
+        """How many rounds recorded each action (their summary's ``action``; "" when a summary
+        has none or is not JSON), over the store's whole life."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT CASE WHEN json_valid(summary) THEN json_extract(summary, '$.action') END "
+                "AS action, COUNT(*) FROM rounds GROUP BY action").fetchall()
+        out: dict[str, int] = {}
+        for action, n in rows:
+            key = action if isinstance(action, str) else ""
+            out[key] = out.get(key, 0) + int(n)
+        return out
 
     def controller_memory(self) -> str | None:
         """The controller's memory as the newest tuning round left it (JSON; None: none yet)."""
@@ -659,8 +699,11 @@ class RevisionStore:
             return self._flags(db)
 
     def _get(self, db: sqlite3.Connection, rev_id: int) -> Revision:
+        rev_id = int(rev_id)
+        # an id SQLite cannot hold (99999999999999999999) is no revision, not an OverflowError
         row = db.execute("SELECT id, created, config, diff, parent, trigger, evidence, kind "
-                         "FROM revisions WHERE id = ?", (int(rev_id),)).fetchone()
+                         "FROM revisions WHERE id = ?", (rev_id,)).fetchone() \
+            if 0 < rev_id <= MAX_ID else None
         if row is None:
             raise UnknownRevision(f"no revision {rev_id} in {self.path}")
         try:
