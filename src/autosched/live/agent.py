@@ -27,6 +27,7 @@ from ..adapt.observe import BACKLOG_HISTORY
 from ..atomic import write_text_atomic
 from ..cluster import ClusterSpec
 from ..errors import AutoschedError
+from .activity import Activity, ActivityKind, ActivitySink
 from .connector import Connector
 from .errors import ActionNotAllowed, LiveError, SlurmUnavailable
 from .history import LiveJobs, combine, merge_sacct, observation, prune_sacct, read_jobs, seed_jobs
@@ -86,6 +87,7 @@ class AgentSettings:
     # evaluation workloads keep each running or pending job's past (run time x GPUs, age); a
     # state directory saved before this field existed gets the default
     backlog_history: bool = BACKLOG_HISTORY
+    notify: str | None = None  # a webhook URL told of proposals, blocks, applies, ... (live/notify.py)
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -105,6 +107,10 @@ class AgentSettings:
         if self.connector.get("kind") not in ("slurm", "fake"):
             raise LiveError(f"connector {self.connector.get('kind')!r}: use slurm or fake")
         live_space(self.policy, self.fixed)  # the policy has live knobs; fixed values are valid
+        if self.notify is not None:
+            from .notify import check_url
+
+            check_url(self.notify)
 
     def save(self, state_dir: Path) -> None:
         write_text_atomic(Path(state_dir) / SETTINGS_FILE, json.dumps(asdict(self), indent=1))
@@ -149,6 +155,19 @@ class Agent:
         self.space: LiveSpace = live_space(settings.policy, settings.fixed)
         self._slurm: dict[str, dict[str, str] | None] = {}  # config (JSON) -> its Slurm spelling
         self.log: Callable[[str], None] = lambda msg: None
+        self.sinks: list[ActivitySink] = []  # told every round and action (live/activity.py)
+        if settings.notify:
+            from .notify import Webhook
+
+            self.sinks.append(Webhook(settings.notify, str(self.state_dir), lambda m: self.log(m)))
+
+    def _tell(self, activity: Activity) -> None:
+        """Hand `activity` to every sink; a sink that fails is said in the log, never raised."""
+        for sink in self.sinks:
+            try:
+                sink(activity)
+            except Exception as e:  # noqa: BLE001 - a sink must not undo what was done
+                self.log(f"{type(sink).__name__} failed on {activity.kind.value}: {e}")
 
     # -- status ---------------------------------------------------------------------------
     def status(self, history: int = 10) -> AgentStatus:
@@ -194,7 +213,9 @@ class Agent:
         if edited:
             self._refuse_approve(rev_id, f"the live config differs from revision {running.id} "
                                  f"({edited}); adopt or undo that edit first")
-        return self._apply(rev, actor, f"approved by {actor}")
+        done = self._apply(rev, actor, f"approved by {actor}")
+        self._tell(Activity(ActivityKind.APPROVE, actor, f"approved by {actor}", done))
+        return done
 
     def _refuse_approve(self, rev_id: int, reason: str) -> NoReturn:
         """Refuse an approve with `reason`, unless the store moved on since the checks began:
@@ -211,8 +232,10 @@ class Agent:
         raise ActionNotAllowed(reason)
 
     def reject(self, rev_id: int, actor: str, reason: str = "") -> Revision:
-        return self.store.transition(rev_id, RevisionState.REJECTED, actor=actor,
-                                     note=reason or "rejected")
+        rev = self.store.transition(rev_id, RevisionState.REJECTED, actor=actor,
+                                    note=reason or "rejected")
+        self._tell(Activity(ActivityKind.REJECT, actor, reason or "rejected", rev))
+        return rev
 
     def rollback(self, rev_id: int | None, actor: str, note: str = "") -> Revision:
         """Make the config of revision `rev_id` (None: the one applied before the running one)
@@ -242,15 +265,22 @@ class Agent:
                                 trigger=f"rollback to {target.id}", actor=actor,
                                 note=note or f"rollback to revision {target.id}", parent=running.id,
                                 evidence=Evidence(rollback_of=running.id, to=target.id))
-        return self._apply(new, actor, note or f"rollback to revision {target.id} by {actor}",
+        why = note or f"rollback to revision {target.id} by {actor}"
+        done = self._apply(new, actor, why,
                            replaced_note=f"rolled back to revision {target.id} (revision {new.id}) "
                                          f"by {actor}{': ' + note if note else ''}")
+        self._tell(Activity(ActivityKind.ROLLBACK, actor, why, done))
+        return done
 
     def freeze(self, actor: str, reason: str = "") -> Flags:
-        return self.store.freeze(actor, reason)
+        flags = self.store.freeze(actor, reason)
+        self._tell(Activity(ActivityKind.FREEZE, actor, reason))
+        return flags
 
     def unfreeze(self, actor: str) -> Flags:
-        return self.store.unfreeze(actor)
+        flags = self.store.unfreeze(actor)
+        self._tell(Activity(ActivityKind.UNFREEZE, actor))
+        return flags
 
     def adopt(self, actor: str, note: str = "") -> Revision:
         """Record the live settings, as they are now, as the running revision (after a hand edit
@@ -267,6 +297,7 @@ class Agent:
         rev = self.store.create(live, kind=RevisionKind.ADOPTED, trigger="adopted", actor=actor,
                                 note=note or "live settings adopted as they are")
         self.store.set_blocked("", actor)
+        self._tell(Activity(ActivityKind.ADOPT, actor, note or "live settings adopted", rev))
         return rev
 
     # -- reading the cluster ----------------------------------------------------------------
@@ -439,7 +470,9 @@ class Agent:
                                                          malformed_rows=jobs.malformed)
         out = replace(out, trigger=observed.trigger, history=counts)
         self.store.record_round(out.to_summary(), memory=memory)
-        self.log(f"{out.action.value}: {out.why}")
+        self._tell(Activity(ActivityKind.ROUND, "agent", out.why, action=out.action.value,
+                            trigger=out.trigger, blocked_before=observed.flags.blocked,
+                            revision=self.store.get(out.revision) if out.revision else None))
         return out
 
     def _retry(self, e: LiveError, observed: Observed) -> float | None:
