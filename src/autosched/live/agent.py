@@ -28,6 +28,7 @@ from ..atomic import write_text_atomic
 from ..cluster import ClusterSpec
 from ..errors import AutoschedError
 from .activity import Activity, ActivityKind, ActivitySink
+from .approval import IncludePreview, apply_header, preview_of, same_diff
 from .connector import Connector
 from .errors import ActionNotAllowed, LiveError, SlurmUnavailable
 from .history import LiveJobs, combine, merge_sacct, observation, prune_sacct, read_jobs, seed_jobs
@@ -48,7 +49,7 @@ from .round import (
     next_retry,
 )
 from .status import AgentStatus, read_status
-from .store import Evidence, Flags, Revision, RevisionKind, RevisionState, RevisionStore
+from .store import Approval, Evidence, Flags, Revision, RevisionKind, RevisionState, RevisionStore
 
 if TYPE_CHECKING:  # the controller pulls in the tuning stack: imported where a round tunes
     from ..adapt.controller import Controller, ControllerMemory
@@ -192,8 +193,20 @@ class Agent:
         return self._slurm[key]
 
     # -- operator actions -----------------------------------------------------------------
-    def approve(self, rev_id: int, actor: str) -> Revision:
-        """Apply proposal `rev_id` now (through the connector; checked, restored on failure)."""
+    def preview(self, rev_id: int) -> IncludePreview:
+        """The include file as approving proposal `rev_id` would write it, and its diff against
+        the file now (live/approval.py). Writes nothing."""
+        rev = self.store.get(rev_id)
+        if rev.state is not RevisionState.PROPOSED:
+            raise ActionNotAllowed(f"revision {rev_id} is {rev.state.value}; only a proposed "
+                                   "revision can be approved")
+        settings = self.space.to_settings(self.space.full(rev.config))
+        return preview_of(rev.id, self.connector.preview(settings, header=apply_header(rev)))
+
+    def approve(self, rev_id: int, actor: str, confirmed_diff: str | None = None) -> Revision:
+        """Apply proposal `rev_id` now (through the connector; checked, restored on failure),
+        recording who approved and the include file's diff. With `confirmed_diff` (the diff the
+        approver was shown, `preview`), refused unless the file would be written so."""
         self.reconcile()
         rev = self.store.get(rev_id)
         if rev.state is not RevisionState.PROPOSED:
@@ -213,7 +226,13 @@ class Agent:
         if edited:
             self._refuse_approve(rev_id, f"the live config differs from revision {running.id} "
                                  f"({edited}); adopt or undo that edit first")
-        done = self._apply(rev, actor, f"approved by {actor}")
+        seen = self.preview(rev_id)
+        if confirmed_diff is not None and not same_diff(confirmed_diff, seen.diff):
+            raise ActionNotAllowed(f"the include file would now be written differently from the "
+                                   f"diff confirmed for revision {rev_id}; look at it again")
+        done = self._apply(rev, actor, f"approved by {actor}",
+                           approval=Approval(actor, seen.diff, confirmed_diff is not None,
+                                             time.time()))
         self._tell(Activity(ActivityKind.APPROVE, actor, f"approved by {actor}", done))
         return done
 
@@ -355,13 +374,13 @@ class Agent:
 
     # -- applying ---------------------------------------------------------------------------
     def _apply(self, rev: Revision, actor: str, note: str, replaced_note: str = "",
-               min_interval: float | None = None) -> Revision:
+               min_interval: float | None = None, approval: Approval | None = None) -> Revision:
         settings = self.space.to_settings(self.space.full(rev.config))
         snap = self.connector.snapshot()
         intent = self.store.begin_apply(rev.id, actor=actor, previous=snap,
                                         min_interval=min_interval)
         try:
-            self.connector.apply(settings, header=f"revision {rev.id} ({rev.trigger})")
+            self.connector.apply(settings, header=apply_header(rev))
         except AutoschedError as e:
             self.store.end_apply(intent, state=RevisionState.FAILED, actor=actor,
                                  note=f"apply failed: {e}")
@@ -377,7 +396,7 @@ class Agent:
                 pass  # the intent stays open; the next start reconciles it
             raise
         self.store.end_apply(intent, state=RevisionState.APPLIED, actor=actor, note=note,
-                             replaced_note=replaced_note)
+                             replaced_note=replaced_note, approval=approval)
         return self.store.get(rev.id)
 
     def reconcile(self) -> str:

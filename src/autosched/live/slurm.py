@@ -25,7 +25,7 @@ from typing import Any
 from ..atomic import check_input, read_text_input, write_text_atomic
 from ..cluster import ClusterSpec
 from ..errors import InputError
-from .connector import ApplyFailed, include_snapshot
+from .connector import ApplyFailed, IncludeChange, include_change, include_snapshot
 from .errors import LiveError, SlurmUnavailable
 from .knobs import BACKFILL_PREFIX, canonical, is_allowed, same_value
 
@@ -327,6 +327,9 @@ class SlurmConnector:
             if line.startswith(_BF_MARK):
                 return {k for k in line[len(_BF_MARK):].strip().split(",") if k}
         return set()
+
+    def preview(self, settings: dict[str, str], header: str = "") -> IncludeChange:
+        return include_change(self.include, self.render(settings, header))
 
     def apply(self, settings: dict[str, str], header: str = "") -> None:
         before = self.snapshot()

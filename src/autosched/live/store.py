@@ -114,6 +114,10 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 2: the controller's memory between rounds (JSON, newest wins)
     ("CREATE TABLE memory (seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, "
      "round_seq INTEGER NOT NULL REFERENCES rounds(seq), memory TEXT NOT NULL)",),
+    # 3: who approved a revision and the include file's diff as it was written (and confirmed)
+    ("CREATE TABLE approvals (seq INTEGER PRIMARY KEY AUTOINCREMENT, rev_id INTEGER NOT NULL "
+     "REFERENCES revisions(id), time REAL NOT NULL, actor TEXT NOT NULL, include_diff TEXT NOT "
+     "NULL, confirmed INTEGER NOT NULL)",),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -300,6 +304,21 @@ class JudgedOutcome:
 
 
 @dataclass(frozen=True)
+class Approval:
+    """Who approved a revision, and the include file's diff as the apply wrote it. `confirmed`:
+    the approver was shown this diff and sent it back with the approval (the status page, or the
+    API's ``include_diff``); a command-line approve records the diff without it."""
+
+    actor: str  # "operator:alice", "service:token", ...
+    include_diff: str  # unified diff of the include file, before -> as written
+    confirmed: bool
+    time: float  # unix s
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
 class Revision:
     """One managed live config, as proposed or applied, with its evidence and its history.
 
@@ -316,6 +335,7 @@ class Revision:
     evidence: Evidence
     events: tuple[Event, ...]  # oldest first
     outcome: JudgedOutcome | None = None  # one period after applying
+    approval: Approval | None = None  # who approved it and the diff written (an approve only)
     # the config as the Slurm settings the agent writes (`scontrol show config` spelling); the
     # agent's status fills it in, the store does not know the knobs
     slurm: dict[str, str] | None = None
@@ -333,7 +353,8 @@ class Revision:
             "config": self.config, "diff": {k: list(v) for k, v in self.diff.items()},
             "parent": self.parent, "trigger": self.trigger, "evidence": self.evidence.to_dict(),
             "events": [e.to_dict() for e in self.events],
-            "outcome": self.outcome.to_dict() if self.outcome else None, "slurm": self.slurm,
+            "outcome": self.outcome.to_dict() if self.outcome else None,
+            "approval": self.approval.to_dict() if self.approval else None, "slurm": self.slurm,
             "state": self.state.value, "applied_at": self.applied_at,
         })
 
@@ -661,11 +682,12 @@ class RevisionStore:
             return self._open_apply(db) or _never(cur)
 
     def end_apply(self, intent: ApplyIntent, *, state: RevisionState | None, actor: str,
-                  note: str, replaced_note: str = "") -> None:
+                  note: str, replaced_note: str = "", approval: Approval | None = None) -> None:
         """Close `intent` and, in the same transaction, append the revision's event (`state`,
         applied or failed; None appends none), so that the store never shows an apply that ended
         without saying how. A rollback that is applied marks the revision it replaced (its
-        parent) rolled back in the same transaction, with `replaced_note`."""
+        parent) rolled back in the same transaction, with `replaced_note`. An `approval` is
+        recorded with an apply that ended applied (and only then)."""
         with self._write() as db:
             rev = self._get(db, intent.rev_id) if state is not None else None
             if rev is not None and state is not None:
@@ -683,6 +705,11 @@ class RevisionStore:
                  note))
             if rev is not None and state is not None:
                 self._event(db, rev.id, state, actor, note)
+            if rev is not None and state is RevisionState.APPLIED and approval is not None:
+                db.execute("INSERT INTO approvals (rev_id, time, actor, include_diff, confirmed) "
+                           "VALUES (?, ?, ?, ?, ?)", (rev.id, approval.time, approval.actor,
+                                                      approval.include_diff,
+                                                      int(approval.confirmed)))
             if replaced is not None:
                 self._event(db, replaced.id, RevisionState.ROLLED_BACK, actor, replaced_note)
 
@@ -713,11 +740,15 @@ class RevisionStore:
             kind = RevisionKind(row[7])
             out = db.execute("SELECT outcome FROM outcomes WHERE rev_id = ? ORDER BY seq DESC "
                              "LIMIT 1", (row[0],)).fetchone()
+            ap = db.execute("SELECT actor, include_diff, confirmed, time FROM approvals WHERE "
+                            "rev_id = ? ORDER BY seq DESC LIMIT 1", (row[0],)).fetchone()
             return Revision(
                 id=row[0], created=row[1], kind=kind, config=json.loads(row[2]),
                 diff={k: (v[0], v[1]) for k, v in json.loads(row[3]).items()}, parent=row[4],
                 trigger=row[5], evidence=Evidence.from_dict(json.loads(row[6])), events=events,
-                outcome=JudgedOutcome.from_dict(json.loads(out[0])) if out else None)
+                outcome=JudgedOutcome.from_dict(json.loads(out[0])) if out else None,
+                approval=Approval(str(ap[0]), str(ap[1]), bool(ap[2]), float(ap[3])) if ap
+                else None)
         except (ValueError, TypeError, AttributeError, IndexError) as e:
             raise LiveError(f"{self.path}: revision {row[0]} cannot be read: {e}") from None
 
