@@ -1,15 +1,18 @@
 """What the agent tells the outside world: the webhook (`--notify URL`) against a real local
-receiver, and the JSON log lines of `agent run`."""
+receiver, and the JSON log lines of `agent run` and of the service."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +25,7 @@ from autosched.live.events_log import JsonLog, log_line
 from autosched.live.notify import Webhook, check_url, notice, payload
 from autosched.live.round import Action
 from autosched.live.store import Evidence, Revision, RevisionKind, RevisionState
-from service_kit import seed
+from service_kit import AUTOSCHED, SRC, TOKEN, seed
 from test_live_agent import make
 
 
@@ -209,6 +212,46 @@ def test_agent_run_logs_one_json_line_per_round(tmp_path):
     assert [(d["event"], d["action"], d["why"]) for d in lines] == [
         ("round", "frozen", "frozen by operator:carol: drill")]
     assert set(lines[0]) == {"time", "event", "actor", "action", "trigger", "why", "pid"}
+
+
+def test_the_service_logs_every_action_and_refusal_as_json(tmp_path):
+    state = tmp_path / "state"
+    seed(state)
+    (tmp_path / "token").write_text(TOKEN)
+    os.chmod(tmp_path / "token", 0o600)
+    err = tmp_path / "serve.err"
+    with err.open("w") as f:
+        proc = subprocess.Popen([AUTOSCHED, "agent", "serve", "--state", str(state), "--port", "0",
+                                 "--token-file", str(tmp_path / "token")],
+                                env={**os.environ, "PYTHONPATH": SRC}, stderr=f,
+                                stdout=subprocess.DEVNULL)
+    try:
+        url = _served_url(err, proc)
+        from autosched.client import Client, Unauthorized
+
+        with pytest.raises(Unauthorized):
+            Client(url).freeze("no token")
+        Client(url, token=TOKEN).freeze("drill", operator="bob")
+        Client(url).status()  # a read: not logged
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    records = [json.loads(line) for line in err.read_text().splitlines() if line.startswith("{")]
+    assert [(r["event"], r.get("status"), r.get("actor")) for r in records] == [
+        ("request", 401, None), ("freeze", None, "operator:bob"), ("request", 200, None)]
+    assert records[0]["path"] == records[2]["path"] == "/api/freeze"
+    assert records[1]["why"] == "drill"
+
+
+def _served_url(err: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in err.read_text().splitlines():
+            if line.startswith("serving "):
+                return line.split(" on ", 1)[1].split("/ ")[0]
+        assert proc.poll() is None, err.read_text()
+        time.sleep(0.1)
+    raise AssertionError("the service did not start: " + err.read_text())
 
 
 def test_json_log_survives_a_closed_stream(tmp_path):

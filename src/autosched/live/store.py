@@ -287,6 +287,10 @@ class JudgedOutcome:
     predicted_gain: float | None  # copied from the revision's `Evidence`, to set beside it
     verdict: str  # "kept: ...", "worse: ...; rolled back" or "not judged: ..."
     observed_gain: float | None = None  # relative: (before - after) / |before|, 0.05 = 5% better
+    # how far the agent's twin (its simulation of the cluster) was from what the cluster did over
+    # the judged period, as a relative error of the metric; None until a judge that replays the
+    # period records it (``autosched_twin_error`` in /metrics is absent until then)
+    twin_error: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -300,7 +304,8 @@ class JudgedOutcome:
                    after=_of(dict)(d.get("after")) or {},
                    predicted_gain=_finite(d.get("predicted_gain")),
                    verdict=str(d.get("verdict") or ""),
-                   observed_gain=_finite(d.get("observed_gain")))
+                   observed_gain=_finite(d.get("observed_gain")),
+                   twin_error=_finite(d.get("twin_error")))
 
 
 @dataclass(frozen=True)
