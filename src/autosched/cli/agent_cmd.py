@@ -78,6 +78,7 @@ def init_cmd(
     seed_history: Optional[Path] = typer.Option(None, "--seed-history", help="an older sacct export that seeds the history"),
     backlog_history: Optional[bool] = typer.Option(None, "--backlog-history/--no-backlog-history", help="evaluation workloads keep each running or pending job's past (run time x GPUs, age) instead of restarting it as a new job  [default: on]", show_default=False),
     timeout: float = typer.Option(30.0, "--timeout", help="seconds a Slurm command may take"),
+    notify: Optional[str] = typer.Option(None, "--notify", help="URL to POST a JSON notice to on a new proposal, a block, an apply, a rollback and a freeze"),
 ) -> None:
     """Create the agent's state directory and save how it reaches the cluster and what it tunes."""
     from ..errors import InputError
@@ -108,7 +109,7 @@ def init_cmd(
         min_jobs=min_jobs, metric=metric, budget=budget, model=model, samples=samples,
         validation_samples=validation_samples,
         margin=margin, bounds=bounds, max_step=max_step, fixed=_pairs(fix, "fix"),
-        seed_history=str(seed_history.resolve()) if seed_history else None)
+        seed_history=str(seed_history.resolve()) if seed_history else None, notify=notify)
     if backlog_history is not None:
         settings.backlog_history = backlog_history
     if seed_history is not None:
@@ -176,19 +177,27 @@ def _print_round(out: RoundOutcome) -> None:
 def run_cmd(state: Optional[Path] = _state_opt(),
             rounds: Optional[int] = typer.Option(None, "--rounds", help="stop after this many rounds"),
             poll: Optional[float] = typer.Option(None, "--poll", help="seconds between drift checks")) -> None:
-    """Run rounds every period (and when the workload drifts) until stopped (Ctrl-C, SIGTERM)."""
+    """Run rounds every period (and when the workload drifts) until stopped (Ctrl-C, SIGTERM).
+
+    Logs one JSON line per round and action on standard output (docs/service.md)."""
     import signal
+    import sys
+    import threading
+
+    from ..live.events_log import JsonLog
 
     agent = _open(state)
-    stop = {"now": False}
+    stop = threading.Event()  # SIGTERM ends the wait between rounds at once, not after a poll
 
     def _stop(*_: Any) -> None:
-        stop["now"] = True
+        stop.set()
 
     signal.signal(signal.SIGTERM, _stop)
-    agent.log = lambda msg: typer.echo(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {msg}")
+    log = JsonLog(sys.stdout)
+    agent.log = log.message
+    agent.sinks.append(log)
     try:
-        agent.run(rounds=rounds, poll=poll, should_stop=lambda: stop["now"])
+        agent.run(rounds=rounds, poll=poll, should_stop=stop.is_set, sleep=stop.wait)
     except KeyboardInterrupt:
         pass
 

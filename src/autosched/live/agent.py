@@ -28,6 +28,8 @@ from ..adapt.observe import BACKLOG_HISTORY
 from ..atomic import write_text_atomic
 from ..cluster import ClusterSpec
 from ..errors import AutoschedError
+from .activity import Activity, ActivityKind, ActivitySink
+from .approval import IncludePreview, apply_header, preview_of, same_diff
 from .connector import Connector
 from .errors import ActionNotAllowed, LiveError, SlurmUnavailable
 from .history import LiveJobs, SeedHistory, observation, update_history
@@ -48,7 +50,7 @@ from .round import (
     next_retry,
 )
 from .status import AgentStatus, read_status
-from .store import Evidence, Flags, Revision, RevisionKind, RevisionState, RevisionStore
+from .store import Approval, Evidence, Flags, Revision, RevisionKind, RevisionState, RevisionStore
 from .twin import ClusterSetup, setup_changes, twin_jobs
 
 if TYPE_CHECKING:  # the controller pulls in the tuning stack: imported where a round tunes
@@ -86,6 +88,7 @@ class AgentSettings:
     # evaluation workloads keep each running or pending job's past (run time x GPUs, age); a
     # state directory saved before this field existed gets the default
     backlog_history: bool = BACKLOG_HISTORY
+    notify: str | None = None  # a webhook URL told of proposals, blocks, applies, ... (live/notify.py)
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -105,6 +108,10 @@ class AgentSettings:
         if self.connector.get("kind") not in ("slurm", "fake"):
             raise LiveError(f"connector {self.connector.get('kind')!r}: use slurm or fake")
         live_space(self.policy, self.fixed)  # the policy has live knobs; fixed values are valid
+        if self.notify is not None:
+            from .notify import check_url
+
+            check_url(self.notify)
 
     def save(self, state_dir: Path) -> None:
         write_text_atomic(Path(state_dir) / SETTINGS_FILE, json.dumps(asdict(self), indent=1))
@@ -150,6 +157,19 @@ class Agent:
         self.seed = SeedHistory(settings.seed_history) if settings.seed_history else None
         self._slurm: dict[str, dict[str, str] | None] = {}  # config (JSON) -> its Slurm spelling
         self.log: Callable[[str], None] = lambda msg: None
+        self.sinks: list[ActivitySink] = []  # told every round and action (live/activity.py)
+        if settings.notify:
+            from .notify import Webhook
+
+            self.sinks.append(Webhook(settings.notify, str(self.state_dir), lambda m: self.log(m)))
+
+    def _tell(self, activity: Activity) -> None:
+        """Hand `activity` to every sink; a sink that fails is said in the log, never raised."""
+        for sink in self.sinks:
+            try:
+                sink(activity)
+            except Exception as e:  # noqa: BLE001 - a sink must not undo what was done
+                self.log(f"{type(sink).__name__} failed on {activity.kind.value}: {e}")
 
     # -- status ---------------------------------------------------------------------------
     def status(self, history: int = 10) -> AgentStatus:
@@ -174,8 +194,20 @@ class Agent:
         return self._slurm[key]
 
     # -- operator actions -----------------------------------------------------------------
-    def approve(self, rev_id: int, actor: str) -> Revision:
-        """Apply proposal `rev_id` now (through the connector; checked, restored on failure)."""
+    def preview(self, rev_id: int) -> IncludePreview:
+        """The include file as approving proposal `rev_id` would write it, and its diff against
+        the file now (live/approval.py). Writes nothing."""
+        rev = self.store.get(rev_id)
+        if rev.state is not RevisionState.PROPOSED:
+            raise ActionNotAllowed(f"revision {rev_id} is {rev.state.value}; only a proposed "
+                                   "revision can be approved")
+        settings = self.space.to_settings(self.space.full(rev.config))
+        return preview_of(rev.id, self.connector.preview(settings, header=apply_header(rev)))
+
+    def approve(self, rev_id: int, actor: str, confirmed_diff: str | None = None) -> Revision:
+        """Apply proposal `rev_id` now (through the connector; checked, restored on failure),
+        recording who approved and the include file's diff. With `confirmed_diff` (the diff the
+        approver was shown, `preview`), refused unless the file would be written so."""
         self.reconcile()
         rev = self.store.get(rev_id)
         if rev.state is not RevisionState.PROPOSED:
@@ -195,7 +227,15 @@ class Agent:
         if edited:
             self._refuse_approve(rev_id, f"the live config differs from revision {running.id} "
                                  f"({edited}); adopt or undo that edit first")
-        return self._apply(rev, actor, f"approved by {actor}")
+        seen = self.preview(rev_id)
+        if confirmed_diff is not None and not same_diff(confirmed_diff, seen.diff):
+            raise ActionNotAllowed(f"the include file would now be written differently from the "
+                                   f"diff confirmed for revision {rev_id}; look at it again")
+        done = self._apply(rev, actor, f"approved by {actor}",
+                           approval=Approval(actor, seen.diff, confirmed_diff is not None,
+                                             time.time()))
+        self._tell(Activity(ActivityKind.APPROVE, actor, f"approved by {actor}", done))
+        return done
 
     def _refuse_approve(self, rev_id: int, reason: str) -> NoReturn:
         """Refuse an approve with `reason`, unless the store moved on since the checks began:
@@ -212,8 +252,10 @@ class Agent:
         raise ActionNotAllowed(reason)
 
     def reject(self, rev_id: int, actor: str, reason: str = "") -> Revision:
-        return self.store.transition(rev_id, RevisionState.REJECTED, actor=actor,
-                                     note=reason or "rejected")
+        rev = self.store.transition(rev_id, RevisionState.REJECTED, actor=actor,
+                                    note=reason or "rejected")
+        self._tell(Activity(ActivityKind.REJECT, actor, reason or "rejected", rev))
+        return rev
 
     def rollback(self, rev_id: int | None, actor: str, note: str = "") -> Revision:
         """Make the config of revision `rev_id` (None: the one applied before the running one)
@@ -243,15 +285,22 @@ class Agent:
                                 trigger=f"rollback to {target.id}", actor=actor,
                                 note=note or f"rollback to revision {target.id}", parent=running.id,
                                 evidence=Evidence(rollback_of=running.id, to=target.id))
-        return self._apply(new, actor, note or f"rollback to revision {target.id} by {actor}",
+        why = note or f"rollback to revision {target.id} by {actor}"
+        done = self._apply(new, actor, why,
                            replaced_note=f"rolled back to revision {target.id} (revision {new.id}) "
                                          f"by {actor}{': ' + note if note else ''}")
+        self._tell(Activity(ActivityKind.ROLLBACK, actor, why, done))
+        return done
 
     def freeze(self, actor: str, reason: str = "") -> Flags:
-        return self.store.freeze(actor, reason)
+        flags = self.store.freeze(actor, reason)
+        self._tell(Activity(ActivityKind.FREEZE, actor, reason))
+        return flags
 
     def unfreeze(self, actor: str) -> Flags:
-        return self.store.unfreeze(actor)
+        flags = self.store.unfreeze(actor)
+        self._tell(Activity(ActivityKind.UNFREEZE, actor))
+        return flags
 
     def adopt(self, actor: str, note: str = "") -> Revision:
         """Record the live settings, as they are now, as the running revision (after a hand edit
@@ -268,6 +317,7 @@ class Agent:
         rev = self.store.create(live, kind=RevisionKind.ADOPTED, trigger="adopted", actor=actor,
                                 note=note or "live settings adopted as they are")
         self.store.set_blocked("", actor)
+        self._tell(Activity(ActivityKind.ADOPT, actor, note or "live settings adopted", rev))
         return rev
 
     # -- reading the cluster ----------------------------------------------------------------
@@ -324,13 +374,13 @@ class Agent:
 
     # -- applying ---------------------------------------------------------------------------
     def _apply(self, rev: Revision, actor: str, note: str, replaced_note: str = "",
-               min_interval: float | None = None) -> Revision:
+               min_interval: float | None = None, approval: Approval | None = None) -> Revision:
         settings = self.space.to_settings(self.space.full(rev.config))
         snap = self.connector.snapshot()
         intent = self.store.begin_apply(rev.id, actor=actor, previous=snap,
                                         min_interval=min_interval)
         try:
-            self.connector.apply(settings, header=f"revision {rev.id} ({rev.trigger})")
+            self.connector.apply(settings, header=apply_header(rev))
         except AutoschedError as e:
             self.store.end_apply(intent, state=RevisionState.FAILED, actor=actor,
                                  note=f"apply failed: {e}")
@@ -346,7 +396,7 @@ class Agent:
                 pass  # the intent stays open; the next start reconciles it
             raise
         self.store.end_apply(intent, state=RevisionState.APPLIED, actor=actor, note=note,
-                             replaced_note=replaced_note)
+                             replaced_note=replaced_note, approval=approval)
         return self.store.get(rev.id)
 
     def reconcile(self) -> str:
@@ -451,7 +501,9 @@ class Agent:
         self.store.record_round(out.to_summary(), memory=memory)
         for change in out.setup_changes:
             self.log(f"cluster setup changed: {change}")
-        self.log(f"{out.action.value}: {out.why}")
+        self._tell(Activity(ActivityKind.ROUND, "agent", out.why, action=out.action.value,
+                            trigger=out.trigger, blocked_before=observed.flags.blocked,
+                            revision=self.store.get(out.revision) if out.revision else None))
         return out
 
     def _retry(self, e: LiveError, observed: Observed) -> float | None:

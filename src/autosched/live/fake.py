@@ -18,7 +18,7 @@ from typing import Any
 from ..atomic import write_text_atomic
 from ..export.slurm import to_slurm
 from ..policies.multifactor import Multifactor
-from .connector import ApplyFailed, include_snapshot
+from .connector import ApplyFailed, IncludeChange, include_change, include_snapshot
 from .errors import LiveError, SlurmUnavailable
 from .knobs import same_value
 from .twin import ClusterSetup
@@ -118,10 +118,17 @@ class FakeConnector:
     def snapshot(self) -> dict[str, Any]:
         return include_snapshot(self.include)
 
+    def render(self, settings: dict[str, str], header: str = "") -> str:
+        """The include file for `settings`: the header as comments, then one line per setting."""
+        text = "".join(f"# {h}\n" for h in header.splitlines() if h)
+        return text + "".join(f"{k}={v}\n" for k, v in settings.items())
+
+    def preview(self, settings: dict[str, str], header: str = "") -> IncludeChange:
+        return include_change(self.include, self.render(settings, header))
+
     def apply(self, settings: dict[str, str], header: str = "") -> None:
         before = self.snapshot()
-        text = "".join(f"# {h}\n" for h in header.splitlines() if h)
-        text += "".join(f"{k}={v}\n" for k, v in settings.items())
+        text = self.render(settings, header)
         try:
             write_text_atomic(self.include, text)
         except OSError as e:

@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from ..associations import parse_associations
-from ..atomic import write_text_atomic
+from ..atomic import check_input, read_text_input, write_text_atomic
 from ..cluster import ClusterError, parse_billing_weights
 from ..errors import InputError
-from .connector import ApplyFailed, include_snapshot
+from .connector import ApplyFailed, IncludeChange, include_change, include_snapshot
 from .errors import LiveError, SlurmUnavailable
 from .knobs import BACKFILL_PREFIX, canonical, is_allowed, same_value
 from .twin import ClusterSetup, PartitionSetup, billed_tres_note
@@ -39,6 +39,7 @@ SQUEUE_FORMAT = "%i|%V|%S|%b|%u|%a|%P|%T|%j|%C|%l"
 _DOWN = ("unable to contact slurm controller", "connection refused", "socket timed out",
          "unable to establish connection", "slurmdbd", "unable to connect to database",
          "zero bytes were transmitted")
+MAX_SLURM_CONF_BYTES = 1 << 20  # a slurm.conf is a few kilobytes; a larger file is not one
 
 
 @dataclass
@@ -58,6 +59,15 @@ class SlurmRunner:
             env["SLURM_CONF"] = self.slurm_conf
         return env
 
+    def check_conf(self) -> None:
+        """`LiveError` naming slurm.conf when it is not a regular file (a FIFO would hold every
+        Slurm command, a directory fails each in its own words): said once, before a command."""
+        if self.slurm_conf:
+            try:
+                check_input(self.slurm_conf, "slurm.conf")
+            except InputError as e:
+                raise LiveError(str(e)) from None
+
     def run(self, args: Sequence[str], *, read: bool = True) -> str:
         """stdout of the command; `SlurmUnavailable` when it times out or cannot reach the
         daemons (after the retries, for reads), `LiveError` when it fails otherwise."""
@@ -65,6 +75,7 @@ class SlurmRunner:
         if self.bin_dir:
             args[0] = str(Path(self.bin_dir) / args[0])
         shown = " ".join(args)
+        self.check_conf()
         attempts = 1 + (self.retries if read else 0)
         delay = self.backoff
         for attempt in range(attempts):
@@ -259,13 +270,11 @@ class SlurmConnector:
 
     def check_include_line(self) -> str | None:
         """None if slurm.conf has an ``Include`` of our file, else what is wrong (the agent
-        reports it: without that line nothing it writes takes effect)."""
+        reports it: without that line nothing it writes takes effect). A slurm.conf that is not
+        a regular UTF-8 text file is an `InputError` naming it."""
         if self.slurm_conf is None:
             return "SLURM_CONF is not set and no slurm.conf path was given"
-        try:
-            text = self.slurm_conf.read_text()
-        except OSError as e:
-            return f"{self.slurm_conf}: cannot read: {e.strerror}"
+        text = read_text_input(self.slurm_conf, "slurm.conf", MAX_SLURM_CONF_BYTES)
         target = os.path.realpath(self.include)
         for line in text.splitlines():
             words = line.split("#")[0].split()
@@ -372,6 +381,9 @@ class SlurmConnector:
             if line.startswith(_BF_MARK):
                 return {k for k in line[len(_BF_MARK):].strip().split(",") if k}
         return set()
+
+    def preview(self, settings: dict[str, str], header: str = "") -> IncludeChange:
+        return include_change(self.include, self.render(settings, header))
 
     def apply(self, settings: dict[str, str], header: str = "") -> None:
         before = self.snapshot()
