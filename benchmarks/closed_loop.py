@@ -32,6 +32,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -490,6 +491,7 @@ def run(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: tuple[in
         if agent is not None:
             stop_agent(agent)
         stop_all(beds)
+        shutil.rmtree(state, ignore_errors=True)  # what matters of it is exported above
         info["wall_total"] = time.time() - t_begin
         (outdir / "run.json").write_text(json.dumps(info, indent=1) + "\n")
     log(f"{plan.name}: run {info['wall_run']:.0f} s, all in {info['wall_total']:.0f} s")
