@@ -118,6 +118,23 @@ def test_live_policy_pins_fixed_knobs_and_narrows_managed_ones():
         assert Multifactor.space.validate(c) == c
 
 
+def test_live_policy_keeps_a_default_its_narrowed_range_leaves_out():
+    # a running PriorityMaxAge of 840 s (a compressed-time cluster) with a step of 0.25 of the log
+    # range [600 s, 60 d]: the range becomes 840 / f .. 840 * f with f = 8640 ** 0.25 = 9.64, i.e.
+    # [600, 8098.6] s, which leaves out the knob's default of 7 d (604800 s); the default moves to
+    # the range's upper end instead of failing the live view
+    ls = live_space("multifactor")
+    running = ls.full({"PriorityMaxAge": 840.0, "PriorityWeightAge": 90000})
+    cls = live_policy(ls, running, max_step=0.25)
+    age = cls.space["PriorityMaxAge"]
+    assert (age.low, round(age.high, 1)) == (600.0, round(840 * 8640 ** 0.25, 1)) == (600.0, 8098.6)
+    assert age.default == age.high
+    # an Int knob: weight 90000 +- 25000 -> [65000, 100000], its default 1000 moves up to 65000
+    w = cls.space["PriorityWeightAge"]
+    assert (w.low, w.high, w.default) == (65000, 100000, 65000)
+    # a default inside the cut range stays as it was
+    assert cls.space["PriorityWeightJobSize"].default == 1000
+
 def test_settings_round_trip_and_bf_flags():
     ls = live_space("multifactor")
     cfg = ls.full({"PriorityMaxAge": 7200.0, "PriorityFavorSmall": True})
