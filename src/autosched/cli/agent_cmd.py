@@ -252,6 +252,8 @@ def status_cmd(state: Optional[Path] = _state_opt(),
             typer.echo(f"  {n} job(s) of the history left out of the twin: {why}")
         for w in st.twin.warnings:
             typer.echo(f"warning: {w}")
+    for said in st.shadowed:
+        typer.echo(f"warning: {said}")
     typer.echo("history:")
     for r in st.history:
         last = r.events[-1]
@@ -261,13 +263,26 @@ def status_cmd(state: Optional[Path] = _state_opt(),
                    f"{last.actor}: {last.note}{out}")
 
 
+def _force_opt() -> Any:
+    return typer.Option(False, "--force", help="apply even over a hand edit (a live value that is "
+                        "not the running revision's); the discarded live values are recorded")
+
+
+def _print_overridden(r: Any) -> None:
+    for o in r.overridden:
+        typer.echo(f"  discarded the hand-set {o.setting}={o.live} (the running revision had "
+                   f"{o.expected})")
+
+
 @agent_app.command("approve")
 def approve_cmd(rev: int = typer.Argument(..., help="the proposed revision"),
-                state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt()) -> None:
+                state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt(),
+                force: bool = _force_opt()) -> None:
     """Apply a proposed revision: write the include file, reconfigure, check every value
-    (the previous file comes back if any step fails)."""
-    r = _open(state).approve(rev, _actor(actor))
+    (the previous file comes back if any step fails). Refused over a hand edit unless --force."""
+    r = _open(state).approve(rev, _actor(actor), force=force)
     typer.echo(f"revision {r.id} applied: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()))
+    _print_overridden(r)
 
 
 @agent_app.command("reject")
@@ -281,11 +296,14 @@ def reject_cmd(rev: int = typer.Argument(..., help="the proposed revision"),
 
 @agent_app.command("rollback")
 def rollback_cmd(rev: Optional[int] = typer.Argument(None, help="revision to return to [default: the one applied before the running one]"),
-                 state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt()) -> None:
-    """Return to an earlier revision's config (recorded as a new revision)."""
-    r = _open(state).rollback(rev, _actor(actor))
+                 state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt(),
+                 force: bool = _force_opt()) -> None:
+    """Return to an earlier revision's config (recorded as a new revision). Refused over a hand
+    edit unless --force."""
+    r = _open(state).rollback(rev, _actor(actor), force=force)
     typer.echo(f"revision {r.id} ({r.trigger}) applied: " +
                (", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()) or "no change"))
+    _print_overridden(r)
 
 
 @agent_app.command("freeze")

@@ -50,7 +50,16 @@ from .round import (
     next_retry,
 )
 from .status import AgentStatus, read_status
-from .store import Approval, Evidence, Flags, Revision, RevisionKind, RevisionState, RevisionStore
+from .store import (
+    Approval,
+    Evidence,
+    Flags,
+    LiveOverride,
+    Revision,
+    RevisionKind,
+    RevisionState,
+    RevisionStore,
+)
 from .twin import ClusterSetup, setup_changes, twin_jobs
 
 if TYPE_CHECKING:  # the controller pulls in the tuning stack: imported where a round tunes
@@ -204,10 +213,13 @@ class Agent:
         settings = self.space.to_settings(self.space.full(rev.config))
         return preview_of(rev.id, self.connector.preview(settings, header=apply_header(rev)))
 
-    def approve(self, rev_id: int, actor: str, confirmed_diff: str | None = None) -> Revision:
+    def approve(self, rev_id: int, actor: str, confirmed_diff: str | None = None,
+                force: bool = False) -> Revision:
         """Apply proposal `rev_id` now (through the connector; checked, restored on failure),
         recording who approved and the include file's diff. With `confirmed_diff` (the diff the
-        approver was shown, `preview`), refused unless the file would be written so."""
+        approver was shown, `preview`), refused unless the file would be written so. Refused
+        over a hand edit (a live value that is not the running revision's) unless `force`: then
+        the live values it discards are recorded with the apply (`Revision.overridden`)."""
         self.reconcile()
         rev = self.store.get(rev_id)
         if rev.state is not RevisionState.PROPOSED:
@@ -223,17 +235,16 @@ class Agent:
             self._refuse_approve(rev_id, f"revision {rev_id} was proposed against revision "
                                  f"{rev.parent}, but revision {running.id} is running; reject "
                                  "it and let the agent propose again")
-        edited = self._hand_edits(running)
-        if edited:
-            self._refuse_approve(rev_id, f"the live config differs from revision {running.id} "
-                                 f"({edited}); adopt or undo that edit first")
+        edited = self.live_overrides(running)
+        if edited and not force:
+            self._refuse_approve(rev_id, self._edited_why(running, edited, "approve"))
         seen = self.preview(rev_id)
         if confirmed_diff is not None and not same_diff(confirmed_diff, seen.diff):
             raise ActionNotAllowed(f"the include file would now be written differently from the "
                                    f"diff confirmed for revision {rev_id}; look at it again")
-        done = self._apply(rev, actor, f"approved by {actor}",
+        done = self._apply(rev, actor, f"approved by {actor}" + _forced(edited),
                            approval=Approval(actor, seen.diff, confirmed_diff is not None,
-                                             time.time()))
+                                             time.time()), overridden=edited)
         self._tell(Activity(ActivityKind.APPROVE, actor, f"approved by {actor}", done))
         return done
 
@@ -257,10 +268,12 @@ class Agent:
         self._tell(Activity(ActivityKind.REJECT, actor, reason or "rejected", rev))
         return rev
 
-    def rollback(self, rev_id: int | None, actor: str, note: str = "") -> Revision:
+    def rollback(self, rev_id: int | None, actor: str, note: str = "",
+                 force: bool = False) -> Revision:
         """Make the config of revision `rev_id` (None: the one applied before the running one)
         live again, as a new revision; the running one is marked rolled back. Allowed while
-        frozen (it is how an operator gets back to a known state)."""
+        frozen (it is how an operator gets back to a known state). Refused over a hand edit
+        unless `force`, as `approve`."""
         self.reconcile()
         running = self._running_or_baseline()
         if rev_id is None:
@@ -277,7 +290,10 @@ class Agent:
                                        "only a config that ran can be rolled back to")
         if target.id == running.id:
             raise ActionNotAllowed(f"revision {rev_id} is already running")
-        self.live_values()  # never apply blind: Slurm must answer before anything is written
+        # never apply blind: Slurm must answer, and show no hand edit, before anything is written
+        edited = self.live_overrides(running)
+        if edited and not force:
+            raise ActionNotAllowed(self._edited_why(running, edited, "rollback"))
         if (p := self.store.pending()) is not None:
             self.store.transition(p.id, RevisionState.REJECTED, actor=actor,
                                   note=f"superseded by a rollback to revision {target.id}")
@@ -285,8 +301,8 @@ class Agent:
                                 trigger=f"rollback to {target.id}", actor=actor,
                                 note=note or f"rollback to revision {target.id}", parent=running.id,
                                 evidence=Evidence(rollback_of=running.id, to=target.id))
-        why = note or f"rollback to revision {target.id} by {actor}"
-        done = self._apply(new, actor, why,
+        why = (note or f"rollback to revision {target.id} by {actor}") + _forced(edited)
+        done = self._apply(new, actor, why, overridden=edited,
                            replaced_note=f"rolled back to revision {target.id} (revision {new.id}) "
                                          f"by {actor}{': ' + note if note else ''}")
         self._tell(Activity(ActivityKind.ROLLBACK, actor, why, done))
@@ -342,13 +358,47 @@ class Agent:
                 return run  # another process recorded the baseline at the same moment
             raise
 
-    def _hand_edits(self, running: Revision, live: Mapping[str, str] | None = None) -> str:
-        """"" if the live settings are the running revision's, else which differ."""
+    def live_overrides(self, running: Revision,
+                       live: Mapping[str, str] | None = None) -> tuple[LiveOverride, ...]:
+        """The live settings (read now unless `live` is given) that are not the running
+        revision's: each with its live and its expected text (none: no hand edit)."""
         live = dict(live if live is not None else self.live_values())
         want = self.space.to_settings(self.space.full(running.config))
-        diffs = [f"{k} is {self.space.effective(k, live)} live, {v} in revision {running.id}"
-                 for k, v in want.items() if not same_value(k, self.space.effective(k, live), v)]
-        return "; ".join(diffs)
+        return tuple(LiveOverride(k, self.space.effective(k, live), v) for k, v in want.items()
+                     if not same_value(k, self.space.effective(k, live), v))
+
+    def _hand_edits(self, running: Revision, live: Mapping[str, str] | None = None) -> str:
+        """"" if the live settings are the running revision's, else which differ."""
+        return "; ".join(f"{o.setting} is {o.live} live, {o.expected} in revision {running.id}"
+                         for o in self.live_overrides(running, live))
+
+    @staticmethod
+    def _edited_why(running: Revision, edited: tuple[LiveOverride, ...], action: str) -> str:
+        shown = "; ".join(f"{o.setting} is {o.live} live, {o.expected} in revision {running.id}"
+                          for o in edited)
+        return (f"the live config differs from revision {running.id} ({shown}): a hand edit; "
+                f"adopt or undo that edit first, or {action} with force (--force, the API's "
+                "`force`) to discard the live values (recorded with the revision)")
+
+    def refresh_include(self, running: Revision) -> list[str]:
+        """Have the include file carry slurm.conf's own current entries that it shadows but the
+        agent does not manage (`Connector.refresh`), rewritten for the running revision's
+        settings; returns what changed. Nothing while another process applies."""
+        if self.store.open_apply() is not None:
+            return []  # that apply writes the file (merged) itself, or the next round does
+        settings = self.space.to_settings(self.space.full(running.config))
+        return self.connector.refresh(settings, header=apply_header(running))
+
+    def shadowed(self, running: Revision) -> tuple[str, ...]:
+        """Each managed setting that the cluster's own configuration (slurm.conf) sets to another
+        value than the running revision's, which the include file shadows: an edit there does
+        not take effect."""
+        own = {k.lower(): v for k, v in self.connector.own_settings().items()}
+        want = self.space.to_settings(self.space.full(running.config))
+        return tuple(f"{k}={own[k.lower()]} in slurm.conf does not take effect: the agent's "
+                     f"include file sets {k}={v} (revision {running.id}); change it through the "
+                     "agent" for k, v in want.items()
+                     if k.lower() in own and not same_value(k, own[k.lower()], v))
 
     def jobs(self, now: float) -> LiveJobs:
         """The history (cache updated with what sacct has since the last round, incrementally),
@@ -374,7 +424,8 @@ class Agent:
 
     # -- applying ---------------------------------------------------------------------------
     def _apply(self, rev: Revision, actor: str, note: str, replaced_note: str = "",
-               min_interval: float | None = None, approval: Approval | None = None) -> Revision:
+               min_interval: float | None = None, approval: Approval | None = None,
+               overridden: tuple[LiveOverride, ...] = ()) -> Revision:
         settings = self.space.to_settings(self.space.full(rev.config))
         snap = self.connector.snapshot()
         intent = self.store.begin_apply(rev.id, actor=actor, previous=snap,
@@ -396,7 +447,8 @@ class Agent:
                 pass  # the intent stays open; the next start reconciles it
             raise
         self.store.end_apply(intent, state=RevisionState.APPLIED, actor=actor, note=note,
-                             replaced_note=replaced_note, approval=approval)
+                             replaced_note=replaced_note, approval=approval,
+                             overridden=overridden)
         return self.store.get(rev.id)
 
     def reconcile(self) -> str:
@@ -459,6 +511,14 @@ class Agent:
         if seen.hand_edits:
             return seen
         try:
+            seen = replace(seen, merged=tuple(self.refresh_include(running)),
+                           shadowed=self.shadowed(running))
+        except SlurmUnavailable as e:
+            return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
+        except LiveError as e:
+            return replace(seen, block=Block(f"cannot bring the include file up to date with "
+                                             f"slurm.conf: {e}"))
+        try:
             setup = self.connector.setup()
         except SlurmUnavailable as e:
             return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
@@ -497,10 +557,13 @@ class Agent:
                                                          malformed_rows=jobs.malformed,
                                                          left_out=dict(observed.left_out))
         out = replace(out, trigger=observed.trigger, history=counts, setup=observed.setup,
-                      setup_changes=observed.setup_changes)
+                      setup_changes=observed.setup_changes, merged=observed.merged,
+                      shadowed=observed.shadowed)
         self.store.record_round(out.to_summary(), memory=memory)
         for change in out.setup_changes:
             self.log(f"cluster setup changed: {change}")
+        for said in (*(out.merged or ()), *(out.shadowed or ())):
+            self.log(said)
         self._tell(Activity(ActivityKind.ROUND, "agent", out.why, action=out.action.value,
                             trigger=out.trigger, blocked_before=observed.flags.blocked,
                             revision=self.store.get(out.revision) if out.revision else None))
@@ -674,6 +737,14 @@ class Agent:
                         trigger = f"drift: {why}"
                         break
         return done
+
+
+def _forced(edited: tuple[LiveOverride, ...]) -> str:
+    """What an apply's note adds when it was forced over a hand edit."""
+    if not edited:
+        return ""
+    return "; forced over a hand edit, discarding " + ", ".join(
+        f"{o.setting}={o.live}" for o in edited)
 
 
 def init_agent(state_dir: Path | str, settings: AgentSettings) -> Agent:

@@ -70,6 +70,9 @@ class AgentStatus:
     connector: dict[str, Any] | None  # what the agent talks to (`Connector.describe`)
     agent_error: str = ""  # why the agent could not be opened, or ""
     twin: TwinStatus | None = None
+    # managed settings slurm.conf sets that the include file shadows, as the newest round that
+    # checked found them (`Agent.shadowed`)
+    shadowed: tuple[str, ...] = ()
     version: str = field(init=False)  # changes whenever any other field does (the page polls it)
 
     def __post_init__(self) -> None:
@@ -86,7 +89,7 @@ class AgentStatus:
             "interrupted_apply": self.interrupted_apply, "last_round": self.last_round,
             "next_round": self.next_round, "mode": self.mode, "policy": self.policy,
             "period": self.period, "connector": self.connector, "agent_error": self.agent_error,
-            "twin": self.twin})
+            "twin": self.twin, "shadowed": list(self.shadowed)})
 
     def to_dict(self) -> dict[str, Any]:
         """Every field under its own name."""
@@ -109,6 +112,8 @@ def read_status(store: RevisionStore, *, history: int = 10, mode: Mode | None = 
         pending = replace(pending, slurm=slurm(pending.config)) if pending else None
     wait = last.retry_after if last is not None and last.retry_after is not None else period
     read = store.last_round_with("setup")
+    checked = store.last_round_with("shadowed")
+    shadowed = checked[1]["shadowed"] if checked else []
     return AgentStatus(
         running=running, pending=pending,
         history=tuple(store.history(history)) if history > 0 else (),
@@ -117,4 +122,5 @@ def read_status(store: RevisionStore, *, history: int = 10, mode: Mode | None = 
         interrupted_apply=intent.rev_id if intent else None, last_round=last,
         next_round=last.time + wait if last is not None and wait is not None else None,
         mode=mode, policy=policy, period=period, connector=connector, agent_error=agent_error,
-        twin=TwinStatus.from_row(*read) if read else None)
+        twin=TwinStatus.from_row(*read) if read else None,
+        shadowed=tuple(str(x) for x in shadowed) if isinstance(shadowed, list) else ())

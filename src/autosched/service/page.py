@@ -82,6 +82,10 @@ def render(status: AgentStatus, history: list[Revision], outcomes: list[OutcomeR
     if status.blocked:
         banners.append(f'<p class="banner blocked" id=blocked>Blocked: '
                        f'{escape(status.blocked)}</p>')
+    if status.shadowed:
+        banners.append('<div class="banner blocked" id=shadowed>Shadowed by the include file:<ul>'
+                       + "".join(f"<li>{escape(s)}</li>" for s in status.shadowed)
+                       + "</ul></div>")
     last = status.last_round
     parts = [
         f"<h1>autosched agent <small>{escape(state_dir)}</small></h1>",

@@ -1,0 +1,108 @@
+"""An operator's settings are never lost in silence, against a real slurmctld (the `testbed`
+cluster): an approve or a rollback over a hand edit is refused or forced and recorded; every
+write and every round carry slurm.conf's own SchedulerParameters entries into the include file,
+and a round reports a managed setting slurm.conf sets that the include file shadows."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from autosched.live.agent import init_agent
+from autosched.live.errors import ActionNotAllowed
+from autosched.live.store import LiveOverride, RevisionKind
+from test_live_slurm import settings, show
+
+pytestmark = pytest.mark.slurm
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+AUTOSCHED = str(Path(sys.executable).parent / "autosched")
+
+
+@pytest.fixture
+def bed_agent(slurm_testbed, tmp_path):
+    """An agent on the testbed; slurm.conf and the include file are put back afterwards."""
+    bed = slurm_testbed
+    conf, include = bed.conf.read_text(), bed.include.read_text()
+    os.environ["SLURM_CONF"] = str(bed.conf)
+    a = init_agent(tmp_path / "state", settings(bed))
+    a.step()  # records the baseline
+    yield a
+    bed.conf.write_text(conf)
+    bed.include.write_text(include)
+    bed.reconfigure()
+
+
+def _approve(agent, **knobs):
+    p = agent.store.create(dict(agent.store.running().config, **knobs), trigger="manual",
+                           actor="test")
+    return agent.approve(p.id, "operator:test")
+
+
+def _hand_edit(bed, name: str, value: str) -> None:
+    lines = bed.include.read_text().splitlines()
+    bed.include.write_text("\n".join(f"{name}={value}" if line.startswith(name + "=") else line
+                                     for line in lines) + "\n")
+    bed.reconfigure()
+
+
+def test_a_rollback_over_a_hand_edit_is_refused_then_forced_and_recorded(slurm_testbed,
+                                                                          bed_agent):
+    bed, agent = slurm_testbed, bed_agent
+    _approve(agent, PriorityWeightAge=1234)
+    _hand_edit(bed, "PriorityWeightAge", "7")
+    assert show(bed, "PriorityWeightAge") == "7"
+    with pytest.raises(ActionNotAllowed, match="PriorityWeightAge is 7 live, 1234 in revision 2"):
+        agent.rollback(None, "operator:test")
+    assert show(bed, "PriorityWeightAge") == "7"
+    env = dict(bed.env, PYTHONPATH=SRC)
+    res = subprocess.run([AUTOSCHED, "agent", "rollback", "--state", str(agent.state_dir)],
+                         env=env, capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "PriorityWeightAge is 7 live, 1234 in revision 2" in res.stderr
+    res = subprocess.run([AUTOSCHED, "agent", "rollback", "--force", "--state",
+                          str(agent.state_dir)], env=env, capture_output=True, text=True,
+                         timeout=120)
+    assert res.returncode == 0, res.stderr
+    assert "discarded the hand-set PriorityWeightAge=7 (the running revision had 1234)" in res.stdout
+    assert show(bed, "PriorityWeightAge") == "1000"
+    back = agent.store.running()
+    assert back.kind is RevisionKind.ROLLBACK
+    assert back.overridden == (LiveOverride("PriorityWeightAge", "7", "1234"),)
+
+
+def test_writes_and_rounds_carry_slurm_confs_own_scheduler_parameters(slurm_testbed, bed_agent):
+    bed, agent = slurm_testbed, bed_agent
+    _approve(agent, PriorityWeightAge=1234)
+    assert "SchedulerParameters=" in bed.include.read_text()
+    conf = bed.conf.read_text()
+    edited = conf.replace("SchedulerParameters=bf_window=1440,bf_interval=30,bf_resolution=60",
+                          "SchedulerParameters=bf_window=1440,bf_interval=30,bf_resolution=60,"
+                          "default_queue_depth=200,bf_max_job_user=4")
+    edited = edited.replace("PriorityWeightFairshare=10000", "PriorityWeightFairshare=50000")
+    assert edited != conf
+    bed.conf.write_text(edited)
+    bed.reconfigure()
+    # the include file's full line shadows slurm.conf's: the new entries are not live yet
+    assert "default_queue_depth" not in show(bed, "SchedulerParameters")
+    out = agent.step()
+    params = show(bed, "SchedulerParameters").split(",")
+    assert {"default_queue_depth=200", "bf_max_job_user=4"} <= set(params)
+    assert len(out.merged) == 1 and "default_queue_depth=200,bf_max_job_user=4" in out.merged[0]
+    assert agent.store.last_round()[1]["merged"] == list(out.merged)
+    fair = [s for s in out.shadowed if s.startswith("PriorityWeightFairshare")]
+    assert fair == ["PriorityWeightFairshare=50000 in slurm.conf does not take effect: the agent's "
+                    "include file sets PriorityWeightFairshare=10000 (revision 2); change it "
+                    "through the agent"]
+    assert show(bed, "PriorityWeightFairShare") == "10000"
+    assert fair[0] in agent.status().shadowed
+    assert agent.step().merged == ()  # nothing more to carry: nothing written
+    # a write (an approve) carries slurm.conf's entries as they are now
+    bed.conf.write_text(edited.replace(",bf_max_job_user=4", ""))
+    _approve(agent, PriorityWeightAge=1235)
+    params = show(bed, "SchedulerParameters").split(",")
+    assert "default_queue_depth=200" in params and not any(
+        p.startswith("bf_max_job_user") for p in params)
+    assert show(bed, "PriorityWeightAge") == "1235"
