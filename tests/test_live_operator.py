@@ -100,3 +100,32 @@ def test_own_settings_read_slurm_conf_and_its_includes_but_not_the_agents(tmp_pa
     got = own_settings(tmp_path / "slurm.conf", tmp_path / "autosched.conf")
     assert got == {"ClusterName": "c", "PriorityWeightAge": "11",
                    "SchedulerParameters": "bf_window=1440,default_queue_depth=200"}
+
+
+def test_a_proposal_changes_only_knobs_that_carry_gain_and_says_each_ones_share(tmp_path):
+    agent, _ = make(tmp_path)
+    out = agent.step()
+    rev = agent.store.get(out.revision)
+    ev = rev.evidence
+    assert set(ev.knob_shares) == set(rev.diff) and rev.diff
+    assert all(isinstance(v, float) for v in ev.knob_shares.values())
+    assert not set(ev.dropped_knobs) & set(rev.diff)
+    # each kept knob carries some of the gain: putting it back alone loses some
+    assert all(v > 0 for v in ev.knob_shares.values())
+
+
+def test_status_and_page_show_each_proposed_knobs_share_of_the_gain(tmp_path):
+    from autosched.live.store import Evidence
+    from autosched.service import page
+
+    agent, _ = make(tmp_path)
+    base = agent._running_or_baseline()
+    agent.store.create(dict(base.config, PriorityWeightAge=5, PriorityWeightJobSize=7),
+                       trigger="manual", actor="t",
+                       evidence=Evidence(predicted_gain=0.1, knob_shares={
+                           "PriorityWeightAge": 0.75, "PriorityWeightJobSize": 0.25},
+                           dropped_knobs=["bf_window"]))
+    st = agent.status()
+    html = page.render(st, agent.store.history(), [], state_dir="s")
+    assert "<td class=share>75%</td>" in html and "<td class=share>25%</td>" in html
+    assert "left as they run (no share of the gain)</dt><dd>bf_window" in html

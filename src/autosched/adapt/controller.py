@@ -15,12 +15,12 @@ from ..cluster import ClusterSpec, fit_to_cluster
 from ..jsonable import jsonable
 from ..policies import get_policy
 from ..sim.metrics import Metrics
-from ..space import Config
+from ..space import Config, ConfigError
 from ..trace.table import Trace
 from ..tune import ExecutionConfig, Objective, SearchConfig, TuneError
 from .drift import DriftReport, DriftTest, Profile, profile
 from .errors import AdaptError
-from .guardrail import Guardrail
+from .guardrail import Guardrail, Verdict, knob_shares, smallest_change
 from .observe import Observation
 from .sources import WorkloadSource, concat
 
@@ -52,6 +52,10 @@ class Decision:
     # `validation_seeds`) or "tuning" (the tuner's own workloads: a deterministic source has no others).
     validation: str = "tuning"
     validation_seeds: list[int] = field(default_factory=list)
+    # with `Controller(smallest_change=True)`: the winner's knobs put back to their running
+    # values because they carried none of the gain, and each kept knob's share of the gain
+    dropped_knobs: list[str] = field(default_factory=list)
+    knob_shares: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -189,7 +193,8 @@ class Controller:
                  carry_backlog: bool = True, initial_config: Mapping[str, Any] | None = None,
                  seed: int = 0, tuner_factory: TunerFactory | None = None,
                  search: SearchConfig | None = None, execution: ExecutionConfig | None = None,
-                 warm_keep: int = 3, fresh_validation: bool = True, prior_keep: int = 3):
+                 warm_keep: int = 3, fresh_validation: bool = True, prior_keep: int = 3,
+                 smallest_change: bool = False):
         if period <= 0:
             raise AdaptError(f"controller: period must be longer than 0 (got {period:g} s)")
         if not isinstance(source, WorkloadSource):
@@ -222,6 +227,7 @@ class Controller:
         self.tuner_factory: TunerFactory = tuner_factory or default_tuner_factory
         self.warm_keep = warm_keep
         self.fresh_validation = fresh_validation
+        self.smallest_change = smallest_change
         self.running: Config = self.space.validate(initial_config or {})
         self.decisions: list[Decision] = []
         self.progress: Callable[[int, int], None] | None = None  # (trials done, budget) of a round
@@ -330,6 +336,11 @@ class Controller:
         run_vals = [float(getattr(m, self.metric)) for m in m_run]
         cand_vals = [float(getattr(m, self.metric)) for m in m_cand]
         verdict = self.guardrail.judge(run_vals, cand_vals, self.minimize)
+        dropped: list[str] = []
+        shares: dict[str, float] = {}
+        if verdict.deploy and self.smallest_change:
+            candidate, cand_vals, verdict, dropped, shares = self._smallest(
+                tuner, workloads, candidate, run_vals, cand_vals, verdict)
         changed = {k: (self.running[k], candidate[k]) for k in self.space.names if self.running[k] != candidate[k]}
         if verdict.deploy:
             self.running = candidate
@@ -337,9 +348,33 @@ class Controller:
                      predicted_gain=verdict.gain, spread=verdict.spread,
                      running_value=_mean(run_vals), candidate_value=_mean(cand_vals), knobs_changed=changed,
                      reason=verdict.reason, tuning_seconds=time.perf_counter() - t0, validation=validation,
-                     validation_seeds=val_seeds if validation == "fresh" else [], **evidence)
+                     validation_seeds=val_seeds if validation == "fresh" else [],
+                     dropped_knobs=dropped, knob_shares=shares, **evidence)
         self.decisions.append(d)
         return d
+
+    def _smallest(self, tuner: RoundTuner, workloads: list[Trace], candidate: Config,
+                  run_vals: list[float], cand_vals: list[float], verdict: Verdict
+                  ) -> tuple[Config, list[float], Verdict, list[str], dict[str, float]]:
+        """The winner without the knobs that carry none of its gain, on the guardrail's own
+        workloads (`guardrail.smallest_change`), when the guardrail still deploys it; with each
+        kept knob's share of the gain."""
+        def score(config: dict[str, Any]) -> list[float] | None:
+            try:
+                valid = self.space.validate(config)
+            except ConfigError:
+                return None
+            return [float(getattr(m, self.metric))
+                    for m in tuner.evaluate(self.policy_name, valid, workloads)[1]]
+
+        red = smallest_change(self.running, candidate, run_vals, cand_vals, score, self.minimize)
+        if red.dropped:
+            cut = self.guardrail.judge(run_vals, list(red.values), self.minimize)
+            if cut.deploy:
+                return (self.space.validate(red.config), list(red.values), cut, list(red.dropped),
+                        red.shares)
+        return candidate, cand_vals, verdict, [], knob_shares(
+            self.running, candidate, run_vals, cand_vals, score, self.minimize)
 
     def _workloads(self, obs: Observation, seed: int, fresh: bool = False) -> list[Trace]:
         return round_workloads(self.source, obs, self.period, self.cluster, seed,

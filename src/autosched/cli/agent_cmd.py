@@ -237,8 +237,14 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         metric = f" {ev.metric}" if ev.metric else ""
         over = "" if ev.samples is None else f" over {ev.samples} workload(s)"
         typer.echo(f"pending: revision {p.id} ({p.trigger}), predicted{metric} gain {gain}{spread}{over}")
+        shares = ev.knob_shares or {}
         for k, (a, b) in p.diff.items():
-            typer.echo(f"  {k}: {a} -> {b}")
+            share = shares.get(k)
+            typer.echo(f"  {k}: {a} -> {b}" + ("" if not isinstance(share, (int, float)) else
+                                                f"  ({share:.0%} of the gain)"))
+        if ev.dropped_knobs:
+            typer.echo("  left as they run (no share of the gain): " +
+                       ", ".join(str(k) for k in ev.dropped_knobs))
     if st.last_round:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.last_round.time))
         typer.echo(f"last round {when}: {st.last_round.action}: {st.last_round.why}")

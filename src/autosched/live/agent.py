@@ -594,7 +594,8 @@ class Agent:
             causal_graph=d.causal_graph, screened_knobs=d.screened_knobs, metric=s.metric,
             running_value=d.running_value, candidate_value=d.candidate_value, reason=d.reason,
             tuning_seconds=d.tuning_seconds, history_jobs=d.history_jobs,
-            imputed_durations=d.imputed_durations, history_origin=origin, model=s.model)
+            imputed_durations=d.imputed_durations, history_origin=origin, model=s.model,
+            dropped_knobs=list(d.dropped_knobs), knob_shares=dict(d.knob_shares))
         if not d.deployed or d.candidate is None:
             return RoundOutcome(Action.NONE, d.reason, evidence=evidence), memory
         new = self.space.quantized(d.candidate)
@@ -654,7 +655,8 @@ class Agent:
                           guardrail=Guardrail(k=s.k, min_margin=s.margin),
                           drift=DriftTest() if s.drift else None, recent=s.period,
                           min_gap=s.period, initial_config=full, seed=s.seed,
-                          tuner_factory=factory, search=SearchConfig(screening=s.screening))
+                          tuner_factory=factory, search=SearchConfig(screening=s.screening),
+                          smallest_change=True)
 
     def _controller(self, running: Revision, setup: ClusterSetup) -> Controller:
         """The round's Controller, going on from the memory the last tuning round left (unless

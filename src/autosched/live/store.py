@@ -269,6 +269,11 @@ class Evidence:
     imputed_durations: int | None = None  # of those, unfinished ones given an imputed duration
     history_origin: float | None = None  # unix time the observation's times count from
     model: str | None = None  # the workload source ("replay" or a model's name)
+    # knobs the tuner's winner changed that carried none of its predicted gain, put back to their
+    # running values before proposing; and each proposed knob's share of the gain (the gain lost
+    # when only it goes back, as a fraction of the predicted gain)
+    dropped_knobs: list[Any] | None = None
+    knob_shares: dict[str, Any] | None = None
     rollback_of: int | None = None  # a rollback: the running revision it replaced
     to: int | None = None  # a rollback: the revision whose config it brings back
 

@@ -165,11 +165,14 @@ def _pending(rev: Revision | None, running: Revision | None) -> str:
         return '<section id=pending><h2>Pending proposal</h2><p class=muted>none</p></section>'
     ev = rev.evidence
     gain, spread = ev.predicted_gain, ev.spread
+    shares = ev.knob_shares or {}
     rows = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{_v(a)}{_slurm(running, k)}</td>"
-                   f"<td>{_v(b)}{_slurm(rev, k)}</td></tr>"
-                   for k, (a, b) in sorted(rev.diff.items()))
+                   f"<td>{_v(b)}{_slurm(rev, k)}</td><td class=share>{_share(shares.get(k))}</td>"
+                   "</tr>" for k, (a, b) in sorted(rev.diff.items()))
     extra = "".join(f"<dt>{label}</dt><dd>{_v(v)}</dd>" for label, v in (
-        ("samples", ev.samples), ("tuning cost", ev.tuning_cost), ("reason", ev.reason))
+        ("samples", ev.samples), ("tuning cost", ev.tuning_cost), ("reason", ev.reason),
+        ("left as they run (no share of the gain)",
+         ", ".join(map(str, ev.dropped_knobs)) if ev.dropped_knobs else None))
         if v is not None)
     g = (f'{gain:+.1%} &plusmn; {spread:.1%}' if gain is not None and spread is not None
          else _v(gain))
@@ -177,13 +180,18 @@ def _pending(rev: Revision | None, running: Revision | None) -> str:
             f'<dl><dt>Predicted gain</dt><dd id=predicted-gain>{g}</dd>'
             f'<dt>Trigger</dt><dd>{escape(rev.trigger)}</dd>'
             f'<dt>Proposed</dt><dd>{_t(rev.created)}</dd>{extra}</dl>'
-            '<table><tr><th>knob</th><th>now</th><th>proposed</th></tr>'
+            '<table><tr><th>knob</th><th>now</th><th>proposed</th><th>share of the gain</th></tr>'
             f'{rows}</table><p>'
             f'<button type=button id=approve class=go data-rev="{rev.id}">Approve&hellip;</button>'
             + ' <input id=reject-reason placeholder="reason" maxlength=1000> '
             + _btn("Reject", f'/api/revisions/{rev.id}/reject', fields={"reason":
                    "reject-reason"}, bid="reject")
             + "</p>" + _confirm(rev) + "</section>")
+
+
+def _share(x: Any) -> str:
+    """A knob's share of the predicted gain (the gain lost when only it goes back)."""
+    return f"{x:.0%}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "-"
 
 
 def _confirm(rev: Revision) -> str:
