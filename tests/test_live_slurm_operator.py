@@ -106,3 +106,45 @@ def test_writes_and_rounds_carry_slurm_confs_own_scheduler_parameters(slurm_test
     assert "default_queue_depth=200" in params and not any(
         p.startswith("bf_max_job_user") for p in params)
     assert show(bed, "PriorityWeightAge") == "1235"
+
+
+def test_a_freeze_answers_at_once_while_slurmctld_is_down_and_a_rollback_waits_on_it(
+        slurm_testbed, bed_agent):
+    import threading
+    import time
+
+    from autosched.client import Client, ServiceError
+    from autosched.service.serve import serve_in_process
+
+    bed, agent = slurm_testbed, bed_agent
+    _approve(agent, PriorityWeightAge=1234)
+    token = "t" * 32
+    (agent.state_dir / "tok").write_text(token)
+    (agent.state_dir / "tok").chmod(0o600)
+    with serve_in_process(agent.state_dir, "--token-file", str(agent.state_dir / "tok"),
+                          src=SRC) as (url, _):
+        c = Client(url, token)
+        bed.stop_slurmctld()
+        try:
+            done: list[object] = []
+
+            def rollback() -> None:
+                try:
+                    done.append(c.rollback())
+                except ServiceError as e:
+                    done.append(e)
+
+            t = threading.Thread(target=rollback)
+            t.start()
+            time.sleep(0.5)  # the rollback is reading Slurm, which does not answer
+            t0 = time.monotonic()
+            flags = c.freeze("slurmctld is down")
+            took = time.monotonic() - t0
+            in_flight = t.is_alive()
+            t.join(120)
+        finally:
+            bed.start_slurmctld()
+    assert flags["frozen"] and took < 1.0, took
+    print(f"freeze answered in {took:.3f} s; the rollback was in flight: {in_flight}")
+    assert isinstance(done[0], ServiceError) and "503" in str(done[0])
+    assert agent.store.running().config["PriorityWeightAge"] == 1234

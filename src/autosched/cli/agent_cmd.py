@@ -184,17 +184,18 @@ def run_cmd(state: Optional[Path] = _state_opt(),
     import sys
     import threading
 
+    from ..live.agent import start_agent
     from ..live.events_log import JsonLog
 
-    agent = _open(state)
+    log = JsonLog(sys.stdout)
+    agent = start_agent(state or default_state(), log=log.message)
     stop = threading.Event()  # SIGTERM ends the wait between rounds at once, not after a poll
 
     def _stop(*_: Any) -> None:
         stop.set()
+        agent.request_stop()  # gives up a round that reads or tunes; an apply ends first
 
     signal.signal(signal.SIGTERM, _stop)
-    log = JsonLog(sys.stdout)
-    agent.log = log.message
     agent.sinks.append(log)
     try:
         agent.run(rounds=rounds, poll=poll, should_stop=stop.is_set, sleep=stop.wait)

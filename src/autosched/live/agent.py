@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -153,6 +154,11 @@ def make_connector(spec: Mapping[str, Any]) -> Connector:
     raise LiveError(f"connector {spec.get('kind')!r}: use slurm or fake")
 
 
+class RoundAbandoned(BaseException):
+    """A stop was asked (SIGTERM) while the round only read or tuned: it is given up, nothing of
+    it recorded. (A BaseException, as KeyboardInterrupt: no handler of errors may catch it.)"""
+
+
 class Agent:
     """The live loop's actions on one cluster (see the module doc)."""
 
@@ -167,6 +173,8 @@ class Agent:
         self._slurm: dict[str, dict[str, str] | None] = {}  # config (JSON) -> its Slurm spelling
         self.log: Callable[[str], None] = lambda msg: None
         self.sinks: list[ActivitySink] = []  # told every round and action (live/activity.py)
+        self.stop_requested = False  # `request_stop` was called: no new round begins
+        self._abandonable = 0  # > 0 while the round is in a part it may give up (`abandonable`)
         if settings.notify:
             from .notify import Webhook
 
@@ -179,6 +187,28 @@ class Agent:
                 sink(activity)
             except Exception as e:  # noqa: BLE001 - a sink must not undo what was done
                 self.log(f"{type(sink).__name__} failed on {activity.kind.value}: {e}")
+
+    # -- stopping ---------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Stop as soon as it is safe (a SIGTERM handler calls this in the loop's thread): while
+        the round reads or tunes, at once (`RoundAbandoned` is raised here); while it writes to
+        Slurm or the store (an apply, a restore), after that, which ends as it always does
+        (applied, or restored)."""
+        self.stop_requested = True
+        if self._abandonable:
+            raise RoundAbandoned("stop asked while the round read or tuned")
+
+    @contextmanager
+    def abandonable(self) -> Iterator[None]:
+        """A part of a round that writes nothing to Slurm (a read, the tuning): a stop asked
+        meanwhile gives the round up. Raises at once when a stop was already asked."""
+        if self.stop_requested:
+            raise RoundAbandoned("stop asked")
+        self._abandonable += 1
+        try:
+            yield
+        finally:
+            self._abandonable -= 1
 
     # -- status ---------------------------------------------------------------------------
     def status(self, history: int = 10) -> AgentStatus:
@@ -500,7 +530,8 @@ class Agent:
         if seen.flags.frozen:
             return seen
         try:
-            live = self.live_values()
+            with self.abandonable():
+                live = self.live_values()
         except SlurmUnavailable as e:
             return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
         try:
@@ -519,14 +550,16 @@ class Agent:
             return replace(seen, block=Block(f"cannot bring the include file up to date with "
                                              f"slurm.conf: {e}"))
         try:
-            setup = self.connector.setup()
+            with self.abandonable():
+                setup = self.connector.setup()
         except SlurmUnavailable as e:
             return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
         except LiveError as e:
             return replace(seen, block=Block(f"cannot read the cluster's setup: {e}"))
         seen = replace(seen, setup=setup, setup_changes=tuple(setup_changes(self.recorded_setup(), setup)))
         try:
-            jobs = self.jobs(seen.now)
+            with self.abandonable():
+                jobs = self.jobs(seen.now)
         except SlurmUnavailable as e:
             return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
         except LiveError as e:
@@ -578,10 +611,11 @@ class Agent:
         auto mode). Returns what it did and the controller's memory after it (JSON)."""
         s, running = self.settings, plan.running
         try:
-            obs, origin = observation(plan.jobs, observed.now, s.history, seed=s.seed,
-                                      backlog_history=s.backlog_history)
-            ctl = self._controller(running, plan.setup)
-            d = ctl.decide(obs, trigger=observed.trigger)
+            with self.abandonable():
+                obs, origin = observation(plan.jobs, observed.now, s.history, seed=s.seed,
+                                          backlog_history=s.backlog_history)
+                ctl = self._controller(running, plan.setup)
+                d = ctl.decide(obs, trigger=observed.trigger)
         except SlurmUnavailable as e:
             return RoundOutcome(Action.BLOCKED, f"Slurm does not answer: {e}",
                                 retry_after=self._retry(e, observed)), None
@@ -714,13 +748,22 @@ class Agent:
             sleep: Callable[[float], None] = time.sleep,
             clock: Callable[[], float] = time.monotonic) -> list[RoundOutcome]:
         """Rounds every period (and on drift, checked every `poll` s) until `rounds` rounds ran or
-        `should_stop()`. After a round that says when to try again (`retry_after`: Slurm did not
-        answer), the next comes then. Returns the rounds' outcomes."""
+        `should_stop()` (or `request_stop`: a round that only reads or tunes then is given up).
+        After a round that says when to try again (`retry_after`: Slurm did not answer), the
+        next comes then. Returns the rounds' outcomes."""
+        try:
+            return self._run(rounds, poll, should_stop, sleep, clock)
+        except RoundAbandoned as e:
+            self.log(f"stopped: {e}; the round is given up, nothing of it recorded")
+            return []
+
+    def _run(self, rounds: int | None, poll: float | None, should_stop: Callable[[], bool],
+             sleep: Callable[[float], None], clock: Callable[[], float]) -> list[RoundOutcome]:
         period = self.settings.period
         poll = poll if poll is not None else max(30.0, min(period / 4, 600.0))
         done: list[RoundOutcome] = []
         trigger = "period"
-        while not should_stop() and (rounds is None or len(done) < rounds):
+        while not (should_stop() or self.stop_requested) and (rounds is None or len(done) < rounds):
             out = self.step(trigger)
             done.append(out)
             if rounds is not None and len(done) >= rounds:
@@ -728,11 +771,12 @@ class Agent:
             wait = out.retry_after if out.retry_after is not None else period
             trigger = "period"
             deadline = clock() + wait
-            while clock() < deadline and not should_stop():
+            while clock() < deadline and not (should_stop() or self.stop_requested):
                 sleep(max(0.0, min(poll, deadline - clock())))
-                if self.settings.drift and clock() < deadline:
+                if self.settings.drift and clock() < deadline and not self.stop_requested:
                     try:
-                        why = self.drifted()
+                        with self.abandonable():
+                            why = self.drifted()
                     except LiveError:
                         why = ""
                     if why:
@@ -769,11 +813,23 @@ def read_only(state_dir: Path | str) -> tuple[AgentSettings, Connector]:
 
 
 def open_agent(state_dir: Path | str, connector: Connector | None = None) -> Agent:
-    """The agent saved in `state_dir` by init (connector, policy, period, mode)."""
-    agent = Agent(state_dir, AgentSettings.load(Path(state_dir)), connector)
+    """The agent saved in `state_dir` by init (connector, policy, period, mode). Opening only
+    reads: an apply a killed process left open is reconciled by `start_agent` (``agent run``,
+    ``agent serve``), by each round and by each action, never by a read such as a status."""
+    return Agent(state_dir, AgentSettings.load(Path(state_dir)), connector)
+
+
+def start_agent(state_dir: Path | str, connector: Connector | None = None,
+                log: Callable[[str], None] | None = None) -> Agent:
+    """`open_agent` for a process that acts (``agent run``, ``agent serve``): it first finishes
+    what a killed process left (`Agent.reconcile`); when that fails (Slurm does not answer),
+    the block says so, and each round and action tries again."""
+    agent = open_agent(state_dir, connector)
+    if log is not None:
+        agent.log = log
     try:
         agent.reconcile()
-    except LiveError:
-        pass  # recorded as the block reason; status shows it, actions retry it
+    except LiveError as e:
+        agent.log(str(e))
     return agent
 

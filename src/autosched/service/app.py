@@ -3,7 +3,8 @@
 Reads come from the `RevisionStore` (short SQLite connections; WAL lets them run beside the
 agent's and the CLI's writes); the status, which clients poll, is kept until the store changes.
 Actions call the `Agent` of the live contract under one lock per service, so two requests never
-apply at once in this process; across processes the store's write transactions decide (one
+apply at once in this process (freeze and unfreeze do not take it: they write one flag and never
+wait for an apply, whatever Slurm does); across processes the store's write transactions decide (one
 approve wins, the others get a 409). Before a route sees a request, `guard.RequestGuard` checks
 the token of every request with a body (before reading it) and caps the body's size.
 
@@ -355,17 +356,15 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
               summary="Kill switch: the agent proposes and applies nothing until unfrozen")
     def freeze(body: Annotated[FreezeIn | None, Body()] = None) -> dict[str, Any]:
         body = body or FreezeIn()
-        ag = get_agent()
-        with lock:
-            return ag.freeze(actor(body.operator), body.reason).to_dict()
+        # never behind the action lock: a freeze must not wait for an apply stuck on Slurm (it
+        # is one store transaction, which another process's writes hold up for milliseconds)
+        return get_agent().freeze(actor(body.operator), body.reason).to_dict()
 
     @app.post("/api/unfreeze", response_model=FlagsOut, dependencies=actions, responses=ERRORS,
               summary="Let the agent propose again")
     def unfreeze(body: Annotated[UnfreezeIn | None, Body()] = None) -> dict[str, Any]:
         body = body or UnfreezeIn()
-        ag = get_agent()
-        with lock:
-            return ag.unfreeze(actor(body.operator)).to_dict()
+        return get_agent().unfreeze(actor(body.operator)).to_dict()
 
     @app.get("/", response_class=HTMLResponse, dependencies=reads, include_in_schema=False)
     def status_page() -> HTMLResponse:
