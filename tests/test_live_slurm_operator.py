@@ -148,3 +148,34 @@ def test_a_freeze_answers_at_once_while_slurmctld_is_down_and_a_rollback_waits_o
     print(f"freeze answered in {took:.3f} s; the rollback was in flight: {in_flight}")
     assert isinstance(done[0], ServiceError) and "503" in str(done[0])
     assert agent.store.running().config["PriorityWeightAge"] == 1234
+
+
+def test_agent_status_only_reads_a_round_reconciles(slurm_testbed, bed_agent):
+    import sqlite3
+
+    bed, agent = slurm_testbed, bed_agent
+    base = agent.store.running()
+    p = agent.store.create(dict(base.config, PriorityWeightAge=4321), trigger="manual",
+                           actor="test")
+    before = bed.include.read_text()
+    intent = agent.store.begin_apply(p.id, actor="test", previous=agent.connector.snapshot())
+    # what a process killed between writing and reconfiguring leaves: the file new, Slurm old
+    bed.include.write_text(before + "PriorityWeightAge=4321\n")
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    with sqlite3.connect(agent.store.path) as db:
+        db.execute("UPDATE applies SET pid = ? WHERE seq = ?", (dead.pid, intent.seq))
+    env = dict(bed.env, PYTHONPATH=SRC)
+    for cmd in (["status"], ["status", "--json"]):
+        res = subprocess.run([AUTOSCHED, "agent", *cmd, "--state", str(agent.state_dir)],
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert res.returncode == 0, res.stderr
+    assert bed.include.read_text().endswith("PriorityWeightAge=4321\n")  # not restored
+    assert agent.store.open_apply() is not None
+    bed.reconfigure()  # (Slurm re-reads the file the killed apply wrote, as any reconfigure would)
+    assert show(bed, "PriorityWeightAge") == "4321"
+    agent.step()  # a round reconciles: the file before, Slurm reconfigured
+    assert agent.store.open_apply() is None and bed.include.read_text() == before
+    assert show(bed, "PriorityWeightAge") == "1000"
+    st = agent.status()
+    assert st.live is not None and st.live.knobs["PriorityWeightAge"] == "1000"

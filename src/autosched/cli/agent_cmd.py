@@ -222,7 +222,13 @@ def status_cmd(state: Optional[Path] = _state_opt(),
     if st.blocked:
         typer.echo(f"BLOCKED: {st.blocked}")
     if st.interrupted_apply:
-        typer.echo(f"an interrupted apply of revision {st.interrupted_apply} awaits reconciliation")
+        typer.echo(f"an apply of revision {st.interrupted_apply} has not ended (in progress, or "
+                   "interrupted: the next round or action restores the settings before it)")
+    for w in st.warnings:
+        typer.echo(f"warning: {w}")
+    if st.live:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.live.time))
+        typer.echo(f"Slurm last read {when} ({time.time() - st.live.time:.0f} s ago)")
     if st.running:
         typer.echo(f"running: revision {st.running.id} ({st.running.trigger})")
         for k, v in st.running.config.items():

@@ -211,11 +211,12 @@ class Agent:
             self._abandonable -= 1
 
     # -- status ---------------------------------------------------------------------------
-    def status(self, history: int = 10) -> AgentStatus:
+    def status(self, history: int = 10, now: float | None = None) -> AgentStatus:
+        """The agent at a glance (`read_status`): read from the store only, never from Slurm."""
         s = self.settings
         return read_status(self.store, history=history, mode="auto" if s.mode == "auto" else "propose",
                            policy=s.policy, period=s.period, connector=self.connector.describe(),
-                           slurm=self.slurm_texts)
+                           slurm=self.slurm_texts, now=now)
 
     def slurm_texts(self, config: Mapping[str, Any]) -> dict[str, str] | None:
         """Each managed knob of `config` as Slurm spells it (what `scontrol show config` shows),
@@ -368,7 +369,28 @@ class Agent:
 
     # -- reading the cluster ----------------------------------------------------------------
     def live_values(self) -> dict[str, str]:
-        return self.connector.live_values()
+        """Slurm's managed settings now; each reading is recorded (`store.record_reading`: what
+        the status shows as "in Slurm", and when), and clears a block that said Slurm did not
+        answer."""
+        live = self.connector.live_values()
+        try:
+            knobs = self.space.knob_texts(self.space.full(self.space.from_settings(live)))
+        except (LiveError, KeyError, ValueError):
+            knobs = None  # a value the agent cannot read: the hand-edit check says which
+        if knobs is not None:
+            self._saw_slurm(knobs)
+        return live
+
+    def _saw_slurm(self, knobs: Mapping[str, str]) -> None:
+        self.store.record_reading(knobs)
+        last = self.store.last_round()
+        if last is not None:
+            rec = RoundRecord.from_row(*last)
+            # the newest round was blocked by something temporary (Slurm did not answer, an
+            # apply could not be restored yet): Slurm answers now, so that block is over
+            if rec.action == Action.BLOCKED.value and rec.retry_after is not None \
+                    and self.store.flags().blocked == rec.why and self.store.open_apply() is None:
+                self.store.set_blocked("")
 
     def live_config(self) -> dict[str, Any]:
         return self.space.from_settings(self.live_values())
@@ -479,6 +501,8 @@ class Agent:
         self.store.end_apply(intent, state=RevisionState.APPLIED, actor=actor, note=note,
                              replaced_note=replaced_note, approval=approval,
                              overridden=overridden)
+        # the connector read every value back before it returned: Slurm runs these now
+        self._saw_slurm(self.space.knob_texts(self.space.full(rev.config)))
         return self.store.get(rev.id)
 
     def reconcile(self) -> str:
@@ -763,7 +787,9 @@ class Agent:
         poll = poll if poll is not None else max(30.0, min(period / 4, 600.0))
         done: list[RoundOutcome] = []
         trigger = "period"
+        started = time.time()
         while not (should_stop() or self.stop_requested) and (rounds is None or len(done) < rounds):
+            self.store.beat(poll, started)
             out = self.step(trigger)
             done.append(out)
             if rounds is not None and len(done) >= rounds:
@@ -773,6 +799,16 @@ class Agent:
             deadline = clock() + wait
             while clock() < deadline and not (should_stop() or self.stop_requested):
                 sleep(max(0.0, min(poll, deadline - clock())))
+                if should_stop() or self.stop_requested:
+                    break
+                self.store.beat(poll, started)
+                if clock() >= deadline or self.store.flags().frozen:
+                    continue  # the round reads Slurm now; a frozen agent asks it nothing
+                try:  # a look at Slurm: the age of the last observation, a stale block cleared
+                    with self.abandonable():
+                        self.live_values()
+                except LiveError:
+                    pass
                 if self.settings.drift and clock() < deadline and not self.stop_requested:
                     try:
                         with self.abandonable():

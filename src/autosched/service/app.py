@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Protocol
@@ -254,7 +255,8 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
         # `agent init`: it is what many clients poll, and computing it costs several store reads.
         # Keyed by the version read *before* computing, so it is never staler than the store.
         store, changes, generation = watch.current()
-        key = (generation, changes.version(), _stamp(settings))
+        # and of the clock (whether the loop is alive, a round overdue): a minute at most
+        key = (generation, changes.version(), _stamp(settings), int(time.time() // 30))
         entry = latest.get(history)
         if entry is not None and entry[0] == key:
             return entry
