@@ -40,7 +40,7 @@ def make(tmp_path, sacct=None, pin=None, **kw):
     if sacct is None or pin is not None:
         fake.update(clock=now if pin is None else pin)
     opts = dict(connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=600,
-                history=3600, min_jobs=10, budget=12, model="replay", margin=0.0, k=0.0)
+                history=3600, min_jobs=10, budget=12, model="replay", guard_margin=0.0, guard_k=0.0)
     opts.update(kw)
     agent = init_agent(tmp_path / "state", AgentSettings(**opts))
     return agent, fake
@@ -197,9 +197,10 @@ def test_unwritable_include_file_is_a_clear_error_and_nothing_is_lost(tmp_path):
 
 def test_unwritable_state_dir_is_a_clear_error(tmp_path):
     (tmp_path / "file").write_text("")
-    with pytest.raises(LiveError, match="cannot"):
+    FakeConnector.create(tmp_path / "fake")
+    with pytest.raises(LiveError, match="cannot write the agent's settings"):
         init_agent(tmp_path / "file" / "state", AgentSettings(
-            connector={"kind": "fake", "directory": str(tmp_path)}))
+            connector={"kind": "fake", "directory": str(tmp_path / "fake")}))
 
 
 def test_malformed_sacct_rows_are_skipped_and_counted(tmp_path):

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_text_atomic
+from ..atomic import check_input, write_text_atomic
 from ..cluster import ClusterSpec
 from .connector import ApplyFailed, include_snapshot
 from .errors import LiveError, SlurmUnavailable
@@ -195,6 +195,42 @@ def cluster_from_nodes(nodes: list[dict[str, str]], source: str = "scontrol show
     return ClusterSpec.uniform_nodes(len(gpu_nodes), per_node, source=source)
 
 
+def include_problem(slurm_conf: Path | None, include: Path) -> str | None:
+    """None if `slurm_conf` has an ``Include`` of `include` as its last setting line (comments
+    and blank lines may follow), else what is wrong and what to do: without the line nothing the
+    agent writes takes effect, and a setting after it would override the agent's."""
+    advice = "then run `scontrol reconfigure`"
+    if slurm_conf is None:
+        return "SLURM_CONF is not set and no slurm.conf path was given"
+    check_input(slurm_conf, "slurm.conf")
+    try:
+        text = slurm_conf.read_text(encoding="utf-8")
+    except OSError as e:
+        return f"{slurm_conf}: cannot read: {e.strerror}"
+    except UnicodeDecodeError as e:
+        return f"{slurm_conf}: not a UTF-8 text file ({e.reason} at byte {e.start})"
+    target = os.path.realpath(include)
+    found = None  # line number of our Include
+    last = None  # line number and text of the last setting line
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split("#")[0].split()
+        if not words:
+            continue
+        last = (number, line.strip())
+        if len(words) == 2 and words[0].lower() == "include":
+            path = words[1] if os.path.isabs(words[1]) else str(slurm_conf.parent / words[1])
+            if os.path.realpath(path) == target:
+                found = number
+    if found is None:
+        return (f"{slurm_conf} has no line `Include {include}`: add it as the last line of slurm.conf, "
+                f"{advice}")
+    if last is not None and last[0] != found:
+        return (f"{slurm_conf}: line {last[0]} (`{last[1]}`) comes after `Include {include}` "
+                f"(line {found}) and would override the agent's settings; make the Include line the "
+                f"last setting line of slurm.conf, {advice}")
+    return None
+
+
 class SlurmConnector:
     """A Slurm cluster through ``sacct``/``scontrol``; writes only `include` (see module doc)."""
 
@@ -212,22 +248,9 @@ class SlurmConnector:
                 "slurm_conf": str(self.slurm_conf) if self.slurm_conf else None}
 
     def check_include_line(self) -> str | None:
-        """None if slurm.conf has an ``Include`` of our file, else what is wrong (the agent
-        reports it: without that line nothing it writes takes effect)."""
-        if self.slurm_conf is None:
-            return "SLURM_CONF is not set and no slurm.conf path was given"
-        try:
-            text = self.slurm_conf.read_text()
-        except OSError as e:
-            return f"{self.slurm_conf}: cannot read: {e.strerror}"
-        target = os.path.realpath(self.include)
-        for line in text.splitlines():
-            words = line.split("#")[0].split()
-            if len(words) == 2 and words[0].lower() == "include":
-                path = words[1] if os.path.isabs(words[1]) else str(self.slurm_conf.parent / words[1])
-                if os.path.realpath(path) == target:
-                    return None
-        return f"{self.slurm_conf} has no line `Include {self.include}`"
+        """None if slurm.conf ends with an ``Include`` of our file, else what is wrong
+        (`include_problem`)."""
+        return include_problem(self.slurm_conf, self.include)
 
     # -- reading --------------------------------------------------------------------------
     def now(self) -> float:
