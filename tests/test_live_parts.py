@@ -17,11 +17,11 @@ from autosched.live.knobs import is_allowed, live_policy, live_space, same_value
 from autosched.live.slurm import (
     SlurmRunner,
     add_queue_rows,
-    cluster_from_nodes,
     live_settings,
     node_gpus,
     parse_nodes,
     parse_show_config,
+    setup_from_slurm,
 )
 from autosched.policies.multifactor import Multifactor
 from autosched.space import ConfigError
@@ -118,6 +118,23 @@ def test_live_policy_pins_fixed_knobs_and_narrows_managed_ones():
         assert Multifactor.space.validate(c) == c
 
 
+def test_live_policy_keeps_a_default_its_narrowed_range_leaves_out():
+    # a running PriorityMaxAge of 840 s (a compressed-time cluster) with a step of 0.25 of the log
+    # range [600 s, 60 d]: the range becomes 840 / f .. 840 * f with f = 8640 ** 0.25 = 9.64, i.e.
+    # [600, 8098.6] s, which leaves out the knob's default of 7 d (604800 s); the default moves to
+    # the range's upper end instead of failing the live view
+    ls = live_space("multifactor")
+    running = ls.full({"PriorityMaxAge": 840.0, "PriorityWeightAge": 90000})
+    cls = live_policy(ls, running, max_step=0.25)
+    age = cls.space["PriorityMaxAge"]
+    assert (age.low, round(age.high, 1)) == (600.0, round(840 * 8640 ** 0.25, 1)) == (600.0, 8098.6)
+    assert age.default == age.high
+    # an Int knob: weight 90000 +- 25000 -> [65000, 100000], its default 1000 moves up to 65000
+    w = cls.space["PriorityWeightAge"]
+    assert (w.low, w.high, w.default) == (65000, 100000, 65000)
+    # a default inside the cut range stays as it was
+    assert cls.space["PriorityWeightJobSize"].default == 1000
+
 def test_settings_round_trip_and_bf_flags():
     ls = live_space("multifactor")
     cfg = ls.full({"PriorityMaxAge": 7200.0, "PriorityFavorSmall": True})
@@ -167,14 +184,21 @@ NodeName=login Gres=(null) Partitions=cpu State=IDLE
 
 def test_cluster_from_scontrol_nodes():
     assert node_gpus("gpu:a100:4(S:0),gpu:v100:2") == 6 and node_gpus("(null)") == 0
-    c = cluster_from_nodes(parse_nodes(NODES))
+    setup = setup_from_slurm({}, parse_nodes(NODES), [], "Account|User|ParentName|Share\nroot|||1\n", "")
+    c = setup.cluster_spec()
     assert (c.nodes, c.gpus_per_node, c.uniform) == (2, 8, True)  # login has no GPU
-    split = cluster_from_nodes(parse_nodes("NodeName=a Gres=gpu:4 Partitions=p1\n"
-                                           "NodeName=b Gres=gpu:4 Partitions=p2\n"
-                                           "NodeName=c Gres=gpu:4 Partitions=p2\n"))
-    assert split.vc_nodes == (("p1", 1), ("p2", 2)) and not split.uniform
+    assert c.slurm_partitions == ()  # no partition listed: one pool
+    # partitions that do not overlap stay Slurm partitions of one pool (fair share is one tree
+    # across them, as in slurmctld), not separate VCs
+    split = setup_from_slurm({}, parse_nodes("NodeName=a Gres=gpu:4 Partitions=p1\n"
+                                             "NodeName=b Gres=gpu:4 Partitions=p2\n"
+                                             "NodeName=c Gres=gpu:4 Partitions=p2\n"),
+                             parse_nodes("PartitionName=p1\nPartitionName=p2 Default=YES\n"), "", "")
+    spec = split.cluster_spec()
+    assert spec.uniform and spec.nodes == 3
+    assert [(p.name, p.nodes) for p in spec.slurm_partitions] == [("p2", (1, 2)), ("p1", (0,))]
     with pytest.raises(LiveError, match="no node has GPUs"):
-        cluster_from_nodes(parse_nodes("NodeName=x Gres=(null)\n"))
+        setup_from_slurm({}, parse_nodes("NodeName=x Gres=(null)\n"), [], "", "")
 
 
 def test_queue_rows_fill_in_what_sacct_has_not_recorded():

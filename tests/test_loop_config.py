@@ -170,12 +170,27 @@ def test_a_flat_settings_file_written_before_the_loop_was_nested_loads():
     assert slurm.loop_values() == {**LoopConfig().loop_values(), **LIVE}
 
 
+def test_a_flat_settings_file_with_a_webhook_loads_it_and_a_bad_url_is_refused():
+    """A flat file as `agent init --notify` wrote it before the loop's settings were nested: the
+    URL is a live setting, checked as `agent init` checks it."""
+    data = json.loads((FIXTURES / "agent_settings_flat_fake.json").read_text())
+    data["notify"] = "https://hooks.example.org/T1"
+    assert AgentSettings.from_json(data, "f").notify == "https://hooks.example.org/T1"
+    assert AgentSettings.from_json({**data, "notify": None}, "f").notify is None
+    for bad, message in (("ftp://example.org/x", "notify URL 'ftp://example.org/x': give an http:// or https:// URL"),
+                         (5, "notify 5: must be text")):
+        with pytest.raises(LiveError) as e:
+            AgentSettings.from_json({**data, "notify": bad}, "s/settings.json")
+        assert str(e.value).startswith(f"s/settings.json: {message}")
+
+
 def test_settings_are_saved_nested_and_read_back_the_same(tmp_path):
     s = AgentSettings(connector={"kind": "fake", "directory": "/x"}, period=600.0, guard_k=0.5, bounds={
         "PriorityWeightAge": [10.0, 100.0]}, fixed={"placement": "spread"})
     s.save(tmp_path)
     saved = json.loads((tmp_path / SETTINGS_FILE).read_text())
-    assert set(saved) == {"connector", "mode", "min_jobs", "bounds", "max_step", "fixed", "seed_history", "loop"}
+    assert set(saved) == {"connector", "mode", "min_jobs", "bounds", "max_step", "fixed", "seed_history", "notify",
+                          "loop"}
     assert saved["loop"]["guard_k"] == 0.5 and set(saved["loop"]) == set(LOOP_FIELDS)
     assert AgentSettings.load(tmp_path) == s
 
@@ -217,6 +232,7 @@ def _agent(tmp_path, **kw):
     (lambda d: d["connector"].update(kind="ssh"), "connector 'ssh': use slurm or fake"),
     (lambda d: d.update(bounds={"PriorityWeightAge": [5, 1]}), "bound on PriorityWeightAge [5, 1]: lo is above hi"),
     (lambda d: d.update(mode="yolo"), "mode 'yolo': use propose or auto"),
+    (lambda d: d.update(notify="hooks.example.org"), "notify URL 'hooks.example.org': give an http:// or https://"),
 ])
 def test_a_hand_edited_settings_file_is_refused_in_one_line(tmp_path, edit, message):
     """Was: `"period": -5` made `agent run` busy-loop (2,005 rounds in 20 s); `"abc"` a TypeError."""
@@ -313,8 +329,13 @@ def test_the_agent_s_controller_is_made_of_its_settings(tmp_path):
     agent = _agent(tmp_path, period=600.0, history=3600.0, min_jobs=10, budget=4, model="replay", guard_margin=0.0,
                    guard_k=0.0)
     agent.connector.update(clock=PINNED_NOW)
+    built = []
+    new = agent._new_controller
+    agent._new_controller = lambda running, setup: built.append(new(running, setup)) or built[-1]
     agent.step()
-    ctl = agent._controller
+    ctl = built[-1]
     assert ctl.config is agent.settings and ctl.guardrail == Guardrail(0.0, 0.0) and ctl.drift_window == 600.0
     assert ctl.search.budget == 4 and ctl.drift is not None and ctl.policy is not ctl.config.policy
+    # the live view is a class; the memory is kept under the policy's name, as the settings give it
+    assert ctl.policy_name == ctl.policy_ref == "multifactor" == ctl.memory().policy
     assert replace(agent.settings, period=1200.0).period == 1200.0  # still a checked, frozen record

@@ -10,6 +10,8 @@ says which inputs can be read: regular files only):
   study...): a command declares its inputs with `protect_inputs`, and every write checks them;
 - ``-`` is standard output only where a command streams one output (`is_stdout`); elsewhere it is
   refused rather than written as a file named ``-``;
+- a path that ends in ``/`` names a directory and is refused, not written as a file of that name
+  (an option parsed with `output_path` keeps the ``/`` that `pathlib` drops);
 - errors name the user's path, never the temporary file;
 - a killed write leaves ``.NAME.PID@HOST.XXXX.tmp`` beside the target; the next write to the same
   target removes it once process PID is gone (on this host).
@@ -72,12 +74,29 @@ def is_stdout(path: str | os.PathLike) -> bool:
     return os.fspath(path) == "-"
 
 
+class _TypedPath(type(Path())):  # type: ignore[misc]
+    """A `Path` that remembers the text it was typed as (see `output_path`)."""
+
+    typed: str = ""
+
+
+def output_path(text: str) -> Path:
+    """An output path as typed on the command line (a typer ``parser=`` for output options):
+    a `Path` that remembers a trailing ``/``, which `Path` itself drops, so that `check_output`
+    refuses ``--out adir/`` instead of writing a file named ``adir``."""
+    path = _TypedPath(text)
+    path.typed = text
+    return path
+
+
 def check_output(path: str | os.PathLike) -> Path:
     """The real path to write `path` to, after checking the rule for outputs; raises `OutputError`
     naming `path`. Commands call it before their work, so a bad output fails at once."""
-    shown = os.fspath(path)
+    shown = getattr(path, "typed", "") or os.fspath(path)
     if is_stdout(path):
         raise OutputError("'-' (standard output) is not accepted for this output; give a file name")
+    if shown.endswith(("/", os.sep)):
+        raise OutputError(f"{shown}: ends in '/', so it names a directory; give the name of the file to write")
     real = os.path.realpath(path)
     try:
         st = os.stat(real)
@@ -104,6 +123,25 @@ def check_input(path: str | os.PathLike, what: str = "file") -> None:
         raise InputError(f"{os.fspath(path)}: cannot read ({e.strerror or e})") from None
     if not stat.S_ISREG(st.st_mode):
         raise InputError(f"{os.fspath(path)}: is {_kind(st.st_mode)}, not a regular file; expected a {what}")
+
+
+def read_text_input(path: str | os.PathLike, what: str, max_bytes: int) -> str:
+    """The text of input `path` under the input rules: a regular file (`check_input`), at most
+    `max_bytes` bytes (a larger one is not `what`; nothing more is read), UTF-8. Every refusal
+    is an `InputError` naming `path`."""
+    shown = os.fspath(path)
+    check_input(path, what)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(max_bytes + 1)
+    except OSError as e:
+        raise InputError(f"{shown}: cannot read ({e.strerror or e})") from None
+    if len(raw) > max_bytes:
+        raise InputError(f"{shown}: larger than {max_bytes} bytes; not a {what}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{shown}: not UTF-8 text (byte {e.start}); expected a {what}") from None
 
 
 def _kind(mode: int) -> str:

@@ -51,7 +51,8 @@ class LoopConfig:
     samples: int = 4  # workloads sampled per round to tune on
     # Fresh model samples the guardrail judges a winner on (see ModelSource). 8, with k = 1: with
     # 4 and k = 2 the guardrail kept the default through real gains of 28-38% (ITP cluster07) and
-    # 15% (Philly 72x8); 8 and k = 1 deployed them and lost nothing elsewhere (docs/results.md).
+    # 15% (Philly 72x8); 8 and k = 1 deployed them and lost nothing elsewhere (docs/history.md,
+    # "the guardrail on 8 fresh samples").
     validation_samples: int = 8
     # log sd of the load level across the samples of a round (0: every sample at the forecast level)
     level_sd: float = 0.0

@@ -8,12 +8,15 @@ import getpass
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
 from ..live.settings import AgentSettings
 from .common import LOOP, loop_options
+
+if TYPE_CHECKING:
+    from ..live.round import RoundOutcome
 
 agent_app = typer.Typer(help="The live agent: propose, apply, verify and roll back Slurm settings.",
                         no_args_is_help=True)
@@ -70,11 +73,13 @@ def init_cmd(
     fix: list[str] = typer.Option([], "--fix", help="KNOB=VALUE for a knob with no live setting (repeatable)"),
     seed_history: Optional[Path] = typer.Option(None, "--seed-history", help="an older sacct export that seeds the history"),
     timeout: float = typer.Option(30.0, "--timeout", help="seconds a Slurm command may take"),
+    notify: Optional[str] = typer.Option(None, "--notify", help="URL to POST a JSON notice to on a new proposal, a block, an apply, a rollback and a freeze"),
 ) -> None:
     """Create the agent's state directory and save how it reaches the cluster and what it tunes.
     Every option and the cluster's setup are checked first: a refused init writes nothing."""
     from ..errors import InputError
     from ..live.agent import init_agent
+    from ..live.errors import LiveError
 
     if fake is not None:
         connector: dict[str, Any] = {"kind": "fake", "directory": str(fake.resolve())}
@@ -95,7 +100,7 @@ def init_cmd(
     settings = AgentSettings(
         **loop, connector=connector, mode="auto" if auto else "propose", min_jobs=min_jobs, bounds=bounds,
         max_step=max_step, fixed=_pairs(fix, "fix"),
-        seed_history=str(seed_history.resolve()) if seed_history else None)
+        seed_history=str(seed_history.resolve()) if seed_history else None, notify=notify)
     st = state or default_state()
     agent = init_agent(st, settings)
     typer.echo(f"agent initialised in {st}: {settings.policy}, {settings.mode} mode, period "
@@ -103,47 +108,70 @@ def init_cmd(
     if agent.space.fixed:
         typer.echo("fixed in live mode (no Slurm setting): " +
                    ", ".join(f"{k}={v}" for k, v in agent.space.fixed.items()))
+    try:
+        warnings = agent.connector.setup().warnings()
+    except LiveError as e:
+        warnings = [f"cannot read the cluster's setup yet ({e}); each round reads it"]
+    for w in warnings:
+        typer.echo(f"warning: {w}")
 
 
 @agent_app.command("step")
 def step_cmd(state: Optional[Path] = _state_opt(),
              as_json: bool = typer.Option(False, "--json", help="print the round as JSON")) -> None:
-    """Run one round now: read the history, tune, and propose (or apply, in auto mode)."""
+    """Run one round now: read the history, tune, and propose (or apply, in auto mode).
+
+    Exit code: 0 the round ran (proposed, applied, rolled back, waiting, nothing worth a change);
+    3 frozen; 4 blocked by something temporary (Slurm does not answer), retried later; 5 blocked
+    until an operator acts or more history comes (hand edit, too little history); 6 an apply,
+    the guard's rollback or the tuning failed; 2 an error before the round could run."""
     from .common import print_json
 
-    summary = _open(state).step()
+    out = _open(state).step()
     if as_json:
-        print_json(summary)
-        return
-    _print_round(summary)
+        print_json(out.to_summary())
+    else:
+        _print_round(out)
+    if out.exit_code:
+        raise typer.Exit(out.exit_code)
 
 
-def _print_round(summary: dict[str, Any]) -> None:
-    typer.echo(f"{summary.get('action')}: {summary.get('why', '')}")
-    if "history_jobs" in summary:
-        typer.echo(f"history: {summary['history_jobs']} jobs ({summary['finished']} finished), "
-                   f"{summary.get('malformed_rows', 0)} malformed sacct rows skipped")
-    if summary.get("revision"):
-        typer.echo(f"revision {summary['revision']}")
+def _print_round(out: RoundOutcome) -> None:
+    typer.echo(f"{out.action.value}: {out.why}")
+    if out.history is not None:
+        typer.echo(f"history: {out.history.jobs} jobs ({out.history.finished} finished), "
+                   f"{out.history.malformed_rows} malformed sacct rows skipped")
+    if out.revision is not None:
+        typer.echo(f"revision {out.revision}")
+    if out.retry_after is not None:
+        typer.echo(f"retry in {out.retry_after:g} s")
 
 
 @agent_app.command("run")
 def run_cmd(state: Optional[Path] = _state_opt(),
             rounds: Optional[int] = typer.Option(None, "--rounds", help="stop after this many rounds"),
             poll: Optional[float] = typer.Option(None, "--poll", help="seconds between drift checks")) -> None:
-    """Run rounds every period (and when the workload drifts) until stopped (Ctrl-C, SIGTERM)."""
+    """Run rounds every period (and when the workload drifts) until stopped (Ctrl-C, SIGTERM).
+
+    Logs one JSON line per round and action on standard output (docs/service.md)."""
     import signal
+    import sys
+    import threading
+
+    from ..live.events_log import JsonLog
 
     agent = _open(state)
-    stop = {"now": False}
+    stop = threading.Event()  # SIGTERM ends the wait between rounds at once, not after a poll
 
     def _stop(*_: Any) -> None:
-        stop["now"] = True
+        stop.set()
 
     signal.signal(signal.SIGTERM, _stop)
-    agent.log = lambda msg: typer.echo(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {msg}")
+    log = JsonLog(sys.stdout)
+    agent.log = log.message
+    agent.sinks.append(log)
     try:
-        agent.run(rounds=rounds, poll=poll, should_stop=lambda: stop["now"])
+        agent.run(rounds=rounds, poll=poll, should_stop=stop.is_set, sleep=stop.wait)
     except KeyboardInterrupt:
         pass
 
@@ -154,7 +182,6 @@ def status_cmd(state: Optional[Path] = _state_opt(),
                history: int = typer.Option(10, "--history", help="revisions to list")) -> None:
     """The running revision, the pending proposal with its evidence, the history, and whether
     the agent is frozen or blocked and why."""
-    from ..live.store import Evidence, Outcome
     from .common import print_json
 
     st = _open(state).status(history)
@@ -162,7 +189,7 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         print_json(st.to_dict())
         return
     typer.echo(f"policy {st.policy}, {st.mode} mode, period {st.period:g} s, "
-               f"connector {st.connector.get('kind')}")
+               f"connector {(st.connector or {}).get('kind')}")
     if st.frozen:
         typer.echo(f"FROZEN by {st.frozen_by}: {st.frozen_reason or '(no reason given)'}")
     if st.blocked:
@@ -177,7 +204,7 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         typer.echo("running: no revision yet (the first round records the live config)")
     if st.pending:
         p = st.pending
-        ev = Evidence.from_dict(p.evidence)
+        ev = p.evidence
         # a proposal made by hand (or by an older agent) may lack a figure: say so, never "+0.0%"
         gain = "unknown" if ev.predicted_gain is None else f"{ev.predicted_gain:+.1%}"
         spread = "" if ev.spread is None else f" ± {ev.spread:.1%}"
@@ -187,13 +214,22 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         for k, (a, b) in p.diff.items():
             typer.echo(f"  {k}: {a} -> {b}")
     if st.last_round:
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.next_round - st.period))
-        typer.echo(f"last round {when}: {st.last_round.get('action')}: {st.last_round.get('why', '')}")
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.last_round.time))
+        typer.echo(f"last round {when}: {st.last_round.action}: {st.last_round.why}")
+    if st.twin:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.twin.read_at))
+        typer.echo(f"cluster setup read {when}: " +
+                   (f"{len(st.twin.changes)} change(s) since the one before" if st.twin.changes else "no change seen"))
+        for c in st.twin.changes:
+            typer.echo(f"  changed: {c}")
+        for why, n in st.twin.left_out.items():
+            typer.echo(f"  {n} job(s) of the history left out of the twin: {why}")
+        for w in st.twin.warnings:
+            typer.echo(f"warning: {w}")
     typer.echo("history:")
     for r in st.history:
         last = r.events[-1]
-        judged = Outcome.from_dict(r.outcome)
-        out = f"; outcome: {judged.verdict}" if judged else ""
+        out = f"; outcome: {r.outcome.verdict}" if r.outcome else ""
         typer.echo(f"  {r.id:>3} {r.state.value:<11} {r.trigger:<16} "
                    f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(last.time))} "
                    f"{last.actor}: {last.note}{out}")
@@ -248,6 +284,45 @@ def adopt_cmd(state: Optional[Path] = _state_opt(), actor: Optional[str] = _acto
     r = _open(state).adopt(_actor(actor))
     typer.echo(f"revision {r.id} records the live config: " +
                (", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()) or "no change"))
+
+
+@agent_app.command("twin")
+def twin_cmd(state: Optional[Path] = _state_opt(),
+             as_json: bool = typer.Option(False, "--json", help="print it as JSON")) -> None:
+    """What the agent's twin models of the cluster right now: its partitions (nodes,
+    PriorityTier, billing weights), the association tree with its shares, PriorityFlags, the jobs
+    of the observed history and the columns they carry, and what the twin leaves out. Reads the
+    cluster; writes nothing."""
+    from ..cluster import billing_text
+    from ..live.agent import read_only
+    from ..live.twin import observe_twin
+    from .common import print_json
+
+    settings, connector = read_only(state or default_state())
+    setup, view = observe_twin(connector, state or default_state(), settings.history,
+                               settings.seed_history)
+    if as_json:
+        print_json(view)
+        return
+    spec = setup.cluster_spec()
+    typer.echo(f"twin of {setup.source or connector.kind}: {spec.describe()}")
+    typer.echo("partitions:" if setup.partitions else "partitions: one pool (the policy's billing knobs)")
+    for p in setup.ordered_partitions():
+        typer.echo(f"  {p.name}{' (default)' if p.default else ''}: nodes {','.join(p.nodes)}, "
+                   f"PriorityTier {p.priority_tier}, billing {billing_text(p.billing_weights)}")
+    if view["associations"]:
+        typer.echo("associations (shares):")
+        for a in view["associations"]:
+            who = f"user {a['user']} in {a['account']}" if a["user"] else \
+                f"account {a['account']}" + (f" under {a['parent']}" if a["parent"] else "")
+            typer.echo(f"  {who}: {a['shares']}")
+    else:
+        typer.echo("associations: none read (fair share over the history's accounts and users, equal shares)")
+    typer.echo(f"priority flags: {','.join(view['priority_flags']) or '(none: Fair Tree)'}")
+    cols = ", ".join(f"{k} {v}" for k, v in view["trace_columns"].items())
+    typer.echo(f"history: {view['jobs']} jobs in the window; carrying {cols}")
+    for w in view["warnings"]:
+        typer.echo(f"warning: {w}")
 
 
 # The HTTP API and status page (branch `service`): its code lives in serve_cmd.py.

@@ -236,8 +236,11 @@ def narrowed(knob: Knob, running: Any, bounds: tuple[float, float] | None,
     if isinstance(knob, Int):
         lo, hi = math.ceil(lo), math.floor(hi)
         lo, hi = min(lo, running), max(hi, running)
-        return replace(knob, low=int(lo), high=int(hi), log=knob.log and lo > 0)
-    return replace(knob, low=lo, high=hi, log=knob.log and lo > 0)
+        return replace(knob, low=int(lo), high=int(hi), log=knob.log and lo > 0,
+                       default=int(min(max(knob.default, lo), hi)))
+    # a default the cut range leaves out moves to its nearer end (a knob's default must be valid)
+    return replace(knob, low=lo, high=hi, log=knob.log and lo > 0,
+                   default=min(max(knob.default, lo), hi))
 
 
 def live_policy(ls: LiveSpace, running: Mapping[str, Any],

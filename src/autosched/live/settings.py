@@ -22,6 +22,7 @@ from ..atomic import check_input, write_text_atomic
 from ..errors import AutoschedError
 from ..space import Float, Int
 from .errors import LiveError
+from .history import check_seed
 from .knobs import LiveSpace, live_space
 
 SETTINGS_FILE = "settings.json"
@@ -66,6 +67,7 @@ class AgentSettings(LoopConfig):
     max_step: float = 0.25  # auto mode: fraction of a knob's range one round may move it
     fixed: dict[str, Any] = field(default_factory=dict)  # values of the non-live knobs
     seed_history: str | None = None  # a sacct export that seeds the history
+    notify: str | None = None  # a webhook URL told of proposals, blocks, applies, ... (live/notify.py)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -80,6 +82,10 @@ class AgentSettings(LoopConfig):
             raise LiveError(f"max step {self.max_step:g}: must be in (0, 1]")
         check_connector(self.connector)
         check_bounds(live_space(self.policy, self.fixed), self.bounds)  # also: fixed values are valid
+        if self.notify is not None:
+            from .notify import check_url  # urllib.request: imported when a URL is given
+
+            check_url(self.notify)
 
     # -- the file ------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:
@@ -184,11 +190,11 @@ def _number(v: Any) -> bool:
 
 def check_setup(settings: AgentSettings) -> None:
     """What ``agent init`` checks outside the settings before it writes anything (reads only):
-    the seed history is a regular file, and a Slurm connector's slurm.conf includes the agent's
+    the seed history is a regular file of sacct text (`check_seed`), and a Slurm connector's slurm.conf includes the agent's
     file as its last setting line (without it nothing the agent writes takes effect, and a
     setting after it would override the agent's)."""
     if settings.seed_history is not None:
-        check_input(settings.seed_history, "sacct export (--parsable2) of the seed history")
+        check_seed(settings.seed_history)
     spec = settings.connector
     if spec["kind"] == "slurm":
         from .slurm import include_problem
