@@ -251,7 +251,8 @@ def test_a_hand_edited_settings_file_is_refused_in_one_line(tmp_path, edit, mess
 @pytest.mark.parametrize("content, message", [
     (b"[1, 2]", "not the agent's settings (a JSON object expected, got list)"),
     (b"{\"connector\": ", "cannot read the agent's settings: Expecting value"),
-    (b"\xff\xfe{}", "cannot read the agent's settings: 'utf-8' codec can't decode"),
+    (b"\xff\xfe{}", "not UTF-8 text (byte 0); expected a JSON file of the agent's settings"),
+    (b"{" + b" " * (1 << 20) + b"}", "larger than 1048576 bytes; not a JSON file of the agent's settings"),
 ])
 def test_a_settings_file_of_the_wrong_shape_is_one_line_naming_it(tmp_path, content, message):
     (tmp_path / "state").mkdir()

@@ -8,7 +8,7 @@ import importlib.util
 import inspect
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,23 +216,34 @@ def loop_options(settings: type) -> Callable[[Callable[..., Any]], Callable[...,
 
         @functools.wraps(command)
         def run(**kwargs: Any) -> Any:
-            loop = {}
-            for flag in LOOP_FLAGS:
-                value = kwargs.pop(flag.field)
-                for spelling in flag.hidden:
-                    old = kwargs.pop(_alias(spelling))
-                    if old is not None and value != _shown(flag, defaults[flag.field]):
-                        fail(f"{flag.decls[0]} and {spelling} are one option (the second is its old name); "
-                             "give it once")
-                    value = old if old is not None else value
-                loop[flag.field] = parse_duration(value, flag.decls[0]) if flag.duration else value
-            return command(**kwargs, loop=loop)
+            loop, rest = split_loop(kwargs, settings)
+            return command(**rest, loop=loop)
 
         run.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in params}
         return run
 
     return decorate
+
+
+def split_loop(arguments: Mapping[str, Any], settings: type) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A command's `arguments`, by name, as `loop_options` takes them apart: the loop's values by
+    field (durations parsed to seconds; an old spelling of a flag given with the new one fails)
+    for `settings` (a `LoopConfig` class) to check, and the command's other arguments."""
+    from ..adapt.config import loop_defaults
+
+    defaults = loop_defaults(settings)
+    rest = dict(arguments)
+    loop = {}
+    for flag in LOOP_FLAGS:
+        value = rest.pop(flag.field)
+        for spelling in flag.hidden:
+            old = rest.pop(_alias(spelling))
+            if old is not None and value != _shown(flag, defaults[flag.field]):
+                fail(f"{flag.decls[0]} and {spelling} are one option (the second is its old name); give it once")
+            value = old if old is not None else value
+        loop[flag.field] = parse_duration(value, flag.decls[0]) if flag.duration else value
+    return loop, rest
 
 
 def _loop_parameters(defaults: dict[str, Any], kind: Any) -> list[inspect.Parameter]:

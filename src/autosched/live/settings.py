@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adapt.config import DAY, LOOP_FIELDS, LoopConfig
-from ..atomic import check_input, write_text_atomic
+from ..atomic import read_text_input, write_text_atomic
 from ..errors import AutoschedError
 from ..space import Float, Int
 from .errors import LiveError
@@ -126,17 +126,10 @@ class AgentSettings(LoopConfig):
         p = Path(state_dir) / SETTINGS_FILE
         if not p.exists() and not p.is_symlink():
             raise LiveError(f"{p}: no agent here (initialise the state directory first)")
-        check_input(p, "JSON file of the agent's settings")
+        text = read_text_input(p, "JSON file of the agent's settings", MAX_SETTINGS_BYTES)
         try:
-            with open(p, "rb") as f:
-                raw = f.read(MAX_SETTINGS_BYTES + 1)
-        except OSError as e:
-            raise LiveError(f"{p}: cannot read the agent's settings: {e.strerror or e}") from None
-        if len(raw) > MAX_SETTINGS_BYTES:
-            raise LiveError(f"{p}: larger than {MAX_SETTINGS_BYTES:,} bytes; not the agent's settings")
-        try:
-            data = json.loads(raw.decode("utf-8"))
-        except ValueError as e:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+            data = json.loads(text)
+        except ValueError as e:
             raise LiveError(f"{p}: cannot read the agent's settings: {e}") from None
         return cls.from_json(data, str(p))
 
