@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autosched.export.live import live_subspace
 from autosched.export.slurm import from_slurm, quantize, to_slurm
 from autosched.live.errors import LiveError, SlurmUnavailable
 from autosched.live.history import merge_sacct, period_metrics, read_jobs
-from autosched.live.knobs import is_allowed, live_policy, live_space, same_value
+from autosched.live.knobs import is_allowed, live_space, same_value
 from autosched.live.slurm import (
     SlurmRunner,
     add_queue_rows,
@@ -100,21 +101,26 @@ def test_compound_tres_weights_are_one_setting_both_ways():
     assert same_value("PriorityWeightTRES", None, "GRES/gpu=0,CPU=0")
 
 
-def test_live_policy_pins_fixed_knobs_and_narrows_managed_ones():
+def test_the_live_subspace_pins_fixed_knobs_and_narrows_managed_ones():
     ls = live_space("multifactor", {"reserve_after": 3600.0})
     running = ls.full({"PriorityWeightAge": 1000})
-    cls = live_policy(ls, running, {"PriorityWeightAge": (0, 5000)}, max_step=0.1)
-    assert cls.name == "multifactor"
-    assert cls.space["reserve_after"].choices == (3600.0,)
-    with pytest.raises(ConfigError, match="fixed at 3600.0 in live mode"):
-        cls.space.validate({"reserve_after": 60.0})
-    age = cls.space["PriorityWeightAge"]
+    sub = live_subspace("multifactor", ls.fixed, running, {"PriorityWeightAge": (0, 5000)}, max_step=0.1)
+    space = Multifactor.space.restrict(sub)
+    assert space.pinned["reserve_after"] == 3600.0 and set(space.pinned) == set(ls.fixed)
+    with pytest.raises(ConfigError, match="held at 3600.0 in this search"):
+        space.validate({"reserve_after": 60.0})
+    age = space["PriorityWeightAge"]
     assert (age.low, age.high) == (0, 5000)  # bounds, then +-10% of 100000 around 1000
-    js = cls.space["PriorityWeightJobSize"]
+    js = space["PriorityWeightJobSize"]
     assert (js.low, js.high) == (0, 11000)
+    # bf_max_job_test is log-scaled: +-10% of the log range it is searched in (100-5000), a factor
+    # of 50 ** 0.1 = 1.479 around 500: 338.1 .. 739.5, whole jobs inward
+    bf = space["bf_max_job_test"]
+    assert (bf.low, bf.high, bf.search) == (339, 739, None)
+    assert space.default() == running  # the search starts from the running config
     # every config of the live view is a config of the policy
     import random
-    for c in (cls.space.sample(random.Random(i)) for i in range(20)):
+    for c in (space.sample(random.Random(i)) for i in range(20)):
         assert Multifactor.space.validate(c) == c
 
 

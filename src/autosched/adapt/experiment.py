@@ -318,7 +318,8 @@ def make_controller(name: str, trace: Trace, cluster: ClusterSpec, settings: Set
                     tuner_factory: TunerFactory, model_factory: Callable[[str], Any] | None) -> Controller:
     common: dict[str, Any] = dict(period=settings.period, budget=settings.budget, metric=settings.metric,
                                   seed=settings.seed, tuner_factory=tuner_factory, search=settings.search,
-                                  execution=settings.execution, carry_backlog=settings.carry_backlog)
+                                  execution=settings.execution, carry_backlog=settings.carry_backlog,
+                                  initial_config=start_config(settings))
     if name == "autosched":
         source = ModelSource(settings.model, settings.samples, factory=model_factory,
                              with_replay=settings.with_replay, validation_samples=settings.validation_samples,
@@ -346,7 +347,7 @@ def replay(trace: Trace, cluster: ClusterSpec, settings: Settings, bounds: list[
     """Simulate the whole trace; at each decision time the controller may switch the config."""
     cls = get_policy(settings.policy)
     config = cls.space.validate(initial if initial is not None else
-                                (controller.running if controller else {}))
+                                (controller.running if controller else start_config(settings)))
     if controller is not None:
         controller.running = config
     sim = Simulator(trace, cluster, cls(config))
@@ -375,6 +376,13 @@ def replay(trace: Trace, cluster: ClusterSpec, settings: Settings, bounds: list[
         progress("finishing the replay", len(checks), len(checks))
     sim.run()
     return sim.records(), timeline, list(controller.decisions) if controller else []
+
+
+def start_config(settings: Settings) -> Config:
+    """The config every strategy starts from (and `default` keeps): the policy's defaults, with
+    the cluster's values of the knobs a search's subspace pins (``run --live-knobs --fix``)."""
+    sub = settings.search.subspace
+    return get_policy(settings.policy).space.validate(sub.config() if sub is not None else {})
 
 
 def check_times(bounds: list[float], settings: Settings, drift: bool) -> list[tuple[float, str]]:

@@ -56,6 +56,8 @@ def run_cmd(
     backlog_history: Optional[bool] = typer.Option(None, "--backlog-history/--no-backlog-history", help="evaluation workloads keep each carried-over job's past (service received, time waited) instead of restarting it as a new job (docs/traces.md)  [default: on]", show_default=False),
     drift: bool = typer.Option(False, "--drift/--no-drift", help="also re-tune between boundaries when a daily drift test fires (costs a tuning round each time it fires)"),
     screening: bool = typer.Option(False, "--screening/--no-screening", help="causal knob screening inside each tuning round (off by default: see docs/tuning.md)"),
+    live_knobs: bool = typer.Option(False, "--live-knobs", help="search only the knobs the live Slurm agent may write (multifactor's priority and bf_* settings), the others pinned at the cluster's values, as `autosched agent` searches"),
+    fix: list[str] = typer.Option([], "--fix", metavar="KNOB=VALUE", help="with --live-knobs: the cluster's value of a knob the agent cannot write (repeatable; the others at their defaults)"),
     skip: str = typer.Option("0", "--skip", help="ignore the trace's first SKIP (e.g. 14d) before replaying"),
     span: Optional[str] = typer.Option(None, "--span", help="replay only SPAN of the trace (e.g. 28d) after --skip"),
     seed: int = typer.Option(0, "--seed", help="random seed (tuner and workload samples)"),
@@ -145,6 +147,8 @@ class RunOptions:
     backlog_history: bool | None  # None: the Settings' default
     drift: bool
     screening: bool
+    live_knobs: bool
+    fix: list[str]
     skip: str
     span: str | None
     seed: int
@@ -196,12 +200,24 @@ class RunOptions:
         bad = [s for s in names if s not in known]
         if bad or not names:
             fail(f"--strategies: unknown {', '.join(bad) or '(none given)'}; use some of {', '.join(known)}")
+        if self.fix and not self.live_knobs:
+            fail("--fix gives the cluster's value of a knob the live agent cannot write: it needs --live-knobs")
+        subspace = None
+        if self.live_knobs:
+            from ..export.live import live_subspace
+
+            space = get_policy(self.policy).space
+            fixed = {}
+            for item in self.fix:  # each --fix checked alone: `live_subspace` says which may be fixed
+                name = item.partition("=")[0].strip()
+                fixed[name] = space.parse_assignments([item])[name]
+            subspace = live_subspace(self.policy, fixed)
         settings = Settings(policy=self.policy, period=p, history=h, budget=self.budget, oracle_budget=self.oracle_budget,
                             samples=self.samples, validation_samples=self.validation_samples, level_sd=self.level_sd,
                             model=self.model, with_replay=self.with_replay, guard_max_loss=self.max_loss,
                             metric=self.objective, seed=self.seed, drift=self.drift, first_decision=fraction,
                             guard_k=self.noise_k, guard_margin=self.margin,
-                            search=SearchConfig(screening=self.screening),
+                            search=SearchConfig(screening=self.screening, subspace=subspace),
                             execution=ExecutionConfig(workers=self.workers), **self._given())
         return settings, names, (start, start + length)
 

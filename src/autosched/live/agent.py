@@ -27,7 +27,7 @@ from ..jsonable import jsonable
 from .connector import Connector
 from .errors import ActionNotAllowed, LiveError, SlurmUnavailable
 from .history import LiveJobs, combine, merge_sacct, observation, period_metrics, prune_sacct, read_jobs, seed_jobs
-from .knobs import LiveSpace, live_policy, live_space, same_value
+from .knobs import LiveSpace, live_space, same_value
 from .store import Evidence, Flags, Outcome, Revision, RevisionState, RevisionStore, RollbackEvidence
 
 SETTINGS_FILE = "settings.json"
@@ -481,15 +481,20 @@ class Agent:
         obs, origin = observation(jobs, now, s.history, seed=s.seed, backlog_history=s.backlog_history)
         full = self.space.full(running.config)
         bounds = {k: (float(v[0]), float(v[1])) for k, v in s.bounds.items()}
-        cls = live_policy(self.space, full, bounds, s.max_step if s.mode == "auto" else None)
+        from ..export.live import live_subspace
+
+        subspace = live_subspace(s.policy, self.space.fixed, full, bounds,
+                                 s.max_step if s.mode == "auto" else None)
 
         def factory(policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
                     execution: ExecutionConfig) -> RoundTuner:
-            # The controller names the policy; the tuner gets the live view of it instead (fixed
-            # knobs pinned, managed ones bounded). `Tuner` takes a policy class as well as a name.
+            # The tuner searches the live part of the policy's space (fixed knobs pinned, managed
+            # ones bounded), built as `autosched run --live-knobs` builds it.
+            from dataclasses import replace
+
             from ..tune.tuner import Tuner
 
-            return Tuner(cls, cluster, objective, search, execution)
+            return Tuner(policy, cluster, objective, replace(search, subspace=subspace), execution)
 
         source = ReplaySource() if s.model == "replay" else ModelSource(s.model, s.samples,
                                                                            validation_samples=s.validation_samples)
