@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -66,9 +66,9 @@ MIN_MAX_LIMIT = HOUR  # the model's head needs a maximum of at least an hour
 class Draws(Protocol):
     """The random draws the model makes (`numpy.random.Generator` is one): tests script them."""
 
-    def integers(self, high: int) -> int: ...  # uniform in [0, high)
-    def permutation(self, n: int) -> np.ndarray: ...
-    def random(self, size: int) -> np.ndarray: ...  # uniform in [0, 1)
+    def integers(self, high: int, /) -> Any: ...  # an integer uniform in [0, high)
+    def permutation(self, n: int, /) -> Any: ...  # 0..n-1 shuffled
+    def random(self, size: int, /) -> Any: ...  # `size` floats uniform in [0, 1)
 
 
 @dataclass(frozen=True)
@@ -81,7 +81,8 @@ class Histogram:
 
     def estimates(self) -> np.ndarray:
         """One estimate per job, longest first."""
-        return np.repeat(self.values, self.counts)[::-1]
+        out: np.ndarray = np.repeat(self.values, self.counts)[::-1]
+        return out
 
 
 @dataclass(frozen=True)
@@ -160,7 +161,7 @@ def job_counts(shares: np.ndarray, jobs: int) -> np.ndarray:
     """Shares (summing to 1) as whole job counts summing to `jobs`: each gets the floor of its
     share of the jobs, and the jobs left go one each to the largest remainders (ties: the first)."""
     exact = np.asarray(shares, dtype=float) * jobs
-    counts = np.floor(exact).astype(np.int64)
+    counts: np.ndarray = np.floor(exact).astype(np.int64)
     left = jobs - int(counts.sum())
     order = np.argsort(-(exact - counts), kind="stable")
     counts[order[:left]] += 1
@@ -259,9 +260,9 @@ def add_time_limits(trace: Trace, seed: int = 0, max_limit: float | None = None,
     limits = old.copy()
     raised = 0
     if len(missing):
-        draws = draws if draws is not None else np.random.default_rng(seed)
-        hist = estimate_histogram(len(missing), top, draws)
-        limits[missing], raised = assign_limits(runtimes, hist, draws)
+        rng: Draws = draws if draws is not None else np.random.default_rng(seed)
+        hist = estimate_histogram(len(missing), top, rng)
+        limits[missing], raised = assign_limits(runtimes, hist, rng)
     columns: dict[str, np.ndarray | None] = {"time_limit": limits}
     if trace.vc is not None and trace.account is None:
         columns["account"] = trace.vc
