@@ -100,6 +100,7 @@ def test_probes_freeze_the_secondary_knobs_that_do_not_move_the_objective():
     s = res.screening
     assert s is not None and sorted(s.knobs) == ["flag", "major", "minor"]
     assert s.relevant == ["major"] and set(s.frozen) == {"minor", "flag"}
+    assert s.method == "probes" and s.samples == 9 and "probes of 3 secondary knobs after 9 trials" in s.text()
     assert s.effects["minor"] == 0.0 and s.effects["flag"] == 0.0 and abs(s.effects["major"]) >= 0.01
     best_of_design = min(trials[:6], key=lambda t: t.value)
     for p in probes:  # each probe is the design's best with one knob moved to its far end

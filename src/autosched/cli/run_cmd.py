@@ -147,12 +147,12 @@ class RunOptions:
     backlog_history: bool | None  # None: the Settings' default
     drift: bool
     screening: bool
-    live_knobs: bool
-    fix: list[str]
     skip: str
     span: str | None
     seed: int
     oracle_budget: int | None
+    live_knobs: bool = False
+    fix: Sequence[str] = ()
 
     @classmethod
     def of(cls, arguments: Mapping[str, Any]) -> "RunOptions":

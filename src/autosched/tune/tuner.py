@@ -478,9 +478,9 @@ class Tuner:
         best = _best([t for t in finished.values() if t.state == "complete"], self.objective)
         knobs = [k for k, _, _ in probes]
         result = Screening(knobs, [], self.objective.metric, [], effects, relevant,
-                           {k: best.config[k] for k in knobs if k not in relevant}, len(probes),
+                           {k: best.config[k] for k in knobs if k not in relevant}, len(finished),
                            PROBE_TOLERANCE, note="one probe per secondary knob, moved to the far end of its "
-                           "searched range at the best config of the first trials")
+                           "searched range at the best config of the first trials", method="probes")
         study.set_user_attr("screening", result.to_dict())
         self._apply(result)
         return result
