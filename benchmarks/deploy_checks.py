@@ -10,7 +10,7 @@ and on the same samples at a heavier load:
   week than forecast; `autosched.workload.level.rescale`), the backlog unchanged.
 
 Only first deployments: before one, the cluster ran the default, so the round's observation can
-be rebuilt from a default run alone. ITP cluster02's seed 4 (docs/results.md) is why it exists:
+be rebuilt from a default run alone. ITP cluster02's seed 4 (docs/history.md) is why it exists:
 
     PYTHONPATH=src python benchmarks/deploy_checks.py ../shared/traces/microsoft-itp-elasticflow/cluster02.csv \\
         --cluster 11x8 --span 21 --run-json itp02-8seeds.json

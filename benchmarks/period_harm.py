@@ -9,7 +9,7 @@ report, are replayed on the real trace against the fixed default, and the jobs o
 - each changed knob held at the default through the whole timeline (the other knobs as deployed),
   and what that does to every period.
 
-ITP cluster02's seed 4 (docs/results.md, "Issue 11, today's defaults") is what it was written for:
+ITP cluster02's seed 4 (docs/history.md, "early rounds in period 0") is what it was written for:
 
     PYTHONPATH=src python benchmarks/period_harm.py ../shared/traces/microsoft-itp-elasticflow/cluster02.csv \\
         --cluster 11x8 --span 21 --run-json itp02-8seeds.json --run 4

@@ -94,6 +94,7 @@ def make_state(state: Path) -> None:
     sys.path.insert(0, str(ROOT / "src"))
     from autosched.live.agent import open_agent
     from autosched.live.fake import FakeConnector
+    from autosched.live.store import Evidence, JudgedOutcome
 
     FakeConnector.create(state.parent / "fake")
     subprocess.run([_autosched(), "agent", "init", "--state", str(state), "--fake",
@@ -105,10 +106,11 @@ def make_state(state: Path) -> None:
     for i in range(29):  # 28 applied through the agent (each judged), one left proposed
         cfg = {**cfg, "PriorityWeightAge": 1000 + 250 * (i + 1)}
         r = s.create(cfg, trigger="period", actor="agent:propose", parent=s.running().id,
-                     evidence={"predicted_gain": 0.02 + 0.001 * i, "spread": 0.01, "samples": 3})
+                     evidence=Evidence(predicted_gain=0.02 + 0.001 * i, spread=0.01, samples=3))
         if i < 28:
             agent.approve(r.id, "operator:bench")
-            s.record_outcome(r.id, {"observed_gain": 0.015 + 0.001 * i, "verdict": "kept"})
+            s.record_outcome(r.id, JudgedOutcome("avg_jct", {}, {}, r.evidence.predicted_gain, "kept",
+                                                 0.015 + 0.001 * i))
 
 
 def main() -> None:

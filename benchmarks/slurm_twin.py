@@ -51,7 +51,10 @@ from autosched.sim import Simulator  # noqa: E402
 from autosched.trace.io import load_trace  # noqa: E402
 from autosched.trace.parsing import wallclock_seconds  # noqa: E402
 
-PHILLY = REPO.parent / "shared" / "traces" / "philly" / "slices" / "philly_2017-10-02_2d.csv"
+# The slice the jobs come from: one of the real traces, which live beside the checkout (README,
+# "Tests on the real traces"); --trace names another copy.
+PHILLY_SLICE = Path("philly") / "slices" / "philly_2017-10-02_2d.csv"
+PHILLY = REPO.parent / "shared" / "traces" / PHILLY_SLICE
 USERS = ("alice", "bob", "carol")
 ACCOUNTS = ("physics", "chemistry")
 SCRIPT = REPO / "scripts" / "slurm-testbed.sh"
@@ -101,7 +104,7 @@ class Job:
 
 
 def pick_jobs(n: int, offset: int, arrival_span: float, dmin: int, dmax: int, tag: str,
-              path: Path = PHILLY) -> list[Job]:
+              path: Path) -> list[Job]:
     """n consecutive jobs of at most 8 GPUs from `offset` in the Philly slice, scaled down."""
     with open(path, newline="") as f:
         rows = [r for r in csv.DictReader(f) if int(r["num_gpus"]) <= 8][offset:offset + n]
@@ -387,6 +390,7 @@ def replay(outdir: Path, placements: tuple[str, ...], names: list[str] | None = 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--trace", type=Path, default=PHILLY, help="the 2-day Philly slice (default: %(default)s)")
     ap.add_argument("--jobs", type=int, default=40)
     ap.add_argument("--offset", type=int, default=1200, help="first job (of the <= 8-GPU jobs) of the slice")
     ap.add_argument("--arrival-span", type=float, default=45.0)
@@ -406,6 +410,9 @@ def main() -> None:
                     help="real run-to-run noise of the average wait (s) when no config is repeated")
     ap.add_argument("--json", help="write all figures here")
     args = ap.parse_args()
+    if not args.replay and not args.trace.is_file():
+        ap.error(f"--trace {args.trace}: no such file (the real traces go beside the checkout in "
+                 "../shared/traces; README, \"Tests on the real traces\")")
 
     outdir = Path(args.out)
     placements = tuple(args.placements.split(","))
@@ -442,7 +449,7 @@ def run_all(args: argparse.Namespace, outdir: Path, placements: tuple[str, ...])
         cl.equal_shares()
         for name in args.configs.split(","):
             tag = f"tw{int(time.time()) % 100000}{name[:3]}"
-            jobs = pick_jobs(args.jobs, args.offset, args.arrival_span, args.dmin, args.dmax, tag)
+            jobs = pick_jobs(args.jobs, args.offset, args.arrival_span, args.dmin, args.dmax, tag, args.trace)
             config = {**BASE, **CONFIGS[name.split("#")[0]]}
             to = config.get("_partition_of", {})
             jobs = [replace(j, partition=to.get(j.user, "")) for j in jobs]

@@ -3,8 +3,8 @@ them: wall seconds, CPU seconds (this process and its trial workers), the worker
 faults and this process's resident memory after each strategy.
 
 The page faults are what showed that forked trial workers copied the parent's pages when their
-garbage collector walked the objects they inherited (docs/results.md, "Issue 11: the main job's
-time"); `--no-freeze` turns the workers' `gc.freeze()` off to show the difference:
+garbage collector walked the objects they inherited (docs/history.md, "the main job's time");
+`--no-freeze` turns the workers' `gc.freeze()` off to show the difference:
 
     PYTHONPATH=src python benchmarks/strategy_cost.py --strategies autosched,last_period,oracle_static \\
         --oracle-budget 48 [--no-freeze]

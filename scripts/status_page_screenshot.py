@@ -27,6 +27,7 @@ from chromium_kit import start_chromium  # noqa: E402
 def demo_state(tmp: Path) -> Path:
     from autosched.live.agent import AgentSettings, init_agent
     from autosched.live.fake import FakeConnector
+    from autosched.live.store import Evidence, JudgedOutcome
 
     FakeConnector.create(tmp / "fake")
     state = tmp / "state"
@@ -39,13 +40,12 @@ def demo_state(tmp: Path) -> Path:
         run = s.running()
         return s.create({**run.config, **changes}, trigger="period", actor="agent:propose",
                         parent=run.id, note=why,
-                        evidence={"predicted_gain": gain, "spread": spread, "samples": 3,
-                                  "tuning_cost": 20, "metric": "avg_jct", "reason": why})
+                        evidence=Evidence(predicted_gain=gain, spread=spread, samples=3,
+                                          tuning_cost={"trials": 20}, metric="avg_jct", reason=why))
 
     def judged(rev, observed, verdict):
-        s.record_outcome(rev.id, {"metric": "avg_jct", "predicted_gain":
-                                  rev.evidence["predicted_gain"], "observed_gain": observed,
-                                  "verdict": verdict})
+        s.record_outcome(rev.id, JudgedOutcome("avg_jct", {}, {}, rev.evidence.predicted_gain, verdict,
+                                               observed))
 
     r = propose({"PriorityWeightAge": 4000}, 0.061, 0.018, "gain 6.1% > 2 x s.e.")
     agent.approve(r.id, "operator:alice")

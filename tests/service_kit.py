@@ -11,7 +11,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ContextManager, Iterator
 
-from autosched.live.store import RevisionState, RevisionStore
+from autosched.live.store import Evidence, RevisionState, RevisionStore
 from autosched.service.serve import serve_in_process
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -43,8 +43,8 @@ def seed(state: Path, fake: Path | None = None) -> RevisionStore:
     assert base.id == 1 and base.config == BASE, base
     agent.store.create({**BASE, "PriorityWeightAge": 5000}, trigger="period",
                        actor="agent:propose", parent=1,
-                       evidence={"predicted_gain": 0.08, "spread": 0.02, "samples": 8,
-                                 "metric": "avg_jct"})
+                       evidence=Evidence(predicted_gain=0.08, spread=0.02, samples=8,
+                                         metric="avg_jct"))
     return agent.store
 
 

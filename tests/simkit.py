@@ -6,23 +6,10 @@ import numpy as np
 
 from autosched.cluster import ClusterSpec
 from autosched.policies import get_policy
+from autosched.policies.battery import tiny_trace
 from autosched.sim import Simulator
-from autosched.trace.table import Trace
 
-
-def make_trace(jobs, users=None, vcs=None) -> Trace:
-    """`jobs`: (submit, gpus, duration) tuples, in submission order; ids are j0, j1, ..."""
-    cols = {
-        "job_id": [f"j{i}" for i in range(len(jobs))],
-        "submit_time": [float(s) for s, _, _ in jobs],
-        "num_gpus": [int(g) for _, g, _ in jobs],
-        "duration": [float(d) for _, _, d in jobs],
-    }
-    if users is not None:
-        cols["user"] = list(users)
-    if vcs is not None:
-        cols["vc"] = list(vcs)
-    return Trace.from_columns(cols)
+make_trace = tiny_trace  # `jobs`: (submit, gpus, duration) tuples, in submission order; ids j0, j1, ...
 
 
 def cluster(nodes: int = 1, gpn: int = 4, **kw) -> ClusterSpec:

@@ -205,3 +205,122 @@ def test_progress_is_reported_at_the_end():
     Simulator(make_trace([(0, 1, 10), (5, 1, 10)]), cluster(), get_policy("fifo")({}),
               progress=lambda done, total: seen.append((done, total))).run()
     assert seen[-1] == (2, 2)
+
+
+# ---------------------------------------------------------------- the engine enforces the contract
+
+Fifo = get_policy("fifo")
+
+
+class _WritesGpus(Fifo):
+    """Rewrites each arriving job's GPU count to 1 in the columns it was handed."""
+
+    def on_arrival(self, j, now):
+        self.jobs.gpus[j] = 1
+        super().on_arrival(j, now)
+
+
+def test_a_policy_cannot_rewrite_the_job_columns():
+    # Two 4-GPU jobs on 4 GPUs. When JobInfo handed the engine's own lists, this policy made
+    # them run at once (both 0-100) and the records said 1 GPU each; the columns are tuples now.
+    sim = Simulator(make_trace([(0, 4, 100), (0, 4, 100)]), cluster(1, 4), _WritesGpus({}))
+    assert isinstance(sim.jobs.gpus, tuple) and isinstance(sim.jobs.submit, tuple)
+    with pytest.raises(TypeError, match="does not support item assignment"):
+        sim.run()
+    assert sim.records().gpus.tolist() == [4, 4]
+    plain = run([(0, 4, 100), (0, 4, 100)], "fifo")
+    assert jct(plain) == [100, 200]
+
+
+def test_every_column_a_policy_is_handed_is_read_only():
+    trace = make_trace([(0, 1, 10), (5, 2, 10)], users=["a", "b"], vcs=["X", "X"])
+    sim = Simulator(trace, cluster(1, 4), get_policy("sjf")({}))  # an oracle: durations too
+    info = sim.jobs
+    for col in ("submit", "gpus", "vc", "user", "duration"):
+        assert isinstance(getattr(info, col), tuple), col
+    assert info.duration == (10.0, 10.0) and info.user == (0, 1) and info.labels["user"] == ("a", "b")
+    with pytest.raises(TypeError):
+        info.labels["user"] = ("x",)  # type: ignore[index]
+    part = sim.partitions[0]
+    with pytest.raises(TypeError):
+        part.running[0] = None  # type: ignore[index]
+
+
+class _ActsIn(Fifo):
+    """Calls start (or preempt) from one hook other than schedule."""
+
+    hook = "on_arrival"
+    action = "start"
+
+    def _act(self, j):
+        if self.action == "start":
+            self.part.start(j)
+        else:
+            self.part.preempt(next(iter(self.part.running)))
+
+    def bind(self, part, jobs):
+        super().bind(part, jobs)
+        if self.hook == "bind":
+            self._act(0)
+
+    def on_arrival(self, j, now):
+        super().on_arrival(j, now)
+        if self.hook == "on_arrival" or (self.hook == "on_arrival_preempt" and self.part.running):
+            self._act(j)
+
+    def on_finish(self, j, now):
+        if self.hook == "on_finish" and self.by_size:
+            self._act(next(iter(self.by_size.values()))[0])
+
+    def on_reconfigure(self, config, now):
+        super().on_reconfigure(config, now)
+        if self.hook == "on_reconfigure":
+            self._act(1)
+
+
+@pytest.mark.parametrize("hook, action", [("bind", "start"), ("on_arrival", "start"), ("on_finish", "start"),
+                                          ("on_reconfigure", "start"), ("on_arrival_preempt", "preempt")])
+def test_start_and_preempt_outside_schedule_raise(hook, action):
+    # A (4 GPUs) arrives at 0, B (4 GPUs) at 10. Each call fails with the contract's rule,
+    # whatever the job's state: starting A in bind (A not yet arrived) or on its arrival (A
+    # waiting), B at A's finish (at 100, B waiting) or on a reconfiguration at 50 (B waiting),
+    # preempting A on B's arrival (A running).
+    policy = type("Mutant", (_ActsIn,), {"hook": hook, "action": action})({})
+    if hook == "bind":
+        with pytest.raises(SimulationError, match="cannot start job 0 here: a policy starts and preempts jobs only in its schedule hook"):
+            Simulator(make_trace([(0, 4, 100), (10, 4, 100)]), cluster(1, 4), policy)
+        return
+    sim = Simulator(make_trace([(0, 4, 100), (10, 4, 100)]), cluster(1, 4), policy)
+    if hook == "on_reconfigure":
+        sim.run(until=50)
+        with pytest.raises(SimulationError, match="cannot start job 1 here"):
+            sim.reconfigure({})
+        return
+    job = {"on_arrival": 0, "on_finish": 1, "on_arrival_preempt": 0}[hook]
+    with pytest.raises(SimulationError, match=f"cannot {action} job {job} here"):
+        sim.run()
+
+
+class _FailsOnce(Fifo):
+    """Its decision at t=10 raises (a bug in a policy)."""
+
+    def schedule(self, now):
+        if now == 10:
+            raise RuntimeError("bug")
+        super().schedule(now)
+
+
+def test_after_a_failed_decision_nothing_outside_schedule_may_start_a_job():
+    sim = Simulator(make_trace([(0, 4, 100), (10, 4, 100)]), cluster(1, 4), _FailsOnce({}))
+    with pytest.raises(RuntimeError, match="bug"):
+        sim.run()
+    with pytest.raises(SimulationError, match="only in its schedule hook"):
+        sim.partitions[0].start(1)
+
+
+def test_the_simulator_keeps_the_policy_type_it_was_given():
+    # `Simulator[P].policies` are clones of the caller's type: typed code reads a policy's own
+    # attributes from them (as `autosched simulate` reads multifactor's backfill_kind).
+    sim = Simulator(make_trace([(0, 1, 10)]), cluster(), get_policy("multifactor")({}))
+    sim.run()
+    assert type(sim.policies[0]) is get_policy("multifactor") and sim.policies[0].backfill_kind is not None

@@ -1,4 +1,4 @@
-"""No traceback on any input (issue 12): every loader and every file-reading option of the command
+"""No traceback on any input: every loader and every file-reading option of the command
 line, fed random bytes, cut-off real files and files of the wrong kind, either works or fails with
 one line of the project's own error class (`AutoschedError`; ``error: ...`` and exit code 2 on
 the command line)."""
@@ -117,6 +117,62 @@ def test_model_loader_never_crashes(tmp_path, data):
     _one_line_or_ok(load_and_sample)
 
 
+def _fitted_models() -> dict[str, dict]:
+    """The arrays of a fitted model file of each kind that saves arrays (neural needs torch)."""
+    import numpy as np
+
+    out = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        trace, _ = load_trace(_write(Path(tmp) / "t.csv", CANON))
+        for kind in ("stat", "replay", "hybrid"):
+            get_model(kind)().fit(trace).save(Path(tmp) / "m.npz")
+            with np.load(Path(tmp) / "m.npz", allow_pickle=False) as z:
+                out[kind] = {k: z[k] for k in z.files}
+    return out
+
+
+MODELS = _fitted_models()
+ODD_NUMBERS = st.sampled_from([float("nan"), float("inf"), -float("inf"), 0.0, -1.0, 0.5, 1e300, -1e300, 1e12,
+                               2.0**63, 3.0]) | st.floats() | st.integers(-(2**63), 2**63 - 1)
+
+
+@FUZZ
+@given(kind=st.sampled_from(sorted(MODELS)), data=st.data(), value=ODD_NUMBERS, everywhere=st.booleans())
+def test_a_model_file_with_any_value_anywhere_samples_within_the_bounds_or_is_one_line(tmp_path, kind, data, value,
+                                                                                       everywhere):
+    """One array of a real model file given an odd value (at one index, or in every cell): the
+    model either refuses to load in one line, or its samples keep the bounds every trace row
+    keeps (GPUs in [1, 1,000,000], durations in (0, 1 year], submit times in the period)."""
+    import numpy as np
+
+    from autosched.trace.report import MAX_DURATION, MAX_GPUS
+
+    arrays = dict(MODELS[kind])
+    name = data.draw(st.sampled_from(sorted(k for k in arrays if k != "__header__")))
+    a = arrays[name].astype(np.float64) if isinstance(value, float) else arrays[name].astype(object).copy()
+    index = data.draw(st.integers(0, a.size - 1))
+    if everywhere:
+        a[...] = value
+    else:
+        a.flat[index] = value
+    try:
+        arrays[name] = a.astype(arrays[name].dtype) if a.dtype == object else a
+    except OverflowError:
+        arrays[name] = a.astype(np.float64)
+    path = tmp_path / "m.npz"
+    with open(path, "wb") as f:
+        np.savez_compressed(f, **arrays)
+
+    try:
+        trace = load_model(path).sample(2 * 86400.0, 86400.0, 0)
+    except AutoschedError as e:
+        assert str(e) and "\n" not in str(e)
+        return
+    assert np.all((trace.num_gpus >= 1) & (trace.num_gpus <= MAX_GPUS))
+    assert np.all((trace.duration > 0) & (trace.duration <= MAX_DURATION))
+    assert np.all((trace.submit_time >= 2 * 86400.0) & (trace.submit_time < 3 * 86400.0))
+
+
 @FUZZ
 @given(data=hostile_bytes())
 def test_config_loader_never_crashes(tmp_path, data):
@@ -191,8 +247,9 @@ def test_every_file_option_fails_in_one_line(tmp_path, option, data):
 
 
 @pytest.mark.parametrize("column, values, message", [
-    ("num_gpus", ["1", "two"], "column 'num_gpus' is not numeric"),
-    ("duration", [[1.0], [2.0]], "column 'duration' is not numeric"),
+    ("num_gpus", ["1", "two"], "column 'num_gpus' is not numeric (type object)"),
+    ("duration", [[1.0], [2.0]], "column 'duration' is not numeric (type list<element: double>; a cell holds one value)"),
+    ("job_id", [["a"], ["b"]], "column 'job_id' is not text (type list<element: string>; a cell holds one value)"),
     ("num_gpus", [1.5, 2.0], None),  # dropped: not a whole number
     ("submit_time", [None, 1.0], None),  # dropped: not finite
 ])
@@ -210,4 +267,4 @@ def test_parquet_columns_of_the_wrong_type(tmp_path, column, values, message):
         return
     with pytest.raises(AutoschedError) as e:
         load_trace(path)
-    assert str(e.value) == f"{path}: {message} (type object)"
+    assert str(e.value) == f"{path}: {message}"

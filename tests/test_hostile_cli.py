@@ -1,4 +1,4 @@
-"""What a hostile but fair new user found (issue 12), case by case, through the real command line:
+"""What a hostile but fair new user found, case by case, through the real command line:
 outputs that would destroy files, limits, drops in --json, and crashes. Each case ends in a result
 or in one line ``error: ...`` with exit code 2, never a traceback. (The study cases are the
 tuner's: tests/test_tune*.)"""
@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,6 +22,7 @@ from test_outputs import own_null_device
 
 runner = CliRunner()
 DAY = 86400.0
+SRC = Path(__file__).resolve().parents[1] / "src"
 
 
 @pytest.fixture()
@@ -185,8 +188,8 @@ def test_a_json_true_is_not_an_integer_knob(tmp_path, trace):
 
 
 @pytest.mark.parametrize("start, message", [
-    ("1e300", "error: stat: start 1e+300 is beyond the bound on submit times (3,153,600,000 s, 100 years)"),
-    ("-1d", "error: --start must be >= 0 (got '-1d'): submit times count from the trace's origin"),
+    ("1e300", "error: --start '1e300' is beyond the bound on times (3,153,600,000 s, 100 years)"),
+    ("-1d", "error: --start must be >= 0 (got '-1d'): times count from the trace's origin"),
 ])
 def test_a_sample_starts_within_the_bounds_on_submit_times(model, tmp_path, start, message):
     """Was: 0 jobs "in [11574074074074075286836787544866678821745987056604175023500816899304269782...d)"."""
@@ -195,7 +198,7 @@ def test_a_sample_starts_within_the_bounds_on_submit_times(model, tmp_path, star
 
 @pytest.mark.parametrize("args, message", [
     (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "100000d"],
-     "error: horizon of 100,000 days is beyond the 366-day limit of one sample"),
+     "error: --horizon of 100,000 days is beyond the 366-day limit"),
     (["run", "{trace}", "--cluster", "2x8", "--period", "100000d"],
      "error: --period of 100,000 days is beyond the 366-day limit of one workload sample"),
 ])
@@ -205,7 +208,7 @@ def test_horizons_of_evaluate_and_run_are_bounded_up_front(trace, args, message)
 
 def test_a_huge_horizon_fails_at_once(model, tmp_path):
     line = error_line(cli("workload", "sample", model, "--start", "0", "--horizon", "100000d", "--out", tmp_path / "o.csv"))
-    assert "horizon of 100,000 days is beyond the 366-day limit of one sample" in line
+    assert line == "error: --horizon of 100,000 days is beyond the 366-day limit"
     assert not (tmp_path / "o.csv").exists()
 
 
@@ -332,3 +335,326 @@ def test_numeric_knobs_take_numbers_only(knob, value):
 
     with pytest.raises(InputError, match=rf"knob '{knob}': .* (is not an integer|is not a number|is outside its range)"):
         get_policy("tiresias").space.validate({knob: value})
+
+
+# ------------------------------------------------- round 3: the cases of the 338 hostile ones
+#
+# Each case is the command line a hostile user typed, and the one error line it must give now
+# (before, it destroyed a file, ran out of memory, or printed a traceback).
+
+@pytest.fixture()
+def slurm_etc(tmp_path, monkeypatch):
+    """A slurm.conf that includes a folder of files by wildcard and the agent's include file, with
+    a gres.conf beside it: every file Slurm's commands read. No Slurm runs: each case must fail
+    before sacct is called."""
+    etc = tmp_path / "etc"
+    (etc / "slurm.d").mkdir(parents=True)
+    agent = tmp_path / "state" / "autosched.conf"
+    agent.parent.mkdir()
+    (etc / "slurm.conf").write_text(f"ClusterName=c\nInclude slurm.d/*.conf\ninclude {agent}  # the agent's\n")
+    (etc / "slurm.d" / "nodes.conf").write_text("NodeName=n1 Gres=gpu:4\n")
+    (etc / "gres.conf").write_text("Name=gpu File=/dev/nvidia[0-3]\n")
+    agent.write_text("PriorityWeightAge=1000\n")
+    monkeypatch.setenv("SLURM_CONF", str(etc / "slurm.conf"))
+    monkeypatch.setenv("PATH", str(tmp_path / "no-slurm-here"))  # a call to sacct would fail otherwise
+    return etc, agent
+
+
+@pytest.mark.parametrize("victim", ["etc/slurm.conf", "etc/slurm.d/nodes.conf", "state/autosched.conf",
+                                    "etc/gres.conf"])
+@pytest.mark.parametrize("through", ["env", "option"])
+def test_slurm_history_never_writes_a_file_slurm_reads(tmp_path, slurm_etc, victim, through):
+    """Was: `slurm history --out $SLURM_CONF` replaced the cluster's slurm.conf with a CSV."""
+    etc, _ = slurm_etc
+    files = [etc / "slurm.conf", etc / "slurm.d" / "nodes.conf", etc / "gres.conf", tmp_path / "state" / "autosched.conf"]
+    before = {p: p.read_bytes() for p in files}
+    conf = ["--slurm-conf", etc / "slurm.conf"] if through == "option" else []
+    line = error_line(cli("slurm", "history", *conf, "--out", tmp_path / victim))
+    assert line == f"error: {tmp_path / victim}: is an input of this command; refusing to overwrite it"
+    assert {p: p.read_bytes() for p in files} == before
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--out", "{tmp}/adir/"], "error: {tmp}/adir/: ends in '/', so it names a directory; give the name of the file to write"),
+    (["--out", "{tmp}"], "error: {tmp}: is a directory, not a regular file; autosched writes only regular files"),
+    (["--since", "-1d", "--out", "{tmp}/h.csv"], "error: --since must be > 0 (got '-1d')"),
+    (["--since", "0", "--out", "{tmp}/h.csv"], "error: --since must be > 0 (got '0')"),
+    (["--since", "3000000d", "--out", "{tmp}/h.csv"], "error: --since of 3,000,000 days is beyond the 366-day limit"),
+    (["--timeout", "nan", "--out", "{tmp}/h.csv"], "error: --timeout 'nan' is not a length of time; use seconds or a "
+     "number with a unit s, m, h, d or w (e.g. 3600, 12h, 21d)"),
+    (["--timeout", "-5", "--out", "{tmp}/h.csv"], "error: --timeout must be > 0 (got '-5')"),
+])
+def test_slurm_history_options_are_checked_before_sacct(tmp_path, slurm_etc, args, message):
+    """Was: `--out adir/` wrote a file named `adir`; `--since -1d` asked sacct for a start after
+    the end."""
+    line = error_line(cli("slurm", "history", *[a.format(tmp=tmp_path) for a in args]))
+    assert line == message.format(tmp=tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["etc", "state"]
+
+
+@pytest.mark.parametrize("args, message", [
+    # a length of time: > 0 and at most 366 days (`timeparse.MAX_LENGTH`), whatever the command
+    (["workload", "fit", "{trace}", "--until", "2d", "--history", "400d", "--out", "{tmp}/fit.npz"],
+     "error: --history of 400 days is beyond the 366-day limit"),
+    (["workload", "sample", "{model}", "--start", "3d", "--horizon", "3000000d", "--out", "{tmp}/o.csv"],
+     "error: --horizon of 3,000,000 days is beyond the 366-day limit"),
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--step", "400d"],
+     "error: --step of 400 days is beyond the 366-day limit"),
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "100000d"],
+     "error: --history of 100,000 days is beyond the 366-day limit"),
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--max-duration", "1e9"],
+     "error: --max-duration of 11,574.1 days is beyond the 365-day limit"),
+    # a time: in [0, 100 years], and with the trace at hand, within 366 days of its last submission
+    (["workload", "fit", "{trace}", "--until", "3000000d", "--out", "{tmp}/fit.npz"],
+     "error: --until '3000000d' is beyond the bound on times (3,153,600,000 s, 100 years)"),
+    (["workload", "fit", "{trace}", "--until", "10000d", "--out", "{tmp}/fit.npz"],
+     "error: --until of 10,000 days is {after} days after the last submission (at {last} days); the limit is 366 days"),
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--first", "-1d"],
+     "error: --first must be >= 0 (got '-1d'): times count from the trace's origin"),
+    # and what a time option leads to: one origin per step, each fitting and simulating everything
+    (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "1d", "--step", "1s"],
+     "error: a step of 1 s gives {origins:,} origins in the trace, more than the limit of 1,000; use a longer step, "
+     "or fewer origins between the first and the last"),
+])
+def test_every_time_option_is_bounded(tmp_path, trace, model, args, message):
+    """Was: `workload fit --until 3000000d` on a 2-day trace grew to 23.9 GB (and `--until
+    100000d` took 60 s and 1.3 GB): the model counted every hour up to --until."""
+    jobs = load_trace(trace)[0]
+    # one origin a second, from a day after the first job to a day before the last
+    origins = int(np.floor((jobs.end - DAY) - (jobs.start + DAY) + 1e-9)) + 1
+    line = error_line(cli(*[a.format(trace=trace, model=model, tmp=tmp_path) for a in args]))
+    assert line == message.format(after=f"{(10000 * DAY - jobs.end) / DAY:,.6g}", last=f"{jobs.end / DAY:,.6g}",
+                                  origins=origins)
+    assert not (tmp_path / "fit.npz").exists() and not (tmp_path / "o.csv").exists()
+
+
+def test_a_fit_window_far_past_its_jobs_is_refused_by_the_model_itself(trace):
+    """The bound holds for every caller of `fit` (run, the agent, Python), not only the CLI."""
+    from autosched.workload import WorkloadError
+
+    history = load_trace(trace)[0]
+    with pytest.raises(WorkloadError, match=r"^stat: the history window \[0, 400\] days reaches 39[67]\.\d+ days beyond "
+                                            r"its jobs .*; the limit is 366 days$"):
+        get_model("stat")().fit(history, 0.0, 400 * DAY)
+    get_model("stat")().fit(history, 0.0, history.end + 366 * DAY)  # at the bound: fine
+
+
+@pytest.mark.parametrize("args", [
+    ["trace", "convert", "{trace}", "{tmp}/adir/"],
+    ["workload", "fit", "{trace}", "--until", "2d", "--out", "{tmp}/adir/"],
+    ["workload", "sample", "{model}", "--start", "3d", "--out", "{tmp}/adir/"],
+])
+def test_an_output_ending_in_a_slash_is_a_directory_not_a_file_name(tmp_path, trace, model, args):
+    """Was: `--out adir/` wrote a file named `adir` (pathlib drops the slash)."""
+    line = error_line(cli(*[a.format(trace=trace, model=model, tmp=tmp_path) for a in args]))
+    assert line == f"error: {tmp_path}/adir/: ends in '/', so it names a directory; give the name of the file to write"
+    assert not (tmp_path / "adir").exists()
+
+
+HEAD = "job_id,submit_time,num_gpus,duration\n"
+
+
+def _report(path) -> dict:
+    res = runner.invoke(app, ["trace", "inspect", str(path), "--json"])
+    assert res.exit_code == 0, res.output
+    return json.loads(res.stdout)["load_report"]
+
+
+def test_an_unterminated_quote_is_an_error_naming_its_row(tmp_path):
+    """Was: `read 1 rows, kept 1` for 29: the rest of the file became one cell of row 2."""
+    path = tmp_path / "t.csv"
+    path.write_text(HEAD + "j0,0,1,100\n" + 'j1,10,1,"100\n' + "".join(f"j{i},{10 * i},1,100\n" for i in range(2, 29)))
+    line = error_line(cli("trace", "inspect", path))
+    assert line == (f"error: {path}: line 3: a quote in this row is never closed, so the rest of the file (28 lines) "
+                    "would be one cell; close it or remove it")
+    # a quoted cell that spans lines and is closed is a cell like any other
+    path.write_text("job_id,submit_time,num_gpus,duration,name\n" + 'j0,0,1,100,"two\nlines"\n' + "j1,5,1,100,x\n")
+    assert _report(path)["kept"] == 2
+
+
+def test_every_dropped_row_is_counted_under_its_own_column(tmp_path):
+    """Were: a job id in 3 rows counted once (read 5 = kept 2 + dropped 2, and --json said 2); a
+    bad duration reported under `submit_time`, the column where the rule was first broken."""
+    path = tmp_path / "t.csv"
+    path.write_text(HEAD + "a,0,1,10\na,1,1,10\na,2,1,10\nb,x,1,10\nc,4,1,y\nd,5,1,10\n")
+    report = _report(path)
+    assert (report["rows"], report["kept"], report["dropped"]) == (6, 2, 4)
+    assert report["rows"] == report["kept"] + report["dropped"]
+    assert [(d["column"], d["rule"], d["count"], d["examples"]) for d in report["drops"]] == [
+        ("submit_time", "time is not a number", 1, ["line 5 (got 'x')"]),
+        ("duration", "time is not a number", 1, ["line 6 (got 'y')"]),
+        ("job_id", "job id appears more than once (the first row is kept)", 2, ["job 'a'", "job 'a'"]),
+    ]
+
+
+def test_a_header_naming_a_column_twice_is_an_error_on_line_1(tmp_path):
+    """Was: the second `duration` column was ignored without a word."""
+    path = tmp_path / "t.csv"
+    path.write_text("job_id,submit_time,num_gpus,duration,Duration\na,0,1,10,99999\n")
+    assert error_line(cli("trace", "inspect", path)) == \
+        f"error: {path}: line 1 (header): column 'duration' appears twice (columns 4 and 5); name each column once"
+
+
+@pytest.mark.parametrize("ids", [["a", None, None, "b"], [1, None, None, 2]])
+def test_parquet_null_job_ids_are_dropped_as_in_the_converted_csv(tmp_path, ids):
+    """Was: every null id kept from Parquet (as 'None', or as 'nan' beside '1.0' for integer ids),
+    one of them after `trace convert` (the copies of 'None' were duplicates)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"job_id": ids, "submit_time": [0.0, 1.0, 2.0, 3.0], "num_gpus": [1, 1, 1, 1],
+                             "duration": [5.0, 5.0, 5.0, 5.0]}), path)
+    report = _report(path)
+    assert (report["rows"], report["kept"]) == (4, 2)
+    assert report["drops"] == [{"rule": "job id is empty", "column": "job_id", "count": 2,
+                                "examples": ["a job submitted at 1 s", "a job submitted at 2 s"]}]
+    res = cli("trace", "convert", path, tmp_path / "t.csv")
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "t.csv").read_text() == f"{HEAD}{ids[0]},0,1,5\n{ids[3]},3,1,5\n"
+    assert _report(tmp_path / "t.csv")["kept"] == 2
+
+
+def test_a_parquet_job_id_that_is_a_list_is_one_line(tmp_path):
+    """Was: a traceback (`TypeError: unhashable type: 'numpy.ndarray'`)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"job_id": [["a"], ["b"]], "submit_time": [0.0, 1.0], "num_gpus": [1, 1],
+                             "duration": [5.0, 5.0]}), path)
+    assert error_line(cli("trace", "inspect", path)) == \
+        f"error: {path}: column 'job_id' is not text (type list<element: string>; a cell holds one value)"
+
+
+def _edited_model(src, dst, name, value):
+    arrays = dict(np.load(src, allow_pickle=False))
+    a = arrays[name].astype(np.float64) if isinstance(value, float) else arrays[name].copy()
+    a[...] = value
+    arrays[name] = a
+    with open(dst, "wb") as f:
+        np.savez_compressed(f, **arrays)
+    return dst
+
+
+@pytest.mark.parametrize("kind", ["stat", "replay", "hybrid"])
+@pytest.mark.parametrize("array, value, rule", [
+    ("d", float("nan"), "durations (s) are finite numbers in (0, 31,536,000]"),
+    ("d", 0.0, "durations (s) are finite numbers in (0, 31,536,000]"),
+    ("d", -5.0, "durations (s) are finite numbers in (0, 31,536,000]"),
+    ("d", 1e300, "durations (s) are finite numbers in (0, 31,536,000]"),
+    ("g", 0, "GPU counts are whole numbers in [1, 1,000,000]"),
+    ("g", -1, "GPU counts are whole numbers in [1, 1,000,000]"),
+    ("g", 10**12, "GPU counts are whole numbers in [1, 1,000,000]"),
+    ("g", float("nan"), "GPU counts are whole numbers in [1, 1,000,000]"),
+])
+def test_a_model_file_with_values_past_the_bounds_is_refused_at_load(tmp_path, trace, kind, array, value, rule):
+    """Were: `lam value too large`, `AssertionError` and `IndexError` tracebacks, or samples with
+    1e300-second jobs and 10^12 GPUs (past the bounds every trace row keeps)."""
+    good = tmp_path / f"{kind}.npz"
+    get_model(kind)().fit(load_trace(trace)[0]).save(good)
+    bad = _edited_model(good, tmp_path / "bad.npz", array, value)
+    line = error_line(cli("workload", "sample", bad, "--start", "3d", "--horizon", "1d", "--out", tmp_path / "o.csv"))
+    shown = f"{float(value):g}"
+    assert line == f"error: {bad}: array '{array}' holds {shown} at index 0; {rule}"
+    assert not (tmp_path / "o.csv").exists()
+
+
+@pytest.mark.parametrize("array, value, message", [
+    ("beta", float("nan"), "array 'beta' holds nan at index 0; parameters are finite numbers"),
+    ("bt", float("inf"), "array 'bt' holds inf at index 0; times (s) are finite numbers in [-3,153,600,000, 3,153,600,000]"),
+    ("offset", -1.0, "array 'offset' holds -1 at index 0; offsets in a batch (s) are finite numbers in [0, 3,153,600,000]"),
+    ("ptr", 7, "array 'ptr' does not split the 120 jobs into {batches} batches"),
+    ("vc", 5, "array 'vc' holds code 5, but there are only 2 VC names"),
+])
+def test_a_stat_model_file_is_checked_as_a_whole(tmp_path, array, value, message):
+    rng = np.random.default_rng(2)
+    tr = Trace.from_columns({"job_id": [f"j{i}" for i in range(120)], "submit_time": np.sort(rng.uniform(0, 3 * DAY, 120)),
+                             "num_gpus": rng.choice([1, 2], 120), "duration": rng.uniform(10, 1000, 120),
+                             "vc": rng.choice(["x", "y"], 120)})
+    fitted = get_model("stat")().fit(tr)
+    fitted.save(tmp_path / "m.npz")
+    bad = _edited_model(tmp_path / "m.npz", tmp_path / "bad.npz", array, value)
+    line = error_line(cli("workload", "sample", bad, "--start", "3d", "--horizon", "1d", "--out", tmp_path / "o.csv"))
+    assert line == f"error: {bad}: " + message.format(batches=len(fitted.bt))
+
+
+def test_samples_keep_the_trace_bounds():
+    """A model built in code from values past the bounds is refused at its sample rather than
+    writing them into it; jitter never takes a year-long job past the bound on durations."""
+    from autosched.trace.report import MAX_DURATION
+    from autosched.workload import WorkloadError
+
+    year = Trace.from_columns({"job_id": [f"j{i}" for i in range(200)], "submit_time": np.arange(200) * 600.0,
+                               "num_gpus": np.ones(200, dtype=int), "duration": np.full(200, float(MAX_DURATION))})
+    stat = get_model("stat")(duration_jitter=2.0).fit(year)
+    sample = stat.sample(200 * 600.0, DAY, 0)
+    assert len(sample) > 10 and sample.duration.max() == MAX_DURATION and sample.duration.min() < MAX_DURATION
+    stat.g = np.full_like(stat.g, 10**12)  # as a model file edited by hand would have it
+    with pytest.raises(WorkloadError, match=r"^stat-0: a sampled job breaks the trace bounds \(array 'num_gpus' holds "
+                                            r"1e\+12 at index 0; GPU counts are whole numbers in \[1, 1,000,000\]\)$"):
+        stat.sample(200 * 600.0, DAY, 0)
+
+
+# ------------------------------------------------------------- standard output and error
+
+MAIN = "from autosched.cli import main; main()"  # the installed `autosched` script's body
+
+
+def _run(args, stdout=subprocess.PIPE, close=()):
+    """`autosched ARGS` in a new process, with descriptors in `close` closed (as `2>&-` does)."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))
+
+    def closing():
+        for fd in close:
+            os.close(fd)
+
+    return subprocess.run([sys.executable, "-c", MAIN, *map(str, args)], stdout=stdout, stderr=subprocess.PIPE,
+                          preexec_fn=closing, env=env, timeout=300)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full")
+@pytest.mark.parametrize("args", [
+    ["trace", "convert", "{trace}", "-"],
+    ["workload", "sample", "{model}", "--start", "3d", "--horizon", "1d", "--out", "-"],
+    ["simulate", "{trace}", "--cluster", "2x8", "--json"],
+    ["simulate", "{trace}", "--cluster", "2x8"],
+])
+def test_stdout_on_a_full_device_is_one_line(trace, model, args):
+    """Was: an OSError traceback (`[Errno 28] No space left on device`)."""
+    with open("/dev/full", "wb") as full:
+        res = _run([a.format(trace=trace, model=model) for a in args], stdout=full)
+    assert res.returncode == 2
+    assert res.stderr.decode().splitlines()[-1] == "error: standard output: cannot write (No space left on device)"
+    assert b"Traceback" not in res.stderr and res.stderr.count(b"error: ") == 1
+
+
+def test_a_closed_stdout_is_one_line(trace):
+    res = _run(["simulate", trace, "--cluster", "2x8", "--json"], close=(1,))
+    assert (res.returncode, res.stderr) == (2, b"error: standard output: cannot write (it is closed)\n")
+
+
+def test_a_message_lost_from_a_closed_stderr_is_an_exit_code(tmp_path, trace):
+    """Was: with stderr closed (`2>&-`) the drop report was lost and the run said 0. Now a run
+    that had something to say on stderr and could not exits 2; one with nothing to say, 0. And a
+    file opened after stderr was closed is not written to as if it were stderr."""
+    bad = tmp_path / "bad.csv"
+    bad.write_text(HEAD + "a,0,1,100\nb,1,1,-5\n")
+    res = _run(["simulate", bad, "--cluster", "2x8", "--json", "--jobs-out", tmp_path / "jobs.csv"], close=(2,))
+    assert res.returncode == 2  # the drop report (1 row dropped) could not be shown
+    assert json.loads(res.stdout)["dropped"]["dropped"] == 1
+    assert (tmp_path / "jobs.csv").read_text().startswith("job_id,")  # no stderr text inside
+    res = _run(["simulate", trace, "--cluster", "2x8", "--json"], close=(2,))
+    assert res.returncode == 0 and json.loads(res.stdout)["jobs"] == 120
+
+
+def test_a_reader_that_stops_early_is_not_an_error(trace):
+    """`autosched trace convert t.csv - | head -2` ends quietly, as before."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(SRC), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.Popen([sys.executable, "-c", MAIN, "trace", "convert", str(trace), "-"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    first = proc.stdout.readline()
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert first == b"job_id,submit_time,num_gpus,duration\r\n"  # (CSV rows end in CRLF, RFC 4180)
+    assert proc.returncode == 0 and b"Traceback" not in err and b"error" not in err

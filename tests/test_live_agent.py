@@ -19,7 +19,8 @@ from autosched.live.agent import AgentSettings, init_agent, open_agent
 from autosched.live.connector import ApplyFailed
 from autosched.live.errors import ActionNotAllowed, LiveError, SlurmUnavailable
 from autosched.live.fake import FakeConnector
-from autosched.live.store import RevisionState
+from autosched.live.round import Action
+from autosched.live.store import Evidence, RevisionKind, RevisionState
 from live_helpers import HEADER, PINNED_NOW, contended, row
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -48,20 +49,21 @@ def make(tmp_path, sacct=None, pin=None, **kw):
 
 def proposed(agent):
     out = agent.step()
-    assert out["action"] == "proposed", out
-    return agent.store.get(out["revision"])
+    assert out.action is Action.PROPOSED, out
+    return agent.store.get(out.revision)
 
 
 def test_propose_then_approve_writes_the_include_file_and_goes_live(tmp_path):
     agent, fake = make(tmp_path)
     rev = proposed(agent)
-    assert rev.id == 2 and rev.parent == 1 and agent.store.get(1).trigger == "baseline"
-    assert rev.evidence["predicted_gain"] > 0 and rev.evidence["samples"] == 1
-    assert rev.evidence["tuning_cost"]["trials"] == 12
+    assert rev.id == 2 and rev.parent == 1 and agent.store.get(1).kind is RevisionKind.BASELINE
+    assert rev.kind is RevisionKind.PROPOSAL and rev.trigger == "period"
+    assert rev.evidence.predicted_gain > 0 and rev.evidence.samples == 1
+    assert rev.evidence.tuning_cost["trials"] == 12
     assert fake.state()["live"] == fake.state()["base"]  # proposing applies nothing
     assert not fake.include.exists()
     # a second round does not stack a second proposal
-    assert agent.step()["why"] == "revision 2 is proposed and awaits approval"
+    assert agent.step().why == "revision 2 is proposed and awaits approval"
     agent.approve(2, "operator:alice")
     live = fake.state()["live"]
     want = agent.space.to_settings(agent.space.full(rev.config))
@@ -73,7 +75,7 @@ def test_propose_then_approve_writes_the_include_file_and_goes_live(tmp_path):
     with pytest.raises(ActionNotAllowed, match="revision 2 is applied; only a proposed"):
         agent.approve(2, "operator:bob")
     # at most one change per period
-    assert "at most one change per period" in agent.step()["why"]
+    assert "at most one change per period" in agent.step().why
 
 
 def test_reject_and_rollback_to_any_earlier_revision(tmp_path):
@@ -90,6 +92,7 @@ def test_reject_and_rollback_to_any_earlier_revision(tmp_path):
     assert fake.state()["live"]["PriorityWeightAge"] == "4242"
     back = agent.rollback(None, "operator:bob")
     assert back.trigger == "rollback to 1" and back.state is A and back.parent == p.id
+    assert back.kind is RevisionKind.ROLLBACK and back.evidence == Evidence(rollback_of=p.id, to=1)
     assert agent.store.get(p.id).state is RB
     assert {k: fake.state()["live"][k] for k in base} == base
     again = agent.rollback(p.id, "operator:bob")  # forward again to a rolled-back revision
@@ -104,9 +107,9 @@ def test_too_little_history_proposes_nothing_and_says_so(tmp_path):
                                   for i in range(1, 4)]) + "\n"
     agent, _ = make(tmp_path, sacct=text)
     out = agent.step()
-    assert out["action"] == "blocked"
-    assert out["why"].startswith("too little history: 3 jobs finished in the last 3600 s, 10 needed")
-    assert agent.store.pending() is None and agent.status().blocked == out["why"]
+    assert out.action is Action.BLOCKED and out.retry_after is None and out.exit_code == 5
+    assert out.why.startswith("too little history: 3 jobs finished in the last 3600 s, 10 needed")
+    assert agent.store.pending() is None and agent.status().blocked == out.why
 
 
 def test_hand_edit_blocks_until_adopted(tmp_path):
@@ -117,14 +120,17 @@ def test_hand_edit_blocks_until_adopted(tmp_path):
         agent.approve(2, "operator:alice")
     agent.reject(2, "operator:alice")
     out = agent.step()
-    assert out["action"] == "blocked" and out["why"].startswith(
+    assert out.action is Action.BLOCKED and out.why.startswith(
         "hand edit: PriorityWeightAge is 7 live, 1000 in revision 1")
-    assert agent.status().blocked == out["why"] and agent.store.pending() is None
+    assert out.retry_after is None and out.exit_code == 5
+    assert agent.status().blocked == out.why and agent.store.pending() is None
     rev = agent.adopt("operator:alice")
-    assert rev.trigger == "adopted" and rev.config["PriorityWeightAge"] == 7
-    assert rev.diff == {"PriorityWeightAge": (1000, 7)}
+    assert rev.kind is RevisionKind.ADOPTED and rev.trigger == "adopted"
+    assert rev.config["PriorityWeightAge"] == 7 and rev.diff == {"PriorityWeightAge": (1000, 7)}
     assert agent.status().blocked == ""
-    assert agent.step()["action"] == "proposed"
+    # an adopt changed the live config: the agent waits a period before it proposes again
+    out = agent.step()
+    assert out.action is Action.WAIT and "at most one change per period" in out.why
 
 
 def test_freeze_is_a_kill_switch_but_rollback_still_works(tmp_path):
@@ -133,8 +139,10 @@ def test_freeze_is_a_kill_switch_but_rollback_still_works(tmp_path):
                            trigger="manual", actor="t")
     agent.approve(p.id, "operator:alice")
     agent.freeze("operator:alice", "maintenance")
-    assert agent.step() == {"trigger": "period", "action": "frozen",
-                            "why": "frozen by operator:alice: maintenance"}
+    out = agent.step()
+    assert out.to_summary() == {"trigger": "period", "action": "frozen",
+                                "why": "frozen by operator:alice: maintenance"}
+    assert out.exit_code == 3
     st = agent.status()
     assert st.frozen and st.frozen_reason == "maintenance" and st.frozen_by == "operator:alice"
     q = agent.store.create(dict(p.config, PriorityWeightAge=6), trigger="manual", actor="t")
@@ -152,8 +160,9 @@ def test_slurm_down_blocks_and_never_applies_blind(tmp_path):
     rev = proposed(agent)
     fake.update(down=True)
     out = agent.step()
-    assert out["action"] == "blocked" and out["why"].startswith("Slurm does not answer:")
-    assert "scontrol show config" in out["why"] and agent.status().blocked == out["why"]
+    assert out.action is Action.BLOCKED and out.why.startswith("Slurm does not answer:")
+    assert out.retry_after == 30.0 and out.exit_code == 4
+    assert "scontrol show config" in out.why and agent.status().blocked == out.why
     with pytest.raises(SlurmUnavailable, match="scontrol show config"):
         agent.approve(rev.id, "operator:alice")
     assert not fake.include.exists() and agent.store.get(rev.id).state is P
@@ -208,15 +217,15 @@ def test_malformed_sacct_rows_are_skipped_and_counted(tmp_path):
     text += "1000|2026-01-01T00:00:00\n"  # a partial row
     agent, _ = make(tmp_path, sacct=text, pin=PINNED_NOW)
     out = agent.step()
-    assert out["malformed_rows"] == 2 and out["action"] == "proposed"
+    assert out.history.malformed_rows == 2 and out.action is Action.PROPOSED
 
 
 def test_auto_mode_applies_within_bounds_and_one_step(tmp_path):
     agent, fake = make(tmp_path, mode="auto", max_step=0.1,
                        bounds={"PriorityWeightAge": [0, 1500]})
     out = agent.step()
-    assert out["action"] == "applied", out
-    rev = agent.store.get(out["revision"])
+    assert out.action is Action.APPLIED, out
+    rev = agent.store.get(out.revision)
     assert [(e.state, e.actor) for e in rev.events] == [(P, "agent:auto"), (A, "agent:auto")]
     base = agent.store.get(1).config
     space = agent.space
@@ -236,20 +245,20 @@ def test_auto_mode_applies_within_bounds_and_one_step(tmp_path):
 def test_a_change_that_made_things_worse_is_rolled_back_after_a_period(tmp_path):
     agent, fake = make(tmp_path)
     p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=77),
-                           trigger="period", actor="t", evidence={"predicted_gain": 0.1})
+                           trigger="period", actor="t", evidence=Evidence(predicted_gain=0.1))
     agent.approve(p.id, "operator:alice")
-    t = agent.store.get(p.id).applied_at()
+    t = agent.store.get(p.id).applied_at
     rows = [HEADER]
     for i in range(10):  # before: 100 s JCT; after: 1000 s
         rows.append(row(f"b{i}", t - 500 + i, t - 500 + i, t - 400 + i, 1))
         rows.append(row(f"a{i}", t + 10 + i, t + 500 + i, t + 1010 + i, 1))
     fake.update(sacct="\n".join(rows) + "\n", clock=t + 600 + 1200)
     out = agent.step()
-    assert out["action"] == "rolled back", out
-    assert out["why"].startswith("worse: avg_jct 100.0 -> 1000.0 (-900.0%")
+    assert out.action is Action.ROLLED_BACK, out
+    assert out.why.startswith("worse: avg_jct 100.0 -> 1000.0 (-900.0%")
     rev = agent.store.get(p.id)
-    assert rev.state is RB and rev.outcome["observed_gain"] == pytest.approx(-9.0)
-    assert rev.outcome["before"]["jobs"] == 10 and rev.outcome["predicted_gain"] == 0.1
+    assert rev.state is RB and rev.outcome.observed_gain == pytest.approx(-9.0)
+    assert rev.outcome.before["jobs"] == 10 and rev.outcome.predicted_gain == 0.1
     assert agent.store.running().trigger == "rollback to 1"
     assert agent.store.running().events[-1].actor == "agent:guard"
     assert fake.state()["live"]["PriorityWeightAge"] == "1000"
@@ -260,7 +269,7 @@ def test_a_change_that_helped_is_kept(tmp_path):
     p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=77),
                            trigger="period", actor="t")
     agent.approve(p.id, "operator:alice")
-    t = agent.store.get(p.id).applied_at()
+    t = agent.store.get(p.id).applied_at
     rows = [HEADER]
     for i in range(10):
         rows.append(row(f"b{i}", t - 500 + i, t - 500 + i, t - 300 + i, 1))
@@ -268,8 +277,8 @@ def test_a_change_that_helped_is_kept(tmp_path):
     fake.update(sacct="\n".join(rows) + "\n", clock=t + 1800)
     agent.step()
     rev = agent.store.get(p.id)
-    assert rev.state is A and rev.outcome["observed_gain"] == pytest.approx(0.5)
-    assert rev.outcome["verdict"].startswith("kept: avg_jct 200.0 -> 100.0")
+    assert rev.state is A and rev.outcome.observed_gain == pytest.approx(0.5)
+    assert rev.outcome.verdict.startswith("kept: avg_jct 200.0 -> 100.0")
 
 
 def test_status_to_dict_is_json(tmp_path):
@@ -326,7 +335,7 @@ def test_kill_9_during_an_apply_leaves_old_or_new_never_half(tmp_path):
     assert restarted.store.running().id == 1
     assert not fake.include.exists()  # there was none before: back to that
     assert fake.state()["live"] == old_live
-    assert restarted.step()["action"] in ("proposed", "none")  # and it goes on
+    assert restarted.step().action in (Action.PROPOSED, Action.NONE)  # and it goes on
 
 
 def test_a_sacct_export_seeds_the_history(tmp_path):
@@ -334,12 +343,12 @@ def test_a_sacct_export_seeds_the_history(tmp_path):
     seed.write_text(contended(PINNED_NOW))  # what the cluster no longer reports
     agent, _ = make(tmp_path, sacct=HEADER + "\n", pin=PINNED_NOW, seed_history=str(seed))
     out = agent.step()
-    assert out["history_jobs"] == 60 and out["action"] == "proposed"
+    assert out.history.jobs == 60 and out.action is Action.PROPOSED
     (tmp_path / "bad.csv").write_text("job_id,submit_time,num_gpus,duration\n1,0,1,10\n")
     agent2, _ = make(tmp_path / "b", sacct=HEADER + "\n", seed_history=str(tmp_path / "bad.csv"))
     out = agent2.step()
-    assert out["action"] == "blocked" and out["why"].startswith("cannot read the history: ")
-    assert "a seed history must be sacct text" in out["why"]
+    assert out.action is Action.BLOCKED and out.why.startswith("cannot read the history: ")
+    assert "a seed history must be sacct text" in out.why
 
 
 class FakeTime:
@@ -362,12 +371,12 @@ def test_run_loops_every_period_and_backs_off_while_slurm_is_down(tmp_path):
     fake.update(down=True)
     ft = FakeTime()
     out = agent.run(rounds=4, poll=1000, sleep=ft.sleep, clock=ft.clock)
-    assert [o["action"] for o in out] == ["blocked"] * 4
+    assert [o.action for o in out] == [Action.BLOCKED] * 4
     assert ft.sleeps == [30.0, 60.0, 120.0]  # back-off doubles (period 600 s caps it)
     fake.update(down=False)
     ft2 = FakeTime()
     out = agent.run(rounds=3, poll=1000, sleep=ft2.sleep, clock=ft2.clock)
-    assert [o["action"] for o in out] == ["proposed", "wait", "wait"]
+    assert [o.action for o in out] == [Action.PROPOSED, Action.WAIT, Action.WAIT]
     assert ft2.sleeps == [600.0, 600.0]
     assert len(agent.store.rounds(limit=100)) == 7
 
@@ -384,9 +393,9 @@ def test_run_starts_a_round_early_when_the_workload_drifts(tmp_path):
     agent.drifted = drifted
     out = agent.run(rounds=2, poll=150, sleep=ft.sleep, clock=ft.clock)
     assert calls == [150.0, 300.0] and ft.t == 300.0
-    assert out[0]["action"] == "proposed" and out[1]["action"] == "wait"
-    assert out[1]["trigger"] == "drift: arrival rate x3.00 (rate-ratio test p=1e-09)"
-    assert agent.store.last_round()[1] == out[1]
+    assert out[0].action is Action.PROPOSED and out[1].action is Action.WAIT
+    assert out[1].trigger == "drift: arrival rate x3.00 (rate-ratio test p=1e-09)"
+    assert agent.store.last_round()[1] == out[1].to_summary()
 
 
 def test_the_loser_of_an_approve_race_says_the_winner_applied_it(tmp_path):
@@ -418,8 +427,7 @@ def test_a_model_round_draws_the_agents_validation_samples(tmp_path):
     """The agent's source validates on its own count of fresh samples (the controller's tests
     check that those are judged and never tuned on)."""
     agent, _ = make(tmp_path, model="stat", samples=2, validation_samples=3, period=3600)
-    agent.step()
-    source = agent._controller.source
+    source = agent._new_controller(agent._running_or_baseline(), agent.connector.cluster()).source
     assert source.seeds(0) == [0, 1] and source.validation_seeds(503) == [503, 504, 505]
 
 
@@ -445,3 +453,142 @@ def test_the_agent_observes_with_its_backlog_history_setting(tmp_path, monkeypat
         agent, _ = make(tmp_path / str(flag), backlog_history=flag)
         agent.step()
         assert seen and all(s is flag for s in seen), seen
+
+
+# -- the round as a controller: back-off by type, memory in the store, one change per period ----
+INTENT = """
+import sys
+from autosched.live.store import RevisionStore
+RevisionStore(sys.argv[1]).begin_apply(int(sys.argv[2]), actor="operator:gone",
+                                       previous={"include": None})
+"""
+
+
+def test_run_backs_off_while_an_interrupted_apply_cannot_be_restored(tmp_path):
+    """Slurm down with an interrupted apply to reconcile: the round says when to try again and
+    `run` waits that long (it waited a whole period at each round when it read the message)."""
+    agent, fake = make(tmp_path, drift=False)
+    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=5),
+                           trigger="manual", actor="t")
+    # the process that began the apply is gone: its intent stays open
+    subprocess.run([sys.executable, "-c", INTENT, str(agent.state_dir), str(p.id)], check=True,
+                   env={**os.environ, "PYTHONPATH": SRC})
+    fake.update(down=True)
+    ft = FakeTime()
+    out = agent.run(rounds=4, poll=1000, sleep=ft.sleep, clock=ft.clock)
+    assert [o.action for o in out] == [Action.BLOCKED] * 4
+    assert out[0].why.startswith(f"an apply of revision {p.id} was interrupted and its previous "
+                                 "settings could not be restored yet: `scontrol reconfigure` "
+                                 "could not reach Slurm")
+    assert [o.retry_after for o in out] == [30.0, 60.0, 120.0, 240.0]
+    assert ft.sleeps == [30.0, 60.0, 120.0]
+    assert agent.status().next_round == pytest.approx(agent.store.last_round()[0] + 240.0)
+    fake.update(down=False)
+    out = agent.step()
+    assert agent.store.get(p.id).state is F and agent.store.open_apply() is None
+    assert out.action is Action.PROPOSED and out.retry_after is None
+
+
+def tuned(out):
+    """What a tuning round decided, without its timings."""
+    ev = out.evidence.to_dict()
+    ev.pop("tuning_seconds")
+    ev["tuning_cost"] = {k: v for k, v in ev["tuning_cost"].items() if "seconds" not in k}
+    return out.action, out.why, ev
+
+
+def test_three_steps_in_fresh_agents_decide_as_one_run_of_three_rounds(tmp_path):
+    """The controller's memory (round count, warm starts, pooled trials, drift reference) is in
+    the store: `agent step` three times, each a new Agent as a new process makes it, decides what
+    one `agent run` of three rounds decides."""
+    from autosched.adapt.controller import ControllerMemory
+
+    kw = dict(margin=0.9, drift=False)  # the guardrail keeps the running config: each round tunes
+    one, _ = make(tmp_path / "run", **kw)
+    ft = FakeTime()
+    ran = one.run(rounds=3, poll=1000, sleep=ft.sleep, clock=ft.clock)
+    make(tmp_path / "steps", **kw)
+    stepped = [open_agent(tmp_path / "steps" / "state").step() for _ in range(3)]
+    assert [o.action for o in ran] == [Action.NONE] * 3
+    assert [tuned(o) for o in stepped] == [tuned(o) for o in ran]
+    # the rounds went on from each other: each tuned with its own seed, not the first round's again
+    assert len({json.dumps(tuned(o)[2], sort_keys=True) for o in ran}) > 1
+    for agent in (one, open_agent(tmp_path / "steps" / "state")):
+        memory = ControllerMemory.from_json(agent.store.controller_memory())
+        assert memory.rounds == 3 and len(memory.prior) == 3 and len(memory.winners) == 3
+        assert memory.last_round is not None and memory.reference is not None
+
+
+def test_a_restarted_agent_sees_drift_against_the_reference_in_the_store(tmp_path):
+    agent, fake = make(tmp_path, margin=0.9)
+    assert agent.step().action is Action.NONE  # a round tuned on the last hour
+    # then 40 jobs arrive in 400 s, four times the hour's rate
+    burst = [row(f"d{i}", PINNED_NOW + 110 + 10 * i, PINNED_NOW + 110 + 10 * i,
+                 PINNED_NOW + 130 + 10 * i, 2) for i in range(40)]
+    fake.update(sacct=contended(PINNED_NOW) + "\n".join(burst) + "\n", clock=PINNED_NOW + 700)
+    restarted = open_agent(tmp_path / "state")
+    why = restarted.drifted()
+    assert why.startswith("arrival rate x"), why
+    assert make(tmp_path / "fresh", margin=0.9)[0].drifted() == ""  # no round tuned: no reference
+
+
+def test_two_auto_mode_agents_on_one_state_directory_apply_one_change(tmp_path):
+    """Agent b tunes on what it saw; meanwhile agent a's whole round applies a change. b's winner
+    was made against the revision a replaced: the store refuses it in the transaction that would
+    begin b's apply, and b says so."""
+    a, fake = make(tmp_path, mode="auto")
+    b = open_agent(tmp_path / "state")
+    a._running_or_baseline()
+    real_create = b.store.create
+
+    def create_after_a_applied(*args, **kw):
+        assert a.step().action is Action.APPLIED
+        b.store.create = real_create
+        return real_create(*args, **kw)
+
+    b.store.create = create_after_a_applied
+    out = b.step()
+    assert out.action is Action.WAIT and out.revision == 3
+    assert out.why == ("revision 3 not applied: revision 3 was proposed against revision 1, but "
+                       "revision 2 is running; reject it and let the agent propose again")
+    store = a.store
+    assert [(r.id, r.state) for r in store.history()] == [(3, R), (2, A), (1, A)]
+    assert store.running().id == 2
+    want = a.space.to_settings(a.space.full(store.get(2).config))
+    assert {k: fake.state()["live"][k] for k in want} == want
+
+
+def test_auto_mode_does_not_apply_right_after_an_adopt(tmp_path):
+    agent, fake = make(tmp_path, mode="auto")
+    agent._running_or_baseline()
+    fake.hand_edit("PriorityWeightAge", "7")
+    adopted = agent.adopt("operator:alice")
+    out = agent.step()
+    assert out.action is Action.WAIT and "at most one change per period (600 s)" in out.why
+    assert agent.store.running().id == adopted.id and fake.state()["live"]["PriorityWeightAge"] == "7"
+
+
+def test_an_agent_state_directory_from_before_revision_kinds_opens_and_runs(tmp_path):
+    """tests/fixtures/state-v0 was written by the code before this one (make_old_state.py)."""
+    import shutil
+
+    from autosched.live.round import RoundRecord
+    from autosched.service.models import StatusOut
+
+    shutil.copytree(Path(__file__).parent / "fixtures" / "state-v0", tmp_path / "state")
+    fake = FakeConnector.create(tmp_path / "fake", sacct=contended(PINNED_NOW), nodes=1, gpus_per_node=8)
+    fake.update(clock=PINNED_NOW)
+    settings = json.loads((tmp_path / "state" / "settings.json").read_text())
+    settings["connector"]["directory"] = str(tmp_path / "fake")
+    (tmp_path / "state" / "settings.json").write_text(json.dumps(settings))
+    agent = open_agent(tmp_path / "state")
+    st = agent.status()
+    assert st.running.id == 7 and st.running.kind is RevisionKind.ADOPTED and st.pending is None
+    assert st.last_round == RoundRecord(st.last_round.time, "period", "frozen",
+                                        "frozen by operator:bob: maintenance")
+    assert [r.kind.value for r in st.history] == ["adopted", "proposal", "rollback", "proposal",
+                                                  "proposal", "proposal", "baseline"]
+    assert StatusOut.model_validate(st.to_dict()).model_dump(mode="json") == st.to_dict()
+    # the fake cluster runs its own defaults, not revision 7's PriorityWeightAge=7: a hand edit
+    out = agent.step()
+    assert out.action is Action.BLOCKED and "PriorityWeightAge is 1000 live, 7 in revision 7" in out.why

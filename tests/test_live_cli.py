@@ -49,7 +49,7 @@ def test_init_step_status_approve_rollback_freeze(tmp_path):
     assert r.exit_code == 0 and r.output.startswith("revision 3 (rollback to 1) applied"), r.output
     assert cli("agent", "freeze", "--state", st, "--reason", "drill").exit_code == 0
     r = cli("agent", "step", "--state", st)
-    assert r.output.startswith("frozen: frozen by operator:")
+    assert r.output.startswith("frozen: frozen by operator:") and r.exit_code == 3
     assert "FROZEN by operator:" in cli("agent", "status", "--state", st).output
     assert cli("agent", "unfreeze", "--state", st).exit_code == 0
     assert cli("agent", "reject", "9", "--state", st).output.startswith("error: no revision 9")
@@ -99,3 +99,34 @@ def test_init_saves_whether_the_backlog_keeps_its_past(tmp_path):
     assert AgentSettings.load(st).backlog_history is BACKLOG_HISTORY
     on = "[default: on]" in inspect.signature(init_cmd).parameters["backlog_history"].default.help
     assert on is BACKLOG_HISTORY
+
+
+def test_step_exits_with_a_code_that_says_why_it_did_not_go_on(tmp_path):
+    """0 a round that ran, 3 frozen, 4 blocked by something temporary (retried), 5 blocked until
+    someone acts, 6 a failure (here: an apply in auto mode that Slurm did not take)."""
+    fake = FakeConnector.create(tmp_path / "fake", sacct=contended(PINNED_NOW), nodes=1, gpus_per_node=8)
+    fake.update(clock=PINNED_NOW)
+    st = str(tmp_path / "state")
+    assert cli("agent", "init", "--state", st, "--fake", str(tmp_path / "fake"), "--period", "10m",
+               "--history", "1h", "--min-jobs", "10", "--budget", "12", "--model", "replay",
+               "--margin", "0", "--auto").exit_code == 0
+    fake.update(down=True)
+    r = cli("agent", "step", "--state", st)
+    assert r.exit_code == 4 and r.output.startswith("blocked: Slurm does not answer: ")
+    assert r.output.endswith("retry in 30 s\n")
+    d = json.loads(cli("agent", "step", "--state", st, "--json").output)
+    assert d["action"] == "blocked" and d["retry_after"] == 60.0  # the back-off doubles
+    fake.update(down=False)
+    assert cli("agent", "freeze", "--state", st).exit_code == 0
+    assert cli("agent", "step", "--state", st).exit_code == 3
+    assert cli("agent", "unfreeze", "--state", st).exit_code == 0
+    fake.update(fail_reconfigure=True)
+    r = cli("agent", "step", "--state", st)
+    assert r.exit_code == 6 and r.output.startswith("apply failed: "), r.output
+    fake.update(fail_reconfigure=False)
+    fake.hand_edit("PriorityWeightAge", "7")
+    r = cli("agent", "step", "--state", st)
+    assert r.exit_code == 5 and r.output.startswith("blocked: hand edit: PriorityWeightAge is 7 live")
+    assert cli("agent", "adopt", "--state", st).exit_code == 0
+    r = cli("agent", "step", "--state", st)
+    assert r.exit_code == 0 and r.output.startswith("wait: "), r.output

@@ -19,8 +19,9 @@ from autosched.live.agent import AgentSettings, init_agent, open_agent
 from autosched.live.connector import ApplyFailed
 from autosched.live.errors import ActionNotAllowed, SlurmUnavailable
 from autosched.live.history import read_jobs
+from autosched.live.round import Action
 from autosched.live.slurm import SlurmConnector
-from autosched.live.store import RevisionState
+from autosched.live.store import RevisionKind, RevisionState
 
 pytestmark = pytest.mark.slurm
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -106,9 +107,9 @@ def test_approve_shows_in_show_config_and_sprio_and_rollback_restores(slurm_test
     bed.include.write_text(bed.include.read_text() + "PriorityWeightQOS=7\n")
     bed.reconfigure()
     out = agent.step()
-    assert out["action"] == "blocked" and out["why"].startswith("too little history")
+    assert out.action is Action.BLOCKED and out.why.startswith("too little history")
     base = agent.store.running()
-    assert base.trigger == "baseline" and base.config["PriorityWeightAge"] == 1000
+    assert base.kind is RevisionKind.BASELINE and base.config["PriorityWeightAge"] == 1000
     p = agent.store.create(dict(base.config, PriorityWeightAge=4321, PriorityWeightJobSize=2345,
                                 PriorityMaxAge=7200.0), trigger="manual", actor="test")
     agent.approve(p.id, "operator:test")
@@ -130,8 +131,8 @@ def test_hand_edit_blocks_and_freeze_stops_the_agent(slurm_testbed, agent):
     bed.include.write_text(bed.include.read_text() + "PriorityWeightAge=17\n")  # by hand
     bed.reconfigure()
     out = agent.step()
-    assert out["action"] == "blocked"
-    assert out["why"].startswith("hand edit: PriorityWeightAge is 17 live, 1000 in revision 1")
+    assert out.action is Action.BLOCKED and out.retry_after is None
+    assert out.why.startswith("hand edit: PriorityWeightAge is 17 live, 1000 in revision 1")
     p = agent.store.create(dict(agent.store.running().config, PriorityWeightJobSize=5),
                            trigger="manual", actor="test")
     with pytest.raises(ActionNotAllowed, match="PriorityWeightAge is 17 live"):
@@ -140,7 +141,7 @@ def test_hand_edit_blocks_and_freeze_stops_the_agent(slurm_testbed, agent):
     adopted = agent.adopt("operator:test")
     assert adopted.config["PriorityWeightAge"] == 17 and agent.status().blocked == ""
     agent.freeze("operator:test", "drill")
-    assert agent.step()["action"] == "frozen"
+    assert agent.step().action is Action.FROZEN
     q = agent.store.create(dict(adopted.config, PriorityWeightJobSize=5), trigger="manual",
                            actor="test")
     with pytest.raises(ActionNotAllowed, match="frozen by operator:test: drill"):
@@ -175,8 +176,8 @@ def test_slurmctld_down_blocks_and_nothing_is_applied(slurm_testbed, agent):
     bed.stop_slurmctld()
     try:
         out = agent.step()
-        assert out["action"] == "blocked" and out["why"].startswith("Slurm does not answer: `")
-        assert "scontrol show config" in out["why"]
+        assert out.action is Action.BLOCKED and out.why.startswith("Slurm does not answer: `")
+        assert "scontrol show config" in out.why and out.retry_after == 30.0
         with pytest.raises(SlurmUnavailable, match="scontrol show config"):
             agent.approve(p.id, "operator:test")
         assert bed.include.read_text() == before
@@ -216,7 +217,7 @@ def test_kill_9_at_any_point_of_an_apply_leaves_old_or_new(slurm_testbed, agent,
         assert again._hand_edits(now_running) == ""
         text = bed.include.read_text()
         assert f"PriorityWeightAge={now_running.config['PriorityWeightAge']}\n" in text or (
-            now_running.trigger == "baseline" and text == original)
+            now_running.kind is RevisionKind.BASELINE and text == original)
         if state is RevisionState.PROPOSED:
             again.reject(p.id, "test")
     # which of old/new each kill hit varies with the machine's speed

@@ -1,4 +1,4 @@
-"""The one rule for outputs (autosched.atomic, issue 12): only regular files are written, never an
+"""The one rule for outputs (autosched.atomic): only regular files are written, never an
 input of the same command; errors name the user's path; a write killed with SIGKILL leaves the old
 file whole, and the next write to the same target removes the killed writer's temporary file."""
 

@@ -12,7 +12,7 @@ import pytest
 
 from autosched.client import Client, Conflict, NotFound, ServiceError, Unauthorized
 from autosched.errors import InputError
-from autosched.live.store import RevisionStore
+from autosched.live.store import Evidence, JudgedOutcome, RevisionStore
 from autosched.service.token import load_or_create_token
 from service_kit import BASE, TOKEN, live_values, make_app, seed, serve_in_thread
 
@@ -37,14 +37,16 @@ def test_status_revisions_proposals(svc):
     assert st["running"]["slurm"]["PriorityMaxAge"] == "7-0"  # as slurm.conf says it
     assert st["pending"]["slurm"]["PriorityWeightAge"] == "5000"
     assert st["pending"]["id"] == 2 and st["pending"]["diff"] == {"PriorityWeightAge": [1000, 5000]}
-    assert st["pending"]["evidence"] == {"predicted_gain": 0.08, "spread": 0.02, "samples": 8,
-                                         "metric": "avg_jct"}
+    # typed: every key of the contract, the ones the agent did not record as null
+    assert st["pending"]["evidence"] == Evidence(predicted_gain=0.08, spread=0.02, samples=8,
+                                                 metric="avg_jct").to_dict()
     assert (st["mode"], st["policy"], st["period"], st["connector"]["kind"]) == (
         "propose", "multifactor", 3600.0, "fake")
     assert (st["frozen"], st["blocked"], st["agent_error"], st["interrupted_apply"]) == (
         False, "", "", None)
-    assert st["revisions"] == 2
-    assert (st["last_round"], st["next_round"], st["last_round_summary"]) == (None, None, None)
+    assert st["revisions"] == 2 and [r["id"] for r in st["history"]] == [2, 1]
+    assert (st["last_round"], st["next_round"]) == (None, None)
+    assert [r["id"] for r in anon._call("GET", "/api/status?history=1")["history"]] == [2]
     assert [r["id"] for r in anon.revisions()] == [2, 1]
     assert [r["id"] for r in anon.revisions(limit=1)] == [2]
     r1 = anon.revision(1)
@@ -59,9 +61,14 @@ def test_status_after_a_round(svc):
     store.record_round({"action": "none", "why": "too little history: 3 finished jobs"},
                        when=1_000_000.0)
     st = anon.status()
-    assert (st["last_round"], st["next_round"]) == (1_000_000.0, 1_003_600.0)
-    assert st["last_round_summary"] == {"action": "none",
-                                        "why": "too little history: 3 finished jobs"}
+    assert st["last_round"] == {"time": 1_000_000.0, "trigger": "", "action": "none",
+                                "why": "too little history: 3 finished jobs", "revision": None,
+                                "retry_after": None}
+    assert st["next_round"] == 1_003_600.0  # a period on
+    store.record_round({"trigger": "period", "action": "blocked", "why": "Slurm does not answer",
+                        "retry_after": 60.0}, when=1_000_100.0)
+    st = anon.status()
+    assert (st["last_round"]["retry_after"], st["next_round"]) == (60.0, 1_000_160.0)
 
 
 def test_openapi_documents_every_endpoint(svc):
@@ -244,9 +251,9 @@ def test_invalid_query_is_422(svc):
 def test_outcomes_predicted_against_observed(svc):
     c, anon, store = svc
     c.approve(2)
-    # what the agent's judge records one period later (Agent._judge)
-    store.record_outcome(2, {"metric": "avg_jct", "predicted_gain": 0.08, "observed_gain": 0.05,
-                             "verdict": "kept: avg_jct 4000.0 -> 3800.0 (+5.0%)"})
+    # what the agent's judge records one period later (live/round.py's judge)
+    store.record_outcome(2, JudgedOutcome("avg_jct", {"avg_jct": 4000.0}, {"avg_jct": 3800.0}, 0.08,
+                                          "kept: avg_jct 4000.0 -> 3800.0 (+5.0%)", 0.05))
     rows = anon.outcomes()
     assert [(o["revision"], o["state"], o["predicted_gain"], o["spread"], o["observed_gain"])
             for o in rows] == [(1, "applied", None, None, None), (2, "applied", 0.08, 0.02, 0.05)]
@@ -332,14 +339,55 @@ def test_token_file_checks(tmp_path):
 
 
 def test_plot_positions_worked_by_hand():
+    from autosched.live.store import RevisionState
     from autosched.service.page import plot_svg
-    from autosched.service.views import Outcome
+    from autosched.service.views import OutcomeRow
 
     assert "No applied revision with a prediction yet" in plot_svg([])
     # one revision, predicted +10% (no spread), observed -10%: the axis spans +-12% (10% pad),
     # so 0 sits half-way down the 188 px plot area that starts 28 px from the top
-    svg = plot_svg([Outcome(2, 1.0, "applied", 0.10, 0.0, -0.10, None)])
+    svg = plot_svg([OutcomeRow(2, 1.0, RevisionState.APPLIED, 0.10, 0.0, -0.10, None)])
     assert '<line x1="56" x2="628" y1="122.0" y2="122.0" class=zero />' in svg
     assert '<circle cx="336.0" cy="43.7" r="4" />' in svg  # 28 + 0.02/0.24 * 188
     assert 'y="196.3" width="8"' in svg  # observed square centred on 28 + 0.22/0.24 * 188
     assert ">+12.0%</text>" in svg and ">0%</text>" in svg and ">-12.0%</text>" in svg
+
+
+def test_the_cli_and_the_api_serialise_the_one_status_record(svc, tmp_path):
+    """`agent status --json` and `GET /api/status` are `AgentStatus.to_dict()`: the same keys (the
+    record's fields), the same values, and the API's model is made from the record's fields."""
+    import dataclasses
+    import json
+
+    from typer.testing import CliRunner
+
+    from autosched.cli import build_app
+    from autosched.live.status import AgentStatus
+    from autosched.service.models import StatusOut
+
+    c, anon, store = svc
+    c.approve(2, operator="alice")
+    store.record_round({"trigger": "period", "action": "wait", "why": "w"})
+    api = anon.status()
+    r = CliRunner().invoke(build_app(), ["agent", "status", "--json", "--state", str(store.state_dir)])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.output) == api
+    names = [f.name for f in dataclasses.fields(AgentStatus)]
+    assert list(api) == names and list(StatusOut.model_fields) == names
+    assert isinstance(api["last_round"], dict) and api["last_round"]["action"] == "wait"
+
+
+def test_the_schema_types_evidence_outcome_and_states_from_the_store(svc):
+    import dataclasses
+
+    from autosched.live.store import RevisionState
+
+    schemas = svc[1].openapi()["components"]["schemas"]
+    rev = schemas["Revision"]["properties"]
+    assert rev["evidence"] == {"$ref": "#/components/schemas/Evidence"}
+    assert {"$ref": "#/components/schemas/JudgedOutcome"} in rev["outcome"]["anyOf"]
+    assert set(schemas["Evidence"]["properties"]) == {f.name for f in dataclasses.fields(Evidence)}
+    assert set(schemas["JudgedOutcome"]["properties"]) == {
+        f.name for f in dataclasses.fields(JudgedOutcome)}
+    assert schemas["RevisionState"]["enum"] == [s.value for s in RevisionState]
+    assert set(schemas["AgentStatus"]["properties"]) >= {"running", "last_round", "version"}

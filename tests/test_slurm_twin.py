@@ -4,23 +4,17 @@ real slurmctld"), with a margin. Uses benchmarks/slurm_twin.py, the harness behi
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 import time
 
 import pytest
 
-from testbed import REPO
+from conftest import script_module
 
 pytestmark = pytest.mark.slurm
 
 
 def _harness():
-    spec = importlib.util.spec_from_file_location("slurm_twin", REPO / "benchmarks" / "slurm_twin.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["slurm_twin"] = mod  # (its dataclasses look their module up there)
-    spec.loader.exec_module(mod)
-    return mod
+    return script_module("benchmarks/slurm_twin.py")
 
 
 # Measured on these 24 jobs in two runs on the committed code (docs/fidelity.md, "In CI"): tau
@@ -34,12 +28,13 @@ MEDIAN_CEIL = 1.0  # s
 WAIT_RATIO = (0.8, 1.2)
 
 
-def test_start_times_agree_with_real_slurm(slurm_testbed, tmp_path):
+def test_start_times_agree_with_real_slurm(shared_traces, slurm_testbed, tmp_path):
+    # shared_traces first: without the real traces the test skips before a cluster is started
     tw = _harness()
     cl = tw.Cluster(slurm_testbed.env, slurm_testbed.include)
     before = slurm_testbed.include.read_text()
     tag = f"ci{int(time.time()) % 100000}"
-    jobs = tw.pick_jobs(24, 1200, 30.0, 8, 45, tag)
+    jobs = tw.pick_jobs(24, 1200, 30.0, 8, 45, tag, shared_traces / tw.PHILLY_SLICE)
     config = {**tw.BASE, **tw.CONFIGS["age"]}
     try:
         got = tw.run_config(cl, "ci", config, jobs, tmp_path, ("first_fit",), timeout=300,

@@ -41,7 +41,7 @@ def test_full_philly_on_its_vcs(shared_traces, philly_full):
     fitted, report = fit_to_cluster(trace, cluster, report=report)
     # the 4 VCs missing from the node table hold 18 jobs; every job fits its VC (8 GPUs x >= 8 nodes)
     assert len(fitted) == 82247 - 18
-    assert report.drops["VC is not in the cluster spec " + str(shared_traces / "philly" / "philly_vc_nodes.csv")].count == 18
+    assert report.drops["vc", "VC is not in the cluster spec " + str(shared_traces / "philly" / "philly_vc_nodes.csv")].count == 18
     s = summarize(fitted, cluster=cluster.describe(), cluster_gpus=cluster.gpus)
     assert s.cluster_gpus == 2816
     assert s.offered_load == pytest.approx(fitted.gpu_seconds() / (2816 * (fitted.end - fitted.start)))

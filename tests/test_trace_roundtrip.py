@@ -20,8 +20,9 @@ TEXT = st.text(st.characters(blacklist_categories=("Cs", "Cc")), max_size=8)
 def traces(draw) -> Trace:
     n = draw(st.integers(1, 12))
     cols = {
-        # within the loaders' bounds (docs/traces.md): unique ids, submit >= 0, duration <= a year
-        "job_id": draw(st.lists(TEXT, min_size=n, max_size=n, unique=True)),
+        # within the loaders' bounds (docs/traces.md): unique ids that are not blank, submit >= 0,
+        # duration <= a year
+        "job_id": draw(st.lists(TEXT.filter(str.strip), min_size=n, max_size=n, unique=True)),
         "submit_time": draw(st.lists(st.floats(0, 1e9, allow_nan=False), min_size=n, max_size=n)),
         "num_gpus": draw(st.lists(st.integers(1, 1024), min_size=n, max_size=n)),
         "duration": draw(st.lists(st.floats(1e-3, 3e7), min_size=n, max_size=n)),

@@ -140,7 +140,7 @@ def _other_sqlite(p: Path) -> Path:
     (lambda d: d, "is a directory; a study is one SQLite file"),
     (lambda d: _not_sqlite(d / "notes.csv"), "not an SQLite file"),
     (lambda d: _other_sqlite(d / "app.db"), "an SQLite database of something else (tables accounts)"),
-    (lambda d: Path("/proc/autosched-study.db"), "cannot create its lock file"),
+    (lambda d: Path("/proc/autosched-study.db"), "cannot create or open it"),
 ])
 def test_a_path_that_is_not_a_study_is_a_one_line_error(tmp_path, traces, make, msg):
     path = make(tmp_path)
@@ -184,6 +184,67 @@ def test_the_lock_names_its_holder_and_goes_with_it(tmp_path):
     assert not lock.path.exists()
     with StudyLock(study):  # free again
         pass
+
+
+@pytest.mark.parametrize("link", ["symlink", "hardlink"])
+def test_the_lock_is_on_the_file_not_on_the_name(tmp_path, link):
+    """Was: two runs on one study through a link were not locked out (the lock was `PATH.lock`
+    of the path as typed); the second crashed and the first reported 39 of 40 trials."""
+    study = tmp_path / "s.db"
+    tuner(study, budget=2, screening=False).tune([TRACE])
+    other = tmp_path / "elsewhere" / "other.db"
+    other.parent.mkdir()
+    (other.symlink_to if link == "symlink" else other.hardlink_to)(study)
+    # (the holder's PID is beside the real path: a hard link's other name does not find it)
+    holder = f"PID {os.getpid()}" if link == "symlink" else "another process"
+    with StudyLock(study):
+        with pytest.raises(StudyError, match=f"^study {other} is in use by {holder} "):
+            tuner(other, budget=4, screening=False).tune([TRACE])
+    with StudyLock(other):
+        with pytest.raises(StudyError, match=f"^study {study} is in use by {holder} "):
+            tuner(study, budget=4, screening=False).tune([TRACE])
+    assert len(tuner(other, budget=4, screening=False).tune([TRACE]).trials) == 4  # free again, and resumed
+
+
+def test_a_run_that_fails_before_writing_leaves_no_empty_study(tmp_path):
+    study = tmp_path / "new.db"
+    with StudyLock(study):
+        assert study.exists() and study.stat().st_size == 0  # created to be locked
+    assert not study.exists()
+
+
+_FULL = """
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails (EFBIG), as on a full disk
+if {limit} >= 0:
+    resource.setrlimit(resource.RLIMIT_FSIZE, ({limit}, {limit}))
+from autosched.cli import main
+main()
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs POSIX resource limits")
+def test_a_study_whose_disk_fills_up_is_one_line_and_resumes(traces, tmp_path):
+    """Was: optuna's `StorageInternalError` traceback. The limit on file size stands in for a
+    full filesystem (SQLite gets an error for a write it cannot make)."""
+    a, _ = traces
+    study = tmp_path / "s.db"
+    args = ["tune", str(a), "--cluster", "1x4", "--no-screening", "--study", str(study), "--json"]
+    res = subprocess.run([sys.executable, "-c", _FULL.format(limit=-1), *args, "--budget", "3"], env=env(),
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    limit = study.stat().st_size + 4096  # room for a trial or two, not for 200
+    res = subprocess.run([sys.executable, "-c", _FULL.format(limit=limit), *args, "--budget", "200"], env=env(),
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr == (f"error: study {study}: writing to the study failed (disk I/O error); what it stored is "
+                          "kept, and a new run resumes it\n")
+    done = len([t for t in _check_store(study) if t.state == optuna.trial.TrialState.COMPLETE])
+    assert 3 <= done < 200
+    res = subprocess.run([sys.executable, "-c", _FULL.format(limit=-1), *args, "--budget", str(done + 2)], env=env(),
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert len(json.loads(res.stdout)["trials"]) == done + 2
 
 
 # ------------------------------------------------------------------------------ two real runs

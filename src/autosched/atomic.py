@@ -10,6 +10,8 @@ says which inputs can be read: regular files only):
   study...): a command declares its inputs with `protect_inputs`, and every write checks them;
 - ``-`` is standard output only where a command streams one output (`is_stdout`); elsewhere it is
   refused rather than written as a file named ``-``;
+- a path that ends in ``/`` names a directory and is refused, not written as a file of that name
+  (an option parsed with `output_path` keeps the ``/`` that `pathlib` drops);
 - errors name the user's path, never the temporary file;
 - a killed write leaves ``.NAME.PID@HOST.XXXX.tmp`` beside the target; the next write to the same
   target removes it once process PID is gone (on this host).
@@ -72,12 +74,29 @@ def is_stdout(path: str | os.PathLike) -> bool:
     return os.fspath(path) == "-"
 
 
+class _TypedPath(type(Path())):  # type: ignore[misc]
+    """A `Path` that remembers the text it was typed as (see `output_path`)."""
+
+    typed: str = ""
+
+
+def output_path(text: str) -> Path:
+    """An output path as typed on the command line (a typer ``parser=`` for output options):
+    a `Path` that remembers a trailing ``/``, which `Path` itself drops, so that `check_output`
+    refuses ``--out adir/`` instead of writing a file named ``adir``."""
+    path = _TypedPath(text)
+    path.typed = text
+    return path
+
+
 def check_output(path: str | os.PathLike) -> Path:
     """The real path to write `path` to, after checking the rule for outputs; raises `OutputError`
     naming `path`. Commands call it before their work, so a bad output fails at once."""
-    shown = os.fspath(path)
+    shown = getattr(path, "typed", "") or os.fspath(path)
     if is_stdout(path):
         raise OutputError("'-' (standard output) is not accepted for this output; give a file name")
+    if shown.endswith(("/", os.sep)):
+        raise OutputError(f"{shown}: ends in '/', so it names a directory; give the name of the file to write")
     real = os.path.realpath(path)
     try:
         st = os.stat(real)

@@ -5,14 +5,16 @@ Standard library only, so a script on any host can use it::
     from autosched.client import Client
     c = Client("http://127.0.0.1:8750", token_file="/var/lib/autosched/service.token")
     pending = c.status()["pending"]
-    gain = pending and pending["evidence"].get("predicted_gain")  # None when not recorded
+    gain = pending and pending["evidence"]["predicted_gain"]  # None when not recorded
     if gain is not None and gain > 0.05:
         c.approve(pending["id"], operator="alice")
 
-A revision's ``evidence`` and ``outcome`` hold the keys of `autosched.live.store.Evidence` and
-`autosched.live.store.Outcome` (``predicted_gain``, ``spread``, ``samples``, ...; ``metric``,
-``before``, ``after``, ``verdict``, ``observed_gain``); a revision the agent did not tune for (the
-config found live, a rollback) has other or no evidence.
+``status()`` is `autosched.live.status.AgentStatus` as JSON (what ``agent status --json``
+prints). A revision's ``evidence`` and ``outcome`` hold every key of
+`autosched.live.store.Evidence` and `autosched.live.store.JudgedOutcome` (``predicted_gain``,
+``spread``, ``samples``, ..., ``rollback_of``, ``to``; ``metric``, ``before``, ``after``,
+``verdict``, ``observed_gain``), null where a revision has no such figure (the config found live,
+a rollback).
 
 Every method returns the API's JSON (dicts and lists). Errors raise `ServiceError` (and its
 subclasses for 401, 404 and 409), whose message is the service's reason.

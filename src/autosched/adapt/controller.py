@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Protocol
+
+import numpy as np
 
 from ..cluster import ClusterSpec, fit_to_cluster
 from ..jsonable import jsonable
@@ -53,6 +57,46 @@ class Decision:
         d = asdict(self)
         d["knobs_changed"] = {k: list(v) for k, v in self.knobs_changed.items()}
         return jsonable(d)
+
+
+@dataclass(frozen=True)
+class ControllerMemory:
+    """What a `Controller` carries from one round to the next (`Controller.memory`, `restore`),
+    as plain data that survives JSON exactly (floats as Python writes them, NaN included): the
+    live agent keeps it in its store, so that a round in a new process decides as the same round
+    of one long-running loop."""
+
+    policy: str
+    rounds: int  # rounds decided so far: the next round's seeds derive from this index
+    winners: tuple[dict[str, Any], ...]  # the last rounds' winners, oldest first (warm starts)
+    prior: tuple[tuple[dict[str, Any], ...], ...]  # the last rounds' trials (`Trial.to_dict`)
+    reference: dict[str, Any] | None  # the drift reference: the last tuned window's `Profile`
+    last_round: float | None  # when the last round ran (its observation's now)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, default=_plain)
+
+    @classmethod
+    def from_json(cls, text: str) -> ControllerMemory:
+        """The memory `to_json` wrote; `AdaptError` when `text` is not one."""
+        try:
+            d = json.loads(text)
+            return cls(policy=str(d["policy"]), rounds=int(d["rounds"]),
+                       winners=tuple(dict(w) for w in d["winners"]),
+                       prior=tuple(tuple(dict(t) for t in g) for g in d["prior"]),
+                       reference=None if d["reference"] is None else dict(d["reference"]),
+                       last_round=None if d["last_round"] is None else float(d["last_round"]))
+        except (ValueError, TypeError, KeyError) as e:
+            raise AdaptError(f"controller memory: not one this version wrote ({e})") from None
+
+
+def _plain(x: Any) -> Any:
+    """numpy scalars and arrays as Python numbers and lists (for `json.dumps`)."""
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    if isinstance(x, np.generic):
+        return x.item()
+    raise TypeError(f"{type(x).__name__} is not JSON")
 
 
 # ------------------------------------------------------------------ what the loop needs from a tuner
@@ -152,8 +196,10 @@ class Controller:
             raise AdaptError(f"controller: {type(source).__name__} is not a WorkloadSource (it needs workloads, "
                              "seeds, validation_workloads and validation_seeds)")
         check_sample_counts(len(source.seeds(0)), len(source.validation_seeds(0)))
-        self.policy = policy
-        self.space = get_policy(policy).space
+        cls = get_policy(policy)
+        self.policy = policy  # as the caller named it (a tuner resolves it as get_policy does)
+        self.policy_name = cls.name  # what a tuner's trials and evaluations call it
+        self.space = cls.space
         self.cluster = cluster
         self.source = source
         self.period = period
@@ -185,6 +231,43 @@ class Controller:
         self._reference: Profile | None = None
         self._last_round = -float("inf")
 
+    # rounds decided before this object existed (`restore`): each round's seeds derive from its index
+    _round_offset: int = 0
+
+    # ------------------------------------------------------------------------------ memory
+
+    def memory(self) -> ControllerMemory:
+        """What this controller carries from one round to the next, as plain data."""
+        ref = self._reference
+        return ControllerMemory(
+            policy=self.policy, rounds=self._round_offset + len(self.decisions),
+            winners=tuple(dict(w) for w in self._winners),
+            prior=tuple(tuple(t.to_dict() for t in g) for g in self._prior),
+            reference=None if ref is None else {
+                "start": ref.start, "end": ref.end, "arrivals": ref.arrivals,
+                "log_durations": ref.log_durations.tolist(), "gpu_mix": ref.gpu_mix.tolist()},
+            last_round=None if math.isinf(self._last_round) else self._last_round)
+
+    def restore(self, memory: ControllerMemory) -> None:
+        """Go on from `memory` (another controller's, of the same policy): its round count, warm
+        starts, pooled trials, drift reference and last round time. The running config stays this
+        controller's own."""
+        from ..tune import Trial
+
+        if memory.policy != self.policy:
+            raise AdaptError(f"controller memory of policy {memory.policy!r} cannot serve a "
+                             f"{self.policy!r} controller")
+        self._round_offset = memory.rounds - len(self.decisions)
+        self._winners = [dict(w) for w in memory.winners]
+        # a trial's to_dict keys are its fields; its metrics come back as Metrics
+        self._prior = [[Trial(**{**t, "metrics": [Metrics(**m) for m in t["metrics"]]}) for t in g]
+                       for g in memory.prior]
+        ref = memory.reference
+        self._reference = None if ref is None else Profile(
+            float(ref["start"]), float(ref["end"]), int(ref["arrivals"]),
+            np.asarray(ref["log_durations"], dtype=float), np.asarray(ref["gpu_mix"], dtype=np.int64))
+        self._last_round = -float("inf") if memory.last_round is None else memory.last_round
+
     # ------------------------------------------------------------------------------ drift
 
     def check_drift(self, obs: Observation) -> DriftReport | None:
@@ -203,7 +286,7 @@ class Controller:
         `drift` report that caused it are recorded
         in the returned `Decision`, which is also appended to ``decisions``."""
         t0 = time.perf_counter()
-        round_seed = round_seed_of(self.seed, len(self.decisions))
+        round_seed = round_seed_of(self.seed, self._round_offset + len(self.decisions))
         self._last_round = obs.now
         self._reference = profile(obs, obs.start, obs.now)
         workloads = self._workloads(obs, round_seed)
@@ -239,11 +322,11 @@ class Controller:
             if fresh:
                 workloads, validation = fresh, "fresh"
         if validation == "fresh":
-            m_run = tuner.evaluate(self.policy, self.running, workloads)[1]
-            m_cand = tuner.evaluate(self.policy, candidate, workloads)[1]
+            m_run = tuner.evaluate(self.policy_name, self.running, workloads)[1]
+            m_cand = tuner.evaluate(self.policy_name, candidate, workloads)[1]
         else:
-            m_run = _trial_metrics(res, self.running) or tuner.evaluate(self.policy, self.running, workloads)[1]
-            m_cand = _trial_metrics(res, candidate) or tuner.evaluate(self.policy, candidate, workloads)[1]
+            m_run = _trial_metrics(res, self.running) or tuner.evaluate(self.policy_name, self.running, workloads)[1]
+            m_cand = _trial_metrics(res, candidate) or tuner.evaluate(self.policy_name, candidate, workloads)[1]
         run_vals = [float(getattr(m, self.metric)) for m in m_run]
         cand_vals = [float(getattr(m, self.metric)) for m in m_cand]
         verdict = self.guardrail.judge(run_vals, cand_vals, self.minimize)

@@ -61,8 +61,8 @@ FIRST_DECISION = 3 / 7  # Settings.first_decision: day 3 of a 7-day first period
 # Settings.early_rounds: on six traces x 8 seeds autosched's average JCT fell on every trace
 # (paired: 0.3-3.3%; on cluster06 and the sample within 1-2 s.e.), its share of oracle_static's gain
 # rose from 77.4% to 84.1%, and the traces with no week worse than the default by more than 2%
-# went from 3 to 5 (docs/results.md, "Issue 11, today's defaults:
-# early rounds"). last_period, which gets the same rounds, gained as much.
+# went from 3 to 5 (docs/history.md, "early rounds in period 0"). last_period, which gets the
+# same rounds, gained as much.
 EARLY_ROUNDS = True
 # What each of check_times' moments is; a round's kind is its Decision's trigger.
 PERIOD, FIRST_ROUND, EARLY_ROUND, DRIFT_CHECK = "period", "first round", "early round", "drift check"
@@ -81,7 +81,8 @@ class Settings:
     samples: int = 4
     # Fresh model samples the guardrail judges a winner on (see ModelSource). 8, with k = 1: with
     # 4 and k = 2 the guardrail kept the default through real gains of 28-38% (ITP cluster07) and
-    # 15% (Philly 72x8); 8 and k = 1 deployed them and lost nothing elsewhere (docs/results.md).
+    # 15% (Philly 72x8); 8 and k = 1 deployed them and lost nothing elsewhere (docs/history.md,
+    # "the guardrail on 8 fresh samples").
     validation_samples: int = 8
     # log sd of the load level across the samples of a round (0: every sample at the forecast level)
     level_sd: float = 0.0
@@ -96,7 +97,7 @@ class Settings:
     # A first round this fraction of the first period after the start (3/7: day 3 of a week), on
     # the history seen so far; None: the first round is at the first boundary, and period 0 runs
     # the default whatever happens. On six traces x 3 seeds it raised autosched's share of
-    # oracle_static's gain from 59.9% to 73.2% (docs/results.md).
+    # oracle_static's gain from 59.9% to 73.2% (docs/history.md, "a first round inside period 0").
     first_decision: float | None = FIRST_DECISION
     # After the first round, a round every `check_every` until half a `check_every` before the
     # first boundary ("early round"; the boundary has its own round): in period 0 each day adds a

@@ -31,7 +31,7 @@ class Guardrail:
     """
 
     # k = 1 on 8 fresh samples: k = 2 on 4 kept the default through real gains of 28-38%
-    # (docs/results.md, "Issue 11, the guardrail measured").
+    # (docs/history.md, "the guardrail on 8 fresh samples").
     k: float = 1.0
     min_margin: float = 0.01
     max_loss: float | None = None

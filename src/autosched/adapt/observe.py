@@ -72,7 +72,7 @@ class Observation:
 # Tiresias's queues and youngest in Slurm's age factor. With the Pareto tail below, the evaluation
 # predicts more of the harm a config change does to the backlog (docs/traces.md), and on six
 # traces x 8 seeds autosched's decisions moved within their noise (0.5-0.9% better on four, the
-# same on one, 1.3% worse on one; docs/results.md, "Issue 11, today's defaults").
+# same on one, 1.3% worse on one; docs/history.md, "the backlog's imputed tail and its past").
 BACKLOG_HISTORY = True
 
 

@@ -101,5 +101,13 @@ def __getattr__(name: str):
 
 
 def main() -> None:
+    from .streams import guard
+
+    streams = guard()  # a failed write to stdout is one line; a message lost from stderr, exit code 2
     command = sys.argv[1] if len(sys.argv) > 1 else None
-    build_app(command if command in COMMANDS else None)()
+    try:
+        build_app(command if command in COMMANDS else None)()
+        code: int | str | None = 0
+    except SystemExit as e:
+        code = e.code
+    sys.exit(streams.finish(code))

@@ -8,9 +8,12 @@ import getpass
 import os
 import time
 from pathlib import Path
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import typer
+
+if TYPE_CHECKING:
+    from ..live.round import RoundOutcome
 
 agent_app = typer.Typer(help="The live agent: propose, apply, verify and roll back Slurm settings.",
                         no_args_is_help=True)
@@ -132,23 +135,32 @@ def init_cmd(
 @agent_app.command("step")
 def step_cmd(state: Optional[Path] = _state_opt(),
              as_json: bool = typer.Option(False, "--json", help="print the round as JSON")) -> None:
-    """Run one round now: read the history, tune, and propose (or apply, in auto mode)."""
+    """Run one round now: read the history, tune, and propose (or apply, in auto mode).
+
+    Exit code: 0 the round ran (proposed, applied, rolled back, waiting, nothing worth a change);
+    3 frozen; 4 blocked by something temporary (Slurm does not answer), retried later; 5 blocked
+    until an operator acts or more history comes (hand edit, too little history); 6 an apply,
+    the guard's rollback or the tuning failed; 2 an error before the round could run."""
     from .common import print_json
 
-    summary = _open(state).step()
+    out = _open(state).step()
     if as_json:
-        print_json(summary)
-        return
-    _print_round(summary)
+        print_json(out.to_summary())
+    else:
+        _print_round(out)
+    if out.exit_code:
+        raise typer.Exit(out.exit_code)
 
 
-def _print_round(summary: dict[str, Any]) -> None:
-    typer.echo(f"{summary.get('action')}: {summary.get('why', '')}")
-    if "history_jobs" in summary:
-        typer.echo(f"history: {summary['history_jobs']} jobs ({summary['finished']} finished), "
-                   f"{summary.get('malformed_rows', 0)} malformed sacct rows skipped")
-    if summary.get("revision"):
-        typer.echo(f"revision {summary['revision']}")
+def _print_round(out: RoundOutcome) -> None:
+    typer.echo(f"{out.action.value}: {out.why}")
+    if out.history is not None:
+        typer.echo(f"history: {out.history.jobs} jobs ({out.history.finished} finished), "
+                   f"{out.history.malformed_rows} malformed sacct rows skipped")
+    if out.revision is not None:
+        typer.echo(f"revision {out.revision}")
+    if out.retry_after is not None:
+        typer.echo(f"retry in {out.retry_after:g} s")
 
 
 @agent_app.command("run")
@@ -178,7 +190,6 @@ def status_cmd(state: Optional[Path] = _state_opt(),
                history: int = typer.Option(10, "--history", help="revisions to list")) -> None:
     """The running revision, the pending proposal with its evidence, the history, and whether
     the agent is frozen or blocked and why."""
-    from ..live.store import Evidence, Outcome
     from .common import print_json
 
     st = _open(state).status(history)
@@ -186,7 +197,7 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         print_json(st.to_dict())
         return
     typer.echo(f"policy {st.policy}, {st.mode} mode, period {st.period:g} s, "
-               f"connector {st.connector.get('kind')}")
+               f"connector {(st.connector or {}).get('kind')}")
     if st.frozen:
         typer.echo(f"FROZEN by {st.frozen_by}: {st.frozen_reason or '(no reason given)'}")
     if st.blocked:
@@ -201,7 +212,7 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         typer.echo("running: no revision yet (the first round records the live config)")
     if st.pending:
         p = st.pending
-        ev = Evidence.from_dict(p.evidence)
+        ev = p.evidence
         # a proposal made by hand (or by an older agent) may lack a figure: say so, never "+0.0%"
         gain = "unknown" if ev.predicted_gain is None else f"{ev.predicted_gain:+.1%}"
         spread = "" if ev.spread is None else f" ± {ev.spread:.1%}"
@@ -211,13 +222,12 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         for k, (a, b) in p.diff.items():
             typer.echo(f"  {k}: {a} -> {b}")
     if st.last_round:
-        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.next_round - st.period))
-        typer.echo(f"last round {when}: {st.last_round.get('action')}: {st.last_round.get('why', '')}")
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.last_round.time))
+        typer.echo(f"last round {when}: {st.last_round.action}: {st.last_round.why}")
     typer.echo("history:")
     for r in st.history:
         last = r.events[-1]
-        judged = Outcome.from_dict(r.outcome)
-        out = f"; outcome: {judged.verdict}" if judged else ""
+        out = f"; outcome: {r.outcome.verdict}" if r.outcome else ""
         typer.echo(f"  {r.id:>3} {r.state.value:<11} {r.trigger:<16} "
                    f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(last.time))} "
                    f"{last.actor}: {last.note}{out}")

@@ -12,7 +12,7 @@ import typer
 
 from ..associations import read_associations
 from ..cluster import read_slurm_partitions
-from ..policies import POLICIES, Policy, get_policy
+from ..policies import Policy, available_policies, get_policy
 from ..space import ConfigError, read_config_file
 from .common import (
     cluster_file,
@@ -28,17 +28,18 @@ from .common import (
 )
 
 if TYPE_CHECKING:  # the engine is imported inside the command (start-up time)
-    from ..sim import Simulator
+    from ..sim import SimResult, Simulator
 
 
 def build_policy(name: str, sets: list[str], config_file: Path | None) -> Policy:
-    """A policy from its name, an optional config file and ``knob=value`` overrides."""
+    """A policy from its name (as `get_policy` takes it), an optional config file and
+    ``knob=value`` overrides."""
     cls = get_policy(name)
     base: dict = {}
     if config_file is not None:
         file_policy, base = read_config_file(config_file)
-        if file_policy is not None and file_policy != name:
-            raise ConfigError(f"{config_file}: the config is for policy {file_policy!r}, not {name!r}")
+        if file_policy is not None and file_policy not in (name, cls.name):  # (a file names a plugin by its name)
+            raise ConfigError(f"{config_file}: the config is for policy {file_policy!r}, not {cls.name!r}")
         base = cls.space.validate(base)
     return cls(cls.space.parse_assignments(sets, base))
 
@@ -51,7 +52,7 @@ def policy_from_config_file(config_file: Path) -> str | None:
 def simulate_cmd(
     trace: Optional[Path] = typer.Argument(None, help="trace file (any supported format); default: the bundled Philly sample"),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="NODESxGPUS (e.g. 32x8) or a VC file (vc,nodes); required with a trace"),
-    policy: Optional[str] = typer.Option(None, "--policy", "-p", help="scheduling policy (see `autosched policies`); default fifo, or the one named in --config"),
+    policy: Optional[str] = typer.Option(None, "--policy", "-p", help="scheduling policy: a name (see `autosched policies`) or MODULE:CLASS; default fifo, or the one named in --config"),
     set_: list[str] = typer.Option([], "--set", "-s", help="knob=value (repeatable)"),
     config: Optional[Path] = typer.Option(None, "--config", help="JSON config file, as written by `autosched tune`"),
     fmt: Optional[str] = typer.Option(None, "--format", help="trace format (default: detected from the header)"),
@@ -92,14 +93,14 @@ def simulate_cmd(
     _print_metrics(pol, cl.describe(), str(trace_path), res.metrics, notes)
 
 
-def _run_notes(sim: Simulator, res) -> dict:
+def _run_notes(sim: Simulator[Policy], res: SimResult) -> dict[str, str | int]:
     """What the run did that the metrics do not say: which backfill ran (multifactor), how many
     jobs were ended at their time limit (traces with limits)."""
-    notes = {}
+    notes: dict[str, str | int] = {}
     kind = sim.policies[0].backfill_kind
     if kind is not None:
         notes["backfill"] = kind
-    if sim.trace.time_limit is not None:
+    if sim.trace.time_limit is not None and res.records.killed is not None:
         notes["killed_at_limit"] = int(res.records.killed.sum())
     return notes
 
@@ -135,11 +136,11 @@ def _print_metrics(pol: Policy, cluster: str, trace: str, m, notes: dict | None 
 
 
 def policies_cmd(
-    name: Optional[str] = typer.Argument(None, help="a policy to show in full"),
+    name: Optional[str] = typer.Argument(None, help="a policy to show in full (a name or MODULE:CLASS)"),
     as_json: bool = typer.Option(False, "--json", help="print as JSON"),
 ) -> None:
-    """List the scheduling policies and their knobs."""
-    chosen = [get_policy(name)] if name else list(POLICIES.values())
+    """List the scheduling policies (built-in and installed plugins') and their knobs."""
+    chosen = [get_policy(name)] if name else list(available_policies().values())
     if as_json:
         print_json({cls.name: {"summary": cls.summary, "oracle": cls.oracle, "preemptive": cls.preemptive,
                                "knobs": {k.name: {"type": type(k).__name__.lower(), "range": k.describe(),

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
+from ..atomic import output_path
 from .common import table_console
 
 if TYPE_CHECKING:
@@ -49,7 +50,8 @@ def inspect_cmd(
 @trace_app.command("convert")
 def convert_cmd(
     source: Path = typer.Argument(..., help="trace file to read (any supported format)"),
-    out: Path = typer.Argument(..., help="file to write: .csv, .csv.gz or .parquet (canonical columns); - for CSV on stdout"),
+    out: Path = typer.Argument(..., parser=output_path,
+                               help="file to write: .csv, .csv.gz or .parquet (canonical columns); - for CSV on stdout"),
     fmt: Optional[str] = typer.Option(None, "--format", help=_FORMAT_HELP),
     strict: bool = typer.Option(False, "--strict", help="fail on the first row that cannot be simulated instead of dropping it"),
 ) -> None:
@@ -58,9 +60,9 @@ def convert_cmd(
     from .common import fail, note, outputs
 
     stdout = str(out) == "-"
+    outputs((source,), stream=(out,))
     if not stdout and not out.name.lower().endswith((".csv", ".csv.gz", ".parquet", ".pq")):
         fail(f"{out}: the output name must end in .csv, .csv.gz or .parquet (or be - for CSV on stdout)")
-    outputs((source,), stream=(out,))
     tr, report = load_trace(source, format=fmt, strict=strict)
     write_trace(tr, out)
     note(report.summary())

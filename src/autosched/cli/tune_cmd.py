@@ -30,7 +30,7 @@ def tune_cmd(
     trace: Path = typer.Argument(..., help="trace file (any supported format) to tune on"),
     cluster: str = typer.Option(..., "--cluster", "-c", help="NODESxGPUS (e.g. 32x8) or a VC file (vc,nodes)"),
     policy: list[str] = typer.Option(["tiresias"], "--policy", "-p",
-                                     help="policy to tune; repeat (or comma-separate) to make the policy itself a knob"),
+                                     help="policy to tune: a name (see `autosched policies`) or MODULE:CLASS; repeat (or comma-separate) to make the policy itself a knob"),
     budget: int = typer.Option(40, "--budget", "-n", help="number of trials (one simulation each)"),
     objective: str = typer.Option("avg_jct", "--objective", help="Metrics field to optimise (see `autosched simulate --json`)"),
     direction: Optional[str] = typer.Option(None, "--direction", help="minimize or maximize (default: the metric's natural direction)"),
@@ -57,15 +57,19 @@ def tune_cmd(
     check_seed(seed)
     if report is not None:
         require("matplotlib", "--report", "report")
+    from ..policies import get_policy
+
     names = [n.strip() for p in policy for n in p.split(",") if n.strip()]
+    if not names:
+        fail("--policy is empty; name a policy, e.g. tiresias")
+    classes = [get_policy(n) for n in names]  # a bad name fails here, in one line, before any work
     obj = Objective(objective, direction, tuple(constraint))
     warm = []
     for path in warm_start:
         name, knobs = read_config_file(path)
-        warm.append({"policy": name or names[0], "knobs": knobs})
-    from ..policies import POLICIES
+        warm.append({"policy": name or classes[0].name, "knobs": knobs})
 
-    oracles = [n for n in names if n in POLICIES and POLICIES[n].oracle]
+    oracles = [cls.name for cls in classes if cls.oracle]
     if oracles and not as_json:
         note(f"note: {', '.join(oracles)} read true job durations (oracle baselines, not deployable)")
     tr, cl, loaded = load_inputs(trace, cluster, fmt, quiet=as_json)

@@ -8,7 +8,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
-from ..timeparse import format_duration, parse_duration
+from ..atomic import output_path
+from ..timeparse import check_within, format_duration, parse_length, parse_time
 from .common import (
     check_seed,
     cluster_file,
@@ -26,13 +27,6 @@ workload_app = typer.Typer(help="Workload models: learn a cluster's workload fro
                            no_args_is_help=True)
 
 DAY = 86400.0
-
-
-def _seconds(text: str, option: str, positive: bool = False) -> float:
-    value = parse_duration(text, option)
-    if positive and not value > 0:
-        fail(f"{option} must be > 0 (got {text!r})")
-    return value
 
 
 def _load_trace(path: Path, fmt: Optional[str]):
@@ -66,7 +60,7 @@ def fit_cmd(
     trace: Path = typer.Argument(..., help="trace file (any supported format)"),
     until: str = typer.Option(..., "--until", help="fit on jobs submitted before this time (s since the trace's origin, or 49d, 12h, ...)"),
     model: str = typer.Option("stat", "--model", "-m", help="workload model: replay, stat or neural (see `autosched workload models`)"),
-    out: Path = typer.Option(..., "--out", "-o", help="where to write the fitted model (.npz)"),
+    out: Path = typer.Option(..., "--out", "-o", parser=output_path, help="where to write the fitted model (.npz)"),
     history: Optional[str] = typer.Option(None, "--history", help="use only this much history before --until (e.g. 21d); default: all of it"),
     set_: list[str] = typer.Option([], "--set", "-s", help="model parameter param=value (repeatable)"),
     fmt: Optional[str] = typer.Option(None, "--format", help="trace format (default: detected from the header)"),
@@ -76,11 +70,12 @@ def fit_cmd(
     from ..workload import get_model
 
     outputs((trace,), (out,))
-    t_until = _seconds(until, "--until")
-    length = _seconds(history, "--history", positive=True) if history is not None else None
+    t_until = parse_time(until, "--until")
+    length = parse_length(history, "--history") if history is not None else None
     cls = get_model(model)
     m = cls(**cls.space.parse_assignments(set_))
     tr, loaded = _load_trace(trace, fmt)
+    check_within(t_until, "--until", tr.end)
     lo = t_until - length if length is not None else -float("inf")
     past = tr.window(lo, t_until)
     if len(past) == 0:
@@ -102,7 +97,8 @@ def sample_cmd(
     start: str = typer.Option(..., "--start", help="start of the generated period (s since the trace's origin, or 49d, ...)"),
     horizon: str = typer.Option("7d", "--horizon", help="length of the generated period (e.g. 7d, 12h, 3600)"),
     seed: int = typer.Option(0, "--seed", help="random seed; the same seed gives the same trace"),
-    out: Path = typer.Option(..., "--out", "-o", help="output trace (.csv canonical, or .parquet); - for CSV on stdout"),
+    out: Path = typer.Option(..., "--out", "-o", parser=output_path,
+                             help="output trace (.csv canonical, or .parquet); - for CSV on stdout"),
     as_json: bool = typer.Option(False, "--json", help="print a summary as one JSON object"),
 ) -> None:
     """Generate a workload for [start, start + horizon) from a fitted model."""
@@ -113,10 +109,8 @@ def sample_cmd(
     if str(out) == "-" and as_json:
         fail("--out - writes the trace to stdout; it cannot be combined with --json")
     check_seed(seed)
-    t0 = _seconds(start, "--start")
-    if t0 < 0:
-        fail(f"--start must be >= 0 (got {start!r}): submit times count from the trace's origin")
-    h = _seconds(horizon, "--horizon")  # (> 0 and the bound on a sample: the model checks them)
+    t0 = parse_time(start, "--start")
+    h = parse_length(horizon, "--horizon")
     m = load_model(model)
     tr = m.sample(t0, h, seed)
     write_trace(tr, out)
@@ -151,6 +145,7 @@ def evaluate_cmd(
 ) -> None:
     """Rolling-origin evaluation of workload models: distribution distances and decision fidelity."""
     from ..policies import get_policy
+    from ..trace.report import MAX_DURATION
     from ..workload import parse_model_spec
     from ..workload.evaluate import EvalSetup, evaluate
 
@@ -165,14 +160,14 @@ def evaluate_cmd(
     for s in specs:
         parse_model_spec(s)
     # (lengths > 0, samples and panel >= 1: EvalSetup.check checks them)
-    setup = EvalSetup(history=_seconds(history, "--history"), horizon=_seconds(horizon, "--horizon"),
-                      step=_seconds(step, "--step"), samples=samples, panel=panel, seed=seed,
-                      objective=objective, first=_seconds(first, "--first") if first else None,
-                      last=_seconds(last, "--last") if last else None)
+    setup = EvalSetup(history=parse_length(history, "--history"), horizon=parse_length(horizon, "--horizon"),
+                      step=parse_length(step, "--step"), samples=samples, panel=panel, seed=seed,
+                      objective=objective, first=parse_time(first, "--first") if first else None,
+                      last=parse_time(last, "--last") if last else None)
     setup.check()
+    cap = parse_length(max_duration, "--max-duration", MAX_DURATION) if max_duration is not None else None
     tr, cl, loaded = load_inputs(trace, cluster, fmt, quiet=as_json)
-    if max_duration is not None:
-        cap = _seconds(max_duration, "--max-duration", True)
+    if cap is not None:
         long = int((tr.duration > cap).sum())
         tr = tr.take(tr.duration <= cap)
         if not as_json:

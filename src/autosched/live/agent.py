@@ -1,34 +1,56 @@
 """The agent: the adaptive `Controller` run on a live cluster's history, with every change of the
 cluster's configuration a revision in the store.
 
-A round (``step``): reconcile an apply that a killed process left half done; stop if frozen;
-read the live settings (Slurm down -> blocked, nothing applied blind); stop if they differ from
-the running revision (a hand edit -> blocked, said so); judge the last change once a period has
-passed (observed vs the period before; worse by more than the guardrail's margin -> automatic
-rollback); at most one change per period; with too little history say so and propose nothing;
-else run one Controller round on the history and turn a winner into a proposal (propose mode) or
-apply it (auto mode, within per-knob bounds and a maximum step). The CLI and the HTTP service
-call the same actions (approve, reject, rollback, freeze, unfreeze, adopt, status).
+A round (`Agent.step`) is observe -> decide -> act (live/round.py has the data and the rules):
+`observe` reconciles an apply that a killed process left half done, then reads the store, the
+live settings, the history and the cluster, and turns a failed read into a typed block (Slurm
+down: retried after a back-off); `decide` (pure) stops on a freeze, a hand edit, a change less
+than a period old, an open proposal or too little history, judges the last change once a period
+has passed and plans the guard's rollback when it did worse than the margin, or plans a tuning
+round; `act` carries the plan out: one Controller round on the history turns a clear winner into a
+proposal (propose mode) or applies it (auto mode, within per-knob bounds and a maximum step). The
+round and the controller's memory (warm starts, pooled trials, drift reference) are recorded in the
+store, so a round in a new process goes on where the last one stopped. The CLI and the HTTP
+service call the same actions (approve, reject, rollback, freeze, unfreeze, adopt, status).
 """
 
 from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from ..adapt.observe import BACKLOG_HISTORY
 from ..atomic import write_text_atomic
+from ..cluster import ClusterSpec
 from ..errors import AutoschedError
-from ..jsonable import jsonable
 from .connector import Connector
 from .errors import ActionNotAllowed, LiveError, SlurmUnavailable
-from .history import LiveJobs, combine, merge_sacct, observation, period_metrics, prune_sacct, read_jobs, seed_jobs
+from .history import LiveJobs, combine, merge_sacct, observation, prune_sacct, read_jobs, seed_jobs
 from .knobs import LiveSpace, live_space, same_value
-from .store import Evidence, Flags, Outcome, Revision, RevisionState, RevisionStore, RollbackEvidence
+from .round import (
+    Action,
+    Block,
+    HistoryCounts,
+    Observed,
+    Plan,
+    RollBack,
+    RoundOutcome,
+    RoundRecord,
+    RoundRules,
+    Stop,
+    Tune,
+    decide,
+    next_retry,
+)
+from .status import AgentStatus, read_status
+from .store import Evidence, Flags, Revision, RevisionKind, RevisionState, RevisionStore
+
+if TYPE_CHECKING:  # the controller pulls in the tuning stack: imported where a round tunes
+    from ..adapt.controller import Controller, ControllerMemory
 
 SETTINGS_FILE = "settings.json"
 HISTORY_FILE = "history.sacct"
@@ -115,36 +137,6 @@ def make_connector(spec: Mapping[str, Any]) -> Connector:
     raise LiveError(f"connector {spec.get('kind')!r}: use slurm or fake")
 
 
-@dataclass(frozen=True)
-class AgentStatus:
-    """The agent at a glance (``agent status``, the service's page)."""
-
-    running: Revision | None
-    pending: Revision | None
-    mode: str
-    frozen: bool
-    frozen_reason: str
-    frozen_by: str
-    blocked: str
-    next_round: float | None  # unix s
-    last_round: dict[str, Any] | None
-    period: float
-    policy: str
-    connector: dict[str, Any]
-    history: list[Revision]
-    interrupted_apply: int | None  # revision of an apply a killed process left open
-
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable({
-            "running": self.running.to_dict() if self.running else None,
-            "pending": self.pending.to_dict() if self.pending else None,
-            "mode": self.mode, "frozen": self.frozen, "frozen_reason": self.frozen_reason,
-            "frozen_by": self.frozen_by, "blocked": self.blocked, "next_round": self.next_round,
-            "last_round": self.last_round, "period": self.period, "policy": self.policy,
-            "connector": self.connector, "history": [r.to_dict() for r in self.history],
-            "interrupted_apply": self.interrupted_apply})
-
-
 class Agent:
     """The live loop's actions on one cluster (see the module doc)."""
 
@@ -155,23 +147,30 @@ class Agent:
         self.store = RevisionStore(self.state_dir)
         self.connector = connector if connector is not None else make_connector(settings.connector)
         self.space: LiveSpace = live_space(settings.policy, settings.fixed)
-        self._controller: Any = None  # kept between rounds of `run` (warm starts, drift reference)
-        self._trigger = "period"  # of the round in progress, for its record
+        self._slurm: dict[str, dict[str, str] | None] = {}  # config (JSON) -> its Slurm spelling
         self.log: Callable[[str], None] = lambda msg: None
 
     # -- status ---------------------------------------------------------------------------
     def status(self, history: int = 10) -> AgentStatus:
-        f = self.store.flags()
-        last = self.store.last_round()
-        intent = self.store.open_apply()
-        return AgentStatus(
-            running=self.store.running(), pending=self.store.pending(), mode=self.settings.mode,
-            frozen=f.frozen, frozen_reason=f.frozen_reason, frozen_by=f.frozen_by,
-            blocked=f.blocked, next_round=(last[0] + self.settings.period) if last else None,
-            last_round=last[1] if last else None, period=self.settings.period,
-            policy=self.settings.policy, connector=self.connector.describe(),
-            history=self.store.history(history),
-            interrupted_apply=intent.rev_id if intent else None)
+        s = self.settings
+        return read_status(self.store, history=history, mode="auto" if s.mode == "auto" else "propose",
+                           policy=s.policy, period=s.period, connector=self.connector.describe(),
+                           slurm=self.slurm_texts)
+
+    def slurm_texts(self, config: Mapping[str, Any]) -> dict[str, str] | None:
+        """Each managed knob of `config` as Slurm spells it (what `scontrol show config` shows),
+        so that operators read 7-0, not 604800.0; None when this agent's knobs cannot translate
+        `config` (a knob it does not know, a value out of range). Remembered per config: a
+        revision's config never changes, and translating one validates the whole policy config."""
+        key = json.dumps(config, sort_keys=True, default=str)
+        if key not in self._slurm:
+            try:
+                self._slurm[key] = self.space.knob_texts(self.space.full(config))
+            except (KeyError, ValueError):
+                self._slurm[key] = None
+            if len(self._slurm) > 512:
+                self._slurm.pop(next(iter(self._slurm)))
+        return self._slurm[key]
 
     # -- operator actions -----------------------------------------------------------------
     def approve(self, rev_id: int, actor: str) -> Revision:
@@ -213,8 +212,7 @@ class Agent:
 
     def reject(self, rev_id: int, actor: str, reason: str = "") -> Revision:
         return self.store.transition(rev_id, RevisionState.REJECTED, actor=actor,
-                                     note=reason or "rejected",
-                                     allowed_from=[RevisionState.PROPOSED])
+                                     note=reason or "rejected")
 
     def rollback(self, rev_id: int | None, actor: str, note: str = "") -> Revision:
         """Make the config of revision `rev_id` (None: the one applied before the running one)
@@ -224,14 +222,14 @@ class Agent:
         running = self._running_or_baseline()
         if rev_id is None:
             earlier = [r for r in self.store.history() if r.id != running.id and
-                       r.applied_at() is not None and r.id < running.id]
+                       r.applied_at is not None and r.id < running.id]
             if not earlier:
                 raise ActionNotAllowed(f"revision {running.id} is the only one ever applied; "
                                        "there is nothing to roll back to")
             target = earlier[0]
         else:
             target = self.store.get(rev_id)
-            if target.applied_at() is None and target.trigger != "baseline":
+            if target.applied_at is None:
                 raise ActionNotAllowed(f"revision {rev_id} was never applied ({target.state.value}); "
                                        "only a config that ran can be rolled back to")
         if target.id == running.id:
@@ -239,15 +237,14 @@ class Agent:
         self.live_values()  # never apply blind: Slurm must answer before anything is written
         if (p := self.store.pending()) is not None:
             self.store.transition(p.id, RevisionState.REJECTED, actor=actor,
-                                  note=f"superseded by a rollback to revision {target.id}",
-                                  allowed_from=[RevisionState.PROPOSED])
-        new = self.store.create(target.config, trigger=f"rollback to {target.id}", actor=actor,
+                                  note=f"superseded by a rollback to revision {target.id}")
+        new = self.store.create(target.config, kind=RevisionKind.ROLLBACK,
+                                trigger=f"rollback to {target.id}", actor=actor,
                                 note=note or f"rollback to revision {target.id}", parent=running.id,
-                                evidence=RollbackEvidence(rollback_of=running.id, to=target.id).to_dict())
+                                evidence=Evidence(rollback_of=running.id, to=target.id))
         return self._apply(new, actor, note or f"rollback to revision {target.id} by {actor}",
-                           also=[(running.id, RevisionState.ROLLED_BACK,
-                                  f"rolled back to revision {target.id} (revision {new.id}) by "
-                                  f"{actor}{': ' + note if note else ''}")])
+                           replaced_note=f"rolled back to revision {target.id} (revision {new.id}) "
+                                         f"by {actor}{': ' + note if note else ''}")
 
     def freeze(self, actor: str, reason: str = "") -> Flags:
         return self.store.freeze(actor, reason)
@@ -257,7 +254,8 @@ class Agent:
 
     def adopt(self, actor: str, note: str = "") -> Revision:
         """Record the live settings, as they are now, as the running revision (after a hand edit
-        the operator wants to keep); this clears the hand-edit block."""
+        the operator wants to keep); this clears the hand-edit block. It counts as a change: the
+        agent changes nothing for a period after it."""
         self.reconcile()
         live = self.live_config()
         running = self.store.running()
@@ -265,9 +263,8 @@ class Agent:
             raise ActionNotAllowed(f"the live config already is revision {running.id}'s")
         if (p := self.store.pending()) is not None:
             self.store.transition(p.id, RevisionState.REJECTED, actor=actor,
-                                  note="superseded: the live config was adopted",
-                                  allowed_from=[RevisionState.PROPOSED])
-        rev = self.store.create(live, trigger="adopted", actor=actor, state=RevisionState.APPLIED,
+                                  note="superseded: the live config was adopted")
+        rev = self.store.create(live, kind=RevisionKind.ADOPTED, trigger="adopted", actor=actor,
                                 note=note or "live settings adopted as they are")
         self.store.set_blocked("", actor)
         return rev
@@ -286,8 +283,13 @@ class Agent:
         if self.store.history(1):
             raise ActionNotAllowed("no revision is known to be running (the last one was rolled "
                                    "back or failed without a replacement); adopt the live config")
-        return self.store.create(self.live_config(), trigger="baseline", actor="agent",
-                                 state=RevisionState.APPLIED, note="the config found live")
+        try:
+            return self.store.create(self.live_config(), kind=RevisionKind.BASELINE,
+                                     trigger="baseline", actor="agent", note="the config found live")
+        except ActionNotAllowed:
+            if (run := self.store.running()) is not None:
+                return run  # another process recorded the baseline at the same moment
+            raise
 
     def _hand_edits(self, running: Revision, live: Mapping[str, str] | None = None) -> str:
         """"" if the live settings are the running revision's, else which differ."""
@@ -296,120 +298,6 @@ class Agent:
         diffs = [f"{k} is {self.space.effective(k, live)} live, {v} in revision {running.id}"
                  for k, v in want.items() if not same_value(k, self.space.effective(k, live), v)]
         return "; ".join(diffs)
-
-    # -- applying ---------------------------------------------------------------------------
-    def _apply(self, rev: Revision, actor: str, note: str,
-               also: Sequence[tuple[int, RevisionState, str]] = ()) -> Revision:
-        settings = self.space.to_settings(self.space.full(rev.config))
-        snap = self.connector.snapshot()
-        intent = self.store.begin_apply(rev.id, actor=actor, previous=snap)
-        try:
-            self.connector.apply(settings, header=f"revision {rev.id} ({rev.trigger})")
-        except AutoschedError as e:
-            self.store.end_apply(intent, state=RevisionState.FAILED, actor=actor,
-                                 note=f"apply failed: {e}")
-            raise
-        except BaseException as e:
-            # not an error the connector expected: put the old settings back before saying so
-            try:
-                self.connector.restore(snap)
-                self.store.end_apply(intent, state=RevisionState.FAILED, actor=actor,
-                                     note=f"apply interrupted ({type(e).__name__}); previous "
-                                          "settings restored")
-            except Exception:
-                pass  # the intent stays open; the next start reconciles it
-            raise
-        self.store.end_apply(intent, state=RevisionState.APPLIED, actor=actor, note=note,
-                             also=also)
-        return self.store.get(rev.id)
-
-    def reconcile(self) -> str:
-        """Finish what a killed process left: an apply that began and never ended is undone
-        (the snapshot it saved is restored), so the include file and the store agree on the old
-        config. Returns what was done ("" if nothing)."""
-        intent = self.store.open_apply()
-        if intent is None or intent.owner_alive():
-            return ""
-        try:
-            self.connector.restore(intent.previous)
-        except LiveError as e:
-            why = (f"an apply of revision {intent.rev_id} was interrupted and its previous "
-                   f"settings could not be restored yet: {e}")
-            self.store.set_blocked(why)
-            raise LiveError(why) from None
-        note = (f"interrupted: the process applying it (pid {intent.pid}) stopped; the previous "
-                "settings were restored on the next start")
-        self.store.end_apply(intent, state=RevisionState.FAILED, actor="agent:reconcile",
-                             note=note)
-        return note
-
-    # -- a round --------------------------------------------------------------------------
-    def step(self, trigger: str = "period", now: float | None = None) -> dict[str, Any]:
-        """One round now; returns (and records) what it found and did."""
-        s = self.settings
-        self._trigger = trigger
-        try:
-            self.reconcile()
-        except LiveError as e:
-            return self._round({"action": "blocked", "why": str(e)})
-        now = self.connector.now() if now is None else now
-        flags = self.store.flags()
-        if flags.frozen:
-            return self._round({"action": "frozen", "why": f"frozen by {flags.frozen_by}"
-                                f"{': ' + flags.frozen_reason if flags.frozen_reason else ''}"})
-        try:
-            live = self.live_values()
-        except SlurmUnavailable as e:
-            why = f"Slurm does not answer: {e}"
-            self.store.set_blocked(why)
-            return self._round({"action": "blocked", "why": why})
-        try:
-            running = self._running_or_baseline()
-        except ActionNotAllowed as e:
-            self.store.set_blocked(str(e))
-            return self._round({"action": "blocked", "why": str(e)})
-        edited = self._hand_edits(running, live)
-        if edited:
-            why = (f"hand edit: {edited}; the agent proposes nothing until the edit is adopted "
-                   "or undone")
-            self.store.set_blocked(why)
-            return self._round({"action": "blocked", "why": why})
-        try:
-            jobs = self.jobs(now)
-        except LiveError as e:
-            why = f"Slurm does not answer: {e}" if isinstance(e, SlurmUnavailable) else \
-                f"cannot read the history: {e}"
-            self.store.set_blocked(why)
-            return self._round({"action": "blocked", "why": why})
-        info = {"history_jobs": int(len(jobs)), "finished": int(jobs.finished.sum()),
-                "malformed_rows": jobs.malformed}
-        judged = self._judge(running, jobs, now)
-        if judged is not None:
-            return self._round({**info, **judged})
-        applied = running.applied_at()
-        if running.trigger not in ("baseline", "adopted") and applied is not None and now - applied < s.period:
-            self.store.set_blocked("")
-            return self._round({**info, "action": "wait", "why": (
-                f"revision {running.id} went live {now - applied:.0f} s ago; at most one change "
-                f"per period ({s.period:g} s)")})
-        if (p := self.store.pending()) is not None:
-            self.store.set_blocked("")
-            return self._round({**info, "action": "wait",
-                                "why": f"revision {p.id} is proposed and awaits approval"})
-        finished = int((jobs.finished & (jobs.end >= now - s.history) & (jobs.end <= now)).sum())
-        if finished < s.min_jobs:
-            why = (f"too little history: {finished} jobs finished in the last {s.history:g} s, "
-                   f"{s.min_jobs} needed to fit a workload model; nothing proposed")
-            self.store.set_blocked(why)
-            return self._round({**info, "action": "blocked", "why": why})
-        self.store.set_blocked("")
-        return self._round({**info, **self._tune(running, jobs, now, trigger)})
-
-    def _round(self, summary: dict[str, Any]) -> dict[str, Any]:
-        summary = {"trigger": self._trigger, **summary}
-        self.store.record_round(summary)
-        self.log(f"{summary.get('action')}: {summary.get('why', '')}")
-        return summary
 
     def jobs(self, now: float) -> LiveJobs:
         """The history (cache updated with what sacct has since the last round, incrementally),
@@ -434,51 +322,190 @@ class Agent:
                                            source=self.settings.seed_history))
         return jobs
 
-    def _judge(self, running: Revision, jobs: LiveJobs, now: float) -> dict[str, Any] | None:
-        """One period after a change: record what happened and roll back when it got worse by
-        more than the guardrail's margin. None when there is nothing to judge yet."""
-        s = self.settings
-        applied = running.applied_at()
-        if (running.outcome is not None or applied is None or running.parent is None
-                or running.trigger in ("baseline", "adopted") or now < applied + s.period):
-            return None
-        before = period_metrics(jobs, applied - s.period, applied)
-        after = period_metrics(jobs, applied, applied + s.period)
-        metric = s.metric if s.metric in (after.values or before.values or {s.metric: 0}) else "avg_jct"
-        predicted = Evidence.from_dict(running.evidence).predicted_gain
-
-        def record(verdict: str, gain: float | None = None) -> None:
-            outcome = Outcome(metric, before.to_dict(), after.to_dict(), predicted, verdict, gain)
-            self.store.record_outcome(running.id, outcome.to_dict())
-
-        if before.jobs == 0 or after.jobs == 0 or metric not in after.values:
-            record("not judged: no finished jobs in one of the two periods")
-            return None
-        b, a = before.values[metric], after.values[metric]
-        gain = (b - a) / abs(b) if b else 0.0
-        if gain < -s.margin and not running.trigger.startswith("rollback"):
-            verdict = (f"worse: {metric} {b:.1f} -> {a:.1f} ({gain:+.1%}, margin "
-                       f"{s.margin:.1%}); rolled back")
-            record(verdict, gain)
+    # -- applying ---------------------------------------------------------------------------
+    def _apply(self, rev: Revision, actor: str, note: str, replaced_note: str = "",
+               min_interval: float | None = None) -> Revision:
+        settings = self.space.to_settings(self.space.full(rev.config))
+        snap = self.connector.snapshot()
+        intent = self.store.begin_apply(rev.id, actor=actor, previous=snap,
+                                        min_interval=min_interval)
+        try:
+            self.connector.apply(settings, header=f"revision {rev.id} ({rev.trigger})")
+        except AutoschedError as e:
+            self.store.end_apply(intent, state=RevisionState.FAILED, actor=actor,
+                                 note=f"apply failed: {e}")
+            raise
+        except BaseException as e:
+            # not an error the connector expected: put the old settings back before saying so
             try:
-                rev = self.rollback(running.parent, "agent:guard", note=verdict)
-            except LiveError as e:
-                return {"action": "rollback failed", "why": str(e)}
-            return {"action": "rolled back", "revision": rev.id, "why": verdict}
-        record(f"kept: {metric} {b:.1f} -> {a:.1f} ({gain:+.1%})", gain)
-        return None
+                self.connector.restore(snap)
+                self.store.end_apply(intent, state=RevisionState.FAILED, actor=actor,
+                                     note=f"apply interrupted ({type(e).__name__}); previous "
+                                          "settings restored")
+            except Exception:
+                pass  # the intent stays open; the next start reconciles it
+            raise
+        self.store.end_apply(intent, state=RevisionState.APPLIED, actor=actor, note=note,
+                             replaced_note=replaced_note)
+        return self.store.get(rev.id)
 
-    def _tune(self, running: Revision, jobs: LiveJobs, now: float, trigger: str) -> dict[str, Any]:
+    def reconcile(self) -> str:
+        """Finish what a killed process left: an apply that began and never ended is undone
+        (the snapshot it saved is restored), so the include file and the store agree on the old
+        config. Returns what was done ("" if nothing)."""
+        intent = self.store.open_apply()
+        if intent is None or intent.owner_alive():
+            return ""
+        try:
+            self.connector.restore(intent.previous)
+        except LiveError as e:
+            why = (f"an apply of revision {intent.rev_id} was interrupted and its previous "
+                   f"settings could not be restored yet: {e}")
+            self.store.set_blocked(why)
+            raise LiveError(why) from None
+        note = (f"interrupted: the process applying it (pid {intent.pid}) stopped; the previous "
+                "settings were restored on the next start")
+        # a store written before the transition table may have moved the revision on meanwhile
+        proposed = self.store.get(intent.rev_id).state is RevisionState.PROPOSED
+        self.store.end_apply(intent, state=RevisionState.FAILED if proposed else None,
+                             actor="agent:reconcile", note=note)
+        return note
+
+    # -- a round: observe -> decide -> act ----------------------------------------------------
+    def step(self, trigger: str = "period", now: float | None = None) -> RoundOutcome:
+        """One round now; returns (and records) what it found and did."""
+        observed = self.observe(trigger, now)
+        return self.act(decide(observed, self.rules(), observed.now), observed)
+
+    def rules(self) -> RoundRules:
+        s = self.settings
+        return RoundRules(period=s.period, history=s.history, min_jobs=s.min_jobs, metric=s.metric,
+                          margin=s.margin)
+
+    def observe(self, trigger: str = "period", now: float | None = None) -> Observed:
+        """Every read a round makes, in order, stopping at the first that settles the round (see
+        `Observed`); a failed read becomes a `Block`, temporary ones with a back-off."""
+        last = self.store.last_round()
+        previous = RoundRecord.from_row(*last).retry_after if last else None
+        retry = next_retry(previous, self.settings.period)
+        seen = Observed(now=self.connector.now() if now is None else now, trigger=trigger,
+                        flags=Flags(), previous_retry=previous)
+        try:
+            self.reconcile()
+        except LiveError as e:  # the cluster may run neither config: try again soon
+            return replace(seen, flags=self.store.flags(), block=Block(str(e), retry))
+        seen = replace(seen, flags=self.store.flags())
+        if seen.flags.frozen:
+            return seen
+        try:
+            live = self.live_values()
+        except SlurmUnavailable as e:
+            return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
+        try:
+            running = self._running_or_baseline()
+        except ActionNotAllowed as e:
+            return replace(seen, block=Block(str(e)))
+        seen = replace(seen, running=running, hand_edits=self._hand_edits(running, live))
+        if seen.hand_edits:
+            return seen
+        try:
+            jobs = self.jobs(seen.now)
+        except SlurmUnavailable as e:
+            return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
+        except LiveError as e:
+            return replace(seen, block=Block(f"cannot read the history: {e}"))
+        return replace(seen, jobs=jobs, pending=self.store.pending())
+
+    def act(self, plan: Plan, observed: Observed) -> RoundOutcome:
+        """Carry `plan` out and record the round (with the controller's memory when it tuned)."""
+        running, memory = observed.running, None
+        if plan.judged is not None and running is not None:
+            self.store.record_outcome(running.id, plan.judged)
+        if isinstance(plan, Stop):
+            if plan.blocked is not None:
+                self.store.set_blocked(plan.blocked)
+            out = RoundOutcome(plan.action, plan.why, retry_after=plan.retry_after)
+        elif isinstance(plan, RollBack):
+            try:
+                rev = self.rollback(plan.to, "agent:guard", note=plan.why)
+                out = RoundOutcome(Action.ROLLED_BACK, plan.why, revision=rev.id)
+            except LiveError as e:
+                out = RoundOutcome(Action.ROLLBACK_FAILED, str(e), retry_after=self._retry(e, observed))
+        else:
+            self.store.set_blocked("")
+            out, memory = self._tune(observed, plan)
+        jobs = observed.jobs
+        counts = None if jobs is None else HistoryCounts(jobs=int(len(jobs)), finished=int(jobs.finished.sum()),
+                                                         malformed_rows=jobs.malformed)
+        out = replace(out, trigger=observed.trigger, history=counts)
+        self.store.record_round(out.to_summary(), memory=memory)
+        self.log(f"{out.action.value}: {out.why}")
+        return out
+
+    def _retry(self, e: LiveError, observed: Observed) -> float | None:
+        """After an action failed: a back-off when Slurm did not answer (it may soon), else None."""
+        return next_retry(observed.previous_retry, self.settings.period) if isinstance(e, SlurmUnavailable) else None
+
+    def _tune(self, observed: Observed, plan: Tune) -> tuple[RoundOutcome, str | None]:
+        """One Controller round on the history; a clear winner becomes a proposal (applied in
+        auto mode). Returns what it did and the controller's memory after it (JSON)."""
+        s, running = self.settings, plan.running
+        try:
+            obs, origin = observation(plan.jobs, observed.now, s.history, seed=s.seed,
+                                      backlog_history=s.backlog_history)
+            ctl = self._controller(running, self.connector.cluster())
+            d = ctl.decide(obs, trigger=observed.trigger)
+        except SlurmUnavailable as e:
+            return RoundOutcome(Action.BLOCKED, f"Slurm does not answer: {e}",
+                                retry_after=self._retry(e, observed)), None
+        except AutoschedError as e:
+            return RoundOutcome(Action.TUNING_FAILED, f"tuning failed: {e}"), None
+        memory = ctl.memory().to_json()
+        evidence = Evidence(
+            predicted_gain=d.predicted_gain, spread=d.spread, samples=d.samples,
+            validation_samples=len(d.validation_seeds), tuning_cost=d.tuning_cost,
+            causal_graph=d.causal_graph, screened_knobs=d.screened_knobs, metric=s.metric,
+            running_value=d.running_value, candidate_value=d.candidate_value, reason=d.reason,
+            tuning_seconds=d.tuning_seconds, history_jobs=d.history_jobs,
+            imputed_durations=d.imputed_durations, history_origin=origin, model=s.model)
+        if not d.deployed or d.candidate is None:
+            return RoundOutcome(Action.NONE, d.reason, evidence=evidence), memory
+        new = self.space.quantized(d.candidate)
+        if new == running.config:
+            return RoundOutcome(Action.NONE, "the winner rounds to the running config in Slurm's units",
+                                evidence=evidence), memory
+        actor = "agent:auto" if s.mode == "auto" else "agent:propose"
+        try:
+            rev = self.store.create(new, kind=RevisionKind.PROPOSAL, trigger=observed.trigger,
+                                    actor=actor, evidence=evidence, note=d.reason, parent=running.id)
+        except ActionNotAllowed as e:  # another process proposed since this round looked
+            return RoundOutcome(Action.WAIT, str(e)), memory
+        if s.mode == "propose":
+            return RoundOutcome(Action.PROPOSED, d.reason, revision=rev.id), memory
+        try:
+            self._apply(rev, actor, f"applied in auto mode: {d.reason}", min_interval=s.period)
+        except ActionNotAllowed as e:
+            # another agent's change went live since this round looked: this one is stale
+            self.store.transition(rev.id, RevisionState.REJECTED, actor=actor, note=f"not applied: {e}")
+            return RoundOutcome(Action.WAIT, f"revision {rev.id} not applied: {e}", revision=rev.id), memory
+        except LiveError as e:
+            return RoundOutcome(Action.APPLY_FAILED, str(e), revision=rev.id,
+                                retry_after=self._retry(e, observed)), memory
+        return RoundOutcome(Action.APPLIED, d.reason, revision=rev.id), memory
+
+    # -- the controller and its memory --------------------------------------------------------
+    def _new_controller(self, running: Revision, cluster: ClusterSpec) -> Controller:
+        """A Controller as the settings say, running `running`'s config and tuning the live view
+        of the policy (fixed knobs pinned, managed ones within the bounds and, in auto mode, the
+        maximum step from the running values)."""
         from ..adapt.controller import Controller, RoundTuner
         from ..adapt.drift import DriftTest
         from ..adapt.guardrail import Guardrail
         from ..adapt.sources import ModelSource, ReplaySource
-        from ..cluster import ClusterSpec
         from ..tune.config import ExecutionConfig, SearchConfig
         from ..tune.objective import Objective
 
         s = self.settings
-        obs, origin = observation(jobs, now, s.history, seed=s.seed, backlog_history=s.backlog_history)
         full = self.space.full(running.config)
         bounds = {k: (float(v[0]), float(v[1])) for k, v in s.bounds.items()}
         from ..export.live import live_subspace
@@ -498,76 +525,69 @@ class Agent:
 
         source = ReplaySource() if s.model == "replay" else ModelSource(s.model, s.samples,
                                                                            validation_samples=s.validation_samples)
-        ctl = self._controller
-        if ctl is None or ctl.running != full:
-            ctl = Controller(s.policy, self.connector.cluster(), source, period=s.period,
-                             budget=s.budget, metric=s.metric,
-                             guardrail=Guardrail(k=s.k, min_margin=s.margin),
-                             drift=DriftTest() if s.drift else None, recent=s.period,
-                             min_gap=s.period, initial_config=full, seed=s.seed,
-                             tuner_factory=factory, search=SearchConfig(screening=s.screening))
-            self._controller = ctl
+        return Controller(s.policy, cluster, source, period=s.period,
+                          budget=s.budget, metric=s.metric,
+                          guardrail=Guardrail(k=s.k, min_margin=s.margin),
+                          drift=DriftTest() if s.drift else None, recent=s.period,
+                          min_gap=s.period, initial_config=full, seed=s.seed,
+                          tuner_factory=factory, search=SearchConfig(screening=s.screening))
+
+    def _controller(self, running: Revision, cluster: ClusterSpec) -> Controller:
+        """The round's Controller, going on from the memory the last tuning round left."""
+        ctl = self._new_controller(running, cluster)
+        if (memory := self.memory()) is not None:
+            ctl.restore(memory)
+        return ctl
+
+    def memory(self) -> ControllerMemory | None:
+        """The controller's memory in the store (None: no round tuned yet, or one of another
+        policy; an unreadable one is said in the log and not used)."""
+        from ..adapt.controller import ControllerMemory
+        from ..adapt.errors import AdaptError
+
+        text = self.store.controller_memory()
+        if text is None:
+            return None
         try:
-            d = ctl.decide(obs, trigger=trigger)
-        except AutoschedError as e:
-            return {"action": "none", "why": f"tuning failed: {e}"}
-        evidence = Evidence(
-            predicted_gain=d.predicted_gain, spread=d.spread, samples=d.samples,
-            validation_samples=len(d.validation_seeds), tuning_cost=d.tuning_cost,
-            causal_graph=d.causal_graph, screened_knobs=d.screened_knobs, metric=s.metric,
-            running_value=d.running_value, candidate_value=d.candidate_value, reason=d.reason,
-            tuning_seconds=d.tuning_seconds, history_jobs=d.history_jobs,
-            imputed_durations=d.imputed_durations, history_origin=origin, model=s.model).to_dict()
-        if not d.deployed or d.candidate is None:
-            return {"action": "none", "why": d.reason, "evidence": evidence}
-        new = self.space.quantized(d.candidate)
-        if new == running.config:
-            return {"action": "none", "why": "the winner rounds to the running config in Slurm's units",
-                    "evidence": evidence}
-        actor = "agent:auto" if s.mode == "auto" else "agent:propose"
-        rev = self.store.create(new, trigger=trigger, actor=actor, evidence=evidence,
-                                note=d.reason, parent=running.id)
-        if s.mode == "propose":
-            return {"action": "proposed", "revision": rev.id, "why": d.reason}
-        try:
-            self._apply(rev, actor, f"applied in auto mode: {d.reason}")
-        except LiveError as e:
-            return {"action": "apply failed", "revision": rev.id, "why": str(e)}
-        return {"action": "applied", "revision": rev.id, "why": d.reason}
+            memory = ControllerMemory.from_json(text)
+        except AdaptError as e:
+            self.log(f"{self.store.path}: {e}; the next round starts without it")
+            return None
+        return memory if memory.policy == self.settings.policy else None
 
     def drifted(self, now: float | None = None) -> str:
-        """Why the workload drifted since the last tuning round ("" if it did not, or no round of
-        this process tuned yet). Called between rounds by `run`."""
-        if self._controller is None:
+        """Why the workload drifted since the last tuning round ("" if it did not, or no round
+        tuned yet). Called between rounds by `run`; reads the drift reference from the store, so
+        it works in a process that has not tuned itself."""
+        memory = self.memory()
+        running = self.store.running()
+        if memory is None or memory.reference is None or running is None:
             return ""
         now = self.connector.now() if now is None else now
         obs, _ = observation(self.jobs(now), now, self.settings.history, seed=self.settings.seed,
                              backlog_history=self.settings.backlog_history)
-        rep = self._controller.check_drift(obs)
+        ctl = self._new_controller(running, self.connector.cluster())
+        ctl.restore(memory)
+        rep = ctl.check_drift(obs)
         return rep.reason if rep is not None and rep.drifted else ""
 
     def run(self, rounds: int | None = None, poll: float | None = None,
             should_stop: Callable[[], bool] = lambda: False,
             sleep: Callable[[float], None] = time.sleep,
-            clock: Callable[[], float] = time.monotonic) -> list[dict[str, Any]]:
+            clock: Callable[[], float] = time.monotonic) -> list[RoundOutcome]:
         """Rounds every period (and on drift, checked every `poll` s) until `rounds` rounds ran or
-        `should_stop()`. When Slurm does not answer, the next round comes after a back-off
-        (30 s, doubling, at most a period). Returns the rounds' summaries."""
+        `should_stop()`. After a round that says when to try again (`retry_after`: Slurm did not
+        answer), the next comes then. Returns the rounds' outcomes."""
         period = self.settings.period
         poll = poll if poll is not None else max(30.0, min(period / 4, 600.0))
-        first_backoff = min(30.0, period)
-        backoff = first_backoff
-        done: list[dict[str, Any]] = []
+        done: list[RoundOutcome] = []
         trigger = "period"
         while not should_stop() and (rounds is None or len(done) < rounds):
-            summary = self.step(trigger)
-            done.append(summary)
+            out = self.step(trigger)
+            done.append(out)
             if rounds is not None and len(done) >= rounds:
                 break
-            if summary.get("action") == "blocked" and "does not answer" in summary.get("why", ""):
-                wait, backoff = backoff, min(backoff * 2, period)
-            else:
-                wait, backoff = period, first_backoff
+            wait = out.retry_after if out.retry_after is not None else period
             trigger = "period"
             deadline = clock() + wait
             while clock() < deadline and not should_stop():

@@ -17,8 +17,13 @@ class ActionNotAllowed(LiveError):
     (the service answers 409)."""
 
 
+class IllegalTransition(ActionNotAllowed):
+    """A move of a revision's state that the store's transition table (`live.store.TRANSITIONS`)
+    does not allow; the message names the table's rule (the service answers 409)."""
+
+
 class SlurmUnavailable(LiveError):
     """A Slurm command did not answer (slurmctld or slurmdbd down, or a timeout)."""
 
 
-__all__ = ["LiveError", "UnknownRevision", "ActionNotAllowed", "SlurmUnavailable"]
+__all__ = ["LiveError", "UnknownRevision", "ActionNotAllowed", "IllegalTransition", "SlurmUnavailable"]

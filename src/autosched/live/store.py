@@ -7,10 +7,18 @@ freeze/unfreeze, "blocked" notes, outcomes and apply intents are rows too, the n
 So a process killed at any moment leaves rows that are either fully there (one transaction) or
 absent, and the history of who did what stays readable.
 
+A revision's states follow one table, `TRANSITIONS`, checked inside the transaction of every write
+that appends an event (as Optuna checks that a trial is updatable): which state a revision of each
+kind begins in, and which move each store method may make. Anything else raises
+`IllegalTransition`, naming the table's rule.
+
 Concurrency: WAL (readers never wait for the writer), a busy timeout, and ``BEGIN IMMEDIATE`` for
-every write that first checks a state (approve only a proposal, one apply at a time), so two
-processes cannot both act on the same proposal. Each call opens its own short connection, which
-keeps the store safe to use from several threads too.
+every write that first checks a state (approve only a proposal, one apply at a time, its parent
+still running), so two processes cannot both act on the same proposal. Each call opens its own
+short connection, which keeps the store safe to use from several threads too.
+
+The schema is versioned (``PRAGMA user_version``): a store written by an older version is brought
+up to date when it is opened, in one transaction (a process killed midway leaves it as it was).
 """
 
 from __future__ import annotations
@@ -21,7 +29,7 @@ import os
 import socket
 import sqlite3
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
@@ -29,10 +37,12 @@ from pathlib import Path
 from typing import Any
 
 from ..jsonable import jsonable
-from .errors import ActionNotAllowed, LiveError, UnknownRevision
+from .errors import ActionNotAllowed, IllegalTransition, LiveError, UnknownRevision
 
 BUSY_TIMEOUT_S = 30.0
+MEMORY_KEPT = 5  # controller memories kept (the newest is the one read)
 
+# The schema as the first version wrote it; `_MIGRATIONS` bring it to this version's.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS revisions (
     id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -84,6 +94,22 @@ CREATE TABLE IF NOT EXISTS rounds (
 );
 """
 
+# Schema version N is reached by running _MIGRATIONS[N - 1]'s statements, each version in one
+# transaction together with its `user_version`. Written once, never edited: stores in the field
+# were brought up to date by exactly these statements.
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    # 1: a revision records its kind; rows written before it get the kind their trigger named
+    # (the only place a kind is ever read from a trigger).
+    ("ALTER TABLE revisions ADD COLUMN kind TEXT",
+     "UPDATE revisions SET kind = CASE WHEN trigger = 'baseline' THEN 'baseline' "
+     "WHEN trigger = 'adopted' THEN 'adopted' WHEN trigger LIKE 'rollback%' THEN 'rollback' "
+     "ELSE 'proposal' END"),
+    # 2: the controller's memory between rounds (JSON, newest wins)
+    ("CREATE TABLE memory (seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, "
+     "round_seq INTEGER NOT NULL REFERENCES rounds(seq), memory TEXT NOT NULL)",),
+)
+SCHEMA_VERSION = len(_MIGRATIONS)
+
 
 class RevisionState(str, Enum):
     """The state of a revision; the values are what JSON and the status page show."""
@@ -93,6 +119,70 @@ class RevisionState(str, Enum):
     REJECTED = "rejected"
     ROLLED_BACK = "rolled_back"
     FAILED = "failed"
+
+
+class RevisionKind(str, Enum):
+    """What made a revision (its `trigger` is a human label only)."""
+
+    BASELINE = "baseline"  # the config the agent found live at its first round
+    ADOPTED = "adopted"  # the live config as an operator kept it (after a hand edit)
+    PROPOSAL = "proposal"  # a new config: a tuning round's winner, or one written by hand
+    ROLLBACK = "rollback"  # an earlier revision's config, made live again
+
+
+@dataclass(frozen=True)
+class Transition:
+    """One legal move of a revision's state, and the one store method that makes it."""
+
+    source: RevisionState | None  # None: the revision is being created
+    target: RevisionState
+    by: str  # "create", "transition" or "end_apply"
+    rule: str  # the rule in words, as errors quote it
+
+
+_S = RevisionState
+TRANSITIONS: tuple[Transition, ...] = (
+    Transition(None, _S.PROPOSED, "create", "a proposal or a rollback is created proposed"),
+    Transition(None, _S.APPLIED, "create",
+               "a baseline or an adopted config is created applied: it is already live"),
+    Transition(_S.PROPOSED, _S.REJECTED, "transition", "a proposal can be rejected"),
+    Transition(_S.PROPOSED, _S.APPLIED, "end_apply",
+               "a proposal becomes applied only when its apply ends well"),
+    Transition(_S.PROPOSED, _S.FAILED, "end_apply",
+               "a proposal becomes failed when its apply fails or is interrupted"),
+    Transition(_S.APPLIED, _S.ROLLED_BACK, "end_apply",
+               "an applied revision is rolled back only when the rollback that replaces it is "
+               "applied"),
+)
+# The state each kind of revision begins in (each pair is a `create` row of the table).
+BIRTH: dict[RevisionKind, RevisionState] = {
+    RevisionKind.BASELINE: _S.APPLIED, RevisionKind.ADOPTED: _S.APPLIED,
+    RevisionKind.PROPOSAL: _S.PROPOSED, RevisionKind.ROLLBACK: _S.PROPOSED,
+}
+
+
+def check_transition(rev_id: int | None, source: RevisionState | None, target: RevisionState,
+                     by: str) -> None:
+    """Raise `IllegalTransition` unless `TRANSITIONS` lets method `by` move a revision from
+    `source` (None: being created) to `target`."""
+    what = "a new revision" if rev_id is None else f"revision {rev_id}"
+    for t in TRANSITIONS:
+        if t.source is source and t.target is target:
+            if t.by == by:
+                return
+            raise IllegalTransition(f"{what} is {_name(source)}; it becomes {target.value} only "
+                                    f"through {t.by} ({t.rule})")
+    rules = [t for t in TRANSITIONS if t.source is source]
+    if not rules:
+        raise IllegalTransition(f"{what} is {_name(source)}, which is final; it cannot become "
+                                f"{target.value}")
+    allowed = "; ".join(f"{t.target.value}: {t.rule}" for t in rules)
+    raise IllegalTransition(f"{what} is {_name(source)}; it cannot become {target.value} (from "
+                            f"{_name(source)} the table allows {allowed})")
+
+
+def _name(state: RevisionState | None) -> str:
+    return "not yet created" if state is None else state.value
 
 
 @dataclass(frozen=True)
@@ -109,11 +199,11 @@ class Event:
 
 
 # -- what a revision's evidence and outcome hold ----------------------------------------------
-# The store keeps both as JSON objects (``revisions.evidence``, ``outcomes.outcome``) and
-# `Revision` hands them out as dicts, so rows written by any version stay readable. These
-# dataclasses are the one written-down contract for their keys: the agent writes through
-# `to_dict`, and the service, the status page and the CLI read through `from_dict`. A field's
-# name IS its JSON key; renaming one breaks every stored revision.
+# The store keeps both as JSON objects (``revisions.evidence``, ``outcomes.outcome``) and reads
+# them back through these dataclasses, the one written-down contract for their keys: the agent
+# writes them, and the service, the status page and the CLI read them. A field's name IS its JSON
+# key; renaming one breaks every stored revision. Rows written by any version stay readable:
+# missing keys read as None, unknown ones are ignored.
 
 
 def _finite(v: Any) -> float | None:
@@ -123,12 +213,25 @@ def _finite(v: Any) -> float | None:
     return None
 
 
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _of(kind: type) -> Any:
+    return lambda v: v if isinstance(v, kind) else None
+
+
+# how a stored value is read, by the type its field declares
+_READ: dict[str, Any] = {"float | None": _finite, "int | None": _int, "str | None": _of(str),
+                         "dict[str, Any] | None": _of(dict), "list[Any] | None": _of(list)}
+
+
 @dataclass(frozen=True)
 class Evidence:
-    """Why the agent proposed a revision: the tuning round's figures, recorded with the revision
-    when it is created (live/agent.py). Revisions made otherwise (the baseline found live, an
-    adopted config, a rollback: see `RollbackEvidence`) carry other or no evidence; reading theirs
-    gives every field None. A gain is relative (0.05 = 5% better), on `metric`."""
+    """Why a revision was made. A tuning round's proposal carries the round's figures (the agent
+    writes them when it creates the revision); a rollback says which running revision it replaced
+    and which earlier revision's config it brings back; the baseline and an adopted config carry
+    none. A gain is relative (0.05 = 5% better), on `metric`."""
 
     predicted_gain: float | None = None  # mean paired gain of the candidate over the running config
     spread: float | None = None  # standard error of that mean over the sampled workloads
@@ -146,6 +249,8 @@ class Evidence:
     imputed_durations: int | None = None  # of those, unfinished ones given an imputed duration
     history_origin: float | None = None  # unix time the observation's times count from
     model: str | None = None  # the workload source ("replay" or a model's name)
+    rollback_of: int | None = None  # a rollback: the running revision it replaced
+    to: int | None = None  # a rollback: the revision whose config it brings back
 
     def to_dict(self) -> dict[str, Any]:
         """Every field under its own name, None included (the stored JSON has every key)."""
@@ -154,31 +259,16 @@ class Evidence:
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> Evidence:
         """Any revision's stored evidence: missing keys are None, unknown keys are ignored, and
-        the gains are None unless they are finite numbers."""
-        d = d or {}
-        known = {f.name: d.get(f.name) for f in fields(cls)}
-        known["predicted_gain"] = _finite(known["predicted_gain"])
-        known["spread"] = _finite(known["spread"])
-        return cls(**known)
+        a value of another type than its field's is None (a gain must be a finite number)."""
+        d = d if isinstance(d, Mapping) else {}
+        return cls(**{f.name: _READ[str(f.type)](d.get(f.name)) for f in fields(cls)})
 
 
 @dataclass(frozen=True)
-class RollbackEvidence:
-    """The evidence of a rollback's revision: which running revision it replaced, and which
-    earlier revision's config it brings back."""
-
-    rollback_of: int
-    to: int
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class Outcome:
+class JudgedOutcome:
     """What happened in the period after a revision was applied, recorded once by the agent's
-    judge (live/agent.py) against the period before it. `observed_gain` is None (and absent from
-    the stored JSON) when the revision was not judged: no finished jobs in one of the periods."""
+    judge (live/round.py) against the period before it. `observed_gain` is None when the revision
+    was not judged: no finished jobs in one of the periods."""
 
     metric: str  # what was compared (the agent's metric, or avg_jct when that was not measured)
     before: dict[str, Any]  # the period before: `period_metrics(...).to_dict()`
@@ -188,19 +278,15 @@ class Outcome:
     observed_gain: float | None = None  # relative: (before - after) / |before|, 0.05 = 5% better
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"metric": self.metric, "before": self.before, "after": self.after,
-                             "predicted_gain": self.predicted_gain, "verdict": self.verdict}
-        if self.observed_gain is not None:
-            d["observed_gain"] = self.observed_gain
-        return d
+        return asdict(self)
 
     @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> Outcome | None:
+    def from_dict(cls, d: Mapping[str, Any] | None) -> JudgedOutcome | None:
         """A revision's stored outcome (None when it has none); missing keys read as empty."""
-        if not d:
+        if not d or not isinstance(d, Mapping):
             return None
-        return cls(metric=str(d.get("metric") or ""), before=dict(d.get("before") or {}),
-                   after=dict(d.get("after") or {}),
+        return cls(metric=str(d.get("metric") or ""), before=_of(dict)(d.get("before")) or {},
+                   after=_of(dict)(d.get("after")) or {},
                    predicted_gain=_finite(d.get("predicted_gain")),
                    verdict=str(d.get("verdict") or ""),
                    observed_gain=_finite(d.get("observed_gain")))
@@ -208,33 +294,40 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Revision:
-    """One managed live config, as proposed or applied, with its evidence and its history."""
+    """One managed live config, as proposed or applied, with its evidence and its history.
+
+    Every field is a key of its JSON (`to_dict`); the service's response model is made from
+    these fields (service/models.py)."""
 
     id: int
     created: float
+    kind: RevisionKind
     config: dict[str, Any]  # the FULL managed live config (Slurm names -> values)
     diff: dict[str, tuple[Any, Any]]  # knob -> (value before, value after), vs `parent`
     parent: int | None  # revision running when this one was made
-    trigger: str  # "baseline", "period", "drift: ...", "rollback to 3", "manual"
-    evidence: dict[str, Any]  # as stored; read it with `Evidence.from_dict`
+    trigger: str  # a label for people: "baseline", "period", "drift: ...", "rollback to 3", ...
+    evidence: Evidence
     events: tuple[Event, ...]  # oldest first
-    outcome: dict[str, Any] | None = None  # one period after applying; `Outcome.from_dict`
+    outcome: JudgedOutcome | None = None  # one period after applying
+    # the config as the Slurm settings the agent writes (`scontrol show config` spelling); the
+    # agent's status fills it in, the store does not know the knobs
+    slurm: dict[str, str] | None = None
+    state: RevisionState = field(init=False)  # the newest event's
+    applied_at: float | None = field(init=False)  # when it last went live (None: never)
 
-    @property
-    def state(self) -> RevisionState:
-        return self.events[-1].state
-
-    def applied_at(self) -> float | None:
-        """When this revision last went live (None if it never did)."""
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "state", self.events[-1].state)
         times = [e.time for e in self.events if e.state is RevisionState.APPLIED]
-        return times[-1] if times else None
+        object.__setattr__(self, "applied_at", times[-1] if times else None)
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({
-            "id": self.id, "created": self.created, "state": self.state.value,
+            "id": self.id, "created": self.created, "kind": self.kind.value,
             "config": self.config, "diff": {k: list(v) for k, v in self.diff.items()},
-            "parent": self.parent, "trigger": self.trigger, "evidence": self.evidence,
-            "events": [e.to_dict() for e in self.events], "outcome": self.outcome,
+            "parent": self.parent, "trigger": self.trigger, "evidence": self.evidence.to_dict(),
+            "events": [e.to_dict() for e in self.events],
+            "outcome": self.outcome.to_dict() if self.outcome else None, "slurm": self.slurm,
+            "state": self.state.value, "applied_at": self.applied_at,
         })
 
 
@@ -248,8 +341,7 @@ class Flags:
     blocked: str = ""  # "" or why the agent will not propose (hand edit, Slurm down, ...)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"frozen": self.frozen, "frozen_reason": self.frozen_reason,
-                "frozen_by": self.frozen_by, "blocked": self.blocked}
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -290,8 +382,23 @@ class RevisionStore:
             with self._connect() as db:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.executescript(_SCHEMA)
+            self._migrate()
         except (OSError, sqlite3.Error) as e:
             raise LiveError(f"{self.path}: cannot open the revision store: {e}") from None
+
+    def _migrate(self) -> None:
+        """Bring the schema to `SCHEMA_VERSION`, all steps in one transaction (another process
+        opening the store at the same moment waits, then finds nothing left to do)."""
+        with self._write() as db:
+            version = db.execute("PRAGMA user_version").fetchone()[0]
+            if version > SCHEMA_VERSION:
+                raise LiveError(f"{self.path}: written by a newer autosched (schema {version}; "
+                                f"this one knows up to {SCHEMA_VERSION})")
+            for statements in _MIGRATIONS[version:]:
+                for sql in statements:
+                    db.execute(sql)
+            if version < SCHEMA_VERSION:
+                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     # -- connection -----------------------------------------------------------------------
     @contextmanager
@@ -335,6 +442,11 @@ class RevisionStore:
                                              (limit,) if limit else ())]
             return [self._get(db, i) for i in ids]
 
+    def newest_id(self) -> int:
+        """The newest revision's id (0: none yet)."""
+        with self._connect() as db:
+            return int(db.execute("SELECT COALESCE(MAX(id), 0) FROM revisions").fetchone()[0])
+
     def running(self) -> Revision | None:
         """The revision whose config is live now: the one applied last."""
         with self._connect() as db:
@@ -355,30 +467,45 @@ class RevisionStore:
             return self._open_apply(db)
 
     def last_round(self) -> tuple[float, dict[str, Any]] | None:
-        """When the agent last ran a round, and what it found."""
-        with self._connect() as db:
-            row = db.execute("SELECT time, summary FROM rounds ORDER BY seq DESC LIMIT 1").fetchone()
-        return (row[0], json.loads(row[1])) if row else None
+        """When the agent last ran a round, and what it recorded (`RoundOutcome.to_summary`)."""
+        rounds = self.rounds(limit=1)
+        return rounds[0] if rounds else None
 
     def rounds(self, limit: int = 20) -> list[tuple[float, dict[str, Any]]]:
-        """The agent's last rounds, newest first."""
+        """The agent's last rounds, newest first (a summary that is not a JSON object reads as
+        an empty one)."""
         with self._connect() as db:
             rows = db.execute("SELECT time, summary FROM rounds ORDER BY seq DESC LIMIT ?",
                               (limit,)).fetchall()
-        return [(t, json.loads(s)) for t, s in rows]
+        return [(t, _json_object(s)) for t, s in rows]
+
+    def controller_memory(self) -> str | None:
+        """The controller's memory as the newest tuning round left it (JSON; None: none yet)."""
+        with self._connect() as db:
+            row = db.execute("SELECT memory FROM memory ORDER BY seq DESC LIMIT 1").fetchone()
+        return row[0] if row else None
 
     # -- writing --------------------------------------------------------------------------
     def create(self, config: Mapping[str, Any], *, trigger: str, actor: str, note: str = "",
-               evidence: Mapping[str, Any] | None = None,
-               state: RevisionState = RevisionState.PROPOSED,
+               kind: RevisionKind = RevisionKind.PROPOSAL, evidence: Evidence | None = None,
                parent: int | None | str = "running") -> Revision:
         """A new revision, its diff taken against `parent` (by default the running revision).
+        Its kind decides the state it begins in (`BIRTH`).
 
-        Only one proposal may be open at a time: creating a second raises `ActionNotAllowed`."""
+        Only one proposal may be open at a time, nothing is created applied while an apply is in
+        progress, and a baseline only in an empty store: each raises `ActionNotAllowed`."""
+        kind = RevisionKind(kind)
+        state = BIRTH[kind]
         with self._write() as db:
+            check_transition(None, None, state, "create")
             if state is RevisionState.PROPOSED and (p := self._pending(db)) is not None:
                 raise ActionNotAllowed(f"revision {p.id} is already proposed; approve or reject "
                                        "it first")
+            if kind is RevisionKind.BASELINE and db.execute("SELECT 1 FROM revisions").fetchone():
+                raise ActionNotAllowed("a baseline is only ever a store's first revision")
+            if state is RevisionState.APPLIED and (o := self._open_apply(db)) is not None:
+                raise ActionNotAllowed(f"revision {o.rev_id} is being applied right now; wait "
+                                       "for it to finish")
             if parent == "running":
                 run = self._running(db)
                 parent_id = run.id if run else None
@@ -390,35 +517,38 @@ class RevisionStore:
             diff.update({k: [v, None] for k, v in base.items() if k not in config})
             now = time.time()
             cur = db.execute(
-                "INSERT INTO revisions (created, config, diff, parent, trigger, evidence) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
+                "INSERT INTO revisions (created, config, diff, parent, trigger, evidence, kind) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
                 (now, json.dumps(config, sort_keys=True), json.dumps(diff, sort_keys=True),
-                 parent_id, trigger, json.dumps(jsonable(dict(evidence or {})), sort_keys=True)))
+                 parent_id, trigger, json.dumps(jsonable((evidence or Evidence()).to_dict()),
+                                                sort_keys=True), kind.value))
             rev_id = cur.lastrowid
             if rev_id is None:
                 raise LiveError(f"{self.path}: the revision just written cannot be read back")
             db.execute("INSERT INTO events (rev_id, time, state, actor, note) VALUES (?,?,?,?,?)",
-                       (rev_id, now, RevisionState(state).value, actor, note))
+                       (rev_id, now, state.value, actor, note))
             return self._get(db, rev_id)
 
-    def transition(self, rev_id: int, state: RevisionState, *, actor: str, note: str = "",
-                   allowed_from: Iterable[RevisionState] | None = None) -> Revision:
-        """Append a state change; with `allowed_from`, only from those states (else
-        `ActionNotAllowed`, saying the state it is in)."""
+    def transition(self, rev_id: int, state: RevisionState, *, actor: str,
+                   note: str = "") -> Revision:
+        """Append a state change that needs no apply (rejecting a proposal), as `TRANSITIONS`
+        allows; a revision being applied right now cannot be moved."""
         with self._write() as db:
             rev = self._get(db, rev_id)
-            if allowed_from is not None and rev.state not in set(allowed_from):
-                raise ActionNotAllowed(f"revision {rev_id} is {rev.state.value}; this needs it "
-                                       f"to be {' or '.join(s.value for s in allowed_from)}")
+            check_transition(rev_id, rev.state, state, "transition")
+            if (o := self._open_apply(db)) is not None and o.rev_id == rev_id:
+                raise ActionNotAllowed(f"revision {rev_id} is being applied by pid {o.pid} right "
+                                       "now; wait for it to finish")
             self._event(db, rev_id, state, actor, note)
             return self._get(db, rev_id)
 
-    def record_outcome(self, rev_id: int, outcome: Mapping[str, Any]) -> Revision:
+    def record_outcome(self, rev_id: int, outcome: JudgedOutcome) -> Revision:
         """What really happened in the period after `rev_id` was applied (newest wins)."""
         with self._write() as db:
             self._get(db, rev_id)
             db.execute("INSERT INTO outcomes (rev_id, time, outcome) VALUES (?, ?, ?)",
-                       (rev_id, time.time(), json.dumps(jsonable(dict(outcome)), sort_keys=True)))
+                       (rev_id, time.time(), json.dumps(jsonable(outcome.to_dict()),
+                                                        sort_keys=True)))
             return self._get(db, rev_id)
 
     def freeze(self, actor: str, reason: str = "") -> Flags:
@@ -435,16 +565,28 @@ class RevisionStore:
                            (time.time(), actor, why))
             return self._flags(db)
 
-    def record_round(self, summary: Mapping[str, Any], when: float | None = None) -> None:
+    def record_round(self, summary: Mapping[str, Any], when: float | None = None,
+                     memory: str | None = None) -> None:
+        """A round's summary and, from a round that tuned, the controller's memory after it, in
+        one transaction."""
         with self._write() as db:
-            db.execute("INSERT INTO rounds (time, summary) VALUES (?, ?)",
-                       (time.time() if when is None else when,
-                        json.dumps(jsonable(dict(summary)), sort_keys=True)))
+            now = time.time() if when is None else when
+            cur = db.execute("INSERT INTO rounds (time, summary) VALUES (?, ?)",
+                             (now, json.dumps(jsonable(dict(summary)), sort_keys=True)))
+            if memory is not None:
+                db.execute("INSERT INTO memory (time, round_seq, memory) VALUES (?, ?, ?)",
+                           (now, cur.lastrowid, memory))
+                db.execute("DELETE FROM memory WHERE seq NOT IN "
+                           "(SELECT seq FROM memory ORDER BY seq DESC LIMIT ?)", (MEMORY_KEPT,))
 
-    def begin_apply(self, rev_id: int, *, actor: str, previous: Mapping[str, Any]) -> ApplyIntent:
+    def begin_apply(self, rev_id: int, *, actor: str, previous: Mapping[str, Any],
+                    min_interval: float | None = None) -> ApplyIntent:
         """Write-ahead: record that an apply of `rev_id` starts and what to restore if it
-        does not finish. Only one apply at a time (`ActionNotAllowed` otherwise); an intent left
-        by a dead process must be reconciled (`end_apply`) first."""
+        does not finish. Checked in the same transaction (`ActionNotAllowed` otherwise): the
+        revision is proposed; no other apply is open (an intent left by a dead process must be
+        reconciled, `end_apply`, first); the revision it was made against is still the running
+        one; and, with `min_interval` (auto mode's one change per period), the running revision
+        went live at least that many seconds ago unless it is the baseline."""
         with self._write() as db:
             rev = self._get(db, rev_id)
             if rev.state is not RevisionState.PROPOSED:
@@ -458,6 +600,19 @@ class RevisionStore:
                                            f"{open_.pid} right now; wait for it to finish")
                 raise ActionNotAllowed(f"an apply of revision {open_.rev_id} by a process that "
                                        "died has not finished; it must be reconciled first")
+            running = self._running(db)
+            if rev.parent != (running.id if running else None):
+                raise ActionNotAllowed(
+                    f"revision {rev_id} was proposed against revision {rev.parent}, but "
+                    + (f"revision {running.id} is running" if running else
+                       "no revision is known to be running")
+                    + "; reject it and let the agent propose again")
+            if (min_interval is not None and running is not None and running.applied_at is not None
+                    and running.kind is not RevisionKind.BASELINE):
+                ago = time.time() - running.applied_at
+                if ago < min_interval:
+                    raise ActionNotAllowed(f"revision {running.id} went live {ago:.0f} s ago; at "
+                                           f"most one change per period ({min_interval:g} s)")
             cur = db.execute(
                 "INSERT INTO applies (time, rev_id, phase, begin_seq, pid, host, actor, previous, "
                 "note) VALUES (?, ?, 'begin', NULL, ?, ?, ?, ?, '')",
@@ -466,22 +621,30 @@ class RevisionStore:
             return self._open_apply(db) or _never(cur)
 
     def end_apply(self, intent: ApplyIntent, *, state: RevisionState | None, actor: str,
-                  note: str, rev_id: int | None = None,
-                  also: Iterable[tuple[int, RevisionState, str]] = ()) -> None:
-        """Close `intent` and, in the same transaction, append the revision's event (`state`;
-        None appends none), so that the store never shows an apply that ended without saying
-        how. `also` appends more events in that transaction (e.g. the revision a rollback
-        replaces)."""
+                  note: str, replaced_note: str = "") -> None:
+        """Close `intent` and, in the same transaction, append the revision's event (`state`,
+        applied or failed; None appends none), so that the store never shows an apply that ended
+        without saying how. A rollback that is applied marks the revision it replaced (its
+        parent) rolled back in the same transaction, with `replaced_note`."""
         with self._write() as db:
+            rev = self._get(db, intent.rev_id) if state is not None else None
+            if rev is not None and state is not None:
+                check_transition(rev.id, rev.state, state, "end_apply")
+            replaced = None
+            if (rev is not None and state is RevisionState.APPLIED
+                    and rev.kind is RevisionKind.ROLLBACK and rev.parent is not None):
+                replaced = self._get(db, rev.parent)
+                check_transition(replaced.id, replaced.state, RevisionState.ROLLED_BACK,
+                                 "end_apply")
             db.execute(
                 "INSERT INTO applies (time, rev_id, phase, begin_seq, pid, host, actor, previous, "
                 "note) VALUES (?, ?, 'end', ?, ?, ?, ?, '{}', ?)",
                 (time.time(), intent.rev_id, intent.seq, os.getpid(), socket.gethostname(), actor,
                  note))
-            if state is not None:
-                self._event(db, rev_id if rev_id is not None else intent.rev_id, state, actor, note)
-                for other, other_state, other_note in also:
-                    self._event(db, other, other_state, actor, other_note)
+            if rev is not None and state is not None:
+                self._event(db, rev.id, state, actor, note)
+            if replaced is not None:
+                self._event(db, replaced.id, RevisionState.ROLLED_BACK, actor, replaced_note)
 
     # -- internals ------------------------------------------------------------------------
     def _event(self, db: sqlite3.Connection, rev_id: int, state: RevisionState, actor: str,
@@ -496,19 +659,24 @@ class RevisionStore:
             return self._flags(db)
 
     def _get(self, db: sqlite3.Connection, rev_id: int) -> Revision:
-        row = db.execute("SELECT id, created, config, diff, parent, trigger, evidence "
+        row = db.execute("SELECT id, created, config, diff, parent, trigger, evidence, kind "
                          "FROM revisions WHERE id = ?", (int(rev_id),)).fetchone()
         if row is None:
             raise UnknownRevision(f"no revision {rev_id} in {self.path}")
-        events = tuple(Event(t, RevisionState(s), a, n) for t, s, a, n in db.execute(
-            "SELECT time, state, actor, note FROM events WHERE rev_id = ? ORDER BY seq", (row[0],)))
-        out = db.execute("SELECT outcome FROM outcomes WHERE rev_id = ? ORDER BY seq DESC LIMIT 1",
-                         (row[0],)).fetchone()
-        return Revision(
-            id=row[0], created=row[1], config=json.loads(row[2]),
-            diff={k: (v[0], v[1]) for k, v in json.loads(row[3]).items()}, parent=row[4],
-            trigger=row[5], evidence=json.loads(row[6]), events=events,
-            outcome=json.loads(out[0]) if out else None)
+        try:
+            events = tuple(Event(t, RevisionState(s), a, n) for t, s, a, n in db.execute(
+                "SELECT time, state, actor, note FROM events WHERE rev_id = ? ORDER BY seq",
+                (row[0],)))
+            kind = RevisionKind(row[7])
+            out = db.execute("SELECT outcome FROM outcomes WHERE rev_id = ? ORDER BY seq DESC "
+                             "LIMIT 1", (row[0],)).fetchone()
+            return Revision(
+                id=row[0], created=row[1], kind=kind, config=json.loads(row[2]),
+                diff={k: (v[0], v[1]) for k, v in json.loads(row[3]).items()}, parent=row[4],
+                trigger=row[5], evidence=Evidence.from_dict(json.loads(row[6])), events=events,
+                outcome=JudgedOutcome.from_dict(json.loads(out[0])) if out else None)
+        except (ValueError, TypeError, AttributeError, IndexError) as e:
+            raise LiveError(f"{self.path}: revision {row[0]} cannot be read: {e}") from None
 
     def _current_states(self, db: sqlite3.Connection) -> dict[int, str]:
         return dict(db.execute(
@@ -521,9 +689,10 @@ class RevisionStore:
         if row is None:
             return None
         rev = self._get(db, row[0])
-        # A revision that was applied and then rolled back or failed is no longer live; what
-        # replaced it was applied after it, so the newest 'applied' event is the live one unless
-        # its revision has since left that state (then nothing known is live).
+        # A revision that was applied and then rolled back is no longer live; what replaced it was
+        # applied after it, so the newest 'applied' event is the live one unless its revision has
+        # since left that state (a store written before the transition table: then nothing known
+        # is live).
         return rev if rev.state is RevisionState.APPLIED else None
 
     def _pending(self, db: sqlite3.Connection) -> Revision | None:
@@ -550,6 +719,14 @@ class RevisionStore:
             return None
         return ApplyIntent(seq=row[0], time=row[1], rev_id=row[2], pid=row[3], host=row[4],
                            actor=row[5], previous=json.loads(row[6]))
+
+
+def _json_object(text: str) -> dict[str, Any]:
+    try:
+        d = json.loads(text)
+    except ValueError:
+        return {}
+    return d if isinstance(d, dict) else {}
 
 
 def _never(cur: Any) -> ApplyIntent:

@@ -1,6 +1,12 @@
-"""Scheduling policies. Each declares its knobs in a `ConfigSpace`; `POLICIES` is the registry."""
+"""Scheduling policies. Each declares its knobs in a `ConfigSpace`; `POLICIES` is the registry of
+the built-in ones, and `get_policy` the one place a policy is found by what a user typed: a
+built-in name, the name of an installed plugin's entry point, or ``module:Class``."""
 
 from __future__ import annotations
+
+import importlib
+import re
+from typing import TYPE_CHECKING
 
 from ..errors import InputError
 from .base import PLACEMENT, Policy
@@ -11,22 +17,112 @@ from .sjf import Sjf
 from .srtf import Srtf
 from .tiresias import Tiresias
 
+if TYPE_CHECKING:  # importlib.metadata is imported when a plugin is looked for (~50 ms cold)
+    from importlib.metadata import EntryPoint
+
 POLICIES: dict[str, type[Policy]] = {
     cls.name: cls for cls in (Fifo, Sjf, Srtf, Tiresias, Qssf, Multifactor)
 }
 
+# The entry-point group a package declares its policies in (pyproject.toml:
+# [project.entry-points."autosched.policies"] NAME = "package.module:Class"; NAME = the class's `name`).
+ENTRY_POINT_GROUP = "autosched.policies"
+
+_SPEC = re.compile(r"(?P<module>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*):(?P<attr>[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)*)")
+
 
 class UnknownPolicy(InputError):
-    """A policy name that is not registered."""
+    """A policy name that is neither built in, nor an installed entry point, nor ``module:Class``."""
+
+    pass
+
+
+class PolicyLoadError(InputError):
+    """A plugin policy that was found but cannot be used: its module or class is missing, it fails
+    to import, or what it names is not a `Policy` subclass."""
 
     pass
 
 
 def get_policy(name: str) -> type[Policy]:
+    """The policy class `name` stands for: a built-in policy (`POLICIES`), an entry point of group
+    ``autosched.policies``, or ``package.module:Class`` (the module must be importable: installed,
+    or on PYTHONPATH). Raises UnknownPolicy or PolicyLoadError (InputErrors) with one line."""
+    cls = POLICIES.get(name)
+    if cls is not None:
+        return cls
+    if ":" in name:
+        return _load_spec(name)
+    points = _entry_points()
+    if name not in points:
+        raise UnknownPolicy(f"unknown policy {name!r}; known: {', '.join([*POLICIES, *points])}, "
+                            "or MODULE:CLASS (e.g. mypkg.policies:Shortest)")
+    return _load_entry_point(points[name])
+
+
+def available_policies() -> dict[str, type[Policy]]:
+    """Every policy a name can select, by name: the built-in ones, then the installed entry
+    points' (each loaded and checked: a broken one raises PolicyLoadError)."""
+    found = dict(POLICIES)
+    for name, point in _entry_points().items():
+        if name in POLICIES:
+            raise PolicyLoadError(f"entry point {name!r} = {point.value!r} (group {ENTRY_POINT_GROUP!r}) "
+                                  "has the name of a built-in policy; rename it")
+        found[name] = _load_entry_point(point)
+    return found
+
+
+def _entry_points() -> dict[str, EntryPoint]:
+    from importlib.metadata import entry_points
+
+    return {point.name: point for point in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def _load_entry_point(point: EntryPoint) -> type[Policy]:
+    where = f"entry point {point.name!r} = {point.value!r} (group {ENTRY_POINT_GROUP!r})"
     try:
-        return POLICIES[name]
-    except KeyError:
-        raise UnknownPolicy(f"unknown policy {name!r}; known: {', '.join(POLICIES)}") from None
+        obj = point.load()
+    except Exception as exc:  # the plugin's own code: any failure is reported in one line
+        raise PolicyLoadError(f"{where} fails to import: {type(exc).__name__}: {exc}") from exc
+    cls = _checked(obj, where)
+    if cls.name != point.name:
+        raise PolicyLoadError(f"{where}: its class is named {cls.name!r}; the entry point must carry the "
+                              "policy's name (what config files and reports call it)")
+    return cls
 
 
-__all__ = ["Policy", "POLICIES", "PLACEMENT", "get_policy", "UnknownPolicy"]
+def _load_spec(spec: str) -> type[Policy]:
+    m = _SPEC.fullmatch(spec)
+    if m is None:
+        raise UnknownPolicy(f"policy {spec!r}: expected MODULE:CLASS, e.g. mypkg.policies:Shortest")
+    module_name, attr = m["module"], m["attr"]
+    try:
+        obj: object = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        if exc.name == module_name or module_name.startswith(f"{exc.name}."):  # the module itself is missing
+            raise PolicyLoadError(f"policy {spec!r}: no module named {module_name!r} "
+                                  "(install it, or put its directory on PYTHONPATH)") from exc
+        raise PolicyLoadError(f"policy {spec!r}: importing {module_name} fails: {exc}") from exc
+    except Exception as exc:  # the plugin's own code: any failure is reported in one line
+        raise PolicyLoadError(f"policy {spec!r}: importing {module_name} fails: {type(exc).__name__}: {exc}") from exc
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise PolicyLoadError(f"policy {spec!r}: module {module_name} has no {attr!r}") from None
+    return _checked(obj, f"policy {spec!r}")
+
+
+def _checked(obj: object, where: str) -> type[Policy]:
+    """`obj` if it is a usable policy class (a `Policy` subclass that declares its name, summary
+    and knobs), else PolicyLoadError."""
+    if not (isinstance(obj, type) and issubclass(obj, Policy)):
+        raise PolicyLoadError(f"{where}: {obj!r} is not a subclass of autosched.policies.Policy")
+    missing = [attr for attr in ("name", "summary", "space") if not hasattr(obj, attr)]
+    if missing:
+        raise PolicyLoadError(f"{where}: {obj.__name__} does not declare {', '.join(missing)} (see docs/extending.md)")
+    return obj
+
+
+__all__ = ["Policy", "POLICIES", "PLACEMENT", "ENTRY_POINT_GROUP", "get_policy", "available_policies",
+           "UnknownPolicy", "PolicyLoadError"]

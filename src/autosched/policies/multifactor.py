@@ -5,7 +5,7 @@ from __future__ import annotations
 import heapq
 import math
 from bisect import insort
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -485,7 +485,7 @@ class Multifactor(Policy):
             due = max(due, SlurmClocks.next(tick, period, math.floor(self._last_sched) + self.batch_delay))
         return due
 
-    def _backfill(self, now: float, limit: list[float]) -> None:
+    def _backfill(self, now: float, limit: Sequence[float]) -> None:
         """One cycle of Slurm's backfill scheduler at `now`."""
         self._dirty = False
         # The cycle looks at the first bf_max_job_test waiting jobs by (priority, submission):

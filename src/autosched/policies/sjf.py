@@ -24,7 +24,7 @@ class Sjf(Policy):
     def bind(self, part: Partition, jobs: JobInfo) -> None:
         if jobs.duration is None:
             raise SimulationError("sjf reads true durations: the engine must give them to an oracle policy")
-        self.duration: list[float] = jobs.duration
+        self.duration: tuple[float, ...] = jobs.duration
         self.queue: list[tuple[float, int]] = []  # (true duration, job): a heap
         super().bind(part, jobs)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from heapq import merge
 from typing import TypeAlias
 
@@ -32,7 +32,7 @@ class PriorityQueue:
     in any case and are kept without computing their key now.
     """
 
-    def __init__(self, part: Partition, gpus: list[int]):
+    def __init__(self, part: Partition, gpus: Sequence[int]):
         self.part = part
         self.gpus = gpus
         self.waiting: list[Entry] = []

@@ -42,7 +42,7 @@ class QueueBook:
     __slots__ = ("gpus", "weight", "running_flag", "running_first", "queue_of", "members", "total",
                  "running", "waiting", "prefix", "run_prefix", "wait_prefix")
 
-    def __init__(self, count: int, gpus: list[int], weight: list[int], running_flag: list[bool],
+    def __init__(self, count: int, gpus: Sequence[int], weight: list[int], running_flag: list[bool],
                  running_first: bool):
         self.gpus, self.weight, self.running_flag = gpus, weight, running_flag
         self.running_first = running_first

@@ -25,6 +25,7 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from ..errors import InputError, LiveError
 from ..live.errors import ActionNotAllowed, UnknownRevision
+from ..live.status import AgentStatus
 from ..live.store import Flags, Revision, RevisionStore
 from . import page, views
 from .models import ApproveIn, ErrorOut, FlagsOut, FreezeIn, OutcomeOut, RejectIn, RevisionOut, RollbackIn, StatusOut, UnfreezeIn
@@ -34,7 +35,8 @@ from .token import token_matches
 class AgentLike(Protocol):
     """The part of `autosched.live.agent.Agent` the service calls."""
 
-    def status(self, history: int = 10) -> Any: ...
+    def status(self, history: int = 10) -> AgentStatus: ...
+    def slurm_texts(self, config: dict[str, Any]) -> dict[str, str] | None: ...
     def approve(self, rev_id: int, actor: str) -> Revision: ...
     def reject(self, rev_id: int, actor: str, reason: str = "") -> Revision: ...
     def rollback(self, rev_id: int | None, actor: str) -> Revision: ...
@@ -81,6 +83,13 @@ class StoreChanges:
     def version(self) -> int:
         with self.lock:
             return self.db.execute("PRAGMA data_version").fetchone()[0]
+
+
+STATUS_HISTORY = 10  # revisions in the status by default, as `agent status` lists
+
+
+def _status_json(st: AgentStatus) -> bytes:
+    return StatusOut.model_validate(st.to_dict()).model_dump_json().encode()
 
 
 def _stamp(path: Path) -> int | None:
@@ -144,15 +153,15 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
         return JSONResponse({"detail": str(e)}, status_code=400)
 
     changes = StoreChanges(store.path)
-    latest: list[tuple[Any, dict[str, Any], bytes] | None] = [None]  # (key, status, its JSON)
+    latest: dict[int, tuple[Any, AgentStatus, bytes]] = {}  # history -> (key, status, its JSON)
 
-    def status_entry() -> tuple[Any, dict[str, Any], bytes]:
+    def status_entry(history: int = STATUS_HISTORY) -> tuple[Any, AgentStatus, bytes]:
         # The status is a function of what the store holds and of the agent's settings, so it
         # is computed (and serialised) again only after a commit by any process or a new
-        # `agent init`: it is what many clients poll, and computing it costs seven store reads.
+        # `agent init`: it is what many clients poll, and computing it costs several store reads.
         # Keyed by the version read *before* computing, so it is never staler than the store.
         key = (changes.version(), _stamp(settings))
-        entry = latest[0]
+        entry = latest.get(history)
         if entry is not None and entry[0] == key:
             return entry
         try:
@@ -160,38 +169,39 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
         except LiveError as e:
             # the store's part is worth showing even when the agent cannot be opened (no
             # `agent init` yet, settings unreadable): say why instead of failing; not kept
-            st = views.status(store, None, str(e))
-            return (None, st, StatusOut.model_validate(st).model_dump_json().encode())
-        st = views.status(store, ag)
-        entry = (key, st, StatusOut.model_validate(st).model_dump_json().encode())
-        latest[0] = entry  # one assignment: threads see the old entry or the new, whole
+            st = views.status(store, None, str(e), history)
+            return (None, st, _status_json(st))
+        st = views.status(store, ag, history=history)
+        entry = (key, st, _status_json(st))
+        if len(latest) > 8:
+            latest.clear()
+        latest[history] = entry  # one assignment: threads see the old entry or the new, whole
         return entry
 
-    def current_status() -> dict[str, Any]:
-        return status_entry()[1]
-
     @app.get("/api/status", response_model=StatusOut, dependencies=reads, responses=ERRORS,
-             summary="Running revision, pending proposal, mode, frozen/blocked and why, next round")
-    def get_status() -> Response:
-        return Response(status_entry()[2], media_type="application/json")
+             summary="Running revision, pending proposal, newest revisions, mode, frozen/blocked "
+                     "and why, last and next round: the record `agent status --json` prints")
+    def get_status(history: Annotated[int, Query(ge=0, le=page.HISTORY_ROWS)] = STATUS_HISTORY
+                   ) -> Response:
+        return Response(status_entry(history)[2], media_type="application/json")
 
     @app.get("/api/revisions", response_model=list[RevisionOut], dependencies=reads,
              summary="Every revision with its config, diff, evidence, events and outcome, "
                      "newest first")
     def list_revisions(limit: Annotated[int | None, Query(ge=1, le=10_000)] = None
                        ) -> list[dict[str, Any]]:
-        return [views.revision_dict(r) for r in store.history(limit)]
+        return [r.to_dict() for r in store.history(limit)]
 
     @app.get("/api/revisions/{rev_id}", response_model=RevisionOut, dependencies=reads,
              responses=ERRORS, summary="One revision")
     def get_revision(rev_id: int) -> dict[str, Any]:
-        return views.revision_dict(store.get(rev_id))
+        return store.get(rev_id).to_dict()
 
     @app.get("/api/proposals", response_model=list[RevisionOut], dependencies=reads,
              summary="Every revision that began as a proposal (whatever became of it), newest "
                      "first")
     def list_proposals() -> list[dict[str, Any]]:
-        return [views.revision_dict(r) for r in views.proposals(store.history())]
+        return [r.to_dict() for r in views.proposals(store.history())]
 
     @app.get("/api/outcomes", response_model=list[OutcomeOut], dependencies=reads,
              summary="Per applied revision: predicted gain and spread against the observed one, "
@@ -208,7 +218,7 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
         body = body or ApproveIn()
         ag = get_agent()
         with lock:
-            return views.revision_dict(ag.approve(rev_id, actor(body.operator)))
+            return ag.approve(rev_id, actor(body.operator)).to_dict()
 
     @app.post("/api/revisions/{rev_id}/reject", response_model=RevisionOut, dependencies=actions,
               responses=ERRORS, summary="Reject a proposal")
@@ -216,7 +226,7 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
         body = body or RejectIn()
         ag = get_agent()
         with lock:
-            return views.revision_dict(ag.reject(rev_id, actor(body.operator), body.reason))
+            return ag.reject(rev_id, actor(body.operator), body.reason).to_dict()
 
     @app.post("/api/rollback", response_model=RevisionOut, dependencies=actions, responses=ERRORS,
               summary="Return to an earlier revision (default: the one applied before the "
@@ -225,7 +235,7 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
         body = body or RollbackIn()
         ag = get_agent()
         with lock:
-            return views.revision_dict(ag.rollback(body.revision, actor(body.operator)))
+            return ag.rollback(body.revision, actor(body.operator)).to_dict()
 
     @app.post("/api/freeze", response_model=FlagsOut, dependencies=actions, responses=ERRORS,
               summary="Kill switch: the agent proposes and applies nothing until unfrozen")
@@ -246,7 +256,7 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
     @app.get("/", response_class=HTMLResponse, dependencies=reads, include_in_schema=False)
     def status_page() -> HTMLResponse:
         history = store.history(limit=page.HISTORY_ROWS)
-        status = current_status()
+        status = status_entry()[1]
         try:
             ag: AgentLike | None = get_agent()
         except LiveError:

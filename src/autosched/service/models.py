@@ -1,13 +1,54 @@
 """The API's request and response bodies: what the OpenAPI schema documents and what requests
-are validated against (an unknown field, a negative revision or an over-long reason is a 422)."""
+are validated against (an unknown field, a negative revision or an over-long reason is a 422).
+
+A response body is a record of the live layer (`AgentStatus`, `Revision`, `Flags`, the views'
+`OutcomeRow`): its model is made here from the dataclass's own fields and types, nested records
+included, so the schema cannot drift from what the CLI prints and the store holds."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+import dataclasses
+import types
+import typing
+from typing import Any, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, create_model
 
-State = Literal["proposed", "applied", "rejected", "rolled_back", "failed"]
+from ..live.status import AgentStatus
+from ..live.store import Flags, Revision
+from .views import OutcomeRow
+
+_MODELS: dict[type, type[BaseModel]] = {}
+
+
+def model_of(cls: type) -> type[BaseModel]:
+    """The response model of dataclass `cls`: one required field per dataclass field (its JSON
+    always has every key), with the field's type, a nested dataclass as its own model."""
+    if cls not in _MODELS:
+        hints = typing.get_type_hints(cls)
+        fields: dict[str, Any] = {f.name: (_model_type(hints[f.name]), ...)
+                                  for f in dataclasses.fields(cls)}
+        _MODELS[cls] = create_model(cls.__name__, __doc__=cls.__doc__, **fields)
+    return _MODELS[cls]
+
+
+def _model_type(tp: Any) -> Any:
+    """`tp` with every dataclass in it replaced by its model."""
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return model_of(tp)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin in (Union, types.UnionType):
+        return Union[tuple(_model_type(a) for a in args)]  # noqa: UP007 (built at run time)
+    if origin in (list, dict, tuple) and args:
+        return origin[tuple(a if a is Ellipsis else _model_type(a) for a in args)]
+    return tp
+
+
+StatusOut = model_of(AgentStatus)
+RevisionOut = model_of(Revision)
+FlagsOut = model_of(Flags)
+OutcomeOut = model_of(OutcomeRow)
+
 # Who acted, as recorded in the revision's events ("operator:NAME"); letters, digits and ._@-
 OperatorName = Field(default=None, pattern=r"^[A-Za-z0-9._@-]{1,64}$",
                      description="recorded as operator:NAME (default: service:token)")
@@ -41,66 +82,6 @@ class FreezeIn(_In):
 
 class UnfreezeIn(_In):
     operator: str | None = OperatorName
-
-
-class EventOut(BaseModel):
-    time: float = Field(description="unix seconds")
-    state: State
-    actor: str
-    note: str
-
-
-class RevisionOut(BaseModel):
-    id: int
-    created: float
-    state: State
-    config: dict[str, Any] = Field(description="the full managed live config")
-    diff: dict[str, list[Any]] = Field(description="knob -> [before, after] against `parent`")
-    parent: int | None
-    trigger: str
-    evidence: dict[str, Any] = Field(description="predicted_gain, spread, samples, tuning cost, ...")
-    events: list[EventOut]
-    outcome: dict[str, Any] | None = Field(description="one period after applying: observed vs "
-                                                        "predicted")
-    applied_at: float | None = Field(description="when it last went live")
-    slurm: dict[str, str] | None = Field(default=None, description="the config as the Slurm "
-                                         "settings the agent writes (status only)")
-
-
-class FlagsOut(BaseModel):
-    frozen: bool
-    frozen_reason: str
-    frozen_by: str
-    blocked: str = Field(description="why the agent will not propose, or ''")
-
-
-class StatusOut(FlagsOut):
-    running: RevisionOut | None
-    pending: RevisionOut | None
-    mode: Literal["propose", "auto"] | None = Field(description="None if the agent cannot be "
-                                                                "opened (see agent_error)")
-    next_round: float | None = Field(description="unix seconds of the agent's next round")
-    last_round: float | None = Field(description="unix seconds of the agent's last round")
-    last_round_summary: dict[str, Any] | None = Field(description="what the last round found "
-                                                                  "and did (action, why)")
-    policy: str | None
-    period: float | None = Field(description="seconds between rounds")
-    connector: dict[str, Any] | None
-    interrupted_apply: int | None = Field(description="revision of an apply a killed process "
-                                                      "left open, if any")
-    revisions: int
-    agent_error: str = Field(description="why the agent could not be opened, or ''")
-    version: str = Field(description="changes whenever the status changes (the page polls it)")
-
-
-class OutcomeOut(BaseModel):
-    revision: int
-    applied_at: float | None
-    state: State
-    predicted_gain: float | None
-    spread: float | None
-    observed_gain: float | None
-    outcome: dict[str, Any] | None
 
 
 class ErrorOut(BaseModel):

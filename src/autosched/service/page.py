@@ -15,9 +15,10 @@ from collections.abc import Callable
 from html import escape
 from typing import Any
 
-from ..live.store import Evidence, Revision, RevisionState
-from ..live.store import Outcome as JudgedOutcome
-from .views import Outcome
+from ..live.round import RoundRecord
+from ..live.status import AgentStatus
+from ..live.store import Revision, RevisionState
+from .views import OutcomeRow
 
 HISTORY_ROWS = 200  # the page shows this many newest revisions; the API has them all
 POLL_S = 10
@@ -59,39 +60,40 @@ def _btn(label: str, path: str, body: dict[str, Any] | None = None, *, cls: str 
             f'data-fields="{escape(json.dumps(fields or {}))}">{escape(label)}</button>')
 
 
-def render(status: dict[str, Any], history: list[Revision], outcomes: list[Outcome], *,
+def render(status: AgentStatus, history: list[Revision], outcomes: list[OutcomeRow], *,
            state_dir: str, slurm: Slurm = lambda config: None) -> str:
     """The page; `slurm` turns a config into the Slurm settings the agent writes (None if it
     cannot), so that the page shows the values an operator finds in slurm.conf."""
-    running, pending = status["running"], status["pending"]
+    running, pending = status.running, status.pending
     banners = []
-    if status["frozen"]:
-        banners.append(f'<p class="banner frozen" id=frozen>Frozen by {escape(status["frozen_by"])}'
-                       f': {escape(status["frozen_reason"] or "no reason given")}. The agent '
+    if status.frozen:
+        banners.append(f'<p class="banner frozen" id=frozen>Frozen by {escape(status.frozen_by)}'
+                       f': {escape(status.frozen_reason or "no reason given")}. The agent '
                        "proposes and applies nothing until unfrozen.</p>")
-    if status["agent_error"]:
+    if status.agent_error:
         banners.append(f'<p class="banner blocked" id=agent-error>The agent cannot be opened: '
-                       f'{escape(status["agent_error"])}</p>')
-    if status["interrupted_apply"]:
+                       f'{escape(status.agent_error)}</p>')
+    if status.interrupted_apply:
         banners.append(f'<p class="banner blocked">An apply of revision '
-                       f'{status["interrupted_apply"]} was interrupted; the next action or round '
+                       f'{status.interrupted_apply} was interrupted; the next action or round '
                        'restores the settings before it.</p>')
-    if status["blocked"]:
+    if status.blocked:
         banners.append(f'<p class="banner blocked" id=blocked>Blocked: '
-                       f'{escape(status["blocked"])}</p>')
+                       f'{escape(status.blocked)}</p>')
+    last = status.last_round
     parts = [
         f"<h1>autosched agent <small>{escape(state_dir)}</small></h1>",
         *banners,
         '<section class=summary><dl>'
         f'<dt>Running</dt><dd id=running-rev>{_rev_label(running)}</dd>'
-        f'<dt>Mode</dt><dd id=mode>{escape(str(status["mode"] or "-"))}</dd>'
-        f'<dt>Policy</dt><dd>{escape(str(status["policy"] or "-"))}, every '
-        f'{_duration(status["period"])}, connector '
-        f'{escape(str((status["connector"] or {}).get("kind", "-")))}</dd>'
-        f'<dt>Last round</dt><dd id=last-round>{_t(status["last_round"])}'
-        f'{_summary(status["last_round_summary"])}</dd>'
-        f'<dt>Next round</dt><dd>{_t(status["next_round"])}</dd>'
-        f'<dt>Revisions</dt><dd>{status["revisions"]}</dd></dl></section>',
+        f'<dt>Mode</dt><dd id=mode>{escape(str(status.mode or "-"))}</dd>'
+        f'<dt>Policy</dt><dd>{escape(str(status.policy or "-"))}, every '
+        f'{_duration(status.period)}, connector '
+        f'{escape(str((status.connector or {}).get("kind", "-")))}</dd>'
+        f'<dt>Last round</dt><dd id=last-round>{_t(last.time if last else None)}'
+        f'{_summary(last)}</dd>'
+        f'<dt>Next round</dt><dd>{_t(status.next_round)}</dd>'
+        f'<dt>Revisions</dt><dd>{status.revisions}</dd></dl></section>',
         _token_box(status),
         _pending(pending, running),
         _running(running, history),
@@ -99,7 +101,7 @@ def render(status: dict[str, Any], history: list[Revision], outcomes: list[Outco
         _config_over_time(history, slurm),
         _history(history, running, slurm),
     ]
-    return _PAGE.format(body="\n".join(parts), version=escape(status["version"]),
+    return _PAGE.format(body="\n".join(parts), version=escape(status.version),
                         poll_ms=POLL_S * 1000)
 
 
@@ -112,22 +114,20 @@ def _duration(s: float | None) -> str:
     return f"{s:g} s"
 
 
-def _summary(summary: dict[str, Any] | None) -> str:
-    if not summary:
+def _summary(last: RoundRecord | None) -> str:
+    if last is None:
         return ""
-    why = summary.get("why") or ""
-    return f': {escape(str(summary.get("action", "")))}{": " + escape(str(why)) if why else ""}'
+    return f': {escape(last.action)}{": " + escape(last.why) if last.why else ""}'
 
 
-def _rev_label(rev: dict[str, Any] | None) -> str:
+def _rev_label(rev: Revision | None) -> str:
     if rev is None:
         return "none known (the agent has not recorded the live config yet)"
-    return (f'revision <b>{rev["id"]}</b> ({escape(rev["trigger"])}), applied '
-            f'{_t(rev["applied_at"])}')
+    return f'revision <b>{rev.id}</b> ({escape(rev.trigger)}), applied {_t(rev.applied_at)}'
 
 
-def _token_box(status: dict[str, Any]) -> str:
-    freeze = (_btn("Unfreeze", "/api/unfreeze", bid="unfreeze") if status["frozen"] else
+def _token_box(status: AgentStatus) -> str:
+    freeze = (_btn("Unfreeze", "/api/unfreeze", bid="unfreeze") if status.frozen else
               '<input id=freeze-reason placeholder="reason" maxlength=1000> '
               + _btn("Freeze", "/api/freeze", fields={"reason": "freeze-reason"}, cls="warn",
                      bid="freeze"))
@@ -136,50 +136,50 @@ def _token_box(status: dict[str, Any]) -> str:
             f'{freeze} <span id=message role=status></span></section>')
 
 
-def _slurm(rev: dict[str, Any] | None, knob: str) -> str:
-    v = ((rev or {}).get("slurm") or {}).get(knob)
+def _slurm(rev: Revision | None, knob: str) -> str:
+    v = ((rev.slurm if rev else None) or {}).get(knob)
     return f" <span class=slurm>({escape(v)})</span>" if v is not None else ""
 
 
-def _pending(rev: dict[str, Any] | None, running: dict[str, Any] | None) -> str:
+def _pending(rev: Revision | None, running: Revision | None) -> str:
     if rev is None:
         return '<section id=pending><h2>Pending proposal</h2><p class=muted>none</p></section>'
-    ev = Evidence.from_dict(rev["evidence"])
+    ev = rev.evidence
     gain, spread = ev.predicted_gain, ev.spread
     rows = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{_v(a)}{_slurm(running, k)}</td>"
                    f"<td>{_v(b)}{_slurm(rev, k)}</td></tr>"
-                   for k, (a, b) in sorted(rev["diff"].items()))
+                   for k, (a, b) in sorted(rev.diff.items()))
     extra = "".join(f"<dt>{label}</dt><dd>{_v(v)}</dd>" for label, v in (
         ("samples", ev.samples), ("tuning cost", ev.tuning_cost), ("reason", ev.reason))
         if v is not None)
     g = (f'{gain:+.1%} &plusmn; {spread:.1%}' if gain is not None and spread is not None
          else _v(gain))
-    return (f'<section id=pending><h2>Pending proposal: revision {rev["id"]}</h2>'
+    return (f'<section id=pending><h2>Pending proposal: revision {rev.id}</h2>'
             f'<dl><dt>Predicted gain</dt><dd id=predicted-gain>{g}</dd>'
-            f'<dt>Trigger</dt><dd>{escape(rev["trigger"])}</dd>'
-            f'<dt>Proposed</dt><dd>{_t(rev["created"])}</dd>{extra}</dl>'
+            f'<dt>Trigger</dt><dd>{escape(rev.trigger)}</dd>'
+            f'<dt>Proposed</dt><dd>{_t(rev.created)}</dd>{extra}</dl>'
             '<table><tr><th>knob</th><th>now</th><th>proposed</th></tr>'
             f'{rows}</table><p>'
-            + _btn("Approve", f'/api/revisions/{rev["id"]}/approve', cls="go", bid="approve")
+            + _btn("Approve", f'/api/revisions/{rev.id}/approve', cls="go", bid="approve")
             + ' <input id=reject-reason placeholder="reason" maxlength=1000> '
-            + _btn("Reject", f'/api/revisions/{rev["id"]}/reject', fields={"reason":
+            + _btn("Reject", f'/api/revisions/{rev.id}/reject', fields={"reason":
                    "reject-reason"}, bid="reject")
             + "</p></section>")
 
 
-def _running(rev: dict[str, Any] | None, history: list[Revision]) -> str:
+def _running(rev: Revision | None, history: list[Revision]) -> str:
     if rev is None:
         return ""
     # which revision last set each knob to its running value: the newest applied change
     since: dict[str, int] = {}
-    for r in sorted((r for r in history if r.applied_at() is not None),
-                    key=lambda r: r.applied_at() or 0):
+    for r in sorted((r for r in history if r.applied_at is not None),
+                    key=lambda r: r.applied_at or 0):
         for k in r.diff:
             since[k] = r.id
-    slurm = rev.get("slurm") or {}
+    slurm = rev.slurm or {}
     rows = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{_v(v)}</td>"
                    f"<td>{escape(slurm.get(k, '-'))}</td>"
-                   f"<td>{since.get(k, '-')}</td></tr>" for k, v in sorted(rev["config"].items()))
+                   f"<td>{since.get(k, '-')}</td></tr>" for k, v in sorted(rev.config.items()))
     return ('<section id=running><h2>Running config</h2><table><tr><th>knob</th><th>value</th>'
             f'<th>in Slurm</th><th>set by revision</th></tr>{rows}</table></section>')
 
@@ -196,17 +196,17 @@ def _config_over_time(history: list[Revision], slurm: Slurm) -> str:
             f'<th>rev</th><th>trigger</th><th>changes</th></tr>{rows}</table></section>')
 
 
-def _history(history: list[Revision], running: dict[str, Any] | None, slurm: Slurm) -> str:
-    run_id = running["id"] if running else None
+def _history(history: list[Revision], running: Revision | None, slurm: Slurm) -> str:
+    run_id = running.id if running else None
     by_id = {r.id: r for r in history}
     rows = []
     for r in history:
         last = r.events[-1]
-        judged = JudgedOutcome.from_dict(r.outcome)
-        gain = Evidence.from_dict(r.evidence).predicted_gain
+        judged = r.outcome
+        gain = r.evidence.predicted_gain
         obs = judged.observed_gain if judged else None
         act = ""
-        if r.applied_at() is not None and r.id != run_id:
+        if r.applied_at is not None and r.id != run_id:
             act = _btn("Roll back to this", "/api/rollback", {"revision": r.id},
                        bid=f"rollback-{r.id}")
         rows.append(
@@ -222,12 +222,12 @@ def _history(history: list[Revision], running: dict[str, Any] | None, slurm: Slu
             f'<th>last event</th><th></th></tr>{"".join(rows)}</table></section>')
 
 
-def _plot_section(outcomes: list[Outcome]) -> str:
+def _plot_section(outcomes: list[OutcomeRow]) -> str:
     return ('<section id=outcomes><h2>Predicted against observed gain</h2>'
             f'{plot_svg(outcomes)}</section>')
 
 
-def plot_svg(outcomes: list[Outcome], width: int = 640, height: int = 240) -> str:
+def plot_svg(outcomes: list[OutcomeRow], width: int = 640, height: int = 240) -> str:
     """Per applied revision: predicted gain with its spread (bar) and the observed gain."""
     pts = [o for o in outcomes if o.predicted_gain is not None or o.observed_gain is not None]
     if not pts:

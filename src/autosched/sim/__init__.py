@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -28,7 +29,7 @@ def simulate(trace: Trace, cluster: ClusterSpec, policy: PolicyHooks,
     return result_of(sim)
 
 
-def result_of(sim: Simulator) -> SimResult:
+def result_of(sim: Simulator[Any]) -> SimResult:
     rec = sim.records()
     codes = sim.jobs.vc if sim.jobs.vc is not None else sim.jobs.user  # the engine's integer labels
     groups = None if codes is None else np.asarray(codes)

@@ -16,16 +16,17 @@ One run, as the engine drives it:
 4. ``on_reconfigure(config, now)`` when the caller reconfigures the run between two
    ``Simulator.run(until=...)`` calls; every partition then gets ``schedule(now)``.
 
-Only ``schedule`` (and ``on_reconfigure``, through the ``schedule`` that follows it) changes what
-runs: ``on_arrival`` and ``on_finish`` update the policy's own bookkeeping and must not call
-``start`` or ``preempt``.
+Only ``schedule`` changes what runs: ``on_arrival``, ``on_finish`` and ``on_reconfigure`` update
+the policy's own bookkeeping, and ``start`` or ``preempt`` called from them (or from ``bind``)
+raises SimulationError. What a policy is handed is read-only: `JobInfo`'s columns are tuples and
+``Partition.running`` is a read-only view, so a policy cannot change the engine's record of a job.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from ..cluster import ClusterSpec
 from .placement import Alloc, NodePool
@@ -33,31 +34,32 @@ from .placement import Alloc, NodePool
 
 @dataclass(frozen=True)
 class JobInfo:
-    """What a scheduler knows about the jobs of a run: lists indexed by the job's row in the
-    (submit-sorted) trace, shared by every partition. ``duration`` is set only for oracle
-    policies (``PolicyHooks.oracle``); a real scheduler does not know it."""
+    """What a scheduler knows about the jobs of a run: tuples indexed by the job's row in the
+    (submit-sorted) trace, shared by every partition (tuples, so that no policy can change what
+    the engine and the other partitions read). ``duration`` is set only for oracle policies
+    (``PolicyHooks.oracle``); a real scheduler does not know it."""
 
-    submit: list[float]
-    gpus: list[int]
-    vc: list[int] | None  # integer codes of the trace's labels (sorted), when it has them
-    user: list[int] | None
-    duration: list[float] | None
+    submit: tuple[float, ...]
+    gpus: tuple[int, ...]
+    vc: tuple[int, ...] | None  # integer codes of the trace's labels (sorted), when it has them
+    user: tuple[int, ...] | None
+    duration: tuple[float, ...] | None
     # Each job's time limit (s; inf = none) when the trace has them: a real scheduler knows it.
-    time_limit: list[float] | None = None
-    cpus: list[int] | None = None  # CPUs requested (0 = not known)
-    account: list[int] | None = None  # Slurm account codes
-    partition: list[int] | None = None  # Slurm partition codes
+    time_limit: tuple[float, ...] | None = None
+    cpus: tuple[int, ...] | None = None  # CPUs requested (0 = not known)
+    account: tuple[int, ...] | None = None  # Slurm account codes
+    partition: tuple[int, ...] | None = None  # Slurm partition codes
     # When each job was first submitted, for a trace with an ``age`` column (``submit - age``: a
     # job that existed before its row's submit time, e.g. a backlog job re-submitted at a
     # controller's decision time). None: each job's `submit`. What ages a job (Slurm's age
     # factor, a FIFO's order, a starvation guard's wait) counts from it.
-    origin: list[float] | None = None
+    origin: tuple[float, ...] | None = None
     # The label each code of `vc`, `user` and `account` stands for (code i -> labels[col][i]):
     # e.g. to find a job's association in a configured Slurm association tree.
     labels: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     @property
-    def first_submit(self) -> list[float]:
+    def first_submit(self) -> tuple[float, ...]:
         """When each job was first submitted, what ages it: `origin` for a trace with ages, else
         `submit`."""
         return self.submit if self.origin is None else self.origin
@@ -102,19 +104,20 @@ class Partition(Protocol):
 
     @property
     def running(self) -> Mapping[int, None]:
-        """The partition's running jobs, in the order they started (a view: do not keep it
-        across hooks expecting it to stay the same, and never change it)."""
+        """The partition's running jobs, in the order they started (a read-only view that the
+        engine keeps up to date: do not keep it across hooks expecting it to stay the same)."""
         ...
 
     def start(self, j: int, exclude: int = 0) -> bool:
         """Start (or resume) waiting job j now; False when placement finds no room for it
-        (outside the nodes in the bitmask `exclude`, when given). Only from ``schedule``.
-        Raises SimulationError if j is not waiting."""
+        (outside the nodes in the bitmask `exclude`, when given). Raises SimulationError if j
+        is not waiting, or if called from any hook but ``schedule``."""
         ...
 
     def preempt(self, j: int) -> None:
         """Stop running job j now; it keeps its progress and pays the restart overhead when
-        resumed. Only from ``schedule``. Raises SimulationError if j is not running."""
+        resumed. Raises SimulationError if j is not running, or if called from any hook but
+        ``schedule``."""
         ...
 
     def wake_at(self, t: float) -> None:
@@ -168,7 +171,7 @@ class PolicyHooks(Protocol):
         ``Partition.remaining``), which no real scheduler knows."""
         ...
 
-    def clone(self) -> PolicyHooks:
+    def clone(self) -> Self:
         """A new, unbound policy of the same kind and config, with none of this instance's run
         state: what each partition of a new run starts from."""
         ...
@@ -178,12 +181,14 @@ class PolicyHooks(Protocol):
         ...
 
     def on_arrival(self, j: int, now: float) -> None:
-        """Job j was submitted at `now` and waits; ``schedule(now)`` follows. Bookkeeping only."""
+        """Job j was submitted at `now` and waits; ``schedule(now)`` follows. Bookkeeping only
+        (``start`` and ``preempt`` raise here)."""
         ...
 
     def on_finish(self, j: int, now: float) -> None:
         """Running job j completed at `now`; the engine has already released its GPUs and
-        removed it from ``part.running``. ``schedule(now)`` follows. Bookkeeping only."""
+        removed it from ``part.running``. ``schedule(now)`` follows. Bookkeeping only
+        (``start`` and ``preempt`` raise here)."""
         ...
 
     def schedule(self, now: float) -> None:
@@ -194,6 +199,6 @@ class PolicyHooks(Protocol):
     def on_reconfigure(self, config: Mapping[str, Any], now: float) -> None:
         """Take a new config mid-run, at `now`: waiting and running jobs stay where they are,
         and whatever the policy derived from the old config must be re-derived for them.
-        ``schedule(now)`` follows; do not start or preempt here. Raises ConfigError (an
+        ``schedule(now)`` follows (``start`` and ``preempt`` raise here). Raises ConfigError (an
         InputError) on an invalid config."""
         ...

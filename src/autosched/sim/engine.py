@@ -5,7 +5,9 @@ for (a job crossing a queue threshold, a decision interval). After all events of
 applied, the policy of every partition they touched decides which jobs start or stop. What a
 policy sees and when it is called is the contract in `sim/contract.py`.
 
-Per-job state lives in flat lists indexed by the job's row in the (submit-sorted) trace.
+Per-job state lives in flat lists indexed by the job's row in the (submit-sorted) trace. Policies
+see none of them: they get tuples (`JobInfo`) and read-only views, and may start or stop a job
+only while the engine has them decide (`schedule`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from heapq import heappop, heappush
-from typing import Any
+from types import MappingProxyType
+from typing import Any, Generic, Self, TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -28,6 +31,8 @@ from .placement import Alloc, NodePool
 _FINISH, _WAKE = 0, 1
 WAITING, RUNNING, DONE, FUTURE = 0, 1, 2, 3
 
+P = TypeVar("P", bound=PolicyHooks)  # the policy type a run was given: its clones are of it
+
 
 class SimPartition:
     """One scheduling domain (the whole cluster, or one VC): its nodes and its running jobs.
@@ -36,13 +41,14 @@ class SimPartition:
     and the engine (the methods are documented there).
     """
 
-    def __init__(self, sim: "Simulator", index: int, name: str, pool: NodePool):
+    def __init__(self, sim: "Simulator[Any]", index: int, name: str, pool: NodePool):
         self.sim = sim
         self.index = index
         self.name = name
         self.pool = pool
         self.capacity = pool.capacity
-        self.running: dict[int, None] = {}  # job -> None, in start order
+        self._running: dict[int, None] = {}  # job -> None, in start order
+        self.running: Mapping[int, None] = MappingProxyType(self._running)  # what the policy sees
         self.placement = "consolidate"
         self._wake_version = 0
         self._wake_time = math.nan  # of the latest request
@@ -63,6 +69,8 @@ class SimPartition:
         """Start (or resume) waiting job j; False when placement finds no room (outside the
         nodes in the bitmask `exclude`, when given)."""
         s = self.sim
+        if s._deciding is not self:
+            raise _outside_schedule("start", j)
         if s.state[j] != WAITING:
             raise SimulationError(f"job {j} cannot start: it is not waiting")
         alloc = self.pool.place(s._gpus[j], self.placement, exclude)
@@ -77,13 +85,15 @@ class SimPartition:
         if s._first_start[j] != s._first_start[j]:  # NaN: first run
             s._first_start[j] = now
         s.state[j] = RUNNING
-        self.running[j] = None
+        self._running[j] = None
         s._push(now + ovh + s._remaining[j] / speed, _FINISH, j, s._version[j])
         return True
 
     def preempt(self, j: int) -> None:
         """Stop running job j; it keeps its progress and pays the restart overhead when resumed."""
         s = self.sim
+        if s._deciding is not self:
+            raise _outside_schedule("preempt", j)
         if s.state[j] != RUNNING:
             raise SimulationError(f"job {j} cannot be preempted: it is not running")
         now = s.now
@@ -113,14 +123,14 @@ class SimPartition:
     def executed(self, j: int, now: float) -> float:
         """Seconds job j has held its GPUs so far (with what it ran before its submission)."""
         s = self.sim
-        t = s._executed[j] + (now - s._run_start[j] if j in self.running else 0.0)
+        t = s._executed[j] + (now - s._run_start[j] if j in self._running else 0.0)
         return t if s._prior is None else s._prior[j] + t
 
     def served(self, j: int, now: float) -> float:
         """Seconds of work job j has done so far (its observable progress, not its total)."""
         s = self.sim
         done = s._duration[j] - s._remaining[j]
-        if j in self.running:
+        if j in self._running:
             done += max(0.0, now - s._run_start[j] - s._overhead[j]) * s._speed[j]
         return done
 
@@ -144,7 +154,7 @@ class SimPartition:
         s = self.sim
         if s.jobs.duration is None:
             raise SimulationError("remaining() reads true durations; only oracle policies may call it")
-        if j in self.running:
+        if j in self._running:
             done = max(0.0, now - s._run_start[j] - s._overhead[j]) * s._speed[j]
             return max(0.0, s._remaining[j] - done)
         return s._remaining[j]
@@ -174,14 +184,15 @@ class JobRecords:
         return self.jct - self.run_time
 
 
-class Simulator:
+class Simulator(Generic[P]):
     """Replays a trace on a cluster under a policy.
 
     ``run(until=t)`` stops before the first event after t, so a caller can ``reconfigure`` the
-    policy (as an operator would reconfigure the live scheduler) and ``run()`` on.
+    policy (as an operator would reconfigure the live scheduler) and ``run()`` on. ``policies``
+    holds each partition's clone of the policy, of the type the caller gave (``Simulator[P]``).
     """
 
-    def __init__(self, trace: Trace, cluster: ClusterSpec, policy: PolicyHooks, *,
+    def __init__(self, trace: Trace, cluster: ClusterSpec, policy: P, *,
                  record_segments: bool = False,
                  progress: Callable[[int, int], None] | None = None):
         self.trace = trace
@@ -220,6 +231,7 @@ class Simulator:
         self._version = [0] * n
         self._wait_start: list[float] = list(self._submit)
         self.state = [FUTURE] * n
+        self._deciding: SimPartition | None = None  # the partition whose `schedule` runs now
         self.segments: list[tuple[int, float, float, Alloc]] | None = [] if record_segments else None
         self._heap: list[tuple[float, int, int, int, int]] = []
         self._seq = 0
@@ -230,31 +242,32 @@ class Simulator:
         coded = {name: _codes(col) for name, col in (("vc", trace.vc), ("user", trace.user),
                                                       ("account", trace.account), ("partition", trace.partition))
                  if col is not None}
+        # Copies (tuples), never the lists above: what a policy is handed, it cannot change.
         self.jobs = JobInfo(
-            submit=self._submit,
-            gpus=self._gpus,
+            submit=tuple(self._submit),
+            gpus=tuple(self._gpus),
             vc=coded["vc"][0] if "vc" in coded else None,
             user=coded["user"][0] if "user" in coded else None,
-            duration=self._duration if policy.oracle else None,
-            time_limit=None if self._limit is None else self._limit.tolist(),
-            cpus=None if trace.num_cpus is None else trace.num_cpus.tolist(),
+            duration=tuple(self._duration) if policy.oracle else None,
+            time_limit=None if self._limit is None else tuple(self._limit.tolist()),
+            cpus=None if trace.num_cpus is None else tuple(trace.num_cpus.tolist()),
             account=coded["account"][0] if "account" in coded else None,
             partition=coded["partition"][0] if "partition" in coded else None,
-            labels={name: labels for name, (_, labels) in coded.items()},
-            origin=None if trace.age is None else (trace.submit_time - trace.age).tolist(),
+            labels=MappingProxyType({name: labels for name, (_, labels) in coded.items()}),
+            origin=None if trace.age is None else tuple((trace.submit_time - trace.age).tolist()),
         )
         self.partitions = [
             SimPartition(self, i, name, NodePool(nodes, cluster.gpus_per_node))
             for i, (name, nodes) in enumerate(cluster.vc_nodes)
         ]
         # `policy` itself stays unbound: each partition runs its own clone.
-        self.policies = [policy.clone() for _ in self.partitions]
+        self.policies: list[P] = [policy.clone() for _ in self.partitions]
         for pol, p in zip(self.policies, self.partitions):
             pol.bind(p, self.jobs)
 
     # ------------------------------------------------------------------------------ the loop
 
-    def run(self, until: float = math.inf) -> "Simulator":
+    def run(self, until: float = math.inf) -> Self:
         """Replay events up to and including time `until` (default: to the end) and return self.
 
         Stopped early, the clock stands at `until`, so a `reconfigure` acts then, and a later
@@ -291,8 +304,12 @@ class Simulator:
                     dirty.append(a)
             if len(dirty) > 1:
                 dirty.sort()
-            for p in dirty:
-                policies[p].schedule(t)
+            try:
+                for p in dirty:
+                    self._deciding = partitions[p]
+                    policies[p].schedule(t)
+            finally:
+                self._deciding = None
             steps += 1
             if progress is not None and steps % 2048 == 0:
                 progress(self.finished, n)
@@ -314,8 +331,12 @@ class Simulator:
         decide (``schedule``); queued and running jobs carry over."""
         for pol in self.policies:
             pol.on_reconfigure(config, self.now)
-        for pol in self.policies:
-            pol.schedule(self.now)
+        try:
+            for pol, part in zip(self.policies, self.partitions):
+                self._deciding = part
+                pol.schedule(self.now)
+        finally:
+            self._deciding = None
 
     # ------------------------------------------------------------------------ job transitions
 
@@ -337,7 +358,7 @@ class Simulator:
         alloc = self._alloc[j]
         assert alloc is not None  # j is running: its callers checked (for mypy; free at run time with -O)
         part.pool.release(self._gpus[j], alloc)
-        del part.running[j]
+        del part._running[j]
         if self.segments is not None:
             self.segments.append((j, self._run_start[j], now, alloc))
         self._alloc[j] = None
@@ -359,8 +380,13 @@ class Simulator:
         )
 
 
-def _codes(col: np.ndarray) -> tuple[list[int], tuple[str, ...]]:
+def _codes(col: np.ndarray) -> tuple[tuple[int, ...], tuple[str, ...]]:
     """Each row's index into the column's sorted distinct values, and those values."""
     uniques, inverse = np.unique(col.astype(str), return_inverse=True)
     codes: list[int] = inverse.tolist()
-    return codes, tuple(uniques.tolist())
+    return tuple(codes), tuple(uniques.tolist())
+
+
+def _outside_schedule(action: str, j: int) -> SimulationError:
+    return SimulationError(f"cannot {action} job {j} here: a policy starts and preempts jobs only in its "
+                           "schedule hook, never in bind, on_arrival, on_finish or on_reconfigure (sim/contract.py)")

@@ -14,7 +14,7 @@ import numpy as np
 from ..atomic import atomic_path, check_input, is_stdout
 from ..errors import InputError
 from .formats import detect_format, find_format, format_names
-from .parsing import found_columns, head_bytes
+from .parsing import check_header, found_columns, head_bytes
 from .report import MAX_CPUS, MAX_DURATION, MAX_GPUS, MAX_SUBMIT_TIME, LoadReport, RowCheck
 from .table import COLUMNS, REQUIRED, TEXT_COLUMNS, Trace, TraceError
 
@@ -132,12 +132,15 @@ def _read_parquet(path: Path, strict: bool) -> tuple[Trace, LoadReport]:
     except Exception as e:  # pyarrow raises several types for a bad file
         raise TraceError(f"{path}: not a readable Parquet file ({' '.join(str(e).split())})") from None
     names = [n.lower() for n in table.column_names]
+    check_header(path, names, where="schema")
     missing = [c for c in REQUIRED if c not in names]
     if missing:
         raise TraceError(f"{path}: missing required column(s) {', '.join(missing)}; found {found_columns(names)}")
     report = LoadReport(source=str(path), format="parquet", rows=table.num_rows)
     try:
-        raw = {c: table.column(names.index(c)).to_numpy(zero_copy_only=False) for c in COLUMNS if c in names}
+        raw = {c: _parquet_column(path, c, table.column(names.index(c))) for c in COLUMNS if c in names}
+    except TraceError:
+        raise
     except Exception as e:  # e.g. a string column that is not UTF-8
         raise TraceError(f"{path}: not a readable Parquet file ({' '.join(str(e).split())})") from None
     check = RowCheck(report, strict)
@@ -145,6 +148,22 @@ def _read_parquet(path: Path, strict: bool) -> tuple[Trace, LoadReport]:
     trace = Trace.from_columns(check_jobs({c: a[keep] for c, a in raw.items()}, check), source=str(path))
     report.kept = len(trace)
     return trace, report
+
+
+def _parquet_column(path: Path, name: str, col) -> np.ndarray:
+    """One column as NumPy. A cell holds one value: a list or struct type is an error. In a text
+    column integers become their digits and a null stays None (an integer column with nulls
+    would otherwise become floats, ``1.0`` and ``nan``), so the job id rules see the same ids as
+    in the CSV that `trace convert` writes."""
+    import pyarrow as pa
+
+    t = col.type
+    if pa.types.is_nested(t):
+        kind = "text" if name in TEXT_COLUMNS else "numeric"
+        raise TraceError(f"{path}: column {name!r} is not {kind} (type {t}; a cell holds one value)")
+    if name in TEXT_COLUMNS and pa.types.is_integer(t):
+        col = col.cast(pa.string())
+    return col.to_numpy(zero_copy_only=False)
 
 
 def _check_parquet_rows(path: Path, raw: dict[str, np.ndarray], check: RowCheck) -> np.ndarray:
@@ -188,19 +207,25 @@ def check_jobs(cols: dict, check: RowCheck) -> dict:
     [0, MAX_SUBMIT_TIME], durations at most MAX_DURATION, and each job id once (the first row is
     kept). Broken rows are dropped (or, strict, raise) like any other; rows out of submit-time
     order are sorted, with a note."""
-    ids = cols["job_id"]  # parsers give str ids (a list or an object array)
+    ids = cols["job_id"]  # parsers give str ids (a list or an object array; None: a Parquet null)
     n = len(ids)
     t = np.asarray(cols["submit_time"], dtype=float)
     d = np.asarray(cols["duration"], dtype=float)
     bad = np.zeros(n, dtype=bool)
     rules = [
+        ("job_id", np.fromiter((x is None or not str(x).strip() for x in ids), dtype=bool, count=n),
+         "job id is empty"),
         ("submit_time", t < 0, "submit time is negative (must be >= 0)"),
         ("submit_time", t > MAX_SUBMIT_TIME, f"submit time is beyond 100 years (must be <= {MAX_SUBMIT_TIME:,} s)"),
         ("duration", d > MAX_DURATION, f"duration is longer than a year (must be <= {MAX_DURATION:,} s)"),
     ]
+    # `row=i`: rows are named by job id, and two rows may share one (each dropped row counts)
     for col, mask, rule in rules:
         for i in np.flatnonzero(mask & ~bad):
-            check.drop(f"job {str(ids[i])!r}", col, rule, float(t[i] if col == "submit_time" else d[i]))
+            if col == "job_id":
+                check.drop(f"a job submitted at {t[i]:g} s", col, rule, ids[i], row=i)
+            else:
+                check.drop(f"job {_id(ids[i])!r}", col, rule, float(t[i] if col == "submit_time" else d[i]), row=i)
         bad |= mask
     if len(set(ids)) != n:  # rare: a set is cheaper than a loop when there is none
         seen: set[str] = set()
@@ -208,7 +233,8 @@ def check_jobs(cols: dict, check: RowCheck) -> dict:
             if bad[i]:
                 continue
             if ids[i] in seen:
-                check.drop(f"job {str(ids[i])!r}", "job_id", "job id appears more than once (the first row is kept)")
+                check.drop(f"job {_id(ids[i])!r}", "job_id", "job id appears more than once (the first row is kept)",
+                           row=i)
                 bad[i] = True
             seen.add(ids[i])
     kept_t = t[~bad]
@@ -221,6 +247,10 @@ def check_jobs(cols: dict, check: RowCheck) -> dict:
     keep = ~bad
     return {c: (None if v is None else np.asarray(v, dtype=object if c in TEXT_COLUMNS else None)[keep])
             for c, v in cols.items()}
+
+
+def _id(x: object) -> str:
+    return "" if x is None else str(x)
 
 
 __all__ = ["load_trace", "write_trace", "format_names"]

@@ -38,15 +38,77 @@ def csv_header(head: str, delimiter: str = ",") -> list[str]:
 
 def read_csv_rows(path: Path, delimiter: str = ",", quoting: int = csv.QUOTE_MINIMAL
                   ) -> tuple[list[str], list[tuple[int, list[str]]]]:
-    """Header (lower-cased) and (line number, cells) per non-blank data row."""
+    """Header (lower-cased, each name once) and (line number, cells) per non-blank data row; a
+    row's line is the one it starts on (a quoted cell may span lines).
+
+    A quote that is never closed would make the rest of the file one cell of the last row: that
+    is an error naming the line the row starts on, not one row read."""
     with open_text(path) as f:
-        reader = csv.reader(f, delimiter=delimiter, quoting=quoting)
+        lines = _Lines(f)
+        reader = csv.reader(lines, delimiter=delimiter, quoting=quoting)
         try:
             header = [c.strip().lower() for c in next(reader)]
         except StopIteration:
             raise TraceError(f"{path}: the file is empty (no header row)") from None
-        rows = [(reader.line_num, r) for r in reader if r and "".join(r).strip()]
+        check_header(path, header)
+        rows: list[tuple[int, list[str]]] = []
+        start, record = reader.line_num + 1, []
+        for r in reader:
+            if r and "".join(r).strip():
+                rows.append((start, r))
+            last = start
+            start = reader.line_num + 1
+            record, lines.record = lines.record, []  # the last record's lines, for the check below
+        if len(record) > 1 and _unclosed_quote(record, delimiter, quoting):
+            raise TraceError(f"{path}: line {last}: a quote in this row is never closed, so the rest of the "
+                             f"file ({len(record):,} lines) would be one cell; close it or remove it")
     return header, rows
+
+
+class _Lines:
+    """A text file's lines as `csv.reader` takes them, keeping those of the record being read."""
+
+    def __init__(self, f):
+        self.f = f
+        self.record: list[str] = []
+
+    def __iter__(self):
+        return self
+
+    def __next__(self) -> str:
+        line = next(self.f)
+        self.record.append(line)
+        return line
+
+
+def _unclosed_quote(record: list[str], delimiter: str, quoting: int) -> bool:
+    """True when the record's lines end inside a quoted cell: read strictly, the reader runs out
+    of lines mid-cell (the lenient reader used for the rows takes the rest of the file as that
+    cell)."""
+    ended = False
+
+    def feed():
+        nonlocal ended
+        yield from record
+        ended = True
+
+    try:
+        for _ in csv.reader(feed(), delimiter=delimiter, quoting=quoting, strict=True):
+            pass
+    except csv.Error:
+        return ended
+    return False
+
+
+def check_header(path: Path, header: Sequence[str], where: str = "line 1 (header)") -> None:
+    """A header names each column once: the second of two same-named columns would be ignored
+    without a word (empty names, such as the one after sacct's trailing ``|``, are not names)."""
+    seen: dict[str, int] = {}
+    for i, name in enumerate(header, start=1):
+        if name and name in seen:
+            raise TraceError(f"{path}: {where}: column {name!r} appears twice (columns {seen[name]} "
+                             f"and {i}); name each column once")
+        seen.setdefault(name, i)
 
 
 def found_columns(header: Sequence[str]) -> str:

@@ -5,16 +5,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from ..timeparse import MAX_TIME, YEAR
 from .table import TraceError
 
 MAX_GPUS = 1_000_000  # a larger GPU count is a corrupt cell (and would overflow an int64 column)
 MAX_CPUS = 100_000_000  # per job; likewise
 # Bounds on times, so that a corrupt cell (1e300) cannot reach the models and the simulator: no
-# job in the public traces runs for more than a few months, and a submit time counts seconds from
-# the trace's origin (or the Unix epoch: 2026 is 1.8e9 s), so 100 years leaves room for both.
-YEAR = 365 * 86400
+# job in the public traces runs for more than a few months; a submit time is a time like any other
+# (`timeparse.MAX_TIME`, 100 years from the trace's origin or the Unix epoch).
 MAX_DURATION = YEAR
-MAX_SUBMIT_TIME = 100 * YEAR
+MAX_SUBMIT_TIME = MAX_TIME
 
 
 @dataclass
@@ -33,7 +33,9 @@ class LoadReport:
     format: str = ""
     rows: int = 0
     kept: int = 0
-    drops: dict[str, DropRule] = field(default_factory=dict)
+    # (column, rule) -> the rows dropped under it: one rule (``time is not a number``) can be
+    # broken in several columns, and each is reported under its own.
+    drops: dict[tuple[str, str], DropRule] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -61,25 +63,36 @@ class LoadReport:
         return "\n".join(lines)
 
 
+def _shown(value: object, most: int = 60) -> str:
+    """A dropped cell for a message: its repr, cut to `most` characters (a cell that swallowed
+    many lines would otherwise fill the report)."""
+    text = repr(value)
+    return text if len(text) <= most else f"{text[:most]}... ({len(str(value)):,} characters)"
+
+
 class RowCheck:
     """Collects row problems while a file is parsed; in strict mode the first one is an error.
 
-    ``where`` is what a person needs to find the row, such as ``line 12`` or ``job 'abc'``.
+    ``where`` is what a person needs to find the row, such as ``line 12`` or ``job 'abc'``;
+    ``row`` is what makes it one row (default: ``where``): a row that breaks two rules is counted
+    once, under the first, and two rows with the same ``where`` (the second and third rows of a
+    job id) are two.
     """
 
     def __init__(self, report: LoadReport, strict: bool = False):
         self.report = report
         self.strict = strict
-        self._dropped: set[str] = set()  # a row that breaks two rules is counted once, under the first
+        self._dropped: set[object] = set()
 
-    def drop(self, where: str, column: str, rule: str, value: object = None) -> None:
-        got = "" if value is None else f" (got {value!r})"
+    def drop(self, where: str, column: str, rule: str, value: object = None, row: object = None) -> None:
+        got = "" if value is None else f" (got {_shown(value)})"
         if self.strict:
             raise TraceError(f"{self.report.source}: {where}, column {column!r}: {rule}{got}")
-        if where in self._dropped:
+        key = where if row is None else row
+        if key in self._dropped:
             return
-        self._dropped.add(where)
-        d = self.report.drops.setdefault(rule, DropRule(rule, column))
+        self._dropped.add(key)
+        d = self.report.drops.setdefault((column, rule), DropRule(rule, column))
         d.count += 1
         if len(d.examples) < 3:
             d.examples.append(f"{where}{got}")

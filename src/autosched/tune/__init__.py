@@ -14,9 +14,9 @@ from .config import EXECUTORS, SAMPLERS, STUDY_NAME, ExecutionConfig, SearchConf
 from .objective import Constraint, Objective, ObjectiveError
 
 _LAZY = {
-    "INTERMEDIATES": ".evaluate", "Evaluation": ".evaluate", "Evaluator": ".evaluate",
+    "INTERMEDIATES": ".evaluate", "ConfigScore": ".evaluate", "Evaluator": ".evaluate",
     "fragmentation": ".evaluate", "simulate_with_extras": ".evaluate",
-    "Executor": ".executor", "InProcessExecutor": ".executor", "Outcome": ".executor",
+    "Executor": ".executor", "InProcessExecutor": ".executor", "TrialRun": ".executor",
     "ProcessExecutor": ".executor", "RayExecutor": ".executor", "make_executor": ".executor",
     "Edge": ".screening", "Screening": ".screening", "screen": ".screening",
     "SearchSpace": ".searchspace", "distribution": ".searchspace",
@@ -25,8 +25,8 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:
-    from .evaluate import INTERMEDIATES, Evaluation, Evaluator, fragmentation, simulate_with_extras
-    from .executor import Executor, InProcessExecutor, Outcome, ProcessExecutor, RayExecutor, make_executor
+    from .evaluate import INTERMEDIATES, ConfigScore, Evaluator, fragmentation, simulate_with_extras
+    from .executor import Executor, InProcessExecutor, ProcessExecutor, RayExecutor, TrialRun, make_executor
     from .screening import Edge, Screening, screen
     from .searchspace import SearchSpace, distribution
     from .study import StudyError, problem_identity, trace_digest

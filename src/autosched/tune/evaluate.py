@@ -35,7 +35,7 @@ def simulate_with_extras(trace: Trace, cluster: ClusterSpec, policy: Policy) -> 
     return res.metrics, {"fragmentation": fragmentation(sim)}
 
 
-def fragmentation(sim: Simulator) -> float:
+def fragmentation(sim: Simulator[Any]) -> float:
     """Share of the cluster's GPU-time that was idle while a job of the same partition waited.
 
     A scheduler that holds GPUs free while jobs queue (strict FIFO behind a big job, placement
@@ -79,8 +79,9 @@ def fragmentation(sim: Simulator) -> float:
 
 
 @dataclass(frozen=True)
-class Evaluation:
-    """The outcome of one config on all workloads."""
+class ConfigScore:
+    """The score of one config on all workloads: the objective's value, each workload's metrics, the
+    constraints' violations and the intermediates' means."""
 
     value: float
     metrics: tuple[Metrics, ...]
@@ -98,7 +99,7 @@ class Evaluator:
     policies: Mapping[str, type[Policy]]
     simulator: SimFn | None = None
 
-    def __call__(self, policy: str, config: Mapping[str, Any]) -> Evaluation:
+    def __call__(self, policy: str, config: Mapping[str, Any]) -> ConfigScore:
         cls = self.policies[policy]
         sim = self.simulator or simulate_with_extras
         metrics: list[Metrics] = []
@@ -116,4 +117,4 @@ class Evaluator:
             known = [v for v in vals if v is not None]
             if len(known) == len(vals):
                 inter[name] = float(np.mean(known))
-        return Evaluation(value, tuple(metrics), tuple(self.objective.violations(metrics)), inter)
+        return ConfigScore(value, tuple(metrics), tuple(self.objective.violations(metrics)), inter)

@@ -2,7 +2,7 @@
 
 Every executor has the same small interface, so the tuner's loop is one code path:
 ``submit(key, policy, config)`` starts a trial, ``collect()`` blocks until at least one trial is
-over and returns its `Outcome`\\ s. A trial that raises, or runs past ``trial_timeout`` seconds,
+over and returns its `TrialRun`\\ s. A trial that raises, or runs past ``trial_timeout`` seconds,
 comes back as an error (the search goes on); a trial whose worker died is retried once.
 """
 
@@ -24,15 +24,18 @@ from typing import Any, Literal, NoReturn, Protocol
 
 from ..space import Config
 from .config import EXECUTORS, TuneError
-from .evaluate import Evaluation, Evaluator
+from .evaluate import ConfigScore, Evaluator
 
 MAX_ATTEMPTS = 2  # a dead worker's trial is retried once
 
 
 @dataclass(frozen=True)
-class Outcome:
+class TrialRun:
+    """One trial as an executor ran it: its key, its score (None when it failed), why it failed,
+    how long it took and how many times it was started."""
+
     key: int
-    evaluation: Evaluation | None
+    evaluation: ConfigScore | None
     error: str | None
     duration: float
     attempts: int = 1
@@ -45,7 +48,7 @@ class Executor(Protocol):
 
     def start(self, evaluator: Evaluator) -> None: ...
     def submit(self, key: int, policy: str, config: Mapping[str, Any]) -> None: ...
-    def collect(self) -> list[Outcome]: ...
+    def collect(self) -> list[TrialRun]: ...
     def close(self) -> None: ...
 
 
@@ -56,7 +59,7 @@ class TrialTimeout(Exception):
 
 
 def run_trial(evaluator: Evaluator, policy: str, config: Mapping[str, Any],
-              timeout: float | None = None) -> tuple[Evaluation | None, str | None]:
+              timeout: float | None = None) -> tuple[ConfigScore | None, str | None]:
     """Score a config, turning any exception into an error message (the trial fails, not the run).
     With `timeout`, a trial still running after that many seconds is stopped (SIGALRM: main thread
     only, see `_alarm`)."""
@@ -90,11 +93,11 @@ class InProcessExecutor:
     def submit(self, key: int, policy: str, config: Mapping[str, Any]) -> None:
         self._queue.append((key, policy, dict(config)))
 
-    def collect(self) -> list[Outcome]:
+    def collect(self) -> list[TrialRun]:
         key, policy, config = self._queue.pop(0)
         t0 = time.perf_counter()
         evaluation, error = run_trial(self.evaluator, policy, config, self.trial_timeout)
-        return [Outcome(key, evaluation, error, time.perf_counter() - t0)]
+        return [TrialRun(key, evaluation, error, time.perf_counter() - t0)]
 
     def close(self) -> None:
         self._queue.clear()
@@ -146,8 +149,8 @@ def _child(conn: Connection, policy: str, config: Config, parent: int) -> None:
     # Set the inherited objects aside from this worker's collector: a full collection walks every
     # object and writes to its GC header, which copies each page it lands on. After a long run
     # (the README's, after autosched and last_period) the parent's objects are spread over
-    # hundreds of MB, and that copying doubled the oracles' CPU time (docs/results.md, "Issue 11:
-    # the main job's time"). Freezing relinks the generation lists (O(1)) and leaves the
+    # hundreds of MB, and that copying doubled the oracles' CPU time (benchmarks/strategy_cost.py;
+    # docs/history.md, "the main job's time"). Freezing relinks the generation lists (O(1)) and leaves the
     # parent's collector as it was.
     gc.freeze()
     _die_with(parent)
@@ -225,7 +228,7 @@ class ProcessExecutor(_Pool):
         send.close()
         self._running.append(_Running(key, policy, config, p, recv, time.perf_counter(), attempts))
 
-    def collect(self) -> list[Outcome]:
+    def collect(self) -> list[TrialRun]:
         from multiprocessing.connection import wait
 
         if not self._running and not self._waiting:
@@ -246,8 +249,8 @@ class ProcessExecutor(_Pool):
         now = time.perf_counter()
         return max(0.0, min(r.started + self.trial_timeout - now for r in self._running))
 
-    def _reap(self, ready: set[object]) -> list[Outcome]:
-        out: list[Outcome] = []
+    def _reap(self, ready: set[object]) -> list[TrialRun]:
+        out: list[TrialRun] = []
         now = time.perf_counter()
         for r in list(self._running):
             elapsed = now - r.started
@@ -258,12 +261,12 @@ class ProcessExecutor(_Pool):
                     evaluation, error = None, None  # died mid-send: treat as a dead worker
                 if evaluation is not None or error is not None:
                     self._finish(r)
-                    out.append(Outcome(r.key, evaluation, error, elapsed, r.attempts))
+                    out.append(TrialRun(r.key, evaluation, error, elapsed, r.attempts))
                     continue
             if self.trial_timeout and elapsed >= self.trial_timeout:
                 r.process.kill()
                 self._finish(r)
-                out.append(Outcome(r.key, None, f"trial ran past the {self.trial_timeout:g} s timeout",
+                out.append(TrialRun(r.key, None, f"trial ran past the {self.trial_timeout:g} s timeout",
                                    elapsed, r.attempts))
             elif r.process.sentinel in ready or not r.process.is_alive():
                 r.process.join()
@@ -272,7 +275,7 @@ class ProcessExecutor(_Pool):
                 if r.attempts < MAX_ATTEMPTS:
                     self._waiting.insert(0, (r.key, r.policy, r.config, r.attempts + 1))
                 else:
-                    out.append(Outcome(r.key, None, f"worker died twice (exit code {code})", elapsed, r.attempts))
+                    out.append(TrialRun(r.key, None, f"worker died twice (exit code {code})", elapsed, r.attempts))
         return out
 
     def _finish(self, r: _Running) -> None:
@@ -327,7 +330,7 @@ class RayExecutor(_Pool):
         ref = self._task.remote(self._ref, policy, config, self.trial_timeout)
         self._running[ref] = (key, policy, config, time.perf_counter(), attempts)
 
-    def collect(self) -> list[Outcome]:
+    def collect(self) -> list[TrialRun]:
         ray = self.ray
         hard = self._hard_limit
         while self._running or self._waiting:
@@ -351,13 +354,13 @@ class RayExecutor(_Pool):
                     evaluation, error = None, f"worker died twice ({type(e).__name__})"
                 except ray.exceptions.RayError as e:
                     evaluation, error = None, f"{type(e).__name__}: {e}"
-                out.append(Outcome(key, evaluation, error, now - t0, attempts))
+                out.append(TrialRun(key, evaluation, error, now - t0, attempts))
             if hard is not None:
                 for ref, (key, policy, config, t0, attempts) in list(self._running.items()):
                     if now - t0 >= hard:  # the task's own alarm did not fire: hung
                         ray.cancel(ref, force=True)
                         del self._running[ref]
-                        out.append(Outcome(key, None, f"trial ran past the {self.trial_timeout:g} s timeout",
+                        out.append(TrialRun(key, None, f"trial ran past the {self.trial_timeout:g} s timeout",
                                            now - t0, attempts))
             if out:
                 self._launch()
@@ -374,7 +377,7 @@ class RayExecutor(_Pool):
 
 
 def _ray_trial(evaluator: Evaluator, policy: str, config: Config,
-               timeout: float | None) -> tuple[Evaluation | None, str | None]:
+               timeout: float | None) -> tuple[ConfigScore | None, str | None]:
     os.environ["OMP_NUM_THREADS"] = "1"
     # The timeout runs inside the task: a task may wait for a worker (and its imports) for a
     # while, which must not count against the trial.

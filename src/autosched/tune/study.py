@@ -5,11 +5,12 @@ A study file is an SQLite database that Optuna's RDB storage keeps. Three rules:
 - **What it is.** A directory, a file that is not SQLite, an SQLite database of something else
   (tables, but not Optuna's) or a path that cannot be written is refused with a one-line
   `StudyError` before Optuna touches it.
-- **One run at a time.** A run holds an exclusive `flock` on ``PATH.lock`` (with its PID in it)
-  for as long as it uses the study; a second run is refused at once with "in use by PID N". The
-  kernel drops the lock when the holder dies (even by SIGKILL), so a killed run never leaves the
-  study locked. Holding the lock is also what makes it safe for the next run to mark the trials a
-  killed run left RUNNING as interrupted.
+- **One run at a time.** A run holds an exclusive `flock` on the study file itself (its PID in
+  ``REALPATH.lock``) for as long as it uses the study; a second run, through the same name, a
+  symbolic link or a hard link, is refused at once with "in use by PID N". The kernel drops the
+  lock when the holder dies (even by SIGKILL), so a killed run never leaves the study locked.
+  Holding the lock is also what makes it safe for the next run to mark the trials a killed run
+  left RUNNING as interrupted.
 - **What it is for.** `problem_identity` describes the problem (policies and their knob spaces,
   cluster, objective, and a content hash of every workload); it is stored in the study, and a run
   with a different problem is refused, so a study never answers for a trace it did not see.
@@ -109,45 +110,48 @@ os.register_at_fork(after_in_child=_drop_in_child)
 
 
 class StudyLock:
-    """An exclusive, non-blocking lock on ``PATH.lock`` for the life of one run.
+    """An exclusive, non-blocking `flock` on the study file itself for the life of one run.
 
-    Use as a context manager. The lock file holds the holder's PID, for the refusal message; it
-    is removed on release (a SIGKILLed holder leaves it behind, unlocked and harmless). Forked
-    children (the trial workers) do not keep it."""
+    The lock is on the file, not on the path as typed: a second run through a symbolic link or a
+    hard link to the same study is refused as one through the same name (a lock file beside the
+    path would be another file for each name). The file is created empty if it does not exist
+    (SQLite takes an empty file as a new database; one left empty by a run that stopped before
+    writing is removed again). ``REALPATH.lock`` holds the holder's PID, for the refusal message,
+    and is removed on release. The kernel drops the lock when the holder dies (even by SIGKILL);
+    forked children (the trial workers) do not keep it. SQLite's own locks are of another kind
+    (POSIX record locks), so the two do not meet.
+
+    Use as a context manager. A storage failure while the study is held (the disk fills up, an
+    I/O error) leaves the block as one `StudyError` naming the study: what was stored is intact
+    and a new run resumes it."""
 
     def __init__(self, study: Path):
         self.study = study
-        self.path = study.with_name(study.name + ".lock")
+        self.path = Path(os.path.realpath(study) + ".lock")
         self._fd: int | None = None
+        self._created = False
 
     def __enter__(self) -> "StudyLock":
         import fcntl
 
-        for _ in range(20):  # retried only when a releasing holder unlinked the file under us
-            try:
-                fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-            except OSError as e:
-                raise StudyError(f"study {self.study}: cannot create its lock file {self.path} "
-                                 f"({e.strerror})") from None
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise StudyError(f"study {self.study} is in use by {self._holder()} (another tuning run); "
-                                 "wait for it to finish, or use another study file") from None
-            try:
-                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if not same:  # locked a file the previous holder has just removed: try the new one
-                os.close(fd)
-                continue
-            os.ftruncate(fd, 0)
-            os.write(fd, f"{os.getpid()}\n".encode())
-            self._fd = fd
-            _HELD.add(fd)
-            return self
-        raise StudyError(f"study {self.study}: could not take its lock {self.path}")
+        existed = os.path.lexists(self.study)
+        try:
+            fd = os.open(self.study, os.O_RDONLY | os.O_CREAT, 0o644)
+        except OSError as e:
+            raise StudyError(f"study {self.study}: cannot create or open it ({e.strerror})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            raise StudyError(f"study {self.study} is in use by {self._holder()} (another tuning run); "
+                             "wait for it to finish, or use another study file") from None
+        self._fd, self._created = fd, not existed
+        _HELD.add(fd)
+        try:
+            self.path.write_text(f"{os.getpid()}\n")
+        except OSError:
+            pass  # the PID only names the holder in a refusal; the lock holds without it
+        return self
 
     def _holder(self) -> str:
         for _ in range(10):  # the holder writes its PID right after locking
@@ -160,16 +164,40 @@ class StudyLock:
             time.sleep(0.05)
         return "another process"
 
-    def __exit__(self, *exc: object) -> None:
-        if self._fd is None:
-            return
-        try:
-            os.unlink(self.path)  # before unlocking: a waiting run then locks a fresh file
-        except OSError:
-            pass
-        _HELD.discard(self._fd)
-        os.close(self._fd)  # closing drops the flock
-        self._fd = None
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if self._fd is not None:
+            try:
+                os.unlink(self.path)
+            except OSError:
+                pass
+            if self._created and os.path.exists(self.study) and os.path.getsize(self.study) == 0:
+                os.unlink(self.study)  # (still locked: no other run uses it meanwhile)
+            _HELD.discard(self._fd)
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+        if exc is not None and _storage_failure(exc):
+            raise StudyError(f"study {self.study}: writing to the study failed ({_root_cause(exc)}); what it "
+                             "stored is kept, and a new run resumes it") from None
+
+
+def _storage_failure(exc: BaseException) -> bool:
+    """An error of the study's storage (SQLite through Optuna and SQLAlchemy): a full disk, an
+    I/O error, a database locked past its timeout."""
+    import optuna
+    import sqlalchemy.exc
+
+    return isinstance(exc, (optuna.exceptions.StorageInternalError, sqlalchemy.exc.OperationalError,
+                            sqlite3.OperationalError))
+
+
+def _root_cause(exc: BaseException) -> str:
+    """SQLite's own words (``database or disk is full``): Optuna's message for a failed commit
+    guesses at "invalid data"."""
+    while exc.__cause__ is not None or exc.__context__ is not None:
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    if isinstance(exc, sqlite3.Error) or not str(exc).strip():
+        return str(exc).strip() or type(exc).__name__
+    return str(exc).strip().splitlines()[0][:200]
 
 
 # ------------------------------------------------------------------------------ identity

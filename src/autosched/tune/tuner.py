@@ -29,8 +29,8 @@ from ..sim import Metrics
 from ..space import Bool, Categorical, Config, Float, Int, Knob, dump_config
 from ..trace.table import Trace
 from .config import SAMPLERS, STUDY_NAME, ExecutionConfig, SearchConfig, TuneError
-from .evaluate import Evaluation, Evaluator, SimFn
-from .executor import Outcome, make_executor
+from .evaluate import ConfigScore, Evaluator, SimFn
+from .executor import TrialRun, make_executor
 from .objective import Objective
 from .screening import Screening, gaussian_ranks, screen
 from .searchspace import SearchSpace
@@ -71,9 +71,9 @@ class Trial:
             raise TuneError(f"trial {self.number} is {self.state}: it has no objective value")
         return self.value
 
-    def evaluation(self) -> Evaluation:
+    def evaluation(self) -> ConfigScore:
         """This complete trial's result, to reuse for a repeat of its config."""
-        return Evaluation(self.score, tuple(self.metrics), tuple(self.violations), dict(self.intermediates))
+        return ConfigScore(self.score, tuple(self.metrics), tuple(self.violations), dict(self.intermediates))
 
     def to_dict(self) -> dict[str, Any]:
         return {"number": self.number, "policy": self.policy, "config": self.config, "value": self.value,
@@ -260,7 +260,7 @@ class Tuner:
         # seen at each ask is then fixed by the seed and the worker count, not by which worker
         # happens to finish first (docs/tuning.md, "Reproducibility").
         asked: dict[int, tuple[optuna.Trial, str, Config]] = {}
-        ready: dict[int, Outcome] = {}
+        ready: dict[int, TrialRun] = {}
         done = len(_finished(study))
         stall = 0  # completed trials since the last new best (counted once screening is done)
         try:
@@ -283,7 +283,7 @@ class Tuner:
                     same = known.get(_config_key(name, config))
                     if same is not None:  # the simulator is deterministic: reuse, do not re-run
                         trial.set_user_attr("repeat_of", same.number)
-                        ready[trial.number] = Outcome(trial.number, same.evaluation(), None, 0.0, attempts=0)
+                        ready[trial.number] = TrialRun(trial.number, same.evaluation(), None, 0.0, attempts=0)
                     else:
                         executor.submit(trial.number, name, config)
                 if not asked:
@@ -389,10 +389,10 @@ class Tuner:
             raise TuneError(f"warm-start config is for policy {name!r}, not one of {', '.join(self.space.names)}")
         return name, dict(knobs)
 
-    def _tell(self, study: optuna.Study, trial: optuna.Trial, out: Outcome) -> None:
+    def _tell(self, study: optuna.Study, trial: optuna.Trial, out: TrialRun) -> None:
         trial.set_user_attr("duration", out.duration)
         trial.set_user_attr("attempts", out.attempts)
-        ev: Evaluation | None = out.evaluation
+        ev: ConfigScore | None = out.evaluation
         if ev is None:
             trial.set_user_attr("error", out.error or "unknown error")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
@@ -632,7 +632,7 @@ def _config_key(policy: str, config: Mapping[str, Any]) -> str:
     return json.dumps([policy, config], sort_keys=True)
 
 
-def _trial_of(policy: str, config: Config, number: int, out: Outcome) -> Trial:
+def _trial_of(policy: str, config: Config, number: int, out: TrialRun) -> Trial:
     ev = out.evaluation
     assert ev is not None
     return Trial(number, policy, config, ev.value, list(ev.metrics), "complete",

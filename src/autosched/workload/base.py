@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
@@ -20,14 +21,65 @@ import numpy as np
 from ..atomic import atomic_path, check_input
 from ..errors import InputError
 from ..space import ConfigSpace
-from ..trace.report import MAX_SUBMIT_TIME
+from ..timeparse import MAX_LENGTH
+from ..trace.report import MAX_DURATION, MAX_GPUS, MAX_SUBMIT_TIME
 from ..trace.table import Trace
 
 FORMAT_VERSION = 1
 # Bounds on what one sample may generate, so that a typo (--horizon 100000d) fails at once instead
 # of filling the machine's memory: a year of the busiest public trace is a few million jobs.
-MAX_HORIZON = 366 * 86400.0
+MAX_HORIZON = MAX_LENGTH
 MAX_SAMPLE_JOBS = 10_000_000
+
+
+@dataclass(frozen=True)
+class Saved:
+    """What the values of an array a model saves must be (`WorkloadModel.saved`): finite
+    numbers in ``[low, high]`` (``(low, high]`` with `above_low`), whole with `integer`, of
+    `ndim` dimensions (None: any). `WorkloadModel.load` checks every declared array, so that a
+    model file edited by hand (NaN, zero or negative GPUs, 1e300-second durations) is refused
+    with one line instead of failing deep inside a sample or writing values past the trace
+    bounds into it."""
+
+    what: str  # plural: "GPU counts"
+    low: float = -math.inf
+    high: float = math.inf
+    integer: bool = False
+    above_low: bool = False
+    ndim: int | None = 1
+
+    def check(self, name: str, a: np.ndarray) -> None:
+        if a.dtype.kind not in "biuf":
+            raise WorkloadError(f"array {name!r} holds {a.dtype} values, not numbers")
+        if self.ndim is not None and a.ndim != self.ndim:
+            raise WorkloadError(f"array {name!r} has {a.ndim} dimension(s), not {self.ndim}")
+        x = a.astype(np.float64, copy=False).ravel()
+        with np.errstate(invalid="ignore"):
+            ok = np.isfinite(x) & (x <= self.high) & ((x > self.low) if self.above_low else (x >= self.low))
+            if self.integer:
+                ok &= x == np.floor(x)
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise WorkloadError(f"array {name!r} holds {float(x[i]):g} at index {i}; {self.rule()}")
+
+    def rule(self) -> str:
+        """``GPU counts are whole numbers in [1, 1,000,000]``, for messages."""
+        lo = "(" if self.above_low else "["
+        bounds = "" if math.isinf(self.low) and math.isinf(self.high) else \
+            f" in {lo}{_num(self.low)}, {_num(self.high)}]"
+        return f"{self.what} are {'whole' if self.integer else 'finite'} numbers{bounds}"
+
+
+def _num(x: float) -> str:
+    return f"{x:,.0f}" if math.isfinite(x) else ("-inf" if x < 0 else "inf")
+
+
+# The values the models keep, within the bounds the trace loaders apply to every row
+GPUS = Saved("GPU counts", 1, MAX_GPUS, integer=True)
+DURATIONS = Saved("durations (s)", 0.0, MAX_DURATION, above_low=True)
+TIMES = Saved("times (s)", -MAX_SUBMIT_TIME, MAX_SUBMIT_TIME)
+CODES = Saved("codes", 0, math.inf, integer=True)  # indices into another array (VC names, buckets)
+NUMBERS = Saved("parameters", ndim=None)  # any finite numbers (coefficients, a network's weights)
 
 
 class WorkloadError(InputError):
@@ -41,6 +93,9 @@ class WorkloadModel:
     name: ClassVar[str]
     summary: ClassVar[str]
     space: ClassVar[ConfigSpace] = ConfigSpace([])
+    # Each array `_state` saves and what its values must be; `load` checks them, then calls
+    # `_check_state` for what relates one array to another.
+    saved: ClassVar[dict[str, Saved]] = {}
     # True if sample() ignores the seed (one sample says everything; the evaluation runs one).
     deterministic: ClassVar[bool] = False
 
@@ -68,6 +123,13 @@ class WorkloadModel:
         if not (math.isfinite(lo) and math.isfinite(hi) and lo <= history.start and hi >= history.end):
             raise WorkloadError(f"{self.name}: the history window [{lo:g}, {hi:g}] does not hold its jobs "
                                 f"(submitted {history.start:g} to {history.end:g})")
+        # A window stretched far past its jobs (``--until 3000000d`` on a 2-day trace) is only empty
+        # time, and a model's cost grows with the window (stat counts every hour of it).
+        quiet = max(history.start - lo, hi - history.end)
+        if quiet > MAX_LENGTH:
+            raise WorkloadError(f"{self.name}: the history window [{lo / 86400:,.6g}, {hi / 86400:,.6g}] days "
+                                f"reaches {quiet / 86400:,.6g} days beyond its jobs (submitted {history.start / 86400:,.6g} "
+                                f"to {history.end / 86400:,.6g} days); the limit is {MAX_LENGTH / 86400:g} days")
         self.history_start, self.history_end = lo, hi
         self.history_jobs = len(history)
         self.vc_names = sorted(set(history.vc.tolist())) if history.vc is not None else None
@@ -88,6 +150,9 @@ class WorkloadModel:
         if horizon > MAX_HORIZON:
             raise WorkloadError(f"{self.name}: horizon of {horizon / 86400:,.6g} days is beyond the "
                                 f"{MAX_HORIZON / 86400:g}-day limit of one sample; sample the period in parts")
+        if start + horizon > MAX_SUBMIT_TIME:
+            raise WorkloadError(f"{self.name}: the period [{start:g}, {start + horizon:g}) s ends beyond the bound "
+                                f"on submit times ({MAX_SUBMIT_TIME:,} s, 100 years)")
         if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
             raise WorkloadError(f"{self.name}: seed must be an integer >= 0 (got {seed!r})")
         rng = np.random.default_rng(int(seed))
@@ -115,17 +180,58 @@ class WorkloadModel:
         A header or arrays that do not hold what the model saved raise `WorkloadError`."""
         try:
             model = cls(**header["params"])
-            start, end, jobs = header["history"]
-            model.history_start, model.history_end = float(start), float(end)
-            model.history_jobs = int(float(jobs))
-            model.vc_names = header.get("vc_names")
+            model._load_history(header)
             model._restore(header["state"], arrays)
-        except WorkloadError:  # (a ValueError too) from a model held inside this one: already said
+            for name, rule in cls.saved.items():
+                if name in arrays:  # (a missing optional array, such as `vc`, was restored as None)
+                    rule.check(name, arrays[name])
+            model._check_state()
+        except WorkloadError:  # (a ValueError too) a value out of its bounds, or said by a model held inside this one
             raise
-        except (KeyError, ValueError, TypeError, IndexError) as e:  # a file edited or cut by hand
+        except (KeyError, ValueError, TypeError, IndexError, RuntimeError) as e:  # a file edited or cut by hand
             raise WorkloadError(f"damaged model file ({type(e).__name__}: {e})") from None
         model.fitted = True
         return model
+
+    def _load_history(self, header: dict[str, Any]) -> None:
+        """What `fit` recorded besides the model's state, checked: the history's window
+        (finite, ordered, within the bounds on times), its job count and its VC names."""
+        start, end, jobs = (float(x) for x in header["history"])
+        if not (abs(start) <= MAX_SUBMIT_TIME and abs(end) <= MAX_SUBMIT_TIME and start <= end):
+            raise WorkloadError(f"the history window [{start!r}, {end!r}] is not two ordered times within "
+                                f"the bound ({MAX_SUBMIT_TIME:,} s)")
+        if not (math.isfinite(jobs) and jobs >= 1 and jobs == math.floor(jobs)):
+            raise WorkloadError(f"the history's job count {jobs!r} is not a whole number >= 1")
+        names = header.get("vc_names")
+        if names is not None and not (isinstance(names, list) and names and all(isinstance(v, str) for v in names)):
+            raise WorkloadError("the VC names are not a list of text")
+        self.history_start, self.history_end, self.history_jobs = start, end, int(jobs)
+        self.vc_names = names
+
+    def _check_state(self) -> None:
+        """After `_restore` and the `saved` checks: what relates one array to another (lengths,
+        codes that index another array). Raises `WorkloadError`; the default checks nothing."""
+
+    def _check_times(self, name: str, t: np.ndarray) -> None:
+        """Submit times `t` lie in the history's window (where `fit` saw them)."""
+        out = np.flatnonzero((t < self.history_start) | (t > self.history_end))
+        if len(out):
+            raise WorkloadError(f"array {name!r} holds the time {float(t[out[0]]):g} at index {int(out[0])}, outside the "
+                                f"history window [{self.history_start:g}, {self.history_end:g}]")
+
+    def _check_codes(self, name: str, codes: np.ndarray | None, count: int, of: str) -> None:
+        """`codes` (checked as `CODES`) each index one of `count` entries of `of`."""
+        if codes is not None and len(codes) and int(codes.max()) >= count:
+            raise WorkloadError(f"array {name!r} holds code {int(codes.max())}, but there are only {count} {of}")
+
+    def _check_vc(self, name: str, codes: np.ndarray | None, length: int) -> None:
+        """The saved VC codes: one per job (`length`), each naming one of `vc_names`, and
+        present exactly when the history had VCs."""
+        if (codes is None) != (self.vc_names is None):
+            raise WorkloadError(f"array {name!r} and the VC names must be both present or both absent")
+        if codes is not None:
+            same_length(length, **{name: codes})
+            self._check_codes(name, codes, len(self.vc_names or []), "VC names")
 
     def describe(self) -> str:
         """The model and its parameters in one line, e.g. ``stat(half_life=7)``."""
@@ -171,16 +277,27 @@ class Jobs:
         }
         if self.vc is not None:
             cols["vc"] = np.asarray(self.vc_names, dtype=object)[self.vc[order]] if n else np.array([], dtype=object)
-        check_jobs(cols)
+        check_jobs(cols, prefix)
         return Trace.from_columns(cols, source=prefix)
 
 
-def check_jobs(cols: dict[str, np.ndarray]) -> None:
-    """The rules every generated trace keeps; a breach is a bug in a model, so it is loud."""
-    if not np.all(cols["num_gpus"] >= 1):
-        raise AssertionError("generated a job with no GPUs")
-    if not np.all(np.isfinite(cols["duration"]) & (cols["duration"] > 0)):
-        raise AssertionError("generated a job with a duration that is not positive and finite")
+def check_jobs(cols: dict[str, np.ndarray], name: str) -> None:
+    """Every sample keeps the bounds the trace loaders apply to every row (a sample written to a
+    file reads back whole): GPUs in [1, MAX_GPUS], durations in (0, MAX_DURATION]. A model
+    whose file passed `load`'s checks never breaks them; one built in code from values past
+    them is refused here rather than writing them into its samples."""
+    for col, rule in (("num_gpus", GPUS), ("duration", DURATIONS)):
+        try:
+            rule.check(col, cols[col])
+        except WorkloadError as e:
+            raise WorkloadError(f"{name}: a sampled job breaks the trace bounds ({e})") from None
+
+
+def same_length(n: int, **arrays: np.ndarray) -> None:
+    """Each of `arrays` (by name) holds `n` values (a model's `_check_state`)."""
+    for name, a in arrays.items():
+        if len(a) != n:
+            raise WorkloadError(f"array {name!r} has {len(a)} values, not {n}")
 
 
 def vc_codes(history: Trace, names: list[str] | None) -> np.ndarray | None:

@@ -35,6 +35,7 @@ from . import parse_model_spec
 from .base import MAX_HORIZON, WorkloadError
 
 HOUR, DAY = 3600.0, 86400.0
+MAX_ORIGINS = 1000
 
 
 @dataclass(frozen=True)
@@ -117,7 +118,9 @@ class OriginResult:
 
 
 @dataclass
-class Evaluation:
+class ModelEvaluation:
+    """The rolling-origin evaluation of workload models: per model, each origin's results."""
+
     setup: EvalSetup
     policy: str
     cluster: str
@@ -164,7 +167,11 @@ def origins(trace: Trace, setup: EvalSetup) -> np.ndarray:
     last = min(last, trace.end - setup.horizon + 1e-6)
     if first > last:
         return np.zeros(0)
-    return first + setup.step * np.arange(int(math.floor((last - first) / setup.step + 1e-9)) + 1)
+    count = math.floor((last - first) / setup.step + 1e-9) + 1
+    if count > MAX_ORIGINS:  # each origin fits every model and simulates the whole panel
+        raise WorkloadError(f"a step of {setup.step:g} s gives {count:,} origins in the trace, more than the limit of "
+                            f"{MAX_ORIGINS:,}; use a longer step, or fewer origins between the first and the last")
+    return first + setup.step * np.arange(count)
 
 
 def panel_configs(policy: type[Policy], n: int, seed: int) -> list[Config]:
@@ -175,7 +182,7 @@ def panel_configs(policy: type[Policy], n: int, seed: int) -> list[Config]:
 
 def evaluate(trace: Trace, cluster: ClusterSpec, policy: type[Policy], models: Sequence[str],
              setup: EvalSetup = EvalSetup(),
-             progress: Callable[[int, int], None] | None = None) -> Evaluation:
+             progress: Callable[[int, int], None] | None = None) -> ModelEvaluation:
     """Score each model spec (``name`` or ``name:param=value``) at each origin of `trace`."""
     from ..sim import Metrics
 
@@ -194,7 +201,7 @@ def evaluate(trace: Trace, cluster: ClusterSpec, policy: type[Policy], models: S
     total = len(when) * len(configs) * (1 + sum(runs.values()))
     done = 0
     tick = progress or (lambda d, t: None)
-    ev = Evaluation(setup, policy.name, cluster.describe(), configs, [], gpus=cluster.gpus)
+    ev = ModelEvaluation(setup, policy.name, cluster.describe(), configs, [], gpus=cluster.gpus)
 
     def run_panel(workload: Trace) -> np.ndarray:
         nonlocal done
@@ -337,7 +344,7 @@ def _nanstd(vals: Sequence[float]) -> float:
     return float(np.nanstd(v)) if np.isfinite(v).any() else math.nan
 
 
-def evaluation_data(ev: Evaluation) -> dict:
+def evaluation_data(ev: ModelEvaluation) -> dict:
     """Everything in an evaluation as plain JSON-able data (for report.json)."""
     return jsonable({"setup": asdict(ev.setup), "policy": ev.policy, "cluster": ev.cluster, "gpus": ev.gpus, "configs": ev.configs,
             "reals": [asdict(o) for o in ev.reals],

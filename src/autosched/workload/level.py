@@ -3,7 +3,7 @@
 A model fitted on the last week forecasts that week's level, but real weeks differ from the week
 before by far more than a model's sampling noise: on the six traces of docs/results.md the log
 of a week's offered load over the week before's has a standard deviation of 0.34 (23 pairs of
-weeks; section "Issue 11, the guardrail measured"). A config tuned for last week's level can then
+weeks; benchmarks/weekly_load.py, and docs/history.md, "the guardrail on 8 fresh samples"). A config tuned for last week's level can then
 lose exactly the busy week that matters. `scenario_levels` gives ``n`` stratified levels of a log-normal with
 mean 1 (so the scenarios keep the forecast's mean load and bracket it), and `rescale` applies one
 level to a sampled workload.

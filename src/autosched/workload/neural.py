@@ -23,7 +23,20 @@ import numpy as np
 
 from ..space import ConfigSpace, Float, Int
 from ..trace.table import Trace
-from .base import Jobs, WorkloadError, WorkloadModel, check_sample_size, vc_codes
+from .base import (
+    CODES,
+    DURATIONS,
+    GPUS,
+    NUMBERS,
+    TIMES,
+    Jobs,
+    Saved,
+    WorkloadError,
+    WorkloadModel,
+    check_sample_size,
+    same_length,
+    vc_codes,
+)
 
 DAY, WEEK = 86400.0, 604800.0
 # Inter-arrival buckets: [0, 1) s, then doubling up to 2^20 s (12 days) and one open bucket.
@@ -56,6 +69,10 @@ class Neural(WorkloadModel):
             high=100000, default=512),
         Int("seed", "seed of the weight initialisation and training windows", low=0, high=2**31 - 1, default=0),
     ])
+
+    # (d_edges ends in inf: `_check_state` checks it; the network's weights `_restore` does)
+    saved = {"sizes": GPUS, "d_hist": DURATIONS, "d_hist_tok": CODES, "tail_tokens": Saved("tokens", 0, math.inf, integer=True, ndim=2),
+             "tail_t": TIMES}
 
     # ------------------------------------------------------------------------- tokenising
 
@@ -155,9 +172,31 @@ class Neural(WorkloadModel):
         torch = _torch()
         for k in ("sizes", "d_edges", "d_hist", "d_hist_tok", "tail_tokens", "tail_t"):
             setattr(self, k, arrays[k])
+        weights = {k: v for k, v in arrays.items() if k.startswith("net.")}
+        for k, v in weights.items():
+            NUMBERS.check(k, v)
         self.net = _make_net(torch, self._vocab(), self.params["hidden"])
-        self.net.load_state_dict({k[4:]: torch.as_tensor(v) for k, v in arrays.items() if k.startswith("net.")})
+        self.net.load_state_dict({k[4:]: torch.as_tensor(v) for k, v in weights.items()})
         self.net.eval()
+
+    def _check_state(self) -> None:
+        e = self.d_edges
+        if (e.ndim != 1 or len(e) < 2 or e[0] != 0.0 or e[-1] != np.inf or not np.isfinite(e[:-1]).all()
+                or not np.all(np.diff(e) > 0)):
+            raise WorkloadError("array 'd_edges' is not increasing bucket edges from 0 to inf")
+        if len(self.sizes) < 1 or len(self.d_hist) < 1 or len(self.tail_t) < 1:
+            raise WorkloadError("the model holds no job")
+        same_length(len(self.d_hist), d_hist_tok=self.d_hist_tok)
+        same_length(len(self.tail_t), tail_tokens=self.tail_tokens)
+        self._check_times("tail_t", self.tail_t)
+        if np.any(np.diff(self.tail_t) < 0):
+            raise WorkloadError("array 'tail_t' is not in submit-time order")
+        self._check_codes("d_hist_tok", self.d_hist_tok, len(e) - 1, "duration buckets")
+        if self.tail_tokens.shape[1] != 4:
+            raise WorkloadError(f"array 'tail_tokens' has {self.tail_tokens.shape[1]} columns, not 4")
+        for k, (size, of) in enumerate(zip(self._vocab(), ("inter-arrival buckets", "GPU sizes", "duration buckets",
+                                                            "VCs"))):
+            self._check_codes(f"tail_tokens[:, {k}]", self.tail_tokens[:, k], size, of)
 
 
 def _time_features(t: np.ndarray) -> np.ndarray:

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from ..trace.table import Trace
-from .base import Jobs, WorkloadModel, vc_codes
+from .base import CODES, DURATIONS, GPUS, TIMES, Jobs, WorkloadError, WorkloadModel, same_length, vc_codes
 
 DAY = 86400.0
 
@@ -25,6 +25,7 @@ class Replay(WorkloadModel):
     name = "replay"
     summary = "the last horizon-long window of history, shifted to the new period (baseline)"
     deterministic = True
+    saved = {"t": TIMES, "g": GPUS, "d": DURATIONS, "vc": CODES}
 
     def _fit(self, history: Trace) -> None:
         # The whole history is kept: which window to replay depends on the horizon asked for.
@@ -56,6 +57,13 @@ class Replay(WorkloadModel):
     def _restore(self, meta: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
         self.t, self.g, self.d = arrays["t"], arrays["g"], arrays["d"]
         self.vc = arrays.get("vc")
+
+    def _check_state(self) -> None:
+        if len(self.t) < 1:
+            raise WorkloadError("the model holds no job")
+        same_length(len(self.t), g=self.g, d=self.d)
+        self._check_times("t", self.t)
+        self._check_vc("vc", self.vc, len(self.t))
 
 
 def whole_days(shift: float, length: float) -> float:

@@ -9,13 +9,13 @@ from pathlib import Path
 import numpy as np
 
 from ..htmlreport import Report
-from .evaluate import Evaluation, evaluation_data
+from .evaluate import ModelEvaluation, evaluation_data
 
 DAY = 86400.0
 COLORS = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
 
 
-def write_report(ev: Evaluation, out_dir: str | os.PathLike, trace: str) -> Path:
+def write_report(ev: ModelEvaluation, out_dir: str | os.PathLike, trace: str) -> Path:
     rep = Report(f"Workload models on {Path(trace).name}")
     s = ev.setup
     rep.text(f"cluster {ev.cluster}; policy {ev.policy}; objective {s.objective} (less is better); "

@@ -28,8 +28,22 @@ from typing import Any
 import numpy as np
 
 from ..space import Bool, ConfigSpace, Float
+from ..trace.report import MAX_DURATION
 from ..trace.table import Trace
-from .base import Jobs, WorkloadModel, check_sample_size, vc_codes
+from .base import (
+    CODES,
+    DURATIONS,
+    GPUS,
+    NUMBERS,
+    TIMES,
+    Jobs,
+    Saved,
+    WorkloadError,
+    WorkloadModel,
+    check_sample_size,
+    same_length,
+    vc_codes,
+)
 
 HOUR, DAY, WEEK = 3600.0, 86400.0, 604800.0
 TREND_CLIP = 2.0
@@ -148,8 +162,8 @@ class Stat(WorkloadModel):
         members = ranges(self.ptr[chosen], sizes)
         submit = np.repeat(starts, sizes) + self.offset[members]
         dur = self.d[members]
-        if self.params["duration_jitter"] > 0:
-            dur = dur * np.exp(self.params["duration_jitter"] * rng.standard_normal(len(dur)))
+        if self.params["duration_jitter"] > 0:  # (a jittered year-long job stays within the bound on durations)
+            dur = np.minimum(dur * np.exp(self.params["duration_jitter"] * rng.standard_normal(len(dur))), MAX_DURATION)
         vc = None if self.vc is None else self.vc[members]
         return Jobs(submit, self.g[members], dur, vc, self.vc_names)
 
@@ -173,6 +187,8 @@ class Stat(WorkloadModel):
     # -------------------------------------------------------------------------- save / load
 
     _ARRAYS = ("ptr", "bt", "offset", "g", "d", "beta")
+    saved = {"ptr": CODES, "bt": TIMES, "offset": Saved("offsets in a batch (s)", 0.0, TIMES.high),
+             "g": GPUS, "d": DURATIONS, "beta": NUMBERS, "vc": CODES}
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         arrays = {k: getattr(self, k) for k in self._ARRAYS}
@@ -188,6 +204,25 @@ class Stat(WorkloadModel):
         self.vc = arrays.get("vc")
         self.use_hour, self.use_week, self.use_trend = meta["use_hour"], meta["use_week"], meta["use_trend"]
         self.inv_shape = float(meta["inv_shape"])
+
+    def _check_state(self) -> None:
+        n, nb = len(self.g), len(self.bt)
+        if nb < 1:
+            raise WorkloadError("the model holds no batch")
+        same_length(n, offset=self.offset, d=self.d)
+        same_length(nb + 1, ptr=self.ptr)
+        if self.ptr[0] != 0 or self.ptr[-1] != n or np.any(np.diff(self.ptr) < 1):
+            raise WorkloadError(f"array 'ptr' does not split the {n} jobs into {nb} batches")
+        if np.any(self.offset[self.ptr[:-1]] != 0):
+            raise WorkloadError("array 'offset' does not start every batch at 0")
+        self._check_times("bt", self.bt)
+        self._check_times("bt + offset", np.repeat(self.bt, np.diff(self.ptr)) + self.offset)
+        if not all(isinstance(meta, bool) for meta in (self.use_hour, self.use_week, self.use_trend)):
+            raise WorkloadError("use_hour, use_week and use_trend are not true/false")
+        same_length(1 + 23 * self.use_hour + 6 * self.use_week + self.use_trend, beta=self.beta)
+        if not (np.isfinite(self.inv_shape) and self.inv_shape >= 0):
+            raise WorkloadError(f"inv_shape {self.inv_shape!r} is not a finite number >= 0")
+        self._check_vc("vc", self.vc, n)
 
     # ----------------------------------------------------------------------- for reports
 

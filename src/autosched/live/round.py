@@ -1,0 +1,270 @@
+"""One round of the agent, as data: what it observed, what it decides, what came of it.
+
+A round is observe -> decide -> act (`Agent.step`):
+
+- ``Agent.observe`` does every read (the store, Slurm's live settings, the history) and turns a
+  failed read into a `Block` that says how soon to try again (`retry_after`);
+- `decide` is pure: from the `Observed`, the `RoundRules` and the time it returns a `Plan`
+  (`Stop`, `RollBack` or `Tune`), so every rule of a round is tested without a store or a cluster;
+- ``Agent.act`` carries the plan out and returns a `RoundOutcome`, which is what the store
+  records, what ``agent step`` prints and exits with, and what ``agent run`` waits on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from .history import LiveJobs, period_metrics
+from .store import Evidence, Flags, JudgedOutcome, Revision, RevisionKind
+
+FIRST_RETRY = 30.0  # s: the first wait after a temporary failure; it doubles, up to a period
+
+# `agent step`'s exit codes (docs/slurm.md); 2 stays the one-line error of every command
+EXIT_OK = 0
+EXIT_FROZEN = 3
+EXIT_RETRYING = 4  # blocked by something temporary (Slurm does not answer): retried soon
+EXIT_BLOCKED = 5  # blocked until an operator acts or more history comes (hand edit, ...)
+EXIT_FAILED = 6  # an apply, the guard's rollback or the tuning failed
+
+
+class Action(str, Enum):
+    """What a round did; the value is the ``action`` its stored summary has always had."""
+
+    PROPOSED = "proposed"
+    APPLIED = "applied"
+    ROLLED_BACK = "rolled back"
+    WAIT = "wait"
+    NONE = "none"  # tuned, and the winner is not worth a change
+    FROZEN = "frozen"
+    BLOCKED = "blocked"
+    APPLY_FAILED = "apply failed"
+    ROLLBACK_FAILED = "rollback failed"
+    TUNING_FAILED = "tuning failed"
+
+
+_FAILED = (Action.APPLY_FAILED, Action.ROLLBACK_FAILED, Action.TUNING_FAILED)
+
+
+def next_retry(previous: float | None, period: float) -> float:
+    """The wait after a temporary failure: `FIRST_RETRY`, then twice the `previous` round's,
+    never more than a period."""
+    return min(previous * 2 if previous else FIRST_RETRY, period)
+
+
+# -- what a round observed ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Block:
+    """A read that stopped the round: why, and when to try again (None: at the next period;
+    the cause needs an operator or new data, not time)."""
+
+    why: str
+    retry_after: float | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """Everything a round read, in the order it was read. The reads stop at the first one that
+    settles the round: a `Block`, a freeze (a frozen agent does not ask Slurm anything) or a
+    hand edit; what was not read is None."""
+
+    now: float  # the cluster's clock
+    trigger: str  # "period" or "drift: ..."
+    flags: Flags
+    previous_retry: float | None = None  # the last round's retry_after (it doubles)
+    block: Block | None = None
+    running: Revision | None = None
+    hand_edits: str = ""  # "" or which live settings differ from the running revision's
+    jobs: LiveJobs | None = None
+    pending: Revision | None = None
+
+
+@dataclass(frozen=True)
+class RoundRules:
+    """The settings a round's rules read (from the agent's settings)."""
+
+    period: float  # s: at most one change per period; a change is judged one period on
+    history: float  # s of history a round learns from
+    min_jobs: int  # finished jobs in that history below which nothing is proposed
+    metric: str
+    margin: float  # an observed loss beyond it rolls a change back
+
+
+# -- what a round decides -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Record the round as `action` and end it."""
+
+    action: Action
+    why: str
+    retry_after: float | None = None
+    blocked: str | None = None  # the agent's block note to set ("" clears it; None keeps it)
+    judged: JudgedOutcome | None = None  # the judge's record of the running revision
+
+
+@dataclass(frozen=True)
+class RollBack:
+    """The running revision did worse than the margin: the guard returns to revision `to`."""
+
+    to: int
+    why: str
+    judged: JudgedOutcome | None = None
+
+
+@dataclass(frozen=True)
+class Tune:
+    """Run a tuning round on `jobs` and turn a clear winner into a change of `running` (a
+    proposal, or applied in auto mode)."""
+
+    running: Revision
+    jobs: LiveJobs
+    judged: JudgedOutcome | None = None
+
+
+Plan = Stop | RollBack | Tune
+
+
+def decide(obs: Observed, rules: RoundRules, now: float) -> Plan:
+    """The round's decision from what it observed (pure; the rules in the order they apply)."""
+    if obs.block is not None:
+        return Stop(Action.BLOCKED, obs.block.why, obs.block.retry_after, blocked=obs.block.why)
+    if obs.flags.frozen:
+        f = obs.flags
+        return Stop(Action.FROZEN, f"frozen by {f.frozen_by}"
+                    f"{': ' + f.frozen_reason if f.frozen_reason else ''}")
+    running = obs.running
+    if running is None:
+        why = "the round found no running revision"
+        return Stop(Action.BLOCKED, why, blocked=why)
+    if obs.hand_edits:
+        why = (f"hand edit: {obs.hand_edits}; the agent proposes nothing until the edit is "
+               "adopted or undone")
+        return Stop(Action.BLOCKED, why, blocked=why)
+    if obs.jobs is None:
+        why = "the round read no history"
+        return Stop(Action.BLOCKED, why, blocked=why)
+    judged = judge(running, obs.jobs, rules, now)
+    outcome = judged or running.outcome
+    if (outcome is not None and outcome.observed_gain is not None
+            and outcome.observed_gain < -rules.margin and running.parent is not None
+            and running.kind is not RevisionKind.ROLLBACK):
+        # a worse change goes back; again at a later round if the rollback failed
+        return RollBack(running.parent, outcome.verdict, judged)
+    applied = running.applied_at
+    if running.kind is not RevisionKind.BASELINE and applied is not None and now - applied < rules.period:
+        # an adopted config counts: it changed the live settings as much as an apply does
+        return Stop(Action.WAIT, f"revision {running.id} went live {now - applied:.0f} s ago; at "
+                    f"most one change per period ({rules.period:g} s)", blocked="", judged=judged)
+    if obs.pending is not None:
+        return Stop(Action.WAIT, f"revision {obs.pending.id} is proposed and awaits approval",
+                    blocked="", judged=judged)
+    jobs = obs.jobs
+    finished = int((jobs.finished & (jobs.end >= now - rules.history) & (jobs.end <= now)).sum())
+    if finished < rules.min_jobs:
+        why = (f"too little history: {finished} jobs finished in the last {rules.history:g} s, "
+               f"{rules.min_jobs} needed to fit a workload model; nothing proposed")
+        return Stop(Action.BLOCKED, why, blocked=why, judged=judged)
+    return Tune(running, jobs, judged)
+
+
+def judge(running: Revision, jobs: LiveJobs, rules: RoundRules, now: float) -> JudgedOutcome | None:
+    """One period after a change, what happened: the metric in the period after against the
+    period before. None when there is nothing to judge (yet): already judged, not a change the
+    agent or an operator applied, or less than a period ago."""
+    applied = running.applied_at
+    if (running.outcome is not None or applied is None or running.parent is None
+            or running.kind in (RevisionKind.BASELINE, RevisionKind.ADOPTED)
+            or now < applied + rules.period):
+        return None
+    before = period_metrics(jobs, applied - rules.period, applied)
+    after = period_metrics(jobs, applied, applied + rules.period)
+    metric = rules.metric if rules.metric in (after.values or before.values or {rules.metric: 0}) \
+        else "avg_jct"
+    predicted = running.evidence.predicted_gain
+    if before.jobs == 0 or after.jobs == 0 or metric not in after.values:
+        return JudgedOutcome(metric, before.to_dict(), after.to_dict(), predicted,
+                             "not judged: no finished jobs in one of the two periods")
+    b, a = before.values[metric], after.values[metric]
+    gain = (b - a) / abs(b) if b else 0.0
+    if gain < -rules.margin and running.kind is not RevisionKind.ROLLBACK:
+        verdict = (f"worse: {metric} {b:.1f} -> {a:.1f} ({gain:+.1%}, margin "
+                   f"{rules.margin:.1%}); rolled back")
+    else:
+        verdict = f"kept: {metric} {b:.1f} -> {a:.1f} ({gain:+.1%})"
+    return JudgedOutcome(metric, before.to_dict(), after.to_dict(), predicted, verdict, gain)
+
+
+# -- what came of a round -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class HistoryCounts:
+    """The history a round read."""
+
+    jobs: int
+    finished: int
+    malformed_rows: int  # sacct rows skipped as malformed
+
+
+@dataclass(frozen=True)
+class RoundOutcome:
+    """What a round did (`Agent.act`). The store records `to_summary`, under the keys rounds
+    have always had."""
+
+    action: Action
+    why: str
+    trigger: str = "period"
+    revision: int | None = None
+    retry_after: float | None = None  # s until the next round should try (None: a period)
+    evidence: Evidence | None = None  # a tuning round's figures when it proposed nothing
+    history: HistoryCounts | None = None  # None when the round stopped before reading it
+
+    @property
+    def exit_code(self) -> int:
+        """``agent step``'s exit code (`EXIT_OK` ... `EXIT_FAILED`)."""
+        if self.action is Action.FROZEN:
+            return EXIT_FROZEN
+        if self.action is Action.BLOCKED:
+            return EXIT_RETRYING if self.retry_after is not None else EXIT_BLOCKED
+        return EXIT_FAILED if self.action in _FAILED else EXIT_OK
+
+    def to_summary(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"trigger": self.trigger, "action": self.action.value, "why": self.why}
+        if self.revision is not None:
+            d["revision"] = self.revision
+        if self.retry_after is not None:
+            d["retry_after"] = self.retry_after
+        if self.history is not None:
+            d.update(history_jobs=self.history.jobs, finished=self.history.finished,
+                     malformed_rows=self.history.malformed_rows)
+        if self.evidence is not None:
+            d["evidence"] = self.evidence.to_dict()
+        return d
+
+
+@dataclass(frozen=True)
+class RoundRecord:
+    """A round as the store holds it, read back for the status: any version's summary (a key it
+    lacks reads as empty)."""
+
+    time: float  # unix s
+    trigger: str
+    action: str  # an `Action` value
+    why: str
+    revision: int | None = None
+    retry_after: float | None = None
+
+    @classmethod
+    def from_row(cls, time: float, summary: Mapping[str, Any]) -> RoundRecord:
+        rev, retry = summary.get("revision"), summary.get("retry_after")
+        return cls(time=float(time), trigger=str(summary.get("trigger") or ""),
+                   action=str(summary.get("action") or ""), why=str(summary.get("why") or ""),
+                   revision=rev if isinstance(rev, int) and not isinstance(rev, bool) else None,
+                   retry_after=float(retry) if isinstance(retry, (int, float))
+                   and not isinstance(retry, bool) else None)

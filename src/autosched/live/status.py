@@ -1,0 +1,87 @@
+"""The agent at a glance: one record, `AgentStatus`, that ``agent status --json`` prints and
+``GET /api/status`` returns (the service's response model is made from its fields)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal
+
+from ..jsonable import jsonable
+from .round import RoundRecord
+from .store import Revision, RevisionStore
+
+Mode = Literal["propose", "auto"]
+SlurmTexts = Callable[[dict[str, Any]], "dict[str, str] | None"]
+
+
+@dataclass(frozen=True)
+class AgentStatus:
+    """The running revision, the pending proposal, the newest revisions, whether the agent is
+    frozen or blocked and why, its last round and the next. Read from the store; the agent's
+    settings (mode, policy, period, connector) are None when the agent cannot be opened, and
+    `agent_error` says why."""
+
+    running: Revision | None  # with `slurm` filled in
+    pending: Revision | None  # with `slurm` filled in
+    history: tuple[Revision, ...]  # the newest revisions, newest first
+    revisions: int  # the newest revision's id (0: none yet)
+    frozen: bool
+    frozen_reason: str
+    frozen_by: str
+    blocked: str  # why the agent will not propose, or ""
+    interrupted_apply: int | None  # revision of an apply a killed process left open
+    last_round: RoundRecord | None
+    next_round: float | None  # unix s: the last round and its retry_after (else a period)
+    mode: Mode | None
+    policy: str | None
+    period: float | None  # s between rounds
+    connector: dict[str, Any] | None  # what the agent talks to (`Connector.describe`)
+    agent_error: str = ""  # why the agent could not be opened, or ""
+    version: str = field(init=False)  # changes whenever any other field does (the page polls it)
+
+    def __post_init__(self) -> None:
+        body = json.dumps(self._fields(), sort_keys=True, default=str)
+        object.__setattr__(self, "version", hashlib.sha1(body.encode()).hexdigest()[:16])
+
+    def _fields(self) -> dict[str, Any]:
+        return jsonable({
+            "running": self.running.to_dict() if self.running else None,
+            "pending": self.pending.to_dict() if self.pending else None,
+            "history": [r.to_dict() for r in self.history], "revisions": self.revisions,
+            "frozen": self.frozen, "frozen_reason": self.frozen_reason,
+            "frozen_by": self.frozen_by, "blocked": self.blocked,
+            "interrupted_apply": self.interrupted_apply, "last_round": self.last_round,
+            "next_round": self.next_round, "mode": self.mode, "policy": self.policy,
+            "period": self.period, "connector": self.connector, "agent_error": self.agent_error})
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field under its own name."""
+        return {**self._fields(), "version": self.version}
+
+
+def read_status(store: RevisionStore, *, history: int = 10, mode: Mode | None = None,
+                policy: str | None = None, period: float | None = None,
+                connector: dict[str, Any] | None = None, slurm: SlurmTexts | None = None,
+                agent_error: str = "") -> AgentStatus:
+    """The status from `store` and, when the agent is open, its settings; `slurm` spells a
+    config as the Slurm settings the agent writes (for the running and pending revisions)."""
+    flags = store.flags()
+    row = store.last_round()
+    last = RoundRecord.from_row(*row) if row else None
+    intent = store.open_apply()
+    running, pending = store.running(), store.pending()
+    if slurm is not None:
+        running = replace(running, slurm=slurm(running.config)) if running else None
+        pending = replace(pending, slurm=slurm(pending.config)) if pending else None
+    wait = last.retry_after if last is not None and last.retry_after is not None else period
+    return AgentStatus(
+        running=running, pending=pending,
+        history=tuple(store.history(history)) if history > 0 else (),
+        revisions=store.newest_id(), frozen=flags.frozen, frozen_reason=flags.frozen_reason,
+        frozen_by=flags.frozen_by, blocked=flags.blocked,
+        interrupted_apply=intent.rev_id if intent else None, last_round=last,
+        next_round=last.time + wait if last is not None and wait is not None else None,
+        mode=mode, policy=policy, period=period, connector=connector, agent_error=agent_error)

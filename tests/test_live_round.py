@@ -1,0 +1,184 @@
+"""A round's rules without a store or a cluster: `decide` on hand-made observations (revisions,
+flags and sacct histories written out here), the judge's figures worked out by hand, the back-off,
+the exit codes, and the stored summary's keys against rounds an older version recorded."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from autosched.live.history import read_jobs
+from autosched.live.round import (
+    EXIT_BLOCKED,
+    EXIT_FAILED,
+    EXIT_FROZEN,
+    EXIT_OK,
+    EXIT_RETRYING,
+    Action,
+    Block,
+    HistoryCounts,
+    Observed,
+    RollBack,
+    RoundOutcome,
+    RoundRecord,
+    RoundRules,
+    Stop,
+    Tune,
+    decide,
+    next_retry,
+)
+from autosched.live.store import Event, Evidence, Flags, JudgedOutcome, Revision, RevisionKind, RevisionState
+from live_helpers import HEADER, row
+
+A, P = RevisionState.APPLIED, RevisionState.PROPOSED
+K = RevisionKind
+RULES = RoundRules(period=600.0, history=3600.0, min_jobs=10, metric="avg_jct", margin=0.05)
+T = 1_800_000_000.0  # when the running revision went live
+
+
+def rev(id_, kind=K.PROPOSAL, applied=T, parent=1, outcome=None, gain=None, state=A):
+    born = P if kind in (K.PROPOSAL, K.ROLLBACK) else A
+    events = [Event(applied - 5 if born is P else applied, born, "t", "")]
+    if state is not events[0].state:
+        events.append(Event(applied, state, "t", ""))
+    return Revision(id=id_, created=applied - 5, kind=kind, config={"w": id_}, diff={}, parent=parent,
+                    trigger="t", evidence=Evidence(predicted_gain=gain), events=tuple(events),
+                    outcome=outcome)
+
+
+def history(before_s: float, after_s: float, n: int = 10):
+    """`n` jobs finished in the period before T, each `before_s` long, and `n` in the period
+    after, `after_s` long (all start on submission)."""
+    rows = [HEADER]
+    for i in range(n):
+        rows.append(row(f"b{i}", T - 500 + i, T - 500 + i, T - 500 + i + before_s, 1))
+        rows.append(row(f"a{i}", T + 10 + i, T + 10 + i, T + 10 + i + after_s, 1))
+    return read_jobs("\n".join(rows) + "\n")
+
+
+def seen(**kw):
+    base = dict(now=T + 700, trigger="period", flags=Flags(), running=rev(2),
+                jobs=history(100, 100, n=10))
+    return Observed(**{**base, **kw})
+
+
+def test_a_failed_read_stops_the_round_with_its_retry():
+    plan = decide(seen(block=Block("Slurm does not answer: x", 60.0), running=None, jobs=None), RULES, T)
+    assert plan == Stop(Action.BLOCKED, "Slurm does not answer: x", 60.0, blocked="Slurm does not answer: x")
+
+
+def test_frozen_stops_before_anything_else_is_looked_at():
+    plan = decide(seen(flags=Flags(frozen=True, frozen_by="operator:bob", frozen_reason="drill"),
+                       running=None, jobs=None), RULES, T)
+    assert plan == Stop(Action.FROZEN, "frozen by operator:bob: drill")
+
+
+def test_a_hand_edit_blocks_until_an_operator_acts():
+    plan = decide(seen(hand_edits="PriorityWeightAge is 7 live, 1000 in revision 2", jobs=None), RULES, T)
+    why = ("hand edit: PriorityWeightAge is 7 live, 1000 in revision 2; the agent proposes nothing "
+           "until the edit is adopted or undone")
+    assert plan == Stop(Action.BLOCKED, why, None, blocked=why)
+
+
+def test_a_worse_change_is_rolled_back_with_the_judges_figures():
+    # 100 s -> 120 s: (100 - 120) / 100 = -20%, beyond the 5% margin
+    plan = decide(seen(running=rev(2, gain=0.1), jobs=history(100, 120)), RULES, T + 700)
+    assert isinstance(plan, RollBack) and plan.to == 1
+    assert plan.why == "worse: avg_jct 100.0 -> 120.0 (-20.0%, margin 5.0%); rolled back"
+    j = plan.judged
+    assert (j.metric, j.predicted_gain, j.observed_gain) == ("avg_jct", 0.1, pytest.approx(-0.2))
+    assert (j.before["jobs"], j.after["jobs"], j.before["avg_jct"], j.after["avg_jct"]) == (10, 10, 100.0, 120.0)
+
+
+def test_a_change_within_the_margin_is_kept_and_the_round_goes_on():
+    # 100 s -> 104 s: -4%, inside the 5% margin
+    plan = decide(seen(jobs=history(100, 104)), RULES, T + 700)
+    assert isinstance(plan, Tune) and plan.running.id == 2
+    assert plan.judged.verdict == "kept: avg_jct 100.0 -> 104.0 (-4.0%)"
+
+
+def test_a_rollback_that_failed_is_tried_again_at_the_next_round():
+    worse = JudgedOutcome("avg_jct", {}, {}, 0.1, "worse: ...; rolled back", -0.2)
+    plan = decide(seen(running=rev(2, outcome=worse)), RULES, T + 700)
+    assert plan == RollBack(1, "worse: ...; rolled back", None)
+    # a rollback itself is never rolled back by the guard, and the baseline has no parent
+    assert isinstance(decide(seen(running=rev(3, kind=K.ROLLBACK, parent=2, outcome=worse)), RULES, T + 700), Tune)
+    kept = JudgedOutcome("avg_jct", {}, {}, 0.1, "kept", -0.01)
+    assert isinstance(decide(seen(running=rev(2, outcome=kept)), RULES, T + 700), Tune)
+
+
+def test_one_change_per_period_counts_an_adopted_config_but_not_the_baseline():
+    for kind in (K.PROPOSAL, K.ROLLBACK, K.ADOPTED):
+        plan = decide(seen(running=rev(2, kind=kind)), RULES, T + 100)
+        assert plan == Stop(Action.WAIT, "revision 2 went live 100 s ago; at most one change per "
+                                         "period (600 s)", blocked=""), kind
+    base = rev(1, kind=K.BASELINE, parent=None)
+    assert isinstance(decide(seen(running=base, now=T + 100, jobs=history(100, 100, n=10)), RULES, T + 100), Tune)
+
+
+def test_an_open_proposal_waits_for_approval():
+    plan = decide(seen(pending=rev(3, state=P)), RULES, T + 700)
+    assert plan.action is Action.WAIT and plan.why == "revision 3 is proposed and awaits approval"
+
+
+def test_too_little_history_is_said_with_the_counts():
+    # 20 jobs finished; the rule wants 25 within the last 3600 s
+    plan = decide(seen(running=rev(1, kind=K.BASELINE, parent=None)), RoundRules(600, 3600, 25, "avg_jct", 0.05),
+                  T + 700)
+    why = ("too little history: 20 jobs finished in the last 3600 s, 25 needed to fit a workload "
+           "model; nothing proposed")
+    assert plan == Stop(Action.BLOCKED, why, None, blocked=why)
+
+
+def test_the_back_off_doubles_up_to_a_period():
+    waits, prev = [], None
+    for _ in range(7):
+        prev = next_retry(prev, 600.0)
+        waits.append(prev)
+    assert waits == [30.0, 60.0, 120.0, 240.0, 480.0, 600.0, 600.0]
+    assert next_retry(None, 20.0) == 20.0
+
+
+@pytest.mark.parametrize("out, code", [
+    (RoundOutcome(Action.PROPOSED, "", revision=2), EXIT_OK),
+    (RoundOutcome(Action.WAIT, ""), EXIT_OK),
+    (RoundOutcome(Action.NONE, ""), EXIT_OK),
+    (RoundOutcome(Action.ROLLED_BACK, ""), EXIT_OK),
+    (RoundOutcome(Action.FROZEN, ""), EXIT_FROZEN),
+    (RoundOutcome(Action.BLOCKED, "", retry_after=30.0), EXIT_RETRYING),
+    (RoundOutcome(Action.BLOCKED, ""), EXIT_BLOCKED),
+    (RoundOutcome(Action.APPLY_FAILED, ""), EXIT_FAILED),
+    (RoundOutcome(Action.ROLLBACK_FAILED, "", retry_after=30.0), EXIT_FAILED),
+    (RoundOutcome(Action.TUNING_FAILED, ""), EXIT_FAILED),
+])
+def test_exit_codes(out, code):
+    assert out.exit_code == code
+    assert (EXIT_OK, EXIT_FROZEN, EXIT_RETRYING, EXIT_BLOCKED, EXIT_FAILED) == (0, 3, 4, 5, 6)
+
+
+def test_the_stored_summary_keeps_the_keys_older_rounds_have():
+    """The rounds tests/fixtures/state-v0 recorded (the code before typed rounds) have the keys
+    the same rounds have now."""
+    db = sqlite3.connect(f"file:{Path(__file__).parent / 'fixtures' / 'state-v0' / 'state.db'}?mode=ro", uri=True)
+    old = {}
+    for (text,) in db.execute("SELECT summary FROM rounds"):
+        d = json.loads(text)
+        old[d["action"]] = set(d)
+    db.close()
+    counts = HistoryCounts(60, 60, 0)
+    now = {
+        "proposed": RoundOutcome(Action.PROPOSED, "gain", revision=2, history=counts),
+        "wait": RoundOutcome(Action.WAIT, "w", history=counts),
+        "none": RoundOutcome(Action.NONE, "n", evidence=Evidence(), history=counts),
+        "blocked": RoundOutcome(Action.BLOCKED, "hand edit"),
+        "frozen": RoundOutcome(Action.FROZEN, "frozen by"),
+    }
+    assert {a: set(o.to_summary()) for a, o in now.items()} == old
+    assert {a.value for a in Action} >= set(old)
+    # read back for the status: any version's row, and a row with keys missing
+    assert RoundRecord.from_row(5, {"action": "wait", "why": "w", "trigger": "period", "revision": True}) == \
+        RoundRecord(5.0, "period", "wait", "w", None, None)
+    assert RoundRecord.from_row(5, {}) == RoundRecord(5.0, "", "", "", None, None)
