@@ -33,8 +33,10 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 import time
 import zlib
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -50,6 +52,7 @@ from autosched.policies import get_policy  # noqa: E402
 from autosched.sim import Simulator  # noqa: E402
 from autosched.trace.io import load_trace  # noqa: E402
 from autosched.trace.parsing import wallclock_seconds  # noqa: E402
+from autosched.trace.table import Trace  # noqa: E402
 
 # The slice the jobs come from: one of the real traces, which live beside the checkout (README,
 # "Tests on the real traces"); --trace names another copy.
@@ -111,15 +114,27 @@ def pick_jobs(n: int, offset: int, arrival_span: float, dmin: int, dmax: int, ta
     t0 = float(rows[0]["submit_time"])
     span = max(1.0, float(rows[-1]["submit_time"]) - t0)
     jobs = []
-    # each VC of the window, in order of first appearance, becomes the next association
-    assoc = {vc: (USERS[k % 3], ACCOUNTS[k % 2]) for k, vc in enumerate(dict.fromkeys(r["vc"] for r in rows))}
+    assoc = testbed_associations(r["vc"] for r in rows)
     for i, r in enumerate(rows):
         secs = int(min(dmax, max(dmin, round(float(r["duration"]) / 60.0))))
-        over = (1.2, 2.0, 4.0)[zlib.crc32(f"{r['job_id']}".encode()) % 3]
-        limit = max(1, math.ceil((secs + 5) * over / 60.0))
         submit = round((float(r["submit_time"]) - t0) / span * arrival_span, 1)
-        jobs.append(Job(f"{tag}-{i:03d}", submit, int(r["num_gpus"]), secs, limit, *assoc[r["vc"]]))
+        jobs.append(Job(f"{tag}-{i:03d}", submit, int(r["num_gpus"]), secs,
+                        rough_limit(str(r["job_id"]), secs), *assoc[r["vc"]]))
     return jobs
+
+
+def testbed_associations(keys: Iterable[str]) -> dict[str, tuple[str, str]]:
+    """The testbed's (user, account) for each key (a VC), in order of first appearance:
+    alice/physics, bob/chemistry, carol/physics, alice/chemistry, ..."""
+    return {k: (USERS[i % len(USERS)], ACCOUNTS[i % len(ACCOUNTS)])
+            for i, k in enumerate(dict.fromkeys(keys))}
+
+
+def rough_limit(key: str, secs: float) -> int:
+    """A time limit in whole minutes for a job of `secs` s whose trace has none: (secs + 5) x
+    1.2, 2 or 4 (users over-ask; which one by a hash of `key`), rounded up, never below the run."""
+    over = (1.2, 2.0, 4.0)[zlib.crc32(key.encode()) % 3]
+    return max(1, math.ceil((secs + 5) * over / 60.0))
 
 
 class Cluster:
@@ -151,9 +166,9 @@ class Cluster:
         for a in ACCOUNTS:
             self.run("sacctmgr", "-i", "modify", "account", f"name={a}", "set", "fairshare=1")
 
-    def submit(self, jobs: list[Job]) -> float:
-        """Submit each job at its arrival time; returns the wall-clock time of the first."""
-        t0 = time.time()
+    def submit(self, jobs: list[Job], t0: float | None = None) -> float:
+        """Submit each job at `t0` (default: now) + its arrival time; returns `t0`."""
+        t0 = time.time() if t0 is None else t0
         for j in jobs:
             delay = t0 + j.submit - time.time()
             if delay > 0:
@@ -239,66 +254,110 @@ def slurm_clocks(lt: dict[str, dict[int, float]], ids: list[int], day0: float) -
                        decay=(max(starts) if starts else day0) - day0, tick_period=float(period))
 
 
-def compare(sacct_path: Path, tag: str, config: dict, placement: str,
-            log: Path | dict | None = None, model: bool = True) -> dict:
-    """Simulate the jobs of one real run and compare start times. The jobs (submit, run time,
-    limit, user, account) are read from sacct with autosched's own loader; with `log`
+@dataclass
+class RealRun:
+    """The jobs of one real run as sacct (and, when it has them all, slurmctld's log) recorded
+    them; times in s since `day0` (the UTC midnight before the first submission), by submit time."""
+
+    trace: Trace  # as the simulator takes it: real submit times, run times, limits, users
+    rows: list[dict[str, str]]  # the run's sacct rows
+    ids: list[int]  # Slurm job ids, in the trace's order
+    submit: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    day0: float
+    times: dict[str, dict[int, float]] | None  # `log_times` of slurmctld's log, if given
+    precise: bool  # submit/start/end come from the log (ms), not sacct (s)
+
+
+def read_run(sacct_path: Path, tag: str, log: Path | dict | None = None) -> RealRun:
+    """The jobs named TAG-... of an sacct export, read with autosched's own loader; with `log`
     (slurmctld.log, or `log_times` of it as saved by `save_times`), submit, start and end come
     from it to the millisecond."""
-    from scipy.stats import kendalltau
-
     with open(sacct_path, newline="") as f:
         rows = [r for r in csv.DictReader(f, delimiter="|") if r["JobName"].startswith(tag + "-")]
-    tmp = sacct_path.with_suffix(".mine.txt")
     with open(sacct_path) as f:
         header = f.readline()
-    tmp.write_text(header + "".join("|".join(r[k] for k in header.strip().split("|")) + "\n" for r in rows))
-    trace, report = load_trace(tmp, format="slurm")
+    with tempfile.TemporaryDirectory() as d:
+        mine = Path(d) / "sacct.txt"
+        mine.write_text(header + "".join("|".join(r[k] for k in header.strip().split("|")) + "\n"
+                                         for r in rows))
+        trace, _ = load_trace(mine, format="slurm")
     day0 = min(wallclock_seconds(r["Submit"]) for r in rows) // 86400 * 86400
     by_name = {r["JobName"]: r for r in rows}
     ids = [int(by_name[nm]["JobID"]) for nm in trace.name]
-    real_start = np.array([wallclock_seconds(by_name[nm]["Start"]) - day0 for nm in trace.name], dtype=float)
-    real_end = np.array([wallclock_seconds(by_name[nm]["End"]) - day0 for nm in trace.name], dtype=float)
+    start = np.array([wallclock_seconds(by_name[nm]["Start"]) - day0 for nm in trace.name], dtype=float)
+    end = np.array([wallclock_seconds(by_name[nm]["End"]) - day0 for nm in trace.name], dtype=float)
     submit = trace.submit_time
-    precise = False
     lt = log if isinstance(log, dict) else log_times(log) if log is not None and log.exists() else None
-    if lt is not None:
-        if all(j in lt["submit"] and j in lt["start"] and j in lt["end"] for j in ids):
-            precise = True
-            submit = np.array([lt["submit"][j] - day0 for j in ids])
-            real_start = np.array([lt["start"][j] - day0 for j in ids])
-            real_end = np.array([lt["end"][j] - day0 for j in ids])
-            trace = trace.replace(submit_time=submit, duration=real_end - real_start)
-            order = np.argsort(submit, kind="stable")
-            submit, real_start, real_end = submit[order], real_start[order], real_end[order]
+    precise = lt is not None and all(j in lt["submit"] and j in lt["start"] and j in lt["end"]
+                                     for j in ids)
+    if precise and lt is not None:
+        submit = np.array([lt["submit"][j] - day0 for j in ids])
+        start = np.array([lt["start"][j] - day0 for j in ids])
+        end = np.array([lt["end"][j] - day0 for j in ids])
+        trace = trace.replace(submit_time=submit, duration=end - start)
+        order = np.argsort(submit, kind="stable")
+        submit, start, end = submit[order], start[order], end[order]
+        ids = [ids[k] for k in order]
+    return RealRun(trace, rows, ids, submit, start, end, day0, lt, precise)
+
+
+def twin_spec(run: RealRun, config: dict, assoc_path: Path | None, model: bool = True) -> ClusterSpec:
+    """The testbed as the simulator models it for `run`: 4 x 8 GPUs, the config's extra
+    partitions; with `model`, slurmctld's thread clocks (from the log) and the association tree
+    (`sacctmgr show assoc` saved at `assoc_path`)."""
     spec = ClusterSpec.uniform_nodes(4, 8, slurm_partitions=tuple(
         SlurmPartition(name, tuple(nodes), tier) for name, nodes, tier in config.get("_partitions", [])))
     if model:
-        clocks = slurm_clocks(lt, ids, day0) if precise and lt is not None else SlurmClocks()
-        assoc_path = sacct_path.parent / "assoc.txt"
-        spec = replace(spec, clocks=clocks,
-                       associations=read_associations(assoc_path) if assoc_path.exists() else ())
-    sim = Simulator(trace, spec,
-                    get_policy("multifactor")({**knobs(config), "placement": placement}),
-                    record_segments=True).run()
+        clocks = slurm_clocks(run.times, run.ids, run.day0) if run.precise and run.times is not None \
+            else SlurmClocks()
+        spec = replace(spec, clocks=clocks, associations=read_associations(assoc_path)
+                       if assoc_path is not None and assoc_path.exists() else ())
+    return spec
+
+
+def simulate(run: RealRun, spec: ClusterSpec, config: dict, placement: str,
+             changes: Sequence[tuple[float, dict]] = ()) -> Simulator:
+    """Replay the run's jobs under `config`, and from each (time since day0, config) of
+    `changes` on under that one (`Simulator.reconfigure`, as slurmctld's reconfigure)."""
+    sim = Simulator(run.trace, spec, get_policy("multifactor")({**knobs(config), "placement": placement}),
+                    record_segments=True)
+    for t, new in sorted(changes, key=lambda c: c[0]):
+        sim.run(until=t)
+        sim.reconfigure(get_policy("multifactor").space.validate({**knobs(new), "placement": placement}))
+    return sim.run()
+
+
+def agreement(run: RealRun, sim: Simulator, bf_interval: float) -> dict:
+    """How the simulated run matches the real one: start order, start times, wait and JCT."""
+    from scipy.stats import kendalltau
+
     rec = sim.records()
-    sim_start = rec.first_start
-    diff = np.abs(sim_start - real_start)
-    tau = kendalltau(real_start, sim_start).statistic
+    diff = np.abs(rec.first_start - run.start)
     return {
-        "jobs": len(trace),
-        "times": "slurmctld.log (ms)" if precise else "sacct (s)",
-        "tau": float(tau),
+        "jobs": len(run.trace),
+        "times": "slurmctld.log (ms)" if run.precise else "sacct (s)",
+        "tau": float(kendalltau(run.start, rec.first_start).statistic),
         "median_abs_start_diff": float(np.median(diff)),
         "p90_abs_start_diff": float(np.percentile(diff, 90)),
-        "within_2_bf_interval": float(np.mean(diff <= 2 * config["bf_interval"])),
-        "avg_wait_real": float(np.mean(real_start - submit)),
+        "within_2_bf_interval": float(np.mean(diff <= 2 * bf_interval)),
+        "avg_wait_real": float(np.mean(run.start - run.submit)),
         "avg_wait_sim": float(np.mean(rec.queue)),
-        "avg_jct_real": float(np.mean(real_end - submit)),
+        "avg_jct_real": float(np.mean(run.end - run.submit)),
         "avg_jct_sim": float(np.mean(rec.jct)),
         "backfill": sim.policies[0].backfill_kind,
-        "killed_real": int(sum(r["State"].startswith("TIMEOUT") for r in rows)),
+        "killed_real": int(sum(r["State"].startswith("TIMEOUT") for r in run.rows)),
     }
+
+
+def compare(sacct_path: Path, tag: str, config: dict, placement: str,
+            log: Path | dict | None = None, model: bool = True) -> dict:
+    """Simulate the jobs of one real run under `config` and compare start times (`read_run`,
+    `twin_spec` with the assoc.txt beside the sacct file, `simulate`, `agreement`)."""
+    run = read_run(sacct_path, tag, log)
+    spec = twin_spec(run, config, sacct_path.parent / "assoc.txt", model)
+    return agreement(run, simulate(run, spec, config, placement), config["bf_interval"])
 
 
 def run_config(cl: Cluster, name: str, config: dict, jobs: list[Job], outdir: Path,

@@ -4,7 +4,8 @@
 # Everything (configs, state, logs, PID files, sockets) lives under $TESTBED_ROOT and every port is
 # derived from $TESTBED_PORT_BASE, so several clusters run side by side. See docs/testbed.md.
 #
-#   slurm-testbed.sh install [--browser]   apt packages (idempotent); --browser adds chromium + driver
+#   slurm-testbed.sh install [--browser]   apt packages (idempotent; prometheus for the metrics test);
+#                                          --browser adds chromium + driver
 #   slurm-testbed.sh start [--fresh]       start what is not running; --fresh wipes state and database
 #   slurm-testbed.sh stop [DAEMON...]      stop by PID file (all, or e.g. `stop slurmctld`)
 #   slurm-testbed.sh status
@@ -302,7 +303,9 @@ start_slurmd() {
 # Ready = every node answers (not down/unknown/not responding). After --fresh that means idle.
 nodes_ready() {
     local out bad
+    # one line per node and partition: a node in two partitions is listed twice
     out=$(timeout 5 sinfo -h -N -o '%N %t') || return 1
+    out=$(sort -u <<<"$out")
     [[ $(wc -l <<<"$out") -eq ${#NODES[@]} ]] || return 1
     bad=$(awk '$2 !~ /^(idle|alloc|mix|comp|resv|plnd)$/' <<<"$out")
     [[ -z $bad ]]
@@ -492,7 +495,7 @@ cmd_status() {
 # --- install ---------------------------------------------------------------------------------------
 
 cmd_install() {
-    local pkgs=(slurm-wlm slurmdbd mariadb-server munge) missing=() p
+    local pkgs=(slurm-wlm slurmdbd mariadb-server munge prometheus) missing=() p
     for a in "$@"; do
         case $a in
             --browser) pkgs+=(chromium chromium-driver) ;;

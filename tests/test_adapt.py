@@ -100,7 +100,7 @@ def test_live_backlog_of_a_job_submitted_before_the_window():
     jobs = LiveJobs(job_id=obj("0", "1", "2"), submit=np.array([0.0, 1000.0, 3700.0]),
                     start=np.array([0.0, 1000.0, 3700.0]), end=np.array([3500.0, np.nan, 3710.0]),
                     gpus=np.array([1, 1, 1]), user=obj("u", "u", "u"), account=obj("a", "a", "a"),
-                    partition=obj("p", "p", "p"), time_limit=np.full(3, np.nan),
+                    partition=obj("p", "p", "p"), time_limit=np.full(3, np.nan), cpus=np.zeros(3),
                     finished=np.array([True, False, True]), duration=np.array([3500.0, 0.0, 10.0]),
                     report=LoadReport(source="test"))
     obs, origin = observation(jobs, now=4000.0, window=400.0)

@@ -156,7 +156,7 @@ def test_live_observation_fills_the_backlog_history_by_default():
     jobs = LiveJobs(job_id=obj("0", "1", "2"), submit=np.array([0.0, 1000.0, 3700.0]),
                     start=np.array([0.0, 1500.0, np.nan]), end=np.array([3500.0, np.nan, np.nan]),
                     gpus=np.array([1, 2, 1]), user=obj("u", "u", "u"), account=obj("a", "a", "a"),
-                    partition=obj("p", "p", "p"), time_limit=np.full(3, np.nan),
+                    partition=obj("p", "p", "p"), time_limit=np.full(3, np.nan), cpus=np.zeros(3),
                     finished=np.array([True, False, False]), duration=np.array([3500.0, 0.0, 0.0]),
                     report=LoadReport(source="test"))
     obs, _ = observation(jobs, now=4000.0, window=4000.0, backlog_history=False)

@@ -38,6 +38,12 @@ BOUNDS = {
     "autosched.workload.level:MAX_LEVEL_SD": lambda v: f"in [0, {v:g}]",
     "autosched.cli.common:MAX_SEED": lambda v: f"[0, {v:,}]",
     "autosched.service.token:MIN_LENGTH": lambda v: f"at least {v} characters",
+    "autosched.live.history:MAX_HISTORY_BYTES": lambda v: f"≤ {v / 2**30:g} GiB",
+    "autosched.live.history:MAX_ROW_BYTES": lambda v: f"≤ {v // 1024} KiB per row",
+    "autosched.service.token:MAX_BYTES": lambda v: f"at most {v:,} bytes",
+    "autosched.live.slurm:MAX_SLURM_CONF_BYTES": lambda v: f"at most {v:,} bytes",
+    "autosched.service.guard:MAX_BODY": lambda v: f"at most {v:,} bytes, refused (413)",
+    "autosched.service.models:MAX_DIFF": lambda v: f"at most {v:,} characters",
 }
 # Constants named like bounds that bound autosched's own work, not what it reads
 INTERNAL = {
@@ -46,6 +52,7 @@ INTERNAL = {
     "autosched.tune.screening:MAX_CONDITIONING",  # the size of its conditioning sets
     "autosched.adapt.observe:MIN_EVENTS",  # finished jobs a group needs for its own estimate
     "autosched.workload.stat:MIN_WEEKLY_DAYS",  # history before stat fits day-of-week effects
+    "autosched.live.store:MAX_ID",  # SQLite's largest integer: an id above it is no revision
 }
 
 

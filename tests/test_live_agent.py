@@ -427,7 +427,7 @@ def test_a_model_round_draws_the_agents_validation_samples(tmp_path):
     """The agent's source validates on its own count of fresh samples (the controller's tests
     check that those are judged and never tuned on)."""
     agent, _ = make(tmp_path, model="stat", samples=2, validation_samples=3, period=3600)
-    source = agent._new_controller(agent._running_or_baseline(), agent.connector.cluster()).source
+    source = agent._new_controller(agent._running_or_baseline(), agent.connector.setup()).source
     assert source.seeds(0) == [0, 1] and source.validation_seeds(503) == [503, 504, 505]
 
 

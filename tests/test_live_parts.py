@@ -18,11 +18,11 @@ from autosched.live.knobs import is_allowed, live_space, same_value
 from autosched.live.slurm import (
     SlurmRunner,
     add_queue_rows,
-    cluster_from_nodes,
     live_settings,
     node_gpus,
     parse_nodes,
     parse_show_config,
+    setup_from_slurm,
 )
 from autosched.policies.multifactor import Multifactor
 from autosched.space import ConfigError
@@ -124,6 +124,26 @@ def test_the_live_subspace_pins_fixed_knobs_and_narrows_managed_ones():
         assert Multifactor.space.validate(c) == c
 
 
+def test_the_live_subspace_keeps_a_running_value_its_step_would_leave_out_of_the_default():
+    # a running PriorityMaxAge of 840 s (a compressed-time cluster) with a step of 0.25 of the log
+    # range [600 s, 60 d]: the range becomes 840 / f .. 840 * f with f = 8640 ** 0.25 = 9.64, i.e.
+    # [600, 8098.6] s, which leaves out the knob's default of 7 d (604800 s); the search starts
+    # from the running value instead of failing the live view
+    ls = live_space("multifactor")
+    running = ls.full({"PriorityMaxAge": 840.0, "PriorityWeightAge": 90000})
+    space = Multifactor.space.restrict(live_subspace("multifactor", ls.fixed, running, max_step=0.25))
+    age = space["PriorityMaxAge"]
+    assert (age.low, round(age.high, 1)) == (600.0, round(840 * 8640 ** 0.25, 1)) == (600.0, 8098.6)
+    assert age.default == 840.0
+    # an Int knob: weight 90000 +- 25000 -> [65000, 100000], its default the running 90000
+    w = space["PriorityWeightAge"]
+    assert (w.low, w.high, w.default) == (65000, 100000, 90000)
+    # 1000 +- 25000 -> [0, 26000], the default stays at the running 1000
+    js = space["PriorityWeightJobSize"]
+    assert (js.low, js.high, js.default) == (0, 26000, 1000)
+    assert space.default() == running
+
+
 def test_settings_round_trip_and_bf_flags():
     ls = live_space("multifactor")
     cfg = ls.full({"PriorityMaxAge": 7200.0, "PriorityFavorSmall": True})
@@ -173,14 +193,21 @@ NodeName=login Gres=(null) Partitions=cpu State=IDLE
 
 def test_cluster_from_scontrol_nodes():
     assert node_gpus("gpu:a100:4(S:0),gpu:v100:2") == 6 and node_gpus("(null)") == 0
-    c = cluster_from_nodes(parse_nodes(NODES))
+    setup = setup_from_slurm({}, parse_nodes(NODES), [], "Account|User|ParentName|Share\nroot|||1\n", "")
+    c = setup.cluster_spec()
     assert (c.nodes, c.gpus_per_node, c.uniform) == (2, 8, True)  # login has no GPU
-    split = cluster_from_nodes(parse_nodes("NodeName=a Gres=gpu:4 Partitions=p1\n"
-                                           "NodeName=b Gres=gpu:4 Partitions=p2\n"
-                                           "NodeName=c Gres=gpu:4 Partitions=p2\n"))
-    assert split.vc_nodes == (("p1", 1), ("p2", 2)) and not split.uniform
+    assert c.slurm_partitions == ()  # no partition listed: one pool
+    # partitions that do not overlap stay Slurm partitions of one pool (fair share is one tree
+    # across them, as in slurmctld), not separate VCs
+    split = setup_from_slurm({}, parse_nodes("NodeName=a Gres=gpu:4 Partitions=p1\n"
+                                             "NodeName=b Gres=gpu:4 Partitions=p2\n"
+                                             "NodeName=c Gres=gpu:4 Partitions=p2\n"),
+                             parse_nodes("PartitionName=p1\nPartitionName=p2 Default=YES\n"), "", "")
+    spec = split.cluster_spec()
+    assert spec.uniform and spec.nodes == 3
+    assert [(p.name, p.nodes) for p in spec.slurm_partitions] == [("p2", (1, 2)), ("p1", (0,))]
     with pytest.raises(LiveError, match="no node has GPUs"):
-        cluster_from_nodes(parse_nodes("NodeName=x Gres=(null)\n"))
+        setup_from_slurm({}, parse_nodes("NodeName=x Gres=(null)\n"), [], "", "")
 
 
 def test_queue_rows_fill_in_what_sacct_has_not_recorded():

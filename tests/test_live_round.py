@@ -31,12 +31,14 @@ from autosched.live.round import (
     next_retry,
 )
 from autosched.live.store import Event, Evidence, Flags, JudgedOutcome, Revision, RevisionKind, RevisionState
+from autosched.live.twin import ClusterSetup
 from live_helpers import HEADER, row
 
 A, P = RevisionState.APPLIED, RevisionState.PROPOSED
 K = RevisionKind
 RULES = RoundRules(period=600.0, history=3600.0, min_jobs=10, metric="avg_jct", margin=0.05)
 T = 1_800_000_000.0  # when the running revision went live
+SETUP = ClusterSetup((("n1", 8), ("n2", 8)))
 
 
 def rev(id_, kind=K.PROPOSAL, applied=T, parent=1, outcome=None, gain=None, state=A):
@@ -60,7 +62,7 @@ def history(before_s: float, after_s: float, n: int = 10):
 
 
 def seen(**kw):
-    base = dict(now=T + 700, trigger="period", flags=Flags(), running=rev(2),
+    base = dict(now=T + 700, trigger="period", flags=Flags(), running=rev(2), setup=SETUP,
                 jobs=history(100, 100, n=10))
     return Observed(**{**base, **kw})
 
@@ -97,6 +99,16 @@ def test_a_change_within_the_margin_is_kept_and_the_round_goes_on():
     # 100 s -> 104 s: -4%, inside the 5% margin
     plan = decide(seen(jobs=history(100, 104)), RULES, T + 700)
     assert isinstance(plan, Tune) and plan.running.id == 2
+    assert plan.judged.verdict == "kept: avg_jct 100.0 -> 104.0 (-4.0%)"
+
+
+def test_a_round_tunes_on_the_setup_it_read_and_never_without_one():
+    plan = decide(seen(), RULES, T + 700)
+    assert isinstance(plan, Tune) and plan.setup is SETUP
+    # the judge needs no setup; tuning does (observe reads it before the history)
+    plan = decide(seen(setup=None, jobs=history(100, 104)), RULES, T + 700)
+    why = "the round read no cluster setup to simulate"
+    assert plan == Stop(Action.BLOCKED, why, blocked=why, judged=plan.judged)
     assert plan.judged.verdict == "kept: avg_jct 100.0 -> 104.0 (-4.0%)"
 
 
@@ -176,7 +188,15 @@ def test_the_stored_summary_keeps_the_keys_older_rounds_have():
         "blocked": RoundOutcome(Action.BLOCKED, "hand edit"),
         "frozen": RoundOutcome(Action.FROZEN, "frozen by"),
     }
-    assert {a: set(o.to_summary()) for a, o in now.items()} == old
+    # every old key is kept; a round that read the history adds the jobs the twin left out, one
+    # that read the cluster's setup adds it and what changed in it
+    new = {"proposed": {"left_out"}, "wait": {"left_out"}, "none": {"left_out"}, "blocked": set(), "frozen": set()}
+    assert {a: set(o.to_summary()) for a, o in now.items()} == {a: old[a] | new[a] for a in old}
+    read = RoundOutcome(Action.WAIT, "w", history=HistoryCounts(60, 60, 0, {"more GPUs than its partition has": 1}),
+                        setup=SETUP, setup_changes=("node n2 added (8)",)).to_summary()
+    assert set(read) == old["wait"] | {"left_out", "setup", "setup_changes"}
+    assert (read["left_out"], read["setup_changes"]) == ({"more GPUs than its partition has": 1}, ["node n2 added (8)"])
+    assert ClusterSetup.from_dict(read["setup"]) == SETUP
     assert {a.value for a in Action} >= set(old)
     # read back for the status: any version's row, and a row with keys missing
     assert RoundRecord.from_row(5, {"action": "wait", "why": "w", "trigger": "period", "revision": True}) == \

@@ -93,8 +93,10 @@ def test_sbatch_jobs_appear_in_the_history_with_their_gpus_and_times(slurm_testb
 
 def test_cluster_and_live_values(slurm_testbed):
     conn = SlurmConnector(slurm_testbed.include, slurm_testbed.conf)
-    c = conn.cluster()
+    c = conn.setup().cluster_spec()
     assert (c.nodes, c.gpus_per_node, c.uniform) == (4, 8, True)
+    assert [(p.name, p.nodes, p.priority_tier) for p in c.slurm_partitions] == [
+        ("gpu", (0, 1, 2, 3), 1), ("urgent", (0, 1), 2)]
     live = conn.live_values()
     assert live["PriorityWeightAge"] == "1000" and live["PriorityMaxAge"] == "7-00:00:00"
     assert live["PriorityWeightFairshare"] == "10000" and live["PriorityFavorSmall"] == "No"

@@ -76,7 +76,8 @@ def test_openapi_documents_every_endpoint(svc):
     assert set(spec["paths"]) == {
         "/api/status", "/api/revisions", "/api/revisions/{rev_id}", "/api/proposals",
         "/api/outcomes", "/api/revisions/{rev_id}/approve", "/api/revisions/{rev_id}/reject",
-        "/api/rollback", "/api/freeze", "/api/unfreeze"}
+        "/api/rollback", "/api/freeze", "/api/unfreeze", "/api/revisions/{rev_id}/preview",
+        "/metrics"}
     approve = spec["paths"]["/api/revisions/{rev_id}/approve"]["post"]
     assert {"401", "404", "409", "422"} <= set(approve["responses"])
     assert "HTTPBearer" in spec["components"]["securitySchemes"]
@@ -391,3 +392,49 @@ def test_the_schema_types_evidence_outcome_and_states_from_the_store(svc):
         f.name for f in dataclasses.fields(JudgedOutcome)}
     assert schemas["RevisionState"]["enum"] == [s.value for s in RevisionState]
     assert set(schemas["AgentStatus"]["properties"]) >= {"running", "last_round", "version"}
+
+
+def test_preview_then_approve_records_who_and_the_diff(svc):
+    """Who approved: the preview is the include file exactly as the apply writes it; the approve
+    that sends its diff back is recorded with the name and the diff."""
+    from autosched.live.fake import FakeConnector
+
+    c, anon, store = svc
+    include = FakeConnector(store.state_dir.parent / "fake").include
+    p = anon._call("GET", "/api/revisions/2/preview")
+    assert (p["revision"], p["path"], p["before"]) == (2, str(include), None)
+    assert p["after"].splitlines()[0] == "# revision 2 (period)"
+    assert "PriorityWeightAge=5000" in p["after"].splitlines()
+    assert p["diff"].splitlines()[:3] == [f"--- {include} (now)", f"+++ {include} (revision 2)",
+                                          f"@@ -0,0 +1,{len(p['after'].splitlines())} @@"]
+    assert not include.exists()  # a preview writes nothing
+    # a diff other than the one the file would get: refused, nothing applied
+    with pytest.raises(Conflict, match="HTTP 409: the include file would now be written "
+                                       "differently from the diff confirmed for revision 2"):
+        c._call("POST", "/api/revisions/2/approve",
+                {"operator": "alice", "include_diff": p["diff"].replace("5000", "5001")})
+    assert store.pending().id == 2 and not include.exists()
+    rev = c._call("POST", "/api/revisions/2/approve",
+                  {"operator": "alice", "include_diff": p["diff"]})
+    assert rev["approval"] == {"actor": "operator:alice", "include_diff": p["diff"],
+                               "confirmed": True, "time": rev["approval"]["time"]}
+    assert include.read_text() == p["after"]  # written exactly as previewed
+    assert store.get(2).approval.include_diff == p["diff"]
+    assert store.get(1).approval is None  # the baseline was never approved
+    with pytest.raises(Conflict, match="revision 2 is applied; only a proposed revision can be "
+                                       "approved"):
+        anon._call("GET", "/api/revisions/2/preview")
+
+
+def test_a_command_line_approve_records_the_diff_unconfirmed(tmp_path):
+    from typer.testing import CliRunner
+
+    from autosched.cli import build_app
+
+    store = seed(tmp_path / "state")
+    r = CliRunner().invoke(build_app(), ["agent", "approve", "2", "--state", str(tmp_path / "state"),
+                                         "--actor", "operator:dave"])
+    assert r.exit_code == 0, r.output
+    ap = store.get(2).approval
+    assert (ap.actor, ap.confirmed) == ("operator:dave", False)
+    assert "+PriorityWeightAge=5000" in ap.include_diff.splitlines()

@@ -1,7 +1,8 @@
 """The status page in a real browser (Debian's Chromium, headless, through Selenium) against the
 service in its own process: it loads with nothing from the network, shows the running revision
-and the pending proposal, refuses an action without the right token, and an approve with the token
-changes the running revision in the store."""
+and the pending proposal, shows the include file's diff and asks for the operator's name before an
+approve, refuses an action without the right token, and an approve with the token changes the
+running revision in the store and records who approved and the diff shown."""
 
 from __future__ import annotations
 
@@ -71,25 +72,32 @@ def test_approve_needs_the_token_then_changes_the_running_revision(browser, serv
     browser.get(url + "/")
     browser.execute_script("sessionStorage.clear()")
     browser.get(url + "/")
-    # no token: the page asks for it; cancelling sends nothing
+    # the first click shows the include file's diff (a read: no token needed on localhost)
     browser.find_element(By.ID, "approve").click()
+    wait_for(browser, "#include-diff", r"\+PriorityWeightAge=5000")
+    # no name: nothing is sent
+    browser.find_element(By.ID, "confirm-approve").click()
+    wait_for(browser, "#message", "enter your name")
+    browser.find_element(By.ID, "operator-name").send_keys("alice")
+    # no token: the page asks for it; cancelling sends nothing
+    browser.find_element(By.ID, "confirm-approve").click()
     alert = browser.switch_to.alert
     assert "token" in alert.text
     alert.dismiss()
     wait_for(browser, "#message", "an action needs the token")
     # a wrong token: the service's 401 is shown, nothing changes
     browser.find_element(By.ID, "token").send_keys("not-the-token-0123456789")
-    browser.find_element(By.ID, "approve").click()
+    browser.find_element(By.ID, "confirm-approve").click()
     wait_for(browser, "#message", r"^401: a valid bearer token is required")
     assert store.running().id == 1 and store.pending().id == 2
     # the token: the proposal goes live, the page reloads showing it
     tok = browser.find_element(By.ID, "token")
     tok.clear()
     tok.send_keys(TOKEN)
-    browser.find_element(By.ID, "approve").click()
+    browser.find_element(By.ID, "confirm-approve").click()
     wait_for(browser, "#running-rev", r"^revision 2 \(period\)")
     assert store.running().id == 2 and store.pending() is None
-    assert store.get(2).events[-1].actor == "service:token"
+    assert store.get(2).events[-1].actor == "operator:alice"
     assert live_values(store.state_dir)["PriorityWeightAge"] == "5000"  # the cluster runs it
     assert "none" in browser.find_element(By.ID, "pending").text
     # the token is kept for the tab: freezing needs no prompt now
@@ -118,3 +126,40 @@ def test_page_follows_changes_made_elsewhere(browser, served):
     store.freeze("operator:carol", "from the shell")  # as `autosched agent freeze` writes it
     banner = wait_for(browser, "#frozen", "from the shell", timeout=60)  # polls every 10 s
     assert banner.text.startswith("Frozen by operator:carol: from the shell.")
+
+
+def test_approve_shows_the_include_diff_as_written_and_records_who(browser, served):
+    """Who approved: the page shows the include file's diff exactly as the apply writes it and
+    asks for a name before the final click; the store records both with the revision."""
+    from selenium.webdriver.common.by import By
+
+    from autosched.live.fake import FakeConnector
+
+    url, store = served
+    include = FakeConnector(store.state_dir.parent / "fake").include
+    assert not include.exists()  # the fake cluster has not been written to yet
+    browser.get(url + "/")
+    browser.find_element(By.ID, "token").send_keys(TOKEN)
+    assert not browser.find_element(By.ID, "confirm").is_displayed()
+    browser.find_element(By.ID, "approve").click()
+    wait_for(browser, "#include-diff", r"\+PriorityWeightAge=5000")
+    shown = browser.execute_script("return document.getElementById('include-diff').textContent")
+    assert browser.find_element(By.ID, "include-path").text == str(include)
+    # Cancel sends nothing; Approve shows it again
+    browser.find_element(By.ID, "cancel-approve").click()
+    assert not browser.find_element(By.ID, "confirm").is_displayed()
+    assert store.pending().id == 2
+    browser.find_element(By.ID, "approve").click()
+    wait_for(browser, "#include-diff", r"\+PriorityWeightAge=5000")
+    browser.find_element(By.ID, "operator-name").send_keys("bob.smith")
+    browser.find_element(By.ID, "confirm-approve").click()
+    wait_for(browser, "#running-rev", r"^revision 2 \(period\)")
+    rev = store.get(2)
+    assert rev.approval is not None
+    assert (rev.approval.actor, rev.approval.confirmed) == ("operator:bob.smith", True)
+    assert rev.approval.include_diff == shown  # recorded as shown ...
+    written = include.read_text()  # ... and it is what was written: every line added to no file
+    assert shown.splitlines()[:3] == [f"--- {include} (now)", f"+++ {include} (revision 2)",
+                                      f"@@ -0,0 +1,{len(written.splitlines())} @@"]
+    assert [line[1:] for line in shown.splitlines()[3:]] == written.splitlines()
+    assert "PriorityWeightAge=5000" in written.splitlines()

@@ -188,3 +188,41 @@ def test_simulate_takes_partitions_and_the_association_tree(tmp_path):
     (tmp_path / "p.csv").write_text("partition,nodes\na,0-5\n")
     r = CliRunner().invoke(build_app(), args)
     assert r.exit_code == 2 and "error: Slurm partition 'a': nodes must be numbers in [0, 1]" in r.output
+
+
+@pytest.mark.parametrize("billing, first", [
+    # Slurm bills a job by its partition's TRESBillingWeights: u1's 50 s in p2 (10 per GPU-s)
+    # is 2000, u2's 100 s in p1 (1 per GPU-s) 400; at the recalculation at 180 u2 has used
+    # less, so Fair Tree ranks u2 first and j3 starts at 200, j2 when it ends.
+    (({"GRES/gpu": 1.0}, {"GRES/gpu": 10.0}), "j3"),
+    # Without partition weights the knobs bill both alike (1 per GPU-s): u1 200, u2 400.
+    (({}, {}), "j2"),
+])
+def test_a_job_is_billed_by_its_partitions_weights(billing, first):
+    parts = tuple(SlurmPartition(n, (0,), 1, tuple(b.items())) for n, b in zip(("p1", "p2"), billing))
+    trace = make_trace([(0, 4, 50), (0, 4, 100), (200, 4, 100), (200, 4, 100)]).replace(
+        user=np.asarray(["u1", "u2", "u1", "u2"], dtype=object),
+        account=np.asarray(["A", "B", "A", "B"], dtype=object),
+        partition=np.asarray(["p2", "p1", "p1", "p1"], dtype=object),
+        time_limit=np.full(4, 1000.0))
+    spec = ClusterSpec.uniform_nodes(1, 4, slurm_partitions=parts)
+    config = {**FLAT, "PriorityWeightFairshare": 10000, "PriorityDecayHalfLife": 60 * 86400.0,
+              "backfill": False, "TRESBillingWeights.GRES/gpu": 1.0, "TRESBillingWeights.CPU": 0.0}
+    sim = Simulator(trace, spec, get_policy("multifactor")(config)).run()
+    expected = {"j2": [0, 50, 200, 300], "j3": [0, 50, 300, 200]}[first]
+    assert starts(sim) == expected
+
+
+def test_billing_weights_from_the_partition_file(tmp_path):
+    path = tmp_path / "parts.csv"
+    path.write_text('partition,nodes,priority_tier,billing_weights\n'
+                    'gpu,0-3,1,"CPU=1.0,GRES/gpu=4.0"\nhi,0-1,2,\n')
+    assert read_slurm_partitions(path) == (
+        SlurmPartition("gpu", (0, 1, 2, 3), 1, (("CPU", 1.0), ("GRES/gpu", 4.0))),
+        SlurmPartition("hi", (0, 1), 2, ()))
+    path.write_text('partition,nodes,billing_weights\ngpu,0,"CPU=x"\n')
+    with pytest.raises(ClusterError, match=r"line 2, column 'billing_weights': 'CPU=x' is not TRES=WEIGHT"):
+        read_slurm_partitions(path)
+    path.write_text('partition,nodes,billing_weights\ngpu,0,"CPU=1,cpu=2"\n')
+    with pytest.raises(ClusterError, match="TRES 'cpu' is weighted twice"):
+        read_slurm_partitions(path)

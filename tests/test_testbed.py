@@ -147,6 +147,10 @@ def test_needs_slurm():
 def test_needs_browser():
     pytest.skip("no browser here")
 
+@pytest.mark.prometheus
+def test_needs_prometheus():
+    pytest.skip("no prometheus here")
+
 def test_plain():
     pass
 '''
@@ -162,13 +166,14 @@ def test_ci_fails_the_run_when_real_component_tests_skip(tmp_path, ci, workers):
     res = subprocess.run([sys.executable, "-m", "pytest", "-p", "testbed", "-p", "no:cacheprovider",
                           "-q", "-rs", *workers, str(tmp_path / "test_guarded.py")],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
-    message = "error: CI=true but 2 test(s) needing real components (Slurm/Chromium) were skipped"
+    message = ("error: CI=true but 3 test(s) needing real components (Slurm/Chromium/Prometheus) "
+               "were skipped")
     if ci:
         assert res.returncode == 1, res.stdout + res.stderr
         assert message in res.stdout
     else:
         assert res.returncode == 0, res.stdout + res.stderr
-        assert "2 skipped" in res.stdout and message not in res.stdout
+        assert "3 skipped" in res.stdout and message not in res.stdout
 
 
 GROUPED = '''

@@ -1,10 +1,13 @@
-"""Real components for tests: a Slurm cluster (scripts/slurm-testbed.sh) and a headless Chromium.
+"""Real components for tests: a Slurm cluster (scripts/slurm-testbed.sh), a headless Chromium and
+a Prometheus server.
 
 Loaded from tests/conftest.py as a plugin. Tests marked ``slurm`` use the session fixture
 ``slurm_testbed`` (one fresh 4-node x 8-GPU cluster per session, on one xdist worker); tests
-marked ``browser`` use ``browser`` (a Selenium driver for Debian's chromium). Locally a missing
-component skips with one line saying why; with ``CI=true`` it is a failure, and the session fails if
-any ``slurm``/``browser`` test was skipped, so CI can never go green without the real components.
+marked ``browser`` use ``browser`` (a Selenium driver for Debian's chromium); tests marked
+``prometheus`` use ``prometheus_bin`` (Debian's prometheus, which a test starts itself). Locally a
+missing component skips with one line saying why; with ``CI=true`` it is a failure, and the
+session fails if any ``slurm``/``browser``/``prometheus`` test was skipped, so CI can never go
+green without the real components.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ from chromium_kit import CHROMEDRIVER, CHROMIUM, start_chromium
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "scripts" / "slurm-testbed.sh"
-REAL_MARKERS = ("slurm", "browser")
+REAL_MARKERS = ("slurm", "browser", "prometheus")
+PROMETHEUS = Path("/usr/bin/prometheus")  # Debian's (scripts/slurm-testbed.sh install)
 DEFAULT_PORT_BASE = 24000
 PORT_SPAN = 20  # ports B..B+19 (see the script's header)
 SLURM_PROGRAMS = ("munged", "mariadbd", "slurmdbd", "slurmctld", "slurmd", "sbatch", "sacctmgr")
@@ -68,6 +72,11 @@ class Testbed:
     gpus_per_node: int = 8
     users: tuple[str, ...] = ("alice", "bob", "carol")
     accounts: dict[str, int] = field(default_factory=lambda: {"physics": 60, "chemistry": 40})
+    # partition -> (nodes, PriorityTier, TRESBillingWeights), as scripts/slurm/slurm.conf.in sets
+    # them; gpu is the default
+    partitions: dict[str, tuple[tuple[str, ...], int, str]] = field(default_factory=lambda: {
+        "gpu": (("n1", "n2", "n3", "n4"), 1, "CPU=1.0,GRES/gpu=4.0"),
+        "urgent": (("n1", "n2"), 2, "CPU=2.0,GRES/gpu=8.0")})
 
     def run(self, *argv: str, user: str | None = None, timeout: float = 30,
             check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -101,8 +110,9 @@ class Testbed:
 
     def sbatch(self, gpus: int, seconds: float, *, user: str = "alice", account: str = "physics",
                time_limit: str = "5", begin: str | None = None, name: str | None = None,
-               extra: Sequence[str] = ()) -> int:
-        """Submit `sleep seconds` on `gpus` GPUs as `user`; return the job id.
+               partition: str | None = None, extra: Sequence[str] = ()) -> int:
+        """Submit `sleep seconds` on `gpus` GPUs as `user` (to `partition`, default gpu); return
+        the job id.
 
         Output goes to /dev/null: job ids restart at 1 on a fresh cluster, so any file name
         would collide with a stale one (see docs/testbed.md)."""
@@ -114,6 +124,8 @@ class Testbed:
             argv.append(f"--begin={begin}")
         if name is not None:
             argv.append(f"--job-name={name}")
+        if partition is not None:
+            argv.append(f"--partition={partition}")
         argv += [*extra, "--wrap", f"sleep {seconds}"]
         out = self.run(*argv, user=user).stdout.strip()
         return int(out.split(";")[0])
@@ -194,7 +206,9 @@ def free_port_bases(worker: str) -> Iterator[int]:
 @pytest.fixture(scope="session")
 def slurm_testbed(request: pytest.FixtureRequest) -> Iterator[Testbed]:
     """A fresh real Slurm cluster for the session: 4 nodes x 8 fake GPUs, slurmdbd + MariaDB,
-    accounts physics(60)/chemistry(40), users alice/bob/carol. Stopped at session end."""
+    accounts physics(60)/chemistry(40), users alice/bob/carol, partitions gpu (all nodes, tier 1,
+    the default) and urgent (n1-n2, tier 2), each with its own billing weights. Stopped at
+    session end."""
     reason = missing_slurm()
     if reason:
         unavailable(reason)
@@ -239,6 +253,14 @@ def _chromium_ready() -> None:
         unavailable("browser tests need the selenium package (pip install -e '.[test]')")
 
 
+@pytest.fixture(scope="session")
+def prometheus_bin() -> Path:
+    """Debian's prometheus server binary (each test starts and stops its own server)."""
+    if not PROMETHEUS.exists():
+        unavailable(f"the metrics test needs {PROMETHEUS} (scripts/slurm-testbed.sh install)")
+    return PROMETHEUS
+
+
 @pytest.fixture
 def browser(_chromium_ready: None, tmp_path: Path) -> Iterator[object]:
     """A Selenium webdriver for Debian's headless Chromium with a fresh profile; quit after."""
@@ -255,6 +277,8 @@ def browser(_chromium_ready: None, tmp_path: Path) -> Iterator[object]:
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slurm: needs a real Slurm cluster (fixture slurm_testbed)")
     config.addinivalue_line("markers", "browser: needs headless Chromium (fixture browser)")
+    config.addinivalue_line("markers", "prometheus: needs Debian's prometheus (fixture "
+                                       "prometheus_bin)")
     if hasattr(config, "workerinput"):  # an xdist worker: it reports the node ids
         config.pluginmanager.register(_GroupSuffix(), "autosched-xdist-group-suffix")
 
@@ -313,5 +337,6 @@ def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatu
     skips = _REAL_SKIPS
     if in_ci() and skips:
         terminalreporter.write_line(
-            f"error: CI=true but {len(skips)} test(s) needing real components (Slurm/Chromium) "
+            f"error: CI=true but {len(skips)} test(s) needing real components "
+            f"(Slurm/Chromium/Prometheus) "
             f"were skipped: {', '.join(skips[:5])}{' ...' if len(skips) > 5 else ''}", red=True)

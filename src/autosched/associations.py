@@ -42,13 +42,19 @@ def read_associations(path: Path | str) -> tuple[Association, ...]:
             rows = list(csv.reader(f, delimiter="|"))
     except (OSError, UnicodeDecodeError, csv.Error) as e:
         raise InputError(f"{path}: cannot read the association listing ({e})") from None
+    return parse_associations(rows, str(path))
+
+
+def parse_associations(rows: list[list[str]], where: str) -> tuple[Association, ...]:
+    """The associations of a ``sacctmgr -P show assoc`` listing split into cells (the header
+    first), as `read_associations` reads them; errors name `where` and the line."""
     if not rows:
-        raise InputError(f"{path}: empty association listing")
+        raise InputError(f"{where}: empty association listing")
     header = [c.strip().lower() for c in rows[0]]
     need = ("account", "user", "parentname", "share")
     missing = [c for c in need if c not in header]
     if missing:
-        raise InputError(f"{path}: line 1: need columns Account, User, ParentName, Share "
+        raise InputError(f"{where}: line 1: need columns Account, User, ParentName, Share "
                          f"(missing {', '.join(missing)}); found {found_columns(rows[0])}")
     ia, iu, ip, is_ = (header.index(c) for c in need)
     out: list[Association] = []
@@ -56,19 +62,19 @@ def read_associations(path: Path | str) -> tuple[Association, ...]:
         if not any(c.strip() for c in r):
             continue
         if len(r) < len(header):
-            raise InputError(f"{path}: line {line}: {len(r)} fields, the header has {len(header)}")
+            raise InputError(f"{where}: line {line}: {len(r)} fields, the header has {len(header)}")
         acct, user, parent, share = r[ia].strip(), r[iu].strip(), r[ip].strip(), r[is_].strip()
         if not acct:
-            raise InputError(f"{path}: line {line}, column 'Account': empty")
+            raise InputError(f"{where}: line {line}, column 'Account': empty")
         try:
             shares = int(share)
         except ValueError:
-            raise InputError(f"{path}: line {line}, column 'Share': {share!r} is not an integer "
+            raise InputError(f"{where}: line {line}, column 'Share': {share!r} is not an integer "
                              "(fairshare=parent is not modelled)") from None
         if shares < 0:
-            raise InputError(f"{path}: line {line}, column 'Share': must be >= 0 (got {shares})")
+            raise InputError(f"{where}: line {line}, column 'Share': must be >= 0 (got {shares})")
         out.append(Association(acct, user, parent if not user else acct, shares))
-    return check_tree(out, str(path))
+    return check_tree(out, where)
 
 
 def check_tree(assocs: list[Association] | tuple[Association, ...], where: str = "association tree"

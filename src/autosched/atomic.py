@@ -125,6 +125,25 @@ def check_input(path: str | os.PathLike, what: str = "file") -> None:
         raise InputError(f"{os.fspath(path)}: is {_kind(st.st_mode)}, not a regular file; expected a {what}")
 
 
+def read_text_input(path: str | os.PathLike, what: str, max_bytes: int) -> str:
+    """The text of input `path` under the input rules: a regular file (`check_input`), at most
+    `max_bytes` bytes (a larger one is not `what`; nothing more is read), UTF-8. Every refusal
+    is an `InputError` naming `path`."""
+    shown = os.fspath(path)
+    check_input(path, what)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(max_bytes + 1)
+    except OSError as e:
+        raise InputError(f"{shown}: cannot read ({e.strerror or e})") from None
+    if len(raw) > max_bytes:
+        raise InputError(f"{shown}: larger than {max_bytes} bytes; not a {what}")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InputError(f"{shown}: not UTF-8 text (byte {e.start}); expected a {what}") from None
+
+
 def _kind(mode: int) -> str:
     if stat.S_ISDIR(mode):
         return "a directory"

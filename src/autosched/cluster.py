@@ -36,14 +36,58 @@ MAX_GPUS_PER_NODE = 1024
 MAX_CLUSTER_GPUS = 1_000_000
 
 
+# The TRES a partition's billing weights may name that the simulator counts (a job's CPUs and
+# GPUs), spelled as Slurm prints them; weights of other TRES (Mem, Node, licenses) have nothing
+# to weigh here.
+BILLED_TRES = ("CPU", "GRES/gpu")
+
+
 @dataclass(frozen=True)
 class SlurmPartition:
     """A Slurm partition of a uniform cluster: its nodes (numbers from 0; partitions may share
-    nodes) and its ``PriorityTier`` (Slurm schedules the jobs of higher tiers first)."""
+    nodes), its ``PriorityTier`` (Slurm schedules the jobs of higher tiers first) and, when
+    given, its ``TRESBillingWeights`` as (TRES, weight) pairs: the fair-share usage its jobs are
+    charged per CPU- and GPU-second, in place of the policy's ``TRESBillingWeights.*`` knobs
+    (empty: the knobs). A TRES the pairs do not name weighs 0, as in Slurm."""
 
     name: str
     nodes: tuple[int, ...]
     priority_tier: int = 1
+    billing_weights: tuple[tuple[str, float], ...] = ()
+
+    def billing_weight(self, tres: str) -> float:
+        """The weight of `tres` (Slurm's TRES names ignore case); 0 when not listed."""
+        return next((w for t, w in self.billing_weights if t.lower() == tres.lower()), 0.0)
+
+
+def parse_billing_weights(text: str, where: str = "TRESBillingWeights") -> tuple[tuple[str, float], ...]:
+    """``CPU=1.0,GRES/gpu=4.0`` (as slurm.conf and ``scontrol show partition`` spell a
+    partition's TRESBillingWeights) as (TRES, weight) pairs; empty text gives none. A weight may
+    carry a unit suffix (``Mem=0.25G``: per GB), which is dropped. Raises ClusterError naming
+    `where` on a pair that is not TRES=number >= 0, or a TRES named twice."""
+    text = text.strip().strip('"')
+    if text.lower() in ("", "(null)", "none"):
+        return ()
+    out: list[tuple[str, float]] = []
+    for item in text.split(","):
+        tres, sep, value = item.strip().partition("=")
+        tres = tres.strip()
+        try:
+            weight = float(value.strip().rstrip("KMGTPkmgtp")) if sep and tres else math.nan
+        except ValueError:
+            weight = math.nan
+        if not (math.isfinite(weight) and weight >= 0):
+            raise ClusterError(f"{where}: {item.strip()!r} is not TRES=WEIGHT with a weight >= 0")
+        if any(t.lower() == tres.lower() for t, _ in out):
+            raise ClusterError(f"{where}: TRES {tres!r} is weighted twice")
+        out.append((tres, weight))
+    return tuple(out)
+
+
+def billing_text(weights: tuple[tuple[str, float], ...]) -> str:
+    """The pairs as slurm.conf spells them (``CPU=1,GRES/gpu=4``): `parse_billing_weights`'s
+    inverse."""
+    return ",".join(f"{t}={w:g}" for t, w in weights)
 
 
 @dataclass(frozen=True)
@@ -116,6 +160,8 @@ class ClusterSpec:
         for p in self.slurm_partitions:
             if names.count(p.name) > 1:
                 raise ClusterError(f"Slurm partition {p.name!r} is described twice")
+            if any(not (math.isfinite(w) and w >= 0) for _, w in p.billing_weights):
+                raise ClusterError(f"Slurm partition {p.name!r}: billing weights must be numbers >= 0")
             if not p.nodes or min(p.nodes) < 0 or max(p.nodes) >= self.nodes:
                 raise ClusterError(f"Slurm partition {p.name!r}: nodes must be numbers in [0, {self.nodes - 1}] "
                                    f"(got {list(p.nodes)})")
@@ -242,7 +288,10 @@ def _read_vc_file(path: Path, **kw) -> ClusterSpec:
 
 def read_slurm_partitions(path: Path | str) -> tuple[SlurmPartition, ...]:
     """Slurm partitions from a CSV with columns ``partition``, ``nodes`` (node numbers from 0,
-    as ``0-3,6``) and optionally ``priority_tier`` (default 1), one partition a line."""
+    as ``0-3,6``) and optionally ``priority_tier`` (default 1) and ``billing_weights`` (the
+    partition's TRESBillingWeights, quoted: ``"CPU=1.0,GRES/gpu=4.0"``; empty: the policy's
+    knobs), one partition a line. A job without a partition goes to the first (list Slurm's
+    ``Default=YES`` partition first)."""
     path = Path(path)
     try:
         check_input(path, "CSV of partition,nodes,priority_tier")
@@ -257,6 +306,7 @@ def read_slurm_partitions(path: Path | str) -> tuple[SlurmPartition, ...]:
         raise ClusterError(f"{path}: line 1: need columns 'partition' and 'nodes'; found {found_columns(header)}")
     ip, inodes = header.index("partition"), header.index("nodes")
     it = header.index("priority_tier") if "priority_tier" in header else None
+    ib = header.index("billing_weights") if "billing_weights" in header else None
     out = []
     for line, r in enumerate(rows[1:], start=2):
         if not any(c.strip() for c in r):
@@ -274,7 +324,9 @@ def read_slurm_partitions(path: Path | str) -> tuple[SlurmPartition, ...]:
             raise ClusterError(f"{path}: line {line}, column 'priority_tier': not an integer") from None
         if tier < 0:
             raise ClusterError(f"{path}: line {line}, column 'priority_tier': must be >= 0 (got {tier})")
-        out.append(SlurmPartition(r[ip].strip(), tuple(sorted(set(nodes))), tier))
+        billing = parse_billing_weights(r[ib] if ib is not None and ib < len(r) else "",
+                                        f"{path}: line {line}, column 'billing_weights'")
+        out.append(SlurmPartition(r[ip].strip(), tuple(sorted(set(nodes))), tier, billing))
     if not out:
         raise ClusterError(f"{path}: no partitions listed")
     return tuple(out)

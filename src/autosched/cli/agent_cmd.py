@@ -78,11 +78,13 @@ def init_cmd(
     seed_history: Optional[Path] = typer.Option(None, "--seed-history", help="an older sacct export that seeds the history"),
     backlog_history: Optional[bool] = typer.Option(None, "--backlog-history/--no-backlog-history", help="evaluation workloads keep each running or pending job's past (run time x GPUs, age) instead of restarting it as a new job  [default: on]", show_default=False),
     timeout: float = typer.Option(30.0, "--timeout", help="seconds a Slurm command may take"),
+    notify: Optional[str] = typer.Option(None, "--notify", help="URL to POST a JSON notice to on a new proposal, a block, an apply, a rollback and a freeze"),
 ) -> None:
     """Create the agent's state directory and save how it reaches the cluster and what it tunes."""
     from ..errors import InputError
     from ..live.agent import AgentSettings, init_agent
     from ..live.errors import LiveError
+    from ..live.history import check_seed
     from ..timeparse import parse_duration
 
     if fake is not None:
@@ -107,9 +109,11 @@ def init_cmd(
         min_jobs=min_jobs, metric=metric, budget=budget, model=model, samples=samples,
         validation_samples=validation_samples,
         margin=margin, bounds=bounds, max_step=max_step, fixed=_pairs(fix, "fix"),
-        seed_history=str(seed_history.resolve()) if seed_history else None)
+        seed_history=str(seed_history.resolve()) if seed_history else None, notify=notify)
     if backlog_history is not None:
         settings.backlog_history = backlog_history
+    if seed_history is not None:
+        check_seed(seed_history)  # before anything is written
     st = state or default_state()
     agent = init_agent(st, settings)
     if connector["kind"] == "slurm":
@@ -130,6 +134,12 @@ def init_cmd(
     if agent.space.fixed:
         typer.echo("fixed in live mode (no Slurm setting): " +
                    ", ".join(f"{k}={v}" for k, v in agent.space.fixed.items()))
+    try:
+        warnings = agent.connector.setup().warnings()
+    except LiveError as e:
+        warnings = [f"cannot read the cluster's setup yet ({e}); each round reads it"]
+    for w in warnings:
+        typer.echo(f"warning: {w}")
 
 
 @agent_app.command("step")
@@ -167,19 +177,27 @@ def _print_round(out: RoundOutcome) -> None:
 def run_cmd(state: Optional[Path] = _state_opt(),
             rounds: Optional[int] = typer.Option(None, "--rounds", help="stop after this many rounds"),
             poll: Optional[float] = typer.Option(None, "--poll", help="seconds between drift checks")) -> None:
-    """Run rounds every period (and when the workload drifts) until stopped (Ctrl-C, SIGTERM)."""
+    """Run rounds every period (and when the workload drifts) until stopped (Ctrl-C, SIGTERM).
+
+    Logs one JSON line per round and action on standard output (docs/service.md)."""
     import signal
+    import sys
+    import threading
+
+    from ..live.events_log import JsonLog
 
     agent = _open(state)
-    stop = {"now": False}
+    stop = threading.Event()  # SIGTERM ends the wait between rounds at once, not after a poll
 
     def _stop(*_: Any) -> None:
-        stop["now"] = True
+        stop.set()
 
     signal.signal(signal.SIGTERM, _stop)
-    agent.log = lambda msg: typer.echo(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} {msg}")
+    log = JsonLog(sys.stdout)
+    agent.log = log.message
+    agent.sinks.append(log)
     try:
-        agent.run(rounds=rounds, poll=poll, should_stop=lambda: stop["now"])
+        agent.run(rounds=rounds, poll=poll, should_stop=stop.is_set, sleep=stop.wait)
     except KeyboardInterrupt:
         pass
 
@@ -224,6 +242,16 @@ def status_cmd(state: Optional[Path] = _state_opt(),
     if st.last_round:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.last_round.time))
         typer.echo(f"last round {when}: {st.last_round.action}: {st.last_round.why}")
+    if st.twin:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.twin.read_at))
+        typer.echo(f"cluster setup read {when}: " +
+                   (f"{len(st.twin.changes)} change(s) since the one before" if st.twin.changes else "no change seen"))
+        for c in st.twin.changes:
+            typer.echo(f"  changed: {c}")
+        for why, n in st.twin.left_out.items():
+            typer.echo(f"  {n} job(s) of the history left out of the twin: {why}")
+        for w in st.twin.warnings:
+            typer.echo(f"warning: {w}")
     typer.echo("history:")
     for r in st.history:
         last = r.events[-1]
@@ -282,6 +310,45 @@ def adopt_cmd(state: Optional[Path] = _state_opt(), actor: Optional[str] = _acto
     r = _open(state).adopt(_actor(actor))
     typer.echo(f"revision {r.id} records the live config: " +
                (", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()) or "no change"))
+
+
+@agent_app.command("twin")
+def twin_cmd(state: Optional[Path] = _state_opt(),
+             as_json: bool = typer.Option(False, "--json", help="print it as JSON")) -> None:
+    """What the agent's twin models of the cluster right now: its partitions (nodes,
+    PriorityTier, billing weights), the association tree with its shares, PriorityFlags, the jobs
+    of the observed history and the columns they carry, and what the twin leaves out. Reads the
+    cluster; writes nothing."""
+    from ..cluster import billing_text
+    from ..live.agent import read_only
+    from ..live.twin import observe_twin
+    from .common import print_json
+
+    settings, connector = read_only(state or default_state())
+    setup, view = observe_twin(connector, state or default_state(), settings.history,
+                               settings.seed_history)
+    if as_json:
+        print_json(view)
+        return
+    spec = setup.cluster_spec()
+    typer.echo(f"twin of {setup.source or connector.kind}: {spec.describe()}")
+    typer.echo("partitions:" if setup.partitions else "partitions: one pool (the policy's billing knobs)")
+    for p in setup.ordered_partitions():
+        typer.echo(f"  {p.name}{' (default)' if p.default else ''}: nodes {','.join(p.nodes)}, "
+                   f"PriorityTier {p.priority_tier}, billing {billing_text(p.billing_weights)}")
+    if view["associations"]:
+        typer.echo("associations (shares):")
+        for a in view["associations"]:
+            who = f"user {a['user']} in {a['account']}" if a["user"] else \
+                f"account {a['account']}" + (f" under {a['parent']}" if a["parent"] else "")
+            typer.echo(f"  {who}: {a['shares']}")
+    else:
+        typer.echo("associations: none read (fair share over the history's accounts and users, equal shares)")
+    typer.echo(f"priority flags: {','.join(view['priority_flags']) or '(none: Fair Tree)'}")
+    cols = ", ".join(f"{k} {v}" for k, v in view["trace_columns"].items())
+    typer.echo(f"history: {view['jobs']} jobs in the window; carrying {cols}")
+    for w in view["warnings"]:
+        typer.echo(f"warning: {w}")
 
 
 # The HTTP API and status page (branch `service`): its code lives in serve_cmd.py.

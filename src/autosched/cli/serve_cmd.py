@@ -15,18 +15,19 @@ def serve_cmd(
     state: Annotated[Path | None, typer.Option(
         "--state", help="the agent's state directory (revision store, settings, service.token) "
         "[default: $AUTOSCHED_STATE or ~/.autosched]")] = None,
-    host: Annotated[str, typer.Option(help="Address to listen on. Keep it on localhost and "
-                                      "reach it through an SSH tunnel; elsewhere reads need the "
-                                      "token too.")] = DEFAULT_HOST,
-    port: Annotated[int, typer.Option(min=0, max=65535, help="Port (0: any free one, printed "
-                                      "at start).")] = DEFAULT_PORT,
+    host: Annotated[str, typer.Option(envvar="AUTOSCHED_HOST", help="Address to listen on. Keep "
+                                      "it on localhost and reach it through an SSH tunnel; "
+                                      "elsewhere reads need the token too.")] = DEFAULT_HOST,
+    port: Annotated[int, typer.Option(min=0, max=65535, envvar="AUTOSCHED_PORT", help="Port (0: "
+                                      "any free one, printed at start).")] = DEFAULT_PORT,
     token_file: Annotated[Path | None, typer.Option(help="Your own token (a file readable by you "
                           "only). Default: STATE/service.token, generated on first start.")] = None,
 ) -> None:
-    """Serve the JSON API (schema at /api/openapi.json) and the status page at / until stopped.
+    """Serve the JSON API (schema at /api/openapi.json), the status page at / and Prometheus
+    metrics at /metrics until stopped.
 
     Reads are open on localhost; every action (approve, reject, rollback, freeze, unfreeze)
-    needs 'Authorization: Bearer TOKEN'."""
+    needs 'Authorization: Bearer TOKEN'. Logs one JSON line per action on standard error."""
     try:
         import fastapi  # noqa: F401
         import uvicorn  # noqa: F401

@@ -61,7 +61,7 @@ def simulate_cmd(
     jobs_out: Optional[Path] = typer.Option(None, "--jobs-out", help="write per-job records (.csv or .parquet)"),
     restart_overhead: str = typer.Option("40,60", "--restart-overhead", help="seconds a preempted job pays when it resumes: SMALL,LARGE for jobs of <= 8 GPUs and above (Lucid: 40,60; Tiresias: 0,0)"),
     slurm_assoc: Optional[Path] = typer.Option(None, "--slurm-assoc", help="Slurm's association tree for multifactor's fair share, as `sacctmgr -P show assoc format=Account,User,ParentName,Share` prints it (default: the trace's accounts and users)"),
-    slurm_partitions: Optional[Path] = typer.Option(None, "--slurm-partitions", help="Slurm partitions for multifactor: CSV partition,nodes,priority_tier (nodes from 0, e.g. 0-3); jobs use the trace's 'partition' column"),
+    slurm_partitions: Optional[Path] = typer.Option(None, "--slurm-partitions", help="Slurm partitions for multifactor: CSV partition,nodes,priority_tier[,billing_weights] (nodes from 0, e.g. 0-3; billing_weights as \"CPU=1.0,GRES/gpu=4.0\", in place of the TRESBillingWeights knobs); jobs use the trace's 'partition' column"),
 ) -> None:
     """Replay a trace on a cluster under a policy and print the metrics."""
     from ..sim import Simulator, result_of

@@ -3,14 +3,15 @@ cluster's configuration a revision in the store.
 
 A round (`Agent.step`) is observe -> decide -> act (live/round.py has the data and the rules):
 `observe` reconciles an apply that a killed process left half done, then reads the store, the
-live settings, the history and the cluster, and turns a failed read into a typed block (Slurm
-down: retried after a back-off); `decide` (pure) stops on a freeze, a hand edit, a change less
+live settings, the cluster's setup (its twin: partitions, associations, flags; live/twin.py) and
+the history, and turns a failed read into a typed block (Slurm down: retried after a back-off); `decide` (pure) stops on a freeze, a hand edit, a change less
 than a period old, an open proposal or too little history, judges the last change once a period
 has passed and plans the guard's rollback when it did worse than the margin, or plans a tuning
 round; `act` carries the plan out: one Controller round on the history turns a clear winner into a
 proposal (propose mode) or applies it (auto mode, within per-knob bounds and a maximum step). The
-round and the controller's memory (warm starts, pooled trials, drift reference) are recorded in the
-store, so a round in a new process goes on where the last one stopped. The CLI and the HTTP
+round (with the setup it read and what changed in it) and the controller's memory (warm starts,
+pooled trials, drift reference) are recorded in the store, so a round in a new process goes on
+where the last one stopped; a memory left on another setup of the cluster is not used. The CLI and the HTTP
 service call the same actions (approve, reject, rollback, freeze, unfreeze, adopt, status).
 """
 
@@ -27,9 +28,11 @@ from ..adapt.observe import BACKLOG_HISTORY
 from ..atomic import write_text_atomic
 from ..cluster import ClusterSpec
 from ..errors import AutoschedError
+from .activity import Activity, ActivityKind, ActivitySink
+from .approval import IncludePreview, apply_header, preview_of, same_diff
 from .connector import Connector
 from .errors import ActionNotAllowed, LiveError, SlurmUnavailable
-from .history import LiveJobs, combine, merge_sacct, observation, prune_sacct, read_jobs, seed_jobs
+from .history import LiveJobs, SeedHistory, observation, update_history
 from .knobs import LiveSpace, live_space, same_value
 from .round import (
     Action,
@@ -47,15 +50,14 @@ from .round import (
     next_retry,
 )
 from .status import AgentStatus, read_status
-from .store import Evidence, Flags, Revision, RevisionKind, RevisionState, RevisionStore
+from .store import Approval, Evidence, Flags, Revision, RevisionKind, RevisionState, RevisionStore
+from .twin import ClusterSetup, setup_changes, twin_jobs
 
 if TYPE_CHECKING:  # the controller pulls in the tuning stack: imported where a round tunes
     from ..adapt.controller import Controller, ControllerMemory
 
 SETTINGS_FILE = "settings.json"
-HISTORY_FILE = "history.sacct"
 MODES = ("propose", "auto")
-OVERLAP = 900.0  # s of history fetched again each round: jobs that changed state since
 
 
 @dataclass
@@ -86,6 +88,7 @@ class AgentSettings:
     # evaluation workloads keep each running or pending job's past (run time x GPUs, age); a
     # state directory saved before this field existed gets the default
     backlog_history: bool = BACKLOG_HISTORY
+    notify: str | None = None  # a webhook URL told of proposals, blocks, applies, ... (live/notify.py)
 
     def check(self) -> None:
         if self.mode not in MODES:
@@ -105,6 +108,10 @@ class AgentSettings:
         if self.connector.get("kind") not in ("slurm", "fake"):
             raise LiveError(f"connector {self.connector.get('kind')!r}: use slurm or fake")
         live_space(self.policy, self.fixed)  # the policy has live knobs; fixed values are valid
+        if self.notify is not None:
+            from .notify import check_url
+
+            check_url(self.notify)
 
     def save(self, state_dir: Path) -> None:
         write_text_atomic(Path(state_dir) / SETTINGS_FILE, json.dumps(asdict(self), indent=1))
@@ -147,8 +154,22 @@ class Agent:
         self.store = RevisionStore(self.state_dir)
         self.connector = connector if connector is not None else make_connector(settings.connector)
         self.space: LiveSpace = live_space(settings.policy, settings.fixed)
+        self.seed = SeedHistory(settings.seed_history) if settings.seed_history else None
         self._slurm: dict[str, dict[str, str] | None] = {}  # config (JSON) -> its Slurm spelling
         self.log: Callable[[str], None] = lambda msg: None
+        self.sinks: list[ActivitySink] = []  # told every round and action (live/activity.py)
+        if settings.notify:
+            from .notify import Webhook
+
+            self.sinks.append(Webhook(settings.notify, str(self.state_dir), lambda m: self.log(m)))
+
+    def _tell(self, activity: Activity) -> None:
+        """Hand `activity` to every sink; a sink that fails is said in the log, never raised."""
+        for sink in self.sinks:
+            try:
+                sink(activity)
+            except Exception as e:  # noqa: BLE001 - a sink must not undo what was done
+                self.log(f"{type(sink).__name__} failed on {activity.kind.value}: {e}")
 
     # -- status ---------------------------------------------------------------------------
     def status(self, history: int = 10) -> AgentStatus:
@@ -173,8 +194,20 @@ class Agent:
         return self._slurm[key]
 
     # -- operator actions -----------------------------------------------------------------
-    def approve(self, rev_id: int, actor: str) -> Revision:
-        """Apply proposal `rev_id` now (through the connector; checked, restored on failure)."""
+    def preview(self, rev_id: int) -> IncludePreview:
+        """The include file as approving proposal `rev_id` would write it, and its diff against
+        the file now (live/approval.py). Writes nothing."""
+        rev = self.store.get(rev_id)
+        if rev.state is not RevisionState.PROPOSED:
+            raise ActionNotAllowed(f"revision {rev_id} is {rev.state.value}; only a proposed "
+                                   "revision can be approved")
+        settings = self.space.to_settings(self.space.full(rev.config))
+        return preview_of(rev.id, self.connector.preview(settings, header=apply_header(rev)))
+
+    def approve(self, rev_id: int, actor: str, confirmed_diff: str | None = None) -> Revision:
+        """Apply proposal `rev_id` now (through the connector; checked, restored on failure),
+        recording who approved and the include file's diff. With `confirmed_diff` (the diff the
+        approver was shown, `preview`), refused unless the file would be written so."""
         self.reconcile()
         rev = self.store.get(rev_id)
         if rev.state is not RevisionState.PROPOSED:
@@ -194,7 +227,15 @@ class Agent:
         if edited:
             self._refuse_approve(rev_id, f"the live config differs from revision {running.id} "
                                  f"({edited}); adopt or undo that edit first")
-        return self._apply(rev, actor, f"approved by {actor}")
+        seen = self.preview(rev_id)
+        if confirmed_diff is not None and not same_diff(confirmed_diff, seen.diff):
+            raise ActionNotAllowed(f"the include file would now be written differently from the "
+                                   f"diff confirmed for revision {rev_id}; look at it again")
+        done = self._apply(rev, actor, f"approved by {actor}",
+                           approval=Approval(actor, seen.diff, confirmed_diff is not None,
+                                             time.time()))
+        self._tell(Activity(ActivityKind.APPROVE, actor, f"approved by {actor}", done))
+        return done
 
     def _refuse_approve(self, rev_id: int, reason: str) -> NoReturn:
         """Refuse an approve with `reason`, unless the store moved on since the checks began:
@@ -211,8 +252,10 @@ class Agent:
         raise ActionNotAllowed(reason)
 
     def reject(self, rev_id: int, actor: str, reason: str = "") -> Revision:
-        return self.store.transition(rev_id, RevisionState.REJECTED, actor=actor,
-                                     note=reason or "rejected")
+        rev = self.store.transition(rev_id, RevisionState.REJECTED, actor=actor,
+                                    note=reason or "rejected")
+        self._tell(Activity(ActivityKind.REJECT, actor, reason or "rejected", rev))
+        return rev
 
     def rollback(self, rev_id: int | None, actor: str, note: str = "") -> Revision:
         """Make the config of revision `rev_id` (None: the one applied before the running one)
@@ -242,15 +285,22 @@ class Agent:
                                 trigger=f"rollback to {target.id}", actor=actor,
                                 note=note or f"rollback to revision {target.id}", parent=running.id,
                                 evidence=Evidence(rollback_of=running.id, to=target.id))
-        return self._apply(new, actor, note or f"rollback to revision {target.id} by {actor}",
+        why = note or f"rollback to revision {target.id} by {actor}"
+        done = self._apply(new, actor, why,
                            replaced_note=f"rolled back to revision {target.id} (revision {new.id}) "
                                          f"by {actor}{': ' + note if note else ''}")
+        self._tell(Activity(ActivityKind.ROLLBACK, actor, why, done))
+        return done
 
     def freeze(self, actor: str, reason: str = "") -> Flags:
-        return self.store.freeze(actor, reason)
+        flags = self.store.freeze(actor, reason)
+        self._tell(Activity(ActivityKind.FREEZE, actor, reason))
+        return flags
 
     def unfreeze(self, actor: str) -> Flags:
-        return self.store.unfreeze(actor)
+        flags = self.store.unfreeze(actor)
+        self._tell(Activity(ActivityKind.UNFREEZE, actor))
+        return flags
 
     def adopt(self, actor: str, note: str = "") -> Revision:
         """Record the live settings, as they are now, as the running revision (after a hand edit
@@ -267,6 +317,7 @@ class Agent:
         rev = self.store.create(live, kind=RevisionKind.ADOPTED, trigger="adopted", actor=actor,
                                 note=note or "live settings adopted as they are")
         self.store.set_blocked("", actor)
+        self._tell(Activity(ActivityKind.ADOPT, actor, note or "live settings adopted", rev))
         return rev
 
     # -- reading the cluster ----------------------------------------------------------------
@@ -302,35 +353,34 @@ class Agent:
     def jobs(self, now: float) -> LiveJobs:
         """The history (cache updated with what sacct has since the last round, incrementally),
         plus the seed file's jobs the cluster no longer reports."""
-        cache = self.state_dir / HISTORY_FILE
-        old = cache.read_text() if cache.exists() else ""
-        fetched = float(json.loads((self.state_dir / "fetched.json").read_text())["until"]) \
-            if (self.state_dir / "fetched.json").exists() else None
-        since = now - self.settings.history if fetched is None else min(
-            fetched - OVERLAP, now - OVERLAP)
-        since = max(since, now - self.settings.history - OVERLAP)
-        text = prune_sacct(merge_sacct(old, self.connector.sacct_rows(since, now)),
-                           now - 2 * self.settings.history)
+        return update_history(self.state_dir, self.connector.sacct_rows, now,
+                              self.settings.history, self.seed)
+
+    def recorded_setup(self) -> ClusterSetup | None:
+        """The cluster's setup as the newest round that read it recorded it (None: none did, or
+        its record is not one; said in the log)."""
+        row = self.store.last_round_with("setup")
+        return None if row is None else self._setup_of(row[1])
+
+    def _setup_of(self, summary: Mapping[str, Any]) -> ClusterSetup | None:
+        """The setup a round's `summary` recorded (None: none, or not a setup; said in the log)."""
+        if summary.get("setup") is None:
+            return None
         try:
-            write_text_atomic(cache, text)
-            write_text_atomic(self.state_dir / "fetched.json", json.dumps({"until": now}))
-        except OSError as e:
-            raise LiveError(f"{cache}: cannot write the history cache: {e.strerror}") from None
-        jobs = read_jobs(text, source=f"sacct since {since:.0f}")
-        if self.settings.seed_history:
-            jobs = combine(jobs, read_jobs(seed_jobs(Path(self.settings.seed_history), now),
-                                           source=self.settings.seed_history))
-        return jobs
+            return ClusterSetup.from_dict(summary["setup"])
+        except LiveError as e:
+            self.log(f"{self.store.path}: a round's recorded setup: {e}; not used")
+            return None
 
     # -- applying ---------------------------------------------------------------------------
     def _apply(self, rev: Revision, actor: str, note: str, replaced_note: str = "",
-               min_interval: float | None = None) -> Revision:
+               min_interval: float | None = None, approval: Approval | None = None) -> Revision:
         settings = self.space.to_settings(self.space.full(rev.config))
         snap = self.connector.snapshot()
         intent = self.store.begin_apply(rev.id, actor=actor, previous=snap,
                                         min_interval=min_interval)
         try:
-            self.connector.apply(settings, header=f"revision {rev.id} ({rev.trigger})")
+            self.connector.apply(settings, header=apply_header(rev))
         except AutoschedError as e:
             self.store.end_apply(intent, state=RevisionState.FAILED, actor=actor,
                                  note=f"apply failed: {e}")
@@ -346,7 +396,7 @@ class Agent:
                 pass  # the intent stays open; the next start reconciles it
             raise
         self.store.end_apply(intent, state=RevisionState.APPLIED, actor=actor, note=note,
-                             replaced_note=replaced_note)
+                             replaced_note=replaced_note, approval=approval)
         return self.store.get(rev.id)
 
     def reconcile(self) -> str:
@@ -409,12 +459,20 @@ class Agent:
         if seen.hand_edits:
             return seen
         try:
+            setup = self.connector.setup()
+        except SlurmUnavailable as e:
+            return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
+        except LiveError as e:
+            return replace(seen, block=Block(f"cannot read the cluster's setup: {e}"))
+        seen = replace(seen, setup=setup, setup_changes=tuple(setup_changes(self.recorded_setup(), setup)))
+        try:
             jobs = self.jobs(seen.now)
         except SlurmUnavailable as e:
             return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
         except LiveError as e:
             return replace(seen, block=Block(f"cannot read the history: {e}"))
-        return replace(seen, jobs=jobs, pending=self.store.pending())
+        kept, left_out = twin_jobs(jobs, setup)
+        return replace(seen, jobs=kept, left_out=left_out, pending=self.store.pending())
 
     def act(self, plan: Plan, observed: Observed) -> RoundOutcome:
         """Carry `plan` out and record the round (with the controller's memory when it tuned)."""
@@ -436,10 +494,16 @@ class Agent:
             out, memory = self._tune(observed, plan)
         jobs = observed.jobs
         counts = None if jobs is None else HistoryCounts(jobs=int(len(jobs)), finished=int(jobs.finished.sum()),
-                                                         malformed_rows=jobs.malformed)
-        out = replace(out, trigger=observed.trigger, history=counts)
+                                                         malformed_rows=jobs.malformed,
+                                                         left_out=dict(observed.left_out))
+        out = replace(out, trigger=observed.trigger, history=counts, setup=observed.setup,
+                      setup_changes=observed.setup_changes)
         self.store.record_round(out.to_summary(), memory=memory)
-        self.log(f"{out.action.value}: {out.why}")
+        for change in out.setup_changes:
+            self.log(f"cluster setup changed: {change}")
+        self._tell(Activity(ActivityKind.ROUND, "agent", out.why, action=out.action.value,
+                            trigger=out.trigger, blocked_before=observed.flags.blocked,
+                            revision=self.store.get(out.revision) if out.revision else None))
         return out
 
     def _retry(self, e: LiveError, observed: Observed) -> float | None:
@@ -453,7 +517,7 @@ class Agent:
         try:
             obs, origin = observation(plan.jobs, observed.now, s.history, seed=s.seed,
                                       backlog_history=s.backlog_history)
-            ctl = self._controller(running, self.connector.cluster())
+            ctl = self._controller(running, plan.setup)
             d = ctl.decide(obs, trigger=observed.trigger)
         except SlurmUnavailable as e:
             return RoundOutcome(Action.BLOCKED, f"Slurm does not answer: {e}",
@@ -494,10 +558,11 @@ class Agent:
         return RoundOutcome(Action.APPLIED, d.reason, revision=rev.id), memory
 
     # -- the controller and its memory --------------------------------------------------------
-    def _new_controller(self, running: Revision, cluster: ClusterSpec) -> Controller:
-        """A Controller as the settings say, running `running`'s config and tuning the live view
-        of the policy (fixed knobs pinned, managed ones within the bounds and, in auto mode, the
-        maximum step from the running values)."""
+    def _new_controller(self, running: Revision, setup: ClusterSetup) -> Controller:
+        """A Controller as the settings say, simulating the cluster `setup` describes, running
+        `running`'s config and tuning the live view of the policy (fixed knobs pinned, those the
+        cluster sets - PriorityFlags - as it sets them; managed ones within the bounds and, in
+        auto mode, the maximum step from the running values)."""
         from ..adapt.controller import Controller, RoundTuner
         from ..adapt.drift import DriftTest
         from ..adapt.guardrail import Guardrail
@@ -506,11 +571,12 @@ class Agent:
         from ..tune.objective import Objective
 
         s = self.settings
-        full = self.space.full(running.config)
+        space = live_space(s.policy, {**s.fixed, **setup.pinned(self.space.fixed)})
+        full = space.full(running.config)
         bounds = {k: (float(v[0]), float(v[1])) for k, v in s.bounds.items()}
         from ..export.live import live_subspace
 
-        subspace = live_subspace(s.policy, self.space.fixed, full, bounds,
+        subspace = live_subspace(s.policy, space.fixed, full, bounds,
                                  s.max_step if s.mode == "auto" else None)
 
         def factory(policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
@@ -525,28 +591,37 @@ class Agent:
 
         source = ReplaySource() if s.model == "replay" else ModelSource(s.model, s.samples,
                                                                            validation_samples=s.validation_samples)
-        return Controller(s.policy, cluster, source, period=s.period,
+        return Controller(s.policy, setup.cluster_spec(), source, period=s.period,
                           budget=s.budget, metric=s.metric,
                           guardrail=Guardrail(k=s.k, min_margin=s.margin),
                           drift=DriftTest() if s.drift else None, recent=s.period,
                           min_gap=s.period, initial_config=full, seed=s.seed,
                           tuner_factory=factory, search=SearchConfig(screening=s.screening))
 
-    def _controller(self, running: Revision, cluster: ClusterSpec) -> Controller:
-        """The round's Controller, going on from the memory the last tuning round left."""
-        ctl = self._new_controller(running, cluster)
-        if (memory := self.memory()) is not None:
+    def _controller(self, running: Revision, setup: ClusterSetup) -> Controller:
+        """The round's Controller, going on from the memory the last tuning round left (unless
+        that round simulated another setup of the cluster: its trials and winners were
+        simulated on a cluster that is not this one)."""
+        ctl = self._new_controller(running, setup)
+        if (memory := self.memory(setup)) is not None:
             ctl.restore(memory)
         return ctl
 
-    def memory(self) -> ControllerMemory | None:
-        """The controller's memory in the store (None: no round tuned yet, or one of another
-        policy; an unreadable one is said in the log and not used)."""
+    def memory(self, setup: ClusterSetup | None = None) -> ControllerMemory | None:
+        """The controller's memory in the store (None: no round tuned yet, one of another policy,
+        or, given the cluster's `setup`, one left by a round that simulated another cluster; an
+        unreadable one is said in the log and not used)."""
         from ..adapt.controller import ControllerMemory
         from ..adapt.errors import AdaptError
 
-        text = self.store.controller_memory()
-        if text is None:
+        got = self.store.controller_memory_round()
+        if got is None:
+            return None
+        text, summary = got
+        if setup is not None and (was := self._setup_of(summary)) is not None \
+                and was.cluster_spec() != setup.cluster_spec():
+            self.log("the cluster's setup changed since the last tuning round; this round starts "
+                     "without its memory")
             return None
         try:
             memory = ControllerMemory.from_json(text)
@@ -563,10 +638,13 @@ class Agent:
         running = self.store.running()
         if memory is None or memory.reference is None or running is None:
             return ""
+        # the setup the last round read (the rounds read it; a poll only reads the history)
+        setup = self.recorded_setup() or self.connector.setup()
         now = self.connector.now() if now is None else now
-        obs, _ = observation(self.jobs(now), now, self.settings.history, seed=self.settings.seed,
+        jobs, _ = twin_jobs(self.jobs(now), setup)
+        obs, _ = observation(jobs, now, self.settings.history, seed=self.settings.seed,
                              backlog_history=self.settings.backlog_history)
-        ctl = self._new_controller(running, self.connector.cluster())
+        ctl = self._new_controller(running, setup)
         ctl.restore(memory)
         rep = ctl.check_drift(obs)
         return rep.reason if rep is not None and rep.drifted else ""
@@ -613,6 +691,13 @@ def init_agent(state_dir: Path | str, settings: AgentSettings) -> Agent:
     except OSError as e:
         raise LiveError(f"{state_dir}: cannot write the agent's settings: {e.strerror or e}") from None
     return Agent(state_dir, settings)
+
+
+def read_only(state_dir: Path | str) -> tuple[AgentSettings, Connector]:
+    """The settings saved in `state_dir` and a connector to the cluster they name, for a command
+    that only reads (``agent twin``): no store is opened, nothing is reconciled or written."""
+    settings = AgentSettings.load(Path(state_dir))
+    return settings, make_connector(settings.connector)
 
 
 def open_agent(state_dir: Path | str, connector: Connector | None = None) -> Agent:

@@ -10,16 +10,26 @@ and absent when not). Converting to and from the simulator's units is `autosched
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..cluster import ClusterSpec
 from .errors import LiveError
+from .twin import ClusterSetup
 
 
 class ApplyFailed(LiveError):
     """An apply did not take effect; the connector has put the previous settings back (the
     message says so, or says what could not be restored)."""
+
+
+@dataclass(frozen=True)
+class IncludeChange:
+    """The file an apply writes, as it is and as the apply would write it."""
+
+    path: str
+    before: str | None  # None: the file does not exist yet
+    after: str
 
 
 class Connector(Protocol):
@@ -48,9 +58,12 @@ class Connector(Protocol):
         merges it into its cache) and by ``autosched slurm history``."""
         ...
 
-    def cluster(self) -> ClusterSpec:
-        """The cluster as the simulator models it (nodes, GPUs per node, partitions). Called each
-        round that tunes."""
+    def setup(self) -> ClusterSetup:
+        """What the agent's twin models of the cluster (`autosched.live.twin`): its GPU nodes,
+        partitions (nodes, PriorityTier, TRESBillingWeights), the association tree with its
+        shares, PriorityFlags, and notes on what the twin leaves out; its `cluster_spec()` is
+        the `ClusterSpec` the tuner simulates. Read each round that tunes, and by ``agent
+        twin``."""
         ...
 
     def live_values(self) -> dict[str, str]:
@@ -65,6 +78,12 @@ class Connector(Protocol):
         it to the store as the apply's write-ahead intent."""
         ...
 
+    def preview(self, settings: dict[str, str], header: str = "") -> IncludeChange:
+        """What `apply(settings, header)` would write, byte for byte, and what the file holds
+        now; writes nothing (Slurm: may read the live SchedulerParameters it merges into).
+        Called before an approve, so that an operator confirms the file as it will be written."""
+        ...
+
     def apply(self, settings: dict[str, str], header: str = "") -> None:
         """Make `settings` (every managed setting) live: write them, make the scheduler read them,
         read them back and check each one. On any failure restore the snapshot taken first and
@@ -75,6 +94,12 @@ class Connector(Protocol):
         """Put back what `snapshot` returned and make the scheduler read it. Called when an apply
         was interrupted (the agent was killed) and is reconciled on the next start."""
         ...
+
+
+def include_change(include: Path, after: str) -> IncludeChange:
+    """`Connector.preview` of a connector that owns one include file: its text now (None when
+    it does not exist) and `after`."""
+    return IncludeChange(str(include), include_snapshot(include)["include"], after)
 
 
 def include_snapshot(include: Path) -> dict[str, Any]:

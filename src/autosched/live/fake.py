@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from ..atomic import write_text_atomic
-from ..cluster import ClusterSpec
 from ..export.slurm import to_slurm
 from ..policies.multifactor import Multifactor
-from .connector import ApplyFailed, include_snapshot
+from .connector import ApplyFailed, IncludeChange, include_change, include_snapshot
 from .errors import LiveError, SlurmUnavailable
 from .knobs import same_value
+from .twin import ClusterSetup
 
 # The fake's slurm.conf: these multifactor settings at the policy's defaults, spelled as Slurm
 # spells them (7-0, NO, ...). Taken from the policy's ConfigSpace, so they cannot drift from it.
@@ -46,12 +46,19 @@ class FakeConnector:
 
     @classmethod
     def create(cls, directory: str | Path, base: dict[str, str] | None = None, nodes: int = 4,
-               gpus_per_node: int = 8, sacct: str = "") -> "FakeConnector":
+               gpus_per_node: int = 8, sacct: str = "",
+               setup: ClusterSetup | None = None) -> "FakeConnector":
+        """A fake cluster in `directory`: slurm.conf's values `base`, a history `sacct`, and a
+        setup (default: `nodes` nodes ``n1``, ``n2``, ... of `gpus_per_node` GPUs in one pool,
+        no association tree)."""
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         base = dict(DEFAULT_BASE if base is None else base)
+        if setup is None:
+            setup = ClusterSetup(tuple((f"n{k + 1}", gpus_per_node) for k in range(nodes)),
+                                 source="fake")
         state = {"base": base, "live": dict(base), "down": False, "fail_reconfigure": False,
-                 "ignore": [], "apply_delay": 0.0, "nodes": nodes, "gpus_per_node": gpus_per_node,
+                 "ignore": [], "apply_delay": 0.0, "setup": setup.to_dict(),
                  "sacct": sacct, "clock": None, "calls": []}
         write_text_atomic(d / "fake.json", json.dumps(state, indent=1))
         return cls(d)
@@ -98,9 +105,12 @@ class FakeConnector:
     def sacct_rows(self, since: float, until: float) -> str:
         return self._log("sacct")["sacct"]
 
-    def cluster(self) -> ClusterSpec:
-        s = self._log("scontrol show node")
-        return ClusterSpec.uniform_nodes(s["nodes"], s["gpus_per_node"], source="fake")
+    def setup(self) -> ClusterSetup:
+        return ClusterSetup.from_dict(self._log("scontrol show partition")["setup"])
+
+    def set_setup(self, setup: ClusterSetup) -> None:
+        """The cluster's setup changes (an operator adds an account, changes shares, ...)."""
+        self.update(setup=setup.to_dict())
 
     def live_values(self) -> dict[str, str]:
         return dict(self._log("scontrol show config")["live"])
@@ -108,10 +118,17 @@ class FakeConnector:
     def snapshot(self) -> dict[str, Any]:
         return include_snapshot(self.include)
 
+    def render(self, settings: dict[str, str], header: str = "") -> str:
+        """The include file for `settings`: the header as comments, then one line per setting."""
+        text = "".join(f"# {h}\n" for h in header.splitlines() if h)
+        return text + "".join(f"{k}={v}\n" for k, v in settings.items())
+
+    def preview(self, settings: dict[str, str], header: str = "") -> IncludeChange:
+        return include_change(self.include, self.render(settings, header))
+
     def apply(self, settings: dict[str, str], header: str = "") -> None:
         before = self.snapshot()
-        text = "".join(f"# {h}\n" for h in header.splitlines() if h)
-        text += "".join(f"{k}={v}\n" for k, v in settings.items())
+        text = self.render(settings, header)
         try:
             write_text_atomic(self.include, text)
         except OSError as e:

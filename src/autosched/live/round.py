@@ -2,8 +2,8 @@
 
 A round is observe -> decide -> act (`Agent.step`):
 
-- ``Agent.observe`` does every read (the store, Slurm's live settings, the history) and turns a
-  failed read into a `Block` that says how soon to try again (`retry_after`);
+- ``Agent.observe`` does every read (the store, Slurm's live settings, the cluster's setup, the
+  history) and turns a failed read into a `Block` that says how soon to try again (`retry_after`);
 - `decide` is pure: from the `Observed`, the `RoundRules` and the time it returns a `Plan`
   (`Stop`, `RollBack` or `Tune`), so every rule of a round is tested without a store or a cluster;
 - ``Agent.act`` carries the plan out and returns a `RoundOutcome`, which is what the store
@@ -13,12 +13,13 @@ A round is observe -> decide -> act (`Agent.step`):
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
 from .history import LiveJobs, period_metrics
 from .store import Evidence, Flags, JudgedOutcome, Revision, RevisionKind
+from .twin import ClusterSetup
 
 FIRST_RETRY = 30.0  # s: the first wait after a temporary failure; it doubles, up to a period
 
@@ -79,7 +80,10 @@ class Observed:
     block: Block | None = None
     running: Revision | None = None
     hand_edits: str = ""  # "" or which live settings differ from the running revision's
-    jobs: LiveJobs | None = None
+    setup: ClusterSetup | None = None  # the cluster's setup (`Connector.setup`), read once a round
+    setup_changes: tuple[str, ...] = ()  # what changed since the setup a round recorded last
+    jobs: LiveJobs | None = None  # the history's jobs the twin can place (`twin.twin_jobs`)
+    left_out: Mapping[str, int] = field(default_factory=dict)  # the others, by reason
     pending: Revision | None = None
 
 
@@ -119,11 +123,12 @@ class RollBack:
 
 @dataclass(frozen=True)
 class Tune:
-    """Run a tuning round on `jobs` and turn a clear winner into a change of `running` (a
-    proposal, or applied in auto mode)."""
+    """Run a tuning round on `jobs`, simulating the cluster as `setup` describes it, and turn a
+    clear winner into a change of `running` (a proposal, or applied in auto mode)."""
 
     running: Revision
     jobs: LiveJobs
+    setup: ClusterSetup
     judged: JudgedOutcome | None = None
 
 
@@ -170,7 +175,10 @@ def decide(obs: Observed, rules: RoundRules, now: float) -> Plan:
         why = (f"too little history: {finished} jobs finished in the last {rules.history:g} s, "
                f"{rules.min_jobs} needed to fit a workload model; nothing proposed")
         return Stop(Action.BLOCKED, why, blocked=why, judged=judged)
-    return Tune(running, jobs, judged)
+    if obs.setup is None:  # (`Agent.observe` reads it before the history)
+        why = "the round read no cluster setup to simulate"
+        return Stop(Action.BLOCKED, why, blocked=why, judged=judged)
+    return Tune(running, jobs, obs.setup, judged)
 
 
 def judge(running: Revision, jobs: LiveJobs, rules: RoundRules, now: float) -> JudgedOutcome | None:
@@ -205,11 +213,14 @@ def judge(running: Revision, jobs: LiveJobs, rules: RoundRules, now: float) -> J
 
 @dataclass(frozen=True)
 class HistoryCounts:
-    """The history a round read."""
+    """The history a round read: the jobs the twin can place (of them, `finished`), and the
+    others by reason (`twin.twin_jobs`: a partition or association the cluster does not have,
+    more GPUs than a partition has)."""
 
     jobs: int
     finished: int
     malformed_rows: int  # sacct rows skipped as malformed
+    left_out: Mapping[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -224,6 +235,8 @@ class RoundOutcome:
     retry_after: float | None = None  # s until the next round should try (None: a period)
     evidence: Evidence | None = None  # a tuning round's figures when it proposed nothing
     history: HistoryCounts | None = None  # None when the round stopped before reading it
+    setup: ClusterSetup | None = None  # the cluster's setup (None: not read, as `history`)
+    setup_changes: tuple[str, ...] = ()  # what changed since the setup a round recorded last
 
     @property
     def exit_code(self) -> int:
@@ -242,7 +255,9 @@ class RoundOutcome:
             d["retry_after"] = self.retry_after
         if self.history is not None:
             d.update(history_jobs=self.history.jobs, finished=self.history.finished,
-                     malformed_rows=self.history.malformed_rows)
+                     malformed_rows=self.history.malformed_rows, left_out=dict(self.history.left_out))
+        if self.setup is not None:
+            d.update(setup=self.setup.to_dict(), setup_changes=list(self.setup_changes))
         if self.evidence is not None:
             d["evidence"] = self.evidence.to_dict()
         return d

@@ -1,8 +1,9 @@
 """`SlurmConnector`: a running Slurm cluster through its command-line tools.
 
-Reads with ``sacct`` (history), ``scontrol show node`` (the cluster), ``scontrol show config``
-(live values); writes only its own include file (``Include <file>`` at the end of slurm.conf,
-so its values win over earlier ones), then ``scontrol reconfigure`` and a read-back of every
+Reads with ``sacct`` (history), ``scontrol show node/partition/config`` and ``sacctmgr show
+assoc/qos`` (the cluster's setup, `setup_from_slurm`), ``scontrol show config`` (live values);
+writes only its own include file (``Include <file>`` at the end of slurm.conf, so its values win
+over earlier ones), then ``scontrol reconfigure`` and a read-back of every
 managed value; on any failure the previous file is put back and Slurm reconfigured again.
 
 Every command goes through `SlurmRunner`: a timeout, a few retries with back-off for reads, and a
@@ -16,17 +17,19 @@ import os
 import re
 import subprocess
 import time
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..atomic import write_text_atomic
-from ..cluster import ClusterSpec
-from .connector import ApplyFailed, include_snapshot
+from ..associations import parse_associations
+from ..atomic import check_input, read_text_input, write_text_atomic
+from ..cluster import ClusterError, parse_billing_weights
+from ..errors import InputError
+from .connector import ApplyFailed, IncludeChange, include_change, include_snapshot
 from .errors import LiveError, SlurmUnavailable
 from .knobs import BACKFILL_PREFIX, canonical, is_allowed, same_value
+from .twin import ClusterSetup, PartitionSetup, billed_tres_note
 
 SACCT_FIELDS = ("JobID", "Submit", "Start", "End", "AllocTRES", "ReqTRES", "User", "Account",
                 "Partition", "State", "JobName", "NCPUS", "Timelimit")
@@ -36,6 +39,7 @@ SQUEUE_FORMAT = "%i|%V|%S|%b|%u|%a|%P|%T|%j|%C|%l"
 _DOWN = ("unable to contact slurm controller", "connection refused", "socket timed out",
          "unable to establish connection", "slurmdbd", "unable to connect to database",
          "zero bytes were transmitted")
+MAX_SLURM_CONF_BYTES = 1 << 20  # a slurm.conf is a few kilobytes; a larger file is not one
 
 
 @dataclass
@@ -55,6 +59,15 @@ class SlurmRunner:
             env["SLURM_CONF"] = self.slurm_conf
         return env
 
+    def check_conf(self) -> None:
+        """`LiveError` naming slurm.conf when it is not a regular file (a FIFO would hold every
+        Slurm command, a directory fails each in its own words): said once, before a command."""
+        if self.slurm_conf:
+            try:
+                check_input(self.slurm_conf, "slurm.conf")
+            except InputError as e:
+                raise LiveError(str(e)) from None
+
     def run(self, args: Sequence[str], *, read: bool = True) -> str:
         """stdout of the command; `SlurmUnavailable` when it times out or cannot reach the
         daemons (after the retries, for reads), `LiveError` when it fails otherwise."""
@@ -62,6 +75,7 @@ class SlurmRunner:
         if self.bin_dir:
             args[0] = str(Path(self.bin_dir) / args[0])
         shown = " ".join(args)
+        self.check_conf()
         attempts = 1 + (self.retries if read else 0)
         delay = self.backoff
         for attempt in range(attempts):
@@ -155,7 +169,8 @@ def live_settings(config: dict[str, str]) -> dict[str, str]:
 
 
 def parse_nodes(text: str) -> list[dict[str, str]]:
-    """``scontrol show node -o`` (one node per line) as a list of key -> value."""
+    """``scontrol show node -o`` (one node per line; also ``show partition -o``) as a list of
+    key -> value (a value runs to the next space: ``TRESBillingWeights=CPU=1.0,GRES/gpu=4.0``)."""
     nodes = []
     for line in text.splitlines():
         if not line.strip():
@@ -175,24 +190,66 @@ def node_gpus(gres: str) -> int:
     return total
 
 
-def cluster_from_nodes(nodes: list[dict[str, str]], source: str = "scontrol show node") -> ClusterSpec:
-    """Nodes with GPUs as a `ClusterSpec`: one pool, or one VC per partition when the partitions'
-    GPU nodes do not overlap. GPUs per node is the most common count (the simulator has one)."""
+def setup_from_slurm(config: dict[str, str], nodes: list[dict[str, str]],
+                     partitions: list[dict[str, str]], assoc: str, qos: str) -> ClusterSetup:
+    """The twin's `ClusterSetup` from what Slurm's commands print: the parsed ``scontrol show
+    config``, ``scontrol show node -o`` and ``scontrol -a -o show partition`` records, and the
+    text of ``sacctmgr -P show assoc format=Account,User,ParentName,Share`` and ``sacctmgr -P show
+    qos format=Name,Priority``. Nodes without GPUs and partitions without GPU nodes are left out
+    (a note says so for a partition); a partition without TRESBillingWeights bills CPUs
+    (``CPU=1``), as Slurm does. An association tree the twin cannot model (``fairshare=parent``)
+    is left out with a note."""
     gpu_nodes = [(n.get("NodeName", "?"), node_gpus(n.get("Gres", "")),
-                  [p for p in n.get("Partitions", "").split(",") if p]) for n in nodes]
+                  {p for p in n.get("Partitions", "").split(",") if p}) for n in nodes]
     gpu_nodes = [g for g in gpu_nodes if g[1] > 0]
     if not gpu_nodes:
-        raise LiveError(f"{source}: no node has GPUs (Gres=gpu:N)")
-    per_node = Counter(g for _, g, _ in gpu_nodes).most_common(1)[0][0]
-    parts: dict[str, int] = {}
-    overlap = False
-    for _, _, ps in gpu_nodes:
-        overlap |= len(ps) > 1
-        for p in ps:
-            parts[p] = parts.get(p, 0) + 1
-    if len(parts) > 1 and not overlap and all(ps for _, _, ps in gpu_nodes):
-        return ClusterSpec(per_node, tuple(sorted(parts.items())), False, source=source)
-    return ClusterSpec.uniform_nodes(len(gpu_nodes), per_node, source=source)
+        raise LiveError("scontrol show node: no node has GPUs (Gres=gpu:N)")
+    notes: list[str] = []
+    parts = []
+    for rec in partitions:
+        name = rec.get("PartitionName", "")
+        members = tuple(n for n, _, ps in gpu_nodes if name in ps)
+        if not name:
+            continue
+        if not members:
+            notes.append(f"partition {name} has no GPU nodes: left out of the twin")
+            continue
+        where = f"scontrol show partition {name}: TRESBillingWeights"
+        try:
+            billing = parse_billing_weights(rec.get("TRESBillingWeights", ""), where) or (("CPU", 1.0),)
+        except ClusterError as e:
+            notes.append(f"{e}; the twin bills its jobs' CPUs, as Slurm does without weights")
+            billing = (("CPU", 1.0),)
+        if (note := billed_tres_note(name, billing)) is not None:
+            notes.append(note)
+        parts.append(PartitionSetup(name, members, _int(rec.get("PriorityTier"), 1), billing,
+                                    _int(rec.get("PriorityJobFactor"), 1),
+                                    rec.get("Default", "").upper() == "YES"))
+    try:
+        associations = parse_associations([r.split("|") for r in assoc.splitlines() if r.strip()],
+                                          "sacctmgr show assoc")
+    except InputError as e:
+        associations = ()
+        notes.append(f"association tree not modelled ({e}); fair share over the history's "
+                     "accounts and users with equal shares")
+    qos_rows = [r.split("|") for r in qos.splitlines()[1:] if r.strip()]
+    weights = tuple((k, _int(config.get(k) or config.get(k.replace("QOS", "Qos")), 0))
+                    for k in ("PriorityWeightQOS", "PriorityWeightPartition", "PriorityWeightAssoc"))
+    flags = tuple(f.strip() for f in config.get("PriorityFlags", "").split(",")
+                  if f.strip() and f.strip().lower() != "(null)")
+    return ClusterSetup(nodes=tuple((n, g) for n, g, _ in gpu_nodes), partitions=tuple(parts),
+                        associations=associations, priority_flags=flags,
+                        qos=tuple((r[0].strip(), _int(r[1] if len(r) > 1 else "", 0))
+                                  for r in qos_rows if r[0].strip()),
+                        weights=weights, notes=tuple(notes),
+                        source=f"slurm cluster {config.get('ClusterName', '')}".strip())
+
+
+def _int(text: str | None, default: int) -> int:
+    try:
+        return int(str(text).strip())
+    except ValueError:
+        return default
 
 
 class SlurmConnector:
@@ -213,13 +270,11 @@ class SlurmConnector:
 
     def check_include_line(self) -> str | None:
         """None if slurm.conf has an ``Include`` of our file, else what is wrong (the agent
-        reports it: without that line nothing it writes takes effect)."""
+        reports it: without that line nothing it writes takes effect). A slurm.conf that is not
+        a regular UTF-8 text file is an `InputError` naming it."""
         if self.slurm_conf is None:
             return "SLURM_CONF is not set and no slurm.conf path was given"
-        try:
-            text = self.slurm_conf.read_text()
-        except OSError as e:
-            return f"{self.slurm_conf}: cannot read: {e.strerror}"
+        text = read_text_input(self.slurm_conf, "slurm.conf", MAX_SLURM_CONF_BYTES)
         target = os.path.realpath(self.include)
         for line in text.splitlines():
             words = line.split("#")[0].split()
@@ -241,8 +296,17 @@ class SlurmConnector:
         # slurmdbd records jobs with a delay: the queue itself comes from slurmctld
         return add_queue_rows(text, self.runner.run(["squeue", "-h", "-a", "-o", SQUEUE_FORMAT]))
 
-    def cluster(self) -> ClusterSpec:
-        return cluster_from_nodes(parse_nodes(self.runner.run(["scontrol", "show", "node", "-o"])))
+    def setup(self) -> ClusterSetup:
+        config = self.show_config()
+        nodes = parse_nodes(self.runner.run(["scontrol", "show", "node", "-o"]))
+        # -a: hidden partitions too (their jobs are in the history)
+        partitions = parse_nodes(self.runner.run(["scontrol", "-a", "-o", "show", "partition"]))
+        cluster = config.get("ClusterName", "")
+        assoc = self.runner.run(["sacctmgr", "-P", "show", "assoc",
+                                 *(["where", f"cluster={cluster}"] if cluster else []),
+                                 "format=Account,User,ParentName,Share"])
+        qos = self.runner.run(["sacctmgr", "-P", "show", "qos", "format=Name,Priority"])
+        return setup_from_slurm(config, nodes, partitions, assoc, qos)
 
     def show_config(self) -> dict[str, str]:
         return parse_show_config(self.runner.run(["scontrol", "show", "config"]))
@@ -317,6 +381,9 @@ class SlurmConnector:
             if line.startswith(_BF_MARK):
                 return {k for k in line[len(_BF_MARK):].strip().split(",") if k}
         return set()
+
+    def preview(self, settings: dict[str, str], header: str = "") -> IncludeChange:
+        return include_change(self.include, self.render(settings, header))
 
     def apply(self, settings: dict[str, str], header: str = "") -> None:
         before = self.snapshot()

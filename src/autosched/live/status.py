@@ -10,17 +10,46 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..jsonable import jsonable
+from .errors import LiveError
 from .round import RoundRecord
 from .store import Revision, RevisionStore
+from .twin import ClusterSetup
 
 Mode = Literal["propose", "auto"]
 SlurmTexts = Callable[[dict[str, Any]], "dict[str, str] | None"]
 
 
 @dataclass(frozen=True)
+class TwinStatus:
+    """The cluster's setup as the newest round that read it found it: when (unix s), what had
+    changed since the setup recorded before it, what the twin leaves out of it
+    (`ClusterSetup.warnings`), and the history's jobs the twin left out, by reason."""
+
+    read_at: float
+    changes: tuple[str, ...]
+    warnings: tuple[str, ...]
+    left_out: dict[str, int]
+
+    @classmethod
+    def from_row(cls, time: float, summary: dict[str, Any]) -> TwinStatus:
+        """From a round's stored summary that has a ``setup`` (an unreadable one: a warning)."""
+        try:
+            warnings = tuple(ClusterSetup.from_dict(summary["setup"]).warnings())
+        except LiveError as e:
+            warnings = (f"the recorded setup cannot be read ({e})",)
+        changes, left = summary.get("setup_changes"), summary.get("left_out")
+        return cls(read_at=float(time),
+                   changes=tuple(str(c) for c in changes) if isinstance(changes, list) else (),
+                   warnings=warnings,
+                   left_out={str(k): int(v) for k, v in left.items() if isinstance(v, int)}
+                   if isinstance(left, dict) else {})
+
+
+@dataclass(frozen=True)
 class AgentStatus:
     """The running revision, the pending proposal, the newest revisions, whether the agent is
-    frozen or blocked and why, its last round and the next. Read from the store; the agent's
+    frozen or blocked and why, its last round and the next, and the cluster's setup as the
+    newest round read it (`TwinStatus`; None before any round read it). Read from the store; the agent's
     settings (mode, policy, period, connector) are None when the agent cannot be opened, and
     `agent_error` says why."""
 
@@ -40,6 +69,7 @@ class AgentStatus:
     period: float | None  # s between rounds
     connector: dict[str, Any] | None  # what the agent talks to (`Connector.describe`)
     agent_error: str = ""  # why the agent could not be opened, or ""
+    twin: TwinStatus | None = None
     version: str = field(init=False)  # changes whenever any other field does (the page polls it)
 
     def __post_init__(self) -> None:
@@ -55,7 +85,8 @@ class AgentStatus:
             "frozen_by": self.frozen_by, "blocked": self.blocked,
             "interrupted_apply": self.interrupted_apply, "last_round": self.last_round,
             "next_round": self.next_round, "mode": self.mode, "policy": self.policy,
-            "period": self.period, "connector": self.connector, "agent_error": self.agent_error})
+            "period": self.period, "connector": self.connector, "agent_error": self.agent_error,
+            "twin": self.twin})
 
     def to_dict(self) -> dict[str, Any]:
         """Every field under its own name."""
@@ -77,6 +108,7 @@ def read_status(store: RevisionStore, *, history: int = 10, mode: Mode | None = 
         running = replace(running, slurm=slurm(running.config)) if running else None
         pending = replace(pending, slurm=slurm(pending.config)) if pending else None
     wait = last.retry_after if last is not None and last.retry_after is not None else period
+    read = store.last_round_with("setup")
     return AgentStatus(
         running=running, pending=pending,
         history=tuple(store.history(history)) if history > 0 else (),
@@ -84,4 +116,5 @@ def read_status(store: RevisionStore, *, history: int = 10, mode: Mode | None = 
         frozen_by=flags.frozen_by, blocked=flags.blocked,
         interrupted_apply=intent.rev_id if intent else None, last_round=last,
         next_round=last.time + wait if last is not None and wait is not None else None,
-        mode=mode, policy=policy, period=period, connector=connector, agent_error=agent_error)
+        mode=mode, policy=policy, period=period, connector=connector, agent_error=agent_error,
+        twin=TwinStatus.from_row(*read) if read else None)

@@ -19,6 +19,9 @@ short connection, which keeps the store safe to use from several threads too.
 
 The schema is versioned (``PRAGMA user_version``): a store written by an older version is brought
 up to date when it is opened, in one transaction (a process killed midway leaves it as it was).
+A store is marked as autosched's (``PRAGMA application_id``); an SQLite database of something else
+in its place is refused, never adopted (no table is created in it), as tuning refuses a study
+file that is another program's database.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ from ..jsonable import jsonable
 from .errors import ActionNotAllowed, IllegalTransition, LiveError, UnknownRevision
 
 BUSY_TIMEOUT_S = 30.0
+APPLICATION_ID = 0x61757473  # "auts": PRAGMA application_id of a revision store
+MAX_ID = 2**63 - 1  # SQLite's largest integer: no revision id is above it
+# Tables a store has always had: a database with tables but not these is someone else's.
+_CORE_TABLES = frozenset({"revisions", "events"})
 MEMORY_KEPT = 5  # controller memories kept (the newest is the one read)
 
 # The schema as the first version wrote it; `_MIGRATIONS` bring it to this version's.
@@ -107,6 +114,10 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     # 2: the controller's memory between rounds (JSON, newest wins)
     ("CREATE TABLE memory (seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, "
      "round_seq INTEGER NOT NULL REFERENCES rounds(seq), memory TEXT NOT NULL)",),
+    # 3: who approved a revision and the include file's diff as it was written (and confirmed)
+    ("CREATE TABLE approvals (seq INTEGER PRIMARY KEY AUTOINCREMENT, rev_id INTEGER NOT NULL "
+     "REFERENCES revisions(id), time REAL NOT NULL, actor TEXT NOT NULL, include_diff TEXT NOT "
+     "NULL, confirmed INTEGER NOT NULL)",),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -276,6 +287,10 @@ class JudgedOutcome:
     predicted_gain: float | None  # copied from the revision's `Evidence`, to set beside it
     verdict: str  # "kept: ...", "worse: ...; rolled back" or "not judged: ..."
     observed_gain: float | None = None  # relative: (before - after) / |before|, 0.05 = 5% better
+    # how far the agent's twin (its simulation of the cluster) was from what the cluster did over
+    # the judged period, as a relative error of the metric; None until a judge that replays the
+    # period records it (``autosched_twin_error`` in /metrics is absent until then)
+    twin_error: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -289,7 +304,23 @@ class JudgedOutcome:
                    after=_of(dict)(d.get("after")) or {},
                    predicted_gain=_finite(d.get("predicted_gain")),
                    verdict=str(d.get("verdict") or ""),
-                   observed_gain=_finite(d.get("observed_gain")))
+                   observed_gain=_finite(d.get("observed_gain")),
+                   twin_error=_finite(d.get("twin_error")))
+
+
+@dataclass(frozen=True)
+class Approval:
+    """Who approved a revision, and the include file's diff as the apply wrote it. `confirmed`:
+    the approver was shown this diff and sent it back with the approval (the status page, or the
+    API's ``include_diff``); a command-line approve records the diff without it."""
+
+    actor: str  # "operator:alice", "service:token", ...
+    include_diff: str  # unified diff of the include file, before -> as written
+    confirmed: bool
+    time: float  # unix s
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -309,6 +340,7 @@ class Revision:
     evidence: Evidence
     events: tuple[Event, ...]  # oldest first
     outcome: JudgedOutcome | None = None  # one period after applying
+    approval: Approval | None = None  # who approved it and the diff written (an approve only)
     # the config as the Slurm settings the agent writes (`scontrol show config` spelling); the
     # agent's status fills it in, the store does not know the knobs
     slurm: dict[str, str] | None = None
@@ -326,7 +358,8 @@ class Revision:
             "config": self.config, "diff": {k: list(v) for k, v in self.diff.items()},
             "parent": self.parent, "trigger": self.trigger, "evidence": self.evidence.to_dict(),
             "events": [e.to_dict() for e in self.events],
-            "outcome": self.outcome.to_dict() if self.outcome else None, "slurm": self.slurm,
+            "outcome": self.outcome.to_dict() if self.outcome else None,
+            "approval": self.approval.to_dict() if self.approval else None, "slurm": self.slurm,
             "state": self.state.value, "applied_at": self.applied_at,
         })
 
@@ -379,12 +412,29 @@ class RevisionStore:
         self.path = self.state_dir / "state.db"
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True)
+            self.check_ours()
             with self._connect() as db:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.executescript(_SCHEMA)
             self._migrate()
         except (OSError, sqlite3.Error) as e:
             raise LiveError(f"{self.path}: cannot open the revision store: {e}") from None
+
+    def check_ours(self) -> None:
+        """Raise `LiveError` when ``state.db`` is an SQLite database of something else: another
+        program's application id, or tables without the store's own. A missing or empty file
+        (a new store) and a store of any version pass; nothing is written."""
+        if not self.path.exists():
+            return
+        with self._connect() as db:
+            app_id = db.execute("PRAGMA application_id").fetchone()[0]
+            tables = {r[0] for r in db.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+        if app_id not in (0, APPLICATION_ID) or (tables and not _CORE_TABLES <= tables):
+            shown = ", ".join(sorted(tables)[:4]) or "none"
+            raise LiveError(f"{self.path}: an SQLite database of something else (application id "
+                            f"{app_id}, tables {shown}), not the agent's revision store; it is "
+                            "left as it is (move it away, or give another state directory)")
 
     def _migrate(self) -> None:
         """Bring the schema to `SCHEMA_VERSION`, all steps in one transaction (another process
@@ -399,6 +449,8 @@ class RevisionStore:
                     db.execute(sql)
             if version < SCHEMA_VERSION:
                 db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            if db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
+                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
 
     # -- connection -----------------------------------------------------------------------
     @contextmanager
@@ -438,6 +490,7 @@ class RevisionStore:
         """Revisions, newest first."""
         with self._connect() as db:
             q = "SELECT id FROM revisions ORDER BY id DESC"
+            limit = limit if limit is not None and 0 < limit <= MAX_ID else None
             ids = [r[0] for r in db.execute(q + (" LIMIT ?" if limit else ""),
                                              (limit,) if limit else ())]
             return [self._get(db, i) for i in ids]
@@ -479,11 +532,40 @@ class RevisionStore:
                               (limit,)).fetchall()
         return [(t, _json_object(s)) for t, s in rows]
 
+    def last_round_with(self, key: str) -> tuple[float, dict[str, Any]] | None:
+        """The newest round whose summary has `key` (a round that stopped before a read has no
+        key for what it did not read), as `last_round` returns it."""
+        with self._connect() as db:
+            row = db.execute("SELECT time, summary FROM rounds WHERE CASE WHEN json_valid(summary) "
+                             "THEN json_type(summary, ?) END IS NOT NULL ORDER BY seq DESC LIMIT 1",
+                             (f'$."{key}"',)).fetchone()
+        return (row[0], _json_object(row[1])) if row else None
+
+    def round_counts(self) -> dict[str, int]:
+        """How many rounds recorded each action (their summary's ``action``; "" when a summary
+        has none or is not JSON), over the store's whole life."""
+        with self._connect() as db:
+            rows = db.execute(
+                "SELECT CASE WHEN json_valid(summary) THEN json_extract(summary, '$.action') END "
+                "AS action, COUNT(*) FROM rounds GROUP BY action").fetchall()
+        out: dict[str, int] = {}
+        for action, n in rows:
+            key = action if isinstance(action, str) else ""
+            out[key] = out.get(key, 0) + int(n)
+        return out
+
     def controller_memory(self) -> str | None:
         """The controller's memory as the newest tuning round left it (JSON; None: none yet)."""
+        got = self.controller_memory_round()
+        return got[0] if got else None
+
+    def controller_memory_round(self) -> tuple[str, dict[str, Any]] | None:
+        """The newest controller memory and the summary of the round that left it (what that
+        round observed: the cluster's setup the memory's trials were simulated on)."""
         with self._connect() as db:
-            row = db.execute("SELECT memory FROM memory ORDER BY seq DESC LIMIT 1").fetchone()
-        return row[0] if row else None
+            row = db.execute("SELECT m.memory, r.summary FROM memory m JOIN rounds r ON r.seq = m.round_seq "
+                             "ORDER BY m.seq DESC LIMIT 1").fetchone()
+        return (row[0], _json_object(row[1])) if row else None
 
     # -- writing --------------------------------------------------------------------------
     def create(self, config: Mapping[str, Any], *, trigger: str, actor: str, note: str = "",
@@ -621,11 +703,12 @@ class RevisionStore:
             return self._open_apply(db) or _never(cur)
 
     def end_apply(self, intent: ApplyIntent, *, state: RevisionState | None, actor: str,
-                  note: str, replaced_note: str = "") -> None:
+                  note: str, replaced_note: str = "", approval: Approval | None = None) -> None:
         """Close `intent` and, in the same transaction, append the revision's event (`state`,
         applied or failed; None appends none), so that the store never shows an apply that ended
         without saying how. A rollback that is applied marks the revision it replaced (its
-        parent) rolled back in the same transaction, with `replaced_note`."""
+        parent) rolled back in the same transaction, with `replaced_note`. An `approval` is
+        recorded with an apply that ended applied (and only then)."""
         with self._write() as db:
             rev = self._get(db, intent.rev_id) if state is not None else None
             if rev is not None and state is not None:
@@ -643,6 +726,11 @@ class RevisionStore:
                  note))
             if rev is not None and state is not None:
                 self._event(db, rev.id, state, actor, note)
+            if rev is not None and state is RevisionState.APPLIED and approval is not None:
+                db.execute("INSERT INTO approvals (rev_id, time, actor, include_diff, confirmed) "
+                           "VALUES (?, ?, ?, ?, ?)", (rev.id, approval.time, approval.actor,
+                                                      approval.include_diff,
+                                                      int(approval.confirmed)))
             if replaced is not None:
                 self._event(db, replaced.id, RevisionState.ROLLED_BACK, actor, replaced_note)
 
@@ -659,8 +747,11 @@ class RevisionStore:
             return self._flags(db)
 
     def _get(self, db: sqlite3.Connection, rev_id: int) -> Revision:
+        rev_id = int(rev_id)
+        # an id SQLite cannot hold (99999999999999999999) is no revision, not an OverflowError
         row = db.execute("SELECT id, created, config, diff, parent, trigger, evidence, kind "
-                         "FROM revisions WHERE id = ?", (int(rev_id),)).fetchone()
+                         "FROM revisions WHERE id = ?", (rev_id,)).fetchone() \
+            if 0 < rev_id <= MAX_ID else None
         if row is None:
             raise UnknownRevision(f"no revision {rev_id} in {self.path}")
         try:
@@ -670,11 +761,15 @@ class RevisionStore:
             kind = RevisionKind(row[7])
             out = db.execute("SELECT outcome FROM outcomes WHERE rev_id = ? ORDER BY seq DESC "
                              "LIMIT 1", (row[0],)).fetchone()
+            ap = db.execute("SELECT actor, include_diff, confirmed, time FROM approvals WHERE "
+                            "rev_id = ? ORDER BY seq DESC LIMIT 1", (row[0],)).fetchone()
             return Revision(
                 id=row[0], created=row[1], kind=kind, config=json.loads(row[2]),
                 diff={k: (v[0], v[1]) for k, v in json.loads(row[3]).items()}, parent=row[4],
                 trigger=row[5], evidence=Evidence.from_dict(json.loads(row[6])), events=events,
-                outcome=JudgedOutcome.from_dict(json.loads(out[0])) if out else None)
+                outcome=JudgedOutcome.from_dict(json.loads(out[0])) if out else None,
+                approval=Approval(str(ap[0]), str(ap[1]), bool(ap[2]), float(ap[3])) if ap
+                else None)
         except (ValueError, TypeError, AttributeError, IndexError) as e:
             raise LiveError(f"{self.path}: revision {row[0]} cannot be read: {e}") from None
 

@@ -89,7 +89,10 @@ class Multifactor(Policy):
     partition's nodes. Without time limits Slurm's backfill cannot be modelled, and a
     non-clairvoyant stand-in runs at every event: later jobs that fit start while the top job
     has waited less than ``reserve_after``. ``backfill_kind`` says which one ran. Usage and
-    accounts are tracked per engine partition (each VC is scheduled on its own).
+    accounts are tracked per engine partition (each VC is scheduled on its own). A Slurm
+    partition that gives its own ``billing_weights`` (``SlurmPartition``) bills its jobs by them
+    instead of by the ``TRESBillingWeights.*`` knobs, as Slurm bills each job by its partition's
+    weights.
     """
 
     name = "multifactor"
@@ -193,7 +196,10 @@ class Multifactor(Policy):
 
     def _configure_usage(self) -> None:
         c, part = self.config, self.part
-        self.bill: npt.NDArray[np.float64] = c[GPU_BILL] * self._gpus + c[CPU_BILL] * self._cpus
+        # a Slurm partition's own TRESBillingWeights, where the cluster gives them, else the knobs
+        gpu_w = np.where(np.isnan(self._bill_gpu), c[GPU_BILL], self._bill_gpu)
+        cpu_w = np.where(np.isnan(self._bill_cpu), c[CPU_BILL], self._bill_cpu)
+        self.bill: npt.NDArray[np.float64] = gpu_w * self._gpus + cpu_w * self._cpus
         self.held[:] = 0.0
         for j in part.running:
             if j not in self.fresh:
@@ -226,6 +232,9 @@ class Multifactor(Policy):
         self._excl: list[int] | None = None
         self._tier: npt.NDArray[np.float64] = np.zeros(n)
         self._part_nodes: npt.NDArray[np.float64] = np.full(n, float(max(1, len(part.pool.free))))
+        # per job, its partition's billing weight per GPU and per CPU (NaN: the policy's knobs)
+        self._bill_gpu: npt.NDArray[np.float64] = np.full(n, np.nan)
+        self._bill_cpu: npt.NDArray[np.float64] = np.full(n, np.nan)
         if part.cluster.slurm_partitions:
             parts = part.cluster.slurm_partitions
             pidx = _partitions_of(parts, jobs)
@@ -235,6 +244,11 @@ class Multifactor(Policy):
             self._excl = [everything & ~m for m in self._mask]
             self._tier = np.asarray([float(parts[p].priority_tier) for p in pidx])
             self._part_nodes = np.asarray([float(len(parts[p].nodes)) for p in pidx])
+            billed = [bool(parts[p].billing_weights) for p in pidx]
+            self._bill_gpu = np.asarray([parts[p].billing_weight("GRES/gpu") if b else np.nan
+                                         for p, b in zip(pidx, billed)], dtype=float)
+            self._bill_cpu = np.asarray([parts[p].billing_weight("CPU") if b else np.nan
+                                         for p, b in zip(pidx, billed)], dtype=float)
         # Age counts from the first submission (a job re-submitted with its age keeps it).
         self._submit: npt.NDArray[np.float64] = np.asarray(jobs.first_submit, dtype=float)
         self._gpus: npt.NDArray[np.float64] = np.asarray(jobs.gpus, dtype=float)

@@ -4,10 +4,16 @@ Reads come from the `RevisionStore` (short SQLite connections; WAL lets them run
 agent's and the CLI's writes); the status, which clients poll, is kept until the store changes.
 Actions call the `Agent` of the live contract under one lock per service, so two requests never
 apply at once in this process; across processes the store's write transactions decide (one
-approve wins, the others get a 409). The token is checked before the body is even validated.
+approve wins, the others get a 409). Before a route sees a request, `guard.RequestGuard` checks
+the token of every request with a body (before reading it) and caps the body's size.
+
+The store is watched (`StoreWatch`): a ``state.db`` replaced under the running service is followed
+when it is an agent's store, and otherwise every request is a 503 saying what happened, the status
+included (never the status of the file that was there before).
 
 Errors map to status codes in one place: `UnknownRevision` -> 404, `ActionNotAllowed` -> 409 with
-the reason, any other `LiveError` (Slurm not answering, ...) -> 503, `InputError` -> 400.
+the reason, any other `LiveError` (Slurm not answering, the store replaced, ...) -> 503,
+`InputError` -> 400, a request that does not fit the schema -> 422 (without echoing it).
 """
 
 from __future__ import annotations
@@ -19,16 +25,31 @@ from pathlib import Path
 from typing import Annotated, Any, Protocol
 
 from fastapi import Body, Depends, FastAPI, HTTPException, Query, Request
-from fastapi.responses import HTMLResponse, JSONResponse, Response
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, PlainTextResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.middleware.trustedhost import TrustedHostMiddleware
 
 from ..errors import InputError, LiveError
+from ..live.approval import IncludePreview
 from ..live.errors import ActionNotAllowed, UnknownRevision
 from ..live.status import AgentStatus
 from ..live.store import Flags, Revision, RevisionStore
-from . import page, views
-from .models import ApproveIn, ErrorOut, FlagsOut, FreezeIn, OutcomeOut, RejectIn, RevisionOut, RollbackIn, StatusOut, UnfreezeIn
+from . import metrics, page, views
+from .guard import UNAUTHORISED, LogLine, RequestGuard, validation_error
+from .models import (
+    ApproveIn,
+    ErrorOut,
+    FlagsOut,
+    FreezeIn,
+    OutcomeOut,
+    PreviewOut,
+    RejectIn,
+    RevisionOut,
+    RollbackIn,
+    StatusOut,
+    UnfreezeIn,
+)
 from .token import token_matches
 
 
@@ -37,7 +58,8 @@ class AgentLike(Protocol):
 
     def status(self, history: int = 10) -> AgentStatus: ...
     def slurm_texts(self, config: dict[str, Any]) -> dict[str, str] | None: ...
-    def approve(self, rev_id: int, actor: str) -> Revision: ...
+    def preview(self, rev_id: int) -> IncludePreview: ...
+    def approve(self, rev_id: int, actor: str, confirmed_diff: str | None = None) -> Revision: ...
     def reject(self, rev_id: int, actor: str, reason: str = "") -> Revision: ...
     def rollback(self, rev_id: int | None, actor: str) -> Revision: ...
     def freeze(self, actor: str, reason: str = "") -> Flags: ...
@@ -47,7 +69,9 @@ class AgentLike(Protocol):
 ERRORS = {401: {"model": ErrorOut, "description": "missing or wrong bearer token; nothing changed"},
           404: {"model": ErrorOut, "description": "no such revision"},
           409: {"model": ErrorOut, "description": "the state does not allow it; says why"},
-          503: {"model": ErrorOut, "description": "the scheduler or the store did not answer"}}
+          413: {"model": ErrorOut, "description": "request body too large; nothing read"},
+          503: {"model": ErrorOut, "description": "the scheduler or the store did not answer, or "
+                                                  "the store was replaced by something else"}}
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
 _bearer = HTTPBearer(auto_error=False)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
@@ -55,9 +79,7 @@ Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
 
 def _authorised(request: Request, creds: HTTPAuthorizationCredentials | None) -> None:
     if creds is None or not token_matches(creds.credentials, request.app.state.token):
-        raise HTTPException(401, "a valid bearer token is required (Authorization: Bearer TOKEN; "
-                                 "the token is in the state directory's service.token)",
-                            headers={"WWW-Authenticate": "Bearer"})
+        raise HTTPException(401, UNAUTHORISED, headers={"WWW-Authenticate": "Bearer"})
 
 
 def need_token(request: Request, creds: Credentials) -> None:
@@ -84,6 +106,63 @@ class StoreChanges:
         with self.lock:
             return self.db.execute("PRAGMA data_version").fetchone()[0]
 
+    def close(self) -> None:
+        with self.lock:
+            self.db.close()
+
+
+class StoreReplaced(LiveError):
+    """``state.db`` is no longer a store the service can serve (the service answers 503)."""
+
+
+def _ident(path: Path) -> tuple[int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino)
+
+
+class StoreWatch:
+    """The revision store the service serves, and whether ``state.db`` is still that file.
+
+    Each request asks `current()`: the same file (device and inode) is served as it is; a file
+    put in its place is followed when it is an agent's store (a restored backup), with a fresh
+    change counter; a removed file, or one that is not an agent's store, raises `StoreReplaced`
+    with what happened, and nothing of the file that was there before is served."""
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = Path(state_dir)
+        self.store = RevisionStore(self.state_dir)
+        self.path = self.store.path
+        self.ident = _ident(self.path)
+        self.changes = StoreChanges(self.path)
+        self.generation = 0  # how many times a replacement was followed
+        self.lock = threading.Lock()
+
+    def current(self) -> tuple[RevisionStore, StoreChanges, int]:
+        ident = _ident(self.path)
+        if ident != self.ident:
+            with self.lock:
+                ident = _ident(self.path)
+                if ident != self.ident:
+                    self._follow(ident)
+        return self.store, self.changes, self.generation
+
+    def _follow(self, ident: tuple[int, int] | None) -> None:
+        if ident is None:
+            raise StoreReplaced(f"{self.path} was removed while the service runs; put the store "
+                                "back, or restart the service to begin a new one")
+        try:
+            store = RevisionStore(self.state_dir)  # refuses a database that is not a store
+        except LiveError as e:
+            raise StoreReplaced(f"{self.path} was replaced while the service runs, by a file that "
+                                f"is not the agent's store: {e}") from None
+        self.changes.close()
+        self.store, self.changes = store, StoreChanges(self.path)
+        self.ident = ident
+        self.generation += 1
+
 
 STATUS_HISTORY = 10  # revisions in the status by default, as `agent status` lists
 
@@ -100,7 +179,8 @@ def _stamp(path: Path) -> int | None:
 
 
 def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLike],
-               open_reads: bool = True, allowed_hosts: list[str] | None = None) -> FastAPI:
+               open_reads: bool = True, allowed_hosts: list[str] | None = None,
+               log: LogLine | None = None) -> FastAPI:
     """The service over `state_dir`.
 
     `open_agent` opens the agent (`autosched.live.agent.open_agent` in production); it is called
@@ -108,30 +188,40 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
     before ``agent init`` still serves reads. Actions need `token`; reads need it too unless
     `open_reads` (the default, meant for a service bound to localhost). `allowed_hosts` are the
     Host headers accepted (default: loopback names), which keeps a web page on another site
-    from reading the API through DNS rebinding."""
-    store = RevisionStore(state_dir)
+    from reading the API through DNS rebinding. `log` receives a record (a JSON log line's
+    fields) for every request that is not a read."""
+    watch = StoreWatch(Path(state_dir))
     lock = threading.Lock()  # held through an action (an apply can take seconds)
     opening = threading.Lock()  # reads must not wait for an action: a lock of their own
     opened: dict[str, Any] = {}
     settings = Path(state_dir) / "settings.json"
 
     def get_agent() -> AgentLike:
-        """The agent, opened on first use and again when ``agent init`` rewrote its settings."""
-        stamp = _stamp(settings)
+        """The agent, opened on first use and again when ``agent init`` rewrote its settings
+        (or the store was replaced by another agent's)."""
+        stamp = (_stamp(settings), watch.current()[2])
         with opening:
             if "agent" not in opened or opened["stamp"] != stamp:
                 opened["agent"] = open_agent()
                 opened["stamp"] = stamp
             return opened["agent"]
 
+    def need_store() -> None:
+        """Every route: the store is still one the service can serve (else 503, `StoreWatch`)."""
+        watch.current()
+
     app = FastAPI(
         title="autosched agent", version="1",
         description="The operator's API over the autosched agent's revision store. Actions need "
                     "`Authorization: Bearer TOKEN` (the token is in STATE_DIR/service.token).",
         openapi_url="/api/openapi.json", docs_url=None, redoc_url=None,  # their pages load a CDN
+        dependencies=[Depends(need_store)],
     )
+    # the last added runs first: the Host check, then the token and the body's size
+    app.add_middleware(RequestGuard, token=token, log=log)
     app.add_middleware(TrustedHostMiddleware,
                        allowed_hosts=(allowed_hosts or []) + LOOPBACK_HOSTS)
+    app.add_exception_handler(RequestValidationError, validation_error)  # type: ignore[arg-type]
     app.state.token, app.state.open_reads = token, open_reads
     reads = [Depends(need_read)]
     actions = [Depends(need_token)]
@@ -152,15 +242,16 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
     def _400(request: Request, e: InputError) -> JSONResponse:
         return JSONResponse({"detail": str(e)}, status_code=400)
 
-    changes = StoreChanges(store.path)
     latest: dict[int, tuple[Any, AgentStatus, bytes]] = {}  # history -> (key, status, its JSON)
+    rounds: dict[str, Any] = {}  # the store's round counts by action, and the key they are for
 
     def status_entry(history: int = STATUS_HISTORY) -> tuple[Any, AgentStatus, bytes]:
         # The status is a function of what the store holds and of the agent's settings, so it
         # is computed (and serialised) again only after a commit by any process or a new
         # `agent init`: it is what many clients poll, and computing it costs several store reads.
         # Keyed by the version read *before* computing, so it is never staler than the store.
-        key = (changes.version(), _stamp(settings))
+        store, changes, generation = watch.current()
+        key = (generation, changes.version(), _stamp(settings))
         entry = latest.get(history)
         if entry is not None and entry[0] == key:
             return entry
@@ -185,40 +276,60 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
                    ) -> Response:
         return Response(status_entry(history)[2], media_type="application/json")
 
+    @app.get("/metrics", response_class=PlainTextResponse, dependencies=reads,
+             responses={200: {"content": {metrics.CONTENT_TYPE: {}}}},
+             summary="The agent's state for Prometheus (text format 0.0.4): running revision and "
+                     "knobs, pending gain, rounds by action, frozen, blocked, last round, twin "
+                     "error")
+    def get_metrics() -> Response:
+        key, status, _ = status_entry()
+        store = watch.current()[0]
+        if key is None or rounds.get("key") != key:
+            rounds.update(key=key, counts=store.round_counts())
+        return Response(metrics.render(status, rounds["counts"]), media_type=metrics.CONTENT_TYPE)
+
     @app.get("/api/revisions", response_model=list[RevisionOut], dependencies=reads,
-             summary="Every revision with its config, diff, evidence, events and outcome, "
-                     "newest first")
+             summary="Every revision with its config, diff, evidence, events, outcome and "
+                     "approval, newest first")
     def list_revisions(limit: Annotated[int | None, Query(ge=1, le=10_000)] = None
                        ) -> list[dict[str, Any]]:
-        return [r.to_dict() for r in store.history(limit)]
+        return [r.to_dict() for r in watch.current()[0].history(limit)]
 
     @app.get("/api/revisions/{rev_id}", response_model=RevisionOut, dependencies=reads,
              responses=ERRORS, summary="One revision")
     def get_revision(rev_id: int) -> dict[str, Any]:
-        return store.get(rev_id).to_dict()
+        return watch.current()[0].get(rev_id).to_dict()
+
+    @app.get("/api/revisions/{rev_id}/preview", response_model=PreviewOut, dependencies=reads,
+             responses=ERRORS,
+             summary="The include file exactly as approving this proposal would write it, and "
+                     "its diff against the file now (send the diff back with the approve)")
+    def preview(rev_id: int) -> dict[str, Any]:
+        return get_agent().preview(rev_id).to_dict()
 
     @app.get("/api/proposals", response_model=list[RevisionOut], dependencies=reads,
              summary="Every revision that began as a proposal (whatever became of it), newest "
                      "first")
     def list_proposals() -> list[dict[str, Any]]:
-        return [r.to_dict() for r in views.proposals(store.history())]
+        return [r.to_dict() for r in views.proposals(watch.current()[0].history())]
 
     @app.get("/api/outcomes", response_model=list[OutcomeOut], dependencies=reads,
              summary="Per applied revision: predicted gain and spread against the observed one, "
                      "oldest first")
     def list_outcomes() -> list[dict[str, Any]]:
-        return [o.to_dict() for o in views.outcomes(store.history())]
+        return [o.to_dict() for o in views.outcomes(watch.current()[0].history())]
 
     def actor(operator: str | None) -> str:
         return f"operator:{operator}" if operator else "service:token"
 
     @app.post("/api/revisions/{rev_id}/approve", response_model=RevisionOut, dependencies=actions,
-              responses=ERRORS, summary="Apply a proposal to the cluster")
+              responses=ERRORS, summary="Apply a proposal to the cluster (with `include_diff`: "
+                                        "only if the include file is written as that diff says)")
     def approve(rev_id: int, body: Annotated[ApproveIn | None, Body()] = None) -> dict[str, Any]:
         body = body or ApproveIn()
         ag = get_agent()
         with lock:
-            return ag.approve(rev_id, actor(body.operator)).to_dict()
+            return ag.approve(rev_id, actor(body.operator), body.include_diff).to_dict()
 
     @app.post("/api/revisions/{rev_id}/reject", response_model=RevisionOut, dependencies=actions,
               responses=ERRORS, summary="Reject a proposal")
@@ -255,7 +366,7 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
 
     @app.get("/", response_class=HTMLResponse, dependencies=reads, include_in_schema=False)
     def status_page() -> HTMLResponse:
-        history = store.history(limit=page.HISTORY_ROWS)
+        history = watch.current()[0].history(limit=page.HISTORY_ROWS)
         status = status_entry()[1]
         try:
             ag: AgentLike | None = get_agent()

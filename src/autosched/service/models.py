@@ -1,5 +1,7 @@
 """The API's request and response bodies: what the OpenAPI schema documents and what requests
 are validated against (an unknown field, a negative revision or an over-long reason is a 422).
+Request bodies are strict: a revision is a JSON integer (``true``, ``"1"`` or ``1.0`` is a 422,
+not revision 1), a reason a JSON string.
 
 A response body is a record of the live layer (`AgentStatus`, `Revision`, `Flags`, the views'
 `OutcomeRow`): its model is made here from the dataclass's own fields and types, nested records
@@ -14,6 +16,7 @@ from typing import Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
+from ..live.approval import IncludePreview
 from ..live.status import AgentStatus
 from ..live.store import Flags, Revision
 from .views import OutcomeRow
@@ -48,19 +51,26 @@ StatusOut = model_of(AgentStatus)
 RevisionOut = model_of(Revision)
 FlagsOut = model_of(Flags)
 OutcomeOut = model_of(OutcomeRow)
+PreviewOut = model_of(IncludePreview)
 
 # Who acted, as recorded in the revision's events ("operator:NAME"); letters, digits and ._@-
 OperatorName = Field(default=None, pattern=r"^[A-Za-z0-9._@-]{1,64}$",
                      description="recorded as operator:NAME (default: service:token)")
 Note = Field(default="", max_length=1000)
+MAX_DIFF = 32_000  # characters: an include file's diff is a few hundred
 
 
 class _In(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class ApproveIn(_In):
     operator: str | None = OperatorName
+    include_diff: str | None = Field(
+        default=None, max_length=MAX_DIFF,
+        description="the include file's diff as shown to the approver (GET "
+                    "/api/revisions/{id}/preview); the approve is refused (409) unless the file "
+                    "would be written so. Recorded with the revision either way.")
 
 
 class RejectIn(_In):

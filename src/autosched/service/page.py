@@ -4,7 +4,9 @@ works on a cluster without internet access.
 
 The script only adds what HTML cannot do: it sends the bearer token (asked for once, kept in the
 tab's sessionStorage) with each action, and reloads the page when the store changed (it polls
-``/api/status`` and compares its ``version``).
+``/api/status`` and compares its ``version``). Approving takes two clicks: the first fetches the
+include file's diff exactly as the apply will write it (``/api/revisions/{id}/preview``) and
+asks for the operator's name; the second sends both with the approve, and the store records them.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from html import escape
 from typing import Any
 
 from ..live.round import RoundRecord
-from ..live.status import AgentStatus
+from ..live.status import AgentStatus, TwinStatus
 from ..live.store import Revision, RevisionState
 from .views import OutcomeRow
 
@@ -93,7 +95,8 @@ def render(status: AgentStatus, history: list[Revision], outcomes: list[OutcomeR
         f'<dt>Last round</dt><dd id=last-round>{_t(last.time if last else None)}'
         f'{_summary(last)}</dd>'
         f'<dt>Next round</dt><dd>{_t(status.next_round)}</dd>'
-        f'<dt>Revisions</dt><dd>{status.revisions}</dd></dl></section>',
+        f'<dt>Revisions</dt><dd>{status.revisions}</dd>'
+        f'<dt>Cluster setup</dt><dd id=setup>{_setup(status.twin)}</dd></dl></section>',
         _token_box(status),
         _pending(pending, running),
         _running(running, history),
@@ -118,6 +121,18 @@ def _summary(last: RoundRecord | None) -> str:
     if last is None:
         return ""
     return f': {escape(last.action)}{": " + escape(last.why) if last.why else ""}'
+
+
+def _setup(twin: TwinStatus | None) -> str:
+    """The cluster's setup as the newest round read it: what changed, what the twin leaves out."""
+    if twin is None:
+        return "not read yet (each round reads it)"
+    said = f"read {_t(twin.read_at)}: " + (f"{len(twin.changes)} change(s)" if twin.changes else "no change seen")
+    items = [f"<li class=setup-change>changed: {escape(c)}</li>" for c in twin.changes]
+    items += [f"<li class=left-out>{n} job(s) of the history left out of the twin: {escape(why)}</li>"
+              for why, n in twin.left_out.items()]
+    items += [f"<li class=twin-warning>{escape(w)}</li>" for w in twin.warnings]
+    return said + (f"<ul>{''.join(items)}</ul>" if items else "")
 
 
 def _rev_label(rev: Revision | None) -> str:
@@ -160,11 +175,23 @@ def _pending(rev: Revision | None, running: Revision | None) -> str:
             f'<dt>Proposed</dt><dd>{_t(rev.created)}</dd>{extra}</dl>'
             '<table><tr><th>knob</th><th>now</th><th>proposed</th></tr>'
             f'{rows}</table><p>'
-            + _btn("Approve", f'/api/revisions/{rev.id}/approve', cls="go", bid="approve")
+            f'<button type=button id=approve class=go data-rev="{rev.id}">Approve&hellip;</button>'
             + ' <input id=reject-reason placeholder="reason" maxlength=1000> '
             + _btn("Reject", f'/api/revisions/{rev.id}/reject', fields={"reason":
                    "reject-reason"}, bid="reject")
-            + "</p></section>")
+            + "</p>" + _confirm(rev) + "</section>")
+
+
+def _confirm(rev: Revision) -> str:
+    """The approve's second step, filled in by the script from the preview: the include file's
+    diff as the apply will write it, the operator's name, the final button."""
+    return ('<div id=confirm hidden><p>Approving writes <code id=include-path></code> exactly as '
+            'this diff shows, then reconfigures Slurm:</p><pre id=include-diff></pre>'
+            '<details><summary>the whole file after</summary><pre id=include-after></pre>'
+            '</details><p><label>Your name (recorded with the approval) <input id=operator-name '
+            'maxlength=64 autocomplete=username placeholder="e.g. alice"></label> '
+            f'<button type=button id=confirm-approve class=go>Apply revision {rev.id} as '
+            'shown</button> <button type=button id=cancel-approve>Cancel</button></p></div>')
 
 
 def _running(rev: Revision | None, history: list[Revision]) -> str:
@@ -287,6 +314,7 @@ h1 small{{font-size:.5em;color:#777;font-weight:normal}} h2{{font-size:1.1em;mar
 table{{border-collapse:collapse}} td,th{{border-bottom:1px solid #ddd;padding:3px 8px;text-align:left;vertical-align:top}}
 dl{{display:grid;grid-template-columns:max-content auto;gap:2px 12px}} dt{{color:#666}} dd{{margin:0}}
 .banner{{padding:.6em 1em;border-radius:4px}} .frozen{{background:#dbeafe}} .blocked{{background:#fef3c7}}
+pre{{background:#f6f6f6;padding:.5em;overflow-x:auto}}
 .muted{{color:#888}} .slurm{{color:#666}} code{{font-size:.95em}} #message{{margin-left:1em}} .error{{color:#b91c1c}}
 button{{padding:3px 10px;cursor:pointer;white-space:nowrap}} .go{{background:#16a34a;color:#fff;border:1px solid #15803d}}
 .warn{{background:#2563eb;color:#fff;border:1px solid #1d4ed8}} .controls{{margin:1em 0}}
@@ -301,25 +329,60 @@ svg .observed rect,svg .legend .o{{fill:#ea580c}}
 (function () {{
   const token = document.getElementById('token'), msg = document.getElementById('message');
   token.value = sessionStorage.getItem('autosched-token') || '';
-  async function act(b) {{
-    let t = token.value.trim();
-    if (!t) {{ t = (window.prompt('Bearer token (in STATE_DIR/service.token):') || '').trim(); token.value = t; }}
-    if (!t) {{ msg.textContent = 'an action needs the token'; msg.className = 'error'; return; }}
-    sessionStorage.setItem('autosched-token', t);
-    const body = JSON.parse(b.dataset.body), fields = JSON.parse(b.dataset.fields);
-    for (const k in fields) {{ body[k] = document.getElementById(fields[k]).value; }}
-    msg.textContent = '...'; msg.className = '';
-    const r = await fetch(b.dataset.path, {{method: 'POST', body: JSON.stringify(body),
-      headers: {{'Authorization': 'Bearer ' + t, 'Content-Type': 'application/json'}}}});
-    if (r.ok) {{ msg.textContent = 'done'; location.reload(); return; }}
+  function say(text, error) {{ msg.textContent = text; msg.className = error ? 'error' : ''; }}
+  async function failed(r) {{
     let d = r.statusText; try {{ d = (await r.json()).detail; }} catch (e) {{}}
     if (r.status === 401) sessionStorage.removeItem('autosched-token');
-    msg.textContent = r.status + ': ' + (typeof d === 'string' ? d : JSON.stringify(d));
-    msg.className = 'error';
+    say(r.status + ': ' + (typeof d === 'string' ? d : JSON.stringify(d)), true);
+  }}
+  async function post(path, body) {{
+    let t = token.value.trim();
+    if (!t) {{ t = (window.prompt('Bearer token (in STATE_DIR/service.token):') || '').trim(); token.value = t; }}
+    if (!t) {{ say('an action needs the token', true); return; }}
+    sessionStorage.setItem('autosched-token', t);
+    say('...');
+    const r = await fetch(path, {{method: 'POST', body: JSON.stringify(body),
+      headers: {{'Authorization': 'Bearer ' + t, 'Content-Type': 'application/json'}}}});
+    if (r.ok) {{ say('done'); location.reload(); return; }}
+    await failed(r);
+  }}
+  function act(b) {{
+    const body = JSON.parse(b.dataset.body), fields = JSON.parse(b.dataset.fields);
+    for (const k in fields) {{ body[k] = document.getElementById(fields[k]).value; }}
+    return post(b.dataset.path, body);
   }}
   document.querySelectorAll('button[data-path]').forEach(b => b.addEventListener('click', () => act(b)));
+  const approve = document.getElementById('approve'), confirm = document.getElementById('confirm');
+  const name = document.getElementById('operator-name'), diff = document.getElementById('include-diff');
+  let shown = null;  // the diff on screen, sent back with the approve
+  if (approve) approve.addEventListener('click', async () => {{
+    const t = token.value.trim() || sessionStorage.getItem('autosched-token') || '';
+    say('...');
+    const r = await fetch('/api/revisions/' + approve.dataset.rev + '/preview',
+      {{headers: t ? {{'Authorization': 'Bearer ' + t}} : {{}}}});
+    if (!r.ok) {{ await failed(r); return; }}
+    const p = await r.json();
+    shown = p.diff;
+    document.getElementById('include-path').textContent = p.path;
+    diff.textContent = p.diff || '(the file stays as it is)';
+    document.getElementById('include-after').textContent = p.after;
+    name.value = name.value || sessionStorage.getItem('autosched-operator') || '';
+    confirm.hidden = false; say('');
+    name.focus();
+  }});
+  if (confirm) {{
+    document.getElementById('cancel-approve').addEventListener('click', () => {{ confirm.hidden = true; shown = null; }});
+    document.getElementById('confirm-approve').addEventListener('click', () => {{
+      const who = name.value.trim();
+      if (!/^[A-Za-z0-9._@-]{{1,64}}$/.test(who)) {{
+        say('enter your name (letters, digits and ._@-): it is recorded with the approval', true); return; }}
+      sessionStorage.setItem('autosched-operator', who);
+      return post('/api/revisions/' + approve.dataset.rev + '/approve', {{operator: who, include_diff: shown}});
+    }});
+  }}
   setInterval(async () => {{
     if (document.activeElement && document.activeElement.tagName === 'INPUT') return;
+    if (confirm && !confirm.hidden) return;  // never reload under an approval being confirmed
     try {{
       const s = await (await fetch('/api/status')).json();
       if (s.version && s.version !== document.body.dataset.version) location.reload();

@@ -49,10 +49,13 @@ def serve(state_dir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
           token_file: Path | None = None, log: Callable[[str], None] | None = None) -> None:
     """Serve the agent in `state_dir` until interrupted (SIGINT/SIGTERM stop it cleanly).
 
-    Reads are open only when bound to a loopback address; elsewhere they need the token too."""
+    Reads are open only when bound to a loopback address; elsewhere they need the token too.
+    `log` gets the two lines said at start; after them, every action and every request that is
+    not a read is one JSON line on standard error (live/events_log.py)."""
     import uvicorn
 
-    from ..live.agent import open_agent
+    from ..live.agent import Agent, open_agent
+    from ..live.events_log import JsonLog
     from .app import create_app
 
     log = log or (lambda m: print(m, file=sys.stderr, flush=True))
@@ -62,8 +65,17 @@ def serve(state_dir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
     loopback = is_loopback(host)
     if not loopback:
         log(f"warning: listening on {host}, not on localhost: reads need the token as well")
-    app = create_app(state_dir, token=token, open_agent=lambda: open_agent(state_dir),
-                     open_reads=loopback, allowed_hosts=[] if loopback else ["*"])
+    events = JsonLog()
+
+    def logged_agent() -> Agent:
+        agent = open_agent(state_dir)
+        agent.log = events.message
+        agent.sinks.append(events)
+        return agent
+
+    app = create_app(state_dir, token=token, open_agent=logged_agent,
+                     open_reads=loopback, allowed_hosts=[] if loopback else ["*"],
+                     log=events.write)
     sock = bind(host, port)
     bound = sock.getsockname()[1]
     shown = f"[{host.strip('[]')}]" if ":" in host else host

@@ -13,10 +13,12 @@ import secrets
 import stat
 from pathlib import Path
 
+from ..atomic import check_input, read_text_input
 from ..errors import InputError
 from . import TOKEN_FILE
 
 MIN_LENGTH = 16  # shorter tokens can be guessed by a script hammering localhost
+MAX_BYTES = 4096  # a token file is one word; a larger file is something else
 
 
 def token_path(state_dir: Path) -> Path:
@@ -44,15 +46,17 @@ def load_or_create_token(state_dir: Path, token_file: Path | None = None) -> tup
 
 
 def _read(path: Path) -> str:
+    """The token in `path`: a regular file (a FIFO would block the start), owner-only, small,
+    UTF-8 text; anything else is an `InputError` naming the file."""
     try:
         st = path.stat()
-        text = path.read_text()
     except OSError as e:
         raise InputError(f"{path}: cannot read the service token: {e.strerror}") from None
+    check_input(path, "service token file")
     if st.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise InputError(f"{path}: the service token must be readable by its owner only "
                          f"(mode {stat.S_IMODE(st.st_mode):04o}; chmod 600 it)")
-    token = text.strip()
+    token = read_text_input(path, "service token file", MAX_BYTES).strip()
     if len(token) < MIN_LENGTH or any(c.isspace() for c in token):
         raise InputError(f"{path}: the service token must be one word of at least {MIN_LENGTH} "
                          "characters")

@@ -22,7 +22,7 @@ from ..atomic import atomic_path, check_input
 from ..errors import InputError
 from ..space import ConfigSpace
 from ..timeparse import MAX_LENGTH
-from ..trace.report import MAX_DURATION, MAX_GPUS, MAX_SUBMIT_TIME
+from ..trace.report import MAX_CPUS, MAX_DURATION, MAX_GPUS, MAX_SUBMIT_TIME
 from ..trace.table import Trace
 
 FORMAT_VERSION = 1
@@ -30,16 +30,22 @@ FORMAT_VERSION = 1
 # of filling the machine's memory: a year of the busiest public trace is a few million jobs.
 MAX_HORIZON = MAX_LENGTH
 MAX_SAMPLE_JOBS = 10_000_000
+# Per-job columns a sampled job takes from the history job it copies (a model that copies
+# history jobs says which: `Jobs.source`): what a scheduler knows of a job besides its size and
+# run time - whose it is (fair share), its partition and its time limit (Slurm's backfill plans
+# with it). A model that does not copy jobs (neural) samples none of them.
+CARRIED = ("user", "account", "partition", "time_limit", "num_cpus")
 
 
 @dataclass(frozen=True)
 class Saved:
     """What the values of an array a model saves must be (`WorkloadModel.saved`): finite
     numbers in ``[low, high]`` (``(low, high]`` with `above_low`), whole with `integer`, of
-    `ndim` dimensions (None: any). `WorkloadModel.load` checks every declared array, so that a
-    model file edited by hand (NaN, zero or negative GPUs, 1e300-second durations) is refused
-    with one line instead of failing deep inside a sample or writing values past the trace
-    bounds into it."""
+    `ndim` dimensions (None: any); with `nan`, NaN too (it stands for "none", as a job's time
+    limit); with `text`, text rather than numbers (names: only their type is checked).
+    `WorkloadModel.load` checks every declared array, so that a model file edited by hand (NaN,
+    zero or negative GPUs, 1e300-second durations) is refused with one line instead of failing
+    deep inside a sample or writing values past the trace bounds into it."""
 
     what: str  # plural: "GPU counts"
     low: float = -math.inf
@@ -47,27 +53,40 @@ class Saved:
     integer: bool = False
     above_low: bool = False
     ndim: int | None = 1
+    nan: bool = False
+    text: bool = False
 
     def check(self, name: str, a: np.ndarray) -> None:
-        if a.dtype.kind not in "biuf":
-            raise WorkloadError(f"array {name!r} holds {a.dtype} values, not numbers")
+        if a.dtype.kind not in ("U" if self.text else "biuf"):
+            raise WorkloadError(f"array {name!r} holds {a.dtype} values, not {'text' if self.text else 'numbers'}")
         if self.ndim is not None and a.ndim != self.ndim:
             raise WorkloadError(f"array {name!r} has {a.ndim} dimension(s), not {self.ndim}")
+        if self.text:
+            return
         x = a.astype(np.float64, copy=False).ravel()
         with np.errstate(invalid="ignore"):
             ok = np.isfinite(x) & (x <= self.high) & ((x > self.low) if self.above_low else (x >= self.low))
             if self.integer:
                 ok &= x == np.floor(x)
+            if self.nan:
+                ok |= np.isnan(x)
         if not ok.all():
             i = int(np.flatnonzero(~ok)[0])
             raise WorkloadError(f"array {name!r} holds {float(x[i]):g} at index {i}; {self.rule()}")
 
     def rule(self) -> str:
         """``GPU counts are whole numbers in [1, 1,000,000]``, for messages."""
+        if self.text:
+            return f"{self.what} are text"
         lo = "(" if self.above_low else "["
-        bounds = "" if math.isinf(self.low) and math.isinf(self.high) else \
-            f" in {lo}{_num(self.low)}, {_num(self.high)}]"
-        return f"{self.what} are {'whole' if self.integer else 'finite'} numbers{bounds}"
+        if math.isinf(self.low) and math.isinf(self.high):
+            bounds = ""
+        elif math.isinf(self.high):
+            bounds = f" {'>' if self.above_low else '>='} {_num(self.low)}"
+        else:
+            bounds = f" in {lo}{_num(self.low)}, {_num(self.high)}]"
+        return f"{self.what} are {'whole' if self.integer else 'finite'} numbers{bounds}" + \
+            (", or NaN (none)" if self.nan else "")
 
 
 def _num(x: float) -> str:
@@ -80,6 +99,13 @@ DURATIONS = Saved("durations (s)", 0.0, MAX_DURATION, above_low=True)
 TIMES = Saved("times (s)", -MAX_SUBMIT_TIME, MAX_SUBMIT_TIME)
 CODES = Saved("codes", 0, math.inf, integer=True)  # indices into another array (VC names, buckets)
 NUMBERS = Saved("parameters", ndim=None)  # any finite numbers (coefficients, a network's weights)
+# The `CARRIED` columns, as the trace loaders keep them (a time limit > 0, NaN for none); saved
+# as ``carried.<column>``, one value per history job.
+CARRIED_SAVED = {"user": Saved("user names", text=True), "account": Saved("account names", text=True),
+                 "partition": Saved("partition names", text=True),
+                 "time_limit": Saved("time limits (s)", 0.0, above_low=True, nan=True),
+                 "num_cpus": Saved("CPU counts", 0, MAX_CPUS, integer=True)}
+_TEXT_CARRIED = tuple(c for c, rule in CARRIED_SAVED.items() if rule.text)
 
 
 class WorkloadError(InputError):
@@ -106,6 +132,8 @@ class WorkloadModel:
         self.history_end = 0.0
         self.history_jobs = 0
         self.vc_names: list[str] | None = None  # None: the history has no VC column
+        # the history's `CARRIED` columns (in its row order) that sampled copies take along
+        self.carried: dict[str, np.ndarray] = {}
 
     # ----------------------------------------------------------------------------- public API
 
@@ -133,6 +161,7 @@ class WorkloadModel:
         self.history_start, self.history_end = lo, hi
         self.history_jobs = len(history)
         self.vc_names = sorted(set(history.vc.tolist())) if history.vc is not None else None
+        self.carried = {c: getattr(history, c) for c in CARRIED if getattr(history, c) is not None}
         self._fit(history)
         self.fitted = True
         return self
@@ -157,16 +186,19 @@ class WorkloadModel:
             raise WorkloadError(f"{self.name}: seed must be an integer >= 0 (got {seed!r})")
         rng = np.random.default_rng(int(seed))
         jobs = self._sample(start, horizon, rng)
-        return jobs.to_trace(start, horizon, f"{self.name}-{int(seed)}")
+        return jobs.to_trace(start, horizon, f"{self.name}-{int(seed)}", self.carried)
 
     def save(self, path: str | os.PathLike) -> None:
         """Write the fitted model to one ``.npz`` file, atomically."""
         if not self.fitted:
             raise WorkloadError(f"{self.name}: fit the model before saving it")
         meta, arrays = self._state()
+        # text as fixed-width unicode: an object array would need pickle to load
+        arrays = {**arrays, **{f"carried.{c}": a.astype(str) if c in _TEXT_CARRIED else a
+                               for c, a in self.carried.items()}}
         header = {"format": FORMAT_VERSION, "model": self.name, "params": self.params,
                   "history": [self.history_start, self.history_end, self.history_jobs],
-                  "vc_names": self.vc_names, "state": meta}
+                  "vc_names": self.vc_names, "carried": list(self.carried), "state": meta}
         with atomic_path(path) as tmp, open(tmp, "wb") as f:
             np.savez_compressed(f, __header__=np.array(json.dumps(header)), **arrays)
 
@@ -181,6 +213,7 @@ class WorkloadModel:
         try:
             model = cls(**header["params"])
             model._load_history(header)
+            model._load_carried(header, arrays)
             model._restore(header["state"], arrays)
             for name, rule in cls.saved.items():
                 if name in arrays:  # (a missing optional array, such as `vc`, was restored as None)
@@ -207,6 +240,28 @@ class WorkloadModel:
             raise WorkloadError("the VC names are not a list of text")
         self.history_start, self.history_end, self.history_jobs = start, end, int(jobs)
         self.vc_names = names
+
+    def _load_carried(self, header: dict[str, Any], arrays: dict[str, np.ndarray]) -> None:
+        """The `CARRIED` columns `fit` kept (none in a file saved before they were): each named in
+        the header once, checked as `CARRIED_SAVED` says, one value per history job."""
+        names = header.get("carried") or []
+        if not (isinstance(names, list) and all(isinstance(c, str) and c in CARRIED for c in names)
+                and len(set(names)) == len(names)):
+            raise WorkloadError(f"the carried columns {names!r} are not distinct names among {', '.join(CARRIED)}")
+        carried = {}
+        for c in names:
+            a = arrays[f"carried.{c}"]
+            CARRIED_SAVED[c].check(f"carried.{c}", a)
+            same_length(self.history_jobs, **{f"carried.{c}": a})
+            carried[c] = a.astype(object) if c in _TEXT_CARRIED else a
+        self.carried = carried
+
+    def _check_source(self, name: str, source: np.ndarray | None, length: int) -> None:
+        """The saved history row of each of `length` jobs a model copies (checked as `CODES`):
+        one per job, each a row of the `carried` columns (they hold one value per history job)."""
+        if source is not None:
+            same_length(length, **{name: source})
+            self._check_codes(name, source, self.history_jobs, "history jobs")
 
     def _check_state(self) -> None:
         """After `_restore` and the `saved` checks: what relates one array to another (lengths,
@@ -254,18 +309,23 @@ class WorkloadModel:
 
 
 class Jobs:
-    """Generated jobs as plain arrays (vc as codes into the model's ``vc_names``)."""
+    """Generated jobs as plain arrays (vc as codes into the model's ``vc_names``; ``source``, for
+    a model that copies history jobs, the history row each one copies)."""
 
     def __init__(self, submit: np.ndarray, gpus: np.ndarray, duration: np.ndarray,
-                 vc: np.ndarray | None, vc_names: list[str] | None):
+                 vc: np.ndarray | None, vc_names: list[str] | None,
+                 source: np.ndarray | None = None):
         self.submit = np.asarray(submit, dtype=np.float64)
         self.gpus = np.asarray(gpus, dtype=np.int64)
         self.duration = np.asarray(duration, dtype=np.float64)
         self.vc = None if vc is None or vc_names is None else np.asarray(vc, dtype=np.int64)
         self.vc_names = vc_names
+        self.source = None if source is None else np.asarray(source, dtype=np.int64)
 
-    def to_trace(self, start: float, horizon: float, prefix: str) -> Trace:
-        """Keep the jobs in [start, start + horizon), sort them, and give them unique ids."""
+    def to_trace(self, start: float, horizon: float, prefix: str,
+                 carried: dict[str, np.ndarray] | None = None) -> Trace:
+        """Keep the jobs in [start, start + horizon), sort them, and give them unique ids; with
+        ``source``, each takes the `carried` columns of the history job it copies."""
         keep = (self.submit >= start) & (self.submit < start + horizon)
         order = np.flatnonzero(keep)[np.argsort(self.submit[keep], kind="stable")]
         n = len(order)
@@ -277,6 +337,9 @@ class Jobs:
         }
         if self.vc is not None:
             cols["vc"] = np.asarray(self.vc_names, dtype=object)[self.vc[order]] if n else np.array([], dtype=object)
+        if self.source is not None:
+            for c, a in (carried or {}).items():
+                cols[c] = a[self.source[order]]
         check_jobs(cols, prefix)
         return Trace.from_columns(cols, source=prefix)
 

@@ -119,7 +119,8 @@ class Hybrid(WorkloadModel):
         members = ranges(c.ptr[chosen], sizes)
         submit = np.repeat(bt, sizes) + c.offset[members]
         vc = None if c.vc is None else c.vc[members]
-        return Jobs(submit, c.g[members], c.d[members], vc, self.vc_names)
+        src = None if c.src is None else c.src[members]
+        return Jobs(submit, c.g[members], c.d[members], vc, self.vc_names, src)
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         return self.count._state()

@@ -46,7 +46,8 @@ class Replay(WorkloadModel):
         offsets = shift + length * np.arange(-1, math.ceil(horizon / length) + 1)
         idx = np.tile(sel, len(offsets))
         submit = (self.t[sel][None, :] + offsets[:, None]).ravel()
-        return Jobs(submit, self.g[idx], self.d[idx], None if self.vc is None else self.vc[idx], self.vc_names)
+        return Jobs(submit, self.g[idx], self.d[idx], None if self.vc is None else self.vc[idx],
+                    self.vc_names, idx)
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         arrays = {"t": self.t, "g": self.g, "d": self.d}
@@ -64,6 +65,8 @@ class Replay(WorkloadModel):
         same_length(len(self.t), g=self.g, d=self.d)
         self._check_times("t", self.t)
         self._check_vc("vc", self.vc, len(self.t))
+        if self.carried:  # a sampled job copies the columns of the history row it replays
+            same_length(self.history_jobs, t=self.t)
 
 
 def whole_days(shift: float, length: float) -> float:

@@ -10,7 +10,8 @@ jobs of one VC whose submissions are at most ``burst_gap`` seconds apart. The mo
    (a negative-binomial day level). The trend is extrapolated into the sampled period but its
    factor is clipped to [1/2, 2] (a straight line fitted on three weeks is a weak forecast).
 2. What a batch holds. Each generated batch copies a whole historical batch — its jobs' GPUs,
-   durations, VC and offsets from the batch start — so sizes, durations and VCs keep their joint
+   durations, VC, offsets from the batch start and the columns every copy takes along
+   (`base.CARRIED`: user, account, partition, time limit, CPUs) — so sizes, durations and VCs keep their joint
    distribution and jobs in a burst share attributes as they really do. The batch is drawn with
    probability ``0.5 ** (age / half_life) x exp(-dh^2 / 2 bandwidth^2)``, where ``dh`` is the
    circular distance in hours between its time of day and the new batch's. Durations get a
@@ -72,6 +73,8 @@ class Stat(WorkloadModel):
               high=100.0, default=0.1),
     ])
 
+    src: np.ndarray | None = None  # each job's history row, for `base.CARRIED` (see _fit)
+
     # ------------------------------------------------------------------------------------ fit
 
     def _fit(self, history: Trace) -> None:
@@ -87,6 +90,7 @@ class Stat(WorkloadModel):
         self.g = history.num_gpus[order]
         self.d = history.duration[order]
         self.vc = None if vc is None else vc[order]
+        self.src = order  # the history row of each job, in batch order
         self._fit_rate(np.sort(self.bt))
 
     def _fit_rate(self, bt: np.ndarray) -> None:
@@ -165,7 +169,8 @@ class Stat(WorkloadModel):
         if self.params["duration_jitter"] > 0:  # (a jittered year-long job stays within the bound on durations)
             dur = np.minimum(dur * np.exp(self.params["duration_jitter"] * rng.standard_normal(len(dur))), MAX_DURATION)
         vc = None if self.vc is None else self.vc[members]
-        return Jobs(submit, self.g[members], dur, vc, self.vc_names)
+        src = None if self.src is None else self.src[members]
+        return Jobs(submit, self.g[members], dur, vc, self.vc_names, src)
 
     def _choose_batches(self, starts: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         """For each new batch, a historical batch: recent and at a similar time of day."""
@@ -188,12 +193,14 @@ class Stat(WorkloadModel):
 
     _ARRAYS = ("ptr", "bt", "offset", "g", "d", "beta")
     saved = {"ptr": CODES, "bt": TIMES, "offset": Saved("offsets in a batch (s)", 0.0, TIMES.high),
-             "g": GPUS, "d": DURATIONS, "beta": NUMBERS, "vc": CODES}
+             "g": GPUS, "d": DURATIONS, "beta": NUMBERS, "vc": CODES, "src": CODES}
 
     def _state(self) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
         arrays = {k: getattr(self, k) for k in self._ARRAYS}
         if self.vc is not None:
             arrays["vc"] = self.vc
+        if self.src is not None:
+            arrays["src"] = self.src
         meta = {"use_hour": self.use_hour, "use_week": self.use_week, "use_trend": self.use_trend,
                 "inv_shape": self.inv_shape}
         return meta, arrays
@@ -202,6 +209,7 @@ class Stat(WorkloadModel):
         for k in self._ARRAYS:
             setattr(self, k, arrays[k])
         self.vc = arrays.get("vc")
+        self.src = arrays.get("src")  # (absent from a file saved before it was kept)
         self.use_hour, self.use_week, self.use_trend = meta["use_hour"], meta["use_week"], meta["use_trend"]
         self.inv_shape = float(meta["inv_shape"])
 
@@ -223,6 +231,7 @@ class Stat(WorkloadModel):
         if not (np.isfinite(self.inv_shape) and self.inv_shape >= 0):
             raise WorkloadError(f"inv_shape {self.inv_shape!r} is not a finite number >= 0")
         self._check_vc("vc", self.vc, n)
+        self._check_source("src", self.src, n)
 
     # ----------------------------------------------------------------------- for reports
 

@@ -1,0 +1,884 @@
+"""The closed loop on real Slurm: one trace window replayed through `sbatch` on two test clusters
+side by side, one at the baseline config, the other tuned live by `autosched agent run --auto`.
+
+Cluster A keeps the baseline; cluster B starts from it and runs the agent (period one compressed
+day, its history seeded with the window before, simulated under the baseline and written as sacct
+text). Both receive the same jobs at the same wall-clock times: each job at its compressed arrival
+time, with its GPUs, its time limit, its user and account, running `sleep` for its compressed
+duration. An A/A run (`--aa`) runs both at the baseline: the noise floor of two real clusters.
+
+Time is compressed by --scale (trace seconds per wall second; 120: 1 trace minute -> 0.5 s), and
+every time constant of the baseline with it (docs/closed-loop.md says what that distorts). The
+jobs come from a canonical trace (default: the bundled Philly sample); the window is thinned at
+random (seeded) so that its offered load on the 32 GPUs is --load.
+
+    # one run (two clusters of its own, stopped after; about 40 min at the defaults):
+    PYTHONPATH=src nice -n 5 python benchmarks/closed_loop.py --run w1
+    PYTHONPATH=src nice -n 5 python benchmarks/closed_loop.py --run aa      # the A/A run
+    # every table and the plot again, from the committed files only (docs/closed-loop.md):
+    PYTHONPATH=src python benchmarks/closed_loop.py --analyse [--check]
+
+A run writes benchmarks/results/closed_loop/RUN/: run.json (what was replayed, the offered load,
+wall times), jobs.csv (what was submitted), sacct-A.txt and sacct-B.txt (each cluster's sacct),
+times-A.json and times-B.json (submit, start and end to the ms from slurmctld's log), assoc.txt,
+seed.sacct (the agent's seed history), agent-status.json and agent-store.json (the agent's
+revisions: `autosched agent status --json` and its revision store, table by table) and agent.log.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import math
+import os
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import slurm_twin as tw  # noqa: E402
+
+from autosched.cluster import ClusterSpec  # noqa: E402
+from autosched.policies import get_policy  # noqa: E402
+from autosched.sim import Simulator  # noqa: E402
+from autosched.space import Float, Int  # noqa: E402
+from autosched.trace.io import load_trace  # noqa: E402
+from autosched.trace.limits import add_time_limits  # noqa: E402
+from autosched.trace.parsing import wallclock_seconds  # noqa: E402
+from autosched.trace.table import Trace  # noqa: E402
+
+DAY = 86400.0
+NODES, GPUS_PER_NODE = 4, 8
+GPUS = NODES * GPUS_PER_NODE
+SAMPLE = REPO / "src" / "autosched" / "data" / "philly_2017-10-02_28d.csv.gz"
+RESULTS = REPO / "benchmarks" / "results" / "closed_loop"
+DOC = REPO / "docs" / "closed-loop.md"
+PLOT = REPO / "docs" / "img" / "closed-loop-wait.png"
+SCRIPT = REPO / "scripts" / "slurm-testbed.sh"
+TAG, SEED_TAG = "cl", "cls"  # job names: cl-0000 (the window), cls-0000 (the seed history)
+SEED_JOB_ID = 1_000_000  # seed jobs' ids: far above the fresh clusters' own (they start at 1)
+# what the exports hold: the columns the agent reads from sacct (the seed history has them too)
+SACCT_FIELDS = ("JobID", "JobName", "User", "Account", "Partition", "Submit", "Start", "End",
+                "State", "Timelimit", "AllocTRES", "ReqTRES", "NCPUS")
+PLACEMENT = "first_fit"  # Slurm's select plugin, as the twin models it (docs/fidelity.md)
+# Configs at the corners of the live space, replayed by the twin on the baseline cluster's own jobs:
+# how much the priority weights could move the average JCT here (every other knob as the baseline)
+_NO_WEIGHTS = {"PriorityWeightAge": 0, "PriorityWeightFairshare": 0, "PriorityWeightJobSize": 0,
+               "PriorityWeightTRES.CPU": 0, "PriorityWeightTRES.GRES/gpu": 0}
+ARCHETYPES = {
+    "age only": {**_NO_WEIGHTS, "PriorityWeightAge": 1000},
+    "small first": {**_NO_WEIGHTS, "PriorityWeightJobSize": 100000, "PriorityFavorSmall": True},
+    "GPU first": {**_NO_WEIGHTS, "PriorityWeightAge": 1000, "PriorityWeightTRES.GRES/gpu": 100000},
+    "fair-share heavy": {**_NO_WEIGHTS, "PriorityWeightAge": 1000, "PriorityWeightFairshare": 100000},
+}
+
+
+# ----------------------------------------------------------------------------- what a run replays
+
+@dataclass(frozen=True)
+class Plan:
+    """One run: the window, its thinning, the time scale and the agent's settings."""
+
+    name: str
+    trace: str = str(SAMPLE)
+    start_day: float = 3.0  # the window's first instant, in days of the trace's own clock
+    days: float = 2.5  # the window replayed on both clusters
+    before_days: float = 2.0  # the window before: the agent's seed history
+    load: float = 0.85  # offered load on the 32 GPUs the thinning aims at
+    seed: int = 0  # of the thinning (and of the agent)
+    scale: float = 120.0  # trace seconds per wall second
+    cap: float = 12 * 3600.0  # longest trace run time kept (s); longer jobs are cut to it
+    dmin: int = 1  # shortest sleep (wall s)
+    aa: bool = False  # both clusters at the baseline (no agent)
+    budget: int = 20  # the agent's tuning trials per round
+    samples: int = 3
+    validation_samples: int = 8
+    min_jobs: int = 50
+    history_days: float = 2.0  # the agent's history, in compressed days
+
+    @property
+    def day(self) -> float:
+        """One trace day in wall seconds: the agent's period."""
+        return DAY / self.scale
+
+
+# The runs of docs/closed-loop.md: three windows of the bundled Philly sample and one A/A run on
+# the first one's jobs; "ci" is the short run of tests/test_closed_loop.py. The windows are the
+# sample's 2.5-day windows whose half-days vary least in load (busiest over quietest: 2.1, 2.1 and
+# 1.6), so that each of the agent's days has jobs to queue.
+PLANS = {
+    "w1": Plan("w1", start_day=9.0),
+    "w2": Plan("w2", start_day=18.0),
+    "w3": Plan("w3", start_day=21.0),
+    "aa": Plan("aa", start_day=9.0, aa=True),
+    "ci": Plan("ci", start_day=1.0, days=1.0, before_days=1.0, load=0.3, scale=1440.0,
+               cap=6 * 3600.0, budget=3, samples=1, validation_samples=2, min_jobs=20,
+               history_days=2.0),
+}
+
+
+def baseline(scale: float) -> dict[str, Any]:
+    """The baseline config: the testbed's slurm.conf (scripts/slurm/slurm.conf.in) with its time
+    constants divided by `scale` (kept within each knob's range: bf_interval and bf_resolution
+    cannot go below 1 s, PriorityMaxAge and PriorityDecayHalfLife below 10 min)."""
+    space = get_policy("multifactor").space
+
+    def scaled(name: str, value: float) -> float:
+        k = space[name]
+        assert isinstance(k, (Int, Float)), name
+        v = min(max(value / scale, float(k.low)), float(k.high))
+        return max(1, round(v)) if isinstance(k, Int) else v
+
+    return {"PriorityWeightAge": 1000, "PriorityMaxAge": scaled("PriorityMaxAge", 7 * DAY),
+            "PriorityWeightFairshare": 10000,
+            "PriorityDecayHalfLife": scaled("PriorityDecayHalfLife", DAY),
+            "PriorityWeightJobSize": 1000, "PriorityFavorSmall": False,
+            "PriorityWeightTRES.CPU": 1000, "PriorityWeightTRES.GRES/gpu": 2000,
+            "TRESBillingWeights.CPU": 1.0, "TRESBillingWeights.GRES/gpu": 4.0,
+            "PriorityCalcPeriod": 1, "backfill": True,
+            "bf_interval": scaled("bf_interval", 30), "bf_resolution": scaled("bf_resolution", 60),
+            # bf_window is in minutes: 1440 (one day) -> one compressed day
+            "bf_window": scaled("bf_window", 1440)}
+
+
+def time_limit_min(limit: float, secs: int, scale: float) -> int:
+    """A job's time limit in whole minutes (Slurm's unit) for a sleep of `secs` wall seconds:
+    its limit (`limit`, trace s) compressed, never below the run and 5 s of slack."""
+    return max(1, math.ceil(limit / scale / 60.0), math.ceil((secs + 5) / 60.0))
+
+
+def trace_limits(trace: Trace) -> np.ndarray:
+    """Every job's time limit (trace s): the trace's own, and for a job without one the limit
+    `autosched trace limits TRACE` writes (Tsafrir, Etsion & Feitelson's model, seed 0), so the
+    harness, `autosched run` and the twin replay the same limits."""
+    return add_time_limits(trace, seed=0)[0].time_limit
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The jobs of a run: the window's, the window before's, and the thinning behind them."""
+
+    jobs: list[tw.Job]  # submit: wall s after the window's start
+    before: list[tw.Job]  # submit < 0
+    fraction: float  # share of the window's jobs kept
+    full_load: float  # the window's offered load before thinning (run times cut to the cap)
+    offered_load: float  # what the clusters receive: GPU x sleep over 32 GPUs x the window
+
+
+def associations(trace: Trace, rows: np.ndarray) -> list[tuple[str, str]]:
+    """The testbed's (user, account) of each row: the trace's users and accounts, each in order of
+    first appearance, mapped onto the test users and accounts; without them, its VCs (slurm_twin's
+    rule); without either, alice/physics."""
+    if trace.user is not None and trace.account is not None:
+        users = {u: tw.USERS[i % len(tw.USERS)] for i, u in enumerate(dict.fromkeys(trace.user[rows]))}
+        accounts = {a: tw.ACCOUNTS[i % len(tw.ACCOUNTS)]
+                    for i, a in enumerate(dict.fromkeys(trace.account[rows]))}
+        return [(users[u], accounts[a]) for u, a in zip(trace.user[rows], trace.account[rows])]
+    if trace.vc is not None:
+        by_vc = tw.testbed_associations(str(v) for v in trace.vc[rows])
+        return [by_vc[str(v)] for v in trace.vc[rows]]
+    return [(tw.USERS[0], tw.ACCOUNTS[0])] * len(rows)
+
+
+def select(trace: Trace, plan: Plan) -> Selection:
+    """Thin the window (and the window before, with the same draw) to the plan's load."""
+    w0 = plan.start_day * DAY
+    w1 = w0 + plan.days * DAY
+    b0 = w0 - plan.before_days * DAY
+    s, d, g = trace.submit_time, np.minimum(trace.duration, plan.cap), trace.num_gpus
+    fits = g <= GPUS_PER_NODE  # a job of more than one node's GPUs is left out
+    in_window = fits & (s >= w0) & (s < w1)
+    full = float((g[in_window] * d[in_window]).sum()) / (GPUS * plan.days * DAY)
+    if full <= 0:
+        raise SystemExit(f"{plan.trace}: no job of at most {GPUS_PER_NODE} GPUs in days "
+                         f"{plan.start_day:g}-{plan.start_day + plan.days:g}")
+    fraction = min(1.0, plan.load / full)
+    # one draw per row of the whole trace: a job's fate does not depend on the window
+    keep = np.random.default_rng(plan.seed).random(len(trace)) < fraction
+    rows = np.flatnonzero(fits & keep & (s >= b0) & (s < w1))
+    assoc = associations(trace, rows)
+    limits = trace_limits(trace)
+    jobs: list[tw.Job] = []
+    before: list[tw.Job] = []
+    for (user, account), r in zip(assoc, rows):
+        secs = int(max(plan.dmin, round(float(d[r]) / plan.scale)))
+        limit = time_limit_min(float(limits[r]), secs, plan.scale)
+        # floored to the 10 ms the harness submits at, so a job of the window before stays
+        # before it (rounding put one submitted 0.001 s early at the window's start)
+        submit = math.floor((float(s[r]) - w0) / plan.scale * 100) / 100
+        into = jobs if s[r] >= w0 else before
+        tag = TAG if s[r] >= w0 else SEED_TAG
+        into.append(tw.Job(f"{tag}-{len(into):04d}", submit, int(g[r]), secs, limit, user, account))
+    offered = sum(j.gpus * j.seconds for j in jobs) / (GPUS * plan.days * plan.day)
+    return Selection(jobs, before, fraction, full, offered)
+
+
+# ----------------------------------------------------------------------------- sacct text
+
+def stamp(t: float) -> str:
+    """A unix time as sacct prints it (UTC: the harness runs every Slurm client with TZ=UTC)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(t))
+
+
+def slurm_minutes(m: int) -> str:
+    """Minutes as sacct prints a Timelimit: HH:MM:SS, or D-HH:MM:SS from a day on."""
+    d, rest = divmod(m, 1440)
+    return (f"{d}-" if d else "") + f"{rest // 60:02d}:{rest % 60:02d}:00"
+
+
+def seed_history(before: Sequence[tw.Job], t0: float, config: dict, assoc_path: Path | None) -> str:
+    """The window before as the baseline cluster would have run it (the twin, first_fit), written
+    as sacct text with absolute times before `t0` (the window's first instant): the jobs that
+    ended by then, COMPLETED, with ids from SEED_JOB_ID."""
+    header = "|".join(SACCT_FIELDS)
+    if not before:
+        return header + "\n"
+    first = min(j.submit for j in before)
+    trace = Trace.from_columns({
+        "job_id": np.arange(len(before)), "submit_time": [j.submit - first for j in before],
+        "num_gpus": [j.gpus for j in before], "duration": [float(j.seconds) for j in before],
+        "time_limit": [60.0 * j.limit_min for j in before], "user": [j.user for j in before],
+        "account": [j.account for j in before], "name": [j.name for j in before]})
+    spec = ClusterSpec.uniform_nodes(NODES, GPUS_PER_NODE)
+    if assoc_path is not None:
+        from autosched.associations import read_associations
+
+        spec = replace(spec, associations=read_associations(assoc_path))
+    rec = Simulator(trace, spec, get_policy("multifactor")({**tw.knobs(config), "placement": PLACEMENT})).run().records()
+    by_name = {j.name: j for j in before}
+    names = trace.name
+    assert names is not None
+    lines = [header]
+    for k in range(len(trace)):
+        end = t0 + first + float(rec.end[k])
+        if end >= t0:
+            continue  # still running or queued when the window begins: not on the cluster
+        j = by_name[str(names[k])]
+        tres = f"billing={4 * j.gpus + 1},cpu=1,gres/gpu={j.gpus},mem=512M,node=1"
+        row = {"JobID": str(SEED_JOB_ID + k), "JobName": j.name, "User": j.user,
+               "Account": j.account, "Partition": "gpu",
+               "Submit": stamp(t0 + first + float(rec.submit[k])),
+               "Start": stamp(t0 + first + float(rec.first_start[k])), "End": stamp(end),
+               "State": "COMPLETED", "Timelimit": slurm_minutes(j.limit_min), "AllocTRES": tres,
+               "ReqTRES": tres, "NCPUS": "1"}
+        lines.append("|".join(row[f] for f in SACCT_FIELDS))
+    return "\n".join(lines) + "\n"
+
+
+def read_sacct(path: Path) -> list[dict[str, str]]:
+    """The rows of an sacct export (`--parsable2`: `|`-separated, with a header)."""
+    with open(path, newline="") as f:
+        return list(csv.DictReader(f, delimiter="|"))
+
+
+# ----------------------------------------------------------------------------- the two clusters
+
+@dataclass
+class Testbed:
+    """One cluster of scripts/slurm-testbed.sh: its root, port base and client environment."""
+
+    label: str  # A or B
+    root: Path
+    port_base: int
+
+    @property
+    def env(self) -> dict[str, str]:
+        return dict(os.environ, SLURM_CONF=str(self.root / "etc" / "slurm.conf"), TZ="UTC",
+                    SLURM_TIME_FORMAT="standard", TESTBED_ROOT=str(self.root),
+                    TESTBED_PORT_BASE=str(self.port_base))
+
+    @property
+    def include(self) -> Path:
+        return self.root / "etc" / "autosched.conf"
+
+    def script(self, *args: str, timeout: float = 300) -> subprocess.Popen[str]:
+        return subprocess.Popen(["bash", str(SCRIPT), *args], env=self.env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+
+    def cluster(self) -> tw.Cluster:
+        return tw.Cluster(self.env, self.include)
+
+
+def start_all(beds: Sequence[Testbed]) -> None:
+    """Start the clusters at once (`start --fresh`); stop them all if one fails."""
+    procs = [b.script("start", "--fresh") for b in beds]
+    failed = []
+    for b, p in zip(beds, procs):
+        out, _ = p.communicate(timeout=600)
+        if p.returncode != 0:
+            failed.append(f"cluster {b.label} ({b.root}):\n{out.strip()}")
+    if failed:
+        stop_all(beds)
+        raise RuntimeError("a test cluster did not start:\n" + "\n".join(failed))
+
+
+def stop_all(beds: Sequence[Testbed]) -> None:
+    """`slurm-testbed.sh stop` for each cluster (every daemon by its PID file)."""
+    procs = [b.script("stop") for b in beds if b.root.exists()]
+    for p in procs:
+        p.communicate(timeout=600)
+
+
+def export_sacct(bed: Testbed, since: float, out: Path) -> None:
+    """The cluster's jobs since `since`, one row per job (no steps)."""
+    text = bed.cluster().run("sacct", "-a", "-X", "--parsable2", "-S", stamp(since - 60),
+                             "--format=" + ",".join(SACCT_FIELDS), timeout=120)
+    out.write_text(text)
+
+
+def save_times(bed: Testbed, out: Path) -> None:
+    """Submit, start and end of every job, and the controller's thread clocks, to the ms from
+    slurmctld's log (`slurm_twin.log_times`)."""
+    lt = tw.log_times(bed.root / "log" / "slurmctld.log")
+    out.write_text(json.dumps({k: {str(j): round(t, 3) for j, t in v.items()} for k, v in lt.items()}))
+
+
+def load_times(path: Path) -> dict[str, dict[int, float]] | None:
+    if not path.exists():
+        return None
+    return {k: {int(j): t for j, t in v.items()} for k, v in json.loads(path.read_text()).items()}
+
+
+# ----------------------------------------------------------------------------- the agent (its CLI only)
+
+def autosched(*args: str) -> list[str]:
+    """The command line of `autosched ARGS` with this checkout's package."""
+    return [sys.executable, "-c", "from autosched.cli import main; main()", *args]
+
+
+def agent_env(bed: Testbed) -> dict[str, str]:
+    path = os.environ.get("PYTHONPATH", "")
+    return dict(bed.env, PYTHONPATH=str(REPO / "src") + (os.pathsep + path if path else ""))
+
+
+def agent_init(bed: Testbed, state: Path, plan: Plan, seed: Path) -> None:
+    env = agent_env(bed)
+    cmd = autosched("agent", "init", "--state", str(state), "--slurm-conf", env["SLURM_CONF"],
+                    "--include", str(bed.include), "--auto", "--period", f"{plan.day:g}",
+                    "--history", f"{plan.history_days * plan.day:g}", "--min-jobs", str(plan.min_jobs),
+                    "--budget", str(plan.budget), "--samples", str(plan.samples),
+                    "--validation-samples", str(plan.validation_samples),
+                    "--seed-history", str(seed), "--fix", f"placement={PLACEMENT}")
+    res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        raise RuntimeError(f"`autosched agent init` exited {res.returncode}: {res.stderr.strip()}")
+
+
+def export_agent(bed: Testbed, state: Path, outdir: Path) -> None:
+    """The agent's revisions: `agent status --json` and its store, every table as JSON rows."""
+    env = agent_env(bed)
+    res = subprocess.run(autosched("agent", "status", "--state", str(state), "--json",
+                                   "--history", "100000"),
+                         env=env, capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        raise RuntimeError(f"`autosched agent status` exited {res.returncode}: {res.stderr.strip()}")
+    (outdir / "agent-status.json").write_text(json.dumps(json.loads(res.stdout), indent=1) + "\n")
+    (outdir / "agent-store.json").write_text(json.dumps(dump_store(state), indent=1) + "\n")
+
+
+def dump_store(state: Path) -> dict[str, Any]:
+    """Every SQLite file of the state directory, table by table, rows as objects."""
+    out: dict[str, Any] = {}
+    for db in sorted(state.glob("*.sqlite*")) + sorted(state.glob("*.db")):
+        if db.suffix in (".sqlite-wal", ".sqlite-shm"):
+            continue
+        con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+        con.row_factory = sqlite3.Row
+        try:
+            names = [r[0] for r in con.execute("SELECT name FROM sqlite_master WHERE type='table'")]
+            out[db.name] = {n: [dict(r) for r in con.execute(f'SELECT * FROM "{n}"')] for n in names}
+        finally:
+            con.close()
+    return out
+
+
+# ----------------------------------------------------------------------------- one run
+
+def write_jobs(jobs: Sequence[tw.Job], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["name", "submit", "gpus", "seconds", "limit_min", "user", "account"])
+        for j in jobs:
+            w.writerow([j.name, j.submit, j.gpus, j.seconds, j.limit_min, j.user, j.account])
+
+
+def read_jobs(path: Path) -> list[tw.Job]:
+    with open(path, newline="") as f:
+        return [tw.Job(r["name"], float(r["submit"]), int(r["gpus"]), int(r["seconds"]),
+                       int(r["limit_min"]), r["user"], r["account"]) for r in csv.DictReader(f)]
+
+
+def run(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: tuple[int, int],
+        lead: float = 10.0, log=print) -> dict[str, Any]:
+    """Replay the plan on two fresh clusters (started here, stopped before returning) and write
+    the run's files to `outdir`; returns run.json's content."""
+    t_begin = time.time()
+    trace, _ = load_trace(Path(plan.trace))
+    sel = select(trace, plan)
+    log(f"{plan.name}: {len(sel.jobs)} jobs in {plan.days:g} days from day {plan.start_day:g} "
+        f"(thinned to {sel.fraction:.3f}: offered load {sel.full_load:.2f} -> "
+        f"{sel.offered_load:.2f} of {GPUS} GPUs), {len(sel.before)} before; 1 trace day = "
+        f"{plan.day:g} s")
+    outdir.mkdir(parents=True, exist_ok=True)
+    write_jobs(sel.jobs, outdir / "jobs.csv")
+    config = baseline(plan.scale)
+    beds = [Testbed(label, root, base) for label, root, base in zip("AB", roots, port_bases)]
+    info: dict[str, Any] = {"plan": asdict(plan), "baseline": config, "jobs": len(sel.jobs),
+                            "seed_jobs": len(sel.before), "fraction": sel.fraction,
+                            "full_load": sel.full_load, "offered_load": sel.offered_load}
+    agent: subprocess.Popen[bytes] | None = None
+    state = Path(tempfile.mkdtemp(prefix="cl-agent-"))
+    try:
+        start_all(beds)
+        info["wall_start_clusters"] = time.time() - t_begin
+        clusters = [b.cluster() for b in beds]
+        for cl in clusters:
+            cl.configure(config)
+        (outdir / "assoc.txt").write_text(clusters[1].run(
+            "sacctmgr", "-P", "show", "assoc", "format=Cluster,Account,User,ParentName,Share"))
+        t0 = time.time() + lead
+        if not plan.aa:
+            (outdir / "seed.sacct").write_text(seed_history(sel.before, t0, config, outdir / "assoc.txt"))
+            agent_init(beds[1], state, plan, outdir / "seed.sacct")
+            delay = t0 - time.time()
+            if delay > 0:
+                time.sleep(delay)
+            env = agent_env(beds[1])
+            with open(outdir / "agent.log", "wb") as f:
+                agent = subprocess.Popen(autosched("agent", "run", "--state", str(state)),
+                                         env=env, stdout=f, stderr=subprocess.STDOUT)
+        info["t0"] = t0
+        errors: list[str] = []
+
+        def submit(cl: tw.Cluster, label: str) -> None:
+            try:
+                cl.submit(sel.jobs, t0)
+            except Exception as e:  # noqa: BLE001 - reported below: the run's jobs are incomplete
+                errors.append(f"cluster {label}: {e}")
+
+        threads = [threading.Thread(target=submit, args=(cl, b.label)) for cl, b in zip(clusters, beds)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        info["wall_submitted"] = time.time() - t0
+        log(f"{plan.name}: submitted in {info['wall_submitted']:.0f} s"
+            + (f"; errors: {errors}" if errors else ""))
+        names = {j.name for j in sel.jobs}
+        drain = 4 * plan.day + plan.cap / plan.scale
+        for cl in clusters:
+            cl.wait_done(names, timeout=drain)
+        info["wall_run"] = time.time() - t0
+        info["submit_errors"] = errors
+        time.sleep(3.0)  # slurmdbd records the last ends
+        if agent is not None:
+            stop_agent(agent)
+            agent = None
+            export_agent(beds[1], state, outdir)
+        for b in beds:
+            export_sacct(b, t0, outdir / f"sacct-{b.label}.txt")
+            save_times(b, outdir / f"times-{b.label}.json")
+    finally:
+        if agent is not None:
+            stop_agent(agent)
+        stop_all(beds)
+        shutil.rmtree(state, ignore_errors=True)  # what matters of it is exported above
+        info["wall_total"] = time.time() - t_begin
+        (outdir / "run.json").write_text(json.dumps(info, indent=1) + "\n")
+    log(f"{plan.name}: run {info['wall_run']:.0f} s, all in {info['wall_total']:.0f} s")
+    return info
+
+
+def stop_agent(p: subprocess.Popen[bytes]) -> None:
+    """SIGTERM to the agent's process (by its PID), SIGKILL after 60 s."""
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=30)
+
+
+# ----------------------------------------------------------------------------- analysis
+
+@dataclass
+class Realized:
+    """One cluster's run as its sacct recorded it (wall seconds)."""
+
+    submitted: int
+    recorded: int  # of those, in sacct
+    completed: int  # of those, COMPLETED
+    avg_jct: float
+    avg_wait: float
+    p95_wait: float
+    wait_by_account: dict[str, float]
+
+
+@dataclass
+class Twin:
+    """The twin's replay of one cluster's own sacct under the configs in force."""
+
+    tau: float
+    avg_wait_sim: float
+    avg_wait_real: float
+
+    @property
+    def wait_error(self) -> float:
+        return self.avg_wait_sim / self.avg_wait_real - 1 if self.avg_wait_real else math.nan
+
+
+@dataclass
+class Change:
+    """One config the agent applied during the run."""
+
+    revision: int
+    at: float  # wall s after the window's first instant
+    diff: dict[str, list[Any]]
+    predicted_gain: float | None
+    spread: float | None
+    agent_verdict: str  # the agent's own judgement of the period after, as it recorded it
+    twin_gain: float | None = None  # the twin: this change against none, over the period after
+    gain_vs_a: float | None = None  # real: B against A on the jobs submitted in that period
+
+
+@dataclass
+class RunResult:
+    name: str
+    plan: dict[str, Any]
+    offered_load: float
+    fraction: float
+    jobs: int
+    wall_run: float | None
+    wall_total: float | None
+    clusters: dict[str, Realized]
+    twins: dict[str, Twin]
+    changes: list[Change] = field(default_factory=list)
+    # the twin's average JCT of A's jobs under each archetype, against its baseline replay
+    archetypes: dict[str, float] = field(default_factory=dict)
+    wait_series: dict[str, list[list[float]]] = field(default_factory=dict)  # [submit, wait] by cluster
+
+    @property
+    def gain(self) -> float:
+        """B's realized average JCT against A's (0.05: 5% shorter)."""
+        a, b = self.clusters["A"].avg_jct, self.clusters["B"].avg_jct
+        return (a - b) / a
+
+
+def realized(rows: list[dict[str, str]], names: set[str]) -> tuple[Realized, dict[str, tuple[float, float, float]]]:
+    """Metrics of the run's jobs in one sacct export, and each job's (submit, start, end)."""
+    times: dict[str, tuple[float, float, float]] = {}
+    completed = 0
+    accounts: dict[str, list[float]] = {}
+    for r in rows:
+        if r["JobName"] not in names:
+            continue
+        completed += r["State"].startswith("COMPLETED")
+        s, st, e = (wallclock_seconds(r[k]) for k in ("Submit", "Start", "End"))
+        if s is None or st is None or e is None:
+            continue
+        times[r["JobName"]] = (float(s), float(st), float(e))
+        accounts.setdefault(r["Account"], []).append(float(st - s))
+    wait = np.array([t[1] - t[0] for t in times.values()])
+    jct = np.array([t[2] - t[0] for t in times.values()])
+    recorded = len({r["JobName"] for r in rows} & names)
+    return Realized(len(names), recorded, completed, float(jct.mean()), float(wait.mean()),
+                    float(np.percentile(wait, 95)), {a: float(np.mean(w)) for a, w in sorted(accounts.items())}), times
+
+
+def applied_changes(status: dict[str, Any], t0: float) -> list[Change]:
+    """The configs the agent applied (the baseline it found is not a change), oldest first: from
+    `agent status --json`'s revisions, each applied at its last "applied" event."""
+    out = []
+    for rev in status.get("history") or []:
+        times = [e["time"] for e in rev.get("events", []) if e.get("state") == "applied"]
+        if not times or rev.get("trigger") == "baseline" or rev.get("parent") is None:
+            continue
+        ev = rev.get("evidence") or {}
+        outcome = rev.get("outcome") or {}
+        out.append(Change(int(rev["id"]), float(times[-1]) - t0, dict(rev.get("diff") or {}),
+                          ev.get("predicted_gain"), ev.get("spread"),
+                          str(outcome.get("verdict") or "not judged")))
+    return sorted(out, key=lambda c: c.at)
+
+
+def configs_in_force(status: dict[str, Any], base: dict[str, Any]) -> dict[int, dict[str, Any]]:
+    """Each applied revision's whole config: the baseline with the revision's managed values."""
+    return {int(r["id"]): {**base, **(r.get("config") or {})} for r in status.get("history") or []}
+
+
+def analyse_run(outdir: Path) -> RunResult:
+    """Every figure of one run from its files."""
+    info = json.loads((outdir / "run.json").read_text())
+    plan = Plan(**info["plan"])
+    base = info["baseline"]
+    jobs = read_jobs(outdir / "jobs.csv")
+    names = {j.name for j in jobs}
+    t0 = float(info["t0"])
+    status_path = outdir / "agent-status.json"
+    status = json.loads(status_path.read_text()) if status_path.exists() else {}
+    changes = applied_changes(status, t0)
+    full = configs_in_force(status, base)
+    clusters, twins, series, job_times = {}, {}, {}, {}
+    archetypes: dict[str, float] = {}
+    for label in "AB":
+        rows = read_sacct(outdir / f"sacct-{label}.txt")
+        clusters[label], job_times[label] = realized(rows, names)
+        series[label] = sorted([round(s - t0, 2), round(st - s, 2)] for s, st, _ in job_times[label].values())
+        cl_changes = [] if label == "A" else changes
+        real = tw.read_run(outdir / f"sacct-{label}.txt", TAG, load_times(outdir / f"times-{label}.json"))
+        spec = tw.twin_spec(real, base, outdir / "assoc.txt")
+        moves = [(t0 + c.at - real.day0, full[c.revision]) for c in cl_changes]
+        got = tw.agreement(real, tw.simulate(real, spec, base, PLACEMENT, moves), base["bf_interval"])
+        twins[label] = Twin(got["tau"], got["avg_wait_sim"], got["avg_wait_real"])
+        if label == "A":
+            archetypes = {n: float(tw.simulate(real, spec, {**base, **a}, PLACEMENT).records().jct.mean())
+                          / got["avg_jct_sim"] - 1 for n, a in ARCHETYPES.items()}
+        if label == "B":
+            for k, c in enumerate(changes):
+                c.twin_gain = counterfactual(real, spec, base, moves, k, plan.day)
+                c.gain_vs_a = period_gain(job_times["A"], job_times["B"], t0 + c.at, plan.day)
+    return RunResult(outdir.name, info["plan"], info["offered_load"], info["fraction"], len(jobs),
+                     info.get("wall_run"), info.get("wall_total"), clusters, twins, changes,
+                     archetypes, series)
+
+
+def counterfactual(real: tw.RealRun, spec: ClusterSpec, base: dict, moves: list[tuple[float, dict]],
+                   k: int, period: float) -> float | None:
+    """The twin's gain of change `k` over the period after it: the cluster's own jobs replayed
+    with changes 0..k and with 0..k-1 only, average JCT of the jobs submitted in that period."""
+    t = moves[k][0]
+    pick = (real.submit >= t) & (real.submit < t + period)
+    if not pick.any():
+        return None
+    jct = [float(tw.simulate(real, spec, base, PLACEMENT, moves[:n]).records().jct[pick].mean())
+           for n in (k, k + 1)]
+    return (jct[0] - jct[1]) / jct[0]
+
+
+def period_gain(a: dict[str, tuple[float, float, float]], b: dict[str, tuple[float, float, float]],
+                t: float, period: float) -> float | None:
+    """B against A, average JCT of the jobs submitted on B in [t, t + period) (on both)."""
+    names = [n for n, (s, _, _) in b.items() if t <= s < t + period and n in a]
+    if not names:
+        return None
+    ja = np.mean([a[n][2] - a[n][0] for n in names])
+    jb = np.mean([b[n][2] - b[n][0] for n in names])
+    return float((ja - jb) / ja)
+
+
+# ----------------------------------------------------------------------------- tables and plot
+
+def pct(x: float | None, signed: bool = True) -> str:
+    if x is None or not math.isfinite(x):
+        return "—"
+    return f"{x:+.1%}" if signed else f"{x:.1%}"
+
+
+def render_tables(results: Sequence[RunResult]) -> str:
+    """The markdown of docs/closed-loop.md's generated section."""
+    out = []
+    out.append("| run | window (trace days) | jobs | thinned to | offered load | run (wall) | "
+               "cluster | in sacct | avg JCT (s) | avg wait (s) | p95 wait (s) | wait by account (s) |")
+    out.append("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in results:
+        p = r.plan
+        for label, c in r.clusters.items():
+            who = "A (baseline)" if label == "A" else ("B (baseline)" if p["aa"] else "B (agent)")
+            head = (f"{r.name} | {p['start_day']:g}-{p['start_day'] + p['days']:g} | {r.jobs} | "
+                    f"{r.fraction:.3f} | {r.offered_load:.2f} | "
+                    f"{(r.wall_run or 0) / 60:.0f} min" if label == "A" else " | | | | | ")
+            acc = ", ".join(f"{a} {w:.1f}" for a, w in c.wait_by_account.items())
+            out.append(f"| {head} | {who} | {c.recorded}/{c.submitted} ({c.completed} completed) | "
+                       f"{c.avg_jct:.1f} | {c.avg_wait:.1f} | {c.p95_wait:.1f} | {acc} |")
+    out.append("")
+    out.append("**Gain** (B's average JCT against A's) and the twin (each cluster's own sacct "
+               "replayed under the configs in force, changed when they were):")
+    out.append("")
+    out.append("| run | B vs A avg JCT | twin τ A / B | twin avg wait A: sim vs real | "
+               "twin avg wait B: sim vs real |")
+    out.append("|---|---|---|---|---|")
+    for r in results:
+        ta, tb = r.twins["A"], r.twins["B"]
+        out.append(f"| {r.name} | {pct(r.gain)} | {ta.tau:.3f} / {tb.tau:.3f} | "
+                   f"{ta.avg_wait_sim:.1f} vs {ta.avg_wait_real:.1f} ({pct(ta.wait_error)}) | "
+                   f"{tb.avg_wait_sim:.1f} vs {tb.avg_wait_real:.1f} ({pct(tb.wait_error)}) |")
+    out.append("")
+    out.append("**What the priority weights could do here:** the twin's average JCT of cluster A's "
+               "own jobs under configs at the corners of the live space, against the twin's replay "
+               "under the baseline (negative = shorter; the other knobs as the baseline):")
+    out.append("")
+    out.append("| run | " + " | ".join(ARCHETYPES) + " |")
+    out.append("|---|" + "---|" * len(ARCHETYPES))
+    for r in results:
+        out.append(f"| {r.name} | " + " | ".join(pct(r.archetypes.get(n)) for n in ARCHETYPES) + " |")
+    out.append("")
+    out.append("**The agent's changes** (time in compressed days after the window began; gains on "
+               "average JCT, positive = better; the twin's gain replays B's own jobs with and without "
+               "the change, and B vs A compares the jobs submitted in the day after it):")
+    out.append("")
+    out.append("| run | revision | at (day) | what changed | predicted gain ± spread | "
+               "agent's verdict | twin's gain | B vs A that day |")
+    out.append("|---|---|---|---|---|---|---|---|")
+    any_change = False
+    for r in results:
+        day = DAY / r.plan["scale"]
+        for ch in r.changes:
+            any_change = True
+            what = ", ".join(f"{k} {fmt(v[0])} → {fmt(v[1])}" for k, v in sorted(ch.diff.items()))
+            pred = "—" if ch.predicted_gain is None else (
+                f"{ch.predicted_gain:+.1%} ± {ch.spread:.1%}" if ch.spread is not None else pct(ch.predicted_gain))
+            out.append(f"| {r.name} | {ch.revision} | {ch.at / day:.2f} | {what} | {pred} | "
+                       f"{ch.agent_verdict} | {pct(ch.twin_gain)} | {pct(ch.gain_vs_a)} |")
+    if not any_change:
+        out.append("| — | | | the agent applied no change | | | | |")
+    out.append("")
+    out.append("**Targets:**")
+    out.append("")
+    out += [f"- {line}" for line in targets(results)]
+    return "\n".join(out) + "\n"
+
+
+def fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def targets(results: Sequence[RunResult]) -> list[str]:
+    """Each target of docs/closed-loop.md, met or not, in words."""
+    lines = []
+    lost = [f"{r.name} {label}: {c.submitted - c.recorded}" for r in results
+            for label, c in r.clusters.items() if c.recorded < c.submitted]
+    lines.append("no job lost: " + ("met (every submitted job is in sacct on both clusters)"
+                                    if not lost else "NOT met: " + ", ".join(lost)))
+    aa = [r for r in results if r.plan["aa"]]
+    ab = [r for r in results if not r.plan["aa"]]
+    if not aa:
+        lines.append("gain over the baseline: no A/A run yet, so no noise floor to judge it by")
+    else:
+        gap = abs(aa[0].gain)
+        wins = [r.name for r in ab if r.gain > 2 * gap]
+        losses = [r.name for r in ab if r.gain < -gap]
+        met = len(wins) >= min(2, len(ab)) and not losses and len(ab) >= 3
+        lines.append(f"gain over the baseline (A/A gap {gap:.1%}): B beats A by more than "
+                     f"{2 * gap:.1%} on {len(wins)} of {len(ab)} window(s)"
+                     + (f" ({', '.join(wins)})" if wins else "")
+                     + (f"; worse than A by more than the gap on {', '.join(losses)}" if losses else "")
+                     + (" — met" if met else " — not met" if len(ab) >= 3 else
+                        f" — {3 - len(ab)} of the 3 windows not run yet"))
+    bad = [f"{r.name} {label} (τ {t.tau:.3f}, wait {pct(t.wait_error)})" for r in results
+           for label, t in r.twins.items() if not (t.tau >= 0.9 and abs(t.wait_error) <= 0.10)]
+    lines.append("twin accuracy (avg wait within 10%, τ ≥ 0.9): "
+                 + ("met on every cluster" if not bad else "not met on " + ", ".join(bad)))
+    return lines
+
+
+def draw(results: Sequence[RunResult], path: Path) -> None:
+    """Realized wait over time on both clusters, one panel per run, the agent's changes marked."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(8, 2.4 * len(results)), squeeze=False)
+    for ax, r in zip(axes[:, 0], results):
+        day = DAY / r.plan["scale"]
+        for label, color in (("A", "tab:gray"), ("B", "tab:blue")):
+            pts = np.array(r.wait_series[label])
+            bins = np.arange(0, r.plan["days"] + 1 / 8, 1 / 8)  # 3 trace hours a bin
+            x = pts[:, 0] / day
+            idx = np.digitize(x, bins) - 1
+            mean = [pts[idx == b, 1].mean() if (idx == b).any() else np.nan for b in range(len(bins) - 1)]
+            who = "baseline" if label == "A" or r.plan["aa"] else "agent"
+            ax.step(bins[:-1], mean, where="post", color=color, label=f"{label} ({who})")
+        for c in r.changes:
+            ax.axvline(c.at / day, color="tab:red", ls="--", lw=1)
+            ax.text(c.at / day, ax.get_ylim()[1] * 0.92, f" r{c.revision}", color="tab:red", fontsize=8)
+        ax.set_title(f"{r.name}: trace days {r.plan['start_day']:g}-{r.plan['start_day'] + r.plan['days']:g}, "
+                     f"load {r.offered_load:.2f}", fontsize=9)
+        ax.set_ylabel("avg wait (wall s)")
+        ax.legend(fontsize=8, loc="upper left")
+    axes[-1, 0].set_xlabel("submitted (compressed days after the window began)")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+    plt.close(fig)
+
+
+BEGIN, END = "<!-- closed-loop: BEGIN -->", "<!-- closed-loop: END -->"
+
+
+def render_doc(doc: str, tables: str) -> str:
+    """`doc` with its generated section (between BEGIN and END) replaced by `tables`."""
+    i, j = doc.index(BEGIN) + len(BEGIN), doc.index(END)
+    return doc[:i] + "\n" + tables + doc[j:]
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """The committed runs, in the order of PLANS (others after, by name)."""
+    dirs = [d for d in root.iterdir() if (d / "run.json").exists()] if root.exists() else []
+    order = list(PLANS)
+    return sorted(dirs, key=lambda d: (order.index(d.name) if d.name in order else len(order), d.name))
+
+
+def analyse(root: Path, check: bool, plot: bool = True) -> int:
+    results = [analyse_run(d) for d in run_dirs(root)]
+    tables = render_tables(results) if results else "No run is committed yet.\n"
+    print(tables)
+    doc = DOC.read_text()
+    new = render_doc(doc, tables)
+    if check:
+        if new != doc:
+            print(f"{DOC} is not current: run benchmarks/closed_loop.py --analyse", file=sys.stderr)
+            return 1
+        return 0
+    DOC.write_text(new)
+    if plot and results:
+        draw(results, PLOT)
+    return 0
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--run", choices=sorted(PLANS), help="replay this plan on two fresh clusters")
+    ap.add_argument("--name", help="the run's directory name (default: the plan's)")
+    ap.add_argument("--trace", help="canonical trace to take the jobs from (time_limit, user, "
+                                    "account and vc are used when present; default: the bundled sample)")
+    ap.add_argument("--start-day", type=float)
+    ap.add_argument("--seed", type=int, help="thinning seed")
+    ap.add_argument("--load", type=float, help="offered load the thinning aims at")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--roots", default="/tmp/cl-A,/tmp/cl-B", help="the two clusters' TESTBED_ROOTs")
+    ap.add_argument("--port-base", type=int, default=23000, help="cluster A's; B's is 100 above")
+    ap.add_argument("--analyse", action="store_true", help="recompute every table from the "
+                    "committed runs in --out, rewrite docs/closed-loop.md's section and the plot")
+    ap.add_argument("--check", action="store_true", help="with --analyse: exit 1 if the doc is not current")
+    args = ap.parse_args()
+    if args.analyse:
+        sys.exit(analyse(args.out, args.check))
+    if args.run is None:
+        ap.error("give --run PLAN or --analyse")
+    plan = PLANS[args.run]
+    changes = {k: v for k, v in (("trace", args.trace), ("start_day", args.start_day),
+                                 ("seed", args.seed), ("load", args.load)) if v is not None}
+    plan = replace(plan, name=args.name or plan.name, **changes)
+    a, b = (Path(p) for p in args.roots.split(","))
+    run(plan, args.out / plan.name, (a, b), (args.port_base, args.port_base + 100))
+
+
+if __name__ == "__main__":
+    main()

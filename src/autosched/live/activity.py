@@ -1,0 +1,67 @@
+"""What the agent tells the outside world it did: one `Activity` per round and per action.
+
+The agent hands every `Activity` to its sinks (`Agent.sinks`, each an `ActivitySink`) at the
+point where the outcome is known: after a round is recorded, after an action took effect. Two
+sinks exist: a JSON log line (`live.events_log.JsonLog`, in ``agent run`` and the service) and a
+webhook (`live.notify.Webhook`, when the agent's settings name one). A sink never changes what
+the agent does: one that raises is reported in the agent's log and the action stands.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Protocol
+
+from .store import Revision
+
+
+class ActivityKind(str, Enum):
+    """What happened; the value is the ``event`` of its log line."""
+
+    ROUND = "round"
+    APPROVE = "approve"
+    REJECT = "reject"
+    ROLLBACK = "rollback"
+    FREEZE = "freeze"
+    UNFREEZE = "unfreeze"
+    ADOPT = "adopt"
+
+
+@dataclass(frozen=True)
+class Activity:
+    """One round or action, as it ended.
+
+    A round carries its `action` (a `live.round.Action` value), `why` and `trigger`, and the
+    agent's block note from before it (`blocked_before`), so that a sink can tell a new block from
+    one that goes on. An action carries who did it and the revision it made or moved."""
+
+    kind: ActivityKind
+    actor: str
+    why: str = ""
+    revision: Revision | None = None
+    action: str | None = None  # a round: what it did ("proposed", "blocked", ...)
+    trigger: str | None = None  # a round: "period" or "drift: ..."
+    blocked_before: str = ""  # a round: the block note before it ("" if none)
+    time: float = field(default_factory=time.time)
+
+    def to_record(self) -> dict[str, Any]:
+        """The activity as a flat JSON object (a log line's fields after its time)."""
+        rec: dict[str, Any] = {"event": self.kind.value, "actor": self.actor}
+        if self.action is not None:
+            rec["action"] = self.action
+        if self.trigger is not None:
+            rec["trigger"] = self.trigger
+        rec["why"] = self.why
+        if self.revision is not None:
+            rec["revision"] = self.revision.id
+            rec["state"] = self.revision.state.value
+        return rec
+
+
+class ActivitySink(Protocol):
+    """Receives every `Activity` of an agent, in the process that did it. Must return soon
+    (a round waits for it) and should not raise."""
+
+    def __call__(self, activity: Activity) -> None: ...

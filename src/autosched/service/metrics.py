@@ -1,0 +1,137 @@
+"""``GET /metrics``: the agent's state in Prometheus' text exposition format (version 0.0.4).
+
+Made from the same `AgentStatus` the API and the page show, plus the store's count of rounds by
+what they did, so a dashboard and an alert read what an operator reads. A gauge whose value is not
+known (no pending proposal, no round yet, no twin error recorded) is left out rather than given a
+stand-in value: Prometheus then has no sample, and ``absent(...)`` says so.
+
+| metric | type | what |
+|---|---|---|
+| ``autosched_info{policy,mode,connector}`` | gauge | 1; the agent's settings as labels (absent when the agent cannot be opened) |
+| ``autosched_running_revision`` | gauge | id of the running revision |
+| ``autosched_running_applied_timestamp_seconds`` | gauge | when it went live (unix s) |
+| ``autosched_running_knob_value{knob}`` | gauge | each numeric knob of the running config (a flag: 0 or 1), in the simulator's units |
+| ``autosched_pending_revision`` | gauge | id of the proposal awaiting approval |
+| ``autosched_pending_predicted_gain`` | gauge | its predicted gain (relative: 0.05 = 5% better) |
+| ``autosched_pending_predicted_gain_spread`` | gauge | the standard error of that gain |
+| ``autosched_revisions`` | gauge | the newest revision's id |
+| ``autosched_rounds_total{action}`` | counter | rounds recorded, by what they did (every action, 0 included) |
+| ``autosched_frozen`` | gauge | 1 while frozen |
+| ``autosched_blocked`` | gauge | 1 while blocked (hand edit, Slurm down, too little history, ...) |
+| ``autosched_interrupted_apply`` | gauge | 1 while an interrupted apply awaits reconciliation |
+| ``autosched_last_round_timestamp_seconds`` | gauge | when the last round ran |
+| ``autosched_next_round_timestamp_seconds`` | gauge | when the next is due |
+| ``autosched_twin_error{revision}`` | gauge | the twin's relative error over the newest judged period, once a judge records one |
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+
+from ..live.round import Action
+from ..live.status import AgentStatus
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+Labels = Mapping[str, str]
+
+
+def escape_label(value: str) -> str:
+    """A label value as the text format writes it: backslash, double quote and newline escaped."""
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def number(v: float) -> str:
+    """A sample value as the text format writes it (``+Inf``, ``NaN``, else Python's repr)."""
+    if math.isnan(v):
+        return "NaN"
+    if math.isinf(v):
+        return "+Inf" if v > 0 else "-Inf"
+    f = float(v)
+    return str(int(f)) if f.is_integer() and abs(f) < 1e15 else repr(f)
+
+
+class Exposition:
+    """The families of one scrape, each written once with its HELP and TYPE lines."""
+
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def family(self, name: str, kind: str, help_text: str,
+               samples: Iterable[tuple[Labels, float]]) -> None:
+        """Family `name`; nothing at all when it has no sample (an unknown value is absent)."""
+        rows = [(labels, v) for labels, v in samples]
+        if not rows:
+            return
+        self.lines.append(f"# HELP {name} {help_text}")
+        self.lines.append(f"# TYPE {name} {kind}")
+        for labels, v in rows:
+            lab = ",".join(f'{k}="{escape_label(str(val))}"' for k, val in labels.items())
+            self.lines.append(f"{name}{{{lab}}} {number(v)}" if lab else f"{name} {number(v)}")
+
+    def gauge(self, name: str, help_text: str, value: float | None) -> None:
+        self.family(name, "gauge", help_text, [] if value is None else [({}, value)])
+
+    def text(self) -> str:
+        return "\n".join(self.lines) + "\n"
+
+
+def _knob(v: object) -> float | None:
+    """A knob value as a sample: numbers and flags; None for anything else (a category)."""
+    if isinstance(v, bool):
+        return 1.0 if v else 0.0
+    if isinstance(v, (int, float)) and math.isfinite(v):
+        return float(v)
+    return None
+
+
+def render(status: AgentStatus, rounds: Mapping[str, int]) -> str:
+    """The exposition for `status` and the store's `rounds` by action (`store.round_counts`)."""
+    out = Exposition()
+    if status.mode is not None:
+        out.family("autosched_info", "gauge", "The agent's settings, as labels (value 1).",
+                   [({"policy": status.policy or "", "mode": status.mode,
+                      "connector": str((status.connector or {}).get("kind", ""))}, 1.0)])
+    run, pending = status.running, status.pending
+    out.gauge("autosched_running_revision", "Id of the running revision.",
+              run.id if run else None)
+    out.gauge("autosched_running_applied_timestamp_seconds",
+              "When the running revision went live (unix seconds).",
+              run.applied_at if run else None)
+    knobs = [] if run is None else [({"knob": k}, x) for k, v in sorted(run.config.items())
+                                    if (x := _knob(v)) is not None]
+    out.family("autosched_running_knob_value", "gauge",
+               "Each numeric knob of the running config in the simulator's units (a flag: 0 or 1).",
+               knobs)
+    out.gauge("autosched_pending_revision", "Id of the proposal awaiting approval.",
+              pending.id if pending else None)
+    ev = pending.evidence if pending else None
+    out.gauge("autosched_pending_predicted_gain",
+              "Predicted gain of the pending proposal (relative: 0.05 = 5% better).",
+              ev.predicted_gain if ev else None)
+    out.gauge("autosched_pending_predicted_gain_spread",
+              "Standard error of the pending proposal's predicted gain.", ev.spread if ev else None)
+    out.gauge("autosched_revisions", "The newest revision's id (0: none yet).", status.revisions)
+    counts = {a.value: 0 for a in Action}
+    for action, n in rounds.items():
+        counts[action or "unknown"] = counts.get(action or "unknown", 0) + n
+    out.family("autosched_rounds_total", "counter", "Rounds recorded, by what they did.",
+               [({"action": a}, n) for a, n in sorted(counts.items())])
+    out.gauge("autosched_frozen", "1 while the agent is frozen.", float(status.frozen))
+    out.gauge("autosched_blocked", "1 while the agent is blocked (the status says why).",
+              float(bool(status.blocked)))
+    out.gauge("autosched_interrupted_apply", "1 while an interrupted apply awaits reconciliation.",
+              float(status.interrupted_apply is not None))
+    last = status.last_round
+    out.gauge("autosched_last_round_timestamp_seconds", "When the last round ran (unix seconds).",
+              last.time if last else None)
+    out.gauge("autosched_next_round_timestamp_seconds", "When the next round is due (unix seconds).",
+              status.next_round)
+    judged = next((r for r in status.history
+                   if r.outcome is not None and r.outcome.twin_error is not None), None)
+    out.family("autosched_twin_error", "gauge",
+               "Relative error of the agent's twin against the cluster over the newest judged "
+               "period (absent until a judge records one).",
+               [] if judged is None or judged.outcome is None or judged.outcome.twin_error is None
+               else [({"revision": str(judged.id)}, judged.outcome.twin_error)])
+    return out.text()

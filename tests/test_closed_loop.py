@@ -1,0 +1,305 @@
+"""benchmarks/closed_loop.py: the closed loop on two real Slurm test clusters.
+
+The pure parts (window selection and thinning, time limits, the seed history, the figures of a
+run) are checked on tiny inputs worked out by hand; one `slurm` test runs the short "ci" plan on
+two real clusters (one compressed day, about 80 jobs, a small budget) and checks that the harness
+works and every job is accounted for, not the gain."""
+
+from __future__ import annotations
+
+import csv
+import os
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import example, given, settings
+from hypothesis import strategies as st
+
+from autosched.trace.io import load_trace
+from autosched.trace.limits import add_time_limits
+from autosched.trace.table import Trace
+from conftest import script_module
+from testbed import SCRIPT, free_port_bases, missing_slurm, unavailable
+
+cl = script_module("benchmarks/closed_loop.py")
+tw = script_module("benchmarks/slurm_twin.py")
+DAY = 86400.0
+T0 = 1_700_000_000.0  # 2023-11-14T22:13:20 UTC
+
+
+def _trace(submit_days, gpus, durations, vcs, limits=None) -> Trace:
+    cols = {"job_id": np.arange(len(gpus)), "submit_time": np.array(submit_days) * DAY,
+            "num_gpus": gpus, "duration": np.array(durations, dtype=float), "vc": vcs}
+    if limits is not None:
+        cols["time_limit"] = np.array(limits, dtype=float)
+    return Trace.from_columns(cols)
+
+
+# -- time limits ----------------------------------------------------------------------------
+
+def test_time_limit_compresses_the_traces_own_limit_and_never_cuts_the_run():
+    # 2 trace hours at 120x: 60 s -> 1 min; the run of 70 s needs ceil(75 / 60) = 2 min
+    assert cl.time_limit_min(7200.0, 30, 120.0) == 1
+    assert cl.time_limit_min(7200.0, 70, 120.0) == 2
+    # 1 trace day at 120x: 720 s -> 12 min
+    assert cl.time_limit_min(DAY, 30, 120.0) == 12
+
+
+def test_jobs_without_a_limit_get_the_one_trace_limits_writes():
+    # the limits of `autosched trace limits TRACE` (seed 0) where the trace has none, its own
+    # limits kept; each never below the run time
+    tr = _trace([0.5, 1.0, 1.5], [1, 2, 4], [600.0, 7200.0, 30000.0], ["x", "y", "x"])
+    want = add_time_limits(tr, seed=0)[0].time_limit
+    assert np.array_equal(cl.trace_limits(tr), want) and (want >= tr.duration).all()
+    with_one = tr.replace(time_limit=np.array([3600.0, np.nan, np.nan]))
+    got = cl.trace_limits(with_one)
+    assert got[0] == 3600.0 and np.array_equal(got[1:], add_time_limits(with_one, seed=0)[0].time_limit[1:])
+
+
+def test_slurm_minutes():
+    assert cl.slurm_minutes(5) == "00:05:00"
+    assert cl.slurm_minutes(61) == "01:01:00"
+    assert cl.slurm_minutes(1500) == "1-01:00:00"
+
+
+# -- the window -----------------------------------------------------------------------------
+
+PLAN = cl.Plan("t", start_day=1.0, days=1.0, before_days=1.0, load=0.5, seed=0, scale=864.0,
+               cap=DAY, dmin=1)  # one trace day = 100 wall s
+
+
+def test_select_by_hand():
+    # a: the day before (1 GPU, 0.1 day -> 10 s); b: at the window's start, 8 GPUs, half a day
+    # (50 s); c: 16 GPUs (more than a node: left out); d: 4 GPUs, two days cut to the cap of one
+    # day (100 s). Offered load before thinning: (8 x 43200 + 4 x 86400) / (32 x 86400) = 0.25,
+    # so a target of 0.5 keeps everything, and the clusters get (8 x 50 + 4 x 100) / (32 x 100).
+    tr = _trace([0.5, 1.0, 1.5, 1.75], [1, 8, 16, 4], [8640, 43200, 100, 2 * DAY], ["x", "y", "z", "x"])
+    sel = cl.select(tr, PLAN)
+    assert sel.full_load == pytest.approx(0.25)
+    assert sel.fraction == 1.0
+    assert sel.offered_load == pytest.approx(0.25)
+    assert [(j.name, j.submit, j.gpus, j.seconds, j.user, j.account) for j in sel.jobs] == [
+        ("cl-0000", 0.0, 8, 50, "bob", "chemistry"), ("cl-0001", 75.0, 4, 100, "alice", "physics")]
+    assert [(j.name, j.submit, j.seconds, j.user) for j in sel.before] == [("cls-0000", -50.0, 10, "alice")]
+
+
+def test_select_thins_to_the_target_with_one_draw_for_the_whole_trace():
+    # target 0.125 of a window whose load is 0.25: half the jobs on average; the same draw decides
+    # a job whether its day is the window or the day before
+    tr = _trace(np.linspace(0.0, 1.99, 400), [1] * 400, [0.1 * DAY] * 400, ["x"] * 400)
+    load = float(np.sum(tr.duration[tr.submit_time >= DAY])) / (32 * DAY)
+    sel = cl.select(tr, cl.Plan("t", start_day=1.0, days=1.0, before_days=1.0, load=load / 2,
+                                seed=3, scale=864.0, cap=DAY))
+    assert sel.fraction == pytest.approx(0.5)
+    keep = np.random.default_rng(3).random(400) < 0.5
+    assert len(sel.jobs) == int(keep[tr.submit_time >= DAY].sum())
+    assert len(sel.before) == int(keep[tr.submit_time < DAY].sum())
+
+
+def test_select_uses_the_traces_users_accounts_and_limits():
+    tr = Trace.from_columns({
+        "job_id": [0, 1, 2], "submit_time": [DAY, DAY + 10, DAY + 20], "num_gpus": [1, 1, 1],
+        "duration": [600.0, 600.0, 600.0], "user": ["u1", "u2", "u1"], "account": ["a1", "a1", "a2"],
+        "time_limit": [3 * 3600.0, 3600.0, np.nan]})
+    sel = cl.select(tr, cl.Plan("t", start_day=1.0, days=1.0, before_days=1.0, load=1.0, scale=120.0))
+    # users u1, u2 -> alice, bob; accounts a1, a2 -> physics, chemistry; limits 3 h / 120 = 90 s
+    # -> 2 min, 1 h -> 30 s, but the 5 s run needs 1 min; no limit: the model's, compressed
+    drawn = cl.time_limit_min(float(cl.trace_limits(tr)[2]), 5, 120.0)
+    assert [(j.user, j.account, j.limit_min) for j in sel.jobs] == [
+        ("alice", "physics", 2), ("bob", "physics", 1), ("alice", "chemistry", drawn)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.floats(0.0, 2.99), st.sampled_from([1, 2, 4, 8, 16]),
+                          st.floats(1.0, 3 * DAY)), min_size=1, max_size=40),
+       st.floats(0.05, 2.0), st.integers(0, 5))
+@example(rows=[(1.0, 1, 1.0), (0.999999, 1, 1.0)], load=1.0, seed=0)  # 0.09 ms before the window
+def test_select_properties(rows, load, seed):
+    tr = _trace([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], ["v"] * len(rows))
+    plan = cl.Plan("t", start_day=1.0, days=1.0, before_days=1.0, load=load, seed=seed,
+                   scale=864.0, cap=0.5 * DAY, dmin=1)
+    in_window = (tr.submit_time >= DAY) & (tr.submit_time < 2 * DAY) & (tr.num_gpus <= 8)
+    if not in_window.any():
+        with pytest.raises(SystemExit):
+            cl.select(tr, plan)
+        return
+    sel = cl.select(tr, plan)
+    assert 0 < sel.fraction <= 1
+    for j in sel.jobs:
+        assert 0 <= j.submit <= 100 and j.gpus <= 8 and 1 <= j.seconds <= 50
+        assert j.limit_min * 60 >= j.seconds + 5
+    assert all(-100 <= j.submit < 0 for j in sel.before)
+    assert sel.offered_load == pytest.approx(sum(j.gpus * j.seconds for j in sel.jobs) / (32 * 100))
+    if sel.fraction == 1:
+        assert len(sel.jobs) == int(in_window.sum())
+
+
+# -- the seed history ------------------------------------------------------------------------
+
+def test_seed_history_runs_the_window_before_and_keeps_what_ended_before_t0():
+    # five 8-GPU jobs of 100 s at t0 - 1000 on 32 GPUs: four start at once, the fifth when they
+    # end (t0 - 900) and ends at t0 - 800; a sixth, submitted at t0 - 50 for 60 s, is still
+    # running at t0 and is left out
+    jobs = [tw.Job(f"cls-{i:04d}", -1000.0, 8, 100, 2, "alice", "physics") for i in range(5)]
+    jobs.append(tw.Job("cls-0005", -50.0, 8, 60, 2, "bob", "chemistry"))
+    text = cl.seed_history(jobs, T0, cl.baseline(120.0), None)
+    rows = list(csv.DictReader(text.splitlines(), delimiter="|"))
+    assert [r["JobName"] for r in rows] == [f"cls-{i:04d}" for i in range(5)]
+    assert [r["JobID"] for r in rows] == [str(1_000_000 + i) for i in range(5)]
+    assert {r["Submit"] for r in rows} == {"2023-11-14T21:56:40"}  # t0 - 1000
+    assert [r["Start"] for r in rows] == ["2023-11-14T21:56:40"] * 4 + ["2023-11-14T21:58:20"]
+    assert rows[4]["End"] == "2023-11-14T22:00:00"
+    assert {r["Timelimit"] for r in rows} == {"00:02:00"} and {r["State"] for r in rows} == {"COMPLETED"}
+
+
+def test_seed_history_is_sacct_text_autosched_reads(tmp_path):
+    jobs = [tw.Job("cls-0000", -300.0, 2, 40, 1, "carol", "chemistry")]
+    path = tmp_path / "seed.sacct"
+    path.write_text(cl.seed_history(jobs, T0, cl.baseline(120.0), None))
+    trace, report = load_trace(path, format="slurm")
+    assert len(trace) == 1 and not report.drops
+    assert trace.num_gpus[0] == 2 and trace.duration[0] == 40 and trace.time_limit[0] == 60
+    assert trace.user[0] == "carol" and trace.account[0] == "chemistry"
+
+
+def test_baseline_scales_the_testbeds_time_constants():
+    b = cl.baseline(120.0)
+    assert b["PriorityMaxAge"] == 7 * DAY / 120 == 5040.0  # 7 days -> 84 min
+    assert b["PriorityDecayHalfLife"] == DAY / 120 == 720.0
+    assert b["bf_window"] == 12  # minutes: one compressed day
+    assert b["bf_interval"] == 1 and b["bf_resolution"] == 1  # 30 s and 60 s: Slurm's 1 s floor
+    b = cl.baseline(1440.0)
+    assert b["PriorityMaxAge"] == b["PriorityDecayHalfLife"] == 600.0  # the knobs' floor of 10 min
+    assert b["bf_window"] == 1
+
+
+# -- a run's figures ------------------------------------------------------------------------
+
+def _row(name, submit, start, end, account="physics", state="COMPLETED"):
+    def s(t):
+        return cl.stamp(T0 + t)
+    return {"JobName": name, "Submit": s(submit), "Start": s(start), "End": s(end),
+            "Account": account, "State": state}
+
+
+def test_realized_by_hand():
+    rows = [_row("cl-0000", 0, 0, 10), _row("cl-0001", 0, 4, 6, "chemistry"),
+            _row("cl-0002", 10, 30, 40, state="TIMEOUT"), _row("other", 0, 100, 200)]
+    got, times = cl.realized(rows, {"cl-0000", "cl-0001", "cl-0002", "cl-0003"})
+    assert (got.submitted, got.recorded, got.completed) == (4, 3, 2)
+    # waits 0, 4, 20; JCTs 10, 6, 30
+    assert got.avg_wait == pytest.approx(8.0) and got.avg_jct == pytest.approx(46 / 3)
+    assert got.p95_wait == pytest.approx(np.percentile([0, 4, 20], 95))
+    assert got.wait_by_account == {"chemistry": 4.0, "physics": 10.0}
+    assert times["cl-0001"] == (T0, T0 + 4, T0 + 6)
+
+
+def test_applied_changes_and_the_configs_in_force():
+    ev = {"time": T0 + 5, "state": "applied"}
+    status = {"history": [
+        {"id": 3, "trigger": "period", "parent": 2, "config": {"PriorityWeightAge": 9},
+         "diff": {"PriorityWeightAge": [5, 9]}, "events": [{"time": T0 + 90, "state": "proposed"},
+                                                            {"time": T0 + 100, "state": "applied"}],
+         "evidence": {"predicted_gain": 0.05, "spread": 0.01}, "outcome": None},
+        {"id": 2, "trigger": "period", "parent": 1, "config": {"PriorityWeightAge": 5},
+         "diff": {}, "events": [ev], "evidence": {}, "outcome": {"verdict": "kept: x"}},
+        {"id": 4, "trigger": "period", "parent": 3, "config": {}, "diff": {},
+         "events": [{"time": T0 + 200, "state": "proposed"}], "evidence": {}},
+        {"id": 1, "trigger": "baseline", "parent": None, "config": {"PriorityWeightAge": 1},
+         "diff": {}, "events": [{"time": T0 - 50, "state": "applied"}], "evidence": {}}]}
+    got = cl.applied_changes(status, T0)
+    assert [(c.revision, c.at, c.predicted_gain, c.spread, c.agent_verdict) for c in got] == [
+        (2, 5.0, None, None, "kept: x"), (3, 100.0, 0.05, 0.01, "not judged")]
+    full = cl.configs_in_force(status, {"PriorityWeightAge": 1000, "bf_interval": 1})
+    assert full[3] == {"PriorityWeightAge": 9, "bf_interval": 1}
+
+
+def test_period_gain_compares_the_same_jobs():
+    a = {"x": (0.0, 0.0, 10.0), "y": (5.0, 5.0, 25.0), "z": (50.0, 50.0, 60.0)}
+    b = {"x": (0.0, 0.0, 8.0), "y": (5.0, 6.0, 18.0), "z": (50.0, 50.0, 60.0)}
+    # jobs submitted on B in [0, 10): x and y; A: JCT 10 and 20 (15), B: 8 and 13 (10.5)
+    assert cl.period_gain(a, b, 0.0, 10.0) == pytest.approx((15 - 10.5) / 15)
+    assert cl.period_gain(a, b, 100.0, 10.0) is None
+
+
+def _result(name, jct_a, jct_b, aa=False, tau=0.95, err=0.05, lost=0):
+    def real(jct):
+        return cl.Realized(10, 10 - lost, 10 - lost, jct, 1.0, 2.0, {})
+    return cl.RunResult(name, {"aa": aa}, 0.85, 0.2, 10, None, None,
+                        {"A": real(jct_a), "B": real(jct_b)},
+                        {"A": cl.Twin(tau, 1.0 + err, 1.0), "B": cl.Twin(tau, 1.0, 1.0)})
+
+
+def test_targets_in_words():
+    # A/A gap 2%; B gains 5% (more than 4%: a win), 1% (neither) and -3% (a loss beyond the gap)
+    res = [_result("w1", 100, 95), _result("w2", 100, 99), _result("w3", 100, 103),
+           _result("aa", 100, 102, aa=True, tau=0.85, err=0.2, lost=1)]
+    lines = cl.targets(res)
+    assert lines[0] == "no job lost: NOT met: aa A: 1, aa B: 1"
+    assert lines[1] == ("gain over the baseline (A/A gap 2.0%): B beats A by more than 4.0% on 1 of 3 "
+                        "window(s) (w1); worse than A by more than the gap on w3 — not met")
+    assert lines[2] == ("twin accuracy (avg wait within 10%, τ ≥ 0.9): not met on aa A (τ 0.850, "
+                        "wait +20.0%), aa B (τ 0.850, wait +0.0%)")
+    assert "— met" in cl.targets([_result("w1", 100, 95), _result("w2", 100, 94), _result("w3", 100, 100),
+                                   _result("aa", 100, 101, aa=True)])[1]
+
+
+def test_render_doc_replaces_only_the_generated_section():
+    doc = f"# T\n\nintro\n{cl.BEGIN}\nold\n{cl.END}\nafter\n"
+    assert cl.render_doc(doc, "new\n") == f"# T\n\nintro\n{cl.BEGIN}\nnew\n{cl.END}\nafter\n"
+
+
+def test_the_docs_tables_recompute_from_the_committed_runs(capsys):
+    assert cl.analyse(cl.RESULTS, check=True) == 0, \
+        "docs/closed-loop.md is not current: run benchmarks/closed_loop.py --analyse"
+
+
+# -- on two real clusters -------------------------------------------------------------------
+
+@pytest.mark.slurm
+def test_ci_run_on_two_real_clusters_accounts_for_every_job(tmp_path):
+    reason = missing_slurm()
+    if reason:
+        unavailable(reason)
+    bases = free_port_bases(os.environ.get("PYTEST_XDIST_WORKER", "master"))
+    base_a = next(bases)
+    base_b = next(b for b in bases if b != base_a)
+    # short roots under /tmp (socket paths < 108 bytes; pytest's tmp dirs are mode 0700)
+    roots = tuple(Path(tempfile.mkdtemp(prefix=f"astb-{x}", dir="/tmp")) for x in "AB")
+    for r in roots:
+        r.chmod(0o755)
+    out = tmp_path / "ci"
+    plan = cl.PLANS["ci"]
+    t = time.monotonic()
+    try:
+        info = cl.run(plan, out, roots, (base_a, base_b), log=print)
+        print(f"ci run: {time.monotonic() - t:.0f} s wall ({info['wall_run']:.0f} s of jobs)")
+        for r in roots:  # every daemon of both clusters is stopped (status exits 3)
+            env = dict(os.environ, TESTBED_ROOT=str(r))
+            assert subprocess.run(["bash", str(SCRIPT), "status"], env=env, capture_output=True,
+                                  timeout=60).returncode == 3
+    finally:
+        if not os.environ.get("AUTOSCHED_TESTBED_KEEP"):
+            for r in roots:
+                shutil.rmtree(r, ignore_errors=True)
+    jobs = cl.read_jobs(out / "jobs.csv")
+    assert 60 <= len(jobs) <= 110 and info["submit_errors"] == []
+    assert 0.2 <= info["offered_load"] <= 0.6
+    names = {j.name for j in jobs}
+    for label in "AB":
+        rows = [r for r in cl.read_sacct(out / f"sacct-{label}.txt") if r["JobName"] in names]
+        assert {r["JobName"] for r in rows} == names, f"cluster {label} lost jobs"
+        assert {r["State"] for r in rows} == {"COMPLETED"}
+    # the agent ran: its baseline revision is the config the harness wrote, and it logged rounds
+    status = (out / "agent-status.json").read_text()
+    assert '"trigger": "baseline"' in status
+    assert (out / "agent.log").read_text().strip()
+    assert (out / "seed.sacct").read_text().count("\n") > plan.min_jobs
+    res = cl.analyse_run(out)
+    assert res.clusters["A"].recorded == res.clusters["B"].recorded == len(jobs)
+    assert all(0 < t.tau <= 1 for t in res.twins.values())

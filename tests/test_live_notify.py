@@ -1,0 +1,260 @@
+"""What the agent tells the outside world: the webhook (`--notify URL`) against a real local
+receiver, and the JSON log lines of `agent run` and of the service."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from typer.testing import CliRunner
+
+from autosched.cli import build_app
+from autosched.live.activity import Activity, ActivityKind
+from autosched.live.errors import LiveError
+from autosched.live.events_log import JsonLog, log_line
+from autosched.live.notify import Webhook, check_url, notice, payload
+from autosched.live.round import Action
+from autosched.live.store import Evidence, Revision, RevisionKind, RevisionState
+from service_kit import AUTOSCHED, SRC, TOKEN, seed
+from test_live_agent import make
+
+
+class Receiver:
+    """A local HTTP server that keeps every JSON body POSTed to it; `delay` s before answering,
+    with `status`."""
+
+    def __init__(self, delay: float = 0.0, status: int = 200) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        self.delay, self.status = delay, status
+        outer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length", 0))
+                outer.bodies.append(json.loads(self.rfile.read(n)))
+                time.sleep(outer.delay)
+                self.send_response(outer.status)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook/s3cr3t-path"
+
+    @contextmanager
+    def running(self) -> Iterator[Receiver]:
+        t = threading.Thread(target=self.server.serve_forever, daemon=True)
+        t.start()
+        try:
+            yield self
+        finally:
+            self.server.shutdown()
+            self.server.server_close()
+
+
+def _rev(state: RevisionState = RevisionState.PROPOSED) -> Revision:
+    from autosched.live.store import Event
+
+    return Revision(id=7, created=1.0, kind=RevisionKind.PROPOSAL, config={"PriorityWeightAge": 5},
+                    diff={"PriorityWeightAge": (1, 5)}, parent=6, trigger="period",
+                    evidence=Evidence(predicted_gain=0.08, spread=0.02),
+                    events=(Event(1.0, state, "agent:propose", ""),))
+
+
+def test_which_activity_is_which_notice():
+    round_ = lambda action, why="", before="": Activity(  # noqa: E731
+        ActivityKind.ROUND, "agent", why, action=action, blocked_before=before)
+    assert notice(round_("proposed")) == "proposal"
+    assert notice(round_("applied")) == "apply"  # auto mode
+    assert notice(round_("blocked", "Slurm does not answer")) == "block"
+    assert notice(round_("blocked", "hand edit: X", before="hand edit: X")) is None  # goes on
+    assert notice(round_("blocked", "hand edit: Y", before="hand edit: X")) == "block"  # new why
+    for action in ("rolled back", "wait", "none", "frozen", "apply failed", "tuning failed"):
+        assert notice(round_(action)) is None  # a rollback is told by the rollback itself
+    assert [notice(Activity(k, "operator:a")) for k in ActivityKind if k is not ActivityKind.ROUND
+            ] == ["apply", None, "rollback", "freeze", None, None]  # approve ... adopt
+
+
+def test_the_notice_body_worked_by_hand():
+    act = Activity(ActivityKind.ROUND, "agent", "gain +8%", _rev(), action="proposed", time=5.0)
+    assert payload("proposal", act, "/var/lib/autosched") == {
+        "event": "proposal", "time": 5.0, "actor": "agent", "why": "gain +8%",
+        "state_dir": "/var/lib/autosched",
+        "revision": {"id": 7, "state": "proposed", "trigger": "period",
+                     "diff": {"PriorityWeightAge": [1, 5]}, "predicted_gain": 0.08,
+                     "spread": 0.02}}
+    assert payload("freeze", Activity(ActivityKind.FREEZE, "operator:bob", "drill", time=6.0),
+                   "s")["revision"] is None
+
+
+@pytest.mark.parametrize("url", ["", "ftp://host/x", "http://", "localhost:80/x", "file:///etc"])
+def test_a_notify_url_must_be_http_with_a_host(url):
+    with pytest.raises(LiveError, match="notify URL"):
+        check_url(url)
+
+
+def test_the_webhook_tells_proposal_apply_rollback_freeze_and_a_new_block(tmp_path):
+    with Receiver().running() as rx:
+        agent, fake = make(tmp_path, notify=rx.url)
+        out = agent.step()
+        assert out.action is Action.PROPOSED
+        agent.approve(out.revision, "operator:alice")
+        agent.rollback(None, "operator:bob")
+        agent.freeze("operator:carol", "drill")
+        agent.unfreeze("operator:carol")  # no notice
+        fake.hand_edit("PriorityWeightAge", "777")
+        assert agent.step().action is Action.BLOCKED
+        assert agent.step().action is Action.BLOCKED  # the same block: told once
+        assert [b["event"] for b in rx.bodies] == ["proposal", "apply", "rollback", "freeze",
+                                                   "block"]
+        prop, apply, back, freeze, block = rx.bodies
+        assert prop["revision"]["id"] == 2 and prop["revision"]["state"] == "proposed"
+        assert prop["revision"]["predicted_gain"] == agent.store.get(2).evidence.predicted_gain
+        assert (apply["actor"], apply["revision"]["id"], apply["revision"]["state"]) == (
+            "operator:alice", 2, "applied")
+        assert (back["actor"], back["revision"]["id"], back["why"]) == (
+            "operator:bob", 3, "rollback to revision 1 by operator:bob")
+        assert (freeze["actor"], freeze["why"], freeze["revision"]) == ("operator:carol", "drill",
+                                                                        None)
+        assert block["why"].startswith("hand edit: PriorityWeightAge is 777 live")
+        assert {b["state_dir"] for b in rx.bodies} == {str(tmp_path / "state")}
+
+
+def test_the_webhook_never_holds_a_round_up_nor_fails_it(tmp_path):
+    said: list[str] = []
+    with Receiver(delay=30).running() as slow:
+        agent, _ = make(tmp_path, notify=slow.url)
+        agent.log = said.append
+        assert isinstance(agent.sinks[0], Webhook)
+        agent.sinks[0].timeout = 0.5  # type: ignore[attr-defined]
+        start = time.monotonic()
+        agent.freeze("operator:carol", "drill")
+        assert time.monotonic() - start < 5 and agent.store.flags().frozen
+        assert said == [f"webhook http://127.0.0.1:{slow.server.server_address[1]}/...: freeze "
+                        "notice not answered within 0.5 s; going on without it"]  # no secret path
+    said.clear()
+    with Receiver(status=500).running() as failing:
+        agent.sinks[0] = Webhook(failing.url, str(agent.state_dir), said.append)
+        agent.unfreeze("operator:carol")
+        agent.freeze("operator:carol", "again")
+        assert len(failing.bodies) == 1 and agent.store.flags().frozen
+        assert said[0].endswith(": freeze notice not delivered: HTTP 500 (after " +
+                                said[0].rsplit("(after ", 1)[1])
+    said.clear()
+    agent.sinks[0] = Webhook("http://127.0.0.1:9/x", str(agent.state_dir), said.append,
+                             timeout=2)
+    agent.unfreeze("operator:carol")
+    agent.freeze("operator:carol", "receiver down")
+    assert agent.store.flags().frozen and "freeze notice not delivered" in said[0]
+
+
+def test_a_failing_sink_is_logged_and_the_action_stands(tmp_path):
+    agent, _ = make(tmp_path)
+    said: list[str] = []
+    agent.log = said.append
+
+    def broken(activity: Activity) -> None:
+        raise RuntimeError("disk full")
+
+    agent.sinks.append(broken)
+    agent.freeze("operator:x", "y")
+    assert agent.store.flags().frozen and said == ["function failed on freeze: disk full"]
+
+
+def test_init_saves_the_notify_url_and_refuses_a_bad_one(tmp_path):
+    from autosched.live.fake import FakeConnector
+
+    FakeConnector.create(tmp_path / "fake")
+    base = ["agent", "init", "--state", str(tmp_path / "s"), "--fake", str(tmp_path / "fake")]
+    r = CliRunner().invoke(build_app(), [*base, "--notify", "ftp://example.org/x"])
+    assert r.exit_code == 2 and r.output == ("error: notify URL 'ftp://example.org/x': give an "
+                                             "http:// or https:// URL with a host\n")
+    r = CliRunner().invoke(build_app(), [*base, "--notify", "https://hooks.example.org/T1"])
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "s" / "settings.json").read_text())["notify"] == \
+        "https://hooks.example.org/T1"
+
+
+# -- JSON log lines -----------------------------------------------------------------------
+
+def test_a_log_line_worked_by_hand():
+    line = log_line({"event": "freeze", "actor": "operator:bob", "why": 'a "b"\nc'}, when=0.0)
+    assert line == ('{"time": "1970-01-01T00:00:00Z", "event": "freeze", "actor": "operator:bob", '
+                    f'"why": "a \\"b\\"\\nc", "pid": {os.getpid()}}}')
+    assert "\n" not in line
+    act = Activity(ActivityKind.ROUND, "agent", "too little history", _rev(), action="blocked",
+                   trigger="period")
+    assert act.to_record() == {"event": "round", "actor": "agent", "action": "blocked",
+                               "trigger": "period", "why": "too little history", "revision": 7,
+                               "state": "proposed"}
+
+
+def test_agent_run_logs_one_json_line_per_round(tmp_path):
+    store = seed(tmp_path / "state")
+    store.freeze("operator:carol", "drill")
+    r = CliRunner().invoke(build_app(), ["agent", "run", "--rounds", "1", "--state",
+                                         str(tmp_path / "state")])
+    assert r.exit_code == 0, r.output
+    lines = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [(d["event"], d["action"], d["why"]) for d in lines] == [
+        ("round", "frozen", "frozen by operator:carol: drill")]
+    assert set(lines[0]) == {"time", "event", "actor", "action", "trigger", "why", "pid"}
+
+
+def test_the_service_logs_every_action_and_refusal_as_json(tmp_path):
+    state = tmp_path / "state"
+    seed(state)
+    (tmp_path / "token").write_text(TOKEN)
+    os.chmod(tmp_path / "token", 0o600)
+    err = tmp_path / "serve.err"
+    with err.open("w") as f:
+        proc = subprocess.Popen([AUTOSCHED, "agent", "serve", "--state", str(state), "--port", "0",
+                                 "--token-file", str(tmp_path / "token")],
+                                env={**os.environ, "PYTHONPATH": SRC}, stderr=f,
+                                stdout=subprocess.DEVNULL)
+    try:
+        url = _served_url(err, proc)
+        from autosched.client import Client, Unauthorized
+
+        with pytest.raises(Unauthorized):
+            Client(url).freeze("no token")
+        Client(url, token=TOKEN).freeze("drill", operator="bob")
+        Client(url).status()  # a read: not logged
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+    records = [json.loads(line) for line in err.read_text().splitlines() if line.startswith("{")]
+    assert [(r["event"], r.get("status"), r.get("actor")) for r in records] == [
+        ("request", 401, None), ("freeze", None, "operator:bob"), ("request", 200, None)]
+    assert records[0]["path"] == records[2]["path"] == "/api/freeze"
+    assert records[1]["why"] == "drill"
+
+
+def _served_url(err: Path, proc: subprocess.Popen[bytes], timeout: float = 60) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for line in err.read_text().splitlines():
+            if line.startswith("serving "):
+                return line.split(" on ", 1)[1].split("/ ")[0]
+        assert proc.poll() is None, err.read_text()
+        time.sleep(0.1)
+    raise AssertionError("the service did not start: " + err.read_text())
+
+
+def test_json_log_survives_a_closed_stream(tmp_path):
+    f = (tmp_path / "x").open("w")
+    f.close()
+    JsonLog(f).write({"event": "message", "message": "lost"})  # no exception
