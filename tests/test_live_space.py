@@ -68,6 +68,27 @@ def test_the_replay_and_the_agent_build_the_same_live_space(tmp_path, tiny, seen
     assert expected.bounds == ()
 
 
+def test_a_flag_the_cluster_sets_is_pinned_alike_by_the_agent_and_the_replay(tmp_path, tiny, seen):
+    """A cluster with ``PriorityFlags=NO_FAIR_TREE``: the agent pins the classic fair share from
+    the cluster's setup; `run --live-knobs --fix PriorityFlags=NO_FAIR_TREE` describes the same
+    cluster and searches the same space."""
+    from dataclasses import replace
+
+    from test_live_agent import make
+
+    agent, fake = make(tmp_path)
+    fake.set_setup(replace(fake.setup(), priority_flags=("NO_FAIR_TREE",)))
+    agent.step()
+    from_agent = set(seen)
+    seen.clear()
+    res = _run(tiny, "--live-knobs", "--fix", "PriorityFlags=NO_FAIR_TREE")
+    assert res.exit_code == 0, res.output
+    expected = live_subspace("multifactor", {"PriorityFlags": "NO_FAIR_TREE"})
+    assert from_agent == set(seen) == {expected}
+    assert dict(expected.pinned)["PriorityFlags"] == "NO_FAIR_TREE"
+    assert expected != live_subspace("multifactor")  # the default cluster's is Fair Tree
+
+
 def test_without_live_knobs_run_searches_the_whole_space(tiny, seen):
     assert _run(tiny).exit_code == 0
     assert set(seen) == {None}
