@@ -90,7 +90,7 @@ def test_a_freeze_answers_at_once_while_a_rollback_is_stuck_on_slurm(tmp_path):
     with serve_in_thread(make_app(state)) as url:
         c = Client(url, TOKEN)
         c.approve(2)
-        fake.update(apply_delay=8.0)  # the rollback's apply hangs on "Slurm"
+        fake.update(apply_delay=20.0)  # the rollback's apply hangs on "Slurm"
         done: list[object] = []
 
         def rollback() -> None:
@@ -106,13 +106,12 @@ def test_a_freeze_answers_at_once_while_a_rollback_is_stuck_on_slurm(tmp_path):
         flags = c.freeze("stop everything")
         took = time.monotonic() - t0
         assert flags["frozen"] and took < 1.0, took
-        # the CLI's freeze does not wait either (a process of its own: its start-up counted)
-        t0 = time.monotonic()
+        # the CLI does not wait either: it ends while the rollback still hangs (its own start-up
+        # takes seconds on a loaded machine, so no bound on its time beyond that)
         res = subprocess.run([AUTOSCHED, "agent", "unfreeze", "--state", str(state)],
                              env={**os.environ, "PYTHONPATH": SRC}, capture_output=True,
                              text=True, timeout=60)
         assert res.returncode == 0, res.stderr
-        assert store.open_apply() is not None, "the rollback ended before the CLI's freeze"
-        assert time.monotonic() - t0 < 6.0
-        t.join(30)
+        assert store.open_apply() is not None, "the rollback ended before the CLI's unfreeze"
+        t.join(60)
     assert isinstance(done[0], dict) and done[0]["state"] == "applied"
