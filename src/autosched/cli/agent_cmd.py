@@ -71,7 +71,8 @@ def init_cmd(
     model: str = typer.Option("stat", "--model", help="workload model for the coming period (stat, neural) or replay"),
     samples: int = typer.Option(3, "--samples", help="sampled workloads per round to tune on"),
     validation_samples: int = typer.Option(8, "--validation-samples", help="fresh sampled workloads the guardrail judges the winner on"),
-    margin: float = typer.Option(0.02, "--margin", help="guardrail: gain needed to propose, and observed loss that rolls back (0.02 = 2%)"),
+    margin: float = typer.Option(0.02, "--margin", help="guardrail: gain needed to propose, and counterfactual loss that rolls back (0.02 = 2%)"),
+    max_twin_error: float = typer.Option(0.25, "--max-twin-error", help="the judge freezes the agent when its twin missed a judged period's metric by more than this (0.25 = 25%)"),
     bound: list[str] = typer.Option([], "--bound", help="KNOB=LO:HI limits of a knob (repeatable)"),
     max_step: float = typer.Option(0.25, "--max-step", help="auto mode: largest move of a knob per round, as a fraction of its range"),
     fix: list[str] = typer.Option([], "--fix", help="KNOB=VALUE for a knob with no live setting (repeatable)"),
@@ -108,7 +109,7 @@ def init_cmd(
         mode="auto" if auto else "propose", history=parse_duration(history, "history"),
         min_jobs=min_jobs, metric=metric, budget=budget, model=model, samples=samples,
         validation_samples=validation_samples,
-        margin=margin, bounds=bounds, max_step=max_step, fixed=_pairs(fix, "fix"),
+        margin=margin, max_twin_error=max_twin_error, bounds=bounds, max_step=max_step, fixed=_pairs(fix, "fix"),
         seed_history=str(seed_history.resolve()) if seed_history else None, notify=notify)
     if backlog_history is not None:
         settings.backlog_history = backlog_history
@@ -239,6 +240,12 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         typer.echo(f"pending: revision {p.id} ({p.trigger}), predicted{metric} gain {gain}{spread}{over}")
         for k, (a, b) in p.diff.items():
             typer.echo(f"  {k}: {a} -> {b}")
+    if st.judged:
+        j = st.judged
+        typer.echo(f"judged: revision {j.revision}: predicted gain {_pct(j.predicted_gain)}, "
+                   f"counterfactual gain {_pct(j.counterfactual_gain)}, twin error "
+                   f"{_pct(j.twin_error, sign=False)}")
+        typer.echo(f"  {j.verdict}")
     if st.last_round:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.last_round.time))
         typer.echo(f"last round {when}: {st.last_round.action}: {st.last_round.why}")
@@ -259,6 +266,11 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         typer.echo(f"  {r.id:>3} {r.state.value:<11} {r.trigger:<16} "
                    f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(last.time))} "
                    f"{last.actor}: {last.note}{out}")
+
+
+def _pct(v: float | None, sign: bool = True) -> str:
+    """A relative figure in percent; "unknown" when there is none (never "+0.0%")."""
+    return "unknown" if v is None else f"{v:+.1%}" if sign else f"{v:.1%}"
 
 
 @agent_app.command("approve")
