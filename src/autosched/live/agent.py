@@ -10,12 +10,13 @@ the twin under the config before the change and under the change (live/judge.py)
 stops on a freeze, a hand edit, a change less than a period old, an open proposal or too little
 history, judges the last change on that replay (a rollback when it did worse than the margin in
 the counterfactual; a freeze, saying why, when the twin missed the period by more than
-``max_twin_error``), or plans a tuning round; `act` carries the plan out: one Controller round on the history turns a clear winner into a
-proposal (propose mode) or applies it (auto mode, within per-knob bounds and a maximum step). The
-round (with the setup it read and what changed in it) and the controller's memory (warm starts,
-pooled trials, drift reference) are recorded in the store, so a round in a new process goes on
-where the last one stopped; a memory left on another setup of the cluster is not used. The CLI and the HTTP
-service call the same actions (approve, reject, rollback, freeze, unfreeze, adopt, status).
+``max_twin_error``), or plans a tuning round; `act` carries the plan out: one Controller round
+on the history turns a clear winner into a proposal (propose mode) or applies it (auto mode,
+within per-knob bounds and a maximum step). The round (with the setup it read and what changed
+in it) and the controller's memory (warm starts, pooled trials, drift reference) are recorded in
+the store, so a round in a new process goes on where the last one stopped; a memory left on
+another setup of the cluster is not used. The CLI and the HTTP service call the same actions
+(approve, reject, rollback, freeze, unfreeze, adopt, status).
 """
 
 from __future__ import annotations
