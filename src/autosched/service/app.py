@@ -314,8 +314,8 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
         return [r.to_dict() for r in views.proposals(watch.current()[0].history())]
 
     @app.get("/api/outcomes", response_model=list[OutcomeOut], dependencies=reads,
-             summary="Per applied revision: predicted gain and spread against the observed one, "
-                     "oldest first")
+             summary="Per applied revision: predicted gain and spread against the counterfactual "
+                     "gain and the twin's error one period on, oldest first")
     def list_outcomes() -> list[dict[str, Any]]:
         return [o.to_dict() for o in views.outcomes(watch.current()[0].history())]
 
