@@ -214,7 +214,9 @@ def select(trace: Trace, plan: Plan) -> Selection:
         secs = int(max(plan.dmin, round(float(d[r]) / plan.scale)))
         limit = time_limit_min(None if limits is None else float(limits[r]), str(trace.job_id[r]),
                                secs, plan.scale)
-        submit = round((float(s[r]) - w0) / plan.scale, 2)
+        # floored to the 10 ms the harness submits at, so a job of the window before stays
+        # before it (rounding put one submitted 0.001 s early at the window's start)
+        submit = math.floor((float(s[r]) - w0) / plan.scale * 100) / 100
         into = jobs if s[r] >= w0 else before
         tag = TAG if s[r] >= w0 else SEED_TAG
         into.append(tw.Job(f"{tag}-{len(into):04d}", submit, int(g[r]), secs, limit, user, account))

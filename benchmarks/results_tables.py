@@ -26,7 +26,7 @@ import json
 import math
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -156,11 +156,14 @@ def cli_defaults(policy: str) -> dict[str, Any]:
     import inspect
 
     from autosched.adapt import STRATEGIES as KNOWN
+    from autosched.adapt import Settings
+    from autosched.cli.common import split_loop
     from autosched.cli.run_cmd import RunOptions, run_cmd
 
     given = {name: p.default.default for name, p in inspect.signature(run_cmd).parameters.items()}
-    settings, _, _ = RunOptions.of({**given, "policy": policy}).resolve(KNOWN)
-    return asdict(settings)
+    loop, rest = split_loop({**given, "policy": policy}, Settings)
+    settings, _, _ = RunOptions.of({**rest, "loop": loop}).resolve(KNOWN)
+    return settings.to_dict()  # as `run --json` gives it, the form of a saved run's settings
 
 
 def options(settings: dict[str, Any], strategies: list[str], n_seeds: int) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from autosched.adapt import Controller, DriftTest, Guardrail, ModelSource, Settings, observe, run_experiment
+from autosched.adapt import Controller, DriftTest, Guardrail, LoopConfig, ModelSource, Settings, observe, run_experiment
 from autosched.adapt.drift import ks_2samp, mix_test, rate_ratio_test
 from autosched.adapt.errors import AdaptError
 from autosched.adapt.experiment import boundaries, check_times, make_controller, replay
@@ -259,19 +259,23 @@ def test_guardrail_max_loss_by_hand():
         Guardrail(max_loss=-0.01)
 
 
-def _controller(tuner_cls, cluster, validation_samples=None, **kw):
+def _controller(tuner_cls, cluster, validation_samples=None, execution=None, **kw):
     source = ModelSource("fake", samples=3, factory=fake_model_factory, validation_samples=validation_samples)
-    return Controller("tiresias", cluster, source, period=2 * DAY, budget=3, tuner_factory=tuner_cls, **kw)
+    return Controller(LoopConfig(policy="tiresias", period=2 * DAY, budget=3, **kw), cluster, source,
+                      tuner_factory=tuner_cls, execution=execution)
 
 
 def test_controller_settings_are_typed_and_checked_once(tmp_path):
     from autosched.tune import ExecutionConfig, SearchConfig, TuneError
 
     cl = ClusterSpec.uniform_nodes(1, 4)
-    ctrl = _controller(FakeTuner, cl, search=SearchConfig(sampler="random", budget=99), seed=4)
-    assert ctrl.search == SearchConfig(sampler="random", budget=3)  # the controller's budget wins
-    with pytest.raises(TuneError, match="budget must be at least 1"):
-        Controller("tiresias", cl, ModelSource("fake", samples=1, factory=fake_model_factory), period=DAY, budget=0)
+    ctrl = _controller(FakeTuner, cl, screening=True, seed=4)
+    assert ctrl.search == SearchConfig(budget=3, seed=4, screening=True)  # a round replaces the seed
+    assert ctrl.guardrail == Guardrail(1.0, 0.01) and ctrl.drift is None and ctrl.objective.metric == "avg_jct"
+    with pytest.raises(AdaptError, match="budget must be at least 1"):
+        Controller(LoopConfig(budget=0), cl, ModelSource("fake", samples=1, factory=fake_model_factory))
+    with pytest.raises(AdaptError, match="is not a LoopConfig"):
+        Controller({"budget": 3}, cl, ModelSource("fake", samples=1, factory=fake_model_factory))
     with pytest.raises(TuneError, match="holds one problem"):
         _controller(FakeTuner, cl, execution=ExecutionConfig(study=tmp_path / "s.db"))
 
@@ -357,7 +361,7 @@ def test_a_deterministic_source_is_judged_on_its_tuning_workloads():
     tr = synthetic_trace(days=4, per_day=150, seed=3)
     cl = ClusterSpec.uniform_nodes(1, 4)
     sim = Simulator(tr, cl, Tiresias()).run(until=2 * DAY)
-    ctrl = Controller("tiresias", cl, ReplaySource(), period=2 * DAY, budget=3, tuner_factory=WorseTuner)
+    ctrl = Controller(LoopConfig(period=2 * DAY, budget=3), cl, ReplaySource(), tuner_factory=WorseTuner)
     d = ctrl.decide(observe(sim, 2 * DAY, 0))
     assert d.validation == "tuning" and d.validation_seeds == []
 
@@ -388,7 +392,7 @@ def test_controller_never_reads_the_future(tuner, source):
     model, _, extra = source.partition("+")
     mix, first = extra == "replay", 0.25 if extra == "first" else None
     s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2, drift=True,
-                 model=model, with_replay=mix, first_decision=first)
+                 model="stat" if model == "fake" else model, with_replay=mix, first_decision=first)
     factory = fake_model_factory if model == "fake" else _recording_factory
     T = tr.start + 4 * DAY
     rec, dec_a, fit_a = _run_autosched(tr, cl, s, tuner, factory)
@@ -678,7 +682,7 @@ def test_model_source_with_replay_brackets_the_replay_and_keeps_it_out_of_fresh_
             Recording.seen.append([w.source for w in workloads])
             return super().evaluate(policy, config, workloads)
 
-    ctrl = Controller("tiresias", cl, mixed, period=DAY, budget=3, tuner_factory=Recording)
+    ctrl = Controller(LoopConfig(period=DAY, budget=3), cl, mixed, tuner_factory=Recording)
     d = ctrl.decide(obs)
     assert d.samples == 4 and d.validation == "fresh" and len(d.validation_seeds) == 3
     tuned, *judged = Recording.seen

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from autosched.trace.io import load_trace
@@ -112,6 +112,7 @@ def test_select_uses_the_traces_users_accounts_and_limits():
 @given(st.lists(st.tuples(st.floats(0.0, 2.99), st.sampled_from([1, 2, 4, 8, 16]),
                           st.floats(1.0, 3 * DAY)), min_size=1, max_size=40),
        st.floats(0.05, 2.0), st.integers(0, 5))
+@example(rows=[(1.0, 1, 1.0), (0.999999, 1, 1.0)], load=1.0, seed=0)  # 0.09 ms before the window
 def test_select_properties(rows, load, seed):
     tr = _trace([r[0] for r in rows], [r[1] for r in rows], [r[2] for r in rows], ["v"] * len(rows))
     plan = cl.Plan("t", start_day=1.0, days=1.0, before_days=1.0, load=load, seed=seed,

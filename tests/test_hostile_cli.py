@@ -200,7 +200,7 @@ def test_a_sample_starts_within_the_bounds_on_submit_times(model, tmp_path, star
     (["workload", "evaluate", "{trace}", "--cluster", "2x8", "--history", "1d", "--horizon", "100000d"],
      "error: --horizon of 100,000 days is beyond the 366-day limit"),
     (["run", "{trace}", "--cluster", "2x8", "--period", "100000d"],
-     "error: --period of 100,000 days is beyond the 366-day limit of one workload sample"),
+     "error: period of 100,000 days is beyond the 366-day limit of one workload sample"),
 ])
 def test_horizons_of_evaluate_and_run_are_bounded_up_front(trace, args, message):
     assert error_line(cli(*[a.format(trace=trace) for a in args])) == message

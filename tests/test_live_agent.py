@@ -41,7 +41,7 @@ def make(tmp_path, sacct=None, pin=None, **kw):
     if sacct is None or pin is not None:
         fake.update(clock=now if pin is None else pin)
     opts = dict(connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=600,
-                history=3600, min_jobs=10, budget=12, model="replay", margin=0.0, k=0.0)
+                history=3600, min_jobs=10, budget=12, model="replay", guard_margin=0.0, guard_k=0.0)
     opts.update(kw)
     agent = init_agent(tmp_path / "state", AgentSettings(**opts))
     return agent, fake
@@ -206,9 +206,10 @@ def test_unwritable_include_file_is_a_clear_error_and_nothing_is_lost(tmp_path):
 
 def test_unwritable_state_dir_is_a_clear_error(tmp_path):
     (tmp_path / "file").write_text("")
-    with pytest.raises(LiveError, match="cannot"):
+    FakeConnector.create(tmp_path / "fake")
+    with pytest.raises(LiveError, match="cannot write the agent's settings"):
         init_agent(tmp_path / "file" / "state", AgentSettings(
-            connector={"kind": "fake", "directory": str(tmp_path)}))
+            connector={"kind": "fake", "directory": str(tmp_path / "fake")}))
 
 
 def test_malformed_sacct_rows_are_skipped_and_counted(tmp_path):
@@ -344,8 +345,15 @@ def test_a_sacct_export_seeds_the_history(tmp_path):
     agent, _ = make(tmp_path, sacct=HEADER + "\n", pin=PINNED_NOW, seed_history=str(seed))
     out = agent.step()
     assert out.history.jobs == 60 and out.action is Action.PROPOSED
-    (tmp_path / "bad.csv").write_text("job_id,submit_time,num_gpus,duration\n1,0,1,10\n")
-    agent2, _ = make(tmp_path / "b", sacct=HEADER + "\n", seed_history=str(tmp_path / "bad.csv"))
+    # init refuses a seed history that is not sacct text; one that became so later blocks the round
+    bad = tmp_path / "bad.csv"
+    bad.write_text("job_id,submit_time,num_gpus,duration\n1,0,1,10\n")
+    with pytest.raises(LiveError, match="a seed history must be sacct text"):
+        make(tmp_path / "b", sacct=HEADER + "\n", seed_history=str(bad))
+    assert not (tmp_path / "b" / "state").exists()
+    bad.write_text(contended(PINNED_NOW))
+    agent2, _ = make(tmp_path / "c", sacct=HEADER + "\n", seed_history=str(bad))
+    bad.write_text("job_id,submit_time,num_gpus,duration\n1,0,1,10\n")
     out = agent2.step()
     assert out.action is Action.BLOCKED and out.why.startswith("cannot read the history: ")
     assert "a seed history must be sacct text" in out.why
@@ -503,7 +511,7 @@ def test_three_steps_in_fresh_agents_decide_as_one_run_of_three_rounds(tmp_path)
     one `agent run` of three rounds decides."""
     from autosched.adapt.controller import ControllerMemory
 
-    kw = dict(margin=0.9, drift=False)  # the guardrail keeps the running config: each round tunes
+    kw = dict(guard_margin=0.9, drift=False)  # the guardrail keeps the running config: each round tunes
     one, _ = make(tmp_path / "run", **kw)
     ft = FakeTime()
     ran = one.run(rounds=3, poll=1000, sleep=ft.sleep, clock=ft.clock)
@@ -520,7 +528,7 @@ def test_three_steps_in_fresh_agents_decide_as_one_run_of_three_rounds(tmp_path)
 
 
 def test_a_restarted_agent_sees_drift_against_the_reference_in_the_store(tmp_path):
-    agent, fake = make(tmp_path, margin=0.9)
+    agent, fake = make(tmp_path, guard_margin=0.9)
     assert agent.step().action is Action.NONE  # a round tuned on the last hour
     # then 40 jobs arrive in 400 s, four times the hour's rate
     burst = [row(f"d{i}", PINNED_NOW + 110 + 10 * i, PINNED_NOW + 110 + 10 * i,
@@ -529,7 +537,7 @@ def test_a_restarted_agent_sees_drift_against_the_reference_in_the_store(tmp_pat
     restarted = open_agent(tmp_path / "state")
     why = restarted.drifted()
     assert why.startswith("arrival rate x"), why
-    assert make(tmp_path / "fresh", margin=0.9)[0].drifted() == ""  # no round tuned: no reference
+    assert make(tmp_path / "fresh", guard_margin=0.9)[0].drifted() == ""  # no round tuned: no reference
 
 
 def test_two_auto_mode_agents_on_one_state_directory_apply_one_change(tmp_path):

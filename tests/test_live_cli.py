@@ -66,16 +66,26 @@ def test_errors_are_one_line(tmp_path):
     assert r.exit_code == 2 and "at least 60 s" in r.output
 
 
-def test_init_without_the_include_line_says_what_to_add(tmp_path, monkeypatch):
-    conf = tmp_path / "slurm.conf"
+def test_init_without_the_include_line_says_what_to_add_and_writes_nothing(tmp_path):
+    """A refused init leaves nothing behind (it used to write settings.json and state.db, and
+    `step` then proposed); the Include line must be the last setting line of slurm.conf."""
+    conf, inc = tmp_path / "slurm.conf", tmp_path / "autosched.conf"
     conf.write_text("ClusterName=x\n")
     r = cli("agent", "init", "--state", str(tmp_path / "s"), "--slurm-conf", str(conf))
     assert r.exit_code == 2
-    assert f"has no line `Include {tmp_path / 'autosched.conf'}`" in r.output
-    assert (tmp_path / "autosched.conf").read_text().startswith("# Managed by autosched")
-    conf.write_text(f"ClusterName=x\nInclude {tmp_path / 'autosched.conf'}\n")
+    assert r.output == (f"error: {conf} has no line `Include {inc}`: add it as the last line of slurm.conf, "
+                        "then run `scontrol reconfigure`\n")
+    assert not (tmp_path / "s").exists() and not inc.exists()
+    conf.write_text(f"ClusterName=x\nInclude {inc}\nPriorityWeightAge=5  # after the Include: it wins\n\n# end\n")
+    r = cli("agent", "init", "--state", str(tmp_path / "s"), "--slurm-conf", str(conf))
+    assert r.exit_code == 2 and not (tmp_path / "s").exists() and not inc.exists()
+    assert r.output == (f"error: {conf}: line 3 (`PriorityWeightAge=5  # after the Include: it wins`) comes after "
+                        f"`Include {inc}` (line 2) and would override the agent's settings; make the Include line "
+                        "the last setting line of slurm.conf, then run `scontrol reconfigure`\n")
+    conf.write_text(f"ClusterName=x\nInclude {inc}\n\n# comments and blank lines may follow\n")
     r = cli("agent", "init", "--state", str(tmp_path / "s"), "--slurm-conf", str(conf))
     assert r.exit_code == 0, r.output
+    assert inc.read_text().startswith("# Managed by autosched") and (tmp_path / "s" / "settings.json").exists()
 
 
 def test_init_saves_whether_the_backlog_keeps_its_past(tmp_path):
@@ -85,7 +95,7 @@ def test_init_saves_whether_the_backlog_keeps_its_past(tmp_path):
 
     from autosched.adapt.observe import BACKLOG_HISTORY
     from autosched.cli.agent_cmd import init_cmd
-    from autosched.live.agent import SETTINGS_FILE, AgentSettings
+    from autosched.live.settings import SETTINGS_FILE, AgentSettings
 
     FakeConnector.create(tmp_path / "fake", sacct=contended(PINNED_NOW), nodes=1, gpus_per_node=8)
     for flags, want in (([], BACKLOG_HISTORY), (["--no-backlog-history"], False), (["--backlog-history"], True)):
@@ -94,11 +104,10 @@ def test_init_saves_whether_the_backlog_keeps_its_past(tmp_path):
         assert r.exit_code == 0, r.output
         assert AgentSettings.load(st).backlog_history is want
     saved = json.loads((st / SETTINGS_FILE).read_text())
-    del saved["backlog_history"]
+    del saved["loop"]["backlog_history"]
     (st / SETTINGS_FILE).write_text(json.dumps(saved))
     assert AgentSettings.load(st).backlog_history is BACKLOG_HISTORY
-    on = "[default: on]" in inspect.signature(init_cmd).parameters["backlog_history"].default.help
-    assert on is BACKLOG_HISTORY
+    assert inspect.signature(init_cmd).parameters["backlog_history"].default.default is BACKLOG_HISTORY
 
 
 def test_step_exits_with_a_code_that_says_why_it_did_not_go_on(tmp_path):

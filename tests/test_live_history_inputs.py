@@ -167,12 +167,22 @@ def test_a_round_over_garbage_in_the_state_dir_is_blocked_naming_the_file(tmp_pa
     assert agent.step().why.startswith("too little history: 60 jobs finished")
 
 
-@pytest.mark.parametrize("seed", ["/dev/zero", "binary"])
-def test_a_round_with_a_bad_seed_is_blocked_at_once(tmp_path, seed):
-    if seed == "binary":
-        seed = str(tmp_path / "seed.bin")
-        Path(seed).write_bytes(os.urandom(4096).replace(b"\n", b"\x00"))
+@pytest.mark.parametrize("kind", ["/dev/zero", "binary"])
+def test_a_round_with_a_bad_seed_is_blocked_at_once(tmp_path, kind):
+    """Init refuses the bad seed and writes nothing; a seed that became bad after init blocks
+    the round at once."""
+    bad = tmp_path / "seed.bad"
+    if kind == "binary":
+        bad.write_bytes(os.urandom(4096).replace(b"\n", b"\x00"))
+    else:
+        bad.symlink_to(kind)
+    with pytest.raises(LiveError, match=f"^{bad}: "):
+        fake_agent(tmp_path / "refused", seed_history=str(bad))
+    assert not (tmp_path / "refused" / "state").exists()
+    seed = str(seed_file(tmp_path, [good(9001)]))
     agent = fake_agent(tmp_path, seed_history=seed)
+    Path(seed).unlink()
+    os.replace(bad, seed)
     t0 = time.monotonic()
     out = agent.step().to_summary()
     assert time.monotonic() - t0 < 30

@@ -164,7 +164,8 @@ def test_a_value_that_does_not_take_effect_is_restored_and_failed(slurm_testbed,
     with pytest.raises(ApplyFailed, match=r"PriorityWeightAge=1000 \(wanted '999'\).*restored"):
         conn.apply({"PriorityWeightAge": "999"})
     assert stray.read_text() == "# before\n"
-    assert conn.check_include_line().endswith(f"has no line `Include {stray}`")
+    assert conn.check_include_line() == (f"{bed.conf} has no line `Include {stray}`: add it as the last line "
+                                         "of slurm.conf, then run `scontrol reconfigure`")
     assert SlurmConnector(bed.include, bed.conf).check_include_line() is None
     stray.unlink()
 

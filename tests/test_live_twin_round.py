@@ -41,7 +41,7 @@ def make(tmp_path, setup=SETUP, **kw):
     fake = FakeConnector.create(tmp_path / "fake", sacct=contended(NOW), nodes=1, gpus_per_node=8, setup=setup)
     fake.update(clock=NOW)
     opts = dict(connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=600,
-                history=3600, min_jobs=10, budget=3, model="replay", margin=0.0, k=0.0)
+                history=3600, min_jobs=10, budget=3, model="replay", guard_margin=0.0, guard_k=0.0)
     opts.update(kw)
     return init_agent(tmp_path / "state", AgentSettings(**opts)), fake
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from autosched.adapt import Controller, FutureSource, ModelSource, observe
+from autosched.adapt import Controller, FutureSource, LoopConfig, ModelSource, observe
 from autosched.adapt.controller import round_workloads
 from autosched.cluster import ClusterSpec
 from autosched.policies import get_policy
@@ -54,7 +54,7 @@ def test_the_controller_evaluates_on_exactly_these_workloads():
     obs = observe(sim, 2 * DAY, 0)
     assert len(obs.backlog) > 0
     src = ModelSource("stat", samples=2, validation_samples=2)
-    ctrl = Controller("tiresias", cl, src, period=DAY)
+    ctrl = Controller(LoopConfig(period=DAY), cl, src)
     for fresh in (False, True):
         ours = round_workloads(src, obs, DAY, cl, seed=7, fresh=fresh)
         theirs = ctrl._workloads(obs, 7, fresh=fresh)

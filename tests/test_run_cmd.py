@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pytest
 from typer.testing import CliRunner
@@ -136,14 +137,16 @@ def test_run_table_in_a_pipe_keeps_every_column_of_all_strategies(tiny):
     (["--noise-k", "-1"], "the guardrail's k, margin and max loss must be finite and >= 0 (got k -1"),
     (["--max-loss", "-0.1"], "max loss -0.1)"),
     (["--level-sd", "3"], "level sd must be in [0, 2] (got 3)"),
-    (["--max-loss", "nan"], "max loss nan)"),
+    (["--max-loss", "nan"], "guard max loss nan: must be finite"),
     (["--validation-samples", "600"], "at most 503 samples and 506 validation samples a round"),
     (["--period", "soon"], "--period 'soon' is not a length of time"),
     (["--strategies", "default,magic"], "--strategies: unknown magic"),
     (["--model", "crystal"], "unknown workload model 'crystal'"),
     (["--policy", "lottery"], "unknown policy 'lottery'"),
     (["--budget", "0"], "budget must be at least 1 (got 0)"),
-    (["--objective", "speed"], "--objective 'speed': not a metric"),
+    (["--objective", "speed"], "objective: unknown metric 'speed'"),
+    (["--history", "400d"], "history of 400 days is beyond the 366-day limit of one workload sample"),
+    (["--seed", "-1"], "--seed must be in [0, 4294967295] (got -1)"),
     (["--span", "1d"], "less than two periods"),
 ])
 def test_run_bad_input_is_one_line(tiny, extra, message):
@@ -174,10 +177,8 @@ def test_run_screening_is_opt_in_and_imports_causal_learn_only_when_screening():
 
     code = ("import sys, autosched.cli, autosched.tune, autosched.adapt; "
             "from autosched.cli.run_cmd import RunOptions; from autosched.adapt import STRATEGIES; "
-            "s = RunOptions(policy='tiresias', period='7d', history='7d', budget=8, samples=4, validation_samples=8, "
-            "level_sd=0.0, workers=1, model='stat', with_replay=False, strategies='default,autosched', "
-            "objective='avg_jct', margin=0.01, noise_k=2.0, max_loss=None, first_decision=None, "
-            "early_rounds=None, backlog_history=False, drift=False, screening=True, skip='0', span=None, seed=0, "
+            "s = RunOptions(loop=dict(period=604800.0, budget=8, guard_k=2.0, backlog_history=False, screening=True), workers=1, "
+            "strategies='default,autosched', first_decision=None, early_rounds=None, skip='0', span=None, "
             "oracle_budget=None).resolve(STRATEGIES)[0]; "
             "assert s.search.screening is True; assert 'causallearn' not in sys.modules, 'imported early'; "
             "from autosched.adapt import Settings; assert Settings().search.screening is False")
@@ -256,19 +257,20 @@ def test_run_options_default_to_the_settings_defaults():
     import inspect
 
     from autosched.adapt import STRATEGIES, Settings
+    from autosched.cli.common import LOOP_FLAGS
     from autosched.cli.run_cmd import RunOptions, run_cmd
+    from autosched.timeparse import parse_duration
+    from autosched.tune import ExecutionConfig
 
     d = {k: p.default.default for k, p in inspect.signature(run_cmd).parameters.items()
          if hasattr(p.default, "default")}
-    got, _, _ = RunOptions.of(d).resolve(STRATEGIES)
+    loop = {f.field: parse_duration(d[f.field]) if f.duration else d[f.field] for f in LOOP_FLAGS}
+    got, _, _ = RunOptions.of({**d, "loop": loop}).resolve(STRATEGIES)
     ref = Settings()
-    for field in ("policy", "period", "history", "budget", "oracle_budget", "samples", "validation_samples",
-                  "model", "with_replay", "metric", "seed", "drift", "guard_k", "guard_margin", "guard_max_loss",
-                  "level_sd", "search", "first_decision", "early_rounds", "backlog_history"):
-        assert getattr(got, field) == getattr(ref, field), field
-    for flag in ("backlog_history", "early_rounds"):  # the help states the default it leaves to Settings
-        on = "[default: on]" in inspect.signature(run_cmd).parameters[flag].default.help
-        assert on is getattr(ref, flag), flag
+    assert got.execution == ExecutionConfig(workers=2)  # the command's own default
+    assert replace(got, execution=ref.execution) == ref
+    on = "[default: on]" in inspect.signature(run_cmd).parameters["early_rounds"].default.help
+    assert on is ref.early_rounds  # the help states the default it leaves to Settings
     from fractions import Fraction  # the help states the default fraction
     assert str(Fraction(ref.first_decision).limit_denominator(100)) in inspect.signature(run_cmd).parameters[
         "first_decision"].default.help

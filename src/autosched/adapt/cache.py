@@ -23,12 +23,12 @@ from .. import __version__
 from ..atomic import write_text_atomic
 from ..cluster import ClusterSpec
 from ..jsonable import jsonable
-from ..policies import get_policy
+from ..policies import Policy, get_policy
 from ..sim.metrics import Metrics
 from ..space import Config
 from ..trace.table import Trace
 from ..tune import ExecutionConfig, Objective, SearchConfig
-from .controller import RoundTuner, TunerFactory
+from .controller import RoundTuner, TunerFactory, policy_class
 
 CACHE_FORMAT = 1
 
@@ -55,17 +55,19 @@ class CachedOutcome:
 class CachedTuner:
     """A `RoundTuner` whose searches are read from `directory` when the same search was done before."""
 
-    def __init__(self, inner: RoundTuner, key_parts: Mapping[str, Any], directory: Path):
+    def __init__(self, inner: RoundTuner, key_parts: Mapping[str, Any], directory: Path,
+                 policy: type[Policy] | None = None):
         self.inner = inner
         self.key_parts = dict(key_parts)
         self.directory = Path(directory)
+        self.policy = policy or get_policy(self.key_parts["policy"])  # its knob space is in the key
         self.hits = 0
 
     def key(self, workloads: Sequence[Trace], warm_start: Sequence[Mapping[str, Any]] | None) -> str:
         from ..tune import problem_identity
 
         ident = {**self.key_parts, "format": CACHE_FORMAT, "version": __version__,
-                 "problem": problem_identity([get_policy(self.key_parts["policy"])], self.key_parts["cluster"],
+                 "problem": problem_identity([self.policy], self.key_parts["cluster"],
                                              self.key_parts["objective"], workloads),
                  "warm_start": [dict(sorted(dict(c).items())) for c in (warm_start or [])]}
         ident.pop("cluster")
@@ -102,10 +104,11 @@ def cached_factory(inner: TunerFactory, directory: Path | None) -> TunerFactory:
     if directory is None:
         return inner
 
-    def make(policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
+    def make(policy: str | type[Policy], cluster: ClusterSpec, objective: Objective, search: SearchConfig,
              execution: ExecutionConfig) -> RoundTuner:
-        parts = {"policy": policy, "cluster": cluster, "objective": objective,
+        cls = policy_class(policy)
+        parts = {"policy": cls.name, "cluster": cluster, "objective": objective,
                  "search": asdict(search)}  # budget, seed, sampler, screening, design, patience
-        return CachedTuner(inner(policy, cluster, objective, search, execution), parts, directory)
+        return CachedTuner(inner(policy, cluster, objective, search, execution), parts, directory, cls)
 
     return make

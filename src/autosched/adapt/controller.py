@@ -13,16 +13,30 @@ import numpy as np
 
 from ..cluster import ClusterSpec, fit_to_cluster
 from ..jsonable import jsonable
-from ..policies import get_policy
+from ..policies import Policy, get_policy
 from ..sim.metrics import Metrics
 from ..space import Config
 from ..trace.table import Trace
 from ..tune import ExecutionConfig, Objective, SearchConfig, TuneError
+from .config import (
+    DAY,
+    ROUND_SEED_STRIDE,
+    VALIDATION_SEED_OFFSET,
+    LoopConfig,
+    check_sample_counts,
+    round_seed_of,
+)
 from .drift import DriftReport, DriftTest, Profile, profile
 from .errors import AdaptError
-from .guardrail import Guardrail
 from .observe import Observation
 from .sources import WorkloadSource, concat
+
+__all__ = ["Controller", "ControllerMemory", "Decision", "RoundTuner", "TrialRecord", "TunerFactory", "TuningOutcome",
+           "default_tuner_factory", "policy_class", "round_workloads", "round_seed_of", "check_sample_counts",
+           "VALIDATION_SEED_OFFSET", "ROUND_SEED_STRIDE"]
+
+WARM_KEEP = 3  # a round is warm-started from the running config and the last WARM_KEEP winners
+PRIOR_KEEP = 3  # the trials of the last PRIOR_KEEP rounds go to the tuner (screening pools them)
 
 
 @dataclass
@@ -143,20 +157,25 @@ class RoundTuner(Protocol):
 class TunerFactory(Protocol):
     """Makes a round's tuner; `autosched.tune.Tuner` itself is one (this is its constructor).
 
-    `policy` is the name the controller was given; a factory may tune a view of that policy
-    instead (the live agent passes its class with fixed knobs pinned to `Tuner`, which takes a
-    class as well as a name)."""
+    `policy` is what the controller was given: a policy's name, or a `Policy` class (a view of a
+    policy, such as the live agent's with its fixed knobs pinned and its managed ones bounded;
+    `Tuner` takes a class as well as a name)."""
 
-    def __call__(self, policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
-                 execution: ExecutionConfig) -> RoundTuner: ...
+    def __call__(self, policy: str | type[Policy], cluster: ClusterSpec, objective: Objective,
+                 search: SearchConfig, execution: ExecutionConfig) -> RoundTuner: ...
 
 
-def default_tuner_factory(policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
-                          execution: ExecutionConfig) -> RoundTuner:
+def default_tuner_factory(policy: str | type[Policy], cluster: ClusterSpec, objective: Objective,
+                          search: SearchConfig, execution: ExecutionConfig) -> RoundTuner:
     """`autosched.tune.Tuner`, imported on first use (Optuna is slow to import)."""
     from ..tune import Tuner
 
     return Tuner(policy, cluster, objective, search, execution)
+
+
+def policy_class(policy: str | type[Policy]) -> type[Policy]:
+    """The class of a policy given by name or as a class."""
+    return get_policy(policy) if isinstance(policy, str) else policy
 
 
 class Controller:
@@ -173,55 +192,54 @@ class Controller:
     winner on the workloads it was selected on would reward its luck on them (the winner's curse).
     A deterministic source (replay, the real future: no ``validation_workloads``) has no other
     workloads to give; its winner is judged on the tuning workloads.
-    ``check_drift(obs)`` says whether the last day moved away from the window of the last tuning.
+    ``check_drift(obs)`` says whether the last `drift_window` moved away from the window of the
+    last tuning (no drift round within `drift_window` of the last round).
 
-    Each round's tuner comes from `tuner_factory` (default: `autosched.tune.Tuner`) with
-    ``search`` (sampler, screening, ...; its budget and seed are replaced by this controller's
-    `budget` and a seed per round derived from `seed`) and ``execution`` (workers, executor, ...).
-    ``execution.study`` must be unset (refused): a study file belongs to one problem, and every
-    round tunes on new workloads.
+    What the loop does is `config` (a `LoopConfig`: period, budget, metric, guardrail, drift,
+    backlog, seed, screening; checked when it was made). The rest is how this controller runs:
+    `policy` is the policy tuned, a name or a `Policy` class (None: ``config.policy``; a class is
+    a view of that policy, e.g. the live agent's with its fixed knobs pinned); `initial_config` the
+    running config to start from (default: the policy's defaults); `tuner_factory` makes each
+    round's tuner (default: `autosched.tune.Tuner`), with ``config.search`` and a seed per round
+    derived from ``config.seed``, and `execution` (workers, executor, ...). ``execution.study`` must
+    be unset (refused): a study file belongs to one problem, and every round tunes on new workloads.
     """
 
-    def __init__(self, policy: str, cluster: ClusterSpec, source: WorkloadSource, *,
-                 period: float, budget: int = 20, metric: str = "avg_jct",
-                 constraints: tuple[str, ...] = (), guardrail: Guardrail | None = None,
-                 drift: DriftTest | None = None, recent: float = 86400.0, min_gap: float = 86400.0,
-                 carry_backlog: bool = True, initial_config: Mapping[str, Any] | None = None,
-                 seed: int = 0, tuner_factory: TunerFactory | None = None,
-                 search: SearchConfig | None = None, execution: ExecutionConfig | None = None,
-                 warm_keep: int = 3, fresh_validation: bool = True, prior_keep: int = 3):
-        if period <= 0:
-            raise AdaptError(f"controller: period must be longer than 0 (got {period:g} s)")
+    def __init__(self, config: LoopConfig, cluster: ClusterSpec, source: WorkloadSource, *,
+                 policy: str | type[Policy] | None = None, initial_config: Mapping[str, Any] | None = None,
+                 tuner_factory: TunerFactory | None = None, execution: ExecutionConfig | None = None,
+                 drift_window: float = DAY, prior_keep: int = PRIOR_KEEP):
+        if not isinstance(config, LoopConfig):
+            raise AdaptError(f"controller: {type(config).__name__} is not a LoopConfig")
         if not isinstance(source, WorkloadSource):
             raise AdaptError(f"controller: {type(source).__name__} is not a WorkloadSource (it needs workloads, "
                              "seeds, validation_workloads and validation_seeds)")
+        if not drift_window > 0 or prior_keep < 0:
+            raise AdaptError(f"controller: drift window must be longer than 0 and prior_keep >= 0 (got "
+                             f"{drift_window:g} s and {prior_keep})")
         check_sample_counts(len(source.seeds(0)), len(source.validation_seeds(0)))
-        cls = get_policy(policy)
-        self.policy = policy  # as the caller named it (a tuner resolves it as get_policy does)
+        self.config = config
+        self.policy: str | type[Policy] = config.policy if policy is None else policy
+        cls = policy_class(self.policy)
         self.policy_name = cls.name  # what a tuner's trials and evaluations call it
+        # The name the memory is kept under: the policy as the caller named it (a class given as
+        # `policy` is a view of ``config.policy``).
+        self.policy_ref = self.policy if isinstance(self.policy, str) else config.policy
         self.space = cls.space
         self.cluster = cluster
         self.source = source
-        self.period = period
-        self.objective = Objective(metric=metric, constraints=tuple(constraints))  # checks metric, constraints
-        self.search = replace(search or SearchConfig(), budget=budget)  # checks budget
+        self.period = config.period
+        self.objective = config.objective()
+        self.search = config.search
         self.execution = execution or ExecutionConfig()
         if self.execution.study is not None:
             raise TuneError(f"controller: study {self.execution.study} holds one problem, and every round "
                             "tunes on new workloads; tune each round in memory (no study file)")
-        self.budget = budget
-        self.metric = metric
-        self.minimize = self.objective.minimize
-        self.constraints = tuple(constraints)
-        self.guardrail = guardrail or Guardrail()
-        self.drift = drift
-        self.recent = recent
-        self.min_gap = min_gap
-        self.carry_backlog = carry_backlog
-        self.seed = seed
+        self.guardrail = config.guardrail()
+        self.drift = DriftTest() if config.drift else None
+        self.drift_window = drift_window
         self.tuner_factory: TunerFactory = tuner_factory or default_tuner_factory
-        self.warm_keep = warm_keep
-        self.fresh_validation = fresh_validation
+        self.warm_keep = WARM_KEEP
         self.running: Config = self.space.validate(initial_config or {})
         self.decisions: list[Decision] = []
         self.progress: Callable[[int, int], None] | None = None  # (trials done, budget) of a round
@@ -240,7 +258,7 @@ class Controller:
         """What this controller carries from one round to the next, as plain data."""
         ref = self._reference
         return ControllerMemory(
-            policy=self.policy, rounds=self._round_offset + len(self.decisions),
+            policy=self.policy_ref, rounds=self._round_offset + len(self.decisions),
             winners=tuple(dict(w) for w in self._winners),
             prior=tuple(tuple(t.to_dict() for t in g) for g in self._prior),
             reference=None if ref is None else {
@@ -254,9 +272,9 @@ class Controller:
         controller's own."""
         from ..tune import Trial
 
-        if memory.policy != self.policy:
+        if memory.policy != self.policy_ref:
             raise AdaptError(f"controller memory of policy {memory.policy!r} cannot serve a "
-                             f"{self.policy!r} controller")
+                             f"{self.policy_ref!r} controller")
         self._round_offset = memory.rounds - len(self.decisions)
         self._winners = [dict(w) for w in memory.winners]
         # a trial's to_dict keys are its fields; its metrics come back as Metrics
@@ -272,9 +290,9 @@ class Controller:
 
     def check_drift(self, obs: Observation) -> DriftReport | None:
         """A drift report if the tests ran (None: no reference yet, or tuned too recently)."""
-        if self.drift is None or self._reference is None or obs.now - self._last_round < self.min_gap:
+        if self.drift is None or self._reference is None or obs.now - self._last_round < self.drift_window:
             return None
-        recent = profile(obs, max(obs.start, obs.now - self.recent), obs.now)
+        recent = profile(obs, max(obs.start, obs.now - self.drift_window), obs.now)
         return self.drift.compare(recent, self._reference)
 
     # ------------------------------------------------------------------------------ a round
@@ -286,7 +304,7 @@ class Controller:
         `drift` report that caused it are recorded
         in the returned `Decision`, which is also appended to ``decisions``."""
         t0 = time.perf_counter()
-        round_seed = round_seed_of(self.seed, self._round_offset + len(self.decisions))
+        round_seed = round_seed_of(self.config.seed, self._round_offset + len(self.decisions))
         self._last_round = obs.now
         self._reference = profile(obs, obs.start, obs.now)
         workloads = self._workloads(obs, round_seed)
@@ -311,25 +329,25 @@ class Controller:
         self._remember(candidate)
         if candidate == self.running:
             return self._keep(base, t0, "the tuner's best is the running config", candidate=candidate, **evidence)
-        validation, val_seeds = "tuning", []
-        if self.fresh_validation:
-            val_seed = round_seed + VALIDATION_SEED_OFFSET
-            val_seeds = self.source.validation_seeds(val_seed)
-            overlap = set(val_seeds) & set(self.source.seeds(round_seed))
-            if overlap:  # check_sample_counts rules it out; kept because the guarantee matters
-                raise AdaptError(f"controller: validation seeds {sorted(overlap)} are also tuning seeds")
-            fresh = self._workloads(obs, val_seed, fresh=True)
-            if fresh:
-                workloads, validation = fresh, "fresh"
+        validation: str = "tuning"
+        val_seed = round_seed + VALIDATION_SEED_OFFSET
+        val_seeds = self.source.validation_seeds(val_seed)
+        overlap = set(val_seeds) & set(self.source.seeds(round_seed))
+        if overlap:  # check_sample_counts rules it out; kept because the guarantee matters
+            raise AdaptError(f"controller: validation seeds {sorted(overlap)} are also tuning seeds")
+        fresh = self._workloads(obs, val_seed, fresh=True)
+        if fresh:
+            workloads, validation = fresh, "fresh"
         if validation == "fresh":
             m_run = tuner.evaluate(self.policy_name, self.running, workloads)[1]
             m_cand = tuner.evaluate(self.policy_name, candidate, workloads)[1]
         else:
             m_run = _trial_metrics(res, self.running) or tuner.evaluate(self.policy_name, self.running, workloads)[1]
             m_cand = _trial_metrics(res, candidate) or tuner.evaluate(self.policy_name, candidate, workloads)[1]
-        run_vals = [float(getattr(m, self.metric)) for m in m_run]
-        cand_vals = [float(getattr(m, self.metric)) for m in m_cand]
-        verdict = self.guardrail.judge(run_vals, cand_vals, self.minimize)
+        metric = self.objective.metric
+        run_vals = [float(getattr(m, metric)) for m in m_run]
+        cand_vals = [float(getattr(m, metric)) for m in m_cand]
+        verdict = self.guardrail.judge(run_vals, cand_vals, self.objective.minimize)
         changed = {k: (self.running[k], candidate[k]) for k in self.space.names if self.running[k] != candidate[k]}
         if verdict.deploy:
             self.running = candidate
@@ -343,7 +361,7 @@ class Controller:
 
     def _workloads(self, obs: Observation, seed: int, fresh: bool = False) -> list[Trace]:
         return round_workloads(self.source, obs, self.period, self.cluster, seed,
-                               carry_backlog=self.carry_backlog, fresh=fresh)
+                               carry_backlog=self.config.carry_backlog, fresh=fresh)
 
     def _warm_start(self) -> list[Config]:
         seen, out = set(), []
@@ -381,27 +399,6 @@ def round_workloads(source: WorkloadSource, obs: Observation, period: float, clu
         if len(w):
             out.append(w)
     return out
-
-
-# Validation samples of a round are drawn with seed round_seed + VALIDATION_SEED_OFFSET, and rounds
-# are ROUND_SEED_STRIDE seeds apart: with at most 503 tuning and 506 validation samples a round, no
-# validation seed is ever a tuning seed, of this round or another (`check_sample_counts`).
-VALIDATION_SEED_OFFSET = 503
-ROUND_SEED_STRIDE = 1_009
-
-
-def round_seed_of(seed: int, index: int) -> int:
-    """The seed of a run's `index`-th round (0: its first), from which the round's tuning and
-    validation samples are drawn; a benchmark that redraws a round's samples calls this too."""
-    return seed * 100_003 + index * ROUND_SEED_STRIDE
-
-
-def check_sample_counts(samples: int, validation_samples: int) -> None:
-    """Refuse sample counts whose seeds could overlap (see VALIDATION_SEED_OFFSET)."""
-    most = ROUND_SEED_STRIDE - VALIDATION_SEED_OFFSET
-    if samples > VALIDATION_SEED_OFFSET or validation_samples > most:
-        raise AdaptError(f"at most {VALIDATION_SEED_OFFSET} samples and {most} validation samples a round, so that "
-                         f"no validation seed is a tuning seed (got {samples} and {validation_samples})")
 
 
 def _trial_metrics(res: TuningOutcome, config: Config) -> list[Metrics] | None:

@@ -36,14 +36,14 @@ from ..policies import get_policy
 from ..sim import JobRecords, Metrics, Simulator, compute_metrics
 from ..space import Config
 from ..trace.table import Trace
-from ..tune import ExecutionConfig, Objective, SearchConfig
+from ..tune import ExecutionConfig
 from .cache import cached_factory
-from .controller import Controller, Decision, TunerFactory, check_sample_counts, default_tuner_factory
-from .drift import GPU_CLASS_NAMES, DriftTest, gpu_classes
+from .config import DAY, LoopConfig
+from .controller import PRIOR_KEEP, Controller, Decision, TunerFactory, default_tuner_factory
+from .drift import GPU_CLASS_NAMES, gpu_classes
 from .errors import AdaptError
-from .guardrail import Guardrail
-from .observe import BACKLOG_HISTORY, observe
-from .sources import FutureSource, ModelSource, ReplaySource, check_model_source
+from .observe import observe
+from .sources import FutureSource, ReplaySource
 
 STRATEGIES = ("default", "autosched", "last_period", "oracle_static", "oracle_period")
 ORACLES = frozenset({"oracle_static", "oracle_period"})
@@ -55,7 +55,6 @@ DESCRIPTIONS = {
     "oracle_static": "ORACLE: best fixed config in hindsight, tuned on the whole real trace",
     "oracle_period": "ORACLE: tuned each period on the real jobs of that period",
 }
-DAY = 86400.0
 ORACLE_FACTOR = 10  # an oracle's search: this many times a round's budget
 FIRST_DECISION = 3 / 7  # Settings.first_decision: day 3 of a 7-day first period
 # Settings.early_rounds: on six traces x 8 seeds autosched's average JCT fell on every trace
@@ -71,28 +70,12 @@ ORACLE_SEED = 0  # the oracles' searches and observations use this seed for ever
 Progress = Callable[[str, float, float], None]  # (what is happening, done, total)
 
 
-@dataclass(frozen=True)
-class Settings:
-    policy: str = "tiresias"
-    period: float = 7 * DAY
-    history: float = 7 * DAY
-    budget: int = 16
+@dataclass(frozen=True, kw_only=True)
+class Settings(LoopConfig):
+    """`autosched run`'s settings: the loop's (`LoopConfig`, its defaults) plus the experiment's:
+    when its rounds come inside the first period, the oracles' searches, and where trials run."""
+
     oracle_budget: int | None = None  # trials of each oracle search; None: ORACLE_FACTOR x budget
-    samples: int = 4
-    # Fresh model samples the guardrail judges a winner on (see ModelSource). 8, with k = 1: with
-    # 4 and k = 2 the guardrail kept the default through real gains of 28-38% (ITP cluster07) and
-    # 15% (Philly 72x8); 8 and k = 1 deployed them and lost nothing elsewhere (docs/history.md,
-    # "the guardrail on 8 fresh samples").
-    validation_samples: int = 8
-    # log sd of the load level across the samples of a round (0: every sample at the forecast level)
-    level_sd: float = 0.0
-    model: str = "stat"
-    # autosched's workloads: the last period replayed plus `samples` model samples (ModelSource
-    # with_replay), instead of the model samples alone.
-    with_replay: bool = False
-    metric: str = "avg_jct"
-    seed: int = 0
-    drift: bool = False  # also re-tune when a daily drift test fires (each firing costs a round)
     check_every: float = DAY  # how often the drift tests run between boundaries, and the early rounds
     # A first round this fraction of the first period after the start (3/7: day 3 of a week), on
     # the history seen so far; None: the first round is at the first boundary, and period 0 runs
@@ -106,42 +89,36 @@ class Settings:
     # early rounds without a first round. Their number grows with the period (a 30-day period:
     # up to 29 rounds before its first boundary).
     early_rounds: bool = EARLY_ROUNDS
-    guard_k: float = Guardrail.k
-    guard_margin: float = Guardrail.min_margin
-    guard_max_loss: float | None = None  # refuse a winner that loses more than this on one workload
-    carry_backlog: bool = True
-    # The backlog keeps each job's past (attained service, age; `observe.BACKLOG_HISTORY`).
-    backlog_history: bool = BACKLOG_HISTORY
-    # How each round searches (sampler, screening, ...) and where its trials run (workers, ...);
-    # the search's budget and seed are always this record's `budget` and `seed`.
-    # Screening is off in the loop by default: at 16 trials a round it searched no better than
-    # without it and cost more (docs/tuning.md, "Screening on against off").
-    search: SearchConfig = field(default_factory=lambda: SearchConfig(screening=False))
+    # Where each round's trials run (workers, ...).
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
 
     def __post_init__(self) -> None:
-        if self.period <= 0 or self.history <= 0 or self.check_every <= 0:
-            raise AdaptError(f"period and history must be longer than 0 (got period {self.period:g} s, "
-                             f"history {self.history:g} s, check interval {self.check_every:g} s)")
-        if self.budget < 1:
-            raise AdaptError(f"budget must be at least 1 (got {self.budget})")
+        super().__post_init__()
+        if self.check_every <= 0:
+            raise AdaptError(f"the check interval must be longer than 0 (got {self.check_every:g} s)")
         if self.first_decision is not None and not 0 < first_round_offset(self) < self.period:
             raise AdaptError(f"the first decision must come after the start and before the first period "
                              f"boundary, to the second: {self.first_decision:g} of a period of "
                              f"{self.period:g} s is not")
-        # The source's, the guardrail's and the seed counts' own checks, made before any work starts.
-        check_model_source(self.samples, self.validation_samples, self.level_sd)
-        check_sample_counts(self.samples, self.validation_samples)
-        self.guardrail()
         if self.oracle_budget is None:
             object.__setattr__(self, "oracle_budget", ORACLE_FACTOR * self.budget)
         if self.oracle_budget < 1:
             raise AdaptError(f"oracle budget must be at least 1 (got {self.oracle_budget})")
-        object.__setattr__(self, "search", replace(self.search, budget=self.budget, seed=self.seed))
 
-    def guardrail(self) -> Guardrail:
-        """autosched's guardrail (checks its settings)."""
-        return Guardrail(self.guard_k, self.guard_margin, self.guard_max_loss)
+    def to_dict(self) -> dict[str, Any]:
+        """As `run --json` gives it: every field, with the search settings whole (``search``)."""
+        d = asdict(self)
+        del d["screening"]  # in "search"
+        d["search"] = asdict(self.search)
+        return {**{k: d.pop(k) for k in JSON_ORDER if k in d}, **d}
+
+
+# The order of the settings in `run --json` (kept: scripts and saved results read it); a setting
+# not listed comes after these.
+JSON_ORDER = ("policy", "period", "history", "budget", "oracle_budget", "samples", "validation_samples",
+              "level_sd", "model", "with_replay", "metric", "seed", "drift", "check_every", "first_decision",
+              "early_rounds", "guard_k", "guard_margin", "guard_max_loss", "carry_backlog", "backlog_history",
+              "search", "execution")
 
 
 def first_round_offset(settings: Settings) -> float:
@@ -226,7 +203,7 @@ class ExperimentResult:
 
     def to_dict(self) -> dict[str, Any]:
         return jsonable({
-            "settings": asdict(self.settings), "cluster": self.cluster, "trace": self.trace,
+            "settings": self.settings.to_dict(), "cluster": self.cluster, "trace": self.trace,
             "jobs": self.jobs, "boundaries": self.boundaries,
             "strategies": {k: v.to_dict() for k, v in self.strategies.items()},
             "summary": self.summary(), "workload": self.workload,
@@ -317,20 +294,16 @@ def across_seeds(results: Sequence[ExperimentResult]) -> dict[str, Any]:
 
 def make_controller(name: str, trace: Trace, cluster: ClusterSpec, settings: Settings,
                     tuner_factory: TunerFactory, model_factory: Callable[[str], Any] | None) -> Controller:
-    common: dict[str, Any] = dict(period=settings.period, budget=settings.budget, metric=settings.metric,
-                                  seed=settings.seed, tuner_factory=tuner_factory, search=settings.search,
-                                  execution=settings.execution, carry_backlog=settings.carry_backlog)
     if name == "autosched":
-        source = ModelSource(settings.model, settings.samples, factory=model_factory,
-                             with_replay=settings.with_replay, validation_samples=settings.validation_samples,
-                             level_sd=settings.level_sd)
-        return Controller(settings.policy, cluster, source, guardrail=settings.guardrail(),
-                          drift=DriftTest() if settings.drift else None, **common)
+        return Controller(settings, cluster, settings.model_source(model_factory), tuner_factory=tuner_factory,
+                          execution=settings.execution)
     # The baselines deploy whatever their tuning prefers (no guardrail) and re-tune only at boundaries.
     source = ReplaySource() if name == "last_period" else FutureSource(trace)
+    config = replace(settings, guard_k=0.0, guard_margin=0.0, guard_max_loss=None, drift=False)
     if name in ORACLES:  # a large search of its own each round: no pooling of earlier rounds
-        common.update(budget=settings.oracle_budget, prior_keep=0)
-    return Controller(settings.policy, cluster, source, guardrail=Guardrail(0.0, 0.0), drift=None, **common)
+        config = replace(config, budget=settings.oracle_budget)
+    return Controller(config, cluster, source, tuner_factory=tuner_factory, execution=settings.execution,
+                      prior_keep=0 if name in ORACLES else PRIOR_KEEP)
 
 
 def boundaries(trace: Trace, period: float) -> list[float]:
@@ -407,7 +380,7 @@ def _tune_static(trace: Trace, cluster: ClusterSpec, settings: Settings, tuner_f
                  say: Callable[..., None]) -> Config:
     say(f"tuning one config on the whole real trace (oracle, {settings.oracle_budget} trials)")
     search = replace(settings.search, budget=settings.oracle_budget)
-    tuner = tuner_factory(settings.policy, cluster, Objective(settings.metric), search, settings.execution)
+    tuner = tuner_factory(settings.policy, cluster, settings.objective(), search, settings.execution)
     res = tuner.tune([trace], warm_start=None)
     space = get_policy(settings.policy).space
     return space.validate(res.best_config) if res.best_config is not None else space.default()

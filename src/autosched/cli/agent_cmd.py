@@ -12,6 +12,9 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
+from ..live.settings import AgentSettings
+from .common import LOOP, loop_options
+
 if TYPE_CHECKING:
     from ..live.round import RoundOutcome
 
@@ -56,36 +59,27 @@ def _pairs(items: list[str], what: str) -> dict[str, str]:
 
 
 @agent_app.command("init")
+@loop_options(AgentSettings)
 def init_cmd(
     state: Optional[Path] = _state_opt(),
     slurm_conf: Optional[Path] = typer.Option(None, "--slurm-conf", help="slurm.conf [default: $SLURM_CONF]"),
     include: Optional[Path] = typer.Option(None, "--include", help="the file autosched owns; slurm.conf must end with `Include <it>` [default: autosched.conf beside slurm.conf]"),
     fake: Optional[Path] = typer.Option(None, "--fake", help="use the fake connector kept in this directory (tests, demos)"),
-    policy: str = typer.Option("multifactor", "--policy", help="simulated policy whose knobs map to Slurm settings"),
-    period: str = typer.Option("1d", "--period", help="time between rounds (e.g. 60, 10m, 1d; at least 1 minute)"),
     auto: bool = typer.Option(False, "--auto", help="apply winners without approval (within --bound and --max-step); default: propose"),
-    history: str = typer.Option("7d", "--history", help="history each round learns from"),
+    loop: dict[str, Any] = LOOP,
     min_jobs: int = typer.Option(50, "--min-jobs", help="finished jobs needed in the history before anything is proposed"),
-    metric: str = typer.Option("avg_jct", "--metric", help="metric to improve"),
-    budget: int = typer.Option(20, "--budget", help="tuning trials per round"),
-    model: str = typer.Option("stat", "--model", help="workload model for the coming period (stat, neural) or replay"),
-    samples: int = typer.Option(3, "--samples", help="sampled workloads per round to tune on"),
-    validation_samples: int = typer.Option(8, "--validation-samples", help="fresh sampled workloads the guardrail judges the winner on"),
-    margin: float = typer.Option(0.02, "--margin", help="guardrail: gain needed to propose, and observed loss that rolls back (0.02 = 2%)"),
     bound: list[str] = typer.Option([], "--bound", help="KNOB=LO:HI limits of a knob (repeatable)"),
     max_step: float = typer.Option(0.25, "--max-step", help="auto mode: largest move of a knob per round, as a fraction of its range"),
     fix: list[str] = typer.Option([], "--fix", help="KNOB=VALUE for a knob with no live setting (repeatable)"),
     seed_history: Optional[Path] = typer.Option(None, "--seed-history", help="an older sacct export that seeds the history"),
-    backlog_history: Optional[bool] = typer.Option(None, "--backlog-history/--no-backlog-history", help="evaluation workloads keep each running or pending job's past (run time x GPUs, age) instead of restarting it as a new job  [default: on]", show_default=False),
     timeout: float = typer.Option(30.0, "--timeout", help="seconds a Slurm command may take"),
     notify: Optional[str] = typer.Option(None, "--notify", help="URL to POST a JSON notice to on a new proposal, a block, an apply, a rollback and a freeze"),
 ) -> None:
-    """Create the agent's state directory and save how it reaches the cluster and what it tunes."""
+    """Create the agent's state directory and save how it reaches the cluster and what it tunes.
+    Every option and the cluster's setup are checked first: a refused init writes nothing."""
     from ..errors import InputError
-    from ..live.agent import AgentSettings, init_agent
+    from ..live.agent import init_agent
     from ..live.errors import LiveError
-    from ..live.history import check_seed
-    from ..timeparse import parse_duration
 
     if fake is not None:
         connector: dict[str, Any] = {"kind": "fake", "directory": str(fake.resolve())}
@@ -104,31 +98,11 @@ def init_cmd(
         except ValueError:
             raise InputError(f"bound {k}={v!r}: use KNOB=LO:HI") from None
     settings = AgentSettings(
-        connector=connector, policy=policy, period=parse_duration(period, "period"),
-        mode="auto" if auto else "propose", history=parse_duration(history, "history"),
-        min_jobs=min_jobs, metric=metric, budget=budget, model=model, samples=samples,
-        validation_samples=validation_samples,
-        margin=margin, bounds=bounds, max_step=max_step, fixed=_pairs(fix, "fix"),
+        **loop, connector=connector, mode="auto" if auto else "propose", min_jobs=min_jobs, bounds=bounds,
+        max_step=max_step, fixed=_pairs(fix, "fix"),
         seed_history=str(seed_history.resolve()) if seed_history else None, notify=notify)
-    if backlog_history is not None:
-        settings.backlog_history = backlog_history
-    if seed_history is not None:
-        check_seed(seed_history)  # before anything is written
     st = state or default_state()
     agent = init_agent(st, settings)
-    if connector["kind"] == "slurm":
-        inc = Path(connector["include"])
-        if not inc.exists():
-            from ..atomic import write_text_atomic
-
-            try:
-                write_text_atomic(inc, "# Managed by autosched: no managed settings yet.\n")
-            except OSError as e:
-                raise LiveError(f"{inc}: cannot create the include file: {e.strerror}") from None
-        problem = agent.connector.check_include_line()
-        if problem:
-            raise LiveError(f"{problem}: add it as the last line of slurm.conf, then run "
-                            "`scontrol reconfigure`")
     typer.echo(f"agent initialised in {st}: {settings.policy}, {settings.mode} mode, period "
                f"{settings.period:g} s; manages {', '.join(agent.space.names)}")
     if agent.space.fixed:

@@ -3,18 +3,23 @@ them rise; `autosched.cli._one_line_errors` prints them as one line.)"""
 
 from __future__ import annotations
 
+import functools
 import importlib.util
+import inspect
 import json
 import sys
+from collections.abc import Callable, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, Optional
 
 import typer
 
 from ..atomic import check_output, is_stdout, protect_inputs
 from ..cluster import ClusterSpec, fit_to_cluster, parse_cluster
 from ..jsonable import jsonable
+from ..timeparse import format_duration, parse_duration
 from ..trace import LoadReport, Trace, load_trace
 
 
@@ -37,11 +42,10 @@ def require(module: str, what: str, extra: str) -> None:
         fail(f"{what} needs {module}, which is not installed: pip install 'autosched[{extra}]'")
 
 
-MAX_SEED = 2**32 - 1  # the samplers' seeding (NumPy's legacy RandomState) takes no more
-
-
 def check_seed(seed: int) -> None:
     """A random seed is an integer in [0, 2**32 - 1]: say so before any work, not in a traceback."""
+    from ..adapt.config import MAX_SEED
+
     if not 0 <= seed <= MAX_SEED:
         fail(f"--seed must be in [0, {MAX_SEED}] (got {seed})")
 
@@ -137,3 +141,128 @@ def table_console() -> Any:
     from rich.console import Console
 
     return Console() if sys.stdout.isatty() else Console(width=PIPED_WIDTH)
+
+
+# ------------------------------------------------------------------ the loop's options (run, agent init)
+
+@dataclass(frozen=True)
+class LoopFlag:
+    """One option of the loop's settings (`autosched.adapt.LoopConfig`), shared by `autosched run`
+    and `autosched agent init`: the field it sets, its spellings and its help. The default shown
+    is the command's own settings class's (run's and the live agent's differ on purpose)."""
+
+    field: str
+    decls: tuple[str, ...]  # "--samples", "-k"; a flag pair: "--drift/--no-drift"
+    help: str
+    kind: Any  # the option's type as typed (a duration is text: 7d)
+    duration: bool = False  # text such as 7d or 12h, given to the settings in seconds
+    hidden: tuple[str, ...] = ()  # old spellings, still taken, not shown
+
+
+LOOP_FLAGS: tuple[LoopFlag, ...] = (
+    LoopFlag("policy", ("--policy", "-p"), "policy whose knobs are tuned (see `autosched policies`); the agent tunes "
+             "those that map to Slurm settings", str),
+    LoopFlag("period", ("--period",), "time between rounds: re-tune at every period boundary (e.g. 7d, 1d, 12h, 600; "
+             "the agent: at least 1 minute)", str, duration=True),
+    LoopFlag("history", ("--history",), "window of past jobs each round learns from (the workload model is "
+             "fitted on it)", str, duration=True),
+    LoopFlag("budget", ("--budget", "-n"), "tuning trials per round (one simulation per sampled workload each)", int),
+    LoopFlag("samples", ("--samples", "-k"), "workloads sampled from the model per round to tune on", int),
+    LoopFlag("validation_samples", ("--validation-samples",), "fresh model samples (not the tuner's) the guardrail "
+             "judges each round's winner on", int),
+    LoopFlag("level_sd", ("--level-sd",), "the samples are scenarios of a busier or quieter period: log sd of "
+             "their load level (0: all at the forecast level)", float),
+    LoopFlag("model", ("--model",), "workload model for the coming period: stat, hybrid, replay or neural (needs "
+             "autosched[neural])", str),
+    LoopFlag("with_replay", ("--with-replay/--model-only",), "tune on the last period replayed as well as on the "
+             "model's samples (validation stays on fresh model samples)", bool),
+    LoopFlag("metric", ("--objective",), "Metrics field the tuner and the guardrail optimise", str,
+             hidden=("--metric",)),
+    LoopFlag("guard_margin", ("--margin",), "guardrail: deploy (the agent: propose) only if the predicted gain "
+             "exceeds this fraction (0.01 = 1%); the agent also rolls back a change whose observed loss exceeds it",
+             float),
+    LoopFlag("guard_k", ("--noise-k",), "guardrail: ... and exceeds this many standard errors of the paired gain "
+             "across samples", float),
+    LoopFlag("guard_max_loss", ("--max-loss",), "guardrail: ... and loses no more than this fraction on any sample "
+             "(0.02 = 2%)", Optional[float]),
+    LoopFlag("drift", ("--drift/--no-drift",), "also re-tune between boundaries when a drift test fires (run: daily; "
+             "agent run: every --poll; each firing costs a tuning round)", bool),
+    LoopFlag("screening", ("--screening/--no-screening",), "causal knob screening inside each tuning round (off by "
+             "default: see docs/tuning.md)", bool),
+    LoopFlag("backlog_history", ("--backlog-history/--no-backlog-history",), "evaluation workloads keep each "
+             "carried-over (running or pending) job's past (service received, time waited) instead of restarting "
+             "it as a new job (docs/traces.md)", bool),
+    LoopFlag("seed", ("--seed",), "random seed (tuner and workload samples)", int),
+)
+
+# Loop settings with no flag (set from Python only); every other LoopConfig field has one above.
+WITHOUT_FLAG = ("carry_backlog",)
+LOOP: Any = object()  # the default of a command's parameter ``loop``, where `loop_options` puts the options
+
+
+def loop_options(settings: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command the loop's options (`LOOP_FLAGS`) in place of its parameter ``loop``, with
+    the defaults of `settings` (a `LoopConfig` class); the command is called with ``loop``, the
+    values given by field (durations parsed to seconds), for `settings` to check."""
+    from ..adapt.config import loop_defaults
+
+    defaults = loop_defaults(settings)
+
+    def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
+        sig = inspect.signature(command, eval_str=True)
+        params: list[inspect.Parameter] = []
+        for p in sig.parameters.values():
+            params += _loop_parameters(defaults, p.kind) if p.name == "loop" else [p]
+
+        @functools.wraps(command)
+        def run(**kwargs: Any) -> Any:
+            loop, rest = split_loop(kwargs, settings)
+            return command(**rest, loop=loop)
+
+        run.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
+        run.__annotations__ = {p.name: p.annotation for p in params}
+        return run
+
+    return decorate
+
+
+def split_loop(arguments: Mapping[str, Any], settings: type) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A command's `arguments`, by name, as `loop_options` takes them apart: the loop's values by
+    field (durations parsed to seconds; an old spelling of a flag given with the new one fails)
+    for `settings` (a `LoopConfig` class) to check, and the command's other arguments."""
+    from ..adapt.config import loop_defaults
+
+    defaults = loop_defaults(settings)
+    rest = dict(arguments)
+    loop = {}
+    for flag in LOOP_FLAGS:
+        value = rest.pop(flag.field)
+        for spelling in flag.hidden:
+            old = rest.pop(_alias(spelling))
+            if old is not None and value != _shown(flag, defaults[flag.field]):
+                fail(f"{flag.decls[0]} and {spelling} are one option (the second is its old name); give it once")
+            value = old if old is not None else value
+        loop[flag.field] = parse_duration(value, flag.decls[0]) if flag.duration else value
+    return loop, rest
+
+
+def _loop_parameters(defaults: dict[str, Any], kind: Any) -> list[inspect.Parameter]:
+    out = []
+    for flag in LOOP_FLAGS:
+        default = _shown(flag, defaults[flag.field])
+        out.append(inspect.Parameter(flag.field, kind, annotation=flag.kind,
+                                     default=typer.Option(default, *flag.decls, help=flag.help)))
+        for spelling in flag.hidden:
+            out.append(inspect.Parameter(_alias(spelling), kind,
+                                         annotation=Optional[flag.kind],
+                                         default=typer.Option(None, spelling, hidden=True)))
+    return out
+
+
+def _shown(flag: LoopFlag, default: Any) -> Any:
+    """A setting's default as its option shows it (a duration as text: 7d)."""
+    return format_duration(default) if flag.duration else default
+
+
+def _alias(spelling: str) -> str:
+    return "old_" + spelling.lstrip("-").replace("-", "_")

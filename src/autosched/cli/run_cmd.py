@@ -8,18 +8,22 @@ from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from ..adapt.experiment import Settings
+from ..timeparse import format_duration, parse_duration
 from .common import (
+    LOOP,
     check_seed,
     cluster_file,
     default_trace_and_cluster,
     fail,
     load_inputs,
+    loop_options,
     note,
     outputs,
     print_json,
@@ -27,38 +31,20 @@ from .common import (
     table_console,
 )
 
-if TYPE_CHECKING:
-    from ..adapt import Settings
-
 DEFAULT_STRATEGIES = "default,autosched,last_period,oracle_static,oracle_period"
 
 
+@loop_options(Settings)
 def run_cmd(
     trace: Optional[Path] = typer.Argument(None, help="trace file (any supported format); default: the bundled 28-day Philly sample on 32x8"),
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="NODESxGPUS (e.g. 32x8) or a VC file (vc,nodes); required with a trace"),
-    policy: str = typer.Option("tiresias", "--policy", "-p", help="policy whose knobs are tuned (see `autosched policies`)"),
-    period: str = typer.Option("7d", "--period", help="re-tune at every period boundary (e.g. 7d, 1d, 12h), and once inside the first period (--first-decision)"),
-    history: str = typer.Option("7d", "--history", help="window of past jobs the workload model is fitted on"),
-    budget: int = typer.Option(16, "--budget", "-n", help="tuning trials per round (one simulation per sampled workload each)"),
-    samples: int = typer.Option(4, "--samples", "-k", help="workloads sampled from the model per round to tune on"),
-    validation_samples: int = typer.Option(8, "--validation-samples", help="fresh model samples (not the tuner's) the guardrail judges each round's winner on"),
-    level_sd: float = typer.Option(0.0, "--level-sd", help="autosched's samples are scenarios of a busier or quieter period: log sd of their load level (0: all at the forecast level)"),
+    loop: dict[str, Any] = LOOP,
     workers: int = typer.Option(2, "--workers", "-j", help="tuning trials run in parallel processes (1 = in this process)"),
-    model: str = typer.Option("stat", "--model", help="workload model: stat, hybrid, replay or neural (needs autosched[neural])"),
-    with_replay: bool = typer.Option(False, "--with-replay/--model-only", help="autosched tunes on the last period replayed as well as on the model's samples (validation stays on fresh model samples)"),
     strategies: str = typer.Option(DEFAULT_STRATEGIES, "--strategies", help="comma-separated strategies to compare (oracle_* read the real future)"),
-    objective: str = typer.Option("avg_jct", "--objective", help="Metrics field the tuner and the guardrail optimise"),
-    margin: float = typer.Option(0.01, "--margin", help="guardrail: deploy only if the predicted gain exceeds this fraction (0.01 = 1%)"),
-    noise_k: float = typer.Option(1.0, "--noise-k", help="guardrail: ... and exceeds this many standard errors of the paired gain across samples"),
-    max_loss: Optional[float] = typer.Option(None, "--max-loss", help="guardrail: ... and loses no more than this fraction on any sample (0.02 = 2%)"),
     first_decision: Optional[str] = typer.Option(None, "--first-decision", metavar="DURATION|off", help="a first tuning round this long after the start, on the history seen so far (default: 3/7 of the period, day 3 of a week; 'off': none before the first period boundary)"),
     early_rounds: Optional[bool] = typer.Option(None, "--early-rounds/--no-early-rounds", help="after the first round, another round every day until the first period boundary, while the history is young and grows fastest (none without a first round; a long period gets many)  [default: on]", show_default=False),
-    backlog_history: Optional[bool] = typer.Option(None, "--backlog-history/--no-backlog-history", help="evaluation workloads keep each carried-over job's past (service received, time waited) instead of restarting it as a new job (docs/traces.md)  [default: on]", show_default=False),
-    drift: bool = typer.Option(False, "--drift/--no-drift", help="also re-tune between boundaries when a daily drift test fires (costs a tuning round each time it fires)"),
-    screening: bool = typer.Option(False, "--screening/--no-screening", help="causal knob screening inside each tuning round (off by default: see docs/tuning.md)"),
     skip: str = typer.Option("0", "--skip", help="ignore the trace's first SKIP (e.g. 14d) before replaying"),
     span: Optional[str] = typer.Option(None, "--span", help="replay only SPAN of the trace (e.g. 28d) after --skip"),
-    seed: int = typer.Option(0, "--seed", help="random seed (tuner and workload samples)"),
     seeds: int = typer.Option(1, "--seeds", help="run the experiment for seeds SEED..SEED+N-1 and print mean ± sd per strategy"),
     oracle_budget: Optional[int] = typer.Option(None, "--oracle-budget", help="trials of each oracle search (default: 10 x --budget)"),
     cache: Optional[Path] = typer.Option(None, "--cache", help="directory caching the oracles' searches (default: ~/.cache/autosched/tuning)"),
@@ -74,14 +60,15 @@ def run_cmd(
     from ..adapt.cache import default_cache_dir
     from ..adapt.experiment import across_seeds
 
-    settings, names, window = options.resolve(STRATEGIES)
+    seed = loop["seed"]
     check_seed(seed)
     if seeds < 1:
         fail(f"--seeds must be at least 1 (got {seeds})")
     check_seed(seed + seeds - 1)
+    settings, names, window = options.resolve(STRATEGIES)
     if report is not None:
         require("matplotlib", "--report", "report")
-    if model == "neural":
+    if settings.model == "neural":
         require("torch", "--model neural", "neural")
     trace_path, cluster_spec = default_trace_and_cluster(trace, cluster)
     outputs((trace_path, cluster_file(cluster_spec)), dirs=(report,))
@@ -92,7 +79,8 @@ def run_cmd(
              f"less than two periods of {settings.period / 86400:g} days: nothing to re-tune")
     if not as_json:
         note(f"replaying {len(tr):,} jobs of {trace_path.name} on {cl.describe()}, policy {settings.policy}, "
-             f"period {period}, history {history}, budget {budget} x {samples} samples")
+             f"period {format_duration(settings.period)}, history {format_duration(settings.history)}, "
+             f"budget {settings.budget} x {settings.samples} samples")
     cache_dir = cache if cache is not None else default_cache_dir()
     results = []
     for k in range(seeds):
@@ -121,33 +109,18 @@ def run_cmd(
 
 @dataclass(frozen=True)
 class RunOptions:
-    """The options of `autosched run` that make its `Settings`, as given on the command line.
-    A new flag is a parameter of `run_cmd` and a field here (of the same name), used in
+    """The options of `autosched run` that make its `Settings`, as given on the command line:
+    the loop's (`loop`, from the shared option group `LOOP_FLAGS`) and the experiment's. A new
+    experiment flag is a parameter of `run_cmd` and a field here (of the same name), used in
     `resolve`: the command hands all its arguments over at once (`of`)."""
 
-    policy: str
-    period: str
-    history: str
-    budget: int
-    samples: int
-    validation_samples: int
-    level_sd: float
+    loop: dict[str, Any]
     workers: int
-    model: str
-    with_replay: bool
     strategies: str
-    objective: str
-    margin: float
-    noise_k: float
-    max_loss: float | None
     first_decision: str | None
     early_rounds: bool | None  # None: the Settings' default
-    backlog_history: bool | None  # None: the Settings' default
-    drift: bool
-    screening: bool
     skip: str
     span: str | None
-    seed: int
     oracle_budget: int | None
 
     @classmethod
@@ -158,57 +131,37 @@ class RunOptions:
     def resolve(self, known: Sequence[str]) -> tuple[Settings, list[str], tuple[float, float]]:
         """Check every option up front, so that a bad one fails with one line before any work
         starts: the settings, the strategies to run (of `known`), and the window of the trace
-        to replay (from its start). `Settings` checks what it holds itself (period, history,
-        budgets, samples, margin, k; `ExecutionConfig` the workers); only what it cannot see
-        (the text as typed, the strategies, the window) is checked here."""
-        from ..adapt import Settings
+        to replay (from its start). `Settings` checks what it holds itself (the loop's settings,
+        the first decision, the oracle budget; `ExecutionConfig` the workers); only what it cannot
+        see (the text as typed, the strategies, the window) is checked here."""
         from ..adapt.experiment import FIRST_DECISION
-        from ..policies import get_policy
-        from ..sim.metrics import METRIC_HELP
-        from ..timeparse import parse_duration
-        from ..tune import ExecutionConfig, SearchConfig
-        from ..workload import get_model
-        from ..workload.base import MAX_HORIZON
+        from ..tune import ExecutionConfig
 
-        get_policy(self.policy)
-        get_model(self.model)
-        p, h = parse_duration(self.period, "--period"), parse_duration(self.history, "--history")
+        p = self.loop["period"]
         start = parse_duration(self.skip, "--skip")
         length = parse_duration(self.span, "--span") if self.span is not None else float("inf")
         off = self.first_decision is not None and self.first_decision.strip().lower() == "off"
         first = (None if self.first_decision is None or off
                  else parse_duration(self.first_decision, "--first-decision"))
-        if p > MAX_HORIZON:  # each round samples one period
-            fail(f"--period of {p / 86400:,.6g} days is beyond the {MAX_HORIZON / 86400:g}-day limit of one workload sample")
         if start < 0 or length <= 0:
             fail("--skip must be >= 0 and --span > 0")
         if first is not None and p > 0 and not 0 < first < p:
-            fail(f"--first-decision {self.first_decision} is not inside the first period ({self.period}); use 'off' for none")
+            fail(f"--first-decision {self.first_decision} is not inside the first period "
+                 f"({format_duration(p)}); use 'off' for none")
         if off and self.early_rounds:
             fail("--early-rounds follow the first round, and --first-decision off leaves none")
         if self.first_decision is None:
             fraction: float | None = FIRST_DECISION
         else:  # "off" or a duration inside the first period (a period <= 0: Settings says so)
             fraction = None if first is None or p <= 0 else first / p
-        if self.objective not in METRIC_HELP:
-            fail(f"--objective {self.objective!r}: not a metric; use one of {', '.join(METRIC_HELP)}")
         names = [s.strip() for s in self.strategies.split(",") if s.strip()]
         bad = [s for s in names if s not in known]
         if bad or not names:
             fail(f"--strategies: unknown {', '.join(bad) or '(none given)'}; use some of {', '.join(known)}")
-        settings = Settings(policy=self.policy, period=p, history=h, budget=self.budget, oracle_budget=self.oracle_budget,
-                            samples=self.samples, validation_samples=self.validation_samples, level_sd=self.level_sd,
-                            model=self.model, with_replay=self.with_replay, guard_max_loss=self.max_loss,
-                            metric=self.objective, seed=self.seed, drift=self.drift, first_decision=fraction,
-                            guard_k=self.noise_k, guard_margin=self.margin,
-                            search=SearchConfig(screening=self.screening),
-                            execution=ExecutionConfig(workers=self.workers), **self._given())
+        given: dict[str, Any] = {} if self.early_rounds is None else {"early_rounds": self.early_rounds}
+        settings = Settings(**self.loop, oracle_budget=self.oracle_budget, first_decision=fraction,
+                            execution=ExecutionConfig(workers=self.workers), **given)
         return settings, names, (start, start + length)
-
-    def _given(self) -> dict[str, Any]:
-        """The options whose default is Settings' own (None: not given), as Settings keywords."""
-        given = {"early_rounds": self.early_rounds, "backlog_history": self.backlog_history}
-        return {k: v for k, v in given.items() if v is not None}
 
 
 @contextmanager

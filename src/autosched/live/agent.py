@@ -20,13 +20,10 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from ..adapt.observe import BACKLOG_HISTORY
-from ..atomic import write_text_atomic
-from ..cluster import ClusterSpec
 from ..errors import AutoschedError
 from .activity import Activity, ActivityKind, ActivitySink
 from .approval import IncludePreview, apply_header, preview_of, same_diff
@@ -49,84 +46,13 @@ from .round import (
     decide,
     next_retry,
 )
+from .settings import AgentSettings, check_setup, prepare_cluster
 from .status import AgentStatus, read_status
 from .store import Approval, Evidence, Flags, Revision, RevisionKind, RevisionState, RevisionStore
 from .twin import ClusterSetup, setup_changes, twin_jobs
 
 if TYPE_CHECKING:  # the controller pulls in the tuning stack: imported where a round tunes
     from ..adapt.controller import Controller, ControllerMemory
-
-SETTINGS_FILE = "settings.json"
-MODES = ("propose", "auto")
-
-
-@dataclass
-class AgentSettings:
-    """What ``agent init`` saves in the state directory (``settings.json``)."""
-
-    connector: dict[str, Any]  # {"kind": "slurm", "include": ..., "slurm_conf": ...} | {"kind": "fake", "directory": ...}
-    policy: str = "multifactor"
-    period: float = 86400.0  # s between rounds
-    mode: str = "propose"
-    history: float = 7 * 86400.0  # s of history each round learns from
-    min_jobs: int = 50  # finished jobs in the history below which nothing is proposed
-    metric: str = "avg_jct"
-    budget: int = 20
-    model: str = "stat"  # workload model, or "replay"
-    samples: int = 3
-    # fresh samples (not the tuner's) the guardrail judges a winner on: cheap, two configs each
-    validation_samples: int = 8
-    margin: float = 0.02  # guardrail: predicted gain needed, and observed loss that rolls back
-    k: float = 2.0  # guardrail: gain > k x standard error
-    screening: bool = False  # causal screening in the tuner (needs causal-learn)
-    drift: bool = True  # `agent run` also starts a round when the workload drifts
-    bounds: dict[str, list[float]] = field(default_factory=dict)  # auto mode: knob -> [lo, hi]
-    max_step: float = 0.25  # auto mode: fraction of a knob's range one round may move it
-    fixed: dict[str, Any] = field(default_factory=dict)  # values of the non-live knobs
-    seed_history: str | None = None  # a sacct export that seeds the history
-    seed: int = 0
-    # evaluation workloads keep each running or pending job's past (run time x GPUs, age); a
-    # state directory saved before this field existed gets the default
-    backlog_history: bool = BACKLOG_HISTORY
-    notify: str | None = None  # a webhook URL told of proposals, blocks, applies, ... (live/notify.py)
-
-    def check(self) -> None:
-        if self.mode not in MODES:
-            raise LiveError(f"mode {self.mode!r}: use propose or auto")
-        if self.period < 60:
-            raise LiveError(f"period {self.period:g} s: at least 60 s (Slurm recalculates "
-                            "priorities once a minute at most)")
-        if self.history <= 0 or self.min_jobs < 1 or self.budget < 1 or self.samples < 1:
-            raise LiveError("history, min_jobs, budget and samples must be positive")
-        from ..adapt.controller import check_sample_counts
-        from ..adapt.sources import check_model_source
-
-        check_model_source(self.samples, self.validation_samples, 0.0)
-        check_sample_counts(self.samples, self.validation_samples)
-        if not 0 < self.max_step <= 1:
-            raise LiveError(f"max_step {self.max_step:g}: must be in (0, 1]")
-        if self.connector.get("kind") not in ("slurm", "fake"):
-            raise LiveError(f"connector {self.connector.get('kind')!r}: use slurm or fake")
-        live_space(self.policy, self.fixed)  # the policy has live knobs; fixed values are valid
-        if self.notify is not None:
-            from .notify import check_url
-
-            check_url(self.notify)
-
-    def save(self, state_dir: Path) -> None:
-        write_text_atomic(Path(state_dir) / SETTINGS_FILE, json.dumps(asdict(self), indent=1))
-
-    @classmethod
-    def load(cls, state_dir: Path) -> "AgentSettings":
-        p = Path(state_dir) / SETTINGS_FILE
-        try:
-            data = json.loads(p.read_text())
-        except FileNotFoundError:
-            raise LiveError(f"{p}: no agent here (initialise the state directory first)") from None
-        except (OSError, ValueError) as e:
-            raise LiveError(f"{p}: cannot read the agent's settings: {e}") from None
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 def make_connector(spec: Mapping[str, Any]) -> Connector:
@@ -430,7 +356,7 @@ class Agent:
     def rules(self) -> RoundRules:
         s = self.settings
         return RoundRules(period=s.period, history=s.history, min_jobs=s.min_jobs, metric=s.metric,
-                          margin=s.margin)
+                          margin=s.guard_margin)
 
     def observe(self, trigger: str = "period", now: float | None = None) -> Observed:
         """Every read a round makes, in order, stopping at the first that settles the round (see
@@ -563,35 +489,18 @@ class Agent:
         `running`'s config and tuning the live view of the policy (fixed knobs pinned, those the
         cluster sets - PriorityFlags - as it sets them; managed ones within the bounds and, in
         auto mode, the maximum step from the running values)."""
-        from ..adapt.controller import Controller, RoundTuner
-        from ..adapt.drift import DriftTest
-        from ..adapt.guardrail import Guardrail
-        from ..adapt.sources import ModelSource, ReplaySource
-        from ..tune.config import ExecutionConfig, SearchConfig
-        from ..tune.objective import Objective
+        from ..adapt.controller import Controller
+        from ..adapt.sources import ReplaySource
 
         s = self.settings
         space = live_space(s.policy, {**s.fixed, **setup.pinned(self.space.fixed)})
         full = space.full(running.config)
         bounds = {k: (float(v[0]), float(v[1])) for k, v in s.bounds.items()}
+        # The controller tunes the live view of the policy: fixed knobs pinned, managed ones bounded.
         cls = live_policy(space, full, bounds, s.max_step if s.mode == "auto" else None)
-
-        def factory(policy: str, cluster: ClusterSpec, objective: Objective, search: SearchConfig,
-                    execution: ExecutionConfig) -> RoundTuner:
-            # The controller names the policy; the tuner gets the live view of it instead (fixed
-            # knobs pinned, managed ones bounded). `Tuner` takes a policy class as well as a name.
-            from ..tune.tuner import Tuner
-
-            return Tuner(cls, cluster, objective, search, execution)
-
-        source = ReplaySource() if s.model == "replay" else ModelSource(s.model, s.samples,
-                                                                           validation_samples=s.validation_samples)
-        return Controller(s.policy, setup.cluster_spec(), source, period=s.period,
-                          budget=s.budget, metric=s.metric,
-                          guardrail=Guardrail(k=s.k, min_margin=s.margin),
-                          drift=DriftTest() if s.drift else None, recent=s.period,
-                          min_gap=s.period, initial_config=full, seed=s.seed,
-                          tuner_factory=factory, search=SearchConfig(screening=s.screening))
+        source = ReplaySource() if s.model == "replay" else s.model_source()
+        return Controller(s, setup.cluster_spec(), source, policy=cls, initial_config=full,
+                          drift_window=s.period)
 
     def _controller(self, running: Revision, setup: ClusterSetup) -> Controller:
         """The round's Controller, going on from the memory the last tuning round left (unless
@@ -676,16 +585,26 @@ class Agent:
         return done
 
 
-def init_agent(state_dir: Path | str, settings: AgentSettings) -> Agent:
-    """Create (or re-configure) an agent in `state_dir`: saves the settings, opens the store."""
-    settings.check()
+def init_agent(state_dir: Path | str, settings: AgentSettings,
+               connector: Connector | None = None) -> Agent:
+    """Create (or re-configure) an agent in `state_dir`. Everything is checked before anything is
+    written (the settings when they were made; here the connector and the cluster's setup,
+    `check_setup`), and ``settings.json``, which makes the directory an agent's, is written last,
+    atomically: a refused init leaves no agent behind, and a re-initialised one its old settings."""
     state_dir = Path(state_dir)
+    connector = connector if connector is not None else make_connector(settings.connector)
+    check_setup(settings)
+    prepare_cluster(settings)
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise LiveError(f"{state_dir}: cannot write the agent's settings: {e.strerror or e}") from None
+    agent = Agent(state_dir, settings, connector)
+    try:
         settings.save(state_dir)
     except OSError as e:
         raise LiveError(f"{state_dir}: cannot write the agent's settings: {e.strerror or e}") from None
-    return Agent(state_dir, settings)
+    return agent
 
 
 def read_only(state_dir: Path | str) -> tuple[AgentSettings, Connector]:

@@ -252,6 +252,37 @@ def _int(text: str | None, default: int) -> int:
         return default
 
 
+def include_problem(slurm_conf: Path | None, include: Path) -> str | None:
+    """None if `slurm_conf` has an ``Include`` of `include` as its last setting line (comments
+    and blank lines may follow), else what is wrong and what to do: without the line nothing the
+    agent writes takes effect, and a setting after it would override the agent's. A slurm.conf
+    that is not a regular UTF-8 text file is an `InputError` naming it."""
+    advice = "then run `scontrol reconfigure`"
+    if slurm_conf is None:
+        return "SLURM_CONF is not set and no slurm.conf path was given"
+    text = read_text_input(slurm_conf, "slurm.conf", MAX_SLURM_CONF_BYTES)
+    target = os.path.realpath(include)
+    found = None  # line number of our Include
+    last = None  # line number and text of the last setting line
+    for number, line in enumerate(text.splitlines(), 1):
+        words = line.split("#")[0].split()
+        if not words:
+            continue
+        last = (number, line.strip())
+        if len(words) == 2 and words[0].lower() == "include":
+            path = words[1] if os.path.isabs(words[1]) else str(slurm_conf.parent / words[1])
+            if os.path.realpath(path) == target:
+                found = number
+    if found is None:
+        return (f"{slurm_conf} has no line `Include {include}`: add it as the last line of slurm.conf, "
+                f"{advice}")
+    if last is not None and last[0] != found:
+        return (f"{slurm_conf}: line {last[0]} (`{last[1]}`) comes after `Include {include}` "
+                f"(line {found}) and would override the agent's settings; make the Include line the "
+                f"last setting line of slurm.conf, {advice}")
+    return None
+
+
 class SlurmConnector:
     """A Slurm cluster through ``sacct``/``scontrol``; writes only `include` (see module doc)."""
 
@@ -269,20 +300,9 @@ class SlurmConnector:
                 "slurm_conf": str(self.slurm_conf) if self.slurm_conf else None}
 
     def check_include_line(self) -> str | None:
-        """None if slurm.conf has an ``Include`` of our file, else what is wrong (the agent
-        reports it: without that line nothing it writes takes effect). A slurm.conf that is not
-        a regular UTF-8 text file is an `InputError` naming it."""
-        if self.slurm_conf is None:
-            return "SLURM_CONF is not set and no slurm.conf path was given"
-        text = read_text_input(self.slurm_conf, "slurm.conf", MAX_SLURM_CONF_BYTES)
-        target = os.path.realpath(self.include)
-        for line in text.splitlines():
-            words = line.split("#")[0].split()
-            if len(words) == 2 and words[0].lower() == "include":
-                path = words[1] if os.path.isabs(words[1]) else str(self.slurm_conf.parent / words[1])
-                if os.path.realpath(path) == target:
-                    return None
-        return f"{self.slurm_conf} has no line `Include {self.include}`"
+        """None if slurm.conf ends with an ``Include`` of our file, else what is wrong
+        (`include_problem`)."""
+        return include_problem(self.slurm_conf, self.include)
 
     # -- reading --------------------------------------------------------------------------
     def now(self) -> float:

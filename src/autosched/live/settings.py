@@ -1,0 +1,212 @@
+"""The live agent's settings (``settings.json`` in its state directory): the loop's settings
+(`LoopConfig`, shared with `autosched run`, with the live defaults below) plus how the agent
+reaches the cluster and how far it may change it.
+
+The file nests the loop's settings under ``"loop"``; a file written before they were nested (one
+flat object, with ``margin`` and ``k`` for the guardrail's margin and k) loads as it always did.
+Every value is checked when the record is made, so a file edited by hand (``"period": -5``, a
+wrong shape) is refused with one line naming the file, as the same value given to ``agent init``
+would be.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from ..adapt.config import DAY, LOOP_FIELDS, LoopConfig
+from ..atomic import read_text_input, write_text_atomic
+from ..errors import AutoschedError
+from ..space import Float, Int
+from .errors import LiveError
+from .history import check_seed
+from .knobs import LiveSpace, live_space
+
+SETTINGS_FILE = "settings.json"
+MODES = ("propose", "auto")
+MIN_PERIOD = 60.0  # s; Slurm recalculates priorities once a minute at most
+MAX_TIMEOUT = 3600.0  # s a Slurm command may take: one that has not answered in an hour will not
+MAX_SETTINGS_BYTES = 1 << 20  # settings.json is a few hundred bytes; a larger one is not ours
+# A flat settings.json (written before the loop's settings were nested) names two of them so.
+LEGACY_NAMES = {"margin": "guard_margin", "k": "guard_k"}
+# The keys of each connector kind's spec, with whether each is required.
+CONNECTOR_KEYS: dict[str, dict[str, bool]] = {
+    "slurm": {"include": True, "slurm_conf": False, "timeout": False, "retries": False, "backoff": False},
+    "fake": {"directory": True},
+}
+
+
+@dataclass(frozen=True, kw_only=True)
+class AgentSettings(LoopConfig):
+    """What ``agent init`` saves: the loop's settings and the live fields (see the module doc)."""
+
+    # -- The live defaults: where the agent's loop differs from `autosched run`'s, on purpose --
+    policy: str = "multifactor"  # the policy that models Slurm's priority/multifactor: its knobs are Slurm settings
+    period: float = DAY  # a round a day: at most one change a day, each judged on the next day's real jobs
+    # 20 trials on 3 samples (60 simulations a round, as run's 16 x 4 = 64): set when the agent was
+    # written and not measured against run's; kept so that an agent decides as it did.
+    budget: int = 20
+    samples: int = 3
+    # k = 2, not 1: on a live cluster a wrong change costs real jobs (run deploys at one standard
+    # error, where a wrong change only costs a replayed week; docs/slurm.md).
+    guard_k: float = 2.0
+    guard_margin: float = 0.02  # also the observed loss that rolls a change back, a noisy measure: 2%, not 1%
+    # A live cluster has no boundary schedule to keep: `agent run` starts a round when the workload
+    # drifts (a drift round still changes at most once a period).
+    drift: bool = True
+
+    # -- The live fields -----------------------------------------------------------------------
+    # {"kind": "slurm", "include": ..., "slurm_conf": ..., "timeout": ...} | {"kind": "fake", "directory": ...}
+    connector: dict[str, Any]
+    mode: str = "propose"
+    min_jobs: int = 50  # finished jobs in the history below which nothing is proposed
+    bounds: dict[str, list[float]] = field(default_factory=dict)  # knob -> [lo, hi], in the knob's units
+    max_step: float = 0.25  # auto mode: fraction of a knob's range one round may move it
+    fixed: dict[str, Any] = field(default_factory=dict)  # values of the non-live knobs
+    seed_history: str | None = None  # a sacct export that seeds the history
+    notify: str | None = None  # a webhook URL told of proposals, blocks, applies, ... (live/notify.py)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.mode not in MODES:
+            raise LiveError(f"mode {self.mode!r}: use propose or auto")
+        if self.period < MIN_PERIOD:
+            raise LiveError(f"period {self.period:g} s: at least {MIN_PERIOD:g} s (Slurm recalculates "
+                            "priorities once a minute at most)")
+        if self.min_jobs < 1:
+            raise LiveError(f"min jobs must be at least 1 (got {self.min_jobs})")
+        if not 0 < self.max_step <= 1:
+            raise LiveError(f"max step {self.max_step:g}: must be in (0, 1]")
+        check_connector(self.connector)
+        check_bounds(live_space(self.policy, self.fixed), self.bounds)  # also: fixed values are valid
+        if self.notify is not None:
+            from .notify import check_url  # urllib.request: imported when a URL is given
+
+            check_url(self.notify)
+
+    # -- the file ------------------------------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        """The live fields, and the loop's nested under ``"loop"``."""
+        live = {f.name: getattr(self, f.name) for f in fields(self) if f.name not in LOOP_FIELDS}
+        return {**live, "loop": self.loop_values()}
+
+    @classmethod
+    def from_json(cls, data: Any, where: str) -> AgentSettings:
+        """The settings in `data` (nested, or flat as written before the loop's were nested);
+        every error names `where`."""
+        if not isinstance(data, dict):
+            raise LiveError(f"{where}: not the agent's settings (a JSON object expected, got "
+                            f"{type(data).__name__})")
+        data = dict(data)
+        if "loop" in data:
+            loop = data.pop("loop")
+            if not isinstance(loop, dict):
+                raise LiveError(f"{where}: \"loop\" must be an object of the loop's settings")
+        else:
+            loop = {LEGACY_NAMES.get(k, k): data.pop(k) for k in list(data) if LEGACY_NAMES.get(k, k) in LOOP_FIELDS}
+        live = {f.name for f in fields(cls)} - set(LOOP_FIELDS)
+        unknown = sorted(set(loop) - set(LOOP_FIELDS)) + sorted(set(data) - live)
+        if unknown:
+            raise LiveError(f"{where}: unknown setting{'s' * (len(unknown) > 1)} {', '.join(unknown)}")
+        if "connector" not in data:
+            raise LiveError(f"{where}: no connector (how the agent reaches the cluster)")
+        try:
+            return cls(**loop, **data)
+        except AutoschedError as e:
+            raise LiveError(f"{where}: {e}") from None
+
+    def save(self, state_dir: Path) -> None:
+        write_text_atomic(Path(state_dir) / SETTINGS_FILE, json.dumps(self.to_json(), indent=1))
+
+    @classmethod
+    def load(cls, state_dir: Path) -> AgentSettings:
+        p = Path(state_dir) / SETTINGS_FILE
+        if not p.exists() and not p.is_symlink():
+            raise LiveError(f"{p}: no agent here (initialise the state directory first)")
+        text = read_text_input(p, "JSON file of the agent's settings", MAX_SETTINGS_BYTES)
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise LiveError(f"{p}: cannot read the agent's settings: {e}") from None
+        return cls.from_json(data, str(p))
+
+
+def check_connector(spec: Any) -> None:
+    """A connector spec as `make_connector` takes it: its kind, its keys, their types and bounds."""
+    if not isinstance(spec, dict) or spec.get("kind") not in CONNECTOR_KEYS:
+        kind = spec.get("kind") if isinstance(spec, dict) else spec
+        raise LiveError(f"connector {kind!r}: use slurm or fake")
+    keys = CONNECTOR_KEYS[spec["kind"]]
+    unknown = sorted(set(spec) - set(keys) - {"kind"})
+    missing = sorted(k for k, required in keys.items() if required and spec.get(k) is None)
+    if unknown or missing:
+        raise LiveError(f"{spec['kind']} connector: " + "; ".join(
+            ([f"unknown {', '.join(unknown)}"] if unknown else []) + ([f"no {', '.join(missing)}"] if missing else [])))
+    for k in ("include", "slurm_conf", "directory"):
+        if spec.get(k) is not None and not isinstance(spec[k], str):
+            raise LiveError(f"{spec['kind']} connector: {k} {spec[k]!r} must be a path")
+    timeout, retries, backoff = spec.get("timeout", 30.0), spec.get("retries", 2), spec.get("backoff", 1.0)
+    if not (_number(timeout) and 0 < timeout <= MAX_TIMEOUT):
+        raise LiveError(f"timeout {timeout!r}: a Slurm command's time limit must be a number of seconds in "
+                        f"(0, {MAX_TIMEOUT:g}]")
+    if not (isinstance(retries, int) and not isinstance(retries, bool) and 0 <= retries <= 10):
+        raise LiveError(f"retries {retries!r}: must be an integer in [0, 10]")
+    if not (_number(backoff) and 0 <= backoff <= MAX_TIMEOUT):
+        raise LiveError(f"backoff {backoff!r}: must be a number of seconds in [0, {MAX_TIMEOUT:g}]")
+
+
+def check_bounds(space: LiveSpace, bounds: dict[str, Any]) -> None:
+    """Auto mode's bounds: each names a managed numeric knob, and is [lo, hi] with finite
+    lo <= hi inside the knob's own range (in its units)."""
+    numeric = {k.name: k for k in space.managed if isinstance(k, (Int, Float))}
+    for name, b in bounds.items():
+        knob = numeric.get(name)
+        if knob is None:
+            raise LiveError(f"bound on {name}: not a managed numeric knob of {space.policy} (they are "
+                            f"{', '.join(numeric)})")
+        if not (isinstance(b, (list, tuple)) and len(b) == 2 and all(_number(v) for v in b)):
+            raise LiveError(f"bound on {name} {b!r}: must be two finite numbers, [lo, hi]")
+        lo, hi = b
+        if lo > hi:
+            raise LiveError(f"bound on {name} [{lo:g}, {hi:g}]: lo is above hi")
+        if lo < knob.low or hi > knob.high:
+            raise LiveError(f"bound on {name} [{lo:g}, {hi:g}]: outside the knob's range "
+                            f"[{knob.low:g}, {knob.high:g}]{f' ({knob.unit})' if knob.unit else ''}")
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def check_setup(settings: AgentSettings) -> None:
+    """What ``agent init`` checks outside the settings before it writes anything (reads only):
+    the seed history is a regular file of sacct text (`check_seed`), and a Slurm connector's slurm.conf includes the agent's
+    file as its last setting line (without it nothing the agent writes takes effect, and a
+    setting after it would override the agent's)."""
+    if settings.seed_history is not None:
+        check_seed(settings.seed_history)
+    spec = settings.connector
+    if spec["kind"] == "slurm":
+        from .slurm import include_problem
+
+        problem = include_problem(Path(spec["slurm_conf"]) if spec.get("slurm_conf") else None,
+                                  Path(spec["include"]))
+        if problem:
+            raise LiveError(problem)
+
+
+def prepare_cluster(settings: AgentSettings) -> None:
+    """Create a Slurm connector's include file when it does not exist yet (a comment only: Slurm
+    warns on every command about an Include of a missing file)."""
+    spec = settings.connector
+    if spec["kind"] != "slurm":
+        return
+    inc = Path(spec["include"])
+    if not inc.exists():
+        try:
+            write_text_atomic(inc, "# Managed by autosched: no managed settings yet.\n")
+        except OSError as e:
+            raise LiveError(f"{inc}: cannot create the include file: {e.strerror or e}") from None
