@@ -58,6 +58,7 @@ from autosched.policies import get_policy  # noqa: E402
 from autosched.sim import Simulator  # noqa: E402
 from autosched.space import Float, Int  # noqa: E402
 from autosched.trace.io import load_trace  # noqa: E402
+from autosched.trace.limits import add_time_limits  # noqa: E402
 from autosched.trace.parsing import wallclock_seconds  # noqa: E402
 from autosched.trace.table import Trace  # noqa: E402
 
@@ -155,13 +156,17 @@ def baseline(scale: float) -> dict[str, Any]:
             "bf_window": scaled("bf_window", 1440)}
 
 
-def time_limit_min(limit: float | None, key: str, secs: int, scale: float) -> int:
+def time_limit_min(limit: float, secs: int, scale: float) -> int:
     """A job's time limit in whole minutes (Slurm's unit) for a sleep of `secs` wall seconds:
-    the trace's own limit (`limit`, trace s) compressed, never below the run and 5 s of slack;
-    without one, slurm_twin's rough rule. (The one place to swap in another rule.)"""
-    if limit is None or not math.isfinite(limit) or limit <= 0:
-        return tw.rough_limit(key, secs)
+    its limit (`limit`, trace s) compressed, never below the run and 5 s of slack."""
     return max(1, math.ceil(limit / scale / 60.0), math.ceil((secs + 5) / 60.0))
+
+
+def trace_limits(trace: Trace) -> np.ndarray:
+    """Every job's time limit (trace s): the trace's own, and for a job without one the limit
+    `autosched trace limits TRACE` writes (Tsafrir, Etsion & Feitelson's model, seed 0), so the
+    harness, `autosched run` and the twin replay the same limits."""
+    return add_time_limits(trace, seed=0)[0].time_limit
 
 
 @dataclass(frozen=True)
@@ -207,13 +212,12 @@ def select(trace: Trace, plan: Plan) -> Selection:
     keep = np.random.default_rng(plan.seed).random(len(trace)) < fraction
     rows = np.flatnonzero(fits & keep & (s >= b0) & (s < w1))
     assoc = associations(trace, rows)
-    limits = trace.time_limit
+    limits = trace_limits(trace)
     jobs: list[tw.Job] = []
     before: list[tw.Job] = []
     for (user, account), r in zip(assoc, rows):
         secs = int(max(plan.dmin, round(float(d[r]) / plan.scale)))
-        limit = time_limit_min(None if limits is None else float(limits[r]), str(trace.job_id[r]),
-                               secs, plan.scale)
+        limit = time_limit_min(float(limits[r]), secs, plan.scale)
         # floored to the 10 ms the harness submits at, so a job of the window before stays
         # before it (rounding put one submitted 0.001 s early at the window's start)
         submit = math.floor((float(s[r]) - w0) / plan.scale * 100) / 100

@@ -8,7 +8,6 @@ works and every job is accounted for, not the gain."""
 from __future__ import annotations
 
 import csv
-import math
 import os
 import shutil
 import subprocess
@@ -22,6 +21,7 @@ from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from autosched.trace.io import load_trace
+from autosched.trace.limits import add_time_limits
 from autosched.trace.table import Trace
 from conftest import script_module
 from testbed import SCRIPT, free_port_bases, missing_slurm, unavailable
@@ -44,16 +44,21 @@ def _trace(submit_days, gpus, durations, vcs, limits=None) -> Trace:
 
 def test_time_limit_compresses_the_traces_own_limit_and_never_cuts_the_run():
     # 2 trace hours at 120x: 60 s -> 1 min; the run of 70 s needs ceil(75 / 60) = 2 min
-    assert cl.time_limit_min(7200.0, "j", 30, 120.0) == 1
-    assert cl.time_limit_min(7200.0, "j", 70, 120.0) == 2
+    assert cl.time_limit_min(7200.0, 30, 120.0) == 1
+    assert cl.time_limit_min(7200.0, 70, 120.0) == 2
     # 1 trace day at 120x: 720 s -> 12 min
-    assert cl.time_limit_min(DAY, "j", 30, 120.0) == 12
+    assert cl.time_limit_min(DAY, 30, 120.0) == 12
 
 
-def test_time_limit_without_one_in_the_trace_is_slurm_twins_rule():
-    # crc32("5") % 3 picks 2x: (30 + 5) x 2 = 70 s -> 2 min
-    for missing in (None, math.nan, 0.0):
-        assert cl.time_limit_min(missing, "5", 30, 120.0) == tw.rough_limit("5", 30) == 2
+def test_jobs_without_a_limit_get_the_one_trace_limits_writes():
+    # the limits of `autosched trace limits TRACE` (seed 0) where the trace has none, its own
+    # limits kept; each never below the run time
+    tr = _trace([0.5, 1.0, 1.5], [1, 2, 4], [600.0, 7200.0, 30000.0], ["x", "y", "x"])
+    want = add_time_limits(tr, seed=0)[0].time_limit
+    assert np.array_equal(cl.trace_limits(tr), want) and (want >= tr.duration).all()
+    with_one = tr.replace(time_limit=np.array([3600.0, np.nan, np.nan]))
+    got = cl.trace_limits(with_one)
+    assert got[0] == 3600.0 and np.array_equal(got[1:], add_time_limits(with_one, seed=0)[0].time_limit[1:])
 
 
 def test_slurm_minutes():
@@ -103,9 +108,10 @@ def test_select_uses_the_traces_users_accounts_and_limits():
         "time_limit": [3 * 3600.0, 3600.0, np.nan]})
     sel = cl.select(tr, cl.Plan("t", start_day=1.0, days=1.0, before_days=1.0, load=1.0, scale=120.0))
     # users u1, u2 -> alice, bob; accounts a1, a2 -> physics, chemistry; limits 3 h / 120 = 90 s
-    # -> 2 min, 1 h -> 30 s, but the 5 s run needs 1 min; no limit: slurm_twin's rule
+    # -> 2 min, 1 h -> 30 s, but the 5 s run needs 1 min; no limit: the model's, compressed
+    drawn = cl.time_limit_min(float(cl.trace_limits(tr)[2]), 5, 120.0)
     assert [(j.user, j.account, j.limit_min) for j in sel.jobs] == [
-        ("alice", "physics", 2), ("bob", "physics", 1), ("alice", "chemistry", tw.rough_limit("2", 5))]
+        ("alice", "physics", 2), ("bob", "physics", 1), ("alice", "chemistry", drawn)]
 
 
 @settings(max_examples=40, deadline=None)

@@ -8,9 +8,8 @@ import dataclasses
 import pytest
 
 from autosched.export.slurm import from_slurm, quantize, to_slurm
-from autosched.live.knobs import pin
 from autosched.policies.multifactor import Multifactor
-from autosched.space import Bool, Categorical, ConfigError, Knob
+from autosched.space import Bool, Categorical, ConfigError, Knob, Subspace
 
 
 def test_every_knob_declares_a_unit_keyword_only():
@@ -23,21 +22,21 @@ def test_every_knob_declares_a_unit_keyword_only():
 
 
 def test_a_pinned_time_is_spelled_and_read_as_slurm_does():
-    age = Multifactor.space["PriorityMaxAge"]
-    p = pin(age, 7 * 86400.0)
-    assert p.unit == "s"
+    space = Multifactor.space.restrict(Subspace.of(pinned={"PriorityMaxAge": 7 * 86400.0}))
+    p = space["PriorityMaxAge"]
+    assert p.unit == "s" and space.pinned == {"PriorityMaxAge": 604800.0}
     # by hand: 604800 s = 7 days -> "7-0"; back, "7-0" is 7 * 86400 s
-    assert to_slurm(age, 604800.0) == to_slurm(p, 604800.0) == "7-0"
+    assert to_slurm(Multifactor.space["PriorityMaxAge"], 604800.0) == to_slurm(p, 604800.0) == "7-0"
     assert from_slurm(p, "7-0") == 604800.0
     assert from_slurm(p, "7-00:00:00") == 604800.0  # as scontrol show config prints it
     assert quantize(p, 604800.0) == 604800.0
-    with pytest.raises(ConfigError, match="fixed at"):
-        from_slurm(p, "6-0")
+    with pytest.raises(ConfigError, match="held at 604800.0 in this search"):
+        space.validate({"PriorityMaxAge": from_slurm(p, "6-0")})
 
 
 def test_a_pinned_minutes_knob_keeps_its_unit():
-    calc = Multifactor.space["PriorityCalcPeriod"]
-    p = pin(calc, 5)
+    space = Multifactor.space.restrict(Subspace.of(pinned={"PriorityCalcPeriod": 5}))
+    p = space["PriorityCalcPeriod"]
     assert p.unit == "min" and to_slurm(p, 5) == "5"
     assert from_slurm(p, "00:05:00") == 5  # scontrol prints minutes as a time
 

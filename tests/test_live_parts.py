@@ -10,10 +10,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autosched.export.live import live_subspace
 from autosched.export.slurm import from_slurm, quantize, to_slurm
 from autosched.live.errors import LiveError, SlurmUnavailable
 from autosched.live.history import merge_sacct, period_metrics, read_jobs
-from autosched.live.knobs import is_allowed, live_policy, live_space, same_value
+from autosched.live.knobs import is_allowed, live_space, same_value
 from autosched.live.slurm import (
     SlurmRunner,
     add_queue_rows,
@@ -100,40 +101,48 @@ def test_compound_tres_weights_are_one_setting_both_ways():
     assert same_value("PriorityWeightTRES", None, "GRES/gpu=0,CPU=0")
 
 
-def test_live_policy_pins_fixed_knobs_and_narrows_managed_ones():
+def test_the_live_subspace_pins_fixed_knobs_and_narrows_managed_ones():
     ls = live_space("multifactor", {"reserve_after": 3600.0})
     running = ls.full({"PriorityWeightAge": 1000})
-    cls = live_policy(ls, running, {"PriorityWeightAge": (0, 5000)}, max_step=0.1)
-    assert cls.name == "multifactor"
-    assert cls.space["reserve_after"].choices == (3600.0,)
-    with pytest.raises(ConfigError, match="fixed at 3600.0 in live mode"):
-        cls.space.validate({"reserve_after": 60.0})
-    age = cls.space["PriorityWeightAge"]
+    sub = live_subspace("multifactor", ls.fixed, running, {"PriorityWeightAge": (0, 5000)}, max_step=0.1)
+    space = Multifactor.space.restrict(sub)
+    assert space.pinned["reserve_after"] == 3600.0 and set(space.pinned) == set(ls.fixed)
+    with pytest.raises(ConfigError, match="held at 3600.0 in this search"):
+        space.validate({"reserve_after": 60.0})
+    age = space["PriorityWeightAge"]
     assert (age.low, age.high) == (0, 5000)  # bounds, then +-10% of 100000 around 1000
-    js = cls.space["PriorityWeightJobSize"]
+    js = space["PriorityWeightJobSize"]
     assert (js.low, js.high) == (0, 11000)
+    # bf_max_job_test is log-scaled: +-10% of the log range it is searched in (100-5000), a factor
+    # of 50 ** 0.1 = 1.479 around 500: 338.1 .. 739.5, whole jobs inward
+    bf = space["bf_max_job_test"]
+    assert (bf.low, bf.high, bf.search) == (339, 739, None)
+    assert space.default() == running  # the search starts from the running config
     # every config of the live view is a config of the policy
     import random
-    for c in (cls.space.sample(random.Random(i)) for i in range(20)):
+    for c in (space.sample(random.Random(i)) for i in range(20)):
         assert Multifactor.space.validate(c) == c
 
 
-def test_live_policy_keeps_a_default_its_narrowed_range_leaves_out():
+def test_the_live_subspace_keeps_a_running_value_its_step_would_leave_out_of_the_default():
     # a running PriorityMaxAge of 840 s (a compressed-time cluster) with a step of 0.25 of the log
     # range [600 s, 60 d]: the range becomes 840 / f .. 840 * f with f = 8640 ** 0.25 = 9.64, i.e.
-    # [600, 8098.6] s, which leaves out the knob's default of 7 d (604800 s); the default moves to
-    # the range's upper end instead of failing the live view
+    # [600, 8098.6] s, which leaves out the knob's default of 7 d (604800 s); the search starts
+    # from the running value instead of failing the live view
     ls = live_space("multifactor")
     running = ls.full({"PriorityMaxAge": 840.0, "PriorityWeightAge": 90000})
-    cls = live_policy(ls, running, max_step=0.25)
-    age = cls.space["PriorityMaxAge"]
+    space = Multifactor.space.restrict(live_subspace("multifactor", ls.fixed, running, max_step=0.25))
+    age = space["PriorityMaxAge"]
     assert (age.low, round(age.high, 1)) == (600.0, round(840 * 8640 ** 0.25, 1)) == (600.0, 8098.6)
-    assert age.default == age.high
-    # an Int knob: weight 90000 +- 25000 -> [65000, 100000], its default 1000 moves up to 65000
-    w = cls.space["PriorityWeightAge"]
-    assert (w.low, w.high, w.default) == (65000, 100000, 65000)
-    # a default inside the cut range stays as it was
-    assert cls.space["PriorityWeightJobSize"].default == 1000
+    assert age.default == 840.0
+    # an Int knob: weight 90000 +- 25000 -> [65000, 100000], its default the running 90000
+    w = space["PriorityWeightAge"]
+    assert (w.low, w.high, w.default) == (65000, 100000, 90000)
+    # 1000 +- 25000 -> [0, 26000], the default stays at the running 1000
+    js = space["PriorityWeightJobSize"]
+    assert (js.low, js.high, js.default) == (0, 26000, 1000)
+    assert space.default() == running
+
 
 def test_settings_round_trip_and_bf_flags():
     ls = live_space("multifactor")

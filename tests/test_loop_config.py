@@ -122,7 +122,7 @@ def test_run_json_keeps_the_order_and_shape_of_its_settings():
                        "early_rounds", "guard_k", "guard_margin", "guard_max_loss", "carry_backlog",
                        "backlog_history", "search", "execution"]
     assert d["search"] == {"budget": 16, "seed": 0, "sampler": "tpe", "screening": False, "initial_design": None,
-                           "patience": 5}
+                           "patience": 5, "subspace": None}
     assert d["oracle_budget"] == 160
 
 
@@ -131,10 +131,9 @@ def test_run_json_keeps_the_order_and_shape_of_its_settings():
 def test_the_controller_takes_a_policy_class_as_well_as_a_name():
     """A class (a view of a policy, here Tiresias with `queues` held at 1) is what the tuner gets
     and what the controller validates configs in; the guardrail evaluates under the policy's name."""
-    from autosched.live.knobs import pin
-    from autosched.space import ConfigSpace
+    from autosched.space import Subspace
 
-    space = ConfigSpace([pin(k, 1) if k.name == "queues" else k for k in Tiresias.space])
+    space = Tiresias.space.restrict(Subspace.of(pinned={"queues": 1}))
     narrow = type("Tiresias", (Tiresias,), {"space": space})
     got = []
 
@@ -336,7 +335,9 @@ def test_the_agent_s_controller_is_made_of_its_settings(tmp_path):
     agent.step()
     ctl = built[-1]
     assert ctl.config is agent.settings and ctl.guardrail == Guardrail(0.0, 0.0) and ctl.drift_window == 600.0
-    assert ctl.search.budget == 4 and ctl.drift is not None and ctl.policy is not ctl.config.policy
-    # the live view is a class; the memory is kept under the policy's name, as the settings give it
+    assert ctl.search.budget == 4 and ctl.drift is not None and ctl.policy == ctl.config.policy
+    # the live part of the space: the knobs the agent may not write pinned, as `run --live-knobs` pins them
+    assert ctl.search.subspace is not None and "placement" in ctl.search.subspace.pinned_values()
+    # the memory is kept under the policy's name, as the settings give it
     assert ctl.policy_name == ctl.policy_ref == "multifactor" == ctl.memory().policy
     assert replace(agent.settings, period=1200.0).period == 1200.0  # still a checked, frozen record

@@ -107,8 +107,10 @@ def cached_factory(inner: TunerFactory, directory: Path | None) -> TunerFactory:
     def make(policy: str | type[Policy], cluster: ClusterSpec, objective: Objective, search: SearchConfig,
              execution: ExecutionConfig) -> RoundTuner:
         cls = policy_class(policy)
-        parts = {"policy": cls.name, "cluster": cluster, "objective": objective,
-                 "search": asdict(search)}  # budget, seed, sampler, screening, design, patience
+        settings = asdict(search)  # budget, seed, sampler, screening, design, patience, subspace
+        if search.subspace is None:  # the key of a search of the whole space, as before subspaces
+            del settings["subspace"]
+        parts = {"policy": cls.name, "cluster": cluster, "objective": objective, "search": settings}
         return CachedTuner(inner(policy, cluster, objective, search, execution), parts, directory, cls)
 
     return make

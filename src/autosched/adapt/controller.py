@@ -15,7 +15,7 @@ from ..cluster import ClusterSpec, fit_to_cluster
 from ..jsonable import jsonable
 from ..policies import Policy, get_policy
 from ..sim.metrics import Metrics
-from ..space import Config
+from ..space import Config, Subspace
 from ..trace.table import Trace
 from ..tune import ExecutionConfig, Objective, SearchConfig, TuneError
 from .config import (
@@ -199,7 +199,9 @@ class Controller:
     backlog, seed, screening; checked when it was made). The rest is how this controller runs:
     `policy` is the policy tuned, a name or a `Policy` class (None: ``config.policy``; a class is
     a view of that policy, e.g. the live agent's with its fixed knobs pinned); `initial_config` the
-    running config to start from (default: the policy's defaults); `tuner_factory` makes each
+    running config to start from (default: the policy's defaults); `subspace` the part of the
+    space every round searches (None: all of it; the live agent's and ``run --live-knobs``' come
+    from `autosched.export.live.live_subspace`); `tuner_factory` makes each
     round's tuner (default: `autosched.tune.Tuner`), with ``config.search`` and a seed per round
     derived from ``config.seed``, and `execution` (workers, executor, ...). ``execution.study`` must
     be unset (refused): a study file belongs to one problem, and every round tunes on new workloads.
@@ -208,7 +210,7 @@ class Controller:
     def __init__(self, config: LoopConfig, cluster: ClusterSpec, source: WorkloadSource, *,
                  policy: str | type[Policy] | None = None, initial_config: Mapping[str, Any] | None = None,
                  tuner_factory: TunerFactory | None = None, execution: ExecutionConfig | None = None,
-                 drift_window: float = DAY, prior_keep: int = PRIOR_KEEP):
+                 subspace: Subspace | None = None, drift_window: float = DAY, prior_keep: int = PRIOR_KEEP):
         if not isinstance(config, LoopConfig):
             raise AdaptError(f"controller: {type(config).__name__} is not a LoopConfig")
         if not isinstance(source, WorkloadSource):
@@ -230,7 +232,7 @@ class Controller:
         self.source = source
         self.period = config.period
         self.objective = config.objective()
-        self.search = config.search
+        self.search = config.search if subspace is None else replace(config.search, subspace=subspace)
         self.execution = execution or ExecutionConfig()
         if self.execution.study is not None:
             raise TuneError(f"controller: study {self.execution.study} holds one problem, and every round "

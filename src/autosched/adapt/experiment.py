@@ -34,7 +34,7 @@ from ..cluster import ClusterSpec
 from ..jsonable import jsonable
 from ..policies import Policy, get_policy
 from ..sim import JobRecords, Metrics, Simulator, compute_metrics
-from ..space import Config
+from ..space import Config, Subspace
 from ..trace.table import Trace
 from ..tune import ExecutionConfig
 from .cache import cached_factory
@@ -91,6 +91,10 @@ class Settings(LoopConfig):
     early_rounds: bool = EARLY_ROUNDS
     # Where each round's trials run (workers, ...).
     execution: ExecutionConfig = field(default_factory=ExecutionConfig)
+    # The part of the policy's space every strategy searches (None: all of it); `run --live-knobs`
+    # gives the live agent's (`autosched.export.live.live_subspace`), its pinned knobs at the
+    # cluster's values from the start.
+    subspace: Subspace | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -112,8 +116,8 @@ class Settings(LoopConfig):
     def to_dict(self) -> dict[str, Any]:
         """As `run --json` gives it: every field, with the search settings whole (``search``)."""
         d = asdict(self)
-        del d["screening"]  # in "search"
-        d["search"] = asdict(self.search)
+        del d["screening"], d["subspace"]  # in "search"
+        d["search"] = asdict(replace(self.search, subspace=self.subspace))
         return {**{k: d.pop(k) for k in JSON_ORDER if k in d}, **d}
 
 
@@ -306,13 +310,15 @@ def make_controller(name: str, trace: Trace, cluster: ClusterSpec, settings: Set
                     tuner_factory: TunerFactory, model_factory: Callable[[str], Any] | None) -> Controller:
     if name == "autosched":
         return Controller(settings, cluster, settings.model_source(model_factory), tuner_factory=tuner_factory,
-                          execution=settings.execution)
+                          execution=settings.execution, subspace=settings.subspace,
+                          initial_config=start_config(settings))
     # The baselines deploy whatever their tuning prefers (no guardrail) and re-tune only at boundaries.
     source = ReplaySource() if name == "last_period" else FutureSource(trace)
     config = replace(settings, guard_k=0.0, guard_margin=0.0, guard_max_loss=None, drift=False)
     if name in ORACLES:  # a large search of its own each round: no pooling of earlier rounds
         config = replace(config, budget=settings.oracle_trials)
     return Controller(config, cluster, source, tuner_factory=tuner_factory, execution=settings.execution,
+                      subspace=settings.subspace, initial_config=start_config(settings),
                       prior_keep=0 if name in ORACLES else PRIOR_KEEP)
 
 
@@ -330,7 +336,7 @@ def replay(trace: Trace, cluster: ClusterSpec, settings: Settings, bounds: list[
     """Simulate the whole trace; at each decision time the controller may switch the config."""
     cls = get_policy(settings.policy)
     config = cls.space.validate(initial if initial is not None else
-                                (controller.running if controller else {}))
+                                (controller.running if controller else start_config(settings)))
     if controller is not None:
         controller.running = config
     sim = Simulator(trace, cluster, cls(config))
@@ -369,6 +375,13 @@ def _decide(sim: Simulator[Policy], controller: Controller, settings: Settings, 
     return len(checks)
 
 
+def start_config(settings: Settings) -> Config:
+    """The config every strategy starts from (and `default` keeps): the policy's defaults, with
+    the cluster's values of the knobs a search's subspace pins (``run --live-knobs --fix``)."""
+    sub = settings.subspace
+    return get_policy(settings.policy).space.validate(sub.config() if sub is not None else {})
+
+
 def check_times(bounds: list[float], settings: Settings, drift: bool) -> list[tuple[float, str]]:
     """(time, kind), in time order: a round ("period") at each inner boundary, a "first round"
     `first_decision` into the first period (rounded to whole seconds; none when the trace has one
@@ -397,11 +410,11 @@ def check_times(bounds: list[float], settings: Settings, drift: bool) -> list[tu
 def _tune_static(trace: Trace, cluster: ClusterSpec, settings: Settings, tuner_factory: TunerFactory,
                  say: Callable[..., None]) -> Config:
     say(f"tuning one config on the whole real trace (oracle, {settings.oracle_trials} trials)")
-    search = replace(settings.search, budget=settings.oracle_trials)
+    search = replace(settings.search, budget=settings.oracle_trials, subspace=settings.subspace)
     tuner = tuner_factory(settings.policy, cluster, settings.objective(), search, settings.execution)
     res = tuner.tune([trace], warm_start=None)
     space = get_policy(settings.policy).space
-    return space.validate(res.best_config) if res.best_config is not None else space.default()
+    return space.validate(res.best_config) if res.best_config is not None else start_config(settings)
 
 
 def _metrics(rec: JobRecords, trace: Trace, cluster: ClusterSpec, mask: np.ndarray | None = None) -> Metrics:

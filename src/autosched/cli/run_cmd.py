@@ -43,6 +43,8 @@ def run_cmd(
     strategies: str = typer.Option(DEFAULT_STRATEGIES, "--strategies", help="comma-separated strategies to compare (oracle_* read the real future)"),
     first_decision: Optional[str] = typer.Option(None, "--first-decision", metavar="DURATION|off", help="a first tuning round this long after the start, on the history seen so far (default: 3/7 of the period, day 3 of a week; 'off': none before the first period boundary)"),
     early_rounds: Optional[bool] = typer.Option(None, "--early-rounds/--no-early-rounds", help="after the first round, another round every day until the first period boundary, while the history is young and grows fastest (none without a first round; a long period gets many)  [default: on]", show_default=False),
+    live_knobs: bool = typer.Option(False, "--live-knobs", help="search only the knobs the live Slurm agent may write (multifactor's priority and bf_* settings), the others pinned at the cluster's values, as `autosched agent` searches"),
+    fix: list[str] = typer.Option([], "--fix", metavar="KNOB=VALUE", help="with --live-knobs: the cluster's value of a knob the agent cannot write (repeatable; the others at their defaults)"),
     skip: str = typer.Option("0", "--skip", help="ignore the trace's first SKIP (e.g. 14d) before replaying"),
     span: Optional[str] = typer.Option(None, "--span", help="replay only SPAN of the trace (e.g. 28d) after --skip"),
     seeds: int = typer.Option(1, "--seeds", help="run the experiment for seeds SEED..SEED+N-1 and print mean ± sd per strategy"),
@@ -122,6 +124,8 @@ class RunOptions:
     skip: str
     span: str | None
     oracle_budget: int | None
+    live_knobs: bool = False
+    fix: Sequence[str] = ()
 
     @classmethod
     def of(cls, arguments: Mapping[str, Any]) -> "RunOptions":
@@ -158,9 +162,23 @@ class RunOptions:
         bad = [s for s in names if s not in known]
         if bad or not names:
             fail(f"--strategies: unknown {', '.join(bad) or '(none given)'}; use some of {', '.join(known)}")
+        if self.fix and not self.live_knobs:
+            fail("--fix gives the cluster's value of a knob the live agent cannot write: it needs --live-knobs")
+        subspace = None
+        if self.live_knobs:
+            from ..export.live import live_subspace
+            from ..policies import get_policy
+
+            space = get_policy(self.loop["policy"]).space
+            fixed = {}
+            for item in self.fix:  # each --fix checked alone: `live_subspace` says which may be fixed
+                name = item.partition("=")[0].strip()
+                fixed[name] = space.parse_assignments([item])[name]
+            subspace = live_subspace(self.loop["policy"], fixed)
         given: dict[str, Any] = {} if self.early_rounds is None else {"early_rounds": self.early_rounds}
         settings = Settings(**self.loop, oracle_budget=self.oracle_budget, first_decision=fraction,
-                            execution=ExecutionConfig(workers=self.workers), **given)
+                            execution=ExecutionConfig(workers=self.workers), subspace=subspace,
+                            **given)
         return settings, names, (start, start + length)
 
 

@@ -1,4 +1,4 @@
-"""``autosched trace inspect`` and ``autosched trace convert``.
+"""``autosched trace inspect``, ``autosched trace convert`` and ``autosched trace limits``.
 
 Only typer is imported at start-up; loading, summarising and rendering are imported when a
 command runs, so ``autosched --help`` stays fast.
@@ -17,7 +17,7 @@ from .common import table_console
 if TYPE_CHECKING:
     from ..cluster import ClusterSpec
 
-trace_app = typer.Typer(help="Inspect job traces and convert them to autosched's canonical CSV/Parquet.",
+trace_app = typer.Typer(help="Inspect job traces, convert them to autosched's canonical CSV/Parquet, and give them time limits.",
                         no_args_is_help=True)
 
 _FORMAT_HELP = ("trace format (default: detected from the header): canonical, philly, itp, helios, "
@@ -67,6 +67,38 @@ def convert_cmd(
     write_trace(tr, out)
     note(report.summary())
     note(f"wrote {len(tr):,} jobs to {'stdout' if stdout else out}")
+
+
+@trace_app.command("limits")
+def limits_cmd(
+    trace: Path = typer.Argument(..., help="trace file to read (any supported format)"),
+    out: Path = typer.Option(..., "--out", "-o", help="file to write: canonical CSV (.csv or .csv.gz), every column kept, time_limit filled; - for stdout"),
+    seed: int = typer.Option(0, "--seed", help="random seed of the drawn limits"),
+    max_limit: Optional[str] = typer.Option(None, "--max-limit", help="the site's longest allowed limit (e.g. 7d); default: 1, 2, 3, 7, 14 or 30 days, the first at least the longest job"),
+    fmt: Optional[str] = typer.Option(None, "--format", help=_FORMAT_HELP),
+    strict: bool = typer.Option(False, "--strict", help="fail on the first row that cannot be simulated instead of dropping it"),
+) -> None:
+    """Give every job without a time limit one, drawn from Tsafrir, Etsion & Feitelson's model
+    of user runtime estimates (a few round values are popular, the site's maximum most; a limit
+    is never below the run time). Where the trace has VCs and no accounts, the VC becomes the
+    account (and the user, without users). See docs/traces.md."""
+    from ..timeparse import parse_duration
+    from ..trace import load_trace, write_trace
+    from ..trace.limits import add_time_limits
+    from .common import check_seed, fail, note, outputs
+
+    check_seed(seed)
+    stdout = str(out) == "-"
+    if not stdout and not out.name.lower().endswith((".csv", ".csv.gz")):
+        fail(f"{out}: the output name must end in .csv or .csv.gz (canonical CSV), or be - for stdout")
+    top = parse_duration(max_limit, "--max-limit") if max_limit is not None else None
+    outputs((trace,), stream=(out,))
+    tr, report = load_trace(trace, format=fmt, strict=strict)
+    limited, done = add_time_limits(tr, seed=seed, max_limit=top)
+    write_trace(limited, out)
+    note(report.summary())
+    note(done.summary())
+    note(f"wrote {len(limited):,} jobs to {'stdout' if stdout else out}")
 
 
 def _load(trace: Path, fmt: str | None, cluster: str | None, strict: bool):

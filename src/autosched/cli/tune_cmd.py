@@ -130,7 +130,8 @@ def _print_result(result, trace: str, cluster: str) -> None:
     s = result.screening
     if s is not None:
         frozen = ", ".join(f"{k}={fmt_value(v)}" for k, v in s.frozen.items()) or "none"
-        con.print(f"screening on {s.samples} trials: froze {frozen}; searched {', '.join(s.relevant)}")
+        how = "probes" if s.method == "probes" else "screening"
+        con.print(f"{how} on {s.samples} trials: froze {frozen}; searched {', '.join(s.relevant)}")
         if s.unfrozen_at is not None:
             con.print(f"  the reduced search stalled: all knobs searched again from trial {s.unfrozen_at}")
         if s.note:

@@ -30,7 +30,7 @@ from .approval import IncludePreview, apply_header, preview_of, same_diff
 from .connector import Connector
 from .errors import ActionNotAllowed, LiveError, SlurmUnavailable
 from .history import LiveJobs, SeedHistory, observation, update_history
-from .knobs import LiveSpace, live_policy, live_space, same_value
+from .knobs import LiveSpace, live_space, same_value
 from .round import (
     Action,
     Block,
@@ -491,15 +491,17 @@ class Agent:
         auto mode, the maximum step from the running values)."""
         from ..adapt.controller import Controller
         from ..adapt.sources import ReplaySource
+        from ..export.live import live_subspace
 
         s = self.settings
         space = live_space(s.policy, {**s.fixed, **setup.pinned(self.space.fixed)})
         full = space.full(running.config)
         bounds = {k: (float(v[0]), float(v[1])) for k, v in s.bounds.items()}
-        # The controller tunes the live view of the policy: fixed knobs pinned, managed ones bounded.
-        cls = live_policy(space, full, bounds, s.max_step if s.mode == "auto" else None)
+        # The controller tunes the live part of the policy's space (fixed knobs pinned, managed
+        # ones bounded), built as `autosched run --live-knobs` builds it.
+        subspace = live_subspace(s.policy, space.fixed, full, bounds, s.max_step if s.mode == "auto" else None)
         source = ReplaySource() if s.model == "replay" else s.model_source()
-        return Controller(s, setup.cluster_spec(), source, policy=cls, initial_config=full,
+        return Controller(s, setup.cluster_spec(), source, initial_config=full, subspace=subspace,
                           drift_window=s.period)
 
     def _controller(self, running: Revision, setup: ClusterSetup) -> Controller:

@@ -26,6 +26,19 @@ TIER = 2.0 ** 32  # above any priority (Slurm's are 32-bit): orders jobs by Prio
 FAIR_TREE, CLASSIC = "FAIR_TREE", "NO_FAIR_TREE"
 GPU_TRES, CPU_TRES = "PriorityWeightTRES.GRES/gpu", "PriorityWeightTRES.CPU"
 GPU_BILL, CPU_BILL = "TRESBillingWeights.GRES/gpu", "TRESBillingWeights.CPU"
+# The priority weights: Slurm orders jobs by their weighted sum, so by the weights' ratios (up
+# to integer truncation). A search moves their direction and scale apart (ConfigSpace.weights):
+# the scale is the largest weight, from 100 (coarse priorities: many ties, broken by submission)
+# to 100000 (the knobs' maximum).
+WEIGHTS = ("PriorityWeightAge", "PriorityWeightFairshare", "PriorityWeightJobSize", GPU_TRES, CPU_TRES)
+_NONE = dict.fromkeys(WEIGHTS, 0)
+# Configs a search tries first: the orders operators reach for.
+ARCHETYPES = {
+    "age only (FIFO)": {**_NONE, "PriorityWeightAge": 10000},
+    "small first": {**_NONE, "PriorityWeightJobSize": 100000, "PriorityFavorSmall": True},
+    "GPU first": {**_NONE, GPU_TRES: 10000},
+    "fair-share heavy": {**_NONE, "PriorityWeightFairshare": 10000, "PriorityWeightAge": 1000},
+}
 # Slurm's select plugin takes the first nodes (in order) that hold a job: first_fit, beside the
 # placements every policy has. Derived from the base knob, so its name and default stay one.
 PLACEMENT = replace(BASE_PLACEMENT, choices=(*BASE_PLACEMENT.choices, "first_fit"),
@@ -116,14 +129,19 @@ class Multifactor(Policy):
               default=6 * 3600.0, unit="s", condition=("backfill", (True,))),
         # unit "sec": plain seconds in SchedulerParameters; "s" would mean a Slurm time string
         # (D-HH:MM:SS) to the live layer's converter
+        # The bf_ knobs accept Slurm's whole ranges; a search covers what operators use around
+        # Slurm's defaults (slurm.conf(5), 22.05): bf_interval 30 s (a cycle every few seconds
+        # to a few minutes); bf_window 1 day, and "at least as long as the highest allowed time
+        # limit" (up to a week); bf_max_job_test 500, smaller "in the case of large clusters";
+        # bf_resolution 60 s, larger with a larger window.
         Int("bf_interval", "seconds between backfill cycles", low=1, high=10800, default=30,
-            unit="sec", condition=("backfill", (True,))),
+            unit="sec", condition=("backfill", (True,)), search=(10, 300)),
         Int("bf_window", "how far ahead backfill plans", low=1, high=43200, default=1440,
-            unit="min", condition=("backfill", (True,))),
+            unit="min", condition=("backfill", (True,)), search=(1440, 10080)),
         Int("bf_max_job_test", "pending jobs a backfill cycle looks at", low=1, high=1000000,
-            default=500, log=True, condition=("backfill", (True,))),
+            default=500, log=True, condition=("backfill", (True,)), search=(100, 5000)),
         Int("bf_resolution", "time resolution of backfill reservations", low=1, high=3600,
-            default=60, unit="sec", condition=("backfill", (True,))),
+            default=60, unit="sec", condition=("backfill", (True,)), search=(30, 600)),
         Bool("bf_continue", "resume a backfill cycle after yielding its locks (no effect here: "
              "a simulated cycle takes no time)", default=False, condition=("backfill", (True,))),
         Int("sched_interval", "seconds between full passes of the main scheduler", low=1,
@@ -133,7 +151,8 @@ class Multifactor(Policy):
         Int("batch_sched_delay", "seconds the main scheduler waits after its last pass before "
             "an event (a submission, a job's end) runs it again", low=0, high=3600, default=3,
             unit="sec"),
-    ])
+    ], weights=WEIGHTS, weight_scale=(100.0, 100000.0), archetypes=ARCHETYPES,
+        secondary=("bf_interval", "bf_window", "bf_max_job_test", "bf_resolution", "bf_continue"))
 
     def configure(self) -> None:
         self._configure_priority()

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import InputError
+from ..space import Subspace
 
 SAMPLERS = ("tpe", "gp", "random")
 EXECUTORS = ("local", "ray")
@@ -37,7 +38,10 @@ class SearchConfig:
     - ``initial_design``: trials before screening (None: about three per knob, see
       `Tuner.initial_trials`);
     - ``patience``: after screening, this many completed trials in a row without a new best give
-      the frozen knobs back to the search (None: never).
+      the frozen knobs back to the search (None: never);
+    - ``subspace``: the part of the policy's knob space to search (`autosched.space.Subspace`:
+      knobs pinned, knobs within bounds, the start config; None: all of it), e.g. the knobs a live
+      agent may write (`autosched.export.live.live_subspace`).
     """
 
     budget: int = 40
@@ -46,6 +50,7 @@ class SearchConfig:
     screening: bool = True
     initial_design: int | None = None
     patience: int | None = 5
+    subspace: Subspace | None = None
 
     def __post_init__(self) -> None:
         if self.budget < 1:

@@ -60,13 +60,17 @@ class Screening:
     note: str = ""
     untestable: list[str] = field(default_factory=list)
     unfrozen_at: int | None = None  # trials done when a stalled reduced search gave the knobs back
+    # "causal": the graph above; "probes": one trial per knob, moved at the best config so far
+    # (a structured space's secondary knobs; `effects` are then relative changes of the objective
+    # and `alpha` the change below which a knob is frozen)
+    method: str = "causal"
 
     def to_dict(self) -> dict[str, Any]:
         return {"knobs": self.knobs, "intermediates": self.intermediates, "objective": self.objective,
                 "edges": [[e.source, e.target, e.directed] for e in self.edges],
                 "effects": self.effects, "relevant": self.relevant, "frozen": self.frozen,
                 "samples": self.samples, "alpha": self.alpha, "note": self.note,
-                "untestable": self.untestable, "unfrozen_at": self.unfrozen_at}
+                "untestable": self.untestable, "unfrozen_at": self.unfrozen_at, "method": self.method}
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "Screening":
@@ -75,8 +79,12 @@ class Screening:
         return cls(**d)
 
     def text(self) -> str:
-        lines = [f"causal screening on {self.samples} trials (PC, Fisher-z, alpha={self.alpha:g})"]
-        lines += [f"  {e}" for e in self.edges] or ["  (no edges)"]
+        if self.method == "probes":
+            lines = [f"probes of {len(self.knobs)} secondary knobs after {self.samples} trials (frozen if the "
+                     f"objective moved by under {self.alpha:.1%})"]
+        else:
+            lines = [f"causal screening on {self.samples} trials (PC, Fisher-z, alpha={self.alpha:g})"]
+            lines += [f"  {e}" for e in self.edges] or ["  (no edges)"]
         for k in self.knobs:
             tag = "searched" if k in self.relevant else f"frozen at {self.frozen.get(k)!r}"
             lines.append(f"  {k}: effect {self.effects.get(k, float('nan')):+.3f}, {tag}")

@@ -216,16 +216,24 @@ def trace_digest(trace: Trace) -> str:
 
 
 def _space_digest(policy: type[Policy]) -> str:
-    return hashlib.sha256("\n".join(_knob_text(k) for k in policy.space).encode()).hexdigest()[:16]
+    space = policy.space
+    lines = [_knob_text(k) for k in space]
+    if space.structured:  # how the space is searched changes what a search finds
+        lines.append(repr((space.weights, space.weight_scale, sorted(space.archetypes.items()),
+                           space.secondary)))
+    return hashlib.sha256("\n".join(lines).encode()).hexdigest()[:16]
 
 
 def _knob_text(knob: Knob) -> str:
     """A knob as its dataclass repr read when studies were first stored: `unit` last and only on
-    `Float` and `Int`. Moving `unit` up to `Knob` reordered every repr; a study (and an oracle
-    cache entry, keyed by the same identity) must not read as a changed space when no knob did."""
-    names = [f.name for f in dataclasses.fields(knob) if f.repr and f.name != "unit"]
+    `Float` and `Int`, `search` only when set. Moving `unit` up to `Knob` reordered every repr,
+    and `search` came later; a study (and an oracle cache entry, keyed by the same identity) must
+    not read as a changed space when no knob did."""
+    names = [f.name for f in dataclasses.fields(knob) if f.repr and f.name not in ("unit", "search")]
     if isinstance(knob, (Float, Int)):
         names.append("unit")
+        if knob.search is not None:
+            names.append("search")
     return f"{type(knob).__qualname__}({', '.join(f'{n}={getattr(knob, n)!r}' for n in names)})"
 
 
@@ -258,7 +266,7 @@ def problem_identity(policies: Sequence[type[Policy]], cluster: ClusterSpec, obj
 
 
 _PART_NAMES = {"policies": "policies", "spaces": "knob spaces", "cluster": "cluster",
-               "objective": "objective", "workloads": "workloads"}
+               "objective": "objective", "workloads": "workloads", "subspace": "the part of the knob space searched"}
 
 
 def check_identity(study: Path | None, stored: dict[str, Any], problem: dict[str, Any]) -> None:

@@ -11,6 +11,7 @@ counted against the budget). `tune.study` holds the rules for the file itself.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import time
@@ -25,20 +26,23 @@ import optuna
 from ..cluster import ClusterSpec
 from ..policies import Policy
 from ..sim import Metrics
-from ..space import Config, dump_config
+from ..space import Bool, Categorical, Config, Float, Int, Knob, dump_config
 from ..trace.table import Trace
 from .config import SAMPLERS, STUDY_NAME, ExecutionConfig, SearchConfig, TuneError
 from .evaluate import ConfigScore, Evaluator, SimFn
 from .executor import TrialRun, make_executor
 from .objective import Objective
 from .screening import Screening, gaussian_ranks, screen
-from .searchspace import SearchSpace, latin_hypercube
+from .searchspace import SearchSpace
 from .study import StudyError, StudyLock, check_identity, check_study_file, check_study_path, problem_identity
 
 __all__ = ["Tuner", "TuneResult", "Trial", "TuneError", "SearchConfig", "ExecutionConfig", "SAMPLERS",
            "STUDY_NAME", "STATES"]
 
 STATES = ("complete", "failed", "pruned")
+# A secondary knob whose probe moves the objective by less than this (relative) is frozen: less
+# than the search's noise between neighbouring configs on the traces of docs/tuning.md.
+PROBE_TOLERANCE = 0.01
 
 
 @dataclass
@@ -137,10 +141,10 @@ class Tuner:
     def __init__(self, policy: "str | type[Policy] | Sequence[str | type[Policy]]", cluster: ClusterSpec,
                  objective: Objective | None = None, search: SearchConfig | None = None,
                  execution: ExecutionConfig | None = None, *, simulator: SimFn | None = None):
-        self.space = SearchSpace.of(policy)
+        self.search = search or SearchConfig()
+        self.space = SearchSpace.of(policy, self.search.subspace)
         self.cluster = cluster
         self.objective = objective or Objective()
-        self.search = search or SearchConfig()
         self.execution = execution or ExecutionConfig()
         self.simulator = simulator
         # Complete trials of earlier searches, one group per search (`tune`'s `prior`), for screening.
@@ -161,25 +165,40 @@ class Tuner:
 
     def evaluate(self, policy_name: str, config: Mapping[str, Any], workloads: Sequence[Trace]) -> tuple[float, list[Metrics]]:
         """Score one config on the workloads (in this process)."""
-        config = self.space.policy(policy_name).space.validate(config)
+        config = self.space.config_space(policy_name).validate(config)
         ev = self.evaluator(workloads)(policy_name, config)
         return ev.value, list(ev.metrics)
 
     # ------------------------------------------------------------------------------- search
 
-    def initial_trials(self) -> int:
+    def initial_trials(self, warm: int = 0) -> int:
         """Trials before screening: about three per knob (PC's independence tests need them to
         see a moderate effect; measured on the test double in tests/test_tune.py), at least 10,
-        at most half the budget."""
+        at most half the budget. A space that declares how to search it (`structured_design`)
+        has a design of its own."""
         if self.search.initial_design is not None:
             return self.search.initial_design
+        if self._structured:
+            return self.structured_design(warm)
         return max(1, min(self.search.budget // 2, self._screening_trials()))
+
+    def structured_design(self, warm: int = 0) -> int:
+        """The first trials of a structured space: the start config, `warm` warm-start configs
+        and the archetypes, then a Latin hypercube of max(2, budget / 8) more, all within half
+        the budget unless the seeded configs alone are more."""
+        seeded = 1 + warm + len(self.space.archetypes(self.space.names[0]))
+        return max(seeded, min(seeded + max(2, self.search.budget // 8), self.search.budget // 2))
+
+    @property
+    def _structured(self) -> bool:
+        return self.space.structured(self.space.names[0])
 
     def _screening_trials(self) -> int:
         """Trials a causal graph wants, whatever the budget."""
         if self.search.initial_design is not None:
             return self.search.initial_design
-        knobs = sum(len(p.space.knobs) for p in self.space.policies)
+        knobs = sum(len(self.space.config_space(p.name).knobs) - len(self.space.config_space(p.name).pinned)
+                    for p in self.space.policies)
         return max(10, 3 * knobs + 2)
 
     def tune(self, workloads: Sequence[Trace], warm_start: "Sequence[Mapping[str, Any] | Trial] | None" = None,
@@ -214,20 +233,24 @@ class Tuner:
         if screening is not None:
             self._apply(screening)
         _recover_interrupted(study, storage)
-        n_init = self.initial_trials()
+        n_init = self.initial_trials(len(warm_start or []))
         self._prior = [[t for t in g if t.state == "complete"] for g in (prior or [])]
         n_prior = sum(len(g) for g in self._prior)
         # With enough trials from earlier searches, screen once this search's warm-start trials are
         # in (they rank the known winners on this search's workloads) instead of after a design.
         n_seed = 1 + len(warm_start or [])
-        if n_prior and n_prior + n_seed >= self._screening_trials() and n_seed < budget:
+        if not self._structured and n_prior and n_prior + n_seed >= self._screening_trials() and n_seed < budget:
             n_init = n_seed
             design = 0
         else:
             design = n_init
-        want_screen = self.search.screening and not self.space.multi and screening is None and budget > n_init
+        # A structured space screens its secondary knobs by probes (`_probe`), not by a graph.
+        want_screen = (self.search.screening and not self.space.multi and not self._structured
+                       and screening is None and budget > n_init)
+        probing = self._structured and screening is None and budget > n_init
+        probe_end: int | None = None  # trials done once the probes are in
         if not _finished(study):
-            self._seed_trials(study, warm_start or [], design if want_screen else 0)
+            self._seed_trials(study, warm_start or [], n_init if self._structured else design if want_screen else 0)
         known = {_config_key(t.policy, t.config): t for t in _trials(study) if t.state == "complete"}
         executor = make_executor(self.execution.executor, self.execution.workers,
                                  self.execution.trial_timeout, self.execution.address)
@@ -245,7 +268,12 @@ class Tuner:
                 if want_screen and done >= n_init and not asked:
                     screening = self._screen(study)
                     want_screen = False
-                limit = n_init if want_screen else budget
+                if probing and probe_end is None and done >= n_init and not asked:
+                    probe_end = done + self._probe(study, budget - done)
+                if probing and probe_end is not None and done >= probe_end and not asked:
+                    screening = self._probe_verdict(study)
+                    probing = False
+                limit = n_init if want_screen or (probing and probe_end is None) else budget
                 while len(asked) < executor.workers and done + len(asked) < limit:
                     trial = study.ask()
                     name, config = self.space.sample(trial)
@@ -306,8 +334,10 @@ class Tuner:
 
     def _open_study(self, workloads: Sequence[Trace]) -> tuple[optuna.Study, optuna.storages.BaseStorage]:
         optuna.logging.set_verbosity(optuna.logging.WARNING)
-        # With screening, the initial design is the sampler's random start-up phase.
-        n_startup = self.initial_trials() if self.search.screening and not self.space.multi else 10
+        # With screening, the initial design is the sampler's random start-up phase; so is a
+        # structured space's design (the sampler models from the trial after it).
+        n_startup = (self.initial_trials() if self.search.screening and not self.space.multi else
+                     self.structured_design() if self._structured else 10)
         path, name = self.execution.study, self.execution.study_name
         storage = _storage(path)
         seed = self.search.seed
@@ -326,6 +356,8 @@ class Tuner:
                    "cluster": self.cluster.describe()}
         if path is not None:  # an in-memory study is new each time: nothing to check
             problem = problem_identity(self.space.policies, self.cluster, self.objective, workloads)
+            if self.search.subspace is not None:  # a study of part of the space is another problem
+                problem["subspace"] = dataclasses.asdict(self.search.subspace)
         stored = study.user_attrs.get("problem")
         if stored is None:
             study.set_user_attr("problem", problem)
@@ -334,13 +366,15 @@ class Tuner:
         return study, storage
 
     def _seed_trials(self, study: optuna.Study, warm_start: "Sequence[Mapping[str, Any] | Trial]", design: int) -> None:
-        """Default config(s) first, then the warm-start configs (previous round's best), then (for
-        screening) a space-filling initial design that fills up the first `design` trials."""
-        first = [(p.name, p.space.default()) for p in self.space.policies]
+        """Default config(s) first, then the warm-start configs (previous round's best), then a
+        structured space's archetypes, then (for screening, or a structured space) a
+        space-filling initial design that fills up the first `design` trials."""
+        first = [(p.name, self.space.config_space(p.name).default()) for p in self.space.policies]
         first += [self._warm_item(item) for item in warm_start]
         name = self.space.names[0]
-        first += [(name, c) for c in latin_hypercube(self.space.policy(name).space, design - len(first),
-                                                      self.search.seed)]
+        if self._structured:
+            first += [(name, c) for c in self.space.archetypes(name)]
+        first += [(name, c) for c in self.space.design(name, design - len(first), self.search.seed)]
         for name, config in first:
             study.enqueue_trial(self.space.params(name, config), skip_if_exists=True)
     def _warm_item(self, item: "Mapping[str, Any] | Trial") -> tuple[str, dict[str, Any]]:
@@ -378,7 +412,7 @@ class Tuner:
         trials = [t for t in trials if t.policy == name]
         if not trials:
             return None
-        space = self.space.policy(name).space
+        space = self.space.config_space(name)
         best = _best(trials, self.objective)
         groups = [trials] + [[t for t in g if t.policy == name and t.value is not None]
                              for g in self._prior]
@@ -392,6 +426,61 @@ class Tuner:
             inter = {k: [x for g in groups for x in _within(g, _intermediate(k))] for k in inter_names}
             values = [x for g in groups for x in _within(g, lambda t: t.score)]
         result = screen(space, [t.config for t in pooled], inter, values, self.objective.metric, best.config)
+        study.set_user_attr("screening", result.to_dict())
+        self._apply(result)
+        return result
+
+    def _probe(self, study: optuna.Study, left: int) -> int:
+        """A structured space's short first stage: one trial per secondary knob, the best config
+        so far with that knob moved to the far end of its searched range (a bool flipped), queued
+        now. Returns how many; none when `left` trials cannot hold them and one more."""
+        name = self.space.names[0]
+        space = self.space.config_space(name)
+        complete = [t for t in _trials(study) if t.state == "complete"]
+        if not complete:
+            return 0
+        best = _best(complete, self.objective)
+        tried = {t.user_attrs["probe"] for t in study.get_trials(deepcopy=False) if "probe" in t.user_attrs}
+        probes = []
+        for knob in space:
+            if (knob.name not in space.secondary or knob.name in space.pinned or knob.name in tried
+                    or not space.is_active(knob, best.config)):
+                continue
+            moved = _far_end(knob, best.config[knob.name])
+            if moved is not None:
+                probes.append((knob.name, {**best.config, knob.name: moved}))
+        if len(probes) + 1 > left:
+            return 0
+        for knob_name, config in probes:
+            study.enqueue_trial(self.space.params(name, config),
+                                user_attrs={"probe": knob_name, "probe_of": best.number})
+        return len(probes)
+
+    def _probe_verdict(self, study: optuna.Study) -> Screening | None:
+        """Freeze each probed knob whose probe moved the objective by less than
+        `PROBE_TOLERANCE` of the config it was moved from, at its value in the best trial so
+        far; keep searching the others (and any whose probe failed)."""
+        finished = {t.number: t for t in _trials(study)}
+        probes = [(t.user_attrs["probe"], t.user_attrs["probe_of"], t.number)
+                  for t in study.get_trials(deepcopy=False) if "probe" in t.user_attrs and t.number in finished]
+        if not probes:
+            return None
+        effects: dict[str, float] = {}
+        relevant = []
+        for knob, of, number in probes:
+            base, probe = finished.get(of), finished[number]
+            if base is None or base.value is None or probe.value is None or base.value == 0:
+                relevant.append(knob)  # cannot tell: keep searching it
+                continue
+            effects[knob] = (probe.value - base.value) / abs(base.value)
+            if abs(effects[knob]) >= PROBE_TOLERANCE:
+                relevant.append(knob)
+        best = _best([t for t in finished.values() if t.state == "complete"], self.objective)
+        knobs = [k for k, _, _ in probes]
+        result = Screening(knobs, [], self.objective.metric, [], effects, relevant,
+                           {k: best.config[k] for k in knobs if k not in relevant}, len(finished),
+                           PROBE_TOLERANCE, note="one probe per secondary knob, moved to the far end of its "
+                           "searched range at the best config of the first trials", method="probes")
         study.set_user_attr("screening", result.to_dict())
         self._apply(result)
         return result
@@ -416,7 +505,7 @@ class Tuner:
         complete = [t for t in trials if t.state == "complete"]
         best = _best(complete, self.objective) if complete else None
         first = self.space.policies[0]
-        default_cfg = first.space.default()
+        default_cfg = self.space.config_space(first.name).default()
         default = next((t for t in complete if t.policy == first.name and t.config == default_cfg), None)
         # Knobs still frozen at the end (none if a stalled reduced search gave them back).
         frozen = dict(screening.frozen) if screening and screening.unfrozen_at is None else {}
@@ -438,6 +527,23 @@ class Tuner:
             effects=dict(screening.effects) if screening else {},
             cost=cost, screening=screening, feasible=best.feasible if best else False,
         )
+
+
+def _far_end(knob: Knob, value: Any) -> Any:
+    """The value of `knob` farthest from `value` within its searched range (log-scaled knobs in
+    log space; a bool's other value; a categorical's first other choice); None if there is none."""
+    if isinstance(knob, (Int, Float)):
+        lo, hi = knob.searched()
+        if lo == hi:
+            return None
+        if knob.log and lo > 0 and value > 0:
+            return lo if math.log(value / lo) > math.log(hi / value) else hi
+        return lo if value - lo > hi - value else hi
+    if isinstance(knob, Bool):
+        return not value
+    if isinstance(knob, Categorical):
+        return next((c for c in knob.choices if c != value), None)
+    return None
 
 
 def _require_causal_learn() -> None:

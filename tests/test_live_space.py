@@ -1,0 +1,141 @@
+"""The live knob space is built once (`autosched.export.live.live_subspace`): the replay
+experiment (`autosched run --live-knobs`) and the live agent search the same part of
+multifactor's space, and `run` starts every strategy from the cluster's config."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from autosched.cli import app
+from autosched.export.live import LiveKnobError, fixed_values, live_subspace
+from autosched.live.knobs import live_space
+from autosched.policies.multifactor import Multifactor
+from autosched.space import Subspace
+from autosched.trace import write_trace
+from autosched.tune import tuner as tuner_module
+from test_adapt_doubles import synthetic_trace
+
+runner = CliRunner()
+
+
+@pytest.fixture
+def seen(monkeypatch):
+    """The subspaces every Tuner made in the test was given."""
+    out: list[Subspace | None] = []
+    init = tuner_module.Tuner.__init__
+
+    def spy(self, policy, cluster, objective=None, search=None, execution=None, **kw):
+        out.append(search.subspace if search is not None else None)
+        init(self, policy, cluster, objective, search, execution, **kw)
+
+    monkeypatch.setattr(tuner_module.Tuner, "__init__", spy)
+    return out
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = tmp_path_factory.mktemp("live") / "tiny.csv"
+    write_trace(synthetic_trace(days=4, per_day=40, seed=2), path)
+    return path
+
+
+def _run(tiny, *extra):
+    return runner.invoke(app, ["run", str(tiny), "--cluster", "1x8", "--policy", "multifactor", "--period", "2d",
+                               "--history", "2d", "--budget", "2", "--samples", "2", "--validation-samples", "2",
+                               "--workers", "1", "--strategies", "default,last_period", "--json", *extra])
+
+
+def test_the_replay_and_the_agent_build_the_same_live_space(tmp_path, tiny, seen):
+    """The agent over a fake cluster at Slurm's defaults (propose mode: no step limit, no
+    bounds) with reserve_after fixed, and `run --live-knobs --fix reserve_after=3600`."""
+    from test_live_agent import make
+
+    agent, _ = make(tmp_path, fixed={"reserve_after": 3600.0})
+    agent.step()
+    from_agent = set(seen)
+    seen.clear()
+    res = _run(tiny, "--live-knobs", "--fix", "reserve_after=3600")
+    assert res.exit_code == 0, res.output
+    from_replay = set(seen)
+    expected = live_subspace("multifactor", {"reserve_after": 3600.0})
+    assert from_agent == from_replay == {expected}
+    # every non-live knob pinned at the cluster's value, every live knob searched from its own
+    assert dict(expected.pinned) == fixed_values("multifactor", {"reserve_after": 3600.0})
+    assert {n for n, _ in expected.start} == set(live_space("multifactor").names)
+    assert expected.bounds == ()
+
+
+def test_a_flag_the_cluster_sets_is_pinned_alike_by_the_agent_and_the_replay(tmp_path, tiny, seen):
+    """A cluster with ``PriorityFlags=NO_FAIR_TREE``: the agent pins the classic fair share from
+    the cluster's setup; `run --live-knobs --fix PriorityFlags=NO_FAIR_TREE` describes the same
+    cluster and searches the same space."""
+    from dataclasses import replace
+
+    from test_live_agent import make
+
+    agent, fake = make(tmp_path)
+    fake.set_setup(replace(fake.setup(), priority_flags=("NO_FAIR_TREE",)))
+    agent.step()
+    from_agent = set(seen)
+    seen.clear()
+    res = _run(tiny, "--live-knobs", "--fix", "PriorityFlags=NO_FAIR_TREE")
+    assert res.exit_code == 0, res.output
+    expected = live_subspace("multifactor", {"PriorityFlags": "NO_FAIR_TREE"})
+    assert from_agent == set(seen) == {expected}
+    assert dict(expected.pinned)["PriorityFlags"] == "NO_FAIR_TREE"
+    assert expected != live_subspace("multifactor")  # the default cluster's is Fair Tree
+
+
+def test_without_live_knobs_run_searches_the_whole_space(tiny, seen):
+    assert _run(tiny).exit_code == 0
+    assert set(seen) == {None}
+
+
+def test_run_starts_every_strategy_from_the_fixed_config(tiny):
+    res = _run(tiny, "--live-knobs", "--fix", "backfill=false", "--fix", "sched_interval=120")
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.stdout)
+    start = out["strategies"]["default"]["timeline"][0]["config"]
+    assert start == Multifactor.space.validate({"backfill": False, "sched_interval": 120})
+    for d in out["strategies"]["last_period"]["decisions"]:
+        assert d["config"]["backfill"] is False and d["config"]["sched_interval"] == 120
+        assert d["candidate"]["backfill"] is False and d["candidate"]["sched_interval"] == 120
+    assert out["settings"]["search"]["subspace"]["pinned"][0] == ["PriorityFlags", "FAIR_TREE"]
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--fix", "backfill=false"], "--fix gives the cluster's value of a knob the live agent cannot write: it needs --live-knobs"),
+    (["--live-knobs", "--fix", "PriorityWeightAge=3"], "cannot fix PriorityWeightAge: not a non-live knob of multifactor"),
+    (["--live-knobs", "--fix", "backfill"], "'backfill' is not of the form knob=value"),
+    (["--live-knobs", "--fix", "nope=1"], "unknown knob 'nope'"),
+])
+def test_bad_live_knob_options_are_one_line_errors(tiny, extra, message):
+    res = _run(tiny, *extra)
+    assert res.exit_code == 2 and message in res.stderr, res.output
+    assert len(res.stderr.strip().splitlines()) == 1
+
+
+def test_a_policy_without_live_knobs_is_refused(tiny):
+    res = runner.invoke(app, ["run", str(tiny), "--cluster", "1x8", "--policy", "tiresias", "--live-knobs"])
+    assert res.exit_code == 2 and "policy 'tiresias' has no knob with a live Slurm setting" in res.stderr
+
+
+def test_a_running_config_far_from_the_defaults_is_searched_one_step_around_it():
+    """Auto mode after a large move: the old live view kept the declared defaults, which then lay
+    outside the narrowed ranges, and building it failed ('1000 is outside its range')."""
+    running = Multifactor.space.validate({"PriorityWeightAge": 50000, "bf_interval": 200})
+    sub = live_subspace("multifactor", running=running, max_step=0.1)
+    space = Multifactor.space.restrict(sub)
+    age = space["PriorityWeightAge"]
+    assert (age.low, age.high) == (40000, 60000)  # +-10% of 0..100000
+    bf = space["bf_interval"]
+    assert (bf.low, bf.high) == (171, 229)  # +-10% of its searched 10..300: 29
+    assert space.default() == running
+
+
+def test_bounds_must_name_live_knobs():
+    with pytest.raises(LiveKnobError, match="bounds for backfill: not a live knob of multifactor"):
+        live_subspace("multifactor", bounds={"backfill": (0, 1)})
