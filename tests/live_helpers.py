@@ -15,13 +15,13 @@ def stamp(t: float) -> str:
 
 def row(job_id: str, submit: float, start: float | None, end: float | None, gpus: int,
         state: str | None = None, user: str = "alice", account: str = "physics",
-        limit: str = "00:30:00") -> str:
+        limit: str = "00:30:00", cpus: int = 1) -> str:
     tres = f"billing=4,cpu=1,gres/gpu={gpus},node=1"
     state = state or ("COMPLETED" if end is not None else "RUNNING" if start is not None else "PENDING")
     return "|".join([job_id, stamp(submit), stamp(start) if start is not None else "Unknown",
                      stamp(end) if end is not None else "Unknown",
                      tres if start is not None else "", tres, user, account, "gpu", state, "job",
-                     "1", limit])
+                     str(cpus), limit])
 
 
 # Where a test pins the fake cluster's clock (2026-12-03 12:13:20 UTC): a fixed moment, because

@@ -48,6 +48,7 @@ BOUNDS = {
     "autosched.live.slurm:MAX_SLURM_CONF_BYTES": lambda v: f"at most {v:,} bytes",
     "autosched.service.guard:MAX_BODY": lambda v: f"at most {v:,} bytes, refused (413)",
     "autosched.service.models:MAX_DIFF": lambda v: f"at most {v:,} characters",
+    "autosched.trace.limits:MIN_MAX_LIMIT": lambda v: f"at least {v:,} s",
 }
 # Constants named like bounds that bound autosched's own work, not what it reads
 INTERNAL = {
@@ -57,6 +58,7 @@ INTERNAL = {
     "autosched.adapt.observe:MIN_EVENTS",  # finished jobs a group needs for its own estimate
     "autosched.workload.stat:MIN_WEEKLY_DAYS",  # history before stat fits day-of-week effects
     "autosched.live.store:MAX_ID",  # SQLite's largest integer: an id above it is no revision
+    "autosched.trace.limits:MAX_LIMITS",  # the default maximum time limit's choices, not a bound
 }
 
 

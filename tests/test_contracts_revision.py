@@ -10,6 +10,7 @@ import json
 import sqlite3
 from html import escape
 
+import pytest
 from typer.testing import CliRunner
 
 from autosched.cli import build_app
@@ -17,8 +18,7 @@ from autosched.live.round import Action
 from autosched.live.store import Evidence, JudgedOutcome, RevisionKind, RevisionStore
 from autosched.service import views
 from autosched.service.page import render
-from live_helpers import HEADER, row
-from test_live_agent import make
+from test_live_agent import SMALL_FIRST, apply_change, make, period_rows
 
 runner = CliRunner()
 
@@ -55,56 +55,62 @@ def test_a_proposal_the_agent_writes_round_trips_and_every_reader_sees_the_same_
     row_ = [o for o in views.outcomes(agent.store.history()) if o.revision == rev.id]
     assert len(row_) == 1
     assert (row_[0].predicted_gain, row_[0].spread) == (ev.predicted_gain, ev.spread)
-    assert row_[0].observed_gain is None and row_[0].outcome is None  # not judged yet
+    assert (row_[0].counterfactual_gain, row_[0].twin_error, row_[0].outcome) == (None, None, None)  # not judged yet
 
 
-def judged(tmp_path, after_s: float):
-    """A change (predicted +10%) applied, then judged one period on: before, 10 jobs of 200 s;
-    after, 10 jobs of `after_s`."""
+def judged(tmp_path):
+    """A change (predicted +10%: small jobs first) applied, then judged one period on: the
+    period's jobs as test_live_agent.py's judge tests have them (+26.7% in the twin, error 0)."""
     agent, fake = make(tmp_path)
-    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=77),
-                           trigger="period", actor="t",
-                           evidence=Evidence(predicted_gain=0.1, spread=0.02, samples=4))
-    agent.approve(p.id, "operator:alice")
-    t = agent.store.get(p.id).applied_at
-    rows = [HEADER]
-    for i in range(10):
-        rows.append(row(f"b{i}", t - 500 + i, t - 500 + i, t - 300 + i, 1))
-        rows.append(row(f"a{i}", t + 10 + i, t + 10 + i, t + 10 + after_s + i, 1))
-    fake.update(sacct="\n".join(rows) + "\n", clock=t + 1800)
+    at = apply_change(agent, SMALL_FIRST)
+    fake.update(sacct=period_rows(int(at), small_first=True), clock=at + 700)
     agent.step()
-    return agent, agent.store.get(p.id)
+    return agent, agent.store.get(2)
 
 
-def test_an_outcome_the_judge_writes_round_trips_and_every_reader_sees_the_same_gain(tmp_path):
-    agent, rev = judged(tmp_path, after_s=100)
+def test_an_outcome_the_judge_writes_round_trips_and_every_reader_sees_the_same_figures(tmp_path):
+    agent, rev = judged(tmp_path)
     raw = stored(agent.store, "SELECT outcome FROM outcomes WHERE rev_id = ?", rev.id)
     assert set(raw) == {f.name for f in dataclasses.fields(JudgedOutcome)}
     out = rev.outcome
     assert out.to_dict() == raw and JudgedOutcome.from_dict(raw) == out
-    # worked by hand: average JCT 200 s -> 100 s is (200 - 100) / 200 = +50%
-    assert out.observed_gain == 0.5 and out.predicted_gain == 0.1 and out.metric == "avg_jct"
-    assert out.verdict == "kept: avg_jct 200.0 -> 100.0 (+50.0%)"
-    assert out.before["jobs"] == 10 and out.after["jobs"] == 10
+    assert (out.predicted_gain, out.counterfactual_gain, out.twin_error, out.metric) == (
+        0.1, pytest.approx(0.8 / 3), 0.0, "avg_jct")
     row_ = [o for o in views.outcomes(agent.store.history()) if o.revision == rev.id][0]
-    assert (row_.predicted_gain, row_.spread, row_.observed_gain) == (0.1, 0.02, 0.5)
-    assert f"; outcome: {out.verdict}" in status_text(agent)
+    assert (row_.predicted_gain, row_.counterfactual_gain, row_.twin_error) == (
+        0.1, out.counterfactual_gain, 0.0)
+    # the CLI: the three figures, the verdict, and the outcome on the revision's history line
+    text = status_text(agent)
+    assert ("judged: revision 2: predicted gain +10.0%, counterfactual gain +26.7%, twin error "
+            f"0.0%\n  {out.verdict}\n") in text
+    assert f"; outcome: {out.verdict}" in text
+    st = json.loads(runner.invoke(build_app(), ["agent", "status", "--json", "--state",
+                                                str(agent.state_dir)]).output)
+    assert st["judged"] == {"revision": 2, "predicted_gain": 0.1,
+                            "counterfactual_gain": out.counterfactual_gain, "twin_error": 0.0,
+                            "verdict": out.verdict}
     html = render(views.status(agent.store, agent), agent.store.history(),
                   views.outcomes(agent.store.history()), state_dir=str(agent.state_dir))
-    assert f'<td title="{escape(out.verdict)}">+50.0%</td>' in html
+    assert f'<td title="{escape(out.verdict)}">+26.7%</td><td>0.0%</td>' in html
+    assert ("revision 2: predicted gain <span id=judged-predicted>+10.0%</span>, counterfactual "
+            "gain <span id=judged-counterfactual>+26.7%</span>, twin error <span "
+            "id=judged-twin-error>0.0%</span>") in html
 
 
 def test_a_worse_change_is_rolled_back_with_its_outcome_and_the_rollback_says_what_it_undid(tmp_path):
-    agent, rev = judged(tmp_path, after_s=1000)
+    agent, fake = make(tmp_path)
+    apply_change(agent, SMALL_FIRST)
+    at = apply_change(agent, agent.store.get(1).config)
+    fake.update(sacct=period_rows(int(at), small_first=False), clock=at + 700)
+    agent.step()
+    rev = agent.store.get(3)
     out = rev.outcome
     assert out.to_dict() == stored(agent.store, "SELECT outcome FROM outcomes WHERE rev_id = ?", rev.id)
-    # by hand: 200 s -> 1000 s is (200 - 1000) / 200 = -400%
-    assert out.observed_gain == -4.0
-    assert out.verdict == "worse: avg_jct 200.0 -> 1000.0 (-400.0%, margin 0.0%); rolled back"
+    assert out.verdict.endswith("margin 0.0%; twin error 0.0%; rolled back")
     back = agent.store.running()
-    assert back.trigger == "rollback to 1" and back.kind is RevisionKind.ROLLBACK
+    assert back.trigger == "rollback to 2" and back.kind is RevisionKind.ROLLBACK
     # no tuning figures: every field None but the two a rollback has
-    assert back.evidence == Evidence(rollback_of=rev.id, to=1)
+    assert back.evidence == Evidence(rollback_of=rev.id, to=2)
 
 
 def test_stored_rows_written_before_the_contract_still_read(tmp_path):
@@ -122,9 +128,9 @@ def test_stored_rows_written_before_the_contract_still_read(tmp_path):
                    (rev.id, json.dumps({"gain": 0.3, "verdict": "kept", "before": [1]})))
     rev = store.get(rev.id)
     assert rev.evidence == Evidence(predicted_gain=0.08)  # "8" is no count
-    assert rev.outcome == JudgedOutcome("", {}, {}, None, "kept", None)
+    assert rev.outcome == JudgedOutcome("", None, "kept")
     row_ = views.outcomes(store.history())[-1]
-    assert (row_.predicted_gain, row_.spread, row_.observed_gain) == (0.08, None, None)
+    assert (row_.predicted_gain, row_.spread, row_.counterfactual_gain) == (0.08, None, None)
     assert JudgedOutcome.from_dict(None) is None and JudgedOutcome.from_dict({}) is None
     # a gain that is not a finite number is no gain
     assert Evidence.from_dict({"predicted_gain": "big", "spread": True}).predicted_gain is None

@@ -243,43 +243,87 @@ def test_auto_mode_applies_within_bounds_and_one_step(tmp_path):
     assert fake.state()["live"]["PriorityWeightAge"] == str(rev.config["PriorityWeightAge"])
 
 
-def test_a_change_that_made_things_worse_is_rolled_back_after_a_period(tmp_path):
-    agent, fake = make(tmp_path)
-    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=77),
-                           trigger="period", actor="t", evidence=Evidence(predicted_gain=0.1))
+# The judge, one period after a change, on a job running at the change (R), one queued (Q: the
+# large job, 8 CPUs) and two arriving after it (A, B: 1 CPU), every job on the whole 8-GPU node
+# (tests/test_live_judge.py works the same jobs out by hand, at whole seconds). The baseline's
+# weights put Q first (age, and the job-size factor favouring large jobs), as does first come,
+# first served: Q, A, B give average JCTs 450, 480, 570 -> 500 s; small first: A, B, Q give 180,
+# 270, 650 -> 366.7 s. The change's time has a fraction of a second, the sacct times do not: t is
+# the whole second it falls in, and nothing below starts or ends within that second.
+SMALL_FIRST = {"PriorityWeightAge": 0, "PriorityWeightJobSize": 100000, "PriorityFavorSmall": True}
+
+
+def period_rows(t: float, small_first: bool) -> str:
+    """The jobs around a change at `t` as the cluster ran them (small first, or not)."""
+    if small_first:
+        q, a, b = (t + 300, t + 600), (t + 100, t + 200), (t + 200, t + 300)
+    else:
+        q, a, b = (t + 100, t + 400), (t + 400, t + 500), (t + 500, t + 600)
+    return "\n".join([HEADER, row("R", t - 200, t - 100, t + 100, 8), row("Q", t - 50, *q, 8, cpus=8),
+                      row("A", t + 20, *a, 8), row("B", t + 30, *b, 8)]) + "\n"
+
+
+def apply_change(agent, config) -> float:
+    """Apply `config` over the running revision, by hand; returns when it went live."""
+    p = agent.store.create(dict(agent._running_or_baseline().config, **config), trigger="period",
+                           actor="t", evidence=Evidence(predicted_gain=0.1))
     agent.approve(p.id, "operator:alice")
-    t = agent.store.get(p.id).applied_at
-    rows = [HEADER]
-    for i in range(10):  # before: 100 s JCT; after: 1000 s
-        rows.append(row(f"b{i}", t - 500 + i, t - 500 + i, t - 400 + i, 1))
-        rows.append(row(f"a{i}", t + 10 + i, t + 500 + i, t + 1010 + i, 1))
-    fake.update(sacct="\n".join(rows) + "\n", clock=t + 600 + 1200)
+    return agent.store.get(p.id).applied_at
+
+
+def test_a_change_that_helped_in_the_counterfactual_is_kept(tmp_path):
+    agent, fake = make(tmp_path)
+    at = apply_change(agent, SMALL_FIRST)
+    fake.update(sacct=period_rows(int(at), small_first=True), clock=at + 700)
+    agent.step()
+    rev = agent.store.running()
+    o = rev.outcome
+    assert rev.id == 2 and rev.state is A
+    # (500 - 366.7) / 500 = +26.7%; the twin replays what the cluster did: error 0
+    assert (o.predicted_gain, o.counterfactual_gain, o.twin_error) == (0.1, pytest.approx(0.8 / 3), 0.0)
+    assert o.verdict == ("kept: avg_jct 500.0 -> 366.7 s in the twin (+26.7%; 3 jobs, 0 unfinished "
+                         "at the period's end); twin error 0.0%")
+    assert (o.realized["avg_jct"], o.simulated_new["avg_jct"]) == (pytest.approx(1100 / 3),) * 2
+    assert o.period == {"start": at, "end": at + 600, "running_at_change": 1, "queued_at_change": 1,
+                        "imputed": 0}
+
+
+def test_a_change_that_did_worse_in_the_counterfactual_is_rolled_back(tmp_path):
+    agent, fake = make(tmp_path)
+    apply_change(agent, SMALL_FIRST)
+    at = apply_change(agent, agent.store.get(1).config)  # back to the baseline's weights
+    fake.update(sacct=period_rows(int(at), small_first=False), clock=at + 700)
     out = agent.step()
     assert out.action is Action.ROLLED_BACK, out
-    assert out.why.startswith("worse: avg_jct 100.0 -> 1000.0 (-900.0%")
-    rev = agent.store.get(p.id)
-    assert rev.state is RB and rev.outcome.observed_gain == pytest.approx(-9.0)
-    assert rev.outcome.before["jobs"] == 10 and rev.outcome.predicted_gain == 0.1
-    assert agent.store.running().trigger == "rollback to 1"
-    assert agent.store.running().events[-1].actor == "agent:guard"
-    assert fake.state()["live"]["PriorityWeightAge"] == "1000"
+    rev = agent.store.get(3)
+    # (366.7 - 500) / 366.7 = -36.4%, beyond the margin (0 here); the twin was exact
+    assert rev.state is RB and rev.outcome.counterfactual_gain == pytest.approx(-4 / 11)
+    assert rev.outcome.twin_error == 0.0
+    assert out.why.startswith("worse: avg_jct 366.7 -> 500.0 s in the twin (-36.4%")
+    back = agent.store.running()
+    assert back.trigger == "rollback to 2" and back.events[-1].actor == "agent:guard"
+    assert fake.state()["live"]["PriorityWeightJobSize"] == "100000"
 
 
-def test_a_change_that_helped_is_kept(tmp_path):
+def test_a_twin_that_missed_the_period_freezes_the_agent_and_changes_nothing(tmp_path):
     agent, fake = make(tmp_path)
-    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=77),
-                           trigger="period", actor="t")
-    agent.approve(p.id, "operator:alice")
-    t = agent.store.get(p.id).applied_at
-    rows = [HEADER]
-    for i in range(10):
-        rows.append(row(f"b{i}", t - 500 + i, t - 500 + i, t - 300 + i, 1))
-        rows.append(row(f"a{i}", t + 10 + i, t + 10 + i, t + 110 + i, 1))
-    fake.update(sacct="\n".join(rows) + "\n", clock=t + 1800)
-    agent.step()
-    rev = agent.store.get(p.id)
-    assert rev.state is A and rev.outcome.observed_gain == pytest.approx(0.5)
-    assert rev.outcome.verdict.startswith("kept: avg_jct 200.0 -> 100.0")
+    at = apply_change(agent, SMALL_FIRST)
+    # the cluster did not run small first (as if the change had not taken): the twin under the
+    # change says 366.7 s, the cluster had 500 s: error 26.7%, over the 25% limit
+    fake.update(sacct=period_rows(int(at), small_first=False), clock=at + 700)
+    out = agent.step()
+    assert out.action is Action.FROZEN and out.exit_code == 3
+    flags = agent.store.flags()
+    assert flags.frozen and flags.frozen_by == "agent:judge" and flags.frozen_reason == out.why
+    assert out.why.startswith("twin not trusted: it gave 366.7 s where the cluster had 500.0 s "
+                              "(avg_jct, error 26.7%, over the 25% limit)")
+    rev = agent.store.running()
+    assert rev.id == 2 and rev.outcome.twin_error == pytest.approx(0.8 / 3)
+    assert fake.state()["live"]["PriorityWeightJobSize"] == "100000"  # nothing rolled back
+    # frozen, the next round does nothing; unfrozen, the untrusted period decides nothing later
+    assert agent.step().action is Action.FROZEN
+    agent.unfreeze("operator:bob")
+    assert agent.step().action is not Action.ROLLED_BACK and agent.store.running().id == 2
 
 
 def test_status_to_dict_is_json(tmp_path):

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from autosched.export.live import live_subspace
 from autosched.export.slurm import from_slurm, quantize, to_slurm
 from autosched.live.errors import LiveError, SlurmUnavailable
-from autosched.live.history import merge_sacct, period_metrics, read_jobs
+from autosched.live.history import merge_sacct, read_jobs
 from autosched.live.knobs import is_allowed, live_space, same_value
 from autosched.live.slurm import (
     SlurmRunner,
@@ -248,17 +248,6 @@ def test_merge_sacct_replaces_rows_by_job_id():
     assert merge_sacct("", b) == b and merge_sacct(a, "") == a
     with pytest.raises(LiveError, match="sacct columns changed"):
         merge_sacct(a, "JobID|Submit\n1|x\n")
-
-
-def test_period_metrics_by_hand():
-    text = "\n".join([HEADER, row("1", 100, 110, 210, 1), row("2", 150, 250, 300, 1),
-                      row("3", 400, 400, 500, 1)]) + "\n"
-    m = period_metrics(read_jobs(text), 100, 200)
-    assert m.jobs == 2
-    assert m.values["avg_jct"] == pytest.approx((110 + 150) / 2)
-    assert m.values["avg_queue"] == pytest.approx((10 + 100) / 2)
-    assert m.values["avg_slowdown"] == pytest.approx((110 / 100 + 150 / 50) / 2)
-    assert period_metrics(read_jobs(text), 1000, 2000).jobs == 0
 
 
 def test_runner_timeout_names_the_command():

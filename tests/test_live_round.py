@@ -1,5 +1,6 @@
 """A round's rules without a store or a cluster: `decide` on hand-made observations (revisions,
-flags and sacct histories written out here), the judge's figures worked out by hand, the back-off,
+flags, sacct histories and the judge's replays written out here), the judge's figures and
+decisions worked out by hand, the back-off,
 the exit codes, and the stored summary's keys against rounds an older version recorded."""
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from autosched.live.history import read_jobs
+from autosched.live.judge import Counterfactual, PeriodFigures
 from autosched.live.round import (
     EXIT_BLOCKED,
     EXIT_FAILED,
@@ -36,7 +38,8 @@ from live_helpers import HEADER, row
 
 A, P = RevisionState.APPLIED, RevisionState.PROPOSED
 K = RevisionKind
-RULES = RoundRules(period=600.0, history=3600.0, min_jobs=10, metric="avg_jct", margin=0.05)
+RULES = RoundRules(period=600.0, history=3600.0, min_jobs=10, metric="avg_jct", margin=0.05,
+                   max_twin_error=0.25)
 T = 1_800_000_000.0  # when the running revision went live
 SETUP = ClusterSetup((("n1", 8), ("n2", 8)))
 
@@ -85,41 +88,112 @@ def test_a_hand_edit_blocks_until_an_operator_acts():
     assert plan == Stop(Action.BLOCKED, why, None, blocked=why)
 
 
+def replay(real: float, old: float, new: float, jobs: int = 10, unfinished: int = 0,
+           queue: tuple[float, float, float] = (1.0, 1.0, 1.0)) -> Counterfactual:
+    """The judge's replay of the period after T: average JCTs `real` (as it went), `old` and
+    `new` (the twin under the config before the change and under the change)."""
+    fig = [PeriodFigures(jobs, jobs - unfinished, v, q) for v, q in zip((real, old, new), queue)]
+    return Counterfactual(T, T + 600, *fig, running_at_change=1, queued_at_change=2, imputed=0)
+
+
 def test_a_worse_change_is_rolled_back_with_the_judges_figures():
-    # 100 s -> 120 s: (100 - 120) / 100 = -20%, beyond the 5% margin
-    plan = decide(seen(running=rev(2, gain=0.1), jobs=history(100, 120)), RULES, T + 700)
+    # the twin: 100 s -> 120 s, (100 - 120) / 100 = -20%, beyond the 5% margin; it gave 120 s
+    # where the cluster had 125 s: error 5 / 125 = 4%
+    plan = decide(seen(running=rev(2, gain=0.1), counterfactual=replay(125, 100, 120, unfinished=3)),
+                  RULES, T + 700)
     assert isinstance(plan, RollBack) and plan.to == 1
-    assert plan.why == "worse: avg_jct 100.0 -> 120.0 (-20.0%, margin 5.0%); rolled back"
+    assert plan.why == ("worse: avg_jct 100.0 -> 120.0 s in the twin (-20.0%; 10 jobs, 3 unfinished "
+                        "at the period's end), margin 5.0%; twin error 4.0%; rolled back")
     j = plan.judged
-    assert (j.metric, j.predicted_gain, j.observed_gain) == ("avg_jct", 0.1, pytest.approx(-0.2))
-    assert (j.before["jobs"], j.after["jobs"], j.before["avg_jct"], j.after["avg_jct"]) == (10, 10, 100.0, 120.0)
+    assert (j.metric, j.predicted_gain, j.counterfactual_gain, j.twin_error) == (
+        "avg_jct", 0.1, pytest.approx(-0.2), pytest.approx(0.04))
+    assert (j.realized["avg_jct"], j.simulated_old["avg_jct"], j.simulated_new["avg_jct"]) == (125, 100, 120)
+    assert (j.realized["jobs"], j.realized["finished"]) == (10, 7)
+    assert j.period == {"start": T, "end": T + 600, "running_at_change": 1, "queued_at_change": 2,
+                        "imputed": 0}
 
 
 def test_a_change_within_the_margin_is_kept_and_the_round_goes_on():
-    # 100 s -> 104 s: -4%, inside the 5% margin
-    plan = decide(seen(jobs=history(100, 104)), RULES, T + 700)
+    # 100 s -> 104 s: -4%, inside the 5% margin; the twin's 104 s against the real 100 s: 4%
+    plan = decide(seen(counterfactual=replay(100, 100, 104)), RULES, T + 700)
     assert isinstance(plan, Tune) and plan.running.id == 2
-    assert plan.judged.verdict == "kept: avg_jct 100.0 -> 104.0 (-4.0%)"
+    assert plan.judged.verdict == ("kept: avg_jct 100.0 -> 104.0 s in the twin (-4.0%; 10 jobs, 0 "
+                                   "unfinished at the period's end); twin error 4.0%")
+
+
+def test_a_twin_that_missed_the_period_freezes_the_agent_instead_of_deciding():
+    # the twin gave 130 s where the cluster had 100 s: 30%, over the 25% limit. Its counterfactual
+    # (-30%) would roll the change back; the agent freezes instead and says why.
+    plan = decide(seen(running=rev(2, gain=0.1), counterfactual=replay(100, 100, 130)), RULES, T + 700)
+    why = ("twin not trusted: it gave 130.0 s where the cluster had 100.0 s (avg_jct, error 30.0%, "
+           "over the 25% limit); avg_jct 100.0 -> 130.0 s in the twin (-30.0%; 10 jobs, 0 unfinished "
+           "at the period's end); frozen instead of deciding")
+    assert plan == Stop(Action.FROZEN, why, judged=plan.judged, freeze=why)
+    assert (plan.judged.counterfactual_gain, plan.judged.twin_error) == (pytest.approx(-0.3), pytest.approx(0.3))
+    # at the limit the twin is trusted: 125 s against 100 s is 25%, and -25% rolls back
+    assert isinstance(decide(seen(counterfactual=replay(100, 100, 125)), RULES, T + 700), RollBack)
+
+
+def test_the_judge_measures_the_agents_metric_when_it_can():
+    rules = RoundRules(600, 3600, 10, "avg_queue", 0.05, 0.25)
+    # waits: realized 50, old 40, new 50 -> -25%, twin error 0; the JCTs (all 100) would keep it
+    plan = decide(seen(counterfactual=replay(100, 100, 100, queue=(50, 40, 50))), rules, T + 700)
+    assert isinstance(plan, RollBack)
+    assert (plan.judged.metric, plan.judged.counterfactual_gain) == ("avg_queue", pytest.approx(-0.25))
+    # a metric the judge does not measure (a tail) is judged on the average JCT
+    rules = RoundRules(600, 3600, 10, "p99_jct", 0.05, 0.25)
+    plan = decide(seen(counterfactual=replay(100, 100, 100, queue=(50, 40, 50))), rules, T + 700)
+    assert plan.judged.metric == "avg_jct" and plan.judged.counterfactual_gain == 0.0
+
+
+def test_a_period_the_judge_could_not_replay_is_recorded_as_not_judged():
+    plan = decide(seen(unjudged="the twin could not replay the period: x"), RULES, T + 700)
+    assert isinstance(plan, Tune)
+    assert plan.judged == JudgedOutcome("avg_jct", None, "not judged: the twin could not replay the "
+                                        "period: x")
+    plan = decide(seen(counterfactual=replay(0, 0, 0, jobs=0)), RULES, T + 700)
+    assert plan.judged.verdict == "not judged: no job was queued at the change or submitted in the period"
+    assert plan.judged.counterfactual_gain is None and plan.judged.twin_error is None
+
+
+def test_the_judge_waits_a_period_and_judges_once():
+    cf = replay(100, 100, 200)
+    # less than a period after the change: nothing judged, whatever a replay says
+    assert decide(seen(counterfactual=cf, now=T + 599), RULES, T + 599).judged is None
+    # judged already: the record stands (and, trusted and worse, the rollback is tried again)
+    kept = JudgedOutcome("avg_jct", 0.1, "kept", 0.01, 0.02)
+    assert decide(seen(running=rev(2, outcome=kept), counterfactual=cf), RULES, T + 700).judged is None
+    # the baseline and an adopted config are not changes the agent judges
+    for r in (rev(1, kind=K.BASELINE, parent=None), rev(2, kind=K.ADOPTED)):
+        assert decide(seen(running=r, counterfactual=cf), RULES, T + 700).judged is None
 
 
 def test_a_round_tunes_on_the_setup_it_read_and_never_without_one():
     plan = decide(seen(), RULES, T + 700)
     assert isinstance(plan, Tune) and plan.setup is SETUP
-    # the judge needs no setup; tuning does (observe reads it before the history)
-    plan = decide(seen(setup=None, jobs=history(100, 104)), RULES, T + 700)
+    # the judge's record is kept when the round stops short of tuning
+    plan = decide(seen(setup=None, counterfactual=replay(100, 100, 104)), RULES, T + 700)
     why = "the round read no cluster setup to simulate"
     assert plan == Stop(Action.BLOCKED, why, blocked=why, judged=plan.judged)
-    assert plan.judged.verdict == "kept: avg_jct 100.0 -> 104.0 (-4.0%)"
+    assert plan.judged.verdict.startswith("kept: avg_jct 100.0 -> 104.0 s in the twin")
 
 
 def test_a_rollback_that_failed_is_tried_again_at_the_next_round():
-    worse = JudgedOutcome("avg_jct", {}, {}, 0.1, "worse: ...; rolled back", -0.2)
+    worse = JudgedOutcome("avg_jct", 0.1, "worse: ...; rolled back", -0.2, 0.1)
     plan = decide(seen(running=rev(2, outcome=worse)), RULES, T + 700)
     assert plan == RollBack(1, "worse: ...; rolled back", None)
     # a rollback itself is never rolled back by the guard, and the baseline has no parent
     assert isinstance(decide(seen(running=rev(3, kind=K.ROLLBACK, parent=2, outcome=worse)), RULES, T + 700), Tune)
-    kept = JudgedOutcome("avg_jct", {}, {}, 0.1, "kept", -0.01)
+    kept = JudgedOutcome("avg_jct", 0.1, "kept", -0.01, 0.1)
     assert isinstance(decide(seen(running=rev(2, outcome=kept)), RULES, T + 700), Tune)
+    # a period the twin missed (the agent froze; an operator unfroze it) decides nothing later
+    untrusted = JudgedOutcome("avg_jct", 0.1, "twin not trusted: ...", -0.2, 0.3)
+    assert isinstance(decide(seen(running=rev(2, outcome=untrusted)), RULES, T + 700), Tune)
+    # nor does an outcome an older version recorded (a before/after comparison, no twin error)
+    old = JudgedOutcome.from_dict({"metric": "avg_jct", "before": {}, "after": {}, "verdict": "worse",
+                                   "observed_gain": -0.5, "predicted_gain": 0.1})
+    assert old == JudgedOutcome("avg_jct", 0.1, "worse")
+    assert isinstance(decide(seen(running=rev(2, outcome=old)), RULES, T + 700), Tune)
 
 
 def test_one_change_per_period_counts_an_adopted_config_but_not_the_baseline():
@@ -138,7 +212,7 @@ def test_an_open_proposal_waits_for_approval():
 
 def test_too_little_history_is_said_with_the_counts():
     # 20 jobs finished; the rule wants 25 within the last 3600 s
-    plan = decide(seen(running=rev(1, kind=K.BASELINE, parent=None)), RoundRules(600, 3600, 25, "avg_jct", 0.05),
+    plan = decide(seen(running=rev(1, kind=K.BASELINE, parent=None)), RoundRules(600, 3600, 25, "avg_jct", 0.05, 0.25),
                   T + 700)
     why = ("too little history: 20 jobs finished in the last 3600 s, 25 needed to fit a workload "
            "model; nothing proposed")

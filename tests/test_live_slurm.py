@@ -21,7 +21,7 @@ from autosched.live.errors import ActionNotAllowed, SlurmUnavailable
 from autosched.live.history import read_jobs
 from autosched.live.round import Action
 from autosched.live.slurm import SlurmConnector
-from autosched.live.store import RevisionKind, RevisionState
+from autosched.live.store import Evidence, RevisionKind, RevisionState
 
 pytestmark = pytest.mark.slurm
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -125,6 +125,35 @@ def test_approve_shows_in_show_config_and_sprio_and_rollback_restores(slurm_test
     assert show(bed, "PriorityWeightAge") == "1000" and show(bed, "PriorityMaxAge") == "7-00:00:00"
     assert sprio_weights(bed)["AGE"] == "1000"
     assert agent.store.get(p.id).state is RevisionState.ROLLED_BACK
+
+
+def test_a_judged_round_records_the_three_figures(slurm_testbed, agent):
+    """A change applied, sleep jobs run through sbatch, then the round one period on (its clock
+    moved on: `step(now=...)`) replays the period from sacct in the twin and records the predicted
+    gain, the counterfactual gain and the twin error."""
+    bed = slurm_testbed
+    agent.step()  # records the baseline
+    base = agent.store.running()
+    p = agent.store.create(dict(base.config, PriorityWeightAge=10, PriorityWeightJobSize=5000,
+                                PriorityFavorSmall=True), trigger="manual", actor="test",
+                           evidence=Evidence(predicted_gain=0.05))
+    agent.approve(p.id, "operator:test")
+    at = agent.store.get(p.id).applied_at
+    time.sleep(1.5)  # sacct's whole seconds: every job is submitted after the change
+    ids = [bed.sbatch(g, 2, user=u, account=a) for g, u, a in
+           [(8, "alice", "physics"), (8, "bob", "chemistry"), (4, "alice", "physics"),
+            (8, "bob", "chemistry"), (2, "alice", "physics"), (8, "alice", "physics")]]
+    bed.wait_all_done(60)
+    agent.step(now=at + agent.settings.period + 1)
+    o = agent.store.get(p.id).outcome
+    assert o is not None and o.predicted_gain == 0.05, o
+    assert o.counterfactual_gain is not None and o.twin_error is not None and o.twin_error >= 0, o
+    # every job of the period is judged (with any the cluster still held queued from earlier)
+    assert o.realized["jobs"] >= len(ids) and o.simulated_old["jobs"] == o.realized["jobs"]
+    assert o.verdict.startswith(("kept: ", "worse: ", "twin not trusted: ")), o.verdict
+    st = agent.status()
+    assert (st.judged.revision, st.judged.counterfactual_gain, st.judged.twin_error) == (
+        p.id, o.counterfactual_gain, o.twin_error)
 
 
 def test_hand_edit_blocks_and_freeze_stops_the_agent(slurm_testbed, agent):

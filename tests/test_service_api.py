@@ -252,16 +252,22 @@ def test_invalid_query_is_422(svc):
     assert e.value.status == 422
 
 
-def test_outcomes_predicted_against_observed(svc):
+def test_outcomes_predicted_against_counterfactual(svc):
     c, anon, store = svc
     c.approve(2)
     # what the agent's judge records one period later (live/round.py's judge)
-    store.record_outcome(2, JudgedOutcome("avg_jct", {"avg_jct": 4000.0}, {"avg_jct": 3800.0}, 0.08,
-                                          "kept: avg_jct 4000.0 -> 3800.0 (+5.0%)", 0.05))
+    store.record_outcome(2, JudgedOutcome("avg_jct", 0.08, "kept: ...", 0.05, 0.03,
+                                          {"avg_jct": 3900.0}, {"avg_jct": 4000.0}, {"avg_jct": 3800.0}))
     rows = anon.outcomes()
-    assert [(o["revision"], o["state"], o["predicted_gain"], o["spread"], o["observed_gain"])
-            for o in rows] == [(1, "applied", None, None, None), (2, "applied", 0.08, 0.02, 0.05)]
-    assert rows[1]["outcome"]["verdict"] == "kept: avg_jct 4000.0 -> 3800.0 (+5.0%)"
+    assert [(o["revision"], o["state"], o["predicted_gain"], o["spread"], o["counterfactual_gain"],
+             o["twin_error"]) for o in rows] == [(1, "applied", None, None, None, None),
+                                                 (2, "applied", 0.08, 0.02, 0.05, 0.03)]
+    assert rows[1]["outcome"]["verdict"] == "kept: ..."
+    assert rows[1]["outcome"]["simulated_old"] == {"avg_jct": 4000.0}
+    # the status names the newest judged revision with the three figures
+    assert anon.status()["judged"] == {"revision": 2, "predicted_gain": 0.08,
+                                       "counterfactual_gain": 0.05, "twin_error": 0.03,
+                                       "verdict": "kept: ..."}
 
 
 def test_status_version_changes_with_the_store(svc):
@@ -348,12 +354,12 @@ def test_plot_positions_worked_by_hand():
     from autosched.service.views import OutcomeRow
 
     assert "No applied revision with a prediction yet" in plot_svg([])
-    # one revision, predicted +10% (no spread), observed -10%: the axis spans +-12% (10% pad),
-    # so 0 sits half-way down the 188 px plot area that starts 28 px from the top
-    svg = plot_svg([OutcomeRow(2, 1.0, RevisionState.APPLIED, 0.10, 0.0, -0.10, None)])
+    # one revision, predicted +10% (no spread), -10% in the counterfactual: the axis spans +-12%
+    # (10% pad), so 0 sits half-way down the 188 px plot area that starts 28 px from the top
+    svg = plot_svg([OutcomeRow(2, 1.0, RevisionState.APPLIED, 0.10, 0.0, -0.10, 0.02, None)])
     assert '<line x1="56" x2="628" y1="122.0" y2="122.0" class=zero />' in svg
     assert '<circle cx="336.0" cy="43.7" r="4" />' in svg  # 28 + 0.02/0.24 * 188
-    assert 'y="196.3" width="8"' in svg  # observed square centred on 28 + 0.22/0.24 * 188
+    assert 'y="196.3" width="8"' in svg  # counterfactual square centred on 28 + 0.22/0.24 * 188
     assert ">+12.0%</text>" in svg and ">0%</text>" in svg and ">-12.0%</text>" in svg
 
 
@@ -394,7 +400,9 @@ def test_the_schema_types_evidence_outcome_and_states_from_the_store(svc):
     assert set(schemas["JudgedOutcome"]["properties"]) == {
         f.name for f in dataclasses.fields(JudgedOutcome)}
     assert schemas["RevisionState"]["enum"] == [s.value for s in RevisionState]
-    assert set(schemas["AgentStatus"]["properties"]) >= {"running", "last_round", "version"}
+    assert set(schemas["AgentStatus"]["properties"]) >= {"running", "last_round", "version", "judged"}
+    assert set(schemas["Judgement"]["properties"]) == {
+        "revision", "predicted_gain", "counterfactual_gain", "twin_error", "verdict"}
 
 
 def test_preview_then_approve_records_who_and_the_diff(svc):

@@ -73,6 +73,7 @@ def test_the_exposition_of_a_tiny_store_worked_by_hand(tmp_path):
     assert text.count("# TYPE autosched_rounds_total counter\n") == 1
     assert "# TYPE autosched_pending_revision gauge\nautosched_pending_revision 2\n" in text
     assert "autosched_twin_error" not in text  # absent until a judge records one
+    assert "autosched_counterfactual_gain" not in text
     assert text.endswith("\n")
 
 
@@ -88,11 +89,13 @@ def test_unknown_values_are_absent_and_the_twin_error_appears_once_recorded(tmp_
         assert name not in got
     assert (got["autosched_running_revision"], got["autosched_frozen"], got["autosched_blocked"]
             ) == (2, 1, 1)
-    store.record_outcome(2, JudgedOutcome("avg_jct", {}, {}, 0.08, "kept", 0.05))
-    assert not any(k.startswith("autosched_twin_error")
-                   for k in samples(render(agent.status(), {})))  # judged, no twin error
-    store.record_outcome(2, JudgedOutcome("avg_jct", {}, {}, 0.08, "kept", 0.05, twin_error=0.031))
-    assert samples(render(agent.status(), {}))['autosched_twin_error{revision="2"}'] == 0.031
+    store.record_outcome(2, JudgedOutcome("avg_jct", 0.08, "not judged: x"))
+    assert not any(k.startswith(("autosched_twin_error", "autosched_counterfactual_gain"))
+                   for k in samples(render(agent.status(), {})))  # judged, no figures
+    store.record_outcome(2, JudgedOutcome("avg_jct", 0.08, "kept", -0.012, twin_error=0.031))
+    got = samples(render(agent.status(), {}))
+    assert got['autosched_twin_error{revision="2"}'] == 0.031
+    assert got['autosched_counterfactual_gain{revision="2"}'] == -0.012
 
 
 def test_label_values_and_numbers_as_the_text_format_writes_them():

@@ -12,9 +12,10 @@ Standard library only, so a script on any host can use it::
 ``status()`` is `autosched.live.status.AgentStatus` as JSON (what ``agent status --json``
 prints). A revision's ``evidence`` and ``outcome`` hold every key of
 `autosched.live.store.Evidence` and `autosched.live.store.JudgedOutcome` (``predicted_gain``,
-``spread``, ``samples``, ..., ``rollback_of``, ``to``; ``metric``, ``before``, ``after``,
-``verdict``, ``observed_gain``), null where a revision has no such figure (the config found live,
-a rollback).
+``spread``, ``samples``, ..., ``rollback_of``, ``to``; ``metric``, ``predicted_gain``,
+``verdict``, ``counterfactual_gain``, ``twin_error``, ``realized``, ``simulated_old``,
+``simulated_new``, ``period``), null where a revision has no such figure (the config found live,
+a rollback, a change not judged yet).
 
 Every method returns the API's JSON (dicts and lists). Errors raise `ServiceError` (and its
 subclasses for 401, 404 and 409), whose message is the service's reason.

@@ -351,6 +351,7 @@ def fit_to_cluster(trace: Trace, cluster: ClusterSpec, strict: bool = False,
     for i in np.flatnonzero(unknown | too_big):
         where = f"job {trace.job_id[i]!r}"
         if unknown[i]:
+            assert trace.vc is not None  # partition_of: only a job with a VC can miss the spec
             check.drop(where, "vc", f"VC is not in the cluster spec {cluster.source}", trace.vc[i])
         else:
             check.drop(where, "num_gpus",

@@ -32,7 +32,7 @@ import numpy as np
 
 from ..cluster import ClusterSpec
 from ..jsonable import jsonable
-from ..policies import get_policy
+from ..policies import Policy, get_policy
 from ..sim import JobRecords, Metrics, Simulator, compute_metrics
 from ..space import Config, Subspace
 from ..trace.table import Trace
@@ -104,10 +104,14 @@ class Settings(LoopConfig):
             raise AdaptError(f"the first decision must come after the start and before the first period "
                              f"boundary, to the second: {self.first_decision:g} of a period of "
                              f"{self.period:g} s is not")
-        if self.oracle_budget is None:
-            object.__setattr__(self, "oracle_budget", ORACLE_FACTOR * self.budget)
-        if self.oracle_budget < 1:
-            raise AdaptError(f"oracle budget must be at least 1 (got {self.oracle_budget})")
+        object.__setattr__(self, "oracle_budget", self.oracle_trials)  # as given, or its default
+        if self.oracle_trials < 1:
+            raise AdaptError(f"oracle budget must be at least 1 (got {self.oracle_trials})")
+
+    @property
+    def oracle_trials(self) -> int:
+        """Trials of each oracle search: `oracle_budget`, or ORACLE_FACTOR x `budget` when not given."""
+        return ORACLE_FACTOR * self.budget if self.oracle_budget is None else self.oracle_budget
 
     def to_dict(self) -> dict[str, Any]:
         """As `run --json` gives it: every field, with the search settings whole (``search``)."""
@@ -183,24 +187,22 @@ class ExperimentResult:
         base = s["default"]
         out["relative_avg_jct"] = {k: v.metrics.avg_jct / base.metrics.avg_jct for k, v in s.items()}
         if "oracle_static" in s:
-            gain = base.metrics.avg_jct - s["oracle_static"].metrics.avg_jct
+            oracle = s["oracle_static"]
             out["share_of_oracle_static_gain"] = {
-                k: (base.metrics.avg_jct - v.metrics.avg_jct) / gain if gain > 0 else None for k, v in s.items()}
+                k: _share(base.metrics.avg_jct, oracle.metrics.avg_jct, v.metrics.avg_jct) for k, v in s.items()}
             # Period 0 starts with no history: every strategy but oracle_static runs the default
             # there until its first round (Settings.first_decision, or the first boundary), so the
             # share above caps what a per-period strategy can reach. The same share over the jobs
             # submitted after period 0 measures the decisions with a full history behind them.
-            after_base = _avg_jct_after_p0(base)
-            gain = after_base - _avg_jct_after_p0(s["oracle_static"]) if after_base is not None else 0.0
             out["share_of_oracle_static_gain_after_p0"] = {
-                k: (after_base - _avg_jct_after_p0(v)) / gain if gain > 0 else None for k, v in s.items()}
+                k: _share(_avg_jct_after_p0(base), _avg_jct_after_p0(oracle), _avg_jct_after_p0(v))
+                for k, v in s.items()}
         out["worst_period_vs_default"] = {
             k: max(p.metrics.avg_jct / b.metrics.avg_jct for p, b in zip(v.periods, base.periods) if b.metrics.jobs)
             for k, v in s.items() if v.periods}
         if "autosched" in s and "oracle_period" in s:
-            gain = base.metrics.avg_jct - s["oracle_period"].metrics.avg_jct
-            got = base.metrics.avg_jct - s["autosched"].metrics.avg_jct
-            out["autosched_share_of_oracle_period_gain"] = got / gain if gain > 0 else None
+            out["autosched_share_of_oracle_period_gain"] = _share(
+                base.metrics.avg_jct, s["oracle_period"].metrics.avg_jct, s["autosched"].metrics.avg_jct)
         if "autosched" in s and "last_period" in s:
             out["autosched_beats_last_period"] = s["autosched"].metrics.avg_jct < s["last_period"].metrics.avg_jct
         return out
@@ -212,6 +214,14 @@ class ExperimentResult:
             "strategies": {k: v.to_dict() for k, v in self.strategies.items()},
             "summary": self.summary(), "workload": self.workload,
         })
+
+
+def _share(base: float | None, oracle: float | None, got: float | None) -> float | None:
+    """The share of an oracle's gain over the default that a strategy got, ``(base - got) /
+    (base - oracle)``; None when the oracle gained nothing or a figure is missing (no jobs)."""
+    if base is None or oracle is None or got is None or not base - oracle > 0:
+        return None
+    return (base - got) / (base - oracle)
 
 
 def _avg_jct_after_p0(r: StrategyResult) -> float | None:
@@ -306,7 +316,7 @@ def make_controller(name: str, trace: Trace, cluster: ClusterSpec, settings: Set
     source = ReplaySource() if name == "last_period" else FutureSource(trace)
     config = replace(settings, guard_k=0.0, guard_margin=0.0, guard_max_loss=None, drift=False)
     if name in ORACLES:  # a large search of its own each round: no pooling of earlier rounds
-        config = replace(config, budget=settings.oracle_budget)
+        config = replace(config, budget=settings.oracle_trials)
     return Controller(config, cluster, source, tuner_factory=tuner_factory, execution=settings.execution,
                       subspace=settings.subspace, initial_config=start_config(settings),
                       prior_keep=0 if name in ORACLES else PRIOR_KEEP)
@@ -322,7 +332,7 @@ def boundaries(trace: Trace, period: float) -> list[float]:
 
 def replay(trace: Trace, cluster: ClusterSpec, settings: Settings, bounds: list[float], *,
            controller: Controller | None = None, initial: Config | None = None,
-           progress: Callable[..., None] | None = None) -> tuple[JobRecords, list[tuple[float, Config]], list[Decision]]:
+           progress: Progress | None = None) -> tuple[JobRecords, list[tuple[float, Config]], list[Decision]]:
     """Simulate the whole trace; at each decision time the controller may switch the config."""
     cls = get_policy(settings.policy)
     config = cls.space.validate(initial if initial is not None else
@@ -331,7 +341,18 @@ def replay(trace: Trace, cluster: ClusterSpec, settings: Settings, bounds: list[
         controller.running = config
     sim = Simulator(trace, cluster, cls(config))
     timeline = [(bounds[0], config)]
-    checks = [] if controller is None else check_times(bounds, settings, drift=controller.drift is not None)
+    checks = 0 if controller is None else _decide(sim, controller, settings, bounds, timeline, progress)
+    if progress:
+        progress("finishing the replay", checks, checks)
+    sim.run()
+    return sim.records(), timeline, list(controller.decisions) if controller else []
+
+
+def _decide(sim: Simulator[Policy], controller: Controller, settings: Settings, bounds: list[float],
+            timeline: list[tuple[float, Config]], progress: Progress | None) -> int:
+    """Run `sim` to each of `check_times`, where `controller` decides; switch `sim` to each config
+    it deploys, appended to `timeline`. Returns how many checks there were."""
+    checks = check_times(bounds, settings, drift=controller.drift is not None)
     for i, (t, kind) in enumerate(checks):
         sim.run(until=t)
         if progress:
@@ -351,10 +372,7 @@ def replay(trace: Trace, cluster: ClusterSpec, settings: Settings, bounds: list[
         if d.deployed:
             sim.reconfigure(d.config)
             timeline.append((t, d.config))
-    if progress:
-        progress("finishing the replay", len(checks), len(checks))
-    sim.run()
-    return sim.records(), timeline, list(controller.decisions) if controller else []
+    return len(checks)
 
 
 def start_config(settings: Settings) -> Config:
@@ -391,8 +409,8 @@ def check_times(bounds: list[float], settings: Settings, drift: bool) -> list[tu
 
 def _tune_static(trace: Trace, cluster: ClusterSpec, settings: Settings, tuner_factory: TunerFactory,
                  say: Callable[..., None]) -> Config:
-    say(f"tuning one config on the whole real trace (oracle, {settings.oracle_budget} trials)")
-    search = replace(settings.search, budget=settings.oracle_budget, subspace=settings.subspace)
+    say(f"tuning one config on the whole real trace (oracle, {settings.oracle_trials} trials)")
+    search = replace(settings.search, budget=settings.oracle_trials, subspace=settings.subspace)
     tuner = tuner_factory(settings.policy, cluster, settings.objective(), search, settings.execution)
     res = tuner.tune([trace], warm_start=None)
     space = get_policy(settings.policy).space

@@ -152,7 +152,8 @@ def _knobs(rep: Report, result: ExperimentResult) -> None:
             ys = [_num(c[knob], space[knob]) for _, c in r.timeline]
             ax.step(xs, ys + ys[-1:], where="post", label=name, color=COLORS.get(name), lw=1.4)
         ax.set_ylabel(knob, fontsize=8)
-        if isinstance(space[knob], (Float, Int)) and space[knob].log:  # only numeric knobs have a scale
+        k = space[knob]
+        if isinstance(k, (Float, Int)) and k.log:  # only numeric knobs have a scale
             ax.set_yscale("log")
     axes[0, 0].legend(fontsize=7, ncol=3)
     axes[-1, 0].set_xlabel("day of the trace")

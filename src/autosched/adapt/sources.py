@@ -14,9 +14,13 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from ..trace.table import HISTORY, Trace
+from ..workload import WorkloadModel, get_model
 from ..workload.level import check_level_sd, rescale, scenario_levels
 from .errors import AdaptError
 from .observe import Observation
+
+# A workload model class by its name: `autosched.workload.get_model`, or a stand-in in tests.
+ModelFactory = Callable[[str], type[WorkloadModel]]
 
 
 @runtime_checkable
@@ -70,7 +74,7 @@ class ModelSource:
     oracle = False
 
     def __init__(self, model: str = "stat", samples: int = 3, params: Mapping[str, Any] | None = None,
-                 factory: Callable[[str], Any] | None = None, with_replay: bool = False,
+                 factory: ModelFactory | None = None, with_replay: bool = False,
                  validation_samples: int | None = None, level_sd: float = 0.0):
         check_model_source(samples, validation_samples, level_sd)
         self.model = model
@@ -96,9 +100,7 @@ class ModelSource:
         return self._sample(obs, horizon, self.validation_seeds(seed))
 
     def _sample(self, obs: Observation, horizon: float, seeds: list[int]) -> list[Trace]:
-        factory = self._factory
-        if factory is None:
-            from ..workload import get_model as factory
+        factory = self._factory or get_model
         # The window the history was cut from, not its first and last job (see WorkloadModel.fit).
         model = factory(self.model)(**self.params).fit(obs.history, obs.start, obs.now)
         out = [model.sample(obs.now, horizon, seed=s) for s in seeds]

@@ -68,6 +68,7 @@ def init_cmd(
     auto: bool = typer.Option(False, "--auto", help="apply winners without approval (within --bound and --max-step); default: propose"),
     loop: dict[str, Any] = LOOP,
     min_jobs: int = typer.Option(50, "--min-jobs", help="finished jobs needed in the history before anything is proposed"),
+    max_twin_error: float = typer.Option(AgentSettings.max_twin_error, "--max-twin-error", help="the judge freezes the agent when its twin missed a judged period's metric by more than this (0.25 = 25%)"),
     bound: list[str] = typer.Option([], "--bound", help="KNOB=LO:HI limits of a knob (repeatable)"),
     max_step: float = typer.Option(0.25, "--max-step", help="auto mode: largest move of a knob per round, as a fraction of its range"),
     fix: list[str] = typer.Option([], "--fix", help="KNOB=VALUE for a knob with no live setting (repeatable)"),
@@ -99,7 +100,7 @@ def init_cmd(
             raise InputError(f"bound {k}={v!r}: use KNOB=LO:HI") from None
     settings = AgentSettings(
         **loop, connector=connector, mode="auto" if auto else "propose", min_jobs=min_jobs, bounds=bounds,
-        max_step=max_step, fixed=_pairs(fix, "fix"),
+        max_step=max_step, max_twin_error=max_twin_error, fixed=_pairs(fix, "fix"),
         seed_history=str(seed_history.resolve()) if seed_history else None, notify=notify)
     st = state or default_state()
     agent = init_agent(st, settings)
@@ -226,6 +227,12 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         if ev.dropped_knobs:
             typer.echo("  left as they run (no share of the gain): " +
                        ", ".join(str(k) for k in ev.dropped_knobs))
+    if st.judged:
+        j = st.judged
+        typer.echo(f"judged: revision {j.revision}: predicted gain {_pct(j.predicted_gain)}, "
+                   f"counterfactual gain {_pct(j.counterfactual_gain)}, twin error "
+                   f"{_pct(j.twin_error, sign=False)}")
+        typer.echo(f"  {j.verdict}")
     if st.last_round:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.last_round.time))
         typer.echo(f"last round {when}: {st.last_round.action}: {st.last_round.why}")
@@ -259,6 +266,11 @@ def _print_overridden(r: Any) -> None:
     for o in r.overridden:
         typer.echo(f"  discarded the hand-set {o.setting}={o.live} (the running revision had "
                    f"{o.expected})")
+
+
+def _pct(v: float | None, sign: bool = True) -> str:
+    """A relative figure in percent; "unknown" when there is none (never "+0.0%")."""
+    return "unknown" if v is None else f"{v:+.1%}" if sign else f"{v:.1%}"
 
 
 @agent_app.command("approve")

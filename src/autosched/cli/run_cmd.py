@@ -193,14 +193,13 @@ def _progress(n_strategies: int):
     with Progress(TextColumn("{task.description:<48}"), BarColumn(), TimeElapsedColumn(),
                   console=Console(stderr=True), transient=True) as bar:
         task = bar.add_task("starting", total=n_strategies)
-        state = {"names": [], "last": None}
+        names: list[str] = []  # the strategies reported so far, in order
 
         def update(what: str, done: float, total: float) -> None:
             name = what.split(":", 1)[0]
-            if name != state["last"]:
-                state["names"].append(name)
-                state["last"] = name
-            k = len(state["names"]) - 1
+            if not names or names[-1] != name:
+                names.append(name)
+            k = len(names) - 1
             bar.update(task, description=what, completed=k + (done / total if total else 0))
 
         yield update

@@ -4,15 +4,19 @@ cluster's configuration a revision in the store.
 A round (`Agent.step`) is observe -> decide -> act (live/round.py has the data and the rules):
 `observe` reconciles an apply that a killed process left half done, then reads the store, the
 live settings, the cluster's setup (its twin: partitions, associations, flags; live/twin.py) and
-the history, and turns a failed read into a typed block (Slurm down: retried after a back-off); `decide` (pure) stops on a freeze, a hand edit, a change less
-than a period old, an open proposal or too little history, judges the last change once a period
-has passed and plans the guard's rollback when it did worse than the margin, or plans a tuning
-round; `act` carries the plan out: one Controller round on the history turns a clear winner into a
-proposal (propose mode) or applies it (auto mode, within per-knob bounds and a maximum step). The
-round (with the setup it read and what changed in it) and the controller's memory (warm starts,
-pooled trials, drift reference) are recorded in the store, so a round in a new process goes on
-where the last one stopped; a memory left on another setup of the cluster is not used. The CLI and the HTTP
-service call the same actions (approve, reject, rollback, freeze, unfreeze, adopt, status).
+the history, and turns a failed read into a typed block (Slurm down: retried after a back-off);
+once the running change has been live for a period, it also replays that period's real jobs in
+the twin under the config before the change and under the change (live/judge.py). `decide` (pure)
+stops on a freeze, a hand edit, a change less than a period old, an open proposal or too little
+history, judges the last change on that replay (a rollback when it did worse than the margin in
+the counterfactual; a freeze, saying why, when the twin missed the period by more than
+``max_twin_error``), or plans a tuning round; `act` carries the plan out: one Controller round
+on the history turns a clear winner into a proposal (propose mode) or applies it (auto mode,
+within per-knob bounds and a maximum step). The round (with the setup it read and what changed
+in it) and the controller's memory (warm starts, pooled trials, drift reference) are recorded in
+the store, so a round in a new process goes on where the last one stopped; a memory left on
+another setup of the cluster is not used. The CLI and the HTTP service call the same actions
+(approve, reject, rollback, freeze, unfreeze, adopt, status).
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ from .round import (
     Stop,
     Tune,
     decide,
+    judge_due,
     next_retry,
 )
 from .settings import AgentSettings, check_setup, prepare_cluster
@@ -462,7 +467,7 @@ class Agent:
     def rules(self) -> RoundRules:
         s = self.settings
         return RoundRules(period=s.period, history=s.history, min_jobs=s.min_jobs, metric=s.metric,
-                          margin=s.guard_margin)
+                          margin=s.guard_margin, max_twin_error=s.max_twin_error)
 
     def observe(self, trigger: str = "period", now: float | None = None) -> Observed:
         """Every read a round makes, in order, stopping at the first that settles the round (see
@@ -515,7 +520,26 @@ class Agent:
         except LiveError as e:
             return replace(seen, block=Block(f"cannot read the history: {e}"))
         kept, left_out = twin_jobs(jobs, setup)
-        return replace(seen, jobs=kept, left_out=left_out, pending=self.store.pending())
+        seen = replace(seen, jobs=kept, left_out=left_out, pending=self.store.pending())
+        if judge_due(running, self.rules(), seen.now):
+            return self._replay_period(seen, running, setup)
+        return seen
+
+    def _replay_period(self, seen: Observed, running: Revision, setup: ClusterSetup) -> Observed:
+        """`seen` with the judge's replay of the period after `running` went live, under its
+        parent's config and its own (live/judge.py); or, when the replay cannot be made, why."""
+        from .judge import counterfactual
+
+        assert running.applied_at is not None and running.parent is not None and seen.jobs is not None
+        change = running.applied_at
+        try:
+            space = self.twin_space(setup)
+            old, new = (space.full(c) for c in (self.store.get(running.parent).config, running.config))
+            cf = counterfactual(seen.jobs, setup.cluster_spec(), self.settings.policy, old, new,
+                                change, change + self.settings.period, seen.now, self.settings.seed)
+        except AutoschedError as e:
+            return replace(seen, unjudged=f"the twin could not replay the period: {e}")
+        return replace(seen, counterfactual=cf)
 
     def act(self, plan: Plan, observed: Observed) -> RoundOutcome:
         """Carry `plan` out and record the round (with the controller's memory when it tuned)."""
@@ -525,6 +549,8 @@ class Agent:
         if isinstance(plan, Stop):
             if plan.blocked is not None:
                 self.store.set_blocked(plan.blocked)
+            if plan.freeze is not None:
+                self.freeze("agent:judge", plan.freeze)
             out = RoundOutcome(plan.action, plan.why, retry_after=plan.retry_after)
         elif isinstance(plan, RollBack):
             try:
@@ -616,7 +642,7 @@ class Agent:
         from ..export.live import live_subspace
 
         s = self.settings
-        space = live_space(s.policy, {**s.fixed, **setup.pinned(self.space.fixed)})
+        space = self.twin_space(setup)
         full = space.full(running.config)
         bounds = {k: (float(v[0]), float(v[1])) for k, v in s.bounds.items()}
         # The controller tunes the live part of the policy's space (fixed knobs pinned, managed
@@ -625,6 +651,13 @@ class Agent:
         source = ReplaySource() if s.model == "replay" else s.model_source()
         return Controller(s, setup.cluster_spec(), source, initial_config=full, subspace=subspace,
                           drift_window=s.period, smallest_change=True)
+
+    def twin_space(self, setup: ClusterSetup) -> LiveSpace:
+        """The policy's knobs as the twin of the cluster `setup` describes simulates them: the
+        managed ones, the settings' fixed values, and those the cluster sets (PriorityFlags) as
+        it sets them (`LiveSpace.full` of a revision's config is the config simulated)."""
+        s = self.settings
+        return live_space(s.policy, {**s.fixed, **setup.pinned(self.space.fixed)})
 
     def _controller(self, running: Revision, setup: ClusterSetup) -> Controller:
         """The round's Controller, going on from the memory the last tuning round left (unless
@@ -679,7 +712,7 @@ class Agent:
 
     def run(self, rounds: int | None = None, poll: float | None = None,
             should_stop: Callable[[], bool] = lambda: False,
-            sleep: Callable[[float], None] = time.sleep,
+            sleep: Callable[[float], object] = time.sleep,
             clock: Callable[[], float] = time.monotonic) -> list[RoundOutcome]:
         """Rounds every period (and on drift, checked every `poll` s) until `rounds` rounds ran or
         `should_stop()` (or `request_stop`: a round that only reads or tunes then is given up).
@@ -692,7 +725,7 @@ class Agent:
             return []
 
     def _run(self, rounds: int | None, poll: float | None, should_stop: Callable[[], bool],
-             sleep: Callable[[float], None], clock: Callable[[], float]) -> list[RoundOutcome]:
+             sleep: Callable[[float], object], clock: Callable[[], float]) -> list[RoundOutcome]:
         period = self.settings.period
         poll = poll if poll is not None else max(30.0, min(period / 4, 600.0))
         done: list[RoundOutcome] = []

@@ -1,5 +1,5 @@
 """A live cluster's job history: sacct text kept incrementally, read into what the Controller
-observes, and the metrics of a past period as they really were.
+observes, with each job's run time as known at a given moment.
 
 Finished jobs go through the project's sacct loader (`autosched.trace.slurm`: GPUs from the TRES,
 step folding, every dropped row counted under its rule). What the loader does not keep and the
@@ -512,26 +512,19 @@ def observation(jobs: LiveJobs, now: float, window: float, seed: int = 0,
     origin = math.floor(first / 86400.0) * 86400.0
     idx = np.flatnonzero(keep & (jobs.submit <= now))
     done = jobs.finished[idx]
-    ran = np.where(np.isnan(jobs.start), 0.0, np.maximum(now - np.nan_to_num(jobs.start), 0.0))
-    dur = np.where(jobs.finished, jobs.duration, ran)
-    rng = np.random.default_rng([seed, int(now)])
-    # Durations are estimated from every job known by now, not only the window's (see
-    # autosched.adapt.observe: a window's finished jobs are its short ones).
-    past = np.flatnonzero(jobs.submit <= now)
-    imputed_past = impute_from_past(dur[past], jobs.finished[past], jobs.submit[past], jobs.gpus[past], now, rng)
-    imputed = imputed_past[np.searchsorted(past, idx)]
-    history = _trace(jobs, idx, jobs.submit[idx] - origin, np.maximum(imputed, 1.0),
-                     jobs.time_limit[idx])
+    ran = run_so_far(jobs, now)
+    total = durations_at(jobs, now, seed)
+    history = job_trace(jobs, idx, jobs.submit[idx] - origin, np.maximum(total[idx], 1.0),
+                        jobs.time_limit[idx])
     end = np.where(done, jobs.end[idx] - origin, np.nan)
     # Every unfinished job gets its imputed total, also one submitted before the window (what it
     # has run is only a lower bound of its duration).
     act = np.flatnonzero(active)
-    total = imputed_past[np.searchsorted(past, act)]
-    remaining = np.maximum(total - ran[act], 1.0)
+    remaining = np.maximum(total[act] - ran[act], 1.0)
     # Slurm plans a running job's end at its start + limit: in the backlog, which starts it at
     # `now`, that is what is left of the limit
     left = np.maximum(jobs.time_limit[act] - ran[act], 1.0)  # NaN (no limit) stays NaN
-    backlog = _trace(jobs, act, np.full(len(act), now - origin), remaining, left)
+    backlog = job_trace(jobs, act, np.full(len(act), now - origin), remaining, left)
     if backlog_history:
         backlog = backlog.replace(attained=ran[act] * jobs.gpus[act], age=now - jobs.submit[act])
     obs = Observation(now - origin, start - origin, history, done, end, backlog,
@@ -539,8 +532,27 @@ def observation(jobs: LiveJobs, now: float, window: float, seed: int = 0,
     return obs, origin
 
 
-def _trace(jobs: LiveJobs, idx: np.ndarray, submit: np.ndarray, duration: np.ndarray,
-           limit: np.ndarray) -> Trace:
+def run_so_far(jobs: LiveJobs, now: float) -> np.ndarray:
+    """Each job's run time by `now`: from its start (0 if it has not started), to `now`."""
+    return np.where(np.isnan(jobs.start), 0.0, np.maximum(now - np.nan_to_num(jobs.start), 0.0))
+
+
+def durations_at(jobs: LiveJobs, now: float, seed: int = 0) -> np.ndarray:
+    """Each job's run time as known at `now`: the true one of a finished job; for one submitted
+    by `now` that has not finished, a draw of its total given what it has run so far
+    (`impute_from_past`, seeded by `seed` and `now`); for one submitted later, 0."""
+    ran = run_so_far(jobs, now)
+    out = np.where(jobs.finished, jobs.duration, ran)
+    rng = np.random.default_rng([seed, int(now)])
+    # Durations are estimated from every job known by now, not only a window's (see
+    # autosched.adapt.observe: a window's finished jobs are its short ones).
+    past = np.flatnonzero(jobs.submit <= now)
+    out[past] = impute_from_past(out[past], jobs.finished[past], jobs.submit[past], jobs.gpus[past], now, rng)
+    return out
+
+
+def job_trace(jobs: LiveJobs, idx: np.ndarray, submit: np.ndarray, duration: np.ndarray,
+              limit: np.ndarray) -> Trace:
     """The jobs `idx` as a Trace: Slurm's user, account and partition (also as the VC, the
     workload models' unit), CPUs and time limit (NaN: none)."""
     return Trace.from_columns({
@@ -550,35 +562,6 @@ def _trace(jobs: LiveJobs, idx: np.ndarray, submit: np.ndarray, duration: np.nda
         "partition": jobs.partition[idx].astype(str), "vc": jobs.partition[idx].astype(str),
         "num_cpus": jobs.cpus[idx].astype(np.int64), "time_limit": np.asarray(limit, dtype=float)},
         source="sacct")
-
-
-@dataclass(frozen=True)
-class PeriodMetrics:
-    """What really happened to the jobs submitted in [start, end) that finished."""
-
-    start: float
-    end: float
-    jobs: int
-    values: dict[str, float]
-
-    def to_dict(self) -> dict:
-        return {"start": self.start, "end": self.end, "jobs": self.jobs, **self.values}
-
-
-def period_metrics(jobs: LiveJobs, start: float, end: float) -> PeriodMetrics:
-    """JCT, queueing delay and slowdown of the jobs submitted in [start, end) that finished, as
-    sacct recorded them (the metrics of `autosched.sim.metrics` that a real cluster can give)."""
-    m = jobs.finished & (jobs.submit >= start) & (jobs.submit < end)
-    jct = jobs.end[m] - jobs.submit[m]
-    queue = jobs.start[m] - jobs.submit[m]
-    run = jobs.duration[m]
-    if not m.any():
-        return PeriodMetrics(start, end, 0, {})
-    vals = {"avg_jct": float(jct.mean()), "median_jct": float(np.median(jct)),
-            "p95_jct": float(np.percentile(jct, 95)), "p99_jct": float(np.percentile(jct, 99)),
-            "avg_queue": float(queue.mean()), "p99_queue": float(np.percentile(queue, 99)),
-            "avg_slowdown": float(np.mean(jct / np.maximum(run, 10.0)))}
-    return PeriodMetrics(start, end, int(m.sum()), vals)
 
 
 def combine(live: LiveJobs, seed: LiveJobs) -> LiveJobs:

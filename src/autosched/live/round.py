@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from .history import LiveJobs, period_metrics
+from .history import LiveJobs
+from .judge import FIGURES, Counterfactual
 from .store import Evidence, Flags, JudgedOutcome, Revision, RevisionKind
 from .twin import ClusterSetup
 
@@ -89,6 +90,10 @@ class Observed:
     jobs: LiveJobs | None = None  # the history's jobs the twin can place (`twin.twin_jobs`)
     left_out: Mapping[str, int] = field(default_factory=dict)  # the others, by reason
     pending: Revision | None = None
+    # the judge's replay of the period after the running revision went live, once it is due
+    # (`judge_due`); when it is due and could not be made, `unjudged` says why
+    counterfactual: Counterfactual | None = None
+    unjudged: str = ""
 
 
 @dataclass(frozen=True)
@@ -99,7 +104,8 @@ class RoundRules:
     history: float  # s of history a round learns from
     min_jobs: int  # finished jobs in that history below which nothing is proposed
     metric: str
-    margin: float  # an observed loss beyond it rolls a change back
+    margin: float  # a counterfactual loss beyond it rolls a change back
+    max_twin_error: float  # a twin error beyond it freezes the agent instead of judging
 
 
 # -- what a round decides -------------------------------------------------------------------
@@ -114,11 +120,13 @@ class Stop:
     retry_after: float | None = None
     blocked: str | None = None  # the agent's block note to set ("" clears it; None keeps it)
     judged: JudgedOutcome | None = None  # the judge's record of the running revision
+    freeze: str | None = None  # the agent freezes itself, saying why (None: it does not)
 
 
 @dataclass(frozen=True)
 class RollBack:
-    """The running revision did worse than the margin: the guard returns to revision `to`."""
+    """The running revision did worse than the margin in the counterfactual: the guard returns
+    to revision `to`."""
 
     to: int
     why: str
@@ -158,10 +166,11 @@ def decide(obs: Observed, rules: RoundRules, now: float) -> Plan:
     if obs.jobs is None:
         why = "the round read no history"
         return Stop(Action.BLOCKED, why, blocked=why)
-    judged = judge(running, obs.jobs, rules, now)
+    judged = judge(running, obs, rules, now)
+    if judged is not None and not trusted(judged, rules):
+        return Stop(Action.FROZEN, judged.verdict, judged=judged, freeze=judged.verdict)
     outcome = judged or running.outcome
-    if (outcome is not None and outcome.observed_gain is not None
-            and outcome.observed_gain < -rules.margin and running.parent is not None
+    if (outcome is not None and rolls_back(outcome, rules) and running.parent is not None
             and running.kind is not RevisionKind.ROLLBACK):
         # a worse change goes back; again at a later round if the rollback failed
         return RollBack(running.parent, outcome.verdict, judged)
@@ -185,31 +194,61 @@ def decide(obs: Observed, rules: RoundRules, now: float) -> Plan:
     return Tune(running, jobs, obs.setup, judged)
 
 
-def judge(running: Revision, jobs: LiveJobs, rules: RoundRules, now: float) -> JudgedOutcome | None:
-    """One period after a change, what happened: the metric in the period after against the
-    period before. None when there is nothing to judge (yet): already judged, not a change the
-    agent or an operator applied, or less than a period ago."""
+def judge_due(running: Revision, rules: RoundRules, now: float) -> bool:
+    """Whether the running revision is judged now: a change the agent or an operator applied
+    (not the baseline, not an adopted config), not judged yet, live for a period."""
     applied = running.applied_at
-    if (running.outcome is not None or applied is None or running.parent is None
-            or running.kind in (RevisionKind.BASELINE, RevisionKind.ADOPTED)
-            or now < applied + rules.period):
+    return (running.outcome is None and applied is not None and running.parent is not None
+            and running.kind not in (RevisionKind.BASELINE, RevisionKind.ADOPTED)
+            and now >= applied + rules.period)
+
+
+def trusted(outcome: JudgedOutcome, rules: RoundRules) -> bool:
+    """Whether the twin was close enough to the cluster over the judged period to decide on its
+    counterfactual (an outcome without a twin error decides nothing either way)."""
+    return outcome.twin_error is None or outcome.twin_error <= rules.max_twin_error
+
+
+def rolls_back(outcome: JudgedOutcome, rules: RoundRules) -> bool:
+    """Whether a judged change made things worse by more than the margin, in a twin trusted on
+    the period."""
+    gain = outcome.counterfactual_gain
+    return gain is not None and gain < -rules.margin and outcome.twin_error is not None \
+        and trusted(outcome, rules)
+
+
+def judge(running: Revision, obs: Observed, rules: RoundRules, now: float) -> JudgedOutcome | None:
+    """The judge's record of the running revision when it is due (`judge_due`; None otherwise),
+    from the round's counterfactual (`Observed.counterfactual`): the twin's error on the period
+    and the change's counterfactual gain, and the verdict the round's rules give them."""
+    if not judge_due(running, rules, now):
         return None
-    before = period_metrics(jobs, applied - rules.period, applied)
-    after = period_metrics(jobs, applied, applied + rules.period)
-    metric = rules.metric if rules.metric in (after.values or before.values or {rules.metric: 0}) \
-        else "avg_jct"
     predicted = running.evidence.predicted_gain
-    if before.jobs == 0 or after.jobs == 0 or metric not in after.values:
-        return JudgedOutcome(metric, before.to_dict(), after.to_dict(), predicted,
-                             "not judged: no finished jobs in one of the two periods")
-    b, a = before.values[metric], after.values[metric]
-    gain = (b - a) / abs(b) if b else 0.0
-    if gain < -rules.margin and running.kind is not RevisionKind.ROLLBACK:
-        verdict = (f"worse: {metric} {b:.1f} -> {a:.1f} ({gain:+.1%}, margin "
-                   f"{rules.margin:.1%}); rolled back")
+    metric = rules.metric if rules.metric in FIGURES else "avg_jct"
+    cf = obs.counterfactual
+    if cf is None:
+        return JudgedOutcome(metric, predicted, f"not judged: {obs.unjudged or 'no replay of the period'}")
+    if cf.realized.jobs == 0:
+        return JudgedOutcome(metric, predicted, "not judged: no job was queued at the change or "
+                             "submitted in the period", period=cf.period())
+    real, old, new = (f.value(metric) for f in (cf.realized, cf.old, cf.new))
+    error = abs(new - real) / real if real > 0 else None
+    gain = (old - new) / old if old > 0 else 0.0
+    jobs = (f"{cf.realized.jobs} jobs, {cf.realized.jobs - cf.realized.finished} unfinished at "
+            "the period's end")
+    said = f"{metric} {old:.1f} -> {new:.1f} s in the twin ({gain:+.1%}; {jobs})"
+    if error is None:
+        verdict = f"not judged: the period's realized {metric} is 0"
+    elif error > rules.max_twin_error:
+        verdict = (f"twin not trusted: it gave {new:.1f} s where the cluster had {real:.1f} s "
+                   f"({metric}, error {error:.1%}, over the {rules.max_twin_error:.0%} limit); "
+                   f"{said}; frozen instead of deciding")
+    elif gain < -rules.margin and running.kind is not RevisionKind.ROLLBACK:
+        verdict = f"worse: {said}, margin {rules.margin:.1%}; twin error {error:.1%}; rolled back"
     else:
-        verdict = f"kept: {metric} {b:.1f} -> {a:.1f} ({gain:+.1%})"
-    return JudgedOutcome(metric, before.to_dict(), after.to_dict(), predicted, verdict, gain)
+        verdict = f"kept: {said}; twin error {error:.1%}"
+    return JudgedOutcome(metric, predicted, verdict, gain if error is not None else None, error,
+                         cf.realized.to_dict(), cf.old.to_dict(), cf.new.to_dict(), cf.period())
 
 
 # -- what came of a round -------------------------------------------------------------------

@@ -67,6 +67,8 @@ class AgentSettings(LoopConfig):
     max_step: float = 0.25  # auto mode: fraction of a knob's range one round may move it
     fixed: dict[str, Any] = field(default_factory=dict)  # values of the non-live knobs
     seed_history: str | None = None  # a sacct export that seeds the history
+    # the judge freezes the agent when its twin missed a judged period's metric by more (0.25 = 25%)
+    max_twin_error: float = 0.25
     notify: str | None = None  # a webhook URL told of proposals, blocks, applies, ... (live/notify.py)
 
     def __post_init__(self) -> None:
@@ -80,6 +82,9 @@ class AgentSettings(LoopConfig):
             raise LiveError(f"min jobs must be at least 1 (got {self.min_jobs})")
         if not 0 < self.max_step <= 1:
             raise LiveError(f"max step {self.max_step:g}: must be in (0, 1]")
+        if not 0 < self.max_twin_error < math.inf:
+            raise LiveError(f"max twin error {self.max_twin_error:g}: must be a positive number "
+                            "(0.25: the twin may miss a period's metric by 25%)")
         check_connector(self.connector)
         check_bounds(live_space(self.policy, self.fixed), self.bounds)  # also: fixed values are valid
         if self.notify is not None:

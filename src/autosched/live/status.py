@@ -47,10 +47,33 @@ class TwinStatus:
 
 
 @dataclass(frozen=True)
+class Judgement:
+    """The judge's newest record (`JudgedOutcome`) among the revisions a status lists: the
+    revision, the gain predicted when it was proposed, its counterfactual gain and the twin's
+    error over the period after it went live (None where the judge could not measure them), and
+    the verdict."""
+
+    revision: int
+    predicted_gain: float | None
+    counterfactual_gain: float | None
+    twin_error: float | None
+    verdict: str
+
+    @classmethod
+    def newest(cls, history: tuple[Revision, ...]) -> Judgement | None:
+        """From the newest revision of `history` (newest first) that has an outcome."""
+        for r in history:
+            if (o := r.outcome) is not None:
+                return cls(r.id, o.predicted_gain, o.counterfactual_gain, o.twin_error, o.verdict)
+        return None
+
+
+@dataclass(frozen=True)
 class AgentStatus:
     """The running revision, the pending proposal, the newest revisions, whether the agent is
-    frozen or blocked and why, its last round and the next, and the cluster's setup as the
-    newest round read it (`TwinStatus`; None before any round read it). Read from the store; the agent's
+    frozen or blocked and why, its last round and the next, the cluster's setup as the
+    newest round read it (`TwinStatus`; None before any round read it), and the judge's newest
+    record (`Judgement`). Read from the store; the agent's
     settings (mode, policy, period, connector) are None when the agent cannot be opened, and
     `agent_error` says why."""
 
@@ -71,6 +94,7 @@ class AgentStatus:
     connector: dict[str, Any] | None  # what the agent talks to (`Connector.describe`)
     agent_error: str = ""  # why the agent could not be opened, or ""
     twin: TwinStatus | None = None
+    judged: Judgement | None = None  # the judge's newest record among `history`
     # managed settings slurm.conf sets that the include file shadows, as the newest round that
     # checked found them (`Agent.shadowed`)
     shadowed: tuple[str, ...] = ()
@@ -96,8 +120,8 @@ class AgentStatus:
             "interrupted_apply": self.interrupted_apply, "last_round": self.last_round,
             "next_round": self.next_round, "mode": self.mode, "policy": self.policy,
             "period": self.period, "connector": self.connector, "agent_error": self.agent_error,
-            "twin": self.twin, "shadowed": list(self.shadowed), "live": self.live,
-            "heartbeat": self.heartbeat, "loop_alive": self.loop_alive,
+            "twin": self.twin, "judged": self.judged, "shadowed": list(self.shadowed),
+            "live": self.live, "heartbeat": self.heartbeat, "loop_alive": self.loop_alive,
             "warnings": list(self.warnings)})
 
     def to_dict(self) -> dict[str, Any]:
@@ -164,15 +188,15 @@ def read_status(store: RevisionStore, *, history: int = 10, mode: Mode | None = 
     alive = beat is not None and beat.owner_alive() and \
         now - beat.time <= LOOP_SILENCE * beat.poll + 60.0
     next_round = last.time + wait if last is not None and wait is not None else None
+    listed = tuple(store.history(history)) if history > 0 else ()
     return AgentStatus(
-        running=running, pending=pending,
-        history=tuple(store.history(history)) if history > 0 else (),
+        running=running, pending=pending, history=listed,
         revisions=store.newest_id(), frozen=flags.frozen, frozen_reason=flags.frozen_reason,
         frozen_by=flags.frozen_by, blocked=flags.blocked,
         interrupted_apply=intent.rev_id if intent else None, last_round=last,
         next_round=next_round,
         mode=mode, policy=policy, period=period, connector=connector, agent_error=agent_error,
-        twin=TwinStatus.from_row(*read) if read else None,
+        twin=TwinStatus.from_row(*read) if read else None, judged=Judgement.newest(listed),
         shadowed=tuple(str(x) for x in shadowed) if isinstance(shadowed, list) else (),
         live=live, heartbeat=beat, loop_alive=alive,
         warnings=loop_warnings(now, beat, alive, next_round, period, live))

@@ -291,35 +291,45 @@ class Evidence:
 
 @dataclass(frozen=True)
 class JudgedOutcome:
-    """What happened in the period after a revision was applied, recorded once by the agent's
-    judge (live/round.py) against the period before it. `observed_gain` is None when the revision
-    was not judged: no finished jobs in one of the periods."""
+    """What a revision did over the period after it went live, recorded once by the agent's judge
+    (live/round.py) one period on: the period's real jobs, replayed in the agent's twin from the
+    backlog at the change under the config before it and under its own (live/judge.py), beside
+    what really happened; every figure counts a job that had not finished by the period's end
+    with what it had waited and run so far. Gains are relative (0.05 = 5% better), on `metric`.
 
-    metric: str  # what was compared (the agent's metric, or avg_jct when that was not measured)
-    before: dict[str, Any]  # the period before: `period_metrics(...).to_dict()`
-    after: dict[str, Any]  # the period after
+    An outcome stored by an older version (a before/after comparison: ``before``, ``after``,
+    ``observed_gain``) reads with its metric, predicted gain and verdict; its other figures are
+    None."""
+
+    metric: str  # what was compared (the agent's metric if the judge measures it, else avg_jct)
     predicted_gain: float | None  # copied from the revision's `Evidence`, to set beside it
-    verdict: str  # "kept: ...", "worse: ...; rolled back" or "not judged: ..."
-    observed_gain: float | None = None  # relative: (before - after) / |before|, 0.05 = 5% better
-    # how far the agent's twin (its simulation of the cluster) was from what the cluster did over
-    # the judged period, as a relative error of the metric; None until a judge that replays the
-    # period records it (``autosched_twin_error`` in /metrics is absent until then)
+    # "kept: ...", "worse: ...; rolled back", "twin not trusted: ...; frozen" or "not judged: ..."
+    verdict: str
+    # the change's gain in the twin on the period's real jobs: (old - new) / old of the simulated
+    # pair; None when not judged
+    counterfactual_gain: float | None = None
+    # how far the twin under the new config was from what the cluster did over the period:
+    # |simulated - realized| / realized
     twin_error: float | None = None
+    realized: dict[str, Any] | None = None  # the period as it went: `PeriodFigures.to_dict()`
+    simulated_old: dict[str, Any] | None = None  # replayed under the config before the change
+    simulated_new: dict[str, Any] | None = None  # replayed under the revision's config
+    period: dict[str, Any] | None = None  # the judged period: `Counterfactual.period()`
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> JudgedOutcome | None:
-        """A revision's stored outcome (None when it has none); missing keys read as empty."""
+        """A revision's stored outcome (None when it has none): missing keys read as None (the
+        metric and verdict as ""), unknown keys are ignored, and a value of another type than its
+        field's is None."""
         if not d or not isinstance(d, Mapping):
             return None
-        return cls(metric=str(d.get("metric") or ""), before=_of(dict)(d.get("before")) or {},
-                   after=_of(dict)(d.get("after")) or {},
-                   predicted_gain=_finite(d.get("predicted_gain")),
-                   verdict=str(d.get("verdict") or ""),
-                   observed_gain=_finite(d.get("observed_gain")),
-                   twin_error=_finite(d.get("twin_error")))
+        text = {"metric", "verdict"}
+        values: dict[str, Any] = {f.name: str(d.get(f.name) or "") if f.name in text
+                                  else _READ[str(f.type)](d.get(f.name)) for f in fields(cls)}
+        return cls(**values)
 
 
 @dataclass(frozen=True)

@@ -44,10 +44,11 @@ from .models import (
     ErrorOut,
     FlagsOut,
     FreezeIn,
-    OutcomeOut,
+    OutcomesOut,
     PreviewOut,
     RejectIn,
     RevisionOut,
+    RevisionsOut,
     RollbackIn,
     StatusOut,
     UnfreezeIn,
@@ -70,12 +71,14 @@ class AgentLike(Protocol):
     def unfreeze(self, actor: str) -> Flags: ...
 
 
-ERRORS = {401: {"model": ErrorOut, "description": "missing or wrong bearer token; nothing changed"},
-          404: {"model": ErrorOut, "description": "no such revision"},
-          409: {"model": ErrorOut, "description": "the state does not allow it; says why"},
-          413: {"model": ErrorOut, "description": "request body too large; nothing read"},
-          503: {"model": ErrorOut, "description": "the scheduler or the store did not answer, or "
-                                                  "the store was replaced by something else"}}
+ERRORS: dict[int | str, dict[str, Any]] = {
+    401: {"model": ErrorOut, "description": "missing or wrong bearer token; nothing changed"},
+    404: {"model": ErrorOut, "description": "no such revision"},
+    409: {"model": ErrorOut, "description": "the state does not allow it; says why"},
+    413: {"model": ErrorOut, "description": "request body too large; nothing read"},
+    503: {"model": ErrorOut, "description": "the scheduler or the store did not answer, or "
+                                            "the store was replaced by something else"},
+}
 LOOPBACK_HOSTS = ["127.0.0.1", "localhost", "::1", "[::1]"]
 _bearer = HTTPBearer(auto_error=False)
 Credentials = Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)]
@@ -293,7 +296,7 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
             rounds.update(key=key, counts=store.round_counts())
         return Response(metrics.render(status, rounds["counts"]), media_type=metrics.CONTENT_TYPE)
 
-    @app.get("/api/revisions", response_model=list[RevisionOut], dependencies=reads,
+    @app.get("/api/revisions", response_model=RevisionsOut, dependencies=reads,
              summary="Every revision with its config, diff, evidence, events, outcome and "
                      "approval, newest first")
     def list_revisions(limit: Annotated[int | None, Query(ge=1, le=10_000)] = None
@@ -312,15 +315,15 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
     def preview(rev_id: int) -> dict[str, Any]:
         return get_agent().preview(rev_id).to_dict()
 
-    @app.get("/api/proposals", response_model=list[RevisionOut], dependencies=reads,
+    @app.get("/api/proposals", response_model=RevisionsOut, dependencies=reads,
              summary="Every revision that began as a proposal (whatever became of it), newest "
                      "first")
     def list_proposals() -> list[dict[str, Any]]:
         return [r.to_dict() for r in views.proposals(watch.current()[0].history())]
 
-    @app.get("/api/outcomes", response_model=list[OutcomeOut], dependencies=reads,
-             summary="Per applied revision: predicted gain and spread against the observed one, "
-                     "oldest first")
+    @app.get("/api/outcomes", response_model=OutcomesOut, dependencies=reads,
+             summary="Per applied revision: predicted gain and spread against the counterfactual "
+                     "gain and the twin's error one period on, oldest first")
     def list_outcomes() -> list[dict[str, Any]]:
         return [o.to_dict() for o in views.outcomes(watch.current()[0].history())]
 

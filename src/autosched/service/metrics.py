@@ -21,7 +21,8 @@ stand-in value: Prometheus then has no sample, and ``absent(...)`` says so.
 | ``autosched_interrupted_apply`` | gauge | 1 while an interrupted apply awaits reconciliation |
 | ``autosched_last_round_timestamp_seconds`` | gauge | when the last round ran |
 | ``autosched_next_round_timestamp_seconds`` | gauge | when the next is due |
-| ``autosched_twin_error{revision}`` | gauge | the twin's relative error over the newest judged period, once a judge records one |
+| ``autosched_twin_error{revision}`` | gauge | the twin's relative error over the newest judged period (absent when the judge could not measure it) |
+| ``autosched_counterfactual_gain{revision}`` | gauge | that revision's gain in the twin over the same period, against the config before it (relative: 0.05 = 5% better) |
 """
 
 from __future__ import annotations
@@ -127,11 +128,14 @@ def render(status: AgentStatus, rounds: Mapping[str, int]) -> str:
               last.time if last else None)
     out.gauge("autosched_next_round_timestamp_seconds", "When the next round is due (unix seconds).",
               status.next_round)
-    judged = next((r for r in status.history
-                   if r.outcome is not None and r.outcome.twin_error is not None), None)
-    out.family("autosched_twin_error", "gauge",
-               "Relative error of the agent's twin against the cluster over the newest judged "
-               "period (absent until a judge records one).",
-               [] if judged is None or judged.outcome is None or judged.outcome.twin_error is None
-               else [({"revision": str(judged.id)}, judged.outcome.twin_error)])
+    judged = status.judged
+    for name, value, what in (
+            ("autosched_twin_error", judged.twin_error if judged else None,
+             "Relative error of the agent's twin against the cluster over the newest judged "
+             "period (absent when the judge could not measure it)."),
+            ("autosched_counterfactual_gain", judged.counterfactual_gain if judged else None,
+             "Gain of the newest judged revision in the twin over that period, against the "
+             "config before it (relative: 0.05 = 5% better).")):
+        out.family(name, "gauge", what,
+                   [] if judged is None or value is None else [({"revision": str(judged.revision)}, value)])
     return out.text()

@@ -52,6 +52,10 @@ RevisionOut = model_of(Revision)
 FlagsOut = model_of(Flags)
 OutcomeOut = model_of(OutcomeRow)
 PreviewOut = model_of(IncludePreview)
+# `list[RevisionOut]`, `list[OutcomeOut]`: written as values, since a model made at run time is not
+# a type a checker can read inside brackets.
+RevisionsOut = types.GenericAlias(list, (RevisionOut,))
+OutcomesOut = types.GenericAlias(list, (OutcomeOut,))
 
 # Who acted, as recorded in the revision's events ("operator:NAME"); letters, digits and ._@-
 OperatorName = Field(default=None, pattern=r"^[A-Za-z0-9._@-]{1,64}$",

@@ -18,7 +18,7 @@ from html import escape
 from typing import Any
 
 from ..live.round import RoundRecord
-from ..live.status import AgentStatus, TwinStatus
+from ..live.status import AgentStatus, Judgement, TwinStatus
 from ..live.store import Revision, RevisionState
 from .views import OutcomeRow
 
@@ -34,8 +34,8 @@ def _v(v: Any) -> str:
     return "(unset)" if v is None else escape(json.dumps(v) if not isinstance(v, str) else v)
 
 
-def _pct(x: float | None) -> str:
-    return "-" if x is None else f"{x:+.1%}"
+def _pct(x: float | None, sign: bool = True) -> str:
+    return "-" if x is None else f"{x:+.1%}" if sign else f"{x:.1%}"
 
 
 Slurm = Callable[[dict[str, Any]], "dict[str, str] | None"]
@@ -107,7 +107,8 @@ def render(status: AgentStatus, history: list[Revision], outcomes: list[OutcomeR
         f'<dt>Slurm last read</dt><dd id=slurm-read>'
         f'{_t(status.live.time) if status.live else "never"}</dd>'
         f'<dt>Revisions</dt><dd>{status.revisions}</dd>'
-        f'<dt>Cluster setup</dt><dd id=setup>{_setup(status.twin)}</dd></dl></section>',
+        f'<dt>Cluster setup</dt><dd id=setup>{_setup(status.twin)}</dd>'
+        f'<dt>Last judged</dt><dd id=judged>{_judged(status.judged)}</dd></dl></section>',
         _token_box(status),
         _pending(pending, running, status.interrupted_apply),
         _running(running, history, status),
@@ -144,6 +145,16 @@ def _setup(twin: TwinStatus | None) -> str:
               for why, n in twin.left_out.items()]
     items += [f"<li class=twin-warning>{escape(w)}</li>" for w in twin.warnings]
     return said + (f"<ul>{''.join(items)}</ul>" if items else "")
+
+
+def _judged(j: Judgement | None) -> str:
+    """The judge's newest record: the three figures, then its verdict."""
+    if j is None:
+        return "no change judged yet (a change is judged one period after it went live)"
+    return (f'revision {j.revision}: predicted gain <span id=judged-predicted>{_pct(j.predicted_gain)}'
+            f'</span>, counterfactual gain <span id=judged-counterfactual>'
+            f'{_pct(j.counterfactual_gain)}</span>, twin error <span id=judged-twin-error>'
+            f'{_pct(j.twin_error, sign=False)}</span><br><span class=muted>{escape(j.verdict)}</span>')
 
 
 def _rev_label(rev: Revision | None) -> str:
@@ -278,7 +289,8 @@ def _history(history: list[Revision], running: Revision | None, slurm: Slurm) ->
         last = r.events[-1]
         judged = r.outcome
         gain = r.evidence.predicted_gain
-        obs = judged.observed_gain if judged else None
+        cf = judged.counterfactual_gain if judged else None
+        err = judged.twin_error if judged else None
         act = ""
         if r.applied_at is not None and r.id != run_id:
             act = _btn("Roll back to this", "/api/rollback", {"revision": r.id},
@@ -288,22 +300,24 @@ def _history(history: list[Revision], running: Revision | None, slurm: Slurm) ->
             f'<td>{_t(r.created)}</td><td>{r.state.value.replace("_", " ")}</td>'
             f'<td>{escape(r.trigger)}</td><td>{_diff_list(r, by_id, slurm)}</td>'
             f'<td>{_pct(gain)}</td>'
-            f'<td title="{escape(judged.verdict if judged else "")}">{_pct(obs)}</td>'
+            f'<td title="{escape(judged.verdict if judged else "")}">{_pct(cf)}</td>'
+            f'<td>{_pct(err, sign=False)}</td>'
             f'<td>{escape(last.actor)}{": " + escape(last.note) if last.note else ""}</td>'
             f'<td>{act}</td></tr>')
     return ('<section id=history><h2>Revisions</h2><table><tr><th>rev</th><th>created</th>'
-            '<th>state</th><th>trigger</th><th>changes</th><th>predicted</th><th>observed</th>'
+            '<th>state</th><th>trigger</th><th>changes</th><th>predicted</th><th>counterfactual</th><th>twin error</th>'
             f'<th>last event</th><th></th></tr>{"".join(rows)}</table></section>')
 
 
 def _plot_section(outcomes: list[OutcomeRow]) -> str:
-    return ('<section id=outcomes><h2>Predicted against observed gain</h2>'
+    return ('<section id=outcomes><h2>Predicted against counterfactual gain</h2>'
             f'{plot_svg(outcomes)}</section>')
 
 
 def plot_svg(outcomes: list[OutcomeRow], width: int = 640, height: int = 240) -> str:
-    """Per applied revision: predicted gain with its spread (bar) and the observed gain."""
-    pts = [o for o in outcomes if o.predicted_gain is not None or o.observed_gain is not None]
+    """Per applied revision: predicted gain with its spread (bar) and the counterfactual gain
+    the judge measured one period on."""
+    pts = [o for o in outcomes if o.predicted_gain is not None or o.counterfactual_gain is not None]
     if not pts:
         return '<p class=muted id=plot-empty>No applied revision with a prediction yet.</p>'
     vals = [0.0]
@@ -311,8 +325,8 @@ def plot_svg(outcomes: list[OutcomeRow], width: int = 640, height: int = 240) ->
         if o.predicted_gain is not None:
             s = o.spread or 0.0
             vals += [o.predicted_gain - s, o.predicted_gain + s]
-        if o.observed_gain is not None:
-            vals.append(o.observed_gain)
+        if o.counterfactual_gain is not None:
+            vals.append(o.counterfactual_gain)
     lo, hi = min(vals), max(vals)
     pad = (hi - lo) * 0.1 or 0.01
     lo, hi = lo - pad, hi + pad
@@ -324,7 +338,7 @@ def plot_svg(outcomes: list[OutcomeRow], width: int = 640, height: int = 240) ->
         return top + (hi - v) / (hi - lo) * ph
 
     out = [f'<svg id=plot xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" '
-           f'viewBox="0 0 {width} {height}" role=img aria-label="predicted and observed gain per '
+           f'viewBox="0 0 {width} {height}" role=img aria-label="predicted and counterfactual gain per '
            'revision">',
            f'<line x1="{left}" x2="{width - right}" y1="{y(0):.1f}" y2="{y(0):.1f}" '
            'class=zero />']
@@ -341,14 +355,14 @@ def plot_svg(outcomes: list[OutcomeRow], width: int = 640, height: int = 240) ->
                        f'<line x1="{x - 6:.1f}" x2="{x - 6:.1f}" y1="{y(o.predicted_gain - s):.1f}"'
                        f' y2="{y(o.predicted_gain + s):.1f}" />'
                        f'<circle cx="{x - 6:.1f}" cy="{y(o.predicted_gain):.1f}" r="4" /></g>')
-        if o.observed_gain is not None:
-            out.append(f'<g class=observed><title>revision {o.revision}: observed '
-                       f'{o.observed_gain:+.2%}</title><rect x="{x + 2:.1f}" '
-                       f'y="{y(o.observed_gain) - 4:.1f}" width="8" height="8" /></g>')
+        if o.counterfactual_gain is not None:
+            out.append(f'<g class=counterfactual><title>revision {o.revision}: counterfactual '
+                       f'{o.counterfactual_gain:+.2%}</title><rect x="{x + 2:.1f}" '
+                       f'y="{y(o.counterfactual_gain) - 4:.1f}" width="8" height="8" /></g>')
     out.append(f'<g class=legend><circle cx="{width - 210}" cy="10" r="4" class=p />'
                f'<text x="{width - 202}" y="14">predicted &plusmn; spread</text>'
                f'<rect x="{width - 74}" y="6" width="8" height="8" class=o />'
-               f'<text x="{width - 62}" y="14">observed</text></g></svg>')
+               f'<text x="{width - 62}" y="14">counterfactual</text></g></svg>')
     return "".join(out)
 
 
@@ -368,7 +382,7 @@ button{{padding:3px 10px;cursor:pointer;white-space:nowrap}} .go{{background:#16
 tr.state-proposed{{background:#fefce8}} tr.state-failed,tr.state-rolled_back{{color:#888}}
 svg text{{font-size:11px;fill:#444}} svg .zero{{stroke:#999;stroke-dasharray:3 3}}
 svg .predicted line{{stroke:#2563eb;stroke-width:2}} svg .predicted circle,svg .legend .p{{fill:#2563eb}}
-svg .observed rect,svg .legend .o{{fill:#ea580c}}
+svg .counterfactual rect,svg .legend .o{{fill:#ea580c}}
 </style></head>
 <body data-version="{version}">
 {body}

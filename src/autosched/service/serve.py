@@ -101,7 +101,8 @@ def serve_in_process(state_dir: Path, *argv: str, src: str | None = None,
     proc = subprocess.Popen([exe, "agent", "serve", "--state", str(state_dir), "--port", "0", *argv],
                             env=env, stderr=subprocess.PIPE, text=True)
     try:
-        url, lines = None, []
+        url: str | None = None
+        lines: list[str] = []
         deadline = time.monotonic() + timeout
         assert proc.stderr is not None  # stderr=PIPE
         while url is None and time.monotonic() < deadline:

@@ -20,7 +20,8 @@ class StatusSource(Protocol):
 
 @dataclass(frozen=True)
 class OutcomeRow:
-    """One applied revision's predicted gain (with its spread) against what was observed: a row of
+    """One applied revision's predicted gain (with its spread) against its counterfactual gain and
+    the twin's error over the period after it went live (the judge's, `JudgedOutcome`): a row of
     ``GET /api/outcomes`` and a point of the page's plot."""
 
     revision: int
@@ -28,7 +29,8 @@ class OutcomeRow:
     state: RevisionState
     predicted_gain: float | None
     spread: float | None
-    observed_gain: float | None
+    counterfactual_gain: float | None
+    twin_error: float | None
     outcome: JudgedOutcome | None
 
     def to_dict(self) -> dict[str, Any]:
@@ -44,9 +46,10 @@ def outcomes(history: list[Revision]) -> list[OutcomeRow]:
         if rev.applied_at is None:
             continue
         # what the agent recorded: its evidence at proposal, its judge's outcome one period on
+        judged = rev.outcome
         rows.append(OutcomeRow(rev.id, rev.applied_at, rev.state, rev.evidence.predicted_gain,
-                               rev.evidence.spread,
-                               rev.outcome.observed_gain if rev.outcome else None, rev.outcome))
+                               rev.evidence.spread, judged.counterfactual_gain if judged else None,
+                               judged.twin_error if judged else None, judged))
     return rows
 
 

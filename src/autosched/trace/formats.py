@@ -9,6 +9,7 @@ write a parser (in its own module when it is more than a few lines, like `slurm.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -83,10 +84,10 @@ def _canonical_clean(header: list[str], rows: list[tuple[int, list[str]]], idx: 
           and (cpus is None or ((cpus >= 0) & (cpus <= MAX_CPUS)).all()))
     if not ok or ("time_limit" in extra and not all(map(_limit_ok, cells[extra["time_limit"]]))):
         return None
-    cols: Columns = {"job_id": list(cells[idx["job_id"]]), "submit_time": t,
-                     "num_gpus": g.astype(np.int64), "duration": d}
-    for c, i in extra.items():
-        cols[c] = cpus.astype(np.int64) if c == "num_cpus" else list(cells[i])
+    cols: dict[str, list[str] | np.ndarray] = {"job_id": list(cells[idx["job_id"]]), "submit_time": t,
+                                               "num_gpus": g.astype(np.int64), "duration": d}
+    for c, i in extra.items():  # (cpus is None exactly when there is no num_cpus column)
+        cols[c] = cpus.astype(np.int64) if c == "num_cpus" and cpus is not None else list(cells[i])
     return cols
 
 
@@ -163,7 +164,7 @@ def _parse_itp_csv(path: Path, check: RowCheck) -> Columns:
     return cols
 
 
-def _add_job(cols: Columns, job_id: str, submit: float, gpus: int, duration: float) -> None:
+def _add_job(cols: dict[str, list[Any]], job_id: str, submit: float, gpus: int, duration: float) -> None:
     cols["job_id"].append(job_id)
     cols["submit_time"].append(submit)
     cols["num_gpus"].append(gpus)

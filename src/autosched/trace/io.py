@@ -14,7 +14,7 @@ import numpy as np
 from ..atomic import atomic_path, check_input, is_stdout
 from ..errors import InputError
 from .formats import detect_format, find_format, format_names
-from .parsing import check_header, found_columns, head_bytes
+from .parsing import Columns, check_header, found_columns, head_bytes
 from .report import MAX_CPUS, MAX_DURATION, MAX_GPUS, MAX_SUBMIT_TIME, LoadReport, RowCheck
 from .table import COLUMNS, REQUIRED, TEXT_COLUMNS, Trace, TraceError
 
@@ -202,7 +202,7 @@ def _check_parquet_rows(path: Path, raw: dict[str, np.ndarray], check: RowCheck)
     return keep
 
 
-def check_jobs(cols: dict, check: RowCheck) -> dict:
+def check_jobs(cols: Columns, check: RowCheck) -> Columns:
     """The rules every format shares, applied to whole parsed columns: submit times in
     [0, MAX_SUBMIT_TIME], durations at most MAX_DURATION, and each job id once (the first row is
     kept). Broken rows are dropped (or, strict, raise) like any other; rows out of submit-time
@@ -221,7 +221,7 @@ def check_jobs(cols: dict, check: RowCheck) -> dict:
     ]
     # `row=i`: rows are named by job id, and two rows may share one (each dropped row counts)
     for col, mask, rule in rules:
-        for i in np.flatnonzero(mask & ~bad):
+        for i in np.flatnonzero(mask & ~bad).tolist():
             if col == "job_id":
                 check.drop(f"a job submitted at {t[i]:g} s", col, rule, ids[i], row=i)
             else:

@@ -11,16 +11,22 @@ import calendar
 import csv
 import gzip
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
 
 from .report import RowCheck
 from .table import TraceError
 
-Columns = dict[str, list]
+# What a parser returns: each column as a list (read row by row) or an array (read at array speed).
+Columns = Mapping[str, Sequence[Any] | np.ndarray]
+# csv.QUOTE_MINIMAL, QUOTE_ALL, QUOTE_NONNUMERIC, QUOTE_NONE (the values `csv.reader` takes)
+Quoting = Literal[0, 1, 2, 3]
 
 
 @dataclass(frozen=True)
@@ -36,7 +42,7 @@ def csv_header(head: str, delimiter: str = ",") -> list[str]:
     return [c.strip().lower() for c in next(csv.reader([first], delimiter=delimiter), [])]
 
 
-def read_csv_rows(path: Path, delimiter: str = ",", quoting: int = csv.QUOTE_MINIMAL
+def read_csv_rows(path: Path, delimiter: str = ",", quoting: Quoting = csv.QUOTE_MINIMAL
                   ) -> tuple[list[str], list[tuple[int, list[str]]]]:
     """Header (lower-cased, each name once) and (line number, cells) per non-blank data row; a
     row's line is the one it starts on (a quoted cell may span lines).
@@ -68,11 +74,11 @@ def read_csv_rows(path: Path, delimiter: str = ",", quoting: int = csv.QUOTE_MIN
 class _Lines:
     """A text file's lines as `csv.reader` takes them, keeping those of the record being read."""
 
-    def __init__(self, f):
+    def __init__(self, f: Iterator[str]) -> None:
         self.f = f
         self.record: list[str] = []
 
-    def __iter__(self):
+    def __iter__(self) -> _Lines:
         return self
 
     def __next__(self) -> str:
@@ -81,7 +87,7 @@ class _Lines:
         return line
 
 
-def _unclosed_quote(record: list[str], delimiter: str, quoting: int) -> bool:
+def _unclosed_quote(record: list[str], delimiter: str, quoting: Quoting) -> bool:
     """True when the record's lines end inside a quoted cell: read strictly, the reader runs out
     of lines mid-cell (the lenient reader used for the rows takes the rest of the file as that
     cell)."""
@@ -128,7 +134,7 @@ def column_index(path: Path, header: list[str], names: Sequence[str]) -> dict[st
     return {n: header.index(n) for n in names}
 
 
-def new_columns(*names: str) -> Columns:
+def new_columns(*names: str) -> dict[str, list[Any]]:
     return {n: [] for n in names}
 
 

@@ -40,6 +40,9 @@ def parse(path: Path, check: RowCheck) -> Columns:
     cols = new_columns("job_id", "num_gpus", "duration", "user", "vc", "status")
     uneven = 0
     for line, entry in iter_json_list(path, text):
+        if not isinstance(entry, dict):
+            check.drop(f"line {line}", "*", "job entry is not a JSON object", type(entry).__name__)
+            continue
         job = _job(check, line, entry)
         if job is None:
             continue
@@ -58,11 +61,8 @@ def parse(path: Path, check: RowCheck) -> Columns:
     return cols
 
 
-def _job(check: RowCheck, line: int, entry: object) -> tuple[int, int, float, bool] | None:
+def _job(check: RowCheck, line: int, entry: dict[str, object]) -> tuple[int, int, float, bool] | None:
     """(submit, GPUs, duration, all attempts had the same GPUs) or None after recording the drop."""
-    if not isinstance(entry, dict):
-        check.drop(f"line {line}", "*", "job entry is not a JSON object", type(entry).__name__)
-        return None
     where = f"line {line} (jobid {_text(entry.get('jobid'))})"
     submit = _time(entry.get("submitted_time"))
     if submit is None:
@@ -124,13 +124,13 @@ def _text(value: object) -> str:
 def iter_json_list(path: Path, text: str) -> Iterator[tuple[int, object]]:
     """(line, element) for each element of a top-level JSON list, decoding one element at a time
     so that every job and every syntax error is named by its line."""
-    pos = _WS.match(text).end()
+    pos = _skip_space(text, 0)
     if text[pos:pos + 1] != "[":
         raise TraceError(f"{path}: {_where(text, pos)}: expected a JSON list of jobs ('[')")
-    pos = _WS.match(text, pos + 1).end()
+    pos = _skip_space(text, pos + 1)
     line, counted = 1, 0
     if text[pos:pos + 1] == "]":
-        pos = _WS.match(text, pos + 1).end()
+        pos = _skip_space(text, pos + 1)
     else:
         while True:
             line += text.count("\n", counted, pos)
@@ -140,15 +140,22 @@ def iter_json_list(path: Path, text: str) -> Iterator[tuple[int, object]]:
             except json.JSONDecodeError as e:
                 raise TraceError(f"{path}: line {e.lineno}, column {e.colno}: bad JSON: {e.msg}") from None
             yield line, obj
-            at = _WS.match(text, pos).end()
+            at = _skip_space(text, pos)
             sep = text[at:at + 1]
             if sep not in (",", "]"):
                 raise TraceError(f"{path}: {_where(text, at)}: bad JSON: expected ',' or ']' after a job")
-            pos = _WS.match(text, at + 1).end()
+            pos = _skip_space(text, at + 1)
             if sep == "]":
                 break
     if pos < len(text):
         raise TraceError(f"{path}: {_where(text, pos)}: bad JSON: extra data after the list of jobs")
+
+
+def _skip_space(text: str, pos: int) -> int:
+    """The position of the first character at or after `pos` that is not white space."""
+    m = _WS.match(text, pos)
+    assert m is not None  # `\s*` matches everywhere, if only the empty string
+    return m.end()
 
 
 def _where(text: str, pos: int) -> str:

@@ -86,13 +86,13 @@ def parse(path: Path, check: RowCheck) -> Columns:
         got = _job(check, idx, job_id, job)
         if got is None:
             continue
-        submit, gpus, duration = got
+        submit, gpus, duration, cells = got
         stamps.append(submit)
         cols["job_id"].append(job_id)
         cols["num_gpus"].append(gpus)
         cols["duration"].append(duration)
         for canon, i in extra.items():
-            cols[canon].append(_optional_value(canon, job.cells[i]))
+            cols[canon].append(_optional_value(canon, cells[i]))
     cols["submit_time"] = from_first_day(stamps)
     _notes(check, fold)
     return cols
@@ -107,7 +107,7 @@ def _optional_columns(header: list[str]) -> dict[str, int]:
     return out
 
 
-def _optional_value(canon: str, text: str) -> str | int:
+def _optional_value(canon: str, text: str) -> str | int | float:
     text = text.strip()
     if canon == "status":
         return text.split()[0] if text else ""
@@ -174,8 +174,9 @@ def _fold(check: RowCheck, header: list[str], idx: dict[str, int], rows: list[tu
     return fold
 
 
-def _job(check: RowCheck, idx: dict[str, int], job_id: str, job: _Job) -> tuple[int, int, float] | None:
-    """(submit, GPUs, duration) of a folded job, or None after recording the drop."""
+def _job(check: RowCheck, idx: dict[str, int], job_id: str, job: _Job
+         ) -> tuple[int, int, float, list[str]] | None:
+    """(submit, GPUs, duration, the job's own row) of a folded job, or None after recording the drop."""
     if job.cells is None:
         check.drop(f"line {job.step_line or '?'} (job {job_id})", "JobID", "job step without its job's own row")
         return None
@@ -197,7 +198,7 @@ def _job(check: RowCheck, idx: dict[str, int], job_id: str, job: _Job) -> tuple[
     if gpus is None:
         return None
     duration = check.seconds(where, "End", str(end - start), positive=True)
-    return None if duration is None else (submit, gpus, duration)
+    return None if duration is None else (submit, gpus, duration, r)
 
 
 def _time(check: RowCheck, where: str, column: str, text: str) -> int | None:

@@ -24,14 +24,29 @@ _LAZY = {
     "Trial": ".tuner", "Tuner": ".tuner", "TuneResult": ".tuner",
 }
 
-if TYPE_CHECKING:
-    from .evaluate import INTERMEDIATES, ConfigScore, Evaluator, fragmentation, simulate_with_extras
-    from .executor import Executor, InProcessExecutor, ProcessExecutor, RayExecutor, TrialRun, make_executor
-    from .screening import Edge, Screening, screen
-    from .searchspace import SearchSpace, distribution
-    from .study import StudyError, problem_identity, trace_digest
-    from .tuner import Trial, Tuner, TuneResult
-
+if TYPE_CHECKING:  # `X as X`: a re-export mypy sees (it cannot read `*_LAZY` in __all__)
+    from .evaluate import INTERMEDIATES as INTERMEDIATES
+    from .evaluate import ConfigScore as ConfigScore
+    from .evaluate import Evaluator as Evaluator
+    from .evaluate import fragmentation as fragmentation
+    from .evaluate import simulate_with_extras as simulate_with_extras
+    from .executor import Executor as Executor
+    from .executor import InProcessExecutor as InProcessExecutor
+    from .executor import ProcessExecutor as ProcessExecutor
+    from .executor import RayExecutor as RayExecutor
+    from .executor import TrialRun as TrialRun
+    from .executor import make_executor as make_executor
+    from .screening import Edge as Edge
+    from .screening import Screening as Screening
+    from .screening import screen as screen
+    from .searchspace import SearchSpace as SearchSpace
+    from .searchspace import distribution as distribution
+    from .study import StudyError as StudyError
+    from .study import problem_identity as problem_identity
+    from .study import trace_digest as trace_digest
+    from .tuner import Trial as Trial
+    from .tuner import Tuner as Tuner
+    from .tuner import TuneResult as TuneResult
 
 def __getattr__(name: str) -> Any:
     if name not in _LAZY:

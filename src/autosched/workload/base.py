@@ -137,7 +137,7 @@ class WorkloadModel:
 
     # ----------------------------------------------------------------------------- public API
 
-    def fit(self, history: Trace, start: float | None = None, end: float | None = None) -> "WorkloadModel":
+    def fit(self, history: Trace, start: float | None = None, end: float | None = None) -> Self:
         """Learn the workload from `history` (and nothing after its last submission).
 
         ``start`` / ``end``: the window the history was cut from (default: its first and last
@@ -199,8 +199,9 @@ class WorkloadModel:
         header = {"format": FORMAT_VERSION, "model": self.name, "params": self.params,
                   "history": [self.history_start, self.history_end, self.history_jobs],
                   "vc_names": self.vc_names, "carried": list(self.carried), "state": meta}
+        # allow_pickle=False: the reader refuses object arrays, so the writer must too.
         with atomic_path(path) as tmp, open(tmp, "wb") as f:
-            np.savez_compressed(f, __header__=np.array(json.dumps(header)), **arrays)
+            np.savez_compressed(f, allow_pickle=False, __header__=np.array(json.dumps(header)), **arrays)
 
     @classmethod
     def load(cls, header: dict[str, Any], arrays: dict[str, np.ndarray]) -> Self:

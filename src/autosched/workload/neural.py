@@ -104,7 +104,7 @@ class Neural(WorkloadModel):
         tokens = self._tokens(t, g, d, vc)
         self.d_hist, self.d_hist_tok = d.copy(), tokens[:, 2].copy()
         torch.manual_seed(p["seed"])
-        net = _make_net(torch, self._vocab(), p["hidden"])
+        net = _make_net(self._vocab(), p["hidden"])
         feats = _time_features(t)
         age = (t[-1] - t) / DAY
         weight = 0.5 ** (age / p["half_life"]) if p["half_life"] > 0 else np.ones(len(t))
@@ -125,7 +125,8 @@ class Neural(WorkloadModel):
         # It generates from the end of its history, so a start far after it costs as much as a horizon.
         check_sample_size(self.name, rate * (end - self.tail_t[-1]))
         cap = int(10 * rate * (end - self.tail_t[-1])) + 10000
-        out_t, out_tok = [], []
+        out_t: list[float] = []
+        out_tok: list[list[int]] = []
         with torch.no_grad():
             x = torch.as_tensor(self.tail_tokens)[None]
             f = torch.as_tensor(_time_features(self.tail_t), dtype=torch.float32)[None]
@@ -175,7 +176,7 @@ class Neural(WorkloadModel):
         weights = {k: v for k, v in arrays.items() if k.startswith("net.")}
         for k, v in weights.items():
             NUMBERS.check(k, v)
-        self.net = _make_net(torch, self._vocab(), self.params["hidden"])
+        self.net = _make_net(self._vocab(), self.params["hidden"])
         self.net.load_state_dict({k[4:]: torch.as_tensor(v) for k, v in weights.items()})
         self.net.eval()
 
@@ -204,8 +205,9 @@ def _time_features(t: np.ndarray) -> np.ndarray:
     return np.column_stack([np.sin(a), np.cos(a), np.sin(b), np.cos(b)]).astype(np.float32)
 
 
-def _make_net(torch, vocab: tuple[int, int, int, int], hidden: int):
-    nn = torch.nn
+def _make_net(vocab: tuple[int, int, int, int], hidden: int):
+    torch = _torch()
+    from torch import nn  # a module, not a variable, so that mypy sees the base class
     emb = 16
 
     class Net(nn.Module):

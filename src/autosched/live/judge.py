@@ -1,0 +1,174 @@
+"""The judge's counterfactual: one period after a change, what the period's real jobs would have
+done under the old config and under the new one, in the agent's twin, beside what they did.
+
+A period is judged on the same real jobs three times, each figure censored at the judging time
+(`Counterfactual.end`, one period after the change): a job that has not finished by then counts
+with what it has waited and run so far, never dropped, in the realized figures and in the
+simulated ones alike.
+
+**Which jobs are judged**: the backlog's queued jobs at the change (submitted before it, not yet
+started) and every job submitted in the period. Each one's JCT counts from its real submission.
+Jobs running at the change are simulated (they hold their GPUs) but not judged: no config
+changes them.
+
+**How the period is replayed** (`replay_trace`), from the backlog at the change:
+
+- a job running at the change is submitted at its real start: before the change it is alone on
+  the cluster (jobs that ended before the change are left out), so it starts then (at the
+  scheduler's next pass) and runs its real run time, through the period as it did. Which nodes
+  it takes is the simulator's placement, not Slurm's; jobs that Slurm ran side by side on
+  fragmented nodes may not all fit at once in the simulator, and then one waits;
+- a job queued at the change is submitted at the change, with its age (Slurm's age factor and
+  the submission order count from its real submission);
+- a job submitted in the period is submitted when it really was.
+
+A job that has finished by the time of the round (`now`, at or after the judging time) runs its
+real run time; one that has not runs a duration drawn from the history given what it has run so
+far (`durations_at`, the agent's own rule, seeded by the round's time), the same draw under both
+configs. What the cluster's setup gives the twin (nodes, partitions, associations, billing,
+flags) is `ClusterSetup.cluster_spec`; the Slurm controller's clocks are the simulator's defaults.
+
+Pure computation: no store, no cluster. The round's rules (live/round.py) turn a
+`Counterfactual` into the judge's figures and decision.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+
+from ..cluster import ClusterSpec
+from ..policies import get_policy
+from ..sim.engine import Simulator
+from ..trace.table import Trace
+from .history import LiveJobs, durations_at, job_trace
+
+# the objectives a period is judged on (censored); another metric of the agent is judged on avg_jct
+FIGURES = ("avg_jct", "avg_queue")
+DAY = 86400.0
+
+
+@dataclass(frozen=True)
+class PeriodFigures:
+    """One account of the judged jobs over the period (real or simulated), censored at its end:
+    how many there were, how many had finished, and their average JCT and queueing delay (s),
+    each counted to the end of the period for a job that had not finished (or started) by then."""
+
+    jobs: int
+    finished: int
+    avg_jct: float
+    avg_queue: float
+
+    def value(self, metric: str) -> float:
+        return self.avg_jct if metric == "avg_jct" else self.avg_queue
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def censored_figures(submit: np.ndarray, start: np.ndarray, end: np.ndarray,
+                     until: float) -> PeriodFigures:
+    """`PeriodFigures` of jobs submitted at `submit`, started at `start` and ended at `end` (NaN:
+    not yet), censored at `until`: a start or end after `until`, or none, counts as `until`."""
+    n = len(submit)
+    if n == 0:
+        return PeriodFigures(0, 0, math.nan, math.nan)
+    done = ~np.isnan(end) & (end <= until)
+    ended = np.where(done, end, until)
+    started = np.where(~np.isnan(start) & (start <= until), start, until)
+    return PeriodFigures(n, int(done.sum()), float(np.mean(ended - submit)),
+                         float(np.mean(np.minimum(started, ended) - submit)))
+
+
+@dataclass(frozen=True)
+class Counterfactual:
+    """The period from `start` (the change, unix s) to `end` (the judging time): its judged jobs
+    as they really went (`realized`) and as the twin replays them under the old config and the
+    new one, and the backlog the replay started from."""
+
+    start: float
+    end: float
+    realized: PeriodFigures
+    old: PeriodFigures
+    new: PeriodFigures
+    running_at_change: int  # jobs running at the change (simulated, not judged)
+    queued_at_change: int  # of the judged jobs, those queued at the change
+    imputed: int  # replayed jobs that had not finished by the round: their durations were drawn
+
+    def period(self) -> dict[str, Any]:
+        """What the judged period was, as the outcome records it."""
+        return {"start": self.start, "end": self.end, "running_at_change": self.running_at_change,
+                "queued_at_change": self.queued_at_change, "imputed": self.imputed}
+
+
+@dataclass(frozen=True)
+class Replay:
+    """A period's jobs as the simulator replays them (`trace`, times from `origin`), and for each
+    of its rows whether it is judged and its real submission (unix s)."""
+
+    trace: Trace
+    origin: float
+    judged: np.ndarray  # bool per trace row
+    submit: np.ndarray  # real submission, unix s, per trace row
+    running_at_change: int
+    imputed: int
+
+
+def period_rows(jobs: LiveJobs, change: float, until: float) -> tuple[np.ndarray, np.ndarray]:
+    """Which jobs of `jobs` the period [`change`, `until`) replays (bool masks): those running at
+    the change, and those it judges (queued at the change, or submitted in the period)."""
+    started = ~np.isnan(jobs.start) & (jobs.start < change)
+    ended = ~np.isnan(jobs.end) & (jobs.end <= change)
+    before = jobs.submit < change
+    running = before & started & ~ended
+    judged = (before & ~started & ~ended) | ((jobs.submit >= change) & (jobs.submit < until))
+    return running, judged
+
+
+def replay_trace(jobs: LiveJobs, change: float, until: float, now: float, seed: int = 0) -> Replay:
+    """The jobs of the period [`change`, `until`) to replay from the backlog at `change` (see
+    the module doc), with their durations as known at `now` (>= `until`)."""
+    running, judged = period_rows(jobs, change, until)
+    idx = np.flatnonzero(running | judged)
+    total = durations_at(jobs, now, seed)[idx]
+    r, real_submit = running[idx], jobs.submit[idx]
+    # when each job arrives in the replay, and how long before that it was really submitted
+    arrive = np.where(r, jobs.start[idx], np.maximum(real_submit, change))
+    origin = math.floor(float(arrive.min(initial=change)) / DAY) * DAY
+    trace = job_trace(jobs, idx, arrive - origin, np.maximum(total, 1.0), jobs.time_limit[idx])
+    trace = trace.replace(age=arrive - real_submit)
+    # the trace's rows are sorted (by arrival, then real submission): map them back
+    row = {j: k for k, j in enumerate(jobs.job_id[idx].astype(str).tolist())}
+    order = np.array([row[j] for j in trace.job_id.tolist()], dtype=np.int64)
+    return Replay(trace, origin, ~r[order], real_submit[order], int(r.sum()),
+                  int((~jobs.finished[idx]).sum()))
+
+
+def simulate_period(replay: Replay, cluster: ClusterSpec, policy: str, config: Mapping[str, Any],
+                    until: float) -> PeriodFigures:
+    """The judged jobs' figures when `replay` runs under `policy` with `config` up to `until`
+    (unix s), censored there."""
+    sim = Simulator(replay.trace, cluster, get_policy(policy)(config)).run(until=until - replay.origin)
+    rec = sim.records()
+    j = replay.judged
+    return censored_figures(replay.submit[j], rec.first_start[j] + replay.origin,
+                            rec.end[j] + replay.origin, until)
+
+
+def counterfactual(jobs: LiveJobs, cluster: ClusterSpec, policy: str, old: Mapping[str, Any],
+                   new: Mapping[str, Any], change: float, until: float, now: float,
+                   seed: int = 0) -> Counterfactual:
+    """The period [`change`, `until`) of `jobs` (the history at `now`, which is at or after
+    `until`): the judged jobs' real figures and their replays under the `old` and the `new`
+    config (whole configs of `policy`) on `cluster`, all censored at `until`."""
+    replay = replay_trace(jobs, change, until, now, seed)
+    _, m = period_rows(jobs, change, until)
+    realized = censored_figures(jobs.submit[m], jobs.start[m], jobs.end[m], until)
+    return Counterfactual(change, until, realized, simulate_period(replay, cluster, policy, old, until),
+                          simulate_period(replay, cluster, policy, new, until),
+                          replay.running_at_change, int((m & (jobs.submit < change)).sum()),
+                          replay.imputed)
