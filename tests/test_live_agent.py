@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from autosched.errors import AutoschedError
-from autosched.live.agent import AgentSettings, init_agent, open_agent
+from autosched.live.agent import AgentSettings, init_agent, open_agent, start_agent
 from autosched.live.connector import ApplyFailed
 from autosched.live.errors import ActionNotAllowed, LiveError, SlurmUnavailable
 from autosched.live.fake import FakeConnector
@@ -373,7 +373,7 @@ def test_kill_9_during_an_apply_leaves_old_or_new_never_half(tmp_path):
     fake.update(apply_delay=0.0)
     # the half state the kill left: file new, Slurm old, store 'applying'
     assert fake.state()["live"] == old_live
-    restarted = open_agent(tmp_path / "state")  # reconciles on start
+    restarted = start_agent(tmp_path / "state")  # reconciles on start
     assert restarted.store.open_apply() is None
     rev = restarted.store.get(p.id)
     assert rev.state is F and "interrupted" in rev.events[-1].note

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autosched.live.agent import AgentSettings, init_agent, open_agent
+from autosched.live.agent import AgentSettings, init_agent, start_agent
 from autosched.live.connector import ApplyFailed
 from autosched.live.errors import ActionNotAllowed, SlurmUnavailable
 from autosched.live.history import read_jobs
@@ -238,7 +238,7 @@ def test_kill_9_at_any_point_of_an_apply_leaves_old_or_new(slurm_testbed, agent,
         time.sleep(rng.uniform(0.3, 1.5))
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
-        again = open_agent(agent.state_dir)  # reconciles on start
+        again = start_agent(agent.state_dir)  # reconciles on start
         assert again.store.open_apply() is None
         now_running = again.store.running()
         state = again.store.get(p.id).state

@@ -200,6 +200,9 @@ def test_hand_edit_blocks_approve_with_409(svc):
                                        r"\(PriorityWeightAge is 777 live, 1000 in revision 1\)"):
         c.approve(2)
     assert store.pending().id == 2 and store.running().id == 1
+    done = c.approve(2, force=True)  # forced: applied, and the discarded value recorded
+    assert done["state"] == "applied" and done["overridden"] == [
+        {"setting": "PriorityWeightAge", "live": "777", "expected": "1000"}]
 
 
 @pytest.mark.parametrize("path, body", [

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import time
 
 import pytest
 
@@ -56,7 +57,7 @@ def test_page_loads_offline_and_shows_running_and_pending(browser, served):
     assert browser.find_element(By.ID, "predicted-gain").text == "+8.0% ± 2.0%"
     assert "PriorityWeightAge 1000 (1000) 5000 (5000)" in pending.text
     running = browser.find_element(By.ID, "running").text
-    assert "PriorityMaxAge 604800.0 7-0 1" in running  # simulator units, then Slurm's
+    assert "PriorityMaxAge 604800.0 (7-0) 7-0 1" in running  # simulator units, Slurm's, as read
     assert browser.find_element(By.ID, "rev-2").get_attribute("class") == "state-proposed"
     # nothing came from elsewhere: every resource the page loaded is the page itself
     urls = browser.execute_script(
@@ -163,3 +164,31 @@ def test_approve_shows_the_include_diff_as_written_and_records_who(browser, serv
                                       f"@@ -0,0 +1,{len(written.splitlines())} @@"]
     assert [line[1:] for line in shown.splitlines()[3:]] == written.splitlines()
     assert "PriorityWeightAge=5000" in written.splitlines()
+
+
+def test_the_page_never_offers_an_apply_in_flight_and_shows_slurms_own_values(browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    from autosched.live.agent import open_agent
+    from autosched.live.fake import FakeConnector
+
+    state = tmp_path / "state"
+    store = seed(state)
+    FakeConnector(tmp_path / "fake").hand_edit("PriorityWeightAge", "777")
+    open_agent(state).live_values()  # what a round or an action reads (and records)
+    store.begin_apply(2, actor="test", previous={"include": None})  # an apply that never ended
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    os.chmod(token_file, 0o600)
+    with serve_process(state, "--token-file", str(token_file)) as (url, _):
+        browser.get(url + "/")
+        pending = browser.find_element(By.ID, "pending")
+        assert "Revision 2: being applied or interrupted" in pending.text
+        assert browser.find_elements(By.ID, "approve") == []
+        row = [r for r in browser.find_elements(By.CSS_SELECTOR, "#running tr")
+               if r.text.startswith("PriorityWeightAge ")][0]
+        assert row.text == "PriorityWeightAge 1000 (1000) 777 1"
+        assert row.find_element(By.CSS_SELECTOR, ".in-slurm .differs").text == "777"
+        read = store.last_reading().time
+        assert f"read {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime(read))}" in \
+            browser.find_element(By.ID, "slurm-read-at").text

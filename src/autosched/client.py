@@ -91,18 +91,20 @@ class Client:
         return self._call("GET", "/api/openapi.json")
 
     # -- actions (need the token) ---------------------------------------------------------
-    def approve(self, rev_id: int, operator: str | None = None) -> dict[str, Any]:
+    def approve(self, rev_id: int, operator: str | None = None,
+                force: bool = False) -> dict[str, Any]:
         return self._call("POST", f"/api/revisions/{int(rev_id)}/approve",
-                          _body(operator=operator))
+                          _body(operator=operator, force=force or None))
 
     def reject(self, rev_id: int, reason: str = "", operator: str | None = None
                ) -> dict[str, Any]:
         return self._call("POST", f"/api/revisions/{int(rev_id)}/reject",
                           _body(operator=operator, reason=reason))
 
-    def rollback(self, revision: int | None = None, operator: str | None = None
-                 ) -> dict[str, Any]:
-        return self._call("POST", "/api/rollback", _body(operator=operator, revision=revision))
+    def rollback(self, revision: int | None = None, operator: str | None = None,
+                 force: bool = False) -> dict[str, Any]:
+        return self._call("POST", "/api/rollback", _body(operator=operator, revision=revision,
+                                                          force=force or None))
 
     def freeze(self, reason: str = "", operator: str | None = None) -> dict[str, Any]:
         return self._call("POST", "/api/freeze", _body(operator=operator, reason=reason))

@@ -15,7 +15,7 @@ from ..cluster import ClusterSpec, fit_to_cluster
 from ..jsonable import jsonable
 from ..policies import Policy, get_policy
 from ..sim.metrics import Metrics
-from ..space import Config, Subspace
+from ..space import Config, ConfigError, Subspace
 from ..trace.table import Trace
 from ..tune import ExecutionConfig, Objective, SearchConfig, TuneError
 from .config import (
@@ -28,6 +28,7 @@ from .config import (
 )
 from .drift import DriftReport, DriftTest, Profile, profile
 from .errors import AdaptError
+from .guardrail import Verdict, knob_shares, smallest_change
 from .observe import Observation
 from .sources import WorkloadSource, concat
 
@@ -66,6 +67,10 @@ class Decision:
     # `validation_seeds`) or "tuning" (the tuner's own workloads: a deterministic source has no others).
     validation: str = "tuning"
     validation_seeds: list[int] = field(default_factory=list)
+    # with `Controller(smallest_change=True)`: the winner's knobs put back to their running
+    # values because they carried none of the gain, and each kept knob's share of the gain
+    dropped_knobs: list[str] = field(default_factory=list)
+    knob_shares: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -205,12 +210,15 @@ class Controller:
     round's tuner (default: `autosched.tune.Tuner`), with ``config.search`` and a seed per round
     derived from ``config.seed``, and `execution` (workers, executor, ...). ``execution.study`` must
     be unset (refused): a study file belongs to one problem, and every round tunes on new workloads.
+    With `smallest_change` (the live agent's), a deployed winner is first cut to the knobs that
+    carry its gain, on the guardrail's workloads (`guardrail.smallest_change`).
     """
 
     def __init__(self, config: LoopConfig, cluster: ClusterSpec, source: WorkloadSource, *,
                  policy: str | type[Policy] | None = None, initial_config: Mapping[str, Any] | None = None,
                  tuner_factory: TunerFactory | None = None, execution: ExecutionConfig | None = None,
-                 subspace: Subspace | None = None, drift_window: float = DAY, prior_keep: int = PRIOR_KEEP):
+                 subspace: Subspace | None = None, drift_window: float = DAY, prior_keep: int = PRIOR_KEEP,
+                 smallest_change: bool = False):
         if not isinstance(config, LoopConfig):
             raise AdaptError(f"controller: {type(config).__name__} is not a LoopConfig")
         if not isinstance(source, WorkloadSource):
@@ -242,6 +250,7 @@ class Controller:
         self.drift_window = drift_window
         self.tuner_factory: TunerFactory = tuner_factory or default_tuner_factory
         self.warm_keep = WARM_KEEP
+        self.smallest_change = smallest_change
         self.running: Config = self.space.validate(initial_config or {})
         self.decisions: list[Decision] = []
         self.progress: Callable[[int, int], None] | None = None  # (trials done, budget) of a round
@@ -350,6 +359,11 @@ class Controller:
         run_vals = [float(getattr(m, metric)) for m in m_run]
         cand_vals = [float(getattr(m, metric)) for m in m_cand]
         verdict = self.guardrail.judge(run_vals, cand_vals, self.objective.minimize)
+        dropped: list[str] = []
+        shares: dict[str, float] = {}
+        if verdict.deploy and self.smallest_change:
+            candidate, cand_vals, verdict, dropped, shares = self._smallest(
+                tuner, workloads, candidate, run_vals, cand_vals, verdict)
         changed = {k: (self.running[k], candidate[k]) for k in self.space.names if self.running[k] != candidate[k]}
         if verdict.deploy:
             self.running = candidate
@@ -357,9 +371,34 @@ class Controller:
                      predicted_gain=verdict.gain, spread=verdict.spread,
                      running_value=_mean(run_vals), candidate_value=_mean(cand_vals), knobs_changed=changed,
                      reason=verdict.reason, tuning_seconds=time.perf_counter() - t0, validation=validation,
-                     validation_seeds=val_seeds if validation == "fresh" else [], **evidence)
+                     validation_seeds=val_seeds if validation == "fresh" else [],
+                     dropped_knobs=dropped, knob_shares=shares, **evidence)
         self.decisions.append(d)
         return d
+
+    def _smallest(self, tuner: RoundTuner, workloads: list[Trace], candidate: Config,
+                  run_vals: list[float], cand_vals: list[float], verdict: Verdict
+                  ) -> tuple[Config, list[float], Verdict, list[str], dict[str, float]]:
+        """The winner without the knobs that carry none of its gain, on the guardrail's own
+        workloads (`guardrail.smallest_change`), when the guardrail still deploys it; with each
+        kept knob's share of the gain."""
+        def score(config: dict[str, Any]) -> list[float] | None:
+            try:
+                valid = self.space.validate(config)
+            except ConfigError:
+                return None
+            return [float(getattr(m, self.objective.metric))
+                    for m in tuner.evaluate(self.policy_name, valid, workloads)[1]]
+
+        minimize = self.objective.minimize
+        red = smallest_change(self.running, candidate, run_vals, cand_vals, score, minimize)
+        if red.dropped:
+            cut = self.guardrail.judge(run_vals, list(red.values), minimize)
+            if cut.deploy:
+                return (self.space.validate(red.config), list(red.values), cut, list(red.dropped),
+                        red.shares)
+        return candidate, cand_vals, verdict, [], knob_shares(
+            self.running, candidate, run_vals, cand_vals, score, minimize)
 
     def _workloads(self, obs: Observation, seed: int, fresh: bool = False) -> list[Trace]:
         return round_workloads(self.source, obs, self.period, self.cluster, seed,

@@ -1,10 +1,12 @@
-"""The guardrail: deploy a new config only when its predicted gain is clearly more than noise."""
+"""The guardrail: deploy a new config only when its predicted gain is clearly more than noise,
+and change no knob that does not carry part of that gain (`smallest_change`)."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from .errors import AdaptError
 
@@ -61,6 +63,71 @@ class Guardrail:
         noise = f" > {self.k:g} x s.e. {se:.2%}" if n > 1 else " (one workload: no spread measured)"
         floor = f", worst workload {worst:+.2%}" if self.max_loss is not None else ""
         return Verdict(True, mean, se, f"gain {mean:+.2%}{noise} and > margin {self.min_margin:.2%}{floor}")
+
+
+@dataclass(frozen=True)
+class Reduction:
+    """A winner cut down to the knobs that carry its gain (`smallest_change`)."""
+
+    config: dict[str, Any]  # the winner with every dropped knob back at its running value
+    values: tuple[float, ...]  # its metric per workload
+    gain: float  # its mean paired gain over the running config
+    dropped: tuple[str, ...]  # knobs put back, in the order they were tried
+    # each kept knob: the gain lost when only it goes back to its running value, as a fraction
+    # of `gain` (they need not add up to 1: knobs interact)
+    shares: dict[str, float]
+
+
+def paired_gain(running: Sequence[float], candidate: Sequence[float], minimize: bool = True) -> float:
+    """The mean relative paired gain of `candidate` over `running` (0.05 = 5% better)."""
+    gains = [_gain(r, c, minimize) for r, c in zip(running, candidate)]
+    return sum(gains) / len(gains)
+
+
+def smallest_change(running: Mapping[str, Any], candidate: Mapping[str, Any],
+                    running_values: Sequence[float], candidate_values: Sequence[float],
+                    score: Callable[[dict[str, Any]], Sequence[float] | None],
+                    minimize: bool = True) -> Reduction:
+    """`candidate` without the knobs that carry none of its gain over `running`: each changed
+    knob in turn goes back to its running value, and stays back when that does not lower the
+    mean paired gain. `score(config)` gives a config's metric per workload (the same workloads,
+    in the same order, as the two value lists; None: not a valid config, the knob stays). Then
+    each kept knob's share of the gain. Pure but for `score`'s simulations; a config is scored
+    once."""
+    memo: dict[tuple[tuple[str, str], ...], Sequence[float] | None] = {}
+
+    def scored(config: dict[str, Any]) -> Sequence[float] | None:
+        key = tuple(sorted((k, repr(v)) for k, v in config.items()))
+        if key not in memo:
+            memo[key] = score(config)
+        return memo[key]
+
+    current, values = dict(candidate), tuple(candidate_values)
+    gain = paired_gain(running_values, values, minimize)
+    dropped: list[str] = []
+    for knob in [k for k in candidate if k in running and candidate[k] != running[k]]:
+        trial = {**current, knob: running[knob]}
+        got = scored(trial)
+        if got is not None and (g := paired_gain(running_values, got, minimize)) >= gain:
+            current, values, gain = trial, tuple(got), g
+            dropped.append(knob)
+    shares = knob_shares(running, current, running_values, values, scored, minimize)
+    return Reduction(current, values, gain, tuple(dropped), shares)
+
+
+def knob_shares(running: Mapping[str, Any], config: Mapping[str, Any],
+                running_values: Sequence[float], values: Sequence[float],
+                score: Callable[[dict[str, Any]], Sequence[float] | None],
+                minimize: bool = True) -> dict[str, float]:
+    """Each knob `config` changes from `running`: the gain lost when only it goes back to its
+    running value, as a fraction of `config`'s gain (a knob `score` cannot judge is left out)."""
+    gain = paired_gain(running_values, values, minimize)
+    shares: dict[str, float] = {}
+    for knob in [k for k in config if k in running and config[k] != running[k]]:
+        got = score({**config, knob: running[knob]})
+        if got is not None and gain != 0:
+            shares[knob] = (gain - paired_gain(running_values, got, minimize)) / abs(gain)
+    return shares
 
 
 def _gain(running: float, candidate: float, minimize: bool) -> float:

@@ -159,17 +159,18 @@ def run_cmd(state: Optional[Path] = _state_opt(),
     import sys
     import threading
 
+    from ..live.agent import start_agent
     from ..live.events_log import JsonLog
 
-    agent = _open(state)
+    log = JsonLog(sys.stdout)
+    agent = start_agent(state or default_state(), log=log.message)
     stop = threading.Event()  # SIGTERM ends the wait between rounds at once, not after a poll
 
     def _stop(*_: Any) -> None:
         stop.set()
+        agent.request_stop()  # gives up a round that reads or tunes; an apply ends first
 
     signal.signal(signal.SIGTERM, _stop)
-    log = JsonLog(sys.stdout)
-    agent.log = log.message
     agent.sinks.append(log)
     try:
         agent.run(rounds=rounds, poll=poll, should_stop=stop.is_set, sleep=stop.wait)
@@ -196,7 +197,13 @@ def status_cmd(state: Optional[Path] = _state_opt(),
     if st.blocked:
         typer.echo(f"BLOCKED: {st.blocked}")
     if st.interrupted_apply:
-        typer.echo(f"an interrupted apply of revision {st.interrupted_apply} awaits reconciliation")
+        typer.echo(f"an apply of revision {st.interrupted_apply} has not ended (in progress, or "
+                   "interrupted: the next round or action restores the settings before it)")
+    for w in st.warnings:
+        typer.echo(f"warning: {w}")
+    if st.live:
+        when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.live.time))
+        typer.echo(f"Slurm last read {when} ({time.time() - st.live.time:.0f} s ago)")
     if st.running:
         typer.echo(f"running: revision {st.running.id} ({st.running.trigger})")
         for k, v in st.running.config.items():
@@ -212,8 +219,14 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         metric = f" {ev.metric}" if ev.metric else ""
         over = "" if ev.samples is None else f" over {ev.samples} workload(s)"
         typer.echo(f"pending: revision {p.id} ({p.trigger}), predicted{metric} gain {gain}{spread}{over}")
+        shares = ev.knob_shares or {}
         for k, (a, b) in p.diff.items():
-            typer.echo(f"  {k}: {a} -> {b}")
+            share = shares.get(k)
+            typer.echo(f"  {k}: {a} -> {b}" + ("" if not isinstance(share, (int, float)) else
+                                                f"  ({share:.0%} of the gain)"))
+        if ev.dropped_knobs:
+            typer.echo("  left as they run (no share of the gain): " +
+                       ", ".join(str(k) for k in ev.dropped_knobs))
     if st.judged:
         j = st.judged
         typer.echo(f"judged: revision {j.revision}: predicted gain {_pct(j.predicted_gain)}, "
@@ -233,6 +246,8 @@ def status_cmd(state: Optional[Path] = _state_opt(),
             typer.echo(f"  {n} job(s) of the history left out of the twin: {why}")
         for w in st.twin.warnings:
             typer.echo(f"warning: {w}")
+    for said in st.shadowed:
+        typer.echo(f"warning: {said}")
     typer.echo("history:")
     for r in st.history:
         last = r.events[-1]
@@ -242,6 +257,17 @@ def status_cmd(state: Optional[Path] = _state_opt(),
                    f"{last.actor}: {last.note}{out}")
 
 
+def _force_opt() -> Any:
+    return typer.Option(False, "--force", help="apply even over a hand edit (a live value that is "
+                        "not the running revision's); the discarded live values are recorded")
+
+
+def _print_overridden(r: Any) -> None:
+    for o in r.overridden:
+        typer.echo(f"  discarded the hand-set {o.setting}={o.live} (the running revision had "
+                   f"{o.expected})")
+
+
 def _pct(v: float | None, sign: bool = True) -> str:
     """A relative figure in percent; "unknown" when there is none (never "+0.0%")."""
     return "unknown" if v is None else f"{v:+.1%}" if sign else f"{v:.1%}"
@@ -249,11 +275,13 @@ def _pct(v: float | None, sign: bool = True) -> str:
 
 @agent_app.command("approve")
 def approve_cmd(rev: int = typer.Argument(..., help="the proposed revision"),
-                state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt()) -> None:
+                state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt(),
+                force: bool = _force_opt()) -> None:
     """Apply a proposed revision: write the include file, reconfigure, check every value
-    (the previous file comes back if any step fails)."""
-    r = _open(state).approve(rev, _actor(actor))
+    (the previous file comes back if any step fails). Refused over a hand edit unless --force."""
+    r = _open(state).approve(rev, _actor(actor), force=force)
     typer.echo(f"revision {r.id} applied: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()))
+    _print_overridden(r)
 
 
 @agent_app.command("reject")
@@ -267,11 +295,14 @@ def reject_cmd(rev: int = typer.Argument(..., help="the proposed revision"),
 
 @agent_app.command("rollback")
 def rollback_cmd(rev: Optional[int] = typer.Argument(None, help="revision to return to [default: the one applied before the running one]"),
-                 state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt()) -> None:
-    """Return to an earlier revision's config (recorded as a new revision)."""
-    r = _open(state).rollback(rev, _actor(actor))
+                 state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt(),
+                 force: bool = _force_opt()) -> None:
+    """Return to an earlier revision's config (recorded as a new revision). Refused over a hand
+    edit unless --force."""
+    r = _open(state).rollback(rev, _actor(actor), force=force)
     typer.echo(f"revision {r.id} ({r.trigger}) applied: " +
                (", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()) or "no change"))
+    _print_overridden(r)
 
 
 @agent_app.command("freeze")

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -53,7 +54,16 @@ from .round import (
 )
 from .settings import AgentSettings, check_setup, prepare_cluster
 from .status import AgentStatus, read_status
-from .store import Approval, Evidence, Flags, Revision, RevisionKind, RevisionState, RevisionStore
+from .store import (
+    Approval,
+    Evidence,
+    Flags,
+    LiveOverride,
+    Revision,
+    RevisionKind,
+    RevisionState,
+    RevisionStore,
+)
 from .twin import ClusterSetup, setup_changes, twin_jobs
 
 if TYPE_CHECKING:  # the controller pulls in the tuning stack: imported where a round tunes
@@ -75,6 +85,11 @@ def make_connector(spec: Mapping[str, Any]) -> Connector:
     raise LiveError(f"connector {spec.get('kind')!r}: use slurm or fake")
 
 
+class RoundAbandoned(BaseException):
+    """A stop was asked (SIGTERM) while the round only read or tuned: it is given up, nothing of
+    it recorded. (A BaseException, as KeyboardInterrupt: no handler of errors may catch it.)"""
+
+
 class Agent:
     """The live loop's actions on one cluster (see the module doc)."""
 
@@ -89,6 +104,8 @@ class Agent:
         self._slurm: dict[str, dict[str, str] | None] = {}  # config (JSON) -> its Slurm spelling
         self.log: Callable[[str], None] = lambda msg: None
         self.sinks: list[ActivitySink] = []  # told every round and action (live/activity.py)
+        self.stop_requested = False  # `request_stop` was called: no new round begins
+        self._abandonable = 0  # > 0 while the round is in a part it may give up (`abandonable`)
         if settings.notify:
             from .notify import Webhook
 
@@ -102,12 +119,35 @@ class Agent:
             except Exception as e:  # noqa: BLE001 - a sink must not undo what was done
                 self.log(f"{type(sink).__name__} failed on {activity.kind.value}: {e}")
 
+    # -- stopping ---------------------------------------------------------------------------
+    def request_stop(self) -> None:
+        """Stop as soon as it is safe (a SIGTERM handler calls this in the loop's thread): while
+        the round reads or tunes, at once (`RoundAbandoned` is raised here); while it writes to
+        Slurm or the store (an apply, a restore), after that, which ends as it always does
+        (applied, or restored)."""
+        self.stop_requested = True
+        if self._abandonable:
+            raise RoundAbandoned("stop asked while the round read or tuned")
+
+    @contextmanager
+    def abandonable(self) -> Iterator[None]:
+        """A part of a round that writes nothing to Slurm (a read, the tuning): a stop asked
+        meanwhile gives the round up. Raises at once when a stop was already asked."""
+        if self.stop_requested:
+            raise RoundAbandoned("stop asked")
+        self._abandonable += 1
+        try:
+            yield
+        finally:
+            self._abandonable -= 1
+
     # -- status ---------------------------------------------------------------------------
-    def status(self, history: int = 10) -> AgentStatus:
+    def status(self, history: int = 10, now: float | None = None) -> AgentStatus:
+        """The agent at a glance (`read_status`): read from the store only, never from Slurm."""
         s = self.settings
         return read_status(self.store, history=history, mode="auto" if s.mode == "auto" else "propose",
                            policy=s.policy, period=s.period, connector=self.connector.describe(),
-                           slurm=self.slurm_texts)
+                           slurm=self.slurm_texts, now=now)
 
     def slurm_texts(self, config: Mapping[str, Any]) -> dict[str, str] | None:
         """Each managed knob of `config` as Slurm spells it (what `scontrol show config` shows),
@@ -135,10 +175,13 @@ class Agent:
         settings = self.space.to_settings(self.space.full(rev.config))
         return preview_of(rev.id, self.connector.preview(settings, header=apply_header(rev)))
 
-    def approve(self, rev_id: int, actor: str, confirmed_diff: str | None = None) -> Revision:
+    def approve(self, rev_id: int, actor: str, confirmed_diff: str | None = None,
+                force: bool = False) -> Revision:
         """Apply proposal `rev_id` now (through the connector; checked, restored on failure),
         recording who approved and the include file's diff. With `confirmed_diff` (the diff the
-        approver was shown, `preview`), refused unless the file would be written so."""
+        approver was shown, `preview`), refused unless the file would be written so. Refused
+        over a hand edit (a live value that is not the running revision's) unless `force`: then
+        the live values it discards are recorded with the apply (`Revision.overridden`)."""
         self.reconcile()
         rev = self.store.get(rev_id)
         if rev.state is not RevisionState.PROPOSED:
@@ -154,17 +197,16 @@ class Agent:
             self._refuse_approve(rev_id, f"revision {rev_id} was proposed against revision "
                                  f"{rev.parent}, but revision {running.id} is running; reject "
                                  "it and let the agent propose again")
-        edited = self._hand_edits(running)
-        if edited:
-            self._refuse_approve(rev_id, f"the live config differs from revision {running.id} "
-                                 f"({edited}); adopt or undo that edit first")
+        edited = self.live_overrides(running)
+        if edited and not force:
+            self._refuse_approve(rev_id, self._edited_why(running, edited, "approve"))
         seen = self.preview(rev_id)
         if confirmed_diff is not None and not same_diff(confirmed_diff, seen.diff):
             raise ActionNotAllowed(f"the include file would now be written differently from the "
                                    f"diff confirmed for revision {rev_id}; look at it again")
-        done = self._apply(rev, actor, f"approved by {actor}",
+        done = self._apply(rev, actor, f"approved by {actor}" + _forced(edited),
                            approval=Approval(actor, seen.diff, confirmed_diff is not None,
-                                             time.time()))
+                                             time.time()), overridden=edited)
         self._tell(Activity(ActivityKind.APPROVE, actor, f"approved by {actor}", done))
         return done
 
@@ -188,10 +230,12 @@ class Agent:
         self._tell(Activity(ActivityKind.REJECT, actor, reason or "rejected", rev))
         return rev
 
-    def rollback(self, rev_id: int | None, actor: str, note: str = "") -> Revision:
+    def rollback(self, rev_id: int | None, actor: str, note: str = "",
+                 force: bool = False) -> Revision:
         """Make the config of revision `rev_id` (None: the one applied before the running one)
         live again, as a new revision; the running one is marked rolled back. Allowed while
-        frozen (it is how an operator gets back to a known state)."""
+        frozen (it is how an operator gets back to a known state). Refused over a hand edit
+        unless `force`, as `approve`."""
         self.reconcile()
         running = self._running_or_baseline()
         if rev_id is None:
@@ -208,7 +252,10 @@ class Agent:
                                        "only a config that ran can be rolled back to")
         if target.id == running.id:
             raise ActionNotAllowed(f"revision {rev_id} is already running")
-        self.live_values()  # never apply blind: Slurm must answer before anything is written
+        # never apply blind: Slurm must answer, and show no hand edit, before anything is written
+        edited = self.live_overrides(running)
+        if edited and not force:
+            raise ActionNotAllowed(self._edited_why(running, edited, "rollback"))
         if (p := self.store.pending()) is not None:
             self.store.transition(p.id, RevisionState.REJECTED, actor=actor,
                                   note=f"superseded by a rollback to revision {target.id}")
@@ -216,8 +263,8 @@ class Agent:
                                 trigger=f"rollback to {target.id}", actor=actor,
                                 note=note or f"rollback to revision {target.id}", parent=running.id,
                                 evidence=Evidence(rollback_of=running.id, to=target.id))
-        why = note or f"rollback to revision {target.id} by {actor}"
-        done = self._apply(new, actor, why,
+        why = (note or f"rollback to revision {target.id} by {actor}") + _forced(edited)
+        done = self._apply(new, actor, why, overridden=edited,
                            replaced_note=f"rolled back to revision {target.id} (revision {new.id}) "
                                          f"by {actor}{': ' + note if note else ''}")
         self._tell(Activity(ActivityKind.ROLLBACK, actor, why, done))
@@ -253,7 +300,28 @@ class Agent:
 
     # -- reading the cluster ----------------------------------------------------------------
     def live_values(self) -> dict[str, str]:
-        return self.connector.live_values()
+        """Slurm's managed settings now; each reading is recorded (`store.record_reading`: what
+        the status shows as "in Slurm", and when), and clears a block that said Slurm did not
+        answer."""
+        live = self.connector.live_values()
+        try:
+            knobs = self.space.knob_texts(self.space.full(self.space.from_settings(live)))
+        except (LiveError, KeyError, ValueError):
+            knobs = None  # a value the agent cannot read: the hand-edit check says which
+        if knobs is not None:
+            self._saw_slurm(knobs)
+        return live
+
+    def _saw_slurm(self, knobs: Mapping[str, str]) -> None:
+        self.store.record_reading(knobs)
+        last = self.store.last_round()
+        if last is not None:
+            rec = RoundRecord.from_row(*last)
+            # the newest round was blocked by something temporary (Slurm did not answer, an
+            # apply could not be restored yet): Slurm answers now, so that block is over
+            if rec.action == Action.BLOCKED.value and rec.retry_after is not None \
+                    and self.store.flags().blocked == rec.why and self.store.open_apply() is None:
+                self.store.set_blocked("")
 
     def live_config(self) -> dict[str, Any]:
         return self.space.from_settings(self.live_values())
@@ -273,13 +341,47 @@ class Agent:
                 return run  # another process recorded the baseline at the same moment
             raise
 
-    def _hand_edits(self, running: Revision, live: Mapping[str, str] | None = None) -> str:
-        """"" if the live settings are the running revision's, else which differ."""
+    def live_overrides(self, running: Revision,
+                       live: Mapping[str, str] | None = None) -> tuple[LiveOverride, ...]:
+        """The live settings (read now unless `live` is given) that are not the running
+        revision's: each with its live and its expected text (none: no hand edit)."""
         live = dict(live if live is not None else self.live_values())
         want = self.space.to_settings(self.space.full(running.config))
-        diffs = [f"{k} is {self.space.effective(k, live)} live, {v} in revision {running.id}"
-                 for k, v in want.items() if not same_value(k, self.space.effective(k, live), v)]
-        return "; ".join(diffs)
+        return tuple(LiveOverride(k, self.space.effective(k, live), v) for k, v in want.items()
+                     if not same_value(k, self.space.effective(k, live), v))
+
+    def _hand_edits(self, running: Revision, live: Mapping[str, str] | None = None) -> str:
+        """"" if the live settings are the running revision's, else which differ."""
+        return "; ".join(f"{o.setting} is {o.live} live, {o.expected} in revision {running.id}"
+                         for o in self.live_overrides(running, live))
+
+    @staticmethod
+    def _edited_why(running: Revision, edited: tuple[LiveOverride, ...], action: str) -> str:
+        shown = "; ".join(f"{o.setting} is {o.live} live, {o.expected} in revision {running.id}"
+                          for o in edited)
+        return (f"the live config differs from revision {running.id} ({shown}): a hand edit; "
+                f"adopt or undo that edit first, or {action} with force (--force, the API's "
+                "`force`) to discard the live values (recorded with the revision)")
+
+    def refresh_include(self, running: Revision) -> list[str]:
+        """Have the include file carry slurm.conf's own current entries that it shadows but the
+        agent does not manage (`Connector.refresh`), rewritten for the running revision's
+        settings; returns what changed. Nothing while another process applies."""
+        if self.store.open_apply() is not None:
+            return []  # that apply writes the file (merged) itself, or the next round does
+        settings = self.space.to_settings(self.space.full(running.config))
+        return self.connector.refresh(settings, header=apply_header(running))
+
+    def shadowed(self, running: Revision) -> tuple[str, ...]:
+        """Each managed setting that the cluster's own configuration (slurm.conf) sets to another
+        value than the running revision's, which the include file shadows: an edit there does
+        not take effect."""
+        own = {k.lower(): v for k, v in self.connector.own_settings().items()}
+        want = self.space.to_settings(self.space.full(running.config))
+        return tuple(f"{k}={own[k.lower()]} in slurm.conf does not take effect: the agent's "
+                     f"include file sets {k}={v} (revision {running.id}); change it through the "
+                     "agent" for k, v in want.items()
+                     if k.lower() in own and not same_value(k, own[k.lower()], v))
 
     def jobs(self, now: float) -> LiveJobs:
         """The history (cache updated with what sacct has since the last round, incrementally),
@@ -305,7 +407,8 @@ class Agent:
 
     # -- applying ---------------------------------------------------------------------------
     def _apply(self, rev: Revision, actor: str, note: str, replaced_note: str = "",
-               min_interval: float | None = None, approval: Approval | None = None) -> Revision:
+               min_interval: float | None = None, approval: Approval | None = None,
+               overridden: tuple[LiveOverride, ...] = ()) -> Revision:
         settings = self.space.to_settings(self.space.full(rev.config))
         snap = self.connector.snapshot()
         intent = self.store.begin_apply(rev.id, actor=actor, previous=snap,
@@ -327,7 +430,10 @@ class Agent:
                 pass  # the intent stays open; the next start reconciles it
             raise
         self.store.end_apply(intent, state=RevisionState.APPLIED, actor=actor, note=note,
-                             replaced_note=replaced_note, approval=approval)
+                             replaced_note=replaced_note, approval=approval,
+                             overridden=overridden)
+        # the connector read every value back before it returned: Slurm runs these now
+        self._saw_slurm(self.space.knob_texts(self.space.full(rev.config)))
         return self.store.get(rev.id)
 
     def reconcile(self) -> str:
@@ -379,7 +485,8 @@ class Agent:
         if seen.flags.frozen:
             return seen
         try:
-            live = self.live_values()
+            with self.abandonable():
+                live = self.live_values()
         except SlurmUnavailable as e:
             return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
         try:
@@ -390,14 +497,24 @@ class Agent:
         if seen.hand_edits:
             return seen
         try:
-            setup = self.connector.setup()
+            seen = replace(seen, merged=tuple(self.refresh_include(running)),
+                           shadowed=self.shadowed(running))
+        except SlurmUnavailable as e:
+            return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
+        except LiveError as e:
+            return replace(seen, block=Block(f"cannot bring the include file up to date with "
+                                             f"slurm.conf: {e}"))
+        try:
+            with self.abandonable():
+                setup = self.connector.setup()
         except SlurmUnavailable as e:
             return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
         except LiveError as e:
             return replace(seen, block=Block(f"cannot read the cluster's setup: {e}"))
         seen = replace(seen, setup=setup, setup_changes=tuple(setup_changes(self.recorded_setup(), setup)))
         try:
-            jobs = self.jobs(seen.now)
+            with self.abandonable():
+                jobs = self.jobs(seen.now)
         except SlurmUnavailable as e:
             return replace(seen, block=Block(f"Slurm does not answer: {e}", retry))
         except LiveError as e:
@@ -449,10 +566,13 @@ class Agent:
                                                          malformed_rows=jobs.malformed,
                                                          left_out=dict(observed.left_out))
         out = replace(out, trigger=observed.trigger, history=counts, setup=observed.setup,
-                      setup_changes=observed.setup_changes)
+                      setup_changes=observed.setup_changes, merged=observed.merged,
+                      shadowed=observed.shadowed)
         self.store.record_round(out.to_summary(), memory=memory)
         for change in out.setup_changes:
             self.log(f"cluster setup changed: {change}")
+        for said in (*(out.merged or ()), *(out.shadowed or ())):
+            self.log(said)
         self._tell(Activity(ActivityKind.ROUND, "agent", out.why, action=out.action.value,
                             trigger=out.trigger, blocked_before=observed.flags.blocked,
                             revision=self.store.get(out.revision) if out.revision else None))
@@ -467,10 +587,11 @@ class Agent:
         auto mode). Returns what it did and the controller's memory after it (JSON)."""
         s, running = self.settings, plan.running
         try:
-            obs, origin = observation(plan.jobs, observed.now, s.history, seed=s.seed,
-                                      backlog_history=s.backlog_history)
-            ctl = self._controller(running, plan.setup)
-            d = ctl.decide(obs, trigger=observed.trigger)
+            with self.abandonable():
+                obs, origin = observation(plan.jobs, observed.now, s.history, seed=s.seed,
+                                          backlog_history=s.backlog_history)
+                ctl = self._controller(running, plan.setup)
+                d = ctl.decide(obs, trigger=observed.trigger)
         except SlurmUnavailable as e:
             return RoundOutcome(Action.BLOCKED, f"Slurm does not answer: {e}",
                                 retry_after=self._retry(e, observed)), None
@@ -483,7 +604,8 @@ class Agent:
             causal_graph=d.causal_graph, screened_knobs=d.screened_knobs, metric=s.metric,
             running_value=d.running_value, candidate_value=d.candidate_value, reason=d.reason,
             tuning_seconds=d.tuning_seconds, history_jobs=d.history_jobs,
-            imputed_durations=d.imputed_durations, history_origin=origin, model=s.model)
+            imputed_durations=d.imputed_durations, history_origin=origin, model=s.model,
+            dropped_knobs=list(d.dropped_knobs), knob_shares=dict(d.knob_shares))
         if not d.deployed or d.candidate is None:
             return RoundOutcome(Action.NONE, d.reason, evidence=evidence), memory
         new = self.space.quantized(d.candidate)
@@ -528,7 +650,7 @@ class Agent:
         subspace = live_subspace(s.policy, space.fixed, full, bounds, s.max_step if s.mode == "auto" else None)
         source = ReplaySource() if s.model == "replay" else s.model_source()
         return Controller(s, setup.cluster_spec(), source, initial_config=full, subspace=subspace,
-                          drift_window=s.period)
+                          drift_window=s.period, smallest_change=True)
 
     def twin_space(self, setup: ClusterSetup) -> LiveSpace:
         """The policy's knobs as the twin of the cluster `setup` describes simulates them: the
@@ -590,16 +712,27 @@ class Agent:
 
     def run(self, rounds: int | None = None, poll: float | None = None,
             should_stop: Callable[[], bool] = lambda: False,
-            sleep: Callable[[float], None] = time.sleep,
+            sleep: Callable[[float], object] = time.sleep,
             clock: Callable[[], float] = time.monotonic) -> list[RoundOutcome]:
         """Rounds every period (and on drift, checked every `poll` s) until `rounds` rounds ran or
-        `should_stop()`. After a round that says when to try again (`retry_after`: Slurm did not
-        answer), the next comes then. Returns the rounds' outcomes."""
+        `should_stop()` (or `request_stop`: a round that only reads or tunes then is given up).
+        After a round that says when to try again (`retry_after`: Slurm did not answer), the
+        next comes then. Returns the rounds' outcomes."""
+        try:
+            return self._run(rounds, poll, should_stop, sleep, clock)
+        except RoundAbandoned as e:
+            self.log(f"stopped: {e}; the round is given up, nothing of it recorded")
+            return []
+
+    def _run(self, rounds: int | None, poll: float | None, should_stop: Callable[[], bool],
+             sleep: Callable[[float], object], clock: Callable[[], float]) -> list[RoundOutcome]:
         period = self.settings.period
         poll = poll if poll is not None else max(30.0, min(period / 4, 600.0))
         done: list[RoundOutcome] = []
         trigger = "period"
-        while not should_stop() and (rounds is None or len(done) < rounds):
+        started = time.time()
+        while not (should_stop() or self.stop_requested) and (rounds is None or len(done) < rounds):
+            self.store.beat(poll, started)
             out = self.step(trigger)
             done.append(out)
             if rounds is not None and len(done) >= rounds:
@@ -607,17 +740,36 @@ class Agent:
             wait = out.retry_after if out.retry_after is not None else period
             trigger = "period"
             deadline = clock() + wait
-            while clock() < deadline and not should_stop():
+            while clock() < deadline and not (should_stop() or self.stop_requested):
                 sleep(max(0.0, min(poll, deadline - clock())))
-                if self.settings.drift and clock() < deadline:
+                if should_stop() or self.stop_requested:
+                    break
+                self.store.beat(poll, started)
+                if clock() >= deadline or self.store.flags().frozen:
+                    continue  # the round reads Slurm now; a frozen agent asks it nothing
+                try:  # a look at Slurm: the age of the last observation, a stale block cleared
+                    with self.abandonable():
+                        self.live_values()
+                except LiveError:
+                    pass
+                if self.settings.drift and clock() < deadline and not self.stop_requested:
                     try:
-                        why = self.drifted()
+                        with self.abandonable():
+                            why = self.drifted()
                     except LiveError:
                         why = ""
                     if why:
                         trigger = f"drift: {why}"
                         break
         return done
+
+
+def _forced(edited: tuple[LiveOverride, ...]) -> str:
+    """What an apply's note adds when it was forced over a hand edit."""
+    if not edited:
+        return ""
+    return "; forced over a hand edit, discarding " + ", ".join(
+        f"{o.setting}={o.live}" for o in edited)
 
 
 def init_agent(state_dir: Path | str, settings: AgentSettings,
@@ -650,11 +802,23 @@ def read_only(state_dir: Path | str) -> tuple[AgentSettings, Connector]:
 
 
 def open_agent(state_dir: Path | str, connector: Connector | None = None) -> Agent:
-    """The agent saved in `state_dir` by init (connector, policy, period, mode)."""
-    agent = Agent(state_dir, AgentSettings.load(Path(state_dir)), connector)
+    """The agent saved in `state_dir` by init (connector, policy, period, mode). Opening only
+    reads: an apply a killed process left open is reconciled by `start_agent` (``agent run``,
+    ``agent serve``), by each round and by each action, never by a read such as a status."""
+    return Agent(state_dir, AgentSettings.load(Path(state_dir)), connector)
+
+
+def start_agent(state_dir: Path | str, connector: Connector | None = None,
+                log: Callable[[str], None] | None = None) -> Agent:
+    """`open_agent` for a process that acts (``agent run``, ``agent serve``): it first finishes
+    what a killed process left (`Agent.reconcile`); when that fails (Slurm does not answer),
+    the block says so, and each round and action tries again."""
+    agent = open_agent(state_dir, connector)
+    if log is not None:
+        agent.log = log
     try:
         agent.reconcile()
-    except LiveError:
-        pass  # recorded as the block reason; status shows it, actions retry it
+    except LiveError as e:
+        agent.log(str(e))
     return agent
 

@@ -72,6 +72,21 @@ class Connector(Protocol):
         before every round and apply (hand-edit check) and after every apply (verification)."""
         ...
 
+    def own_settings(self) -> dict[str, str]:
+        """The allowlisted settings as the cluster's own configuration sets them, without the
+        agent's include file (Slurm: slurm.conf and the other files it includes), spelled as
+        `live_values`: what the include file shadows. Reads files only; called each round, to
+        report a managed setting whose own value Slurm does not run."""
+        ...
+
+    def refresh(self, settings: dict[str, str], header: str = "") -> list[str]:
+        """Make the include file, written for `settings` (the running ones), carry the
+        cluster's own current settings that it shadows but does not manage (Slurm: slurm.conf's
+        ``SchedulerParameters`` entries that are not bf_* knobs the agent sets): when Slurm runs
+        other ones, write it and reconfigure as `apply` does. Returns what it changed, in words
+        (empty: nothing written). Called each round after the hand-edit check."""
+        ...
+
     def snapshot(self) -> dict[str, Any]:
         """What `restore` needs to put back the present managed settings (Slurm: the include
         file's text, or None when it does not exist). Called before an apply; the agent writes

@@ -115,6 +115,12 @@ class FakeConnector:
     def live_values(self) -> dict[str, str]:
         return dict(self._log("scontrol show config")["live"])
 
+    def own_settings(self) -> dict[str, str]:
+        return dict(self.state()["base"])
+
+    def refresh(self, settings: dict[str, str], header: str = "") -> list[str]:
+        return []  # the fake writes one line per setting: nothing of slurm.conf's to carry
+
     def snapshot(self) -> dict[str, Any]:
         return include_snapshot(self.include)
 

@@ -81,6 +81,10 @@ class Observed:
     block: Block | None = None
     running: Revision | None = None
     hand_edits: str = ""  # "" or which live settings differ from the running revision's
+    # what the include file was rewritten for (slurm.conf's own entries it carries; None: not
+    # checked), and the managed settings slurm.conf sets that the include file shadows
+    merged: tuple[str, ...] | None = None
+    shadowed: tuple[str, ...] | None = None
     setup: ClusterSetup | None = None  # the cluster's setup (`Connector.setup`), read once a round
     setup_changes: tuple[str, ...] = ()  # what changed since the setup a round recorded last
     jobs: LiveJobs | None = None  # the history's jobs the twin can place (`twin.twin_jobs`)
@@ -276,6 +280,8 @@ class RoundOutcome:
     history: HistoryCounts | None = None  # None when the round stopped before reading it
     setup: ClusterSetup | None = None  # the cluster's setup (None: not read, as `history`)
     setup_changes: tuple[str, ...] = ()  # what changed since the setup a round recorded last
+    merged: tuple[str, ...] | None = None  # as `Observed`'s (None: the round did not check)
+    shadowed: tuple[str, ...] | None = None
 
     @property
     def exit_code(self) -> int:
@@ -299,6 +305,10 @@ class RoundOutcome:
             d.update(setup=self.setup.to_dict(), setup_changes=list(self.setup_changes))
         if self.evidence is not None:
             d["evidence"] = self.evidence.to_dict()
+        if self.merged:
+            d["merged"] = list(self.merged)
+        if self.shadowed is not None:
+            d["shadowed"] = list(self.shadowed)
         return d
 
 

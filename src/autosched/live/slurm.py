@@ -17,7 +17,7 @@ import os
 import re
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,6 +29,7 @@ from ..errors import InputError
 from .connector import ApplyFailed, IncludeChange, include_change, include_snapshot
 from .errors import LiveError, SlurmUnavailable
 from .knobs import BACKFILL_PREFIX, canonical, is_allowed, same_value
+from .slurmconf import own_settings
 from .twin import ClusterSetup, PartitionSetup, billed_tres_note
 
 SACCT_FIELDS = ("JobID", "Submit", "Start", "End", "AllocTRES", "ReqTRES", "User", "Account",
@@ -356,8 +357,9 @@ class SlurmConnector:
                     raise LiveError(f"{name} is not a setting autosched may write")
                 lines.append(f"{name}={value}")
         if bf_line:
-            current = split_scheduler_parameters(self.show_config().get("SchedulerParameters", ""))
-            keep = [(k, v) for k, v in current if k not in bf and not self._was_managed(k)]
+            # the include's line replaces slurm.conf's whole: it carries slurm.conf's own entries
+            # as they are now (not as Slurm runs them: those may be an older write of this file)
+            keep = self._own_entries(bf)
             items = [k if v is None else f"{k}={v}" for k, v in keep]
             items += [k if v == "" else f"{k}={v}" for k, v in bf.items()]
             lines.append(f"{_BF_MARK} {','.join(bf)}")
@@ -387,8 +389,34 @@ class SlurmConnector:
     def _managed_bf_in_file(self) -> bool:
         return bool(self._file_bf_keys())
 
-    def _was_managed(self, key: str) -> bool:
-        return key in self._file_bf_keys()
+    def _own_entries(self, managed: Mapping[str, str]) -> list[tuple[str, str | None]]:
+        """slurm.conf's own SchedulerParameters entries that `managed` does not set."""
+        own = {k.lower(): v for k, v in self._own().items()}.get("schedulerparameters", "")
+        return [(k, v) for k, v in split_scheduler_parameters(own) if k not in managed]
+
+    def _own(self) -> dict[str, str]:
+        return own_settings(self.slurm_conf, self.include) if self.slurm_conf else {}
+
+    def own_settings(self) -> dict[str, str]:
+        return live_settings(self._own())
+
+    def refresh(self, settings: dict[str, str], header: str = "") -> list[str]:
+        if not {k for k in settings if k.startswith(BACKFILL_PREFIX)} \
+                and not self._managed_bf_in_file():
+            return []  # the include file writes no SchedulerParameters: slurm.conf's applies
+        bf = {k: v for k, v in settings.items() if k.startswith(BACKFILL_PREFIX)}
+        want = self._own_entries(bf)
+        live = [(k, v) for k, v in split_scheduler_parameters(
+            self.show_config().get("SchedulerParameters", "")) if k not in bf]
+        if sorted(want, key=str) == sorted(live, key=str):
+            return []
+        self.apply(settings, header)
+
+        def shown(items: list[tuple[str, str | None]]) -> str:
+            return ",".join(k if v is None else f"{k}={v}" for k, v in items) or "none"
+
+        return [f"SchedulerParameters: slurm.conf's own entries ({shown(want)}) written into "
+                f"{self.include}, which shadows slurm.conf's line (Slurm ran {shown(live)})"]
 
     def _file_bf_keys(self) -> set[str]:
         """The SchedulerParameters entries the last write managed (named in a comment line, so

@@ -7,12 +7,16 @@ or Slurm's default), every file it includes (``Include PATH``, relative to slurm
 wildcards expanded, followed into included files; the agent's include file is one), and the
 other configuration files Slurm reads from the same folder (``gres.conf``, ``cgroup.conf``, ...:
 every ``*.conf`` there).
+
+`own_settings` reads what slurm.conf itself sets (without the agent's include file): the values
+the include file shadows, and the ``SchedulerParameters`` entries it must carry over.
 """
 
 from __future__ import annotations
 
 import glob
 import os
+import re
 from pathlib import Path
 
 # Where Slurm's commands look without SLURM_CONF (the Debian and upstream default)
@@ -70,3 +74,47 @@ def _includes(conf: Path) -> list[Path]:
             matches = sorted(glob.glob(path)) if glob.has_magic(path) else [path]
             found += [Path(m) for m in matches]
     return found
+
+
+# Lines that describe a node, partition, ... rather than set a cluster-wide key
+_RECORDS = frozenset({"nodename", "partitionname", "nodeset", "frontendname", "downnodes",
+                      "switchname"})
+_PAIR = re.compile(r'([A-Za-z][\w/.-]*)=("[^"]*"|\S*)')
+
+
+def own_settings(conf: str | os.PathLike, skip: str | os.PathLike) -> dict[str, str]:
+    """The cluster-wide ``Key=Value`` settings of `conf` and the files it includes (in the order
+    Slurm reads them; the last value of a key wins), leaving out the file `skip` (the agent's
+    include file): name -> value, the name as last written. Node and partition lines are not
+    settings. A file that cannot be read counts as empty."""
+    out: dict[str, tuple[str, str]] = {}  # lower-cased name -> (name, value)
+    _read_settings(Path(conf), os.path.realpath(skip), out, set())
+    return dict(out.values())
+
+
+def _read_settings(conf: Path, skip: str, out: dict[str, tuple[str, str]], seen: set[str]) -> None:
+    real = os.path.realpath(conf)
+    if real in seen or real == skip:
+        return
+    seen.add(real)
+    try:
+        if not conf.is_file():
+            return
+        with open(conf, "rb") as f:
+            text = f.read(_MOST).decode("utf-8", errors="replace")
+    except OSError:
+        return
+    for line in text.splitlines():
+        body = line.split("#")[0].strip()
+        words = body.split(None, 1)
+        if len(words) == 2 and words[0].lower() == "include":
+            name = words[1].strip()
+            path = name if os.path.isabs(name) else str(conf.parent / name)
+            for m in (sorted(glob.glob(path)) if glob.has_magic(path) else [path]):
+                _read_settings(Path(m), skip, out, seen)
+            continue
+        pairs = _PAIR.findall(body)
+        if not pairs or pairs[0][0].lower() in _RECORDS:
+            continue
+        for key, value in pairs:
+            out[key.lower()] = (key, value.strip('"'))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
@@ -12,7 +13,7 @@ from typing import Any, Literal
 from ..jsonable import jsonable
 from .errors import LiveError
 from .round import RoundRecord
-from .store import Revision, RevisionStore
+from .store import Heartbeat, LiveReading, Revision, RevisionStore
 from .twin import ClusterSetup
 
 Mode = Literal["propose", "auto"]
@@ -94,6 +95,15 @@ class AgentStatus:
     agent_error: str = ""  # why the agent could not be opened, or ""
     twin: TwinStatus | None = None
     judged: Judgement | None = None  # the judge's newest record among `history`
+    # managed settings slurm.conf sets that the include file shadows, as the newest round that
+    # checked found them (`Agent.shadowed`)
+    shadowed: tuple[str, ...] = ()
+    # the managed knobs as the agent last read them from Slurm, and when: the "in Slurm" values
+    live: LiveReading | None = None
+    heartbeat: Heartbeat | None = None  # `agent run`'s newest (None: no loop ever ran)
+    loop_alive: bool = False  # that process runs and beat recently (`LOOP_SILENCE`)
+    # what an operator should know of the loop: none alive, a round overdue, Slurm not seen
+    warnings: tuple[str, ...] = ()
     version: str = field(init=False)  # changes whenever any other field does (the page polls it)
 
     def __post_init__(self) -> None:
@@ -110,19 +120,58 @@ class AgentStatus:
             "interrupted_apply": self.interrupted_apply, "last_round": self.last_round,
             "next_round": self.next_round, "mode": self.mode, "policy": self.policy,
             "period": self.period, "connector": self.connector, "agent_error": self.agent_error,
-            "twin": self.twin, "judged": self.judged})
+            "twin": self.twin, "judged": self.judged, "shadowed": list(self.shadowed),
+            "live": self.live, "heartbeat": self.heartbeat, "loop_alive": self.loop_alive,
+            "warnings": list(self.warnings)})
 
     def to_dict(self) -> dict[str, Any]:
         """Every field under its own name."""
         return {**self._fields(), "version": self.version}
 
 
+# A loop that has not beaten for this many of its polls (plus a minute) is taken for gone; a
+# round later than this part of a period (at least a minute) is overdue.
+LOOP_SILENCE = 3
+OVERDUE = 0.1
+
+
+def loop_warnings(now: float, beat: Heartbeat | None, alive: bool, next_round: float | None,
+                  period: float | None, live: LiveReading | None) -> tuple[str, ...]:
+    """What the status warns of the loop (pure): no `agent run` alive, a round overdue, and how
+    long ago Slurm was last read."""
+    out = []
+    if beat is None:
+        out.append("no `agent run` has ever run on this state directory: a round happens only "
+                   "when `agent step` is run")
+    elif not alive:
+        out.append(f"no `agent run` is alive: pid {beat.pid} on {beat.host} was last seen "
+                   f"{_ago(now - beat.time)} ago")
+    if next_round is not None and period is not None \
+            and now > next_round + max(60.0, OVERDUE * period):
+        out.append(f"a round is overdue: it was due {_ago(now - next_round)} ago")
+    if live is None:
+        out.append("Slurm's settings have not been read yet")
+    elif period is not None and now - live.time > period + max(60.0, OVERDUE * period):
+        out.append(f"Slurm's settings were last read {_ago(now - live.time)} ago")
+    return tuple(out)
+
+
+def _ago(s: float) -> str:
+    s = max(0.0, s)
+    for unit, n in (("d", 86400), ("h", 3600), ("min", 60)):
+        if s >= n:
+            return f"{s / n:.1f} {unit}"
+    return f"{s:.0f} s"
+
+
 def read_status(store: RevisionStore, *, history: int = 10, mode: Mode | None = None,
                 policy: str | None = None, period: float | None = None,
                 connector: dict[str, Any] | None = None, slurm: SlurmTexts | None = None,
-                agent_error: str = "") -> AgentStatus:
+                agent_error: str = "", now: float | None = None) -> AgentStatus:
     """The status from `store` and, when the agent is open, its settings; `slurm` spells a
-    config as the Slurm settings the agent writes (for the running and pending revisions)."""
+    config as the Slurm settings the agent writes (for the running and pending revisions).
+    `now` (default: the clock) judges whether the loop is alive and a round overdue."""
+    now = time.time() if now is None else now
     flags = store.flags()
     row = store.last_round()
     last = RoundRecord.from_row(*row) if row else None
@@ -133,12 +182,21 @@ def read_status(store: RevisionStore, *, history: int = 10, mode: Mode | None = 
         pending = replace(pending, slurm=slurm(pending.config)) if pending else None
     wait = last.retry_after if last is not None and last.retry_after is not None else period
     read = store.last_round_with("setup")
+    checked = store.last_round_with("shadowed")
+    shadowed = checked[1]["shadowed"] if checked else []
+    live, beat = store.last_reading(), store.heartbeat()
+    alive = beat is not None and beat.owner_alive() and \
+        now - beat.time <= LOOP_SILENCE * beat.poll + 60.0
+    next_round = last.time + wait if last is not None and wait is not None else None
     listed = tuple(store.history(history)) if history > 0 else ()
     return AgentStatus(
         running=running, pending=pending, history=listed,
         revisions=store.newest_id(), frozen=flags.frozen, frozen_reason=flags.frozen_reason,
         frozen_by=flags.frozen_by, blocked=flags.blocked,
         interrupted_apply=intent.rev_id if intent else None, last_round=last,
-        next_round=last.time + wait if last is not None and wait is not None else None,
+        next_round=next_round,
         mode=mode, policy=policy, period=period, connector=connector, agent_error=agent_error,
-        twin=TwinStatus.from_row(*read) if read else None, judged=Judgement.newest(listed))
+        twin=TwinStatus.from_row(*read) if read else None, judged=Judgement.newest(listed),
+        shadowed=tuple(str(x) for x in shadowed) if isinstance(shadowed, list) else (),
+        live=live, heartbeat=beat, loop_alive=alive,
+        warnings=loop_warnings(now, beat, alive, next_round, period, live))

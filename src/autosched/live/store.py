@@ -48,6 +48,8 @@ MAX_ID = 2**63 - 1  # SQLite's largest integer: no revision id is above it
 # Tables a store has always had: a database with tables but not these is someone else's.
 _CORE_TABLES = frozenset({"revisions", "events"})
 MEMORY_KEPT = 5  # controller memories kept (the newest is the one read)
+OBSERVATIONS_KEPT = 50  # readings of Slurm's settings kept (the newest is the one shown)
+HEARTBEATS_KEPT = 10
 
 # The schema as the first version wrote it; `_MIGRATIONS` bring it to this version's.
 _SCHEMA = """
@@ -118,6 +120,13 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
     ("CREATE TABLE approvals (seq INTEGER PRIMARY KEY AUTOINCREMENT, rev_id INTEGER NOT NULL "
      "REFERENCES revisions(id), time REAL NOT NULL, actor TEXT NOT NULL, include_diff TEXT NOT "
      "NULL, confirmed INTEGER NOT NULL)",),
+    # 4: the hand-set live values an apply overwrote (with force); what the agent last read of
+    # Slurm's settings; the heartbeat of `agent run`
+    ("ALTER TABLE applies ADD COLUMN overridden TEXT NOT NULL DEFAULT '[]'",
+     "CREATE TABLE observations (seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, "
+     "knobs TEXT NOT NULL)",
+     "CREATE TABLE heartbeats (seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, "
+     "pid INTEGER NOT NULL, host TEXT NOT NULL, poll REAL NOT NULL, started REAL NOT NULL)"),
 )
 SCHEMA_VERSION = len(_MIGRATIONS)
 
@@ -260,6 +269,11 @@ class Evidence:
     imputed_durations: int | None = None  # of those, unfinished ones given an imputed duration
     history_origin: float | None = None  # unix time the observation's times count from
     model: str | None = None  # the workload source ("replay" or a model's name)
+    # knobs the tuner's winner changed that carried none of its predicted gain, put back to their
+    # running values before proposing; and each proposed knob's share of the gain (the gain lost
+    # when only it goes back, as a fraction of the predicted gain)
+    dropped_knobs: list[Any] | None = None
+    knob_shares: dict[str, Any] | None = None
     rollback_of: int | None = None  # a rollback: the running revision it replaced
     to: int | None = None  # a rollback: the revision whose config it brings back
 
@@ -334,6 +348,48 @@ class Approval:
 
 
 @dataclass(frozen=True)
+class LiveOverride:
+    """A live setting that differed from the running revision's (a hand edit) when an apply
+    overwrote it because the operator forced it: the setting, its live text then, and the text
+    the running revision holds."""
+
+    setting: str
+    live: str | None  # None: Slurm showed no value
+    expected: str
+
+    def __str__(self) -> str:
+        return f"{self.setting} is {self.live} live, {self.expected} in the running revision"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LiveReading:
+    """The managed knobs as the agent last read them from Slurm (`scontrol show config`), by
+    knob name as Slurm spells each value, and when (unix s)."""
+
+    time: float
+    knobs: dict[str, str]
+
+
+@dataclass(frozen=True)
+class Heartbeat:
+    """`agent run`'s sign of life: its process, when it was last seen (unix s), since when it
+    runs, and how often it wakes (s): a beat older than a few of those means it is gone."""
+
+    time: float
+    pid: int
+    host: str
+    poll: float
+    started: float
+
+    def owner_alive(self) -> bool:
+        """Whether the process still runs (on this host; on another one: assumed)."""
+        return _pid_alive(self.pid, self.host)
+
+
+@dataclass(frozen=True)
 class Revision:
     """One managed live config, as proposed or applied, with its evidence and its history.
 
@@ -351,6 +407,8 @@ class Revision:
     events: tuple[Event, ...]  # oldest first
     outcome: JudgedOutcome | None = None  # one period after applying
     approval: Approval | None = None  # who approved it and the diff written (an approve only)
+    # hand-set live values its apply overwrote because the operator forced it (`--force`)
+    overridden: tuple[LiveOverride, ...] = ()
     # the config as the Slurm settings the agent writes (`scontrol show config` spelling); the
     # agent's status fills it in, the store does not know the knobs
     slurm: dict[str, str] | None = None
@@ -369,7 +427,8 @@ class Revision:
             "parent": self.parent, "trigger": self.trigger, "evidence": self.evidence.to_dict(),
             "events": [e.to_dict() for e in self.events],
             "outcome": self.outcome.to_dict() if self.outcome else None,
-            "approval": self.approval.to_dict() if self.approval else None, "slurm": self.slurm,
+            "approval": self.approval.to_dict() if self.approval else None,
+            "overridden": [o.to_dict() for o in self.overridden], "slurm": self.slurm,
             "state": self.state.value, "applied_at": self.applied_at,
         })
 
@@ -401,17 +460,22 @@ class ApplyIntent:
 
     def owner_alive(self) -> bool:
         """Whether the process that began the apply still runs (on this host)."""
-        if self.host != socket.gethostname():
-            return True  # cannot tell: assume it does
-        if self.pid == os.getpid():
-            return True
-        try:
-            os.kill(self.pid, 0)
-        except ProcessLookupError:
-            return False
-        except PermissionError:
-            return True
+        return _pid_alive(self.pid, self.host)
+
+
+def _pid_alive(pid: int, host: str) -> bool:
+    """Whether process `pid` of `host` runs (another host's: cannot tell, assumed to)."""
+    if host != socket.gethostname():
         return True
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 class RevisionStore:
@@ -577,7 +641,47 @@ class RevisionStore:
                              "ORDER BY m.seq DESC LIMIT 1").fetchone()
         return (row[0], _json_object(row[1])) if row else None
 
+    def last_reading(self) -> LiveReading | None:
+        """The managed knobs as the agent last read them from Slurm (None: never read yet)."""
+        with self._connect() as db:
+            row = db.execute("SELECT time, knobs FROM observations ORDER BY seq DESC LIMIT 1"
+                             ).fetchone()
+        if row is None:
+            return None
+        knobs = _json_object(row[1])
+        return LiveReading(float(row[0]), {str(k): str(v) for k, v in knobs.items()})
+
+    def heartbeat(self) -> Heartbeat | None:
+        """`agent run`'s newest heartbeat (None: no loop ever ran on this store)."""
+        with self._connect() as db:
+            row = db.execute("SELECT time, pid, host, poll, started FROM heartbeats ORDER BY seq "
+                             "DESC LIMIT 1").fetchone()
+        return Heartbeat(float(row[0]), int(row[1]), str(row[2]), float(row[3]), float(row[4])) \
+            if row else None
+
     # -- writing --------------------------------------------------------------------------
+    def record_reading(self, knobs: Mapping[str, str], when: float | None = None) -> LiveReading:
+        """What the agent just read of Slurm's managed settings (by knob, Slurm's spelling)."""
+        now = time.time() if when is None else when
+        with self._write() as db:
+            db.execute("INSERT INTO observations (time, knobs) VALUES (?, ?)",
+                       (now, json.dumps(dict(knobs), sort_keys=True)))
+            db.execute("DELETE FROM observations WHERE seq NOT IN "
+                       "(SELECT seq FROM observations ORDER BY seq DESC LIMIT ?)",
+                       (OBSERVATIONS_KEPT,))
+        return LiveReading(now, dict(knobs))
+
+    def beat(self, poll: float, started: float) -> Heartbeat:
+        """`agent run` is alive: this process, now; it wakes every `poll` s."""
+        beat = Heartbeat(time.time(), os.getpid(), socket.gethostname(), float(poll),
+                         float(started))
+        with self._write() as db:
+            db.execute("INSERT INTO heartbeats (time, pid, host, poll, started) VALUES "
+                       "(?, ?, ?, ?, ?)", (beat.time, beat.pid, beat.host, beat.poll, beat.started))
+            db.execute("DELETE FROM heartbeats WHERE seq NOT IN "
+                       "(SELECT seq FROM heartbeats ORDER BY seq DESC LIMIT ?)", (HEARTBEATS_KEPT,))
+        return beat
+
     def create(self, config: Mapping[str, Any], *, trigger: str, actor: str, note: str = "",
                kind: RevisionKind = RevisionKind.PROPOSAL, evidence: Evidence | None = None,
                parent: int | None | str = "running") -> Revision:
@@ -713,12 +817,14 @@ class RevisionStore:
             return self._open_apply(db) or _never(cur)
 
     def end_apply(self, intent: ApplyIntent, *, state: RevisionState | None, actor: str,
-                  note: str, replaced_note: str = "", approval: Approval | None = None) -> None:
+                  note: str, replaced_note: str = "", approval: Approval | None = None,
+                  overridden: tuple[LiveOverride, ...] = ()) -> None:
         """Close `intent` and, in the same transaction, append the revision's event (`state`,
         applied or failed; None appends none), so that the store never shows an apply that ended
         without saying how. A rollback that is applied marks the revision it replaced (its
         parent) rolled back in the same transaction, with `replaced_note`. An `approval` is
-        recorded with an apply that ended applied (and only then)."""
+        recorded with an apply that ended applied (and only then), as are the hand-set live
+        values it `overridden` (an apply the operator forced over a hand edit)."""
         with self._write() as db:
             rev = self._get(db, intent.rev_id) if state is not None else None
             if rev is not None and state is not None:
@@ -731,9 +837,10 @@ class RevisionStore:
                                  "end_apply")
             db.execute(
                 "INSERT INTO applies (time, rev_id, phase, begin_seq, pid, host, actor, previous, "
-                "note) VALUES (?, ?, 'end', ?, ?, ?, ?, '{}', ?)",
+                "note, overridden) VALUES (?, ?, 'end', ?, ?, ?, ?, '{}', ?, ?)",
                 (time.time(), intent.rev_id, intent.seq, os.getpid(), socket.gethostname(), actor,
-                 note))
+                 note, json.dumps([o.to_dict() for o in overridden]
+                                  if state is RevisionState.APPLIED else [])))
             if rev is not None and state is not None:
                 self._event(db, rev.id, state, actor, note)
             if rev is not None and state is RevisionState.APPLIED and approval is not None:
@@ -773,14 +880,19 @@ class RevisionStore:
                              "LIMIT 1", (row[0],)).fetchone()
             ap = db.execute("SELECT actor, include_diff, confirmed, time FROM approvals WHERE "
                             "rev_id = ? ORDER BY seq DESC LIMIT 1", (row[0],)).fetchone()
+            ov = db.execute("SELECT overridden FROM applies WHERE rev_id = ? AND phase = 'end' "
+                            "ORDER BY seq DESC LIMIT 1", (row[0],)).fetchone()
             return Revision(
                 id=row[0], created=row[1], kind=kind, config=json.loads(row[2]),
                 diff={k: (v[0], v[1]) for k, v in json.loads(row[3]).items()}, parent=row[4],
                 trigger=row[5], evidence=Evidence.from_dict(json.loads(row[6])), events=events,
                 outcome=JudgedOutcome.from_dict(json.loads(out[0])) if out else None,
                 approval=Approval(str(ap[0]), str(ap[1]), bool(ap[2]), float(ap[3])) if ap
-                else None)
-        except (ValueError, TypeError, AttributeError, IndexError) as e:
+                else None,
+                overridden=tuple(LiveOverride(str(o["setting"]), None if o["live"] is None
+                                              else str(o["live"]), str(o["expected"]))
+                                 for o in json.loads(ov[0])) if ov else ())
+        except (ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
             raise LiveError(f"{self.path}: revision {row[0]} cannot be read: {e}") from None
 
     def _current_states(self, db: sqlite3.Connection) -> dict[int, str]:

@@ -3,7 +3,8 @@
 Reads come from the `RevisionStore` (short SQLite connections; WAL lets them run beside the
 agent's and the CLI's writes); the status, which clients poll, is kept until the store changes.
 Actions call the `Agent` of the live contract under one lock per service, so two requests never
-apply at once in this process; across processes the store's write transactions decide (one
+apply at once in this process (freeze and unfreeze do not take it: they write one flag and never
+wait for an apply, whatever Slurm does); across processes the store's write transactions decide (one
 approve wins, the others get a 409). Before a route sees a request, `guard.RequestGuard` checks
 the token of every request with a body (before reading it) and caps the body's size.
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any, Protocol
@@ -60,9 +62,11 @@ class AgentLike(Protocol):
     def status(self, history: int = 10) -> AgentStatus: ...
     def slurm_texts(self, config: dict[str, Any]) -> dict[str, str] | None: ...
     def preview(self, rev_id: int) -> IncludePreview: ...
-    def approve(self, rev_id: int, actor: str, confirmed_diff: str | None = None) -> Revision: ...
+    def approve(self, rev_id: int, actor: str, confirmed_diff: str | None = None,
+                force: bool = False) -> Revision: ...
     def reject(self, rev_id: int, actor: str, reason: str = "") -> Revision: ...
-    def rollback(self, rev_id: int | None, actor: str) -> Revision: ...
+    def rollback(self, rev_id: int | None, actor: str, note: str = "",
+                 force: bool = False) -> Revision: ...
     def freeze(self, actor: str, reason: str = "") -> Flags: ...
     def unfreeze(self, actor: str) -> Flags: ...
 
@@ -254,7 +258,8 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
         # `agent init`: it is what many clients poll, and computing it costs several store reads.
         # Keyed by the version read *before* computing, so it is never staler than the store.
         store, changes, generation = watch.current()
-        key = (generation, changes.version(), _stamp(settings))
+        # and of the clock (whether the loop is alive, a round overdue): a minute at most
+        key = (generation, changes.version(), _stamp(settings), int(time.time() // 30))
         entry = latest.get(history)
         if entry is not None and entry[0] == key:
             return entry
@@ -332,7 +337,8 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
         body = body or ApproveIn()
         ag = get_agent()
         with lock:
-            return ag.approve(rev_id, actor(body.operator), body.include_diff).to_dict()
+            return ag.approve(rev_id, actor(body.operator), body.include_diff,
+                              force=body.force).to_dict()
 
     @app.post("/api/revisions/{rev_id}/reject", response_model=RevisionOut, dependencies=actions,
               responses=ERRORS, summary="Reject a proposal")
@@ -349,23 +355,21 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
         body = body or RollbackIn()
         ag = get_agent()
         with lock:
-            return ag.rollback(body.revision, actor(body.operator)).to_dict()
+            return ag.rollback(body.revision, actor(body.operator), force=body.force).to_dict()
 
     @app.post("/api/freeze", response_model=FlagsOut, dependencies=actions, responses=ERRORS,
               summary="Kill switch: the agent proposes and applies nothing until unfrozen")
     def freeze(body: Annotated[FreezeIn | None, Body()] = None) -> dict[str, Any]:
         body = body or FreezeIn()
-        ag = get_agent()
-        with lock:
-            return ag.freeze(actor(body.operator), body.reason).to_dict()
+        # never behind the action lock: a freeze must not wait for an apply stuck on Slurm (it
+        # is one store transaction, which another process's writes hold up for milliseconds)
+        return get_agent().freeze(actor(body.operator), body.reason).to_dict()
 
     @app.post("/api/unfreeze", response_model=FlagsOut, dependencies=actions, responses=ERRORS,
               summary="Let the agent propose again")
     def unfreeze(body: Annotated[UnfreezeIn | None, Body()] = None) -> dict[str, Any]:
         body = body or UnfreezeIn()
-        ag = get_agent()
-        with lock:
-            return ag.unfreeze(actor(body.operator)).to_dict()
+        return get_agent().unfreeze(actor(body.operator)).to_dict()
 
     @app.get("/", response_class=HTMLResponse, dependencies=reads, include_in_schema=False)
     def status_page() -> HTMLResponse:

@@ -68,6 +68,12 @@ class _In(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)
 
 
+Force = Field(default=False, description="apply even over a hand edit (a live value that is not "
+                                         "the running revision's); without it that is a 409 "
+                                         "naming each value. The discarded live values are "
+                                         "recorded with the revision (`overridden`).")
+
+
 class ApproveIn(_In):
     operator: str | None = OperatorName
     include_diff: str | None = Field(
@@ -75,6 +81,7 @@ class ApproveIn(_In):
         description="the include file's diff as shown to the approver (GET "
                     "/api/revisions/{id}/preview); the approve is refused (409) unless the file "
                     "would be written so. Recorded with the revision either way.")
+    force: bool = Force
 
 
 class RejectIn(_In):
@@ -87,6 +94,7 @@ class RollbackIn(_In):
     revision: int | None = Field(default=None, ge=1,
                                  description="the revision to return to (default: the one applied "
                                              "before the running one)")
+    force: bool = Force
 
 
 class FreezeIn(_In):

@@ -82,6 +82,14 @@ def render(status: AgentStatus, history: list[Revision], outcomes: list[OutcomeR
     if status.blocked:
         banners.append(f'<p class="banner blocked" id=blocked>Blocked: '
                        f'{escape(status.blocked)}</p>')
+    if status.warnings:
+        banners.append('<div class="banner blocked" id=loop-warnings><ul>'
+                       + "".join(f"<li>{escape(w)}</li>" for w in status.warnings)
+                       + "</ul></div>")
+    if status.shadowed:
+        banners.append('<div class="banner blocked" id=shadowed>Shadowed by the include file:<ul>'
+                       + "".join(f"<li>{escape(s)}</li>" for s in status.shadowed)
+                       + "</ul></div>")
     last = status.last_round
     parts = [
         f"<h1>autosched agent <small>{escape(state_dir)}</small></h1>",
@@ -95,12 +103,15 @@ def render(status: AgentStatus, history: list[Revision], outcomes: list[OutcomeR
         f'<dt>Last round</dt><dd id=last-round>{_t(last.time if last else None)}'
         f'{_summary(last)}</dd>'
         f'<dt>Next round</dt><dd>{_t(status.next_round)}</dd>'
+        f'<dt>Loop</dt><dd id=loop>{_loop(status)}</dd>'
+        f'<dt>Slurm last read</dt><dd id=slurm-read>'
+        f'{_t(status.live.time) if status.live else "never"}</dd>'
         f'<dt>Revisions</dt><dd>{status.revisions}</dd>'
         f'<dt>Cluster setup</dt><dd id=setup>{_setup(status.twin)}</dd>'
         f'<dt>Last judged</dt><dd id=judged>{_judged(status.judged)}</dd></dl></section>',
         _token_box(status),
-        _pending(pending, running),
-        _running(running, history),
+        _pending(pending, running, status.interrupted_apply),
+        _running(running, history, status),
         _plot_section(outcomes),
         _config_over_time(history, slurm),
         _history(history, running, slurm),
@@ -167,16 +178,35 @@ def _slurm(rev: Revision | None, knob: str) -> str:
     return f" <span class=slurm>({escape(v)})</span>" if v is not None else ""
 
 
-def _pending(rev: Revision | None, running: Revision | None) -> str:
+def _loop(status: AgentStatus) -> str:
+    beat = status.heartbeat
+    if beat is None:
+        return "no <code>agent run</code> ever ran here"
+    state = "alive" if status.loop_alive else "not alive"
+    return f"{state}: pid {beat.pid} on {escape(beat.host)}, last seen {_t(beat.time)}"
+
+
+def _pending(rev: Revision | None, running: Revision | None,
+             interrupted: int | None = None) -> str:
     if rev is None:
         return '<section id=pending><h2>Pending proposal</h2><p class=muted>none</p></section>'
+    if rev.id == interrupted:
+        # its apply began and has not ended: being applied now, or interrupted (the next round
+        # or action restores the settings before it and marks it failed); never approvable
+        return (f'<section id=pending><h2>Revision {rev.id}: being applied or interrupted</h2>'
+                '<p id=pending-applying>Its apply began and has not ended; nothing to approve. '
+                'If its process died, the next round or action restores the settings before it '
+                'and records it as failed.</p></section>')
     ev = rev.evidence
     gain, spread = ev.predicted_gain, ev.spread
+    shares = ev.knob_shares or {}
     rows = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{_v(a)}{_slurm(running, k)}</td>"
-                   f"<td>{_v(b)}{_slurm(rev, k)}</td></tr>"
-                   for k, (a, b) in sorted(rev.diff.items()))
+                   f"<td>{_v(b)}{_slurm(rev, k)}</td><td class=share>{_share(shares.get(k))}</td>"
+                   "</tr>" for k, (a, b) in sorted(rev.diff.items()))
     extra = "".join(f"<dt>{label}</dt><dd>{_v(v)}</dd>" for label, v in (
-        ("samples", ev.samples), ("tuning cost", ev.tuning_cost), ("reason", ev.reason))
+        ("samples", ev.samples), ("tuning cost", ev.tuning_cost), ("reason", ev.reason),
+        ("left as they run (no share of the gain)",
+         ", ".join(map(str, ev.dropped_knobs)) if ev.dropped_knobs else None))
         if v is not None)
     g = (f'{gain:+.1%} &plusmn; {spread:.1%}' if gain is not None and spread is not None
          else _v(gain))
@@ -184,13 +214,18 @@ def _pending(rev: Revision | None, running: Revision | None) -> str:
             f'<dl><dt>Predicted gain</dt><dd id=predicted-gain>{g}</dd>'
             f'<dt>Trigger</dt><dd>{escape(rev.trigger)}</dd>'
             f'<dt>Proposed</dt><dd>{_t(rev.created)}</dd>{extra}</dl>'
-            '<table><tr><th>knob</th><th>now</th><th>proposed</th></tr>'
+            '<table><tr><th>knob</th><th>now</th><th>proposed</th><th>share of the gain</th></tr>'
             f'{rows}</table><p>'
             f'<button type=button id=approve class=go data-rev="{rev.id}">Approve&hellip;</button>'
             + ' <input id=reject-reason placeholder="reason" maxlength=1000> '
             + _btn("Reject", f'/api/revisions/{rev.id}/reject', fields={"reason":
                    "reject-reason"}, bid="reject")
             + "</p>" + _confirm(rev) + "</section>")
+
+
+def _share(x: Any) -> str:
+    """A knob's share of the predicted gain (the gain lost when only it goes back)."""
+    return f"{x:.0%}" if isinstance(x, (int, float)) and not isinstance(x, bool) else "-"
 
 
 def _confirm(rev: Revision) -> str:
@@ -205,7 +240,7 @@ def _confirm(rev: Revision) -> str:
             'shown</button> <button type=button id=cancel-approve>Cancel</button></p></div>')
 
 
-def _running(rev: Revision | None, history: list[Revision]) -> str:
+def _running(rev: Revision | None, history: list[Revision], status: AgentStatus) -> str:
     if rev is None:
         return ""
     # which revision last set each knob to its running value: the newest applied change
@@ -215,11 +250,23 @@ def _running(rev: Revision | None, history: list[Revision]) -> str:
         for k in r.diff:
             since[k] = r.id
     slurm = rev.slurm or {}
-    rows = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{_v(v)}</td>"
-                   f"<td>{escape(slurm.get(k, '-'))}</td>"
+    live = status.live.knobs if status.live else {}
+    read = f"read {_t(status.live.time)}" if status.live else "not read yet"
+
+    def in_slurm(k: str) -> str:
+        got = live.get(k)
+        if got is None:
+            return "-"
+        differs = k in slurm and got != slurm[k]
+        return f'<span class={"differs" if differs else "same"}>{escape(got)}</span>'
+
+    rows = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{_v(v)}"
+                   f"{' <span class=slurm>(' + escape(slurm[k]) + ')</span>' if k in slurm else ''}"
+                   f"</td><td class=in-slurm>{in_slurm(k)}</td>"
                    f"<td>{since.get(k, '-')}</td></tr>" for k, v in sorted(rev.config.items()))
-    return ('<section id=running><h2>Running config</h2><table><tr><th>knob</th><th>value</th>'
-            f'<th>in Slurm</th><th>set by revision</th></tr>{rows}</table></section>')
+    return ('<section id=running><h2>Running config</h2><table><tr><th>knob</th>'
+            f'<th>revision {rev.id}</th><th>in Slurm <small id=slurm-read-at>({read})</small></th>'
+            f'<th>set by revision</th></tr>{rows}</table></section>')
 
 
 def _config_over_time(history: list[Revision], slurm: Slurm) -> str:
@@ -329,7 +376,7 @@ table{{border-collapse:collapse}} td,th{{border-bottom:1px solid #ddd;padding:3p
 dl{{display:grid;grid-template-columns:max-content auto;gap:2px 12px}} dt{{color:#666}} dd{{margin:0}}
 .banner{{padding:.6em 1em;border-radius:4px}} .frozen{{background:#dbeafe}} .blocked{{background:#fef3c7}}
 pre{{background:#f6f6f6;padding:.5em;overflow-x:auto}}
-.muted{{color:#888}} .slurm{{color:#666}} code{{font-size:.95em}} #message{{margin-left:1em}} .error{{color:#b91c1c}}
+.muted{{color:#888}} .differs{{color:#b91c1c;font-weight:bold}} .slurm{{color:#666}} code{{font-size:.95em}} #message{{margin-left:1em}} .error{{color:#b91c1c}}
 button{{padding:3px 10px;cursor:pointer;white-space:nowrap}} .go{{background:#16a34a;color:#fff;border:1px solid #15803d}}
 .warn{{background:#2563eb;color:#fff;border:1px solid #1d4ed8}} .controls{{margin:1em 0}}
 tr.state-proposed{{background:#fefce8}} tr.state-failed,tr.state-rolled_back{{color:#888}}

@@ -54,7 +54,7 @@ def serve(state_dir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
     not a read is one JSON line on standard error (live/events_log.py)."""
     import uvicorn
 
-    from ..live.agent import Agent, open_agent
+    from ..live.agent import Agent, open_agent, start_agent
     from ..live.events_log import JsonLog
     from .app import create_app
 
@@ -73,6 +73,10 @@ def serve(state_dir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
         agent.sinks.append(events)
         return agent
 
+    try:  # finish an apply a killed process left, once, here: a page or status only reads
+        start_agent(state_dir, log=log)
+    except LiveError as e:
+        log(f"not reconciled at start: {e}")
     app = create_app(state_dir, token=token, open_agent=logged_agent,
                      open_reads=loopback, allowed_hosts=[] if loopback else ["*"],
                      log=events.write)

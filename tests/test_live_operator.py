@@ -1,0 +1,131 @@
+"""An operator's intent is never lost in silence, with the fake connector: an approve or a
+rollback over a hand edit is refused naming each value, or forced and recorded."""
+
+from __future__ import annotations
+
+import pytest
+
+from autosched.live.errors import ActionNotAllowed
+from autosched.live.store import LiveOverride, RevisionState
+from test_live_agent import make
+
+
+def _applied(agent, fake, **knobs):
+    p = agent.store.create(dict(agent._running_or_baseline().config, **knobs), trigger="manual",
+                           actor="t")
+    return agent.approve(p.id, "operator:alice")
+
+
+def test_a_rollback_over_a_hand_edit_is_refused_naming_the_live_and_the_expected_value(tmp_path):
+    agent, fake = make(tmp_path)
+    _applied(agent, fake, PriorityWeightAge=5)
+    fake.hand_edit("PriorityWeightAge", "7")
+    with pytest.raises(ActionNotAllowed, match=r"PriorityWeightAge is 7 live, 5 in revision 2.*"
+                                               r"--force"):
+        agent.rollback(None, "operator:bob")
+    assert fake.state()["live"]["PriorityWeightAge"] == "7"  # nothing written
+    assert agent.store.running().id == 2 and agent.store.newest_id() == 2
+
+
+def test_a_forced_rollback_records_the_discarded_live_values(tmp_path):
+    agent, fake = make(tmp_path)
+    _applied(agent, fake, PriorityWeightAge=5)
+    fake.hand_edit("PriorityWeightAge", "7")
+    fake.hand_edit("PriorityWeightFairshare", "123")
+    back = agent.rollback(None, "operator:bob", force=True)
+    assert back.state is RevisionState.APPLIED
+    assert fake.state()["live"]["PriorityWeightAge"] == "1000"
+    assert back.overridden == (LiveOverride("PriorityWeightAge", "7", "5"),
+                               LiveOverride("PriorityWeightFairshare", "123", "10000"))
+    assert "discarding PriorityWeightAge=7, PriorityWeightFairshare=123" in back.events[-1].note
+    again = agent.store.get(back.id)  # read back from the store
+    assert again.overridden == back.overridden
+    assert again.to_dict()["overridden"][0] == {"setting": "PriorityWeightAge", "live": "7",
+                                                "expected": "5"}
+
+
+def test_an_approve_over_a_hand_edit_is_refused_or_forced_and_recorded(tmp_path):
+    agent, fake = make(tmp_path)
+    base = agent._running_or_baseline()
+    p = agent.store.create(dict(base.config, PriorityWeightAge=5), trigger="manual", actor="t")
+    fake.hand_edit("PriorityWeightJobSize", "42")
+    with pytest.raises(ActionNotAllowed, match="PriorityWeightJobSize is 42 live, 1000 in revision 1"):
+        agent.approve(p.id, "operator:alice")
+    assert agent.store.get(p.id).state is RevisionState.PROPOSED
+    done = agent.approve(p.id, "operator:alice", force=True)
+    assert done.state is RevisionState.APPLIED
+    assert done.overridden == (LiveOverride("PriorityWeightJobSize", "42", "1000"),)
+    assert fake.state()["live"]["PriorityWeightJobSize"] == "1000"
+
+
+def test_without_a_hand_edit_nothing_is_recorded_as_overridden(tmp_path):
+    agent, fake = make(tmp_path)
+    rev = _applied(agent, fake, PriorityWeightAge=5)
+    assert rev.overridden == ()
+    back = agent.rollback(None, "operator:bob", force=True)
+    assert back.overridden == () and "hand edit" not in back.events[-1].note
+
+
+def test_a_round_reports_a_managed_setting_slurm_conf_sets_and_the_include_shadows(tmp_path):
+    agent, fake = make(tmp_path)
+    out = agent.step()
+    assert out.shadowed == () and agent.status().shadowed == ()
+    agent.reject(out.revision, "operator:alice")
+    _applied(agent, fake, PriorityWeightAge=5)  # the include file now sets every managed knob
+    base = fake.state()["base"]
+    fake.update(base={**base, "PriorityWeightFairshare": "50000"})  # an edit of slurm.conf
+    out = agent.step()
+    want = ("PriorityWeightAge=1000 in slurm.conf does not take effect: the agent's include "
+            "file sets PriorityWeightAge=5 (revision 3); change it through the agent",
+            "PriorityWeightFairshare=50000 in slurm.conf does not take effect: the agent's "
+            "include file sets PriorityWeightFairshare=10000 (revision 3); change it through "
+            "the agent")
+    assert out.shadowed == want
+    assert agent.store.last_round()[1]["shadowed"] == list(want)
+    assert agent.status().shadowed == want
+
+
+def test_own_settings_read_slurm_conf_and_its_includes_but_not_the_agents(tmp_path):
+    from autosched.live.slurmconf import own_settings
+
+    (tmp_path / "site.conf").write_text("PriorityWeightAge=11\n")
+    (tmp_path / "autosched.conf").write_text("PriorityWeightAge=99\nSchedulerParameters=x\n")
+    (tmp_path / "slurm.conf").write_text(
+        "# a comment\nClusterName=c  # trailing comment\nPriorityWeightAge=10\n"
+        "Include site.conf\n"
+        "NodeName=n1 CPUs=8 Gres=gpu:8\n"
+        'PartitionName=gpu Nodes=ALL TRESBillingWeights="CPU=1.0,GRES/gpu=4.0"\n'
+        "SchedulerParameters=bf_window=1440,default_queue_depth=200\n"
+        f"Include {tmp_path / 'autosched.conf'}\n")
+    got = own_settings(tmp_path / "slurm.conf", tmp_path / "autosched.conf")
+    assert got == {"ClusterName": "c", "PriorityWeightAge": "11",
+                   "SchedulerParameters": "bf_window=1440,default_queue_depth=200"}
+
+
+def test_a_proposal_changes_only_knobs_that_carry_gain_and_says_each_ones_share(tmp_path):
+    agent, _ = make(tmp_path)
+    out = agent.step()
+    rev = agent.store.get(out.revision)
+    ev = rev.evidence
+    assert set(ev.knob_shares) == set(rev.diff) and rev.diff
+    assert all(isinstance(v, float) for v in ev.knob_shares.values())
+    assert not set(ev.dropped_knobs) & set(rev.diff)
+    # each kept knob carries some of the gain: putting it back alone loses some
+    assert all(v > 0 for v in ev.knob_shares.values())
+
+
+def test_status_and_page_show_each_proposed_knobs_share_of_the_gain(tmp_path):
+    from autosched.live.store import Evidence
+    from autosched.service import page
+
+    agent, _ = make(tmp_path)
+    base = agent._running_or_baseline()
+    agent.store.create(dict(base.config, PriorityWeightAge=5, PriorityWeightJobSize=7),
+                       trigger="manual", actor="t",
+                       evidence=Evidence(predicted_gain=0.1, knob_shares={
+                           "PriorityWeightAge": 0.75, "PriorityWeightJobSize": 0.25},
+                           dropped_knobs=["bf_window"]))
+    st = agent.status()
+    html = page.render(st, agent.store.history(), [], state_dir="s")
+    assert "<td class=share>75%</td>" in html and "<td class=share>25%</td>" in html
+    assert "left as they run (no share of the gain)</dt><dd>bf_window" in html
