@@ -212,7 +212,7 @@ def _remove_stale_temps(target: Path) -> None:
         return
     for n in names:
         pid_text, _, its_host = n[len(prefix):].split(".", 1)[0].partition("@")
-        if its_host != host or not pid_text.isdigit() or _alive(int(pid_text)):
+        if its_host != host or not pid_text.isdigit() or pid_alive(int(pid_text)):
             continue
         try:
             os.unlink(target.parent / n)
@@ -220,7 +220,8 @@ def _remove_stale_temps(target: Path) -> None:
             pass  # another writer removed it first, or we may not: it does no harm
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` of this host runs (this process does; another user's is assumed to)."""
     if pid == os.getpid():
         return True
     try:

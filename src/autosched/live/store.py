@@ -39,6 +39,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any
 
+from ..atomic import pid_alive
 from ..jsonable import jsonable
 from .errors import ActionNotAllowed, IllegalTransition, LiveError, UnknownRevision
 
@@ -465,17 +466,7 @@ class ApplyIntent:
 
 def _pid_alive(pid: int, host: str) -> bool:
     """Whether process `pid` of `host` runs (another host's: cannot tell, assumed to)."""
-    if host != socket.gethostname():
-        return True
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+    return host != socket.gethostname() or pid_alive(pid)
 
 
 class RevisionStore:
