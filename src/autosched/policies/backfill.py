@@ -137,8 +137,14 @@ class _Plan:
     def __init__(self, begin: float, end: float):
         self.slots = [_Slot(begin, end, 0)]
         self.resv: list[tuple[float, float, int]] = []
+        # Answers of `usable` and `overlaps` since the last reservation: the jobs of a queue
+        # repeat the same few (nodes, start, limit) questions, and only `add` changes answers.
+        self._usable: dict[tuple[int, float, float], tuple[int, float]] = {}
+        self._overlaps: dict[tuple[int, float, float], bool] = {}
 
     def add(self, begin: float, end: float, nodes: int) -> None:
+        self._usable.clear()
+        self._overlaps.clear()
         self.resv.append((begin, end, nodes))
         for cut in (begin, end):
             for k, sl in enumerate(self.slots):
@@ -151,7 +157,17 @@ class _Plan:
 
     def overlaps(self, nodes: int, begin: float, end: float) -> bool:
         """Do the nodes meet a reservation within [begin, end) (``_test_resv_overlap``)?"""
-        return any(b < end and e > begin and m & nodes for b, e, m in self.resv)
+        key = (nodes, begin, end)
+        if key not in self._overlaps:
+            self._overlaps[key] = any(b < end and e > begin and m & nodes for b, e, m in self.resv)
+        return self._overlaps[key]
+
+    def usable(self, part_mask: int, start_res: float, end_time: float) -> tuple[int, float]:
+        """`_usable` over this plan's slots."""
+        key = (part_mask, start_res, end_time)
+        if key not in self._usable:
+            self._usable[key] = _usable(self.slots, part_mask, start_res, end_time)
+        return self._usable[key]
 
 
 def _or(masks: Iterable[int]) -> int:
@@ -252,6 +268,10 @@ def _slurm_backfill_nodes(part: Partition, order: Sequence[int], gpus: Sequence[
     plan = _Plan(math.floor(now / step) * step, math.floor((now + params.window) / step) * step)
     everything = (1 << nodes) - 1
     planned: list[tuple[int, float]] = []
+    # The will-run test depends only on the GPUs asked, the usable nodes and the running jobs,
+    # and a queue asks the same few sizes on the same node sets: remember its answers until a
+    # job starts (the only change to the running jobs within a cycle).
+    will_run: dict[tuple[int, int], tuple[float, Alloc] | None] = {}
     for j in order[:params.max_job_test]:
         if free.sum() == 0:
             # Nothing can start now, and reservations only serve to decide what starts now
@@ -262,8 +282,13 @@ def _slurm_backfill_nodes(part: Partition, order: Sequence[int], gpus: Sequence[
         slots = plan.slots
         start_res = now
         for _ in range(2 * len(slots) + 4):  # each retry moves start_res on to a later slot
-            avail, later = _usable(slots, part_mask, start_res, max(start_res, now) + lim)
-            got = _will_run(gpus[j], avail, free, running, now, gpn, part.placement) if avail else None
+            avail, later = plan.usable(part_mask, start_res, max(start_res, now) + lim)
+            got = None
+            if avail:
+                key = (gpus[j], avail)
+                if key not in will_run:
+                    will_run[key] = _will_run(gpus[j], avail, free, running, now, gpn, part.placement)
+                got = will_run[key]
             if got is None:
                 if later:
                     start_res = later
@@ -286,6 +311,7 @@ def _slurm_backfill_nodes(part: Partition, order: Sequence[int], gpus: Sequence[
                     # kept sorted by end; after equal ends, as the stable sort it replaces did
                     bisect.insort(running, (math.floor(now) + lim, alloc, _or(1 << m for m, _ in alloc)),
                                   key=lambda x: x[0])
+                    will_run.clear()
                     break
                 # placement disagreed with the plan (cannot happen with the same rules): reserve
             elif later and t > later:
