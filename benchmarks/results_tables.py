@@ -40,7 +40,21 @@ POLICIES = ("tiresias", "multifactor")  # a section each, in this order, whether
 DAY = 86400.0
 TARGET_SHARE = 0.60  # of oracle_static's gain, on average over the traces
 TARGET_WORST = 1.02  # no period worse than the default by more than 2%
-PLANNED_SEEDS = 8  # the seeds a run of the docs gets (a noisy comparison needs several)
+
+
+@dataclass(frozen=True)
+class PolicyRuns:
+    """How the docs' runs of one policy are made."""
+
+    seeds: int  # the seeds a run gets (a noisy comparison needs several)
+    limits: bool = False  # each trace gets time limits first (`autosched trace limits`): Slurm plans with them
+    flags: tuple[str, ...] = ()  # more options of `autosched run`
+
+
+# multifactor: over the knobs the live agent may write, on traces with drawn limits, as the agent
+# searches on a real Slurm cluster; 3 seeds, as its simulation is the slower one.
+POLICY_RUNS = {"tiresias": PolicyRuns(8), "multifactor": PolicyRuns(3, limits=True, flags=("--live-knobs",))}
+BUNDLED_PATH = "src/autosched/data/philly_2017-10-02_28d.csv.gz"
 
 
 @dataclass(frozen=True)
@@ -60,9 +74,19 @@ class TraceRun:
         """The trace file's name, as the run's "trace" ends."""
         return Path(self.trace).name if self.trace else BUNDLED
 
-    def args(self) -> list[str]:
-        out = [self.trace, f"--cluster {self.cluster}"] if self.trace else []
+    def args(self, trace: str | None = None) -> list[str]:
+        """The trace arguments of `autosched run`; `trace`: another file in place of this one's."""
+        trace = self.trace if trace is None else trace
+        out = [trace, f"--cluster {self.cluster}"] if trace else []
         return out + ([f"--skip {self.skip}"] if self.skip else []) + ([f"--span {self.span}d"] if self.span else [])
+
+    def commands(self, policy: str, options: list[str], out: str) -> list[str]:
+        """The commands that make the run `out` of `policy` with these `autosched run` options."""
+        if not POLICY_RUNS.get(policy, PolicyRuns(1)).limits:
+            return [" ".join(["autosched run", *self.args(), *options, f"--json > {out}"])]
+        limited = f"limits/{self.name}.csv"
+        return [f"autosched trace limits {self.trace or BUNDLED_PATH} --out {limited}",
+                " ".join(["autosched run", *self.args(limited), *options, f"--json > {out}"])]
 
 
 BUNDLED = "philly_2017-10-02_28d.csv.gz"
@@ -103,7 +127,7 @@ class Row:
 
     name: str
     label: str
-    command: str
+    commands: list[str]
     seeds: list[int]
     default_hours: float
     relative: dict[str, Stat]  # avg JCT / the default's, per strategy present
@@ -127,8 +151,10 @@ def trace_run(path: Path, data: dict[str, Any]) -> TraceRun:
     source = Path(str(data["trace"])).name
     cluster = str(data["cluster"]).split(" ", 1)[0]
     days = round((data["boundaries"][-1] - data["boundaries"][0]) / DAY)
+    name = path.stem.split("-", 1)[-1]
     for t in TRACES:
-        if t.source == source and t.cluster == cluster and t.days == days:
+        # (a run on a trace with drawn limits reads limits/NAME.csv: it is known by its name)
+        if (t.source == source or t.name == name) and t.cluster == cluster and t.days == days:
             return t
     known = next((t for t in TRACES if t.source == source), None)
     if known is not None:
@@ -137,7 +163,6 @@ def trace_run(path: Path, data: dict[str, Any]) -> TraceRun:
         parts = Path(str(data["trace"])).parts
         trace = ("../shared/traces/" + "/".join(parts[parts.index("traces") + 1:]) if "traces" in parts
                  else str(data["trace"]))
-    name = path.stem.split("-", 1)[-1]
     bundled = source == BUNDLED and cluster == "32x8"
     return TraceRun(name, f"{source} ({days} d), {cluster}", "" if bundled else trace, cluster,
                     skip=known.skip if known is not None else "", span=days, days=days)
@@ -196,6 +221,8 @@ def options(settings: dict[str, Any], strategies: list[str], n_seeds: int) -> li
         out.append("--screening" if settings["search"]["screening"] else "--no-screening")
     if settings["execution"]["workers"] != default["execution"]["workers"]:
         out.append(f"--workers {settings['execution']['workers']}")
+    if settings["search"].get("subspace") is not None:
+        out.append("--live-knobs")
     if settings["seed"] != 0:
         out.append(f"--seed {settings['seed']}")
     if n_seeds > 1:
@@ -212,8 +239,8 @@ def read_row(path: Path) -> tuple[str, Row]:
     settings = data["settings"]
     tr = trace_run(path, data)
     names = list(data["strategies"])
-    command = " ".join(["autosched run", *tr.args(), *options(settings, names, len(runs)),
-                        f"--json > benchmarks/results/runs/{path.name}"])
+    commands = tr.commands(settings["policy"], options(settings, names, len(runs)),
+                           f"benchmarks/results/runs/{path.name}")
     rel = {s: Stat.of([r["summary"]["relative_avg_jct"][s] for r in runs])
            for s in STRATEGIES if s in names and "default" in names}
     shares = [r["summary"].get("share_of_oracle_static_gain", {}).get("autosched") for r in runs]
@@ -223,7 +250,7 @@ def read_row(path: Path) -> tuple[str, Row]:
     worsts = [r["summary"].get("worst_period_vs_default", {}).get("autosched") for r in runs]
     has_worst = "autosched" in names and None not in worsts
     decisions = [d for r in runs for d in r["strategies"].get("autosched", {}).get("decisions", [])]
-    row = Row(tr.name, tr.label, command, [r["settings"]["seed"] for r in runs],
+    row = Row(tr.name, tr.label, commands, [r["settings"]["seed"] for r in runs],
               data["strategies"]["default"]["avg_jct"] / 3600 if "default" in names else float("nan"),
               rel, share, lead, Stat.of(worsts) if has_worst else None, max(worsts) if has_worst else None,
               sum(r["summary"]["relative_avg_jct"]["autosched"] < 1 for r in runs) if "autosched" in rel else 0,
@@ -311,6 +338,30 @@ def targets_table(rows: list[Row]) -> list[str]:
     return out
 
 
+def live_targets_table(rows: list[Row]) -> list[str]:
+    """The targets of a policy tuned over the live knobs: a gain larger than the seeds' spread on
+    every trace, last_period matched on most, and what there is to gain at all (oracle_static)."""
+    def met(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    n = len(rows)
+    out = ["| target | result | |", "|---|---|---|"]
+    gain = {r.name: r.relative["autosched"] for r in rows if "autosched" in r.relative}
+    clear = [name for name, st in gain.items() if 1 - st.mean > st.sd]
+    misses = ", ".join(f"{name} {pct(st.mean - 1)} ± {st.sd:.1%}" for name, st in gain.items() if name not in clear)
+    out.append(f"| better than the default on every trace by more than the spread across seeds | on {len(clear)} of "
+               f"{n} traces{'; not on: ' + misses if misses else ''} | {met(len(clear) == n and n > 0)} |")
+    leads = [r for r in rows if r.lead is not None]
+    ahead = [r for r in leads if r.lead is not None and r.lead.mean >= 0]
+    out.append(f"| at least as good as last_period on most traces (mean over seeds) | on {len(ahead)} of "
+               f"{len(leads)} traces | {met(2 * len(ahead) > n)} |")
+    ceiling = ", ".join(f"{r.name} {pct(r.relative['oracle_static'].mean - 1)}" for r in rows
+                        if "oracle_static" in r.relative)
+    out.append(f"| what the live knobs leave to gain: oracle_static against the default (ORACLE) | {ceiling or 'n/a'} "
+               "| the ceiling |")
+    return out
+
+
 def plot_data(rows: list[Row]) -> list[tuple[str, str, float, float]]:
     """(trace, strategy, mean % against the default, sd %) of every bar, rounded as printed."""
     return [(r.label, s, round(100 * (r.relative[s].mean - 1), 1), round(100 * r.relative[s].sd, 1))
@@ -324,13 +375,12 @@ def digest(data: list[tuple[str, str, float, float]]) -> str:
 def section(policy: str, rows: list[Row]) -> list[str]:
     """The generated part of one policy's section (between its markers)."""
     if not rows:
-        policy_flag = [] if policy == "tiresias" else [f"--policy {policy}"]
+        plan = POLICY_RUNS.get(policy, PolicyRuns(1))
+        flags = ([] if policy == "tiresias" else [f"--policy {policy}"]) + [*plan.flags, f"--seeds {plan.seeds}"]
         return [f"No runs of `{policy}` are committed yet, so there is no table here. These commands "
                 f"make them (one file per trace in `benchmarks/results/runs/`), and the last one fills "
                 "this section:", "", "```sh",
-                *(" ".join(["autosched run", *t.args(), *policy_flag,
-                            f"--seeds {PLANNED_SEEDS} --json > benchmarks/results/runs/{policy}-{t.name}.json"])
-                  for t in TRACES),
+                *(c for t in TRACES for c in t.commands(policy, flags, f"benchmarks/results/runs/{policy}-{t.name}.json")),
                 "PYTHONPATH=src python benchmarks/results_tables.py", "```"]
     out = ["Average JCT against the fixed default, mean ± sd over the seeds; the share of "
            "oracle_static's gain is autosched's, on average over the seeds; the lead is last_period's "
@@ -339,10 +389,10 @@ def section(policy: str, rows: list[Row]) -> list[str]:
     out += results_table(rows)
     out += ["", f"![{policy}: average JCT against the default, per trace and strategy](img/results-{policy}.png)", "",
             f"<!-- plot data digest: {digest(plot_data(rows))} -->", "", "**Targets:**", ""]
-    out += targets_table(rows)
+    out += live_targets_table(rows) if POLICY_RUNS.get(policy, PolicyRuns(1)).limits else targets_table(rows)
     out += ["", "The runs (a `--seeds` run of every strategy per trace, the oracles' searches cached), "
             "then the tables:", "", "```sh"]
-    out += [r.command for r in rows]
+    out += [c for r in rows for c in r.commands]
     out += ["PYTHONPATH=src python benchmarks/results_tables.py", "```"]
     notes = [f"{r.name}: {n}" for r in rows for n in r.notes]
     return out + ([""] + notes if notes else [])
