@@ -295,7 +295,7 @@ def results_table(rows: list[Row]) -> list[str]:
     for r in rows:
         lead = f"{pct(r.lead.mean)} ({r.lead.se:.1%})" if r.lead is not None else "n/a"
         worst = f"{pct(r.worst.mean - 1)} / {pct(r.worst_max - 1)}" if r.worst is not None and r.worst_max is not None else "n/a"
-        share = f"{r.share.mean:.0%}" if r.share is not None else "n/a"
+        share = f"{round(r.share.mean, 2) + 0.0:.0%}" if r.share is not None else "n/a"  # (no "-0%")
         out.append(f"| {r.label} | {seeds_text(r.seeds)} | {r.default_hours:.2f} h | {cell(r.relative.get('autosched'))} "
                    f"| {share} | {cell(r.relative.get('last_period'))} | {lead} "
                    f"| {cell(r.relative.get('oracle_static'))} | {cell(r.relative.get('oracle_period'))} "
