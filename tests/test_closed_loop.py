@@ -241,12 +241,20 @@ def test_targets_in_words():
            _result("aa", 100, 102, aa=True, tau=0.85, err=0.2, lost=1)]
     lines = cl.targets(res)
     assert lines[0] == "no job lost: NOT met: aa A: 1, aa B: 1"
-    assert lines[1] == ("gain over the baseline (A/A gap 2.0%): B beats A by more than 4.0% on 1 of 3 "
-                        "window(s) (w1); worse than A by more than the gap on w3 — not met")
+    assert lines[1] == ("gain over the baseline (A/A gap 2.0%), the agent on the `stat` model: B beats A by more "
+                        "than 4.0% on 1 of 3 window(s) (w1); worse than A by more than the gap on w3 — not met")
     assert lines[2] == ("twin accuracy (avg wait within 10%, τ ≥ 0.9): not met on aa A (τ 0.850, "
                         "wait +20.0%), aa B (τ 0.850, wait +0.0%)")
     assert "— met" in cl.targets([_result("w1", 100, 95), _result("w2", 100, 94), _result("w3", 100, 100),
                                    _result("aa", 100, 101, aa=True)])[1]
+    # windows run with the agent on another model are judged apart: two lines, one per model
+    replay = _result("w1-replay", 100, 90)
+    replay.plan["model"] = "replay"
+    lines = cl.targets([_result("w1", 100, 95), replay, _result("aa", 100, 101, aa=True)])
+    assert lines[1].endswith("`stat` model: B beats A by more than 2.0% on 1 of 1 window(s) (w1) "
+                             "— 2 of the 3 windows not run yet")
+    assert lines[2].startswith("gain over the baseline (A/A gap 1.0%), the agent on the `replay` model: B beats A "
+                               "by more than 2.0% on 1 of 1 window(s) (w1-replay)")
 
 
 def test_render_doc_replaces_only_the_generated_section():
