@@ -129,3 +129,31 @@ def test_status_and_page_show_each_proposed_knobs_share_of_the_gain(tmp_path):
     html = page.render(st, agent.store.history(), [], state_dir="s")
     assert "<td class=share>75%</td>" in html and "<td class=share>25%</td>" in html
     assert "left as they run (no share of the gain)</dt><dd>bf_window" in html
+
+
+def test_the_include_keeps_an_operators_own_scheduler_parameters_at_every_write(tmp_path):
+    from autosched.live.slurm import SlurmConnector
+
+    inc, conf = tmp_path / "autosched.conf", tmp_path / "slurm.conf"
+    conf.write_text("SchedulerParameters=bf_window=1440,default_queue_depth=200\n"
+                    f"Include {inc}\n")
+    # the include as the operator had it before the agent: its line replaces slurm.conf's whole
+    inc.write_text("SchedulerParameters=bf_interval=1,sched_interval=60,bf_max_job_user=4,"
+                   "default_queue_depth=50\n")
+    slurm = SlurmConnector(inc, conf)
+    want = {"bf_interval": "5", "bf_window": "60"}
+    # slurm.conf's own entry first (its value wins over the include's 50), then the include's own
+    # entries that neither slurm.conf nor the agent sets, then the managed ones
+    line = ("SchedulerParameters=default_queue_depth=200,sched_interval=60,bf_max_job_user=4,"
+            "bf_interval=5,bf_window=60")
+    text = slurm.render(want)
+    assert text.splitlines()[-3:] == [
+        "# kept from this file's SchedulerParameters (slurm.conf does not set them): "
+        "sched_interval,bf_max_job_user",
+        "# autosched manages these SchedulerParameters entries: bf_interval,bf_window", line]
+    inc.write_text(text)
+    assert slurm.render(want).splitlines()[-1] == line  # kept at the next write too
+    # an entry slurm.conf drops goes (it was slurm.conf's, not the include's own)
+    conf.write_text(f"SchedulerParameters=bf_window=1440\nInclude {inc}\n")
+    assert slurm.render(want).splitlines()[-1] == (
+        "SchedulerParameters=sched_interval=60,bf_max_job_user=4,bf_interval=5,bf_window=60")

@@ -35,6 +35,9 @@ from .twin import ClusterSetup, PartitionSetup, billed_tres_note
 SACCT_FIELDS = ("JobID", "Submit", "Start", "End", "AllocTRES", "ReqTRES", "User", "Account",
                 "Partition", "State", "JobName", "NCPUS", "Timelimit")
 _BF_MARK = "# autosched manages these SchedulerParameters entries:"
+# Entries the include file's own SchedulerParameters line carried before autosched managed it and
+# that slurm.conf does not set: an operator's, kept at every write (the line replaces slurm.conf's).
+_KEPT_MARK = "# kept from this file's SchedulerParameters (slurm.conf does not set them):"
 # squeue columns in the order of SACCT_FIELDS (End and AllocTRES are not known yet)
 SQUEUE_FORMAT = "%i|%V|%S|%b|%u|%a|%P|%T|%j|%C|%l"
 _DOWN = ("unable to contact slurm controller", "connection refused", "socket timed out",
@@ -358,10 +361,13 @@ class SlurmConnector:
                 lines.append(f"{name}={value}")
         if bf_line:
             # the include's line replaces slurm.conf's whole: it carries slurm.conf's own entries
-            # as they are now (not as Slurm runs them: those may be an older write of this file)
-            keep = self._own_entries(bf)
-            items = [k if v is None else f"{k}={v}" for k, v in keep]
+            # as they are now (not as Slurm runs them: those may be an older write of this file),
+            # and the entries an operator had put in this file's own line
+            own, ours = self._scheduler_entries(bf)
+            items = [k if v is None else f"{k}={v}" for k, v in own + ours]
             items += [k if v == "" else f"{k}={v}" for k, v in bf.items()]
+            if ours:
+                lines.append(f"{_KEPT_MARK} {','.join(k for k, _ in ours)}")
             lines.append(f"{_BF_MARK} {','.join(bf)}")
             lines.append("SchedulerParameters=" + ",".join(items))
         return "\n".join(lines) + "\n"
@@ -390,9 +396,38 @@ class SlurmConnector:
         return bool(self._file_bf_keys())
 
     def _own_entries(self, managed: Mapping[str, str]) -> list[tuple[str, str | None]]:
-        """slurm.conf's own SchedulerParameters entries that `managed` does not set."""
-        own = {k.lower(): v for k, v in self._own().items()}.get("schedulerparameters", "")
-        return [(k, v) for k, v in split_scheduler_parameters(own) if k not in managed]
+        """The SchedulerParameters entries that `managed` does not set, as the include's line must
+        carry them: slurm.conf's own, then those kept from the include file itself."""
+        own, kept = self._scheduler_entries(managed)
+        return own + kept
+
+    def _scheduler_entries(self, managed: Mapping[str, str]
+                           ) -> tuple[list[tuple[str, str | None]], list[tuple[str, str | None]]]:
+        """(slurm.conf's own SchedulerParameters entries that `managed` does not set, the include
+        file's own entries that neither sets). The include's are those it carried before autosched
+        first wrote its line (then every entry not managed), or those named as kept since: an
+        entry copied from slurm.conf is not kept once slurm.conf drops it."""
+        text = {k.lower(): v for k, v in self._own().items()}.get("schedulerparameters", "")
+        own = [(k, v) for k, v in split_scheduler_parameters(text) if k not in managed]
+        taken = set(managed) | {k for k, _ in own}
+        kept = [(k, v) for k, v in self._file_kept_entries() if k not in taken]
+        return own, kept
+
+    def _file_kept_entries(self) -> list[tuple[str, str | None]]:
+        try:
+            text = self.include.read_text() if self.include.exists() else ""
+        except OSError as e:
+            raise LiveError(f"{self.include}: cannot read: {e.strerror}") from None
+        names: set[str] | None = None  # None: autosched has not written the line yet
+        entries: list[tuple[str, str | None]] = []
+        for line in text.splitlines():
+            if line.startswith(_KEPT_MARK):
+                names = {k for k in line[len(_KEPT_MARK):].strip().split(",") if k}
+            elif line.startswith(_BF_MARK) and names is None:
+                names = set()
+            elif line.split("=", 1)[0].strip().lower() == "schedulerparameters":
+                entries = split_scheduler_parameters(line.split("=", 1)[1])
+        return entries if names is None else [(k, v) for k, v in entries if k in names]
 
     def _own(self) -> dict[str, str]:
         return own_settings(self.slurm_conf, self.include) if self.slurm_conf else {}
