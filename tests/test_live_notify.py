@@ -258,3 +258,26 @@ def test_json_log_survives_a_closed_stream(tmp_path):
     f = (tmp_path / "x").open("w")
     f.close()
     JsonLog(f).write({"event": "message", "message": "lost"})  # no exception
+
+
+def test_a_post_that_times_out_just_before_the_wait_is_told_as_unanswered(tmp_path):
+    # the POST's socket timeout and the wait are the same length; under load the POST may give up
+    # first. Forced here: the POST gives up after 0.2 s, the wait would last 5 s.
+    said: list[str] = []
+    with Receiver(delay=30).running() as slow:
+        hook = Webhook(slow.url, str(tmp_path), said.append, timeout=5.0)
+        post = hook._post
+
+        def impatient(data: bytes, failure: list[str]) -> None:
+            hook.timeout = 0.2
+            try:
+                post(data, failure)
+            finally:
+                hook.timeout = 5.0
+
+        hook._post = impatient  # type: ignore[method-assign]
+        agent, _ = make(tmp_path, notify=slow.url)
+        agent.sinks[0] = hook
+        agent.freeze("operator:carol", "drill")
+    assert said == [f"webhook http://127.0.0.1:{slow.server.server_address[1]}/...: freeze "
+                    "notice not answered within 5 s; going on without it"]

@@ -72,6 +72,9 @@ def payload(name: str, activity: Activity, state_dir: str) -> dict[str, Any]:
     return body
 
 
+_TIMED_OUT = "timed out"
+
+
 class Webhook:
     """An `ActivitySink` that POSTs each notice to `url` (see the module doc); `log` gets one line
     per notice that was not delivered."""
@@ -91,12 +94,14 @@ class Webhook:
         failure: list[str] = []
         sender = threading.Thread(target=self._post, args=(data, failure), daemon=True,
                                   name="autosched-notify")
-        start = time.monotonic()
+        start, timeout = time.monotonic(), self.timeout
         sender.start()
-        sender.join(self.timeout)
-        if sender.is_alive():
+        sender.join(timeout)
+        # (the POST's own timeout is the same: under load it may end the thread just before the
+        # join does, and that is the same unanswered notice)
+        if sender.is_alive() or failure == [_TIMED_OUT]:
             self.log(f"webhook {shown(self.url)}: {name} notice not answered within "
-                     f"{self.timeout:g} s; going on without it")
+                     f"{timeout:g} s; going on without it")
         elif failure:
             self.log(f"webhook {shown(self.url)}: {name} notice not delivered: {failure[0]} "
                      f"(after {time.monotonic() - start:.1f} s)")
@@ -111,4 +116,5 @@ class Webhook:
         except urllib.error.HTTPError as e:
             failure.append(f"HTTP {e.code}")
         except (urllib.error.URLError, OSError, ValueError) as e:
-            failure.append(str(getattr(e, "reason", e)))
+            reason = getattr(e, "reason", e)  # (a connect timeout comes wrapped in a URLError)
+            failure.append(_TIMED_OUT if isinstance(reason, TimeoutError) else str(reason))
