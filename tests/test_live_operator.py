@@ -129,6 +129,14 @@ def test_status_and_page_show_each_proposed_knobs_share_of_the_gain(tmp_path):
     html = page.render(st, agent.store.history(), [], state_dir="s")
     assert "<td class=share>75%</td>" in html and "<td class=share>25%</td>" in html
     assert "left as they run (no share of the gain)</dt><dd>bf_window" in html
+    from typer.testing import CliRunner
+
+    from autosched.cli import build_app
+    out = CliRunner().invoke(build_app(), ["agent", "status", "--state", str(agent.state_dir)]).output
+    pending = out[out.index("pending: "):].splitlines()[:4]
+    assert pending[1:] == ["  PriorityWeightAge: 1000 -> 5  (75% of the gain)",
+                           "  PriorityWeightJobSize: 1000 -> 7  (25% of the gain)",
+                           "  left as they run (no share of the gain): bf_window"]
 
 
 def test_the_include_keeps_an_operators_own_scheduler_parameters_at_every_write(tmp_path):

@@ -302,3 +302,31 @@ def test_bf_knobs_are_managed_generically():
     live = live_settings(parse_show_config(SHOW_CONFIG))
     assert ls.from_settings(live) == {"bf_window": 1440, "bf_continue": True}
     assert ls.from_settings({}) == {"bf_window": 1440, "bf_continue": False}  # Slurm's defaults
+
+
+def test_the_include_file_is_replaced_by_a_rename_so_its_directory_must_be_writable(tmp_path, monkeypatch):
+    """docs/slurm.md: every write of the include file is a new file renamed over it (a new
+    inode), so the file's directory must be writable; where a file cannot be made in it (a
+    read-only /etc/slurm: PermissionError, as mkstemp raises for a non-root user), the write is
+    one error naming the file, and the old file stays as it was."""
+    import os
+    import tempfile
+
+    from autosched.live.slurm import SlurmConnector
+
+    inc = tmp_path / "autosched.conf"
+    inc.write_text("# old\n")
+    conn = SlurmConnector(inc, tmp_path / "slurm.conf")
+    before = inc.stat().st_ino
+    conn._write("PriorityWeightAge=5\n")
+    assert inc.read_text() == "PriorityWeightAge=5\n" and inc.stat().st_ino != before
+
+    def read_only_dir(*a, **k):
+        raise PermissionError(13, "Permission denied", str(tmp_path))
+
+    monkeypatch.setattr(tempfile, "mkstemp", read_only_dir)
+    with pytest.raises(LiveError) as e:
+        conn._write("PriorityWeightAge=7\n")
+    assert str(e.value) == f"{inc}: cannot write (Permission denied)"
+    assert inc.read_text() == "PriorityWeightAge=5\n"
+    assert sorted(os.listdir(tmp_path)) == ["autosched.conf"]

@@ -98,6 +98,18 @@ def test_default_partition_first_and_slurms_default_billing():
     assert s.partitions[0].billing_weights == (("CPU", 1.0),)
 
 
+
+def test_billing_knobs_are_unused_only_where_every_partition_bills_by_its_own_weights():
+    fixed = ["placement", "PriorityFlags", "TRESBillingWeights.GRES/gpu", "TRESBillingWeights.CPU"]
+    assert cluster_of_testbed().unused_knobs(fixed) == ("TRESBillingWeights.GRES/gpu",
+                                                       "TRESBillingWeights.CPU")
+    # one pool (the fake's default), or a partition without weights: the knobs bill its jobs
+    pool = ClusterSetup((("n1", 8),))
+    assert pool.unused_knobs(fixed) == ()
+    unbilled = replace(pool, partitions=(PartitionSetup("gpu", ("n1",), 1, (), 1, True),))
+    assert unbilled.unused_knobs(fixed) == ()
+    assert cluster_of_testbed().unused_knobs(["placement"]) == ()
+
 def test_what_the_twin_leaves_out_is_said():
     config = CONFIG.replace("PriorityWeightQOS       = 0", "PriorityWeightQOS       = 500").replace(
         "PriorityFlags           = ", "PriorityFlags           = NO_FAIR_TREE,MAX_TRES")

@@ -273,3 +273,25 @@ def test_init_says_what_the_twin_leaves_out(tmp_path):
     r = cli("agent", "init", "--state", tmp_path / "state2", "--fake", tmp_path / "fake")
     assert r.exit_code == 0, r.output
     assert r.output.splitlines()[-1].startswith("warning: cannot read the cluster's setup yet (`scontrol")
+
+
+def test_init_lists_the_fixed_knobs_as_the_twin_of_this_cluster_holds_them(tmp_path):
+    """PriorityFlags as the cluster sets it (NO_FAIR_TREE: classic), and the billing knobs said
+    to be unused when every partition bills by its own TRESBillingWeights."""
+    setup = replace(SETUP, priority_flags=("NO_FAIR_TREE",))
+    FakeConnector.create(tmp_path / "fake", setup=setup)
+    r = cli("agent", "init", "--state", tmp_path / "state", "--fake", tmp_path / "fake")
+    assert r.exit_code == 0, r.output
+    lines = r.output.splitlines()
+    assert lines[1] == ("fixed in live mode (no Slurm setting): placement=consolidate, "
+                        "PriorityFlags=NO_FAIR_TREE, backfill=True, reserve_after=21600.0, "
+                        "sched_interval=60, default_queue_depth=100, batch_sched_delay=3")
+    assert lines[2] == ("not used on this cluster: TRESBillingWeights.GRES/gpu, TRESBillingWeights.CPU "
+                        "(every partition bills its jobs by its own TRESBillingWeights; `agent twin` "
+                        "lists them)")
+    # one pool: the billing knobs bill every job, and are listed with their values
+    FakeConnector.create(tmp_path / "pool")
+    r = cli("agent", "init", "--state", tmp_path / "state2", "--fake", tmp_path / "pool")
+    assert r.exit_code == 0, r.output
+    assert "TRESBillingWeights.GRES/gpu=1.0, TRESBillingWeights.CPU=0.0" in r.output.splitlines()[1]
+    assert "not used on this cluster" not in r.output

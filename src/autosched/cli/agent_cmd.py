@@ -106,13 +106,24 @@ def init_cmd(
     agent = init_agent(st, settings)
     typer.echo(f"agent initialised in {st}: {settings.policy}, {settings.mode} mode, period "
                f"{settings.period:g} s; manages {', '.join(agent.space.names)}")
-    if agent.space.fixed:
-        typer.echo("fixed in live mode (no Slurm setting): " +
-                   ", ".join(f"{k}={v}" for k, v in agent.space.fixed.items()))
     try:
-        warnings = agent.connector.setup().warnings()
+        setup = agent.connector.setup()
     except LiveError as e:
-        warnings = [f"cannot read the cluster's setup yet ({e}); each round reads it"]
+        setup, warnings = None, [f"cannot read the cluster's setup yet ({e}); each round reads it"]
+    # the fixed knobs as the twin of this cluster holds them (PriorityFlags as the cluster sets
+    # it), without those it never reads (billing, when every partition has its own weights)
+    fixed = dict(agent.space.fixed)
+    unused: tuple[str, ...] = ()
+    if setup is not None:
+        warnings = setup.warnings()
+        fixed = agent.twin_space(setup).fixed
+        unused = setup.unused_knobs(fixed)
+    if shown := {k: v for k, v in fixed.items() if k not in unused}:
+        typer.echo("fixed in live mode (no Slurm setting): " +
+                   ", ".join(f"{k}={v}" for k, v in shown.items()))
+    if unused:
+        typer.echo(f"not used on this cluster: {', '.join(unused)} (every partition bills its "
+                   "jobs by its own TRESBillingWeights; `agent twin` lists them)")
     for w in warnings:
         typer.echo(f"warning: {w}")
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from ..associations import parse_associations
-from ..atomic import check_input, read_text_input, write_text_atomic
+from ..atomic import OutputError, check_input, read_text_input, write_text_atomic
 from ..cluster import ClusterError, parse_billing_weights
 from ..errors import InputError
 from .connector import ApplyFailed, IncludeChange, include_change, include_snapshot
@@ -501,5 +501,7 @@ class SlurmConnector:
     def _write(self, text: str) -> None:
         try:
             write_text_atomic(self.include, text)
+        except OutputError as e:  # it names the file and why already
+            raise LiveError(str(e)) from None
         except OSError as e:
             raise LiveError(f"{self.include}: cannot write: {e.strerror or e}") from None

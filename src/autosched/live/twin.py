@@ -23,7 +23,7 @@ import numpy as np
 from ..associations import Association
 from ..cluster import BILLED_TRES, ClusterSpec, SlurmPartition, billing_text
 from ..jsonable import jsonable
-from ..policies.multifactor import CLASSIC, FAIR_TREE
+from ..policies.multifactor import CLASSIC, CPU_BILL, FAIR_TREE, GPU_BILL
 from .errors import LiveError
 from .history import LiveJobs, SeedHistory, observation, take_jobs, update_history
 
@@ -119,6 +119,15 @@ class ClusterSetup:
         if "PriorityFlags" in set(names):
             out["PriorityFlags"] = CLASSIC if CLASSIC in self.priority_flags else FAIR_TREE
         return out
+
+    def unused_knobs(self, names: Iterable[str]) -> tuple[str, ...]:
+        """The knobs in `names` (a policy's fixed knobs in live mode) that the twin of this
+        cluster never reads: the billing knobs (``TRESBillingWeights.*``) when every partition
+        bills its jobs by its own weights, as a Slurm connector's partitions always do (the
+        simulator falls back on the knobs only for a job of a partition without them)."""
+        if not self.partitions or not all(p.billing_weights for p in self.partitions):
+            return ()
+        return tuple(n for n in names if n in (GPU_BILL, CPU_BILL))
 
     # -- what it leaves out --------------------------------------------------------------------
     def warnings(self) -> list[str]:
