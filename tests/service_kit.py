@@ -48,6 +48,24 @@ def seed(state: Path, fake: Path | None = None) -> RevisionStore:
     return agent.store
 
 
+def rollback_in_background(client: Any) -> tuple[threading.Thread, list[object]]:
+    """Start ``client.rollback()`` in a thread; its answer, or the ServiceError it raised, is
+    appended to the returned list when it ends (so a test can freeze while it is in flight)."""
+    from autosched.client import ServiceError
+
+    done: list[object] = []
+
+    def rollback() -> None:
+        try:
+            done.append(client.rollback())
+        except ServiceError as e:
+            done.append(e)
+
+    t = threading.Thread(target=rollback)
+    t.start()
+    return t, done
+
+
 def live_values(state: Path) -> dict[str, str]:
     """What the (fake) cluster runs now, as Slurm would show it."""
     from autosched.live.fake import FakeConnector

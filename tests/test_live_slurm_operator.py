@@ -110,11 +110,11 @@ def test_writes_and_rounds_carry_slurm_confs_own_scheduler_parameters(slurm_test
 
 def test_a_freeze_answers_at_once_while_slurmctld_is_down_and_a_rollback_waits_on_it(
         slurm_testbed, bed_agent):
-    import threading
     import time
 
     from autosched.client import Client, ServiceError
     from autosched.service.serve import serve_in_process
+    from service_kit import rollback_in_background
 
     bed, agent = slurm_testbed, bed_agent
     _approve(agent, PriorityWeightAge=1234)
@@ -126,16 +126,7 @@ def test_a_freeze_answers_at_once_while_slurmctld_is_down_and_a_rollback_waits_o
         c = Client(url, token)
         bed.stop_slurmctld()
         try:
-            done: list[object] = []
-
-            def rollback() -> None:
-                try:
-                    done.append(c.rollback())
-                except ServiceError as e:
-                    done.append(e)
-
-            t = threading.Thread(target=rollback)
-            t.start()
+            t, done = rollback_in_background(c)
             time.sleep(0.5)  # the rollback is reading Slurm, which does not answer
             t0 = time.monotonic()
             flags = c.freeze("slurmctld is down")

@@ -78,11 +78,9 @@ def test_sigterm_mid_apply_lets_the_apply_complete_then_stops(tmp_path):
 
 
 def test_a_freeze_answers_at_once_while_a_rollback_is_stuck_on_slurm(tmp_path):
-    import threading
-
-    from autosched.client import Client, ServiceError
+    from autosched.client import Client
     from autosched.live.fake import FakeConnector
-    from service_kit import TOKEN, make_app, seed, serve_in_thread
+    from service_kit import TOKEN, make_app, rollback_in_background, seed, serve_in_thread
 
     state = tmp_path / "state"
     store = seed(state)
@@ -91,16 +89,7 @@ def test_a_freeze_answers_at_once_while_a_rollback_is_stuck_on_slurm(tmp_path):
         c = Client(url, TOKEN)
         c.approve(2)
         fake.update(apply_delay=20.0)  # the rollback's apply hangs on "Slurm"
-        done: list[object] = []
-
-        def rollback() -> None:
-            try:
-                done.append(c.rollback())
-            except ServiceError as e:
-                done.append(e)
-
-        t = threading.Thread(target=rollback)
-        t.start()
+        t, done = rollback_in_background(c)
         _wait_for(lambda: store.open_apply() is not None)
         t0 = time.monotonic()
         flags = c.freeze("stop everything")
