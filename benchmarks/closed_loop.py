@@ -40,7 +40,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -114,6 +114,9 @@ class Plan:
     # batch and fits hourly counts: under compression a trace minute is half a second, so its
     # batches and hours are the wrong size (docs/closed-loop.md); `replay` has no time constants.
     model: str = "stat"
+    # The agent's model on the jobs' own clock (`agent init --time-scale` = scale): its bursts and
+    # hours are trace seconds and hours again (ModelSource); off in the committed windows.
+    model_trace_time: bool = False
 
     @property
     def day(self) -> float:
@@ -132,7 +135,7 @@ PLANS = {
     "aa": Plan("aa", start_day=9.0, aa=True),
     "ci": Plan("ci", start_day=1.0, days=1.0, before_days=1.0, load=0.3, scale=1440.0,
                cap=6 * 3600.0, budget=3, samples=1, validation_samples=2, min_jobs=20,
-               history_days=2.0),
+               history_days=2.0, model_trace_time=True),
 }
 
 
@@ -377,14 +380,16 @@ def agent_init(bed: Testbed, state: Path, plan: Plan, seed: Path) -> None:
                     "--history", f"{plan.history_days * plan.day:g}", "--min-jobs", str(plan.min_jobs),
                     "--budget", str(plan.budget), "--samples", str(plan.samples),
                     "--validation-samples", str(plan.validation_samples), "--model", plan.model,
-                    "--seed-history", str(seed), "--fix", f"placement={PLACEMENT}")
+                    "--seed-history", str(seed), "--fix", f"placement={PLACEMENT}",
+                    "--time-scale", f"{plan.scale if plan.model_trace_time else 1:g}")
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     if res.returncode != 0:
         raise RuntimeError(f"`autosched agent init` exited {res.returncode}: {res.stderr.strip()}")
 
 
 def export_agent(bed: Testbed, state: Path, outdir: Path) -> None:
-    """The agent's revisions: `agent status --json` and its store, every table as JSON rows."""
+    """The agent's revisions: `agent status --json` and its store, every table as JSON rows; and
+    its settings as `agent init` saved them."""
     env = agent_env(bed)
     res = subprocess.run(autosched("agent", "status", "--state", str(state), "--json",
                                    "--history", "100000"),
@@ -393,6 +398,7 @@ def export_agent(bed: Testbed, state: Path, outdir: Path) -> None:
         raise RuntimeError(f"`autosched agent status` exited {res.returncode}: {res.stderr.strip()}")
     (outdir / "agent-status.json").write_text(json.dumps(json.loads(res.stdout), indent=1) + "\n")
     (outdir / "agent-store.json").write_text(json.dumps(dump_store(state), indent=1) + "\n")
+    shutil.copyfile(state / "settings.json", outdir / "agent-settings.json")
 
 
 def dump_store(state: Path) -> dict[str, Any]:
@@ -775,9 +781,9 @@ def targets(results: Sequence[RunResult]) -> list[str]:
         lines.append("gain over the baseline: no A/A run yet, so no noise floor to judge it by")
     else:
         gap = abs(aa[0].gain)
-        models = sorted({r.plan.get("model", "stat") for r in ab}, key=lambda m: (m != "stat", m)) or ["stat"]
+        models = sorted({agent_model(r.plan) for r in ab}, key=lambda m: (m != "`stat` model", m)) or ["`stat` model"]
         for model in models:  # the agent's model changes what it does: each is judged on its own windows
-            lines.append(gain_target([r for r in ab if r.plan.get("model", "stat") == model], gap, model))
+            lines.append(gain_target([r for r in ab if agent_model(r.plan) == model], gap, model))
     bad = [f"{r.name} {label} (τ {t.tau:.3f}, wait {pct(t.wait_error)})" for r in results
            for label, t in r.twins.items() if not (t.tau >= 0.9 and abs(t.wait_error) <= 0.10)]
     lines.append("twin accuracy (avg wait within 10%, τ ≥ 0.9): "
@@ -785,12 +791,17 @@ def targets(results: Sequence[RunResult]) -> list[str]:
     return lines
 
 
+def agent_model(plan: Mapping[str, Any]) -> str:
+    """The agent's workload model in a run's plan, as the gain target names it."""
+    return f"`{plan.get('model', 'stat')}` model" + (" on trace time" if plan.get("model_trace_time") else "")
+
+
 def gain_target(ab: Sequence[RunResult], gap: float, model: str) -> str:
-    """The gain target over the windows run with the agent on one workload model."""
+    """The gain target over the windows run with the agent on one workload model (`agent_model`)."""
     wins = [r.name for r in ab if r.gain > 2 * gap]
     losses = [r.name for r in ab if r.gain < -gap]
     met = len(wins) >= min(2, len(ab)) and not losses and len(ab) >= 3
-    return (f"gain over the baseline (A/A gap {gap:.1%}), the agent on the `{model}` model: B beats A by more than "
+    return (f"gain over the baseline (A/A gap {gap:.1%}), the agent on the {model}: B beats A by more than "
             f"{2 * gap:.1%} on {len(wins)} of {len(ab)} window(s)"
             + (f" ({', '.join(wins)})" if wins else "")
             + (f"; worse than A by more than the gap on {', '.join(losses)}" if losses else "")
@@ -872,6 +883,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, help="thinning seed")
     ap.add_argument("--load", type=float, help="offered load the thinning aims at")
     ap.add_argument("--model", help="the agent's workload model (default: the plan's, stat)")
+    ap.add_argument("--model-trace-time", action="store_true", default=None, help="the agent's model fits and "
+                    "samples on the trace's clock (agent init --time-scale SCALE), not the compressed one")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--roots", default="/tmp/cl-A,/tmp/cl-B", help="the two clusters' TESTBED_ROOTs")
     ap.add_argument("--port-base", type=int, default=23000, help="cluster A's; B's is 100 above")
@@ -885,7 +898,8 @@ def main() -> None:
         ap.error("give --run PLAN or --analyse")
     plan = PLANS[args.run]
     changes = {k: v for k, v in (("trace", args.trace), ("start_day", args.start_day),
-                                 ("seed", args.seed), ("load", args.load), ("model", args.model))
+                                 ("seed", args.seed), ("load", args.load), ("model", args.model),
+                                 ("model_trace_time", args.model_trace_time))
                if v is not None}
     plan = replace(plan, name=args.name or plan.name, **changes)
     a, b = (Path(p) for p in args.roots.split(","))

@@ -8,6 +8,7 @@ works and every job is accounted for, not the gain."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -255,6 +256,11 @@ def test_targets_in_words():
                              "— 2 of the 3 windows not run yet")
     assert lines[2].startswith("gain over the baseline (A/A gap 1.0%), the agent on the `replay` model: B beats A "
                                "by more than 2.0% on 1 of 1 window(s) (w1-replay)")
+    clock = _result("w1-clock", 100, 97)
+    clock.plan["model_trace_time"] = True
+    lines = cl.targets([_result("w1", 100, 95), clock, _result("aa", 100, 101, aa=True)])
+    assert lines[2].startswith("gain over the baseline (A/A gap 1.0%), the agent on the `stat` model on trace time: "
+                               "B beats A by more than 2.0% on 1 of 1 window(s) (w1-clock)")
 
 
 def test_render_doc_replaces_only_the_generated_section():
@@ -308,6 +314,7 @@ def test_ci_run_on_two_real_clusters_accounts_for_every_job(tmp_path):
     assert '"trigger": "baseline"' in status
     assert (out / "agent.log").read_text().strip()
     assert (out / "seed.sacct").read_text().count("\n") > plan.min_jobs
+    assert json.loads((out / "agent-settings.json").read_text())["time_scale"] == plan.scale
     res = cl.analyse_run(out)
     assert res.clusters["A"].recorded == res.clusters["B"].recorded == len(jobs)
     assert all(0 < t.tau <= 1 for t in res.twins.values())

@@ -189,7 +189,7 @@ def test_settings_are_saved_nested_and_read_back_the_same(tmp_path):
     s.save(tmp_path)
     saved = json.loads((tmp_path / SETTINGS_FILE).read_text())
     assert set(saved) == {"connector", "mode", "min_jobs", "bounds", "max_step", "fixed", "seed_history", "max_twin_error", "notify",
-                          "loop"}
+                          "time_scale", "loop"}
     assert saved["loop"]["guard_k"] == 0.5 and set(saved["loop"]) == set(LOOP_FIELDS)
     assert AgentSettings.load(tmp_path) == s
 

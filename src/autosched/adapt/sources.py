@@ -19,6 +19,8 @@ from ..workload.level import check_level_sd, rescale, scenario_levels
 from .errors import AdaptError
 from .observe import Observation
 
+# The fastest a test bed may replay jobs against their own time (a trace minute in 0.6 ms).
+MAX_TIME_SCALE = 100_000
 # A workload model class by its name: `autosched.workload.get_model`, or a stand-in in tests.
 ModelFactory = Callable[[str], type[WorkloadModel]]
 
@@ -69,14 +71,20 @@ class ModelSource:
     of n has its bursts scaled by the i-th of `scenario_levels(n, level_sd)` (stratified levels of
     mean 1), so a config is chosen, and judged, over the range of load the coming period may
     plausibly carry rather than at last week's level alone (`autosched.workload.level`).
+
+    ``time_scale`` N > 1: the cluster runs the jobs N times faster than their own time (a test
+    bed that replays a trace compressed). The model is fitted and sampled on the jobs' own clock
+    (the history stretched N times about `now`, the samples compressed back), so its time
+    constants (``stat``'s 60 s bursts, its hours of the day) mean what they mean on a real
+    cluster. The scheduler's knobs stay in the cluster's seconds.
     """
 
     oracle = False
 
     def __init__(self, model: str = "stat", samples: int = 3, params: Mapping[str, Any] | None = None,
                  factory: ModelFactory | None = None, with_replay: bool = False,
-                 validation_samples: int | None = None, level_sd: float = 0.0):
-        check_model_source(samples, validation_samples, level_sd)
+                 validation_samples: int | None = None, level_sd: float = 0.0, time_scale: float = 1.0):
+        check_model_source(samples, validation_samples, level_sd, time_scale)
         self.model = model
         self.samples = samples
         self.level_sd = level_sd
@@ -84,6 +92,7 @@ class ModelSource:
         self.params = dict(params or {})
         self._factory = factory
         self.with_replay = with_replay
+        self.time_scale = time_scale
         self.name = f"model:{model}" + ("+replay" if with_replay else "")
 
     def seeds(self, seed: int) -> list[int]:
@@ -102,8 +111,12 @@ class ModelSource:
     def _sample(self, obs: Observation, horizon: float, seeds: list[int]) -> list[Trace]:
         factory = self._factory or get_model
         # The window the history was cut from, not its first and last job (see WorkloadModel.fit).
-        model = factory(self.model)(**self.params).fit(obs.history, obs.start, obs.now)
-        out = [model.sample(obs.now, horizon, seed=s) for s in seeds]
+        c, now = self.time_scale, obs.now
+        history = obs.history.stretched(c, now) if c != 1 else obs.history
+        model = factory(self.model)(**self.params).fit(history, now - (now - obs.start) * c, now)
+        out = [model.sample(now, horizon * c, seed=s) for s in seeds]
+        if c != 1:
+            out = [w.stretched(1 / c, now) for w in out]
         if self.level_sd > 0:
             levels = scenario_levels(len(seeds), self.level_sd)
             out = [rescale(w, f, obs.now, horizon, np.random.default_rng([s, 1]))
@@ -111,13 +124,21 @@ class ModelSource:
         return out
 
 
-def check_model_source(samples: int, validation_samples: int | None, level_sd: float) -> None:
+def check_model_source(samples: int, validation_samples: int | None, level_sd: float,
+                       time_scale: float = 1.0) -> None:
     """The checks of `ModelSource`'s settings, in one place (`Settings` makes them up front)."""
+    check_time_scale(time_scale)
     if samples < 1:
         raise AdaptError(f"samples must be at least 1 (got {samples})")
     if validation_samples is not None and validation_samples < 2:
         raise AdaptError(f"validation samples must be at least 2, to measure a spread (got {validation_samples})")
     check_level_sd(level_sd)
+
+
+def check_time_scale(time_scale: float) -> None:
+    if not 1 <= time_scale <= MAX_TIME_SCALE:
+        raise AdaptError(f"time scale {time_scale:g}: must be in [1, {MAX_TIME_SCALE:,}] (1: the cluster runs "
+                         "jobs in their own time; N: a test bed replaying them N times faster)")
 
 
 class _Deterministic:

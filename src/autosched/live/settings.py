@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ..adapt.config import DAY, LOOP_FIELDS, LoopConfig
+from ..adapt.sources import ModelSource, check_time_scale
 from ..atomic import read_text_input, write_text_atomic
 from ..errors import AutoschedError
 from ..space import Float, Int
@@ -70,6 +71,9 @@ class AgentSettings(LoopConfig):
     # the judge freezes the agent when its twin missed a judged period's metric by more (0.25 = 25%)
     max_twin_error: float = 0.25
     notify: str | None = None  # a webhook URL told of proposals, blocks, applies, ... (live/notify.py)
+    # N > 1: the cluster replays jobs N times faster than their own time (a test bed); the workload
+    # model then fits and samples on the jobs' clock (ModelSource). 1 on a real cluster.
+    time_scale: float = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -86,11 +90,16 @@ class AgentSettings(LoopConfig):
             raise LiveError(f"max twin error {self.max_twin_error:g}: must be a positive number "
                             "(0.25: the twin may miss a period's metric by 25%)")
         check_connector(self.connector)
+        check_time_scale(self.time_scale)
         check_bounds(live_space(self.policy, self.fixed), self.bounds)  # also: fixed values are valid
         if self.notify is not None:
             from .notify import check_url  # urllib.request: imported when a URL is given
 
             check_url(self.notify)
+
+    def model_source(self, factory: Any = None, time_scale: float | None = None) -> ModelSource:
+        """The loop's workloads (`LoopConfig.model_source`), the model on the jobs' own clock."""
+        return super().model_source(factory, self.time_scale if time_scale is None else time_scale)
 
     # -- the file ------------------------------------------------------------------------------
     def to_json(self) -> dict[str, Any]:

@@ -119,6 +119,20 @@ class Trace:
         cols["submit_time"] = self.submit_time + dt
         return Trace(**cols, source=self.source)
 
+    def stretched(self, factor: float, origin: float) -> "Trace":
+        """The same jobs on a clock `factor` times slower: every length of time (run time, time
+        limit, service received, age) times `factor`, and submit times `factor` times as far
+        from `origin` (factor 1/N undoes factor N; a trace replayed N times faster, seen at its
+        own pace)."""
+        if not (math.isfinite(factor) and factor > 0):
+            raise TraceError(f"{self.source or 'trace'}: a time factor must be a finite number > 0 (got {factor:g})")
+        cols = self.columns()
+        cols["submit_time"] = origin + (self.submit_time - origin) * factor
+        for col in ("duration", "time_limit", "attained", "age"):
+            if col in cols:
+                cols[col] = cols[col] * factor
+        return Trace(**cols, source=self.source)
+
     def replace(self, **columns: np.ndarray | None) -> "Trace":
         """A copy with some columns replaced (None drops an optional one); rows are re-sorted by
         submit time if the new times need it."""
@@ -137,10 +151,11 @@ class Trace:
         return float(self.submit_time[-1]) if len(self) else 0.0
 
     def equals(self, other: "Trace") -> bool:
-        """Same columns with the same values, row for row (``==`` is not defined on arrays)."""
+        """Same columns with the same values, row for row (``==`` is not defined on arrays; a
+        missing time limit, NaN, equals a missing one)."""
         mine, theirs = self.columns(), other.columns()
         return mine.keys() == theirs.keys() and all(
-            a.dtype.kind == b.dtype.kind and np.array_equal(a, b) for a, b in
+            a.dtype.kind == b.dtype.kind and np.array_equal(a, b, equal_nan=a.dtype.kind == "f") for a, b in
             ((mine[c], theirs[c]) for c in mine))
 
     def gpu_seconds(self) -> float:
