@@ -792,8 +792,10 @@ def targets(results: Sequence[RunResult]) -> list[str]:
 
 
 def agent_model(plan: Mapping[str, Any]) -> str:
-    """The agent's workload model in a run's plan, as the gain target names it."""
-    return f"`{plan.get('model', 'stat')}` model" + (" on trace time" if plan.get("model_trace_time") else "")
+    """The agent's workload model in a run's plan, as the gain target names it (`replay` has no
+    clock of its own: it replays the last period as it was)."""
+    model = plan.get("model", "stat")
+    return f"`{model}` model" + (" on trace time" if plan.get("model_trace_time") and model != "replay" else "")
 
 
 def gain_target(ab: Sequence[RunResult], gap: float, model: str) -> str:
@@ -883,7 +885,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, help="thinning seed")
     ap.add_argument("--load", type=float, help="offered load the thinning aims at")
     ap.add_argument("--model", help="the agent's workload model (default: the plan's, stat)")
-    ap.add_argument("--model-trace-time", action="store_true", default=None, help="the agent's model fits and "
+    ap.add_argument("--model-trace-time", action=argparse.BooleanOptionalAction, help="the agent's model fits and "
                     "samples on the trace's clock (agent init --time-scale SCALE), not the compressed one")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--roots", default="/tmp/cl-A,/tmp/cl-B", help="the two clusters' TESTBED_ROOTs")

@@ -99,7 +99,8 @@ def settings(plan: cl.Plan) -> AgentSettings:
     return AgentSettings(connector={"kind": "fake", "directory": "/nonexistent"}, mode="auto",
                          period=plan.day, history=plan.history_days * plan.day,
                          min_jobs=plan.min_jobs, budget=plan.budget, samples=plan.samples,
-                         validation_samples=plan.validation_samples,
+                         validation_samples=plan.validation_samples, model=plan.model,
+                         time_scale=plan.scale if plan.model_trace_time else 1.0,
                          fixed={"placement": cl.PLACEMENT})
 
 
@@ -142,6 +143,9 @@ def gain(old: float, new: float) -> float:
 def step1(outdir: Path) -> None:
     info = json.loads((outdir / "run.json").read_text())
     plan = cl.Plan(**info["plan"])
+    if plan.model != "stat":
+        print(f"\n== {outdir.name}: the agent ran the `{plan.model}` model; step 1 rebuilds `stat` rounds only")
+        return
     rnd = applying_round(json.loads((outdir / "agent-store.json").read_text()))
     store = json.loads((outdir / "agent-store.json").read_text())["state.db"]
     summary = next(json.loads(r["summary"]) for r in store["rounds"]
@@ -174,10 +178,11 @@ def step1(outdir: Path) -> None:
           f"({int(np.isnan(known.start[~known.finished]).sum())} queued), "
           f"{float((obs.backlog.num_gpus * obs.backlog.duration).sum()) / cl.GPUS:.0f} s of the "
           f"cluster's work left in it (imputed)")
-    model = get_model(s.model)().fit(obs.history, obs.start, obs.now)
+    c = s.time_scale  # the model on the jobs' clock (ModelSource): its burst gap is in trace s then
+    model = get_model(s.model)().fit(obs.history.stretched(c, obs.now), obs.now - (obs.now - obs.start) * c, obs.now)
     sizes = np.diff(model.ptr)
-    expected = float(model.expected_batches(obs.now, s.period)[2].sum())
-    print(f"the workload model ({s.model}) on {len(obs.history)} jobs of the last {s.history:g} s: "
+    expected = float(model.expected_batches(obs.now, s.period * c)[2].sum())
+    print(f"the workload model ({s.model}, time scale {c:g}) on {len(obs.history)} jobs of the last {s.history:g} s: "
           f"{len(sizes)} batches (jobs of one VC at most burst_gap "
           f"{model.params['burst_gap']:g} s apart; the largest {int(sizes.max())} jobs, median "
           f"{float(np.median(sizes)):g}); {expected:.2f} batches expected in the period")

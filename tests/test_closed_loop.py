@@ -261,6 +261,8 @@ def test_targets_in_words():
     lines = cl.targets([_result("w1", 100, 95), clock, _result("aa", 100, 101, aa=True)])
     assert lines[2].startswith("gain over the baseline (A/A gap 1.0%), the agent on the `stat` model on trace time: "
                                "B beats A by more than 2.0% on 1 of 1 window(s) (w1-clock)")
+    # `replay` replays the last period as it was: it has no clock to put on trace time
+    assert cl.agent_model({"model": "replay", "model_trace_time": True}) == "`replay` model"
 
 
 def test_render_doc_replaces_only_the_generated_section():

@@ -13,6 +13,7 @@ from autosched.adapt import ModelSource
 from autosched.adapt.errors import AdaptError
 from autosched.adapt.observe import Observation
 from autosched.data import sample_path
+from autosched.live.errors import LiveError
 from autosched.live.settings import SETTINGS_FILE, AgentSettings
 from autosched.trace import Trace
 from autosched.trace.io import load_trace
@@ -52,12 +53,14 @@ def two_days() -> tuple[Trace, float, float]:
     return trace.window(start, now), start, now
 
 
-def test_the_model_on_a_compressed_history_samples_what_it_samples_uncompressed(two_days):
+@pytest.mark.parametrize("level_sd", [0.0, 0.3])
+def test_the_model_on_a_compressed_history_samples_what_it_samples_uncompressed(two_days, level_sd):
     history, start, now = two_days
     c = 128.0  # a power of two: compressing and stretching back are exact in floating point
     fast = history.stretched(1 / c, now)
-    real = ModelSource("stat", samples=2).workloads(_observation(history, start, now), DAY, seed=3)
-    scaled = ModelSource("stat", samples=2, time_scale=c).workloads(
+    real = ModelSource("stat", samples=2, level_sd=level_sd).workloads(
+        _observation(history, start, now), DAY, seed=3)
+    scaled = ModelSource("stat", samples=2, time_scale=c, level_sd=level_sd).workloads(
         _observation(fast, now - (now - start) / c, now), DAY / c, seed=3)
     assert len(real) == len(scaled) == 2 and all(len(w) > 50 for w in real)
     for r, s in zip(real, scaled):
@@ -70,7 +73,7 @@ def test_the_model_on_a_compressed_history_samples_what_it_samples_uncompressed(
 
 
 def test_the_agent_settings_carry_the_scale_to_its_model(tmp_path):
-    s = AgentSettings(connector=FAKE, time_scale=120.0)
+    s = AgentSettings(connector=FAKE, time_scale=120.0, period=720.0, history=1440.0)
     assert s.model_source().time_scale == 120.0
     assert AgentSettings(connector=FAKE).model_source().time_scale == 1.0
     s.save(tmp_path)
@@ -78,11 +81,18 @@ def test_the_agent_settings_carry_the_scale_to_its_model(tmp_path):
     assert AgentSettings.load(tmp_path) == s
     for bad in (0.5, 0.0, -3.0, 200_000.0):
         with pytest.raises(AdaptError, match=r"time scale .*must be in \[1, 100,000\]"):
-            AgentSettings(connector=FAKE, time_scale=bad)
+            AgentSettings(connector=FAKE, period=60.0, history=60.0, time_scale=bad)
     with pytest.raises(AdaptError, match="time scale nan: must be finite"):
-        AgentSettings(connector=FAKE, time_scale=math.nan)
+        AgentSettings(connector=FAKE, period=60.0, history=60.0, time_scale=math.nan)
     with pytest.raises(AdaptError, match="time scale"):
         ModelSource("stat", time_scale=0.1)
+    # the period and history, on the jobs' clock, within what one model sample may span
+    assert AgentSettings(connector=FAKE, period=720.0, history=1440.0, time_scale=120.0)
+    with pytest.raises(LiveError, match=r"^period of 86400 s at time scale 1440 is 1,440 days of the jobs' time, "
+                                        r"beyond the 366-day limit; give --period and --history in the test bed"):
+        AgentSettings(connector=FAKE, time_scale=1440.0)
+    with pytest.raises(LiveError, match=r"^history of 604800 s at time scale 120 is 840 days"):
+        AgentSettings(connector=FAKE, period=720.0, time_scale=120.0)
 
 
 def test_agent_init_takes_the_scale_and_refuses_a_bad_one(tmp_path):
@@ -98,6 +108,30 @@ def test_agent_init_takes_the_scale_and_refuses_a_bad_one(tmp_path):
     assert r.exit_code == 2 and r.output.startswith("error: ") and "time scale 0.5: must be in [1, 100,000]" in r.output
     assert not (tmp_path / "bad" / SETTINGS_FILE).exists()
     r = run(build_app(), ["agent", "init", "--state", str(tmp_path / "s"), "--fake", str(tmp_path / "f"),
-                          "--time-scale", "120"])
+                          "--time-scale", "120", "--period", "720", "--history", "1440"])
     assert r.exit_code == 0, r.output
     assert AgentSettings.load(tmp_path / "s").time_scale == 120.0
+
+
+def test_a_round_records_the_clock_its_model_ran_on(tmp_path):
+    import sqlite3
+
+    from typer.testing import CliRunner
+
+    from autosched.cli import build_app
+    from autosched.live.fake import FakeConnector
+    from live_helpers import PINNED_NOW, contended
+
+    fake = FakeConnector.create(tmp_path / "fake", sacct=contended(PINNED_NOW), nodes=1, gpus_per_node=8)
+    fake.update(clock=PINNED_NOW)
+    st = str(tmp_path / "state")
+    run = CliRunner().invoke
+    r = run(build_app(), ["agent", "init", "--state", st, "--fake", str(tmp_path / "fake"), "--period", "10m",
+                          "--history", "1h", "--min-jobs", "10", "--budget", "4", "--samples", "1",
+                          "--validation-samples", "2", "--time-scale", "60"])
+    assert r.exit_code == 0, r.output
+    r = run(build_app(), ["agent", "step", "--state", st])
+    assert r.exit_code == 0, r.output
+    with sqlite3.connect(tmp_path / "state" / "state.db") as db:
+        summaries = [json.loads(s) for (s,) in db.execute("SELECT summary FROM rounds")]
+    assert [s["evidence"]["model"] for s in summaries if s.get("evidence")] == ["stat at time scale 60"]

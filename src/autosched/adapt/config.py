@@ -108,12 +108,13 @@ class LoopConfig:
         """Each round's search; the controller gives every round a seed of its own."""
         return SearchConfig(budget=self.budget, seed=self.seed, screening=self.screening)
 
-    def model_source(self, factory: Any = None, time_scale: float | None = None) -> ModelSource:
+    def model_source(self, factory: Any = None, time_scale: float = 1.0) -> ModelSource:
         """The loop's workloads: `model` fitted on the history, sampled (`factory`: a model class
-        by name, for tests; `time_scale`: see `ModelSource`, 1 when None)."""
+        by name, for tests). `time_scale`: see `ModelSource`; the loop runs jobs in their own
+        time, the live agent's settings may say otherwise (`AgentSettings.time_scale`)."""
         return ModelSource(self.model, self.samples, factory=factory, with_replay=self.with_replay,
                            validation_samples=self.validation_samples, level_sd=self.level_sd,
-                           time_scale=1.0 if time_scale is None else time_scale)
+                           time_scale=time_scale)
 
     def loop_values(self) -> dict[str, Any]:
         """The `LoopConfig` fields of this record (of a subclass too), by name."""

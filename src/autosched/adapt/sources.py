@@ -115,13 +115,11 @@ class ModelSource:
         history = obs.history.stretched(c, now) if c != 1 else obs.history
         model = factory(self.model)(**self.params).fit(history, now - (now - obs.start) * c, now)
         out = [model.sample(now, horizon * c, seed=s) for s in seeds]
-        if c != 1:
-            out = [w.stretched(1 / c, now) for w in out]
-        if self.level_sd > 0:
+        if self.level_sd > 0:  # (bursts and days on the jobs' clock too)
             levels = scenario_levels(len(seeds), self.level_sd)
-            out = [rescale(w, f, obs.now, horizon, np.random.default_rng([s, 1]))
+            out = [rescale(w, f, now, horizon * c, np.random.default_rng([s, 1]))
                    for w, f, s in zip(out, levels, seeds)]
-        return out
+        return [w.stretched(1 / c, now) for w in out] if c != 1 else out
 
 
 def check_model_source(samples: int, validation_samples: int | None, level_sd: float,
@@ -136,6 +134,7 @@ def check_model_source(samples: int, validation_samples: int | None, level_sd: f
 
 
 def check_time_scale(time_scale: float) -> None:
+    """The one check of a time scale (`ModelSource`, the agent's settings)."""
     if not 1 <= time_scale <= MAX_TIME_SCALE:
         raise AdaptError(f"time scale {time_scale:g}: must be in [1, {MAX_TIME_SCALE:,}] (1: the cluster runs "
                          "jobs in their own time; N: a test bed replaying them N times faster)")

@@ -75,7 +75,7 @@ def init_cmd(
     seed_history: Optional[Path] = typer.Option(None, "--seed-history", help="an older sacct export that seeds the history"),
     timeout: float = typer.Option(30.0, "--timeout", help="seconds a Slurm command may take"),
     notify: Optional[str] = typer.Option(None, "--notify", help="URL to POST a JSON notice to on a new proposal, a block, an apply, a rollback and a freeze"),
-    time_scale: float = typer.Option(1.0, "--time-scale", help="a test bed that replays jobs N times faster than their own time: N, so the workload model fits and samples on the jobs' clock (1 on a real cluster)"),
+    time_scale: float = typer.Option(AgentSettings.time_scale, "--time-scale", help="a test bed that replays jobs N times faster than their own time: N, so the workload model fits and samples on the jobs' clock (1 on a real cluster)"),
 ) -> None:
     """Create the agent's state directory and save how it reaches the cluster and what it tunes.
     Every option and the cluster's setup are checked first: a refused init writes nothing."""

@@ -604,7 +604,8 @@ class Agent:
             causal_graph=d.causal_graph, screened_knobs=d.screened_knobs, metric=s.metric,
             running_value=d.running_value, candidate_value=d.candidate_value, reason=d.reason,
             tuning_seconds=d.tuning_seconds, history_jobs=d.history_jobs,
-            imputed_durations=d.imputed_durations, history_origin=origin, model=s.model,
+            imputed_durations=d.imputed_durations, history_origin=origin,
+            model=s.model if s.time_scale == 1 or s.model == "replay" else f"{s.model} at time scale {s.time_scale:g}",
             dropped_knobs=list(d.dropped_knobs), knob_shares=dict(d.knob_shares))
         if not d.deployed or d.candidate is None:
             return RoundOutcome(Action.NONE, d.reason, evidence=evidence), memory

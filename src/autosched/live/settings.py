@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from ..adapt.config import DAY, LOOP_FIELDS, LoopConfig
+from ..adapt.config import DAY, LOOP_FIELDS, MAX_SPAN, LoopConfig
 from ..adapt.sources import ModelSource, check_time_scale
 from ..atomic import read_text_input, write_text_atomic
 from ..errors import AutoschedError
@@ -91,6 +91,12 @@ class AgentSettings(LoopConfig):
                             "(0.25: the twin may miss a period's metric by 25%)")
         check_connector(self.connector)
         check_time_scale(self.time_scale)
+        for name in ("period", "history"):  # the model samples and fits them on the jobs' clock
+            if getattr(self, name) * self.time_scale > MAX_SPAN:
+                raise LiveError(f"{name} of {getattr(self, name):g} s at time scale {self.time_scale:g} is "
+                                f"{getattr(self, name) * self.time_scale / DAY:,.6g} days of the jobs' time, beyond "
+                                f"the {MAX_SPAN / DAY:g}-day limit; give --period and --history in the test bed's "
+                                "seconds")
         check_bounds(live_space(self.policy, self.fixed), self.bounds)  # also: fixed values are valid
         if self.notify is not None:
             from .notify import check_url  # urllib.request: imported when a URL is given
@@ -98,7 +104,8 @@ class AgentSettings(LoopConfig):
             check_url(self.notify)
 
     def model_source(self, factory: Any = None, time_scale: float | None = None) -> ModelSource:
-        """The loop's workloads (`LoopConfig.model_source`), the model on the jobs' own clock."""
+        """The loop's workloads (`LoopConfig.model_source`), the model on the jobs' own clock
+        (these settings' `time_scale`, unless another is given)."""
         return super().model_source(factory, self.time_scale if time_scale is None else time_scale)
 
     # -- the file ------------------------------------------------------------------------------

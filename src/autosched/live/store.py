@@ -269,7 +269,8 @@ class Evidence:
     history_jobs: int | None = None  # jobs of the cluster's history the round saw
     imputed_durations: int | None = None  # of those, unfinished ones given an imputed duration
     history_origin: float | None = None  # unix time the observation's times count from
-    model: str | None = None  # the workload source ("replay" or a model's name)
+    # the workload source ("replay" or a model's name, "stat at time scale 120" on a test bed)
+    model: str | None = None
     # knobs the tuner's winner changed that carried none of its predicted gain, put back to their
     # running values before proposing; and each proposed knob's share of the gain (the gain lost
     # when only it goes back, as a fraction of the predicted gain)

@@ -151,8 +151,8 @@ class Trace:
         return float(self.submit_time[-1]) if len(self) else 0.0
 
     def equals(self, other: "Trace") -> bool:
-        """Same columns with the same values, row for row (``==`` is not defined on arrays; a
-        missing time limit, NaN, equals a missing one)."""
+        """Same columns with the same values, row for row (``==`` is not defined on arrays; in a
+        float column NaN equals NaN, e.g. a missing time limit)."""
         mine, theirs = self.columns(), other.columns()
         return mine.keys() == theirs.keys() and all(
             a.dtype.kind == b.dtype.kind and np.array_equal(a, b, equal_nan=a.dtype.kind == "f") for a, b in
