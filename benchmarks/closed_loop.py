@@ -799,13 +799,16 @@ def agent_model(plan: Mapping[str, Any]) -> str:
 
 
 def gain_target(ab: Sequence[RunResult], gap: float, model: str) -> str:
-    """The gain target over the windows run with the agent on one workload model (`agent_model`)."""
-    wins = [r.name for r in ab if r.gain > 2 * gap]
+    """The gain target over the windows run with the agent on one workload model (`agent_model`).
+    A window where the agent changed nothing is one more A/A run: B's lead there is not a win."""
+    wins = [r.name for r in ab if r.gain > 2 * gap and r.changes]
+    unchanged = [f"{r.name} ({r.gain:+.1%})" for r in ab if not r.changes]
     losses = [r.name for r in ab if r.gain < -gap]
     met = len(wins) >= min(2, len(ab)) and not losses and len(ab) >= 3
     return (f"gain over the baseline (A/A gap {gap:.1%}), the agent on the {model}: B beats A by more than "
-            f"{2 * gap:.1%} on {len(wins)} of {len(ab)} window(s)"
+            f"{2 * gap:.1%} after a change on {len(wins)} of {len(ab)} window(s)"
             + (f" ({', '.join(wins)})" if wins else "")
+            + (f"; no change on {', '.join(unchanged)}" if unchanged else "")
             + (f"; worse than A by more than the gap on {', '.join(losses)}" if losses else "")
             + (" — met" if met else " — not met" if len(ab) >= 3 else f" — {3 - len(ab)} of the 3 windows not run yet"))
 

@@ -19,6 +19,8 @@ For each change the agent applied (w1, w2), in two steps:
 
     PYTHONPATH=src python benchmarks/closed_loop_explain.py            # w1 and w2, about 10 s
     PYTHONPATH=src python benchmarks/closed_loop_explain.py --run w2
+    # step 1 with the model on trace time (agent init --time-scale), as if the run had used it
+    PYTHONPATH=src python benchmarks/closed_loop_explain.py --step 1 --model-trace-time
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -140,9 +142,12 @@ def gain(old: float, new: float) -> float:
     return (old - new) / old
 
 
-def step1(outdir: Path) -> None:
+def step1(outdir: Path, trace_time: bool = False) -> None:
+    """Step 1 for the run in `outdir`; `trace_time`: its agent's model on trace time whatever the
+    run used (the same round, the samples the model would have given on the trace's clock)."""
     info = json.loads((outdir / "run.json").read_text())
     plan = cl.Plan(**info["plan"])
+    plan = replace(plan, model_trace_time=plan.model_trace_time or trace_time)
     if plan.model != "stat":
         print(f"\n== {outdir.name}: the agent ran the `{plan.model}` model; step 1 rebuilds `stat` rounds only")
         return
@@ -270,10 +275,12 @@ def main() -> None:
     ap.add_argument("--run", action="append", help="a run of --out with an agent (default: w1 and w2)")
     ap.add_argument("--out", type=Path, default=cl.RESULTS)
     ap.add_argument("--step", type=int, choices=(1, 2), help="only this step")
+    ap.add_argument("--model-trace-time", action="store_true", help="step 1 with the agent's model on trace "
+                    "time (agent init --time-scale), whatever the run used")
     args = ap.parse_args()
     for name in args.run or ["w1", "w2"]:
         if args.step in (None, 1):
-            step1(args.out / name)
+            step1(args.out / name, args.model_trace_time)
         if args.step in (None, 2):
             step2(args.out / name)
 

@@ -228,12 +228,13 @@ def test_period_gain_compares_the_same_jobs():
     assert cl.period_gain(a, b, 100.0, 10.0) is None
 
 
-def _result(name, jct_a, jct_b, aa=False, tau=0.95, err=0.05, lost=0):
+def _result(name, jct_a, jct_b, aa=False, tau=0.95, err=0.05, lost=0, changed=True):
     def real(jct):
         return cl.Realized(10, 10 - lost, 10 - lost, jct, 1.0, 2.0, {})
+    changes = [cl.Change(2, 100.0, {}, 0.05, 0.01, "kept")] if changed and not aa else []
     return cl.RunResult(name, {"aa": aa}, 0.85, 0.2, 10, None, None,
                         {"A": real(jct_a), "B": real(jct_b)},
-                        {"A": cl.Twin(tau, 1.0 + err, 1.0), "B": cl.Twin(tau, 1.0, 1.0)})
+                        {"A": cl.Twin(tau, 1.0 + err, 1.0), "B": cl.Twin(tau, 1.0, 1.0)}, changes)
 
 
 def test_targets_in_words():
@@ -243,7 +244,7 @@ def test_targets_in_words():
     lines = cl.targets(res)
     assert lines[0] == "no job lost: NOT met: aa A: 1, aa B: 1"
     assert lines[1] == ("gain over the baseline (A/A gap 2.0%), the agent on the `stat` model: B beats A by more "
-                        "than 4.0% on 1 of 3 window(s) (w1); worse than A by more than the gap on w3 — not met")
+                        "than 4.0% after a change on 1 of 3 window(s) (w1); worse than A by more than the gap on w3 — not met")
     assert lines[2] == ("twin accuracy (avg wait within 10%, τ ≥ 0.9): not met on aa A (τ 0.850, "
                         "wait +20.0%), aa B (τ 0.850, wait +0.0%)")
     assert "— met" in cl.targets([_result("w1", 100, 95), _result("w2", 100, 94), _result("w3", 100, 100),
@@ -252,15 +253,22 @@ def test_targets_in_words():
     replay = _result("w1-replay", 100, 90)
     replay.plan["model"] = "replay"
     lines = cl.targets([_result("w1", 100, 95), replay, _result("aa", 100, 101, aa=True)])
-    assert lines[1].endswith("`stat` model: B beats A by more than 2.0% on 1 of 1 window(s) (w1) "
+    assert lines[1].endswith("`stat` model: B beats A by more than 2.0% after a change on 1 of 1 window(s) (w1) "
                              "— 2 of the 3 windows not run yet")
     assert lines[2].startswith("gain over the baseline (A/A gap 1.0%), the agent on the `replay` model: B beats A "
-                               "by more than 2.0% on 1 of 1 window(s) (w1-replay)")
+                               "by more than 2.0% after a change on 1 of 1 window(s) (w1-replay)")
     clock = _result("w1-clock", 100, 97)
     clock.plan["model_trace_time"] = True
     lines = cl.targets([_result("w1", 100, 95), clock, _result("aa", 100, 101, aa=True)])
     assert lines[2].startswith("gain over the baseline (A/A gap 1.0%), the agent on the `stat` model on trace time: "
-                               "B beats A by more than 2.0% on 1 of 1 window(s) (w1-clock)")
+                               "B beats A by more than 2.0% after a change on 1 of 1 window(s) (w1-clock)")
+    # a lead where the agent changed nothing is the noise of two clusters, not a win
+    lines = cl.targets([_result("w1", 100, 95), _result("w2", 100, 94), _result("w3", 100, 90, changed=False),
+                        _result("aa", 100, 101, aa=True)])
+    assert lines[1].endswith("after a change on 2 of 3 window(s) (w1, w2); no change on w3 (+10.0%) — met")
+    lines = cl.targets([_result("w1", 100, 95), _result("w2", 100, 94, changed=False),
+                        _result("w3", 100, 90, changed=False), _result("aa", 100, 101, aa=True)])
+    assert lines[1].endswith("after a change on 1 of 3 window(s) (w1); no change on w2 (+6.0%), w3 (+10.0%) — not met")
     # `replay` replays the last period as it was: it has no clock to put on trace time
     assert cl.agent_model({"model": "replay", "model_trace_time": True}) == "`replay` model"
 
