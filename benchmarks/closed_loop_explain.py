@@ -21,6 +21,8 @@ For each change the agent applied (w1, w2), in two steps:
     PYTHONPATH=src python benchmarks/closed_loop_explain.py --run w2
     # step 1 with the model on trace time (agent init --time-scale), as if the run had used it
     PYTHONPATH=src python benchmarks/closed_loop_explain.py --step 1 --model-trace-time
+    # 3. the twin's spread: every run replayed with submit times jittered by under 0.5 s
+    PYTHONPATH=src python benchmarks/closed_loop_explain.py --step 3   # about 25 s
 """
 
 from __future__ import annotations
@@ -270,14 +272,60 @@ def step2(outdir: Path) -> None:
                   f"{left:.0f} s of the whole cluster's work left; the twin: {int(sq.sum())} queued")
 
 
+# -------------------------------------------------------------------- step 3: the twin's spread
+
+JITTER = 0.5  # s: submit times moved by up to half of Slurm's one-second resolution
+JITTERS = 5
+
+
+def twin_spread(real: tw.RealRun, spec: Any, base: dict[str, Any], moves: list[tuple[float, dict]],
+                rng: np.random.Generator) -> list[float]:
+    """The twin's average wait of `real`'s jobs on its own submit times and on `JITTERS` copies
+    with each submit time moved later by U(0, `JITTER`) s: how far a replay can part on
+    differences no one could control."""
+    out = []
+    for k in range(JITTERS + 1):
+        tr = real.trace
+        shifted = tr.replace(submit_time=tr.submit_time + (rng.uniform(0, JITTER, len(tr)) if k else 0.0))
+        rec = tw.simulate(replace(real, trace=shifted), spec, base, cl.PLACEMENT, moves).records()
+        out.append(float((rec.first_start - rec.submit).mean()))
+    return out
+
+
+def step3(outdir: Path) -> None:
+    info = json.loads((outdir / "run.json").read_text())
+    base = info["baseline"]
+    status_path = outdir / "agent-status.json"
+    status = json.loads(status_path.read_text()) if status_path.exists() else {}
+    changes, full = cl.applied_changes(status, float(info["t0"])), cl.configs_in_force(status, base)
+    for label in "AB":
+        real = tw.read_run(outdir / f"sacct-{label}.txt", cl.TAG, cl.load_times(outdir / f"times-{label}.json"))
+        spec = tw.twin_spec(real, base, outdir / "assoc.txt")
+        moves = [] if label == "A" else [(float(info["t0"]) + c.at - real.day0, full[c.revision]) for c in changes]
+        w = twin_spread(real, spec, base, moves, np.random.default_rng(1))
+        jit = np.array(w[1:])
+        rw = float((real.start - real.submit).mean())
+        print(f"| {outdir.name} | {label} | {rw:.1f} | {w[0]:.1f} | {jit.mean():.1f} ± {jit.std(ddof=1):.1f} | "
+              f"{jit.min():.1f}-{jit.max():.1f} | {'yes' if jit.min() <= rw <= jit.max() else 'no'} |", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", action="append", help="a run of --out with an agent (default: w1 and w2)")
     ap.add_argument("--out", type=Path, default=cl.RESULTS)
-    ap.add_argument("--step", type=int, choices=(1, 2), help="only this step")
+    ap.add_argument("--step", type=int, choices=(1, 2, 3), help="only this step (3: the twin's spread "
+                    "under submit jitter, on every run of --out unless --run is given)")
     ap.add_argument("--model-trace-time", action="store_true", help="step 1 with the agent's model on trace "
                     "time (agent init --time-scale), whatever the run used")
     args = ap.parse_args()
+    if args.step == 3:
+        print(f"The twin's average wait (s) on each cluster's own jobs: on their recorded submit times, and over "
+              f"{JITTERS} copies with each submit time moved later by U(0, {JITTER:g}) s (mean ± sd, range)\n")
+        print("| run | cluster | real | twin | twin, jittered | range | real in range |\n|---|---|---|---|---|---|---|")
+        runs = args.run or sorted(p.name for p in args.out.iterdir() if (p / "run.json").exists())
+        for name in runs:
+            step3(args.out / name)
+        return
     for name in args.run or ["w1", "w2"]:
         if args.step in (None, 1):
             step1(args.out / name, args.model_trace_time)
