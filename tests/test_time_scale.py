@@ -89,7 +89,7 @@ def test_the_agent_settings_carry_the_scale_to_its_model(tmp_path):
     # the period and history, on the jobs' clock, within what one model sample may span
     assert AgentSettings(connector=FAKE, period=720.0, history=1440.0, time_scale=120.0)
     with pytest.raises(LiveError, match=r"^period of 86400 s at time scale 1440 is 1,440 days of the jobs' time, "
-                                        r"beyond the 366-day limit; give --period and --history in the test bed"):
+                                        r"beyond the 366-day limit; give the period and history in the test bed"):
         AgentSettings(connector=FAKE, time_scale=1440.0)
     with pytest.raises(LiveError, match=r"^history of 604800 s at time scale 120 is 840 days"):
         AgentSettings(connector=FAKE, period=720.0, time_scale=120.0)

@@ -95,7 +95,7 @@ class AgentSettings(LoopConfig):
             if getattr(self, name) * self.time_scale > MAX_SPAN:
                 raise LiveError(f"{name} of {getattr(self, name):g} s at time scale {self.time_scale:g} is "
                                 f"{getattr(self, name) * self.time_scale / DAY:,.6g} days of the jobs' time, beyond "
-                                f"the {MAX_SPAN / DAY:g}-day limit; give --period and --history in the test bed's "
+                                f"the {MAX_SPAN / DAY:g}-day limit; give the period and history in the test bed's "
                                 "seconds")
         check_bounds(live_space(self.policy, self.fixed), self.bounds)  # also: fixed values are valid
         if self.notify is not None:
