@@ -17,12 +17,16 @@ For each change the agent applied (w1, w2), in two steps:
    change (the configs were identical: the noise of a one-day comparison), and the backlog
    each cluster carried at the change.
 
+And for every run (``--step 3``), how far a replay parts on differences no one controls: each
+cluster's own jobs, and each change's counterfactual, replayed with every submit time moved later
+by under half a second (below Slurm's one-second resolution).
+
     PYTHONPATH=src python benchmarks/closed_loop_explain.py            # w1 and w2, about 10 s
     PYTHONPATH=src python benchmarks/closed_loop_explain.py --run w2
     # step 1 with the model on trace time (agent init --time-scale), as if the run had used it
     PYTHONPATH=src python benchmarks/closed_loop_explain.py --step 1 --model-trace-time
     # 3. the twin's spread: every run replayed with submit times jittered by under 0.5 s
-    PYTHONPATH=src python benchmarks/closed_loop_explain.py --step 3   # about 25 s
+    PYTHONPATH=src python benchmarks/closed_loop_explain.py --step 3   # about 40 s
 """
 
 from __future__ import annotations
@@ -278,16 +282,20 @@ JITTER = 0.5  # s: submit times moved by up to half of Slurm's one-second resolu
 JITTERS = 5
 
 
+def jittered(real: tw.RealRun, rng: np.random.Generator) -> list[tw.RealRun]:
+    """`real` on its own submit times, then `JITTERS` copies with each submit time moved later
+    by U(0, `JITTER`) s: differences no one could control."""
+    tr = real.trace
+    return [real] + [replace(real, trace=tr.replace(submit_time=tr.submit_time + rng.uniform(0, JITTER, len(tr))))
+                     for _ in range(JITTERS)]
+
+
 def twin_spread(real: tw.RealRun, spec: Any, base: dict[str, Any], moves: list[tuple[float, dict]],
                 rng: np.random.Generator) -> list[float]:
-    """The twin's average wait of `real`'s jobs on its own submit times and on `JITTERS` copies
-    with each submit time moved later by U(0, `JITTER`) s: how far a replay can part on
-    differences no one could control."""
+    """The twin's average wait of `real`'s jobs on each of its `jittered` copies."""
     out = []
-    for k in range(JITTERS + 1):
-        tr = real.trace
-        shifted = tr.replace(submit_time=tr.submit_time + (rng.uniform(0, JITTER, len(tr)) if k else 0.0))
-        rec = tw.simulate(replace(real, trace=shifted), spec, base, cl.PLACEMENT, moves).records()
+    for copy in jittered(real, rng):
+        rec = tw.simulate(copy, spec, base, cl.PLACEMENT, moves).records()
         out.append(float((rec.first_start - rec.submit).mean()))
     return out
 
@@ -307,6 +315,27 @@ def step3(outdir: Path) -> None:
         rw = float((real.start - real.submit).mean())
         print(f"| {outdir.name} | {label} | {rw:.1f} | {w[0]:.1f} | {jit.mean():.1f} ± {jit.std(ddof=1):.1f} | "
               f"{jit.min():.1f}-{jit.max():.1f} | {'yes' if jit.min() <= rw <= jit.max() else 'no'} |", flush=True)
+        if label == "B":
+            CHANGE_SPREADS.extend(change_spreads(outdir.name, real, spec, base, moves, info["plan"]))
+
+
+CHANGE_SPREADS: list[str] = []  # step 3's second table, filled as the runs are read
+
+
+def change_spreads(run: str, real: tw.RealRun, spec: Any, base: dict[str, Any],
+                   moves: list[tuple[float, dict]], plan: dict[str, Any]) -> list[str]:
+    """Rows of the twin's gain of each change (`closed_loop.counterfactual`) on the `jittered`
+    copies of B's jobs: whether the verdict on a change survives the jitter."""
+    rows = []
+    for k in range(len(moves)):
+        copies = jittered(real, np.random.default_rng(2))
+        g = [cl.counterfactual(c, spec, base, moves, k, cl.Plan(**plan).day) for c in copies]
+        if g[0] is None:
+            continue
+        jit = np.array(g[1:], dtype=float)
+        rows.append(f"| {run} | {k + 2} | {g[0]:+.1%} | {jit.mean():+.1%} ± {jit.std(ddof=1):.1%} | "
+                    f"{jit.min():+.1%} to {jit.max():+.1%} |")
+    return rows
 
 
 def main() -> None:
@@ -325,6 +354,10 @@ def main() -> None:
         runs = args.run or sorted(p.name for p in args.out.iterdir() if (p / "run.json").exists())
         for name in runs:
             step3(args.out / name)
+        print("\nThe twin's gain of each change the agent applied (B's jobs submitted in the day after it, with the "
+              "change against without), on the same jittered copies\n")
+        print("| run | revision | twin's gain | jittered | range |\n|---|---|---|---|---|")
+        print("\n".join(CHANGE_SPREADS))
         return
     for name in args.run or ["w1", "w2"]:
         if args.step in (None, 1):
