@@ -192,21 +192,22 @@ def replay_trace(jobs: LiveJobs, change: float, until: float, now: float, seed: 
     times (`copy` 0), or on jittered copy `copy` (`arrival_jitter`)."""
     running, judged = period_rows(jobs, change, until)
     idx = np.flatnonzero(running | judged)
-    total = durations_at(jobs, now, seed)[idx]
-    r, real_submit = running[idx], jobs.submit[idx]
-    # when each job arrives in the replay, and how long before that it was really submitted
-    # (a copy moves both: the job's age at its arrival stays as recorded)
-    arrive = np.where(r, jobs.start[idx], np.maximum(real_submit, change))
+    total = durations_at(jobs, now, seed)
+    # when each job arrives in the replay, and how long before that it was really submitted (a
+    # copy moves the submission as much as the arrival: the age at arrival stays as recorded)
+    arrive = np.where(running[idx], jobs.start[idx], np.maximum(jobs.submit[idx], change))
+    age = arrive - jobs.submit[idx]
     if copy:
         arrive = arrive + arrival_jitter(seed, copy, len(idx))
+    # the trace's rows in its own order (by arrival, then real submission), so that the columns
+    # given beside it (the age) and the masks read back are row for row
+    by = np.lexsort((jobs.submit[idx], arrive))
+    idx, arrive, age = idx[by], arrive[by], age[by]
     origin = math.floor(float(arrive.min(initial=change)) / DAY) * DAY
-    trace = job_trace(jobs, idx, arrive - origin, np.maximum(total, 1.0), jobs.time_limit[idx])
-    trace = trace.replace(age=arrive - real_submit)
-    # the trace's rows are sorted (by arrival, then real submission): map them back
-    row = {j: k for k, j in enumerate(jobs.job_id[idx].astype(str).tolist())}
-    order = np.array([row[j] for j in trace.job_id.tolist()], dtype=np.int64)
-    return Replay(trace, origin, ~r[order], real_submit[order], int(r.sum()),
-                  int((~jobs.finished[idx]).sum()))
+    trace = job_trace(jobs, idx, arrive - origin, np.maximum(total[idx], 1.0), jobs.time_limit[idx])
+    trace = trace.replace(age=age)
+    r = running[idx]
+    return Replay(trace, origin, ~r, jobs.submit[idx], int(r.sum()), int((~jobs.finished[idx]).sum()))
 
 
 def simulate_period(replay: Replay, cluster: ClusterSpec, policy: str, config: Mapping[str, Any],
