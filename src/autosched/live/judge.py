@@ -1,7 +1,8 @@
 """The judge's counterfactual: one period after a change, what the period's real jobs would have
 done under the old config and under the new one, in the agent's twin, beside what they did.
 
-A period is judged on the same real jobs three times, each figure censored at the judging time
+A period is judged on the same real jobs as they went and as the twin replays them under each
+config (on the recorded times and on jittered copies, below), each figure censored at the judging time
 (`Counterfactual.end`, one period after the change): a job that has not finished by then counts
 with what it has waited and run so far, never dropped, in the realized figures and in the
 simulated ones alike.
@@ -26,10 +27,12 @@ changes them.
 later by under half a second, below what sacct records (whole seconds), can move the twin's
 gain of a change from +39% to anywhere between -75% and +17% (docs/closed-loop.md, "How far a
 replay can part"). So the period is replayed `JITTERS` more times, each copy with every replayed
-job's arrival moved later by U(0, `JITTER`) s (`arrival_jitter`, seeded by the round's seed),
-the same copy under both configs; the judge reads the gain over all the replays (the recorded
-times' and the copies'), its mean and its spread. A job's figures still count from its real
-submission, so a copy's waits include its jitter (under `JITTER` s a job).
+job's arrival moved later by U(0, `JITTER`) s (`arrival_jitter`, seeded by the agent's seed),
+its submission with it (its age at arrival is the recorded one), the same copy under both
+configs; the judge reads the gain over all the replays (the recorded times' and the copies'):
+its mean and its spread. A job's figures still count from its recorded submission, as the
+realized ones do (sacct's whole second, up to a second before the real one), so a copy's waits
+include its jitter (under `JITTER` s a job). `jitters=0` replays the recorded times alone.
 
 A job that has finished by the time of the round (`now`, at or after the judging time) runs its
 real run time; one that has not runs a duration drawn from the history given what it has run so
