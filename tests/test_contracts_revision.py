@@ -74,27 +74,36 @@ def test_an_outcome_the_judge_writes_round_trips_and_every_reader_sees_the_same_
     assert set(raw) == {f.name for f in dataclasses.fields(JudgedOutcome)}
     out = rev.outcome
     assert out.to_dict() == raw and JudgedOutcome.from_dict(raw) == out
-    assert (out.predicted_gain, out.counterfactual_gain, out.twin_error, out.metric) == (
-        0.1, pytest.approx(0.8 / 3), 0.0, "avg_jct")
+    # +26.7% on the recorded times, the jittered copies within 0.5% of it (test_live_agent.py)
+    assert (out.predicted_gain, out.counterfactual_gain, out.metric) == (
+        0.1, pytest.approx(0.8 / 3, abs=0.005), "avg_jct")
+    assert out.replays == 5 and out.gain_min <= out.counterfactual_gain <= out.gain_max
+    gain = out.counterfactual_text()
+    assert gain == (f"+26.{gain[4]}% ± {out.gain_sd:.1%} (range {out.gain_min:+.1%} to "
+                    f"{out.gain_max:+.1%}, 5 replays)")
+    err = f"{out.twin_error:.1%}"
     row_ = [o for o in views.outcomes(agent.store.history()) if o.revision == rev.id][0]
     assert (row_.predicted_gain, row_.counterfactual_gain, row_.twin_error) == (
-        0.1, out.counterfactual_gain, 0.0)
-    # the CLI: the three figures, the verdict, and the outcome on the revision's history line
+        0.1, out.counterfactual_gain, out.twin_error)
+    # the CLI: the three figures (the gain with its spread over the replays), the verdict, and
+    # the outcome on the revision's history line
     text = status_text(agent)
-    assert ("judged: revision 2: predicted gain +10.0%, counterfactual gain +26.7%, twin error "
-            f"0.0%\n  {out.verdict}\n") in text
+    assert (f"judged: revision 2: predicted gain +10.0%, counterfactual gain {gain}, twin error "
+            f"{err}\n  {out.verdict}\n") in text
     assert f"; outcome: {out.verdict}" in text
     st = json.loads(runner.invoke(build_app(), ["agent", "status", "--json", "--state",
                                                 str(agent.state_dir)]).output)
     assert st["judged"] == {"revision": 2, "predicted_gain": 0.1,
-                            "counterfactual_gain": out.counterfactual_gain, "twin_error": 0.0,
-                            "verdict": out.verdict}
+                            "counterfactual_gain": out.counterfactual_gain,
+                            "twin_error": out.twin_error, "verdict": out.verdict,
+                            "gain_sd": out.gain_sd, "gain_min": out.gain_min,
+                            "gain_max": out.gain_max, "replays": 5}
     html = render(views.status(agent.store, agent), agent.store.history(),
                   views.outcomes(agent.store.history()), state_dir=str(agent.state_dir))
-    assert f'<td title="{escape(out.verdict)}">+26.7%</td><td>0.0%</td>' in html
+    assert f'<td title="{escape(out.verdict)}">{escape(gain)}</td><td>{err}</td>' in html
     assert ("revision 2: predicted gain <span id=judged-predicted>+10.0%</span>, counterfactual "
-            "gain <span id=judged-counterfactual>+26.7%</span>, twin error <span "
-            "id=judged-twin-error>0.0%</span>") in html
+            f"gain <span id=judged-counterfactual>{escape(gain)}</span>, twin error <span "
+            f"id=judged-twin-error>{err}</span>") in html
 
 
 def test_a_worse_change_is_rolled_back_with_its_outcome_and_the_rollback_says_what_it_undid(tmp_path):
@@ -106,7 +115,8 @@ def test_a_worse_change_is_rolled_back_with_its_outcome_and_the_rollback_says_wh
     rev = agent.store.get(3)
     out = rev.outcome
     assert out.to_dict() == stored(agent.store, "SELECT outcome FROM outcomes WHERE rev_id = ?", rev.id)
-    assert out.verdict.endswith("margin 0.0%; twin error 0.0%; rolled back")
+    assert out.verdict.endswith(f"margin 0.0%; twin error {out.twin_error:.1%} (mean of 5 replays); "
+                                "rolled back")
     back = agent.store.running()
     assert back.trigger == "rollback to 2" and back.kind is RevisionKind.ROLLBACK
     # no tuning figures: every field None but the two a rollback has

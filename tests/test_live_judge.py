@@ -1,11 +1,13 @@
 """The judge's counterfactual (live/judge.py) on tiny sacct histories, every figure worked out by
 hand: one 8-GPU node, a job running at the change, one queued, two arriving after it, replayed
 under an age-only config (first come, first served) and a small-jobs-first one; jobs that had not
-finished by the period's end, censored; and properties on random histories."""
+finished by the period's end, censored; jittered copies where two jobs' order flips; and
+properties on random histories."""
 
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -13,7 +15,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autosched.live.history import read_jobs
-from autosched.live.judge import PeriodFigures, censored_figures, counterfactual, replay_trace
+from autosched.live.judge import (
+    JITTER,
+    JITTERS,
+    Counterfactual,
+    PeriodFigures,
+    arrival_jitter,
+    censored_figures,
+    counterfactual,
+    replay_trace,
+)
 from autosched.live.knobs import live_space
 from autosched.live.twin import ClusterSetup
 from live_helpers import HEADER, row
@@ -134,18 +145,103 @@ def test_the_replay_starts_from_the_backlog_at_the_change():
     assert rp.origin == math.floor((T - 100) / 86400) * 86400
 
 
+# Jittered copies, on a period where order is all that matters: A (100 s, 8 CPUs: the large job)
+# and B (10 s, 1 CPU) are both submitted at T + 20 to the 8-GPU node and each needs all of it.
+# The cluster ran small first as slurmctld does: its loop ticks once a second, so B ran 21-31 and
+# A 31-131. In the replay on the recorded times both arrive at T + 20, a tick, and the pass starts
+# one at once; in a copy each arrives up to 0.5 s later and waits for the tick at T + 21, and the
+# other starts when it ends:
+#   small first (new), recorded:         B 20-30, A 30-130: JCTs 10, 110 -> 60; waits 0, 10 -> 5
+#   small first, any copy:               B 21-31, A 31-131: JCTs 11, 111 -> 61; waits 1, 11 -> 6
+#   first come, first served (old), recorded (a tie: A, listed first, goes first):
+#                                        A 20-120, B 120-130: JCTs 100, 110 -> 105; waits 0, 100 -> 50
+#   first come, first served, a copy where A arrives first: A 21-121, B 121-131 -> 106; 51
+#   first come, first served, a copy where B arrives first: B 21-31, A 31-131 -> 61; 6
+PAIR = (job("A", 20, 31, 131, cpus=8), job("B", 20, 21, 31))
+
+
+def test_jittered_copies_where_the_order_flips_by_hand():
+    # seed 0: A's and B's arrival jitters per copy; B arrives first in copies 1, 3 and 4
+    u = [arrival_jitter(0, k, 2) for k in range(1, JITTERS + 1)]
+    assert [bool(b < a) for a, b in u] == [True, False, True, True]
+    assert all(0 <= x < JITTER for x in np.concatenate(u))
+    cf = counterfactual(history(*PAIR), ONE_NODE, "multifactor", FIFO, SMALL_FIRST, T, T + P, T + 700, seed=0)
+    assert (cf.realized, cf.old, cf.new) == (PeriodFigures(2, 2, 61.0, 6.0), PeriodFigures(2, 2, 105.0, 50.0),
+                                             PeriodFigures(2, 2, 60.0, 5.0))
+    small, a_first = PeriodFigures(2, 2, 61.0, 6.0), PeriodFigures(2, 2, 106.0, 51.0)
+    assert cf.copies == ((small, small), (a_first, small), (small, small), (small, small))
+    # gains (old - new) / old: 45/105 on the recorded times, 45/106 where A went first, else 0;
+    # the recorded replay alone says +42.9%, the five say +17.0% on average
+    gains = [45 / 105, 0.0, 45 / 106, 0.0, 0.0]
+    assert cf.gains("avg_jct").tolist() == pytest.approx(gains)
+    assert cf.gain_mean("avg_jct") == pytest.approx(sum(gains) / 5)
+    assert cf.gain_sd("avg_jct") == pytest.approx(float(np.std(gains, ddof=1)))
+    assert cf.gain_range("avg_jct") == (0.0, pytest.approx(45 / 105))
+    # waits: (50 - 5) / 50 = 90% recorded, (51 - 6) / 51 where A went first
+    assert cf.gains("avg_queue").tolist() == pytest.approx([0.9, 0.0, 45 / 51, 0.0, 0.0])
+    # the twin under the new config against the realized 61 s: 1/61 recorded, exact in the copies
+    assert cf.twin_error("avg_jct") == pytest.approx(1 / 61 / 5)
+    # the same seed gives the same copies; another seed other ones
+    again = counterfactual(history(*PAIR), ONE_NODE, "multifactor", FIFO, SMALL_FIRST, T, T + P, T + 700, seed=0)
+    assert again == cf
+
+
+def test_without_copies_the_counterfactual_is_the_recorded_replay_alone():
+    cf = counterfactual(history(*PAIR), ONE_NODE, "multifactor", FIFO, SMALL_FIRST, T, T + P, T + 700,
+                        seed=0, jitters=0)
+    assert cf == Counterfactual(T, T + P, PeriodFigures(2, 2, 61.0, 6.0), PeriodFigures(2, 2, 105.0, 50.0),
+                                PeriodFigures(2, 2, 60.0, 5.0), running_at_change=0, queued_at_change=0,
+                                imputed=0)
+    assert cf == replace(counterfactual(history(*PAIR), ONE_NODE, "multifactor", FIFO, SMALL_FIRST, T,
+                                        T + P, T + 700, seed=0), copies=())
+    assert cf.replays() == ((cf.old, cf.new),)
+    assert (cf.gain_mean("avg_jct"), cf.gain_sd("avg_jct")) == (pytest.approx(45 / 105), None)
+    assert cf.gain_range("avg_jct") == (pytest.approx(45 / 105),) * 2
+    assert cf.twin_error("avg_jct") == pytest.approx(1 / 61)
+
+
+def test_a_copy_moves_every_arrival_later_by_under_the_jitter_and_keeps_the_age():
+    rec = replay_trace(history(*SMALL_ROWS), T, T + P, T + 700, seed=3)
+    cp = replay_trace(history(*SMALL_ROWS), T, T + P, T + 700, seed=3, copy=2)
+    order = {j: k for k, j in enumerate(cp.trace.job_id.tolist())}
+    # R, Q, A and B are 30 s or more apart: the copy keeps their order
+    assert rec.trace.job_id.tolist() == cp.trace.job_id.tolist()
+    # (in the order the history lists them, which is theirs; to a microsecond: unix times)
+    shift = cp.trace.submit_time - rec.trace.submit_time
+    assert shift.tolist() == pytest.approx(arrival_jitter(3, 2, 4).tolist(), abs=1e-6)
+    assert (cp.trace.age == rec.trace.age).all() and (cp.submit == rec.submit).all()
+    assert [cp.trace.duration[order[j]] for j in "RQAB"] == [200, 300, 100, 100]
+
+
+def test_a_copy_that_reorders_the_queue_keeps_each_jobs_own_age():
+    # Q1 and Q2, queued since T - 50 and T - 40, both arrive at the change; in copy 1 of seed 1
+    # Q2's jitter (0.25 s) is below Q1's (0.31 s), so Q2 comes first in the copy's trace. Each
+    # keeps its own age (50 and 40 s) and real submission, and R stays the one not judged.
+    rows = (RUNNING, job("Q1", -50, None, None), job("Q2", -40, None, None))
+    u = arrival_jitter(1, 1, 3)
+    assert u[2] < u[1]
+    rp = replay_trace(history(*rows), T, T + P, T + 700, seed=1, copy=1)
+    assert rp.trace.job_id.tolist() == ["R", "Q2", "Q1"]
+    assert rp.trace.age.tolist() == [100, 40, 50]
+    assert (rp.submit - T).tolist() == [-200, -40, -50]
+    assert rp.judged.tolist() == [False, True, True]
+    assert (rp.trace.submit_time + rp.origin - T).tolist() == pytest.approx([-100 + u[0], u[2], u[1]], abs=1e-6)
+
+
 @settings(max_examples=25, deadline=None)
 @given(st.lists(st.tuples(st.integers(-300, 500), st.integers(0, 400), st.integers(1, 400),
                           st.sampled_from([1, 2, 4, 8]), st.integers(1, 8)), min_size=1, max_size=8))
 def test_properties_on_random_histories(jobs):
-    """The same config twice gives the same figures; every figure is censored at the period's end
-    (no JCT beyond it, a wait no longer than the JCT); the judged jobs are the same three times."""
+    """The same config twice gives the same figures, in every replay (a gain of 0, on the
+    recorded times and on each jittered copy); every figure is censored at the period's end (no
+    JCT beyond it, a wait no longer than the JCT); the judged jobs are the same in every account."""
     rows = [job(f"j{i}", s, s + w, s + w + d, cpus=c, gpus=g) for i, (s, w, d, g, c) in enumerate(jobs)]
     h = history(*rows)
     cf = counterfactual(h, ONE_NODE, "multifactor", FIFO, FIFO, T, T + P, T + 2000)
-    assert cf.old == cf.new
+    assert len(cf.copies) == JITTERS and all(old == new for old, new in cf.replays())
+    assert cf.gains("avg_jct").tolist() == [0.0] * (JITTERS + 1)
     judged = [(s, w) for s, w, *_ in jobs if s >= 0 and s < P or s < 0 and s + w >= 0]
-    for f in (cf.realized, cf.old):
+    for f in (cf.realized, *(old for old, _ in cf.replays())):
         assert f.jobs == len(judged) and f.finished <= f.jobs
         if f.jobs:
             longest = max(P - s for s, _ in judged)

@@ -6,7 +6,9 @@ the exit codes, and the stored summary's keys against rounds an older version re
 from __future__ import annotations
 
 import json
+import math
 import sqlite3
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -94,6 +96,59 @@ def replay(real: float, old: float, new: float, jobs: int = 10, unfinished: int 
     `new` (the twin under the config before the change and under the change)."""
     fig = [PeriodFigures(jobs, jobs - unfinished, v, q) for v, q in zip((real, old, new), queue)]
     return Counterfactual(T, T + 600, *fig, running_at_change=1, queued_at_change=2, imputed=0)
+
+
+def with_copies(cf: Counterfactual, *new: float) -> Counterfactual:
+    """`cf` with jittered copies in which the twin gives 100 s under the old config and each of
+    `new` under the new one."""
+    fig = [(PeriodFigures(10, 10, 100.0, 1.0), PeriodFigures(10, 10, n, 1.0)) for n in new]
+    return replace(cf, copies=tuple(fig))
+
+
+def test_the_mean_over_the_replays_rolls_back_where_the_recorded_replay_alone_would_not():
+    # recorded 100 -> 104 s (-4%, inside the 5% margin); four copies 100 -> 110 s (-10%): the
+    # mean is (-4 - 4 * 10) / 5 = -8.8%, beyond the margin. The sd of -4, -10, -10, -10, -10
+    # (mean -8.8; squares 4.8^2 + 4 * 1.2^2 = 28.8; / 4 = 7.2) is 2.683%. The twin error:
+    # 4% recorded, 10% in each copy: 8.8% on average
+    alone = decide(seen(running=rev(2, gain=0.1), counterfactual=replay(100, 100, 104)), RULES, T + 700)
+    assert isinstance(alone, Tune)
+    cf = with_copies(replay(100, 100, 104), 110, 110, 110, 110)
+    plan = decide(seen(running=rev(2, gain=0.1), counterfactual=cf), RULES, T + 700)
+    assert isinstance(plan, RollBack) and plan.to == 1
+    assert plan.why == ("worse: avg_jct 100.0 -> 104.0 s in the twin on the recorded times (-4.0%), "
+                        "-8.8% ± 2.7% (range -10.0% to -4.0%, 5 replays) with submit times jittered "
+                        "(10 jobs, 0 unfinished at the period's end), margin 5.0%; twin error 8.8% "
+                        "(mean of 5 replays); rolled back")
+    j = plan.judged
+    assert (j.counterfactual_gain, j.twin_error) == (pytest.approx(-0.088), pytest.approx(0.088))
+    assert (j.gain_sd, j.gain_min, j.gain_max, j.replays) == (
+        pytest.approx(math.sqrt(7.2) / 100), pytest.approx(-0.1), pytest.approx(-0.04), 5)
+    assert j.simulated_new["avg_jct"] == 104  # the recorded times' replay
+    assert j.copies == [[{"jobs": 10, "finished": 10, "avg_jct": 100.0, "avg_queue": 1.0},
+                         {"jobs": 10, "finished": 10, "avg_jct": 110.0, "avg_queue": 1.0}]] * 4
+
+
+def test_the_mean_over_the_replays_keeps_what_the_recorded_replay_alone_would_roll_back():
+    # recorded 100 -> 120 s (-20%); four copies 100 -> 100 s (0%): -4% on average, kept. The
+    # twin error: 20% recorded, 0 in the copies: 4% on average
+    assert isinstance(decide(seen(counterfactual=replay(100, 100, 120)), RULES, T + 700), RollBack)
+    plan = decide(seen(counterfactual=with_copies(replay(100, 100, 120), 100, 100, 100, 100)), RULES, T + 700)
+    assert isinstance(plan, Tune)
+    assert plan.judged.verdict == ("kept: avg_jct 100.0 -> 120.0 s in the twin on the recorded times "
+                                   "(-20.0%), -4.0% ± 8.9% (range -20.0% to +0.0%, 5 replays) with "
+                                   "submit times jittered (10 jobs, 0 unfinished at the period's end); "
+                                   "twin error 4.0% (mean of 5 replays)")
+    assert (plan.judged.counterfactual_gain, plan.judged.twin_error) == (pytest.approx(-0.04), pytest.approx(0.04))
+
+
+def test_the_twin_error_that_freezes_is_the_mean_over_the_replays():
+    # recorded: the twin gives the cluster's 100 s (error 0); the copies give 140 s (40%):
+    # (0 + 4 * 40) / 5 = 32% on average, over the 25% limit
+    plan = decide(seen(counterfactual=with_copies(replay(100, 100, 100), 140, 140, 140, 140)), RULES, T + 700)
+    assert isinstance(plan, Stop) and plan.action is Action.FROZEN
+    assert plan.why.startswith("twin not trusted: it missed the cluster's 100.0 s by 32.0% on average "
+                               "over 5 replays (avg_jct, over the 25% limit); ")
+    assert plan.judged.twin_error == pytest.approx(0.32)
 
 
 def test_a_worse_change_is_rolled_back_with_the_judges_figures():

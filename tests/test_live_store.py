@@ -23,7 +23,17 @@ from hypothesis import strategies as st
 import autosched.live.store as store_mod
 from autosched.errors import LiveError
 from autosched.live.errors import ActionNotAllowed, IllegalTransition, UnknownRevision
-from autosched.live.store import BIRTH, TRANSITIONS, Evidence, Flags, JudgedOutcome, RevisionKind, RevisionState, RevisionStore
+from autosched.live.store import (
+    BIRTH,
+    TRANSITIONS,
+    Evidence,
+    Flags,
+    JudgedOutcome,
+    RevisionKind,
+    RevisionState,
+    RevisionStore,
+    gain_text,
+)
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 FIXTURE = Path(__file__).parent / "fixtures" / "state-v0"
@@ -161,6 +171,35 @@ def test_unknown_revision_and_outcome(tmp_path):
                         {"avg_jct": 11.0}, {"start": 1.0, "end": 2.0})
     s.record_outcome(1, new)
     assert s.get(1).outcome == new
+
+
+def test_an_outcome_stored_before_the_judge_replayed_copies_reads_without_a_spread(tmp_path):
+    s = RevisionStore(tmp_path)
+    s.create({"a": 1}, kind=K.BASELINE, trigger="baseline", actor="agent")
+    # a row as the one-replay counterfactual judge wrote it: no gain_sd, ..., replays, copies
+    row = {"metric": "avg_jct", "predicted_gain": 0.1, "verdict": "kept", "counterfactual_gain": 0.05,
+           "twin_error": 0.02, "realized": {"avg_jct": 12.0}, "simulated_old": {"avg_jct": 12.0},
+           "simulated_new": {"avg_jct": 11.4}, "period": {"start": 1.0, "end": 2.0}}
+    with sqlite3.connect(tmp_path / "state.db") as db:
+        db.execute("INSERT INTO outcomes (rev_id, time, outcome) VALUES (1, 0, ?)", (json.dumps(row),))
+    out = s.get(1).outcome
+    assert out == JudgedOutcome("avg_jct", 0.1, "kept", 0.05, 0.02, {"avg_jct": 12.0},
+                                {"avg_jct": 12.0}, {"avg_jct": 11.4}, {"start": 1.0, "end": 2.0})
+    assert (out.gain_sd, out.gain_min, out.gain_max, out.replays, out.copies) == (None,) * 5
+    assert out.counterfactual_text() == "+5.0%"
+    # and one with them reads them back
+    spread = JudgedOutcome("avg_jct", 0.1, "kept", 0.05, 0.02, gain_sd=0.03, gain_min=-0.01,
+                           gain_max=0.09, replays=5, copies=[[{"avg_jct": 12.0}, {"avg_jct": 11.0}]])
+    s.record_outcome(1, spread)
+    assert s.get(1).outcome == spread
+    assert spread.counterfactual_text() == "+5.0% ± 3.0% (range -1.0% to +9.0%, 5 replays)"
+
+
+def test_gain_text_words_every_case():
+    assert gain_text(None, None, None, None, None) == "unknown"
+    assert gain_text(-0.123, None, None, None, None) == "-12.3%"  # an outcome without replays
+    assert gain_text(0.05, None, 0.05, 0.05, 1) == "+5.0% (1 replay)"
+    assert gain_text(0.0, 0.001, -0.002, 0.0015, 5) == "+0.0% ± 0.1% (range -0.2% to +0.1%, 5 replays)"
 
 
 def test_rollback_makes_the_new_revision_running_and_rolls_back_its_parent(tmp_path):

@@ -257,17 +257,21 @@ def test_outcomes_predicted_against_counterfactual(svc):
     c.approve(2)
     # what the agent's judge records one period later (live/round.py's judge)
     store.record_outcome(2, JudgedOutcome("avg_jct", 0.08, "kept: ...", 0.05, 0.03,
-                                          {"avg_jct": 3900.0}, {"avg_jct": 4000.0}, {"avg_jct": 3800.0}))
+                                          {"avg_jct": 3900.0}, {"avg_jct": 4000.0}, {"avg_jct": 3800.0},
+                                          gain_sd=0.02, gain_min=0.01, gain_max=0.07, replays=5))
     rows = anon.outcomes()
     assert [(o["revision"], o["state"], o["predicted_gain"], o["spread"], o["counterfactual_gain"],
              o["twin_error"]) for o in rows] == [(1, "applied", None, None, None, None),
                                                  (2, "applied", 0.08, 0.02, 0.05, 0.03)]
     assert rows[1]["outcome"]["verdict"] == "kept: ..."
     assert rows[1]["outcome"]["simulated_old"] == {"avg_jct": 4000.0}
-    # the status names the newest judged revision with the three figures
+    assert (rows[1]["outcome"]["gain_sd"], rows[1]["outcome"]["replays"]) == (0.02, 5)
+    # the status names the newest judged revision with the three figures, and the gain's spread
+    # over the judge's replays
     assert anon.status()["judged"] == {"revision": 2, "predicted_gain": 0.08,
                                        "counterfactual_gain": 0.05, "twin_error": 0.03,
-                                       "verdict": "kept: ..."}
+                                       "verdict": "kept: ...", "gain_sd": 0.02, "gain_min": 0.01,
+                                       "gain_max": 0.07, "replays": 5}
 
 
 def test_status_version_changes_with_the_store(svc):
@@ -402,7 +406,8 @@ def test_the_schema_types_evidence_outcome_and_states_from_the_store(svc):
     assert schemas["RevisionState"]["enum"] == [s.value for s in RevisionState]
     assert set(schemas["AgentStatus"]["properties"]) >= {"running", "last_round", "version", "judged"}
     assert set(schemas["Judgement"]["properties"]) == {
-        "revision", "predicted_gain", "counterfactual_gain", "twin_error", "verdict"}
+        "revision", "predicted_gain", "counterfactual_gain", "twin_error", "verdict", "gain_sd",
+        "gain_min", "gain_max", "replays"}
 
 
 def test_preview_then_approve_records_who_and_the_diff(svc):

@@ -14,7 +14,8 @@ prints). A revision's ``evidence`` and ``outcome`` hold every key of
 `autosched.live.store.Evidence` and `autosched.live.store.JudgedOutcome` (``predicted_gain``,
 ``spread``, ``samples``, ..., ``rollback_of``, ``to``; ``metric``, ``predicted_gain``,
 ``verdict``, ``counterfactual_gain``, ``twin_error``, ``realized``, ``simulated_old``,
-``simulated_new``, ``period``), null where a revision has no such figure (the config found live,
+``simulated_new``, ``period``, ``gain_sd``, ``gain_min``, ``gain_max``, ``replays``,
+``copies``), null where a revision has no such figure (the config found live,
 a rollback, a change not judged yet).
 
 Every method returns the API's JSON (dicts and lists). Errors raise `ServiceError` (and its

@@ -243,7 +243,7 @@ def status_cmd(state: Optional[Path] = _state_opt(),
     if st.judged:
         j = st.judged
         typer.echo(f"judged: revision {j.revision}: predicted gain {_pct(j.predicted_gain)}, "
-                   f"counterfactual gain {_pct(j.counterfactual_gain)}, twin error "
+                   f"counterfactual gain {j.counterfactual_text()}, twin error "
                    f"{_pct(j.twin_error, sign=False)}")
         typer.echo(f"  {j.verdict}")
     if st.last_round:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from ..jsonable import jsonable
 from .errors import LiveError
 from .round import RoundRecord
-from .store import Heartbeat, LiveReading, Revision, RevisionStore
+from .store import Heartbeat, LiveReading, Revision, RevisionStore, gain_text
 from .twin import ClusterSetup
 
 Mode = Literal["propose", "auto"]
@@ -50,22 +50,33 @@ class TwinStatus:
 class Judgement:
     """The judge's newest record (`JudgedOutcome`) among the revisions a status lists: the
     revision, the gain predicted when it was proposed, its counterfactual gain and the twin's
-    error over the period after it went live (None where the judge could not measure them), and
-    the verdict."""
+    error over the period after it went live, each a mean over the judge's replays (None where
+    the judge could not measure them), and the verdict; then the gain's spread over the replays
+    and how many there were (None in an outcome recorded without them)."""
 
     revision: int
     predicted_gain: float | None
     counterfactual_gain: float | None
     twin_error: float | None
     verdict: str
+    gain_sd: float | None = None
+    gain_min: float | None = None
+    gain_max: float | None = None
+    replays: int | None = None
 
     @classmethod
     def newest(cls, history: tuple[Revision, ...]) -> Judgement | None:
         """From the newest revision of `history` (newest first) that has an outcome."""
         for r in history:
             if (o := r.outcome) is not None:
-                return cls(r.id, o.predicted_gain, o.counterfactual_gain, o.twin_error, o.verdict)
+                return cls(r.id, o.predicted_gain, o.counterfactual_gain, o.twin_error, o.verdict,
+                           o.gain_sd, o.gain_min, o.gain_max, o.replays)
         return None
+
+    def counterfactual_text(self) -> str:
+        """The counterfactual gain with its spread (`store.gain_text`)."""
+        return gain_text(self.counterfactual_gain, self.gain_sd, self.gain_min, self.gain_max,
+                         self.replays)
 
 
 @dataclass(frozen=True)

@@ -291,6 +291,20 @@ class Evidence:
         return cls(**{f.name: _READ[str(f.type)](d.get(f.name)) for f in fields(cls)})
 
 
+def gain_text(gain: float | None, sd: float | None, lo: float | None, hi: float | None,
+              replays: int | None) -> str:
+    """A counterfactual gain as the status words it: "+5.0% ± 2.0% (range +1.0% to +8.0%, 5
+    replays)"; "+5.0% (1 replay)"; "+5.0%" when the outcome has no spread (an older one);
+    "unknown" when there is no gain (never "+0.0%")."""
+    if gain is None:
+        return "unknown"
+    if replays is None:
+        return f"{gain:+.1%}"
+    if sd is None or lo is None or hi is None:
+        return f"{gain:+.1%} ({replays} replay{'s' if replays != 1 else ''})"
+    return f"{gain:+.1%} ± {sd:.1%} (range {lo:+.1%} to {hi:+.1%}, {replays} replays)"
+
+
 @dataclass(frozen=True)
 class JudgedOutcome:
     """What a revision did over the period after it went live, recorded once by the agent's judge
@@ -307,19 +321,35 @@ class JudgedOutcome:
     predicted_gain: float | None  # copied from the revision's `Evidence`, to set beside it
     # "kept: ...", "worse: ...; rolled back", "twin not trusted: ...; frozen" or "not judged: ..."
     verdict: str
-    # the change's gain in the twin on the period's real jobs: (old - new) / old of the simulated
-    # pair; None when not judged
+    # the change's gain in the twin on the period's real jobs: (old - new) / old of each
+    # simulated pair, averaged over the replays (the recorded times' and the jittered copies');
+    # None when not judged
     counterfactual_gain: float | None = None
     # how far the twin under the new config was from what the cluster did over the period:
-    # |simulated - realized| / realized
+    # |simulated - realized| / realized, averaged over the replays
     twin_error: float | None = None
     realized: dict[str, Any] | None = None  # the period as it went: `PeriodFigures.to_dict()`
-    simulated_old: dict[str, Any] | None = None  # replayed under the config before the change
-    simulated_new: dict[str, Any] | None = None  # replayed under the revision's config
+    # replayed on the recorded submit times under the config before the change, and under the
+    # revision's config
+    simulated_old: dict[str, Any] | None = None
+    simulated_new: dict[str, Any] | None = None
     period: dict[str, Any] | None = None  # the judged period: `Counterfactual.period()`
+    # the gain's spread over the replays: standard deviation (None with one replay), lowest and
+    # highest; how many replays; and the jittered copies' [old, new] figures (live/judge.py).
+    # None in an outcome recorded before the judge replayed jittered copies.
+    gain_sd: float | None = None
+    gain_min: float | None = None
+    gain_max: float | None = None
+    replays: int | None = None
+    copies: list[Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def counterfactual_text(self) -> str:
+        """The counterfactual gain as `gain_text` words it."""
+        return gain_text(self.counterfactual_gain, self.gain_sd, self.gain_min, self.gain_max,
+                         self.replays)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> JudgedOutcome | None:

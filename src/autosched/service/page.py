@@ -19,7 +19,7 @@ from typing import Any
 
 from ..live.round import RoundRecord
 from ..live.status import AgentStatus, Judgement, TwinStatus
-from ..live.store import Revision, RevisionState
+from ..live.store import JudgedOutcome, Revision, RevisionState
 from .views import OutcomeRow
 
 HISTORY_ROWS = 200  # the page shows this many newest revisions; the API has them all
@@ -36,6 +36,13 @@ def _v(v: Any) -> str:
 
 def _pct(x: float | None, sign: bool = True) -> str:
     return "-" if x is None else f"{x:+.1%}" if sign else f"{x:.1%}"
+
+
+def _gain(judged: Judgement | JudgedOutcome | None) -> str:
+    """A judged change's counterfactual gain with its spread over the judge's replays."""
+    if judged is None or judged.counterfactual_gain is None:
+        return _pct(None)
+    return escape(judged.counterfactual_text())
 
 
 Slurm = Callable[[dict[str, Any]], "dict[str, str] | None"]
@@ -153,7 +160,7 @@ def _judged(j: Judgement | None) -> str:
         return "no change judged yet (a change is judged one period after it went live)"
     return (f'revision {j.revision}: predicted gain <span id=judged-predicted>{_pct(j.predicted_gain)}'
             f'</span>, counterfactual gain <span id=judged-counterfactual>'
-            f'{_pct(j.counterfactual_gain)}</span>, twin error <span id=judged-twin-error>'
+            f'{_gain(j)}</span>, twin error <span id=judged-twin-error>'
             f'{_pct(j.twin_error, sign=False)}</span><br><span class=muted>{escape(j.verdict)}</span>')
 
 
@@ -289,7 +296,6 @@ def _history(history: list[Revision], running: Revision | None, slurm: Slurm) ->
         last = r.events[-1]
         judged = r.outcome
         gain = r.evidence.predicted_gain
-        cf = judged.counterfactual_gain if judged else None
         err = judged.twin_error if judged else None
         act = ""
         if r.applied_at is not None and r.id != run_id:
@@ -300,7 +306,8 @@ def _history(history: list[Revision], running: Revision | None, slurm: Slurm) ->
             f'<td>{_t(r.created)}</td><td>{r.state.value.replace("_", " ")}</td>'
             f'<td>{escape(r.trigger)}</td><td>{_diff_list(r, by_id, slurm)}</td>'
             f'<td>{_pct(gain)}</td>'
-            f'<td title="{escape(judged.verdict if judged else "")}">{_pct(cf)}</td>'
+            f'<td title="{escape(judged.verdict if judged else "")}">'
+            f'{_gain(judged)}</td>'
             f'<td>{_pct(err, sign=False)}</td>'
             f'<td>{escape(last.actor)}{": " + escape(last.note) if last.note else ""}</td>'
             f'<td>{act}</td></tr>')
@@ -357,7 +364,8 @@ def plot_svg(outcomes: list[OutcomeRow], width: int = 640, height: int = 240) ->
                        f'<circle cx="{x - 6:.1f}" cy="{y(o.predicted_gain):.1f}" r="4" /></g>')
         if o.counterfactual_gain is not None:
             out.append(f'<g class=counterfactual><title>revision {o.revision}: counterfactual '
-                       f'{o.counterfactual_gain:+.2%}</title><rect x="{x + 2:.1f}" '
+                       f'{_gain(o.outcome) if o.outcome else f"{o.counterfactual_gain:+.2%}"}'
+                       f'</title><rect x="{x + 2:.1f}" '
                        f'y="{y(o.counterfactual_gain) - 4:.1f}" width="8" height="8" /></g>')
     out.append(f'<g class=legend><circle cx="{width - 210}" cy="10" r="4" class=p />'
                f'<text x="{width - 202}" y="14">predicted &plusmn; spread</text>'
