@@ -300,7 +300,8 @@ def twin_spread(real: tw.RealRun, spec: Any, base: dict[str, Any], moves: list[t
     return out
 
 
-def step3(outdir: Path) -> None:
+def step3(outdir: Path) -> list[str]:
+    """Print a row per cluster of the run in `outdir`; return the rows of its changes' spreads."""
     info = json.loads((outdir / "run.json").read_text())
     base = info["baseline"]
     status_path = outdir / "agent-status.json"
@@ -316,10 +317,8 @@ def step3(outdir: Path) -> None:
         print(f"| {outdir.name} | {label} | {rw:.1f} | {w[0]:.1f} | {jit.mean():.1f} ± {jit.std(ddof=1):.1f} | "
               f"{jit.min():.1f}-{jit.max():.1f} | {'yes' if jit.min() <= rw <= jit.max() else 'no'} |", flush=True)
         if label == "B":
-            CHANGE_SPREADS.extend(change_spreads(outdir.name, real, spec, base, moves, info["plan"]))
-
-
-CHANGE_SPREADS: list[str] = []  # step 3's second table, filled as the runs are read
+            return change_spreads(outdir.name, real, spec, base, moves, info["plan"])
+    return []
 
 
 def change_spreads(run: str, real: tw.RealRun, spec: Any, base: dict[str, Any],
@@ -352,12 +351,11 @@ def main() -> None:
               f"{JITTERS} copies with each submit time moved later by U(0, {JITTER:g}) s (mean ± sd, range)\n")
         print("| run | cluster | real | twin | twin, jittered | range | real in range |\n|---|---|---|---|---|---|---|")
         runs = args.run or sorted(p.name for p in args.out.iterdir() if (p / "run.json").exists())
-        for name in runs:
-            step3(args.out / name)
+        changes = [row for name in runs for row in step3(args.out / name)]
         print("\nThe twin's gain of each change the agent applied (B's jobs submitted in the day after it, with the "
               "change against without), on the same jittered copies\n")
         print("| run | revision | twin's gain | jittered | range |\n|---|---|---|---|---|")
-        print("\n".join(CHANGE_SPREADS))
+        print("\n".join(changes))
         return
     for name in args.run or ["w1", "w2"]:
         if args.step in (None, 1):
