@@ -110,6 +110,25 @@ def test_a_live_knob_run_on_drawn_limits_gives_both_commands_and_its_own_targets
         "not on: cluster04 -5.0% ± 5.7% | **not met** |")
 
 
+def test_a_policy_may_replay_a_trace_over_fewer_days_than_the_others(tmp_path):
+    # multifactor replays the bundled sample's first 14 days (tiresias its 28): a 14-day run on
+    # the sample's drawn limits is that row, with the limits drawn from the bundled file
+    data = _two_seeds()
+    for run in (data, data["runs"][0]):
+        run["settings"] = {**rt.cli_defaults("multifactor"), "seed": run["settings"]["seed"]}
+        run["settings"]["search"] = {**run["settings"]["search"], "subspace": {"pinned": [["backfill", True]]}}
+        run.update(trace="/anywhere/limits/sample.csv", cluster="32x8 (256 GPUs)", boundaries=[0.0, 7 * DAY, 14 * DAY])
+    path = tmp_path / "multifactor-sample.json"
+    path.write_text(json.dumps(data))
+    _, row = rt.read_row(path)
+    assert row.label == "Bundled sample (Philly, first 14 d), 32x8"
+    assert row.commands == [
+        f"autosched trace limits {rt.BUNDLED_PATH} --out limits/sample.csv",
+        "autosched run limits/sample.csv --cluster 32x8 --span 14d --policy multifactor --live-knobs --seeds 2 "
+        "--json > benchmarks/results/runs/multifactor-sample.json"]
+    assert [t.days for t in rt.traces_of("tiresias") if t.name == "sample"] == [28]
+
+
 def test_a_seed_that_loses_to_the_default_or_last_period_misses_those_targets(tmp_path):
     data = _two_seeds()
     second = data["runs"][0]
@@ -135,7 +154,7 @@ def test_a_section_without_runs_says_so_and_gives_the_commands(tmp_path):
             "autosched run limits/cluster02.csv --cluster 11x8 --span 21d --policy multifactor --live-knobs --seeds 3 "
             "--json > benchmarks/results/runs/multifactor-cluster02.json") in out
     assert ("autosched trace limits src/autosched/data/philly_2017-10-02_28d.csv.gz --out limits/sample.csv\n"
-            "autosched run limits/sample.csv --cluster 32x8 --policy multifactor") in out
+            "autosched run limits/sample.csv --cluster 32x8 --span 14d --policy multifactor") in out
     with pytest.raises(SystemExit, match="no markers"):
         rt.render("no markers here\n", {})
 
