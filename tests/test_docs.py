@@ -205,6 +205,15 @@ def _readme_commands() -> list[str]:
     return re.findall(r"```sh\n(.*?)\n```", (REPO / "README.md").read_text(), re.S)
 
 
+def test_every_benchmark_script_is_in_the_benchmarks_readme_with_a_doc_that_names_it():
+    readme = (REPO / "benchmarks" / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `([\w.]+\.py)` \|.*\| ([^|]+) \|$", readme, flags=re.M))
+    scripts = sorted(p.name for p in (REPO / "benchmarks").glob("*.py"))
+    assert sorted(rows) == scripts
+    for script, docs in rows.items():  # the doc beside a script says what it gave and how
+        assert any(script in (REPO / d.strip()).read_text() for d in docs.split(",")), (script, docs)
+
+
 def test_ci_runs_exactly_the_readme_test_command():
     tests = [c for c in _readme_commands() if "pytest" in c]
     assert len(tests) == 1, tests
