@@ -6,8 +6,10 @@ run over those seeds prints, for benchmarks/results/runs/ and results_tables.py.
     autosched run TRACE ... --seed 1 --json > s1.json
     PYTHONPATH=src python benchmarks/merge_seeds.py s0.json s1.json > merged.json
 
-A file that is not such a result, a seed given twice, or runs that differ in anything but the
-seed (settings, trace, window, strategies) stop it with the file named, and nothing is printed.
+A file that is not such a result, a seed given twice or missing between two others, or runs
+that differ in anything but the seed (settings, trace and its per-day workload, window,
+strategies) stop it with the file named and exit code 2, and nothing is printed. Run every seed
+from one commit: the files do not say which code made them.
 """
 
 from __future__ import annotations
@@ -44,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
         merged = merge_seed_runs([(str(p), load(p)) for p in args.files])
     except AutoschedError as e:
         print(f"error: {e}", file=sys.stderr)
-        return 1
+        return 2
     json.dump(merged, sys.stdout, indent=2)
     sys.stdout.write("\n")
     return 0

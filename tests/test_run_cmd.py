@@ -319,6 +319,13 @@ def test_merging_seeds_refuses_a_repeated_seed_or_another_experiment(tiny, tmp_p
     moved = {**s1, "boundaries": [b + 1 for b in s1["boundaries"]]}
     with pytest.raises(AdaptError, match="they differ in boundaries$"):
         merge_seed_runs([("a", s0), ("b", moved)])
+    # the same path holding another trace: its per-day arrivals differ
+    other_trace = {**s1, "workload": {**s1["workload"], "arrivals": [a + 1 for a in s1["workload"]["arrivals"]]}}
+    with pytest.raises(AdaptError, match="they differ in workload$"):
+        merge_seed_runs([("a", s0), ("b", other_trace)])
+    s2 = {**s1, "settings": {**s1["settings"], "seed": 2, "search": {**s1["settings"]["search"], "seed": 2}}}
+    with pytest.raises(AdaptError, match=r"^b: seed 2 follows seed 0 of a: the seeds must be consecutive"):
+        merge_seed_runs([("a", s0), ("b", s2)])
 
 
 def test_merge_seeds_script_names_a_file_that_is_not_a_result(tmp_path, capsys):
@@ -328,8 +335,8 @@ def test_merge_seeds_script_names_a_file_that_is_not_a_result(tmp_path, capsys):
     bad, broken = tmp_path / "bad.json", tmp_path / "broken.json"
     bad.write_text('{"settings": {}}')
     broken.write_text("{")
-    assert merge.main([str(bad)]) == 1
+    assert merge.main([str(bad)]) == 2
     err = capsys.readouterr()
     assert err.out == "" and err.err.startswith(f"error: {bad}: not an `autosched run --json` result (no trace,")
-    assert merge.main([str(broken)]) == 1
+    assert merge.main([str(broken)]) == 2
     assert capsys.readouterr().err.startswith(f"error: {broken}: cannot read a JSON result")

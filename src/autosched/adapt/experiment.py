@@ -313,7 +313,8 @@ def summaries_across_seeds(seeds: Sequence[int], summaries: Sequence[dict[str, A
 
 
 # What every seed of one experiment shares (the settings too, but for the seed).
-_SAME_ACROSS_SEEDS = ("trace", "cluster", "jobs", "boundaries")
+# (`workload`, the trace's per-day series, tells two traces of the same path apart.)
+_SAME_ACROSS_SEEDS = ("trace", "cluster", "jobs", "boundaries", "workload")
 
 
 def merge_seed_runs(files: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
@@ -346,6 +347,9 @@ def merge_seed_runs(files: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, An
     for (seed, name, one), prev in zip(seeds[1:], seeds):
         if seed == prev[0]:
             raise AdaptError(f"{name}: seed {seed} is in {prev[1]} too; each seed may be merged once")
+        if seed != prev[0] + 1:
+            raise AdaptError(f"{name}: seed {seed} follows seed {prev[0]} of {prev[1]}: the seeds must be "
+                             f"consecutive (one run over seeds {seeds[0][0]}..{seeds[-1][0]} has them all)")
         key = differs(one)
         if key is not None:
             raise AdaptError(f"{name}: seed {seed} is not a run of the same experiment as seed {seeds[0][0]} "
