@@ -42,18 +42,6 @@ TARGET_SHARE = 0.60  # of oracle_static's gain, on average over the traces
 TARGET_WORST = 1.02  # no period worse than the default by more than 2%
 
 
-@dataclass(frozen=True)
-class PolicyRuns:
-    """How the docs' runs of one policy are made."""
-
-    seeds: int  # the seeds a run gets (a noisy comparison needs several)
-    limits: bool = False  # each trace gets time limits first (`autosched trace limits`): Slurm plans with them
-    flags: tuple[str, ...] = ()  # more options of `autosched run`
-
-
-# multifactor: over the knobs the live agent may write, on traces with drawn limits, as the agent
-# searches on a real Slurm cluster; 3 seeds, as its simulation is the slower one.
-POLICY_RUNS = {"tiresias": PolicyRuns(8), "multifactor": PolicyRuns(3, limits=True, flags=("--live-knobs",))}
 BUNDLED_PATH = "src/autosched/data/philly_2017-10-02_28d.csv.gz"
 
 
@@ -100,6 +88,31 @@ TRACES = (
     TraceRun("cluster02", "ITP cluster02 (21 d), 11x8", ITP + "cluster02.csv", "11x8", span=21),
     TraceRun("cluster06", "ITP cluster06 (21 d), 15x8", ITP + "cluster06.csv", "15x8", span=21),
 )
+@dataclass(frozen=True)
+class PolicyRuns:
+    """How the docs' runs of one policy are made."""
+
+    seeds: int  # the seeds a run gets (a noisy comparison needs several)
+    limits: bool = False  # each trace gets time limits first (`autosched trace limits`): Slurm plans with them
+    flags: tuple[str, ...] = ()  # more options of `autosched run`
+    traces: tuple[TraceRun, ...] = ()  # this policy's replays of some TRACES, in place of theirs (by name)
+
+
+# multifactor: over the knobs the live agent may write, on traces with drawn limits, as the agent
+# searches on a real Slurm cluster; 3 seeds, as its simulation is the slower one. The bundled
+# sample over its first 14 days: its 28 days cost about 7 CPU-hours over 3 seeds, as a queue this
+# long makes backfill the slow part, and 14 days still give a first round and a period boundary.
+POLICY_RUNS = {"tiresias": PolicyRuns(8), "multifactor": PolicyRuns(
+    3, limits=True, flags=("--live-knobs",),
+    traces=(TraceRun("sample", "Bundled sample (Philly, first 14 d), 32x8", "", "32x8", span=14, days=14),))}
+
+
+def traces_of(policy: str) -> tuple[TraceRun, ...]:
+    """The replays of `policy` in the docs: TRACES, with the policy's own in place of theirs."""
+    own = {t.name: t for t in POLICY_RUNS.get(policy, PolicyRuns(1)).traces}
+    return tuple(own.get(t.name, t) for t in TRACES)
+
+
 STRATEGIES = ("default", "autosched", "last_period", "oracle_static", "oracle_period")
 
 
@@ -152,7 +165,7 @@ def trace_run(path: Path, data: dict[str, Any]) -> TraceRun:
     cluster = str(data["cluster"]).split(" ", 1)[0]
     days = round((data["boundaries"][-1] - data["boundaries"][0]) / DAY)
     name = path.stem.split("-", 1)[-1]
-    for t in TRACES:
+    for t in traces_of(str(data["settings"]["policy"])):
         # (a run on a trace with drawn limits reads limits/NAME.csv: it is known by its name)
         if (t.source == source or t.name == name) and t.cluster == cluster and t.days == days:
             return t
@@ -380,7 +393,7 @@ def section(policy: str, rows: list[Row]) -> list[str]:
         return [f"No runs of `{policy}` are committed yet, so there is no table here. These commands "
                 f"make them (one file per trace in `benchmarks/results/runs/`), and the last one fills "
                 "this section:", "", "```sh",
-                *(c for t in TRACES for c in t.commands(policy, flags, f"benchmarks/results/runs/{policy}-{t.name}.json")),
+                *(c for t in traces_of(policy) for c in t.commands(policy, flags, f"benchmarks/results/runs/{policy}-{t.name}.json")),
                 "PYTHONPATH=src python benchmarks/results_tables.py", "```"]
     out = ["Average JCT against the fixed default, mean ± sd over the seeds; the share of "
            "oracle_static's gain is autosched's, on average over the seeds; the lead is last_period's "

@@ -110,6 +110,25 @@ def test_a_live_knob_run_on_drawn_limits_gives_both_commands_and_its_own_targets
         "not on: cluster04 -5.0% ± 5.7% | **not met** |")
 
 
+def test_a_policy_may_replay_a_trace_over_fewer_days_than_the_others(tmp_path):
+    # multifactor replays the bundled sample's first 14 days (tiresias its 28): a 14-day run on
+    # the sample's drawn limits is that row, with the limits drawn from the bundled file
+    data = _two_seeds()
+    for run in (data, data["runs"][0]):
+        run["settings"] = {**rt.cli_defaults("multifactor"), "seed": run["settings"]["seed"]}
+        run["settings"]["search"] = {**run["settings"]["search"], "subspace": {"pinned": [["backfill", True]]}}
+        run.update(trace="/anywhere/limits/sample.csv", cluster="32x8 (256 GPUs)", boundaries=[0.0, 7 * DAY, 14 * DAY])
+    path = tmp_path / "multifactor-sample.json"
+    path.write_text(json.dumps(data))
+    _, row = rt.read_row(path)
+    assert row.label == "Bundled sample (Philly, first 14 d), 32x8"
+    assert row.commands == [
+        f"autosched trace limits {rt.BUNDLED_PATH} --out limits/sample.csv",
+        "autosched run limits/sample.csv --cluster 32x8 --span 14d --policy multifactor --live-knobs --seeds 2 "
+        "--json > benchmarks/results/runs/multifactor-sample.json"]
+    assert [t.days for t in rt.traces_of("tiresias") if t.name == "sample"] == [28]
+
+
 def test_a_seed_that_loses_to_the_default_or_last_period_misses_those_targets(tmp_path):
     data = _two_seeds()
     second = data["runs"][0]
@@ -135,7 +154,7 @@ def test_a_section_without_runs_says_so_and_gives_the_commands(tmp_path):
             "autosched run limits/cluster02.csv --cluster 11x8 --span 21d --policy multifactor --live-knobs --seeds 3 "
             "--json > benchmarks/results/runs/multifactor-cluster02.json") in out
     assert ("autosched trace limits src/autosched/data/philly_2017-10-02_28d.csv.gz --out limits/sample.csv\n"
-            "autosched run limits/sample.csv --cluster 32x8 --policy multifactor") in out
+            "autosched run limits/sample.csv --cluster 32x8 --span 14d --policy multifactor") in out
     with pytest.raises(SystemExit, match="no markers"):
         rt.render("no markers here\n", {})
 
@@ -184,6 +203,15 @@ def test_the_tables_read_what_autosched_run_prints(tmp_path):
 
 def _readme_commands() -> list[str]:
     return re.findall(r"```sh\n(.*?)\n```", (REPO / "README.md").read_text(), re.S)
+
+
+def test_every_benchmark_script_is_in_the_benchmarks_readme_with_a_doc_that_names_it():
+    readme = (REPO / "benchmarks" / "README.md").read_text()
+    rows = dict(re.findall(r"^\| `([\w.]+\.py)` \|.*\| ([^|]+) \|$", readme, flags=re.M))
+    scripts = sorted(p.name for p in (REPO / "benchmarks").glob("*.py"))
+    assert sorted(rows) == scripts
+    for script, docs in rows.items():  # the doc beside a script says what it gave and how
+        assert any(script in (REPO / d.strip()).read_text() for d in docs.split(",")), (script, docs)
 
 
 def test_ci_runs_exactly_the_readme_test_command():

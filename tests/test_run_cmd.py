@@ -274,3 +274,69 @@ def test_run_options_default_to_the_settings_defaults():
     from fractions import Fraction  # the help states the default fraction
     assert str(Fraction(ref.first_decision).limit_denominator(100)) in inspect.signature(run_cmd).parameters[
         "first_decision"].default.help
+
+
+_TIMINGS = {"seconds", "tuning_seconds", "trial_seconds", "wall_seconds"}
+
+
+def _timeless(obj):
+    """A result without its wall-clock timings (the only part two runs of one seed may differ in)."""
+    if isinstance(obj, dict):
+        return {k: _timeless(v) for k, v in obj.items() if k not in _TIMINGS}
+    if isinstance(obj, list):
+        return [_timeless(v) for v in obj]
+    return obj
+
+
+def test_seeds_run_apart_merge_into_the_seeds_run(tiny, tmp_path):
+    from autosched.adapt.experiment import merge_seed_runs
+
+    args = _args(tiny, "--strategies", "default,autosched,last_period", "--budget", "1",
+                 "--cache", str(tmp_path / "cache"), "--json")
+    together = json.loads(runner.invoke(app, [*args, "--seeds", "3"]).stdout)
+    apart = {k: json.loads(runner.invoke(app, [*args, "--seed", str(k)]).stdout) for k in range(3)}
+    merged = merge_seed_runs([("s2", apart[2]), ("s0", apart[0]), ("s1", apart[1])])
+    assert list(merged) == list(together)
+    assert _timeless(merged) == _timeless(together)
+    # a file of several seeds merges with one of another
+    two = json.loads(runner.invoke(app, [*args, "--seeds", "2"]).stdout)
+    assert _timeless(merge_seed_runs([("two", two), ("s2", apart[2])])) == _timeless(together)
+    assert _timeless(merge_seed_runs([("s1", apart[1])])) == _timeless(apart[1])
+
+
+def test_merging_seeds_refuses_a_repeated_seed_or_another_experiment(tiny, tmp_path):
+    from autosched.adapt.errors import AdaptError
+    from autosched.adapt.experiment import merge_seed_runs
+
+    args = _args(tiny, "--strategies", "default,last_period", "--budget", "1", "--cache", str(tmp_path), "--json")
+    s0, s1 = (json.loads(runner.invoke(app, [*args, "--seed", str(k)]).stdout) for k in (0, 1))
+    with pytest.raises(AdaptError, match=r"^b: seed 0 is in a too"):
+        merge_seed_runs([("a", s0), ("b", s0)])
+    other = json.loads(runner.invoke(app, [*args, "--seed", "1", "--budget", "2"]).stdout)
+    with pytest.raises(AdaptError, match=r"^b: seed 1 is not a run of the same experiment as seed 0 in a: "
+                                         r"they differ in settings.budget"):
+        merge_seed_runs([("a", s0), ("b", other)])
+    moved = {**s1, "boundaries": [b + 1 for b in s1["boundaries"]]}
+    with pytest.raises(AdaptError, match="they differ in boundaries$"):
+        merge_seed_runs([("a", s0), ("b", moved)])
+    # the same path holding another trace: its per-day arrivals differ
+    other_trace = {**s1, "workload": {**s1["workload"], "arrivals": [a + 1 for a in s1["workload"]["arrivals"]]}}
+    with pytest.raises(AdaptError, match="they differ in workload$"):
+        merge_seed_runs([("a", s0), ("b", other_trace)])
+    s2 = {**s1, "settings": {**s1["settings"], "seed": 2, "search": {**s1["settings"]["search"], "seed": 2}}}
+    with pytest.raises(AdaptError, match=r"^b: seed 2 follows seed 0 of a: the seeds must be consecutive"):
+        merge_seed_runs([("a", s0), ("b", s2)])
+
+
+def test_merge_seeds_script_names_a_file_that_is_not_a_result(tmp_path, capsys):
+    from conftest import script_module
+
+    merge = script_module("benchmarks/merge_seeds.py")
+    bad, broken = tmp_path / "bad.json", tmp_path / "broken.json"
+    bad.write_text('{"settings": {}}')
+    broken.write_text("{")
+    assert merge.main([str(bad)]) == 2
+    err = capsys.readouterr()
+    assert err.out == "" and err.err.startswith(f"error: {bad}: not an `autosched run --json` result (no trace,")
+    assert merge.main([str(broken)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {broken}: cannot read a JSON result")

@@ -283,14 +283,20 @@ def across_seeds(results: Sequence[ExperimentResult]) -> dict[str, Any]:
     relative to the default and share of the oracle_static gain, and autosched's lead over
     last_period (relative JCT of last_period minus autosched's; > 0: autosched better), with
     whether that lead is larger than its spread across seeds."""
+    return summaries_across_seeds([r.settings.seed for r in results], [r.summary() for r in results],
+                                  list(results[0].strategies) if results else [])
+
+
+def summaries_across_seeds(seeds: Sequence[int], summaries: Sequence[dict[str, Any]],
+                           names: Sequence[str]) -> dict[str, Any]:
+    """`across_seeds` from each seed's `ExperimentResult.summary()` (as `run --json` saves it),
+    for strategies `names`: seeds run apart can be put together again."""
     def stats(xs: list[float]) -> dict[str, float]:
         a = np.asarray(xs, dtype=float)
         return {"mean": float(a.mean()), "sd": float(a.std(ddof=1)) if len(a) > 1 else 0.0, "n": len(a)}
 
-    summaries = [r.summary() for r in results]
-    out: dict[str, Any] = {"seeds": [r.settings.seed for r in results], "relative_avg_jct": {},
+    out: dict[str, Any] = {"seeds": list(seeds), "relative_avg_jct": {},
                            "share_of_oracle_static_gain": {}, "share_of_oracle_static_gain_after_p0": {}}
-    names = list(results[0].strategies) if results else []
     for name in names:
         rel = [s["relative_avg_jct"][name] for s in summaries if name in s.get("relative_avg_jct", {})]
         if rel:
@@ -303,6 +309,65 @@ def across_seeds(results: Sequence[ExperimentResult]) -> dict[str, Any]:
         lead = stats([s["relative_avg_jct"]["last_period"] - s["relative_avg_jct"]["autosched"] for s in summaries])
         lead["larger_than_spread"] = lead["n"] > 1 and abs(lead["mean"]) > lead["sd"]
         out["autosched_lead_over_last_period"] = lead
+    return out
+
+
+# What every seed of one experiment shares (the settings too, but for the seed).
+# (`workload`, the trace's per-day series, tells two traces of the same path apart.)
+_SAME_ACROSS_SEEDS = ("trace", "cluster", "jobs", "boundaries", "workload")
+
+
+def merge_seed_runs(files: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    """One `run --seeds N` result from runs of the same experiment made apart (e.g. one seed per
+    core, each `run --seed K --json`): `files` are (name, parsed JSON), each of one seed or
+    several (``runs``). The result is what one `--seeds` run over those seeds prints: the lowest
+    seed's result with its ``dropped``, the others under ``runs`` in seed order, and
+    ``across_seeds`` recomputed. Raises AdaptError naming the file when the runs differ in
+    anything but the seed, or repeat a seed."""
+    seeds: list[tuple[int, str, dict[str, Any]]] = []
+    for name, data in files:
+        for k, one in enumerate([data, *data.get("runs", [])]):
+            part = one if k == 0 or "dropped" not in data else {**one, "dropped": data["dropped"]}
+            seeds.append((int(one["settings"]["seed"]), name, part))
+    if not seeds:
+        raise AdaptError("no runs to merge")
+    seeds.sort(key=lambda s: s[0])
+    _, first_name, first = seeds[0]
+
+    def differs(one: dict[str, Any]) -> str | None:
+        for key in _SAME_ACROSS_SEEDS:
+            if one[key] != first[key]:
+                return key
+        if list(one["strategies"]) != list(first["strategies"]):
+            return "strategies"
+        mine, theirs = _seedless(one["settings"]), _seedless(first["settings"])
+        return next((f"settings.{k}" for k in sorted(mine.keys() | theirs.keys()) if mine.get(k) != theirs.get(k)),
+                    None)
+
+    for (seed, name, one), prev in zip(seeds[1:], seeds):
+        if seed == prev[0]:
+            raise AdaptError(f"{name}: seed {seed} is in {prev[1]} too; each seed may be merged once")
+        if seed != prev[0] + 1:
+            raise AdaptError(f"{name}: seed {seed} follows seed {prev[0]} of {prev[1]}: the seeds must be "
+                             f"consecutive (one run over seeds {seeds[0][0]}..{seeds[-1][0]} has them all)")
+        key = differs(one)
+        if key is not None:
+            raise AdaptError(f"{name}: seed {seed} is not a run of the same experiment as seed {seeds[0][0]} "
+                             f"in {first_name}: they differ in {key}")
+    out = {k: v for k, v in first.items() if k not in ("runs", "across_seeds")}
+    if len(seeds) > 1:
+        out["runs"] = [{k: v for k, v in one.items() if k not in ("dropped", "runs", "across_seeds")}
+                       for _, _, one in seeds[1:]]
+        out["across_seeds"] = summaries_across_seeds([s for s, _, _ in seeds], [one["summary"] for _, _, one in seeds],
+                                                     list(first["strategies"]))
+    return out
+
+
+def _seedless(settings: dict[str, Any]) -> dict[str, Any]:
+    """Saved settings without the run's seed (which the search's settings repeat)."""
+    out = {k: v for k, v in settings.items() if k != "seed"}
+    if isinstance(out.get("search"), dict):
+        out["search"] = {k: v for k, v in out["search"].items() if k != "seed"}
     return out
 
 
