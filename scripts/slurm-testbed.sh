@@ -437,19 +437,28 @@ cancel_jobs() { # let slurmd end the jobs it runs, so no job step outlives the c
 }
 
 kill_strays() {
-    local pids pid t0
-    pids=$(stray_steps)
+    local pids frozen pid t0
+    pids=$(stray_steps | sort -n)
     [[ -n $pids ]] || return 0
     say "ending job processes left behind: $(echo $pids)"
-    for pid in $pids; do kill -TERM "$pid" 2>/dev/null || true; done
+    # Freeze the tree until it stops growing, then kill it at once: a process that forks between
+    # the scan and the kill would leave an orphan that no longer descends from a slurmstepd.
+    for _ in 1 2 3 4 5; do
+        for pid in $pids; do kill -STOP "$pid" 2>/dev/null || true; done
+        frozen=$pids
+        pids=$(stray_steps | sort -n)
+        [[ $pids == "$frozen" ]] && break
+    done
+    for pid in $pids; do kill -KILL "$pid" 2>/dev/null || true; done
+    # SIGKILL is delivered at once but a process takes a moment to go (longer on a loaded machine)
     t0=$(date +%s)
-    while (($(date +%s) - t0 < 5)); do
+    while (($(date +%s) - t0 < 10)); do
         local left=
         for pid in $pids; do live_pid "$pid" && left=1; done
         [[ -n $left ]] || return 0
-        sleep 0.2
+        sleep 0.1
     done
-    for pid in $pids; do kill -KILL "$pid" 2>/dev/null || true; done
+    say "warning: job processes still alive after SIGKILL: $(echo $pids)"
 }
 
 cmd_stop() {
