@@ -8,7 +8,8 @@ Two periods:
   (benchmarks/results/closed_loop/RUN, B's sacct and its store), as the agent judged it;
 - **a week of a real cluster**: the bundled sample's first week on 32x8 under multifactor with
   drawn time limits, the jobs as the default config ran them (the simulator stands in for the
-  cluster's sacct), with a change to small first at day 2 (its backlog then) judged over the
+  cluster's sacct, so the twin error there is the simulator against itself and says nothing of
+  the twin), with a change to small first at day 2 (its backlog then) judged over the
   week after it.
 
 Each judge call is timed `--repeat` times in this process (the best is printed, with the median):
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import time
@@ -37,8 +39,9 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 from closed_loop_explain import as_of  # noqa: E402
 
 from autosched.cluster import ClusterSpec, parse_cluster  # noqa: E402
-from autosched.live.history import LiveJobs, combine, read_jobs  # noqa: E402
+from autosched.live.history import LiveJobs, SeedHistory, combine, read_jobs, take_jobs  # noqa: E402
 from autosched.live.judge import JITTERS, counterfactual  # noqa: E402
+from autosched.live.knobs import live_space  # noqa: E402
 from autosched.live.twin import ClusterSetup, twin_jobs  # noqa: E402
 from autosched.policies import get_policy  # noqa: E402
 from autosched.sim import Simulator  # noqa: E402
@@ -55,7 +58,7 @@ SMALL_FIRST = {"PriorityWeightJobSize": 100000, "PriorityFavorSmall": True, "Pri
 
 @dataclass(frozen=True)
 class Period:
-    """One judged period: the judge's arguments."""
+    """One judged period: the judge's arguments, and what the agent recorded of it (if it did)."""
 
     name: str
     jobs: LiveJobs
@@ -65,34 +68,43 @@ class Period:
     change: float
     until: float
     now: float
+    seed: int = 0
+    recorded: dict[str, Any] | None = None  # the agent's stored outcome of this period
 
 
 def test_bed(run: str) -> Period:
-    """The period after the change of closed-loop run `run`, as its agent judged it."""
+    """The period after the change of closed-loop run `run`, as its agent judged it: its history
+    then (B's sacct as of the judging round and the seed file's jobs, as `update_history` keeps
+    them), its configs as `Agent.twin_space` makes them whole, and its seed."""
     out = RUNS / run
     db = json.loads((out / "agent-store.json").read_text())["state.db"]
     if not db["outcomes"]:
         raise SystemExit(f"{out}: the agent judged no change in this run (pick one with a change, e.g. w2-scaled)")
     outcome = db["outcomes"][0]
-    period = json.loads(outcome["outcome"])["period"]
+    recorded = json.loads(outcome["outcome"])
     revs = {r["id"]: r for r in db["revisions"]}
     rev = revs[outcome["rev_id"]]
-    parent = revs[rev["parent"]] if rev.get("parent") else revs[min(revs)]
+    parent = revs[rev["parent"]]  # a judged revision always has one: the config it replaced
     summary = next(json.loads(r["summary"]) for r in db["rounds"] if "setup" in json.loads(r["summary"]))
-    default = get_policy(POLICY).space.default()
-    fixed = json.loads((out / "agent-settings.json").read_text())["fixed"]
-    old, new = ({**default, **fixed, **json.loads(r["config"])} for r in (parent, rev))
+    settings = json.loads((out / "agent-settings.json").read_text())
+    loop = settings["loop"]
     setup = ClusterSetup.from_dict(summary["setup"])
-    now = float(outcome["time"])
-    # what the agent read at the judging round: B's sacct then, and the seed history
-    jobs = combine(read_jobs((out / "sacct-B.txt").read_text()), read_jobs((out / "seed.sacct").read_text()))
-    jobs, _ = twin_jobs(as_of(jobs, now), setup)
-    return Period(f"test bed, {run}", jobs, setup.cluster_spec(), old, new, float(period["start"]),
-                  float(period["end"]), now)
+    fixed = settings["fixed"]
+    space = live_space(loop["policy"], {**fixed, **setup.pinned(live_space(loop["policy"], fixed).fixed)})
+    old, new = (dict(space.full(json.loads(r["config"]))) for r in (parent, rev))
+    now, kept_from = float(outcome["time"]), float(outcome["time"]) - 2 * loop["history"]
+    live = as_of(read_jobs((out / "sacct-B.txt").read_text()), now)
+    live = take_jobs(live, np.isnan(live.end) | (live.end >= kept_from))  # the cache's pruning
+    jobs = combine(live, SeedHistory(out / "seed.sacct").jobs(kept_from, now))
+    jobs, _ = twin_jobs(jobs, setup)
+    return Period(f"test bed, {run}", jobs, setup.cluster_spec(), old, new,
+                  float(recorded["period"]["start"]), float(recorded["period"]["end"]), now,
+                  int(loop["seed"]), recorded)
 
 
 def sample_week() -> Period:
-    """The sample's week from day 2 on 32x8, the jobs as the default config ran them."""
+    """The sample's week from day 2 on 32x8, the jobs as the default config ran them: a period of
+    a real cluster's size for timing the judge (its twin error means nothing: no real cluster ran it)."""
     full, _ = load_trace(SAMPLE)
     trace, _ = add_time_limits(full.window(full.start, full.start + 10 * DAY), seed=0)
     cluster = parse_cluster("32x8")
@@ -121,9 +133,23 @@ def timed(p: Period, jitters: int, repeat: int) -> tuple[float, float, Any]:
     times, cf = [], None
     for _ in range(repeat):
         t0 = time.perf_counter()
-        cf = counterfactual(p.jobs, p.cluster, POLICY, p.old, p.new, p.change, p.until, p.now, 0, jitters)
+        cf = counterfactual(p.jobs, p.cluster, POLICY, p.old, p.new, p.change, p.until, p.now, p.seed, jitters)
         times.append(time.perf_counter() - t0)
     return min(times), statistics.median(times), cf
+
+
+def check_recorded(p: Period, cf: Any) -> None:
+    """Stop when the period's real jobs are not those the agent judged: what really happened does
+    not depend on the replay code, so a difference means the history was rebuilt wrong."""
+    if p.recorded is None:
+        return
+    want = p.recorded["realized"]
+    got = cf.realized
+    if (got.jobs, got.finished) != (want["jobs"], want["finished"]) or not math.isclose(
+            got.avg_jct, want["avg_jct"], rel_tol=1e-9):
+        raise SystemExit(f"{p.name}: the rebuilt period has {got.jobs} jobs ({got.finished} finished, avg JCT "
+                         f"{got.avg_jct:.3f} s); the agent judged {want['jobs']} ({want['finished']} finished, "
+                         f"{want['avg_jct']:.3f} s)")
 
 
 def main() -> None:
@@ -142,6 +168,12 @@ def main() -> None:
             spread = (f"{np.mean(g):+.1%} ± {np.std(g, ddof=1):.1%} ({g.min():+.1%} to {g.max():+.1%})"
                       if len(g) > 1 else f"{g[0]:+.1%}")
             print(f"| {p.name} | {cf.realized.jobs} | {1 + jitters} | {best:.2f} | {med:.2f} | {spread} |")
+            check_recorded(p, cf)
+    for p in periods:
+        if p.recorded is not None:
+            print(f"\n{p.name}: the agent recorded a counterfactual gain of "
+                  f"{p.recorded['counterfactual_gain']:+.1%}; the gains above are replayed with this checkout's "
+                  f"simulator, which may have changed since")
 
 
 if __name__ == "__main__":

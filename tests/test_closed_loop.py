@@ -283,6 +283,24 @@ def test_the_docs_tables_recompute_from_the_committed_runs(capsys):
         "docs/closed-loop.md is not current: run benchmarks/closed_loop.py --analyse"
 
 
+
+def test_the_judge_benchmark_rebuilds_the_period_the_agent_judged():
+    # what really happened in the period does not depend on the replay code: the rebuilt history
+    # must give the realized figures the agent stored, or the judge's timing is of another period
+    jc = script_module("benchmarks/judge_cost.py")
+    period = jc.test_bed("w2-scaled")
+    assert period.seed == 0 and period.recorded is not None
+    assert {k for k in period.old if period.old[k] != period.new[k]} == {
+        "PriorityWeightFairshare", "PriorityWeightTRES.GRES/gpu"}
+    cf = jc.counterfactual(period.jobs, period.cluster, "multifactor", period.old, period.new,
+                           period.change, period.until, period.now, period.seed, 0)
+    jc.check_recorded(period, cf)  # raises SystemExit on a difference
+    assert (cf.realized.jobs, cf.realized.finished) == (599, 453)
+    broken = jc.Period(**{**vars(period), "recorded": {**period.recorded, "realized": {
+        **period.recorded["realized"], "finished": 452}}})
+    with pytest.raises(SystemExit, match="the agent judged 599 .452 finished"):
+        jc.check_recorded(broken, cf)
+
 # -- on two real clusters -------------------------------------------------------------------
 
 @pytest.mark.slurm
