@@ -70,7 +70,7 @@ class TraceRun:
 
     def commands(self, policy: str, options: list[str], out: str) -> list[str]:
         """The commands that make the run `out` of `policy` with these `autosched run` options."""
-        if not POLICY_RUNS.get(policy, PolicyRuns(1)).limits:
+        if not runs_of(policy).limits:
             return [" ".join(["autosched run", *self.args(), *options, f"--json > {out}"])]
         limited = f"limits/{self.name}.csv"
         return [f"autosched trace limits {self.trace or BUNDLED_PATH} --out {limited}",
@@ -107,9 +107,14 @@ POLICY_RUNS = {"tiresias": PolicyRuns(8), "multifactor": PolicyRuns(
     traces=(TraceRun("sample", "Bundled sample (Philly, first 14 d), 32x8", "", "32x8", span=14, days=14),))}
 
 
+def runs_of(policy: str) -> PolicyRuns:
+    """How the docs' runs of `policy` are made (one seed, no limits, for a policy not listed)."""
+    return POLICY_RUNS.get(policy, PolicyRuns(1))
+
+
 def traces_of(policy: str) -> tuple[TraceRun, ...]:
     """The replays of `policy` in the docs: TRACES, with the policy's own in place of theirs."""
-    own = {t.name: t for t in POLICY_RUNS.get(policy, PolicyRuns(1)).traces}
+    own = {t.name: t for t in runs_of(policy).traces}
     return tuple(own.get(t.name, t) for t in TRACES)
 
 
@@ -388,7 +393,7 @@ def digest(data: list[tuple[str, str, float, float]]) -> str:
 def section(policy: str, rows: list[Row]) -> list[str]:
     """The generated part of one policy's section (between its markers)."""
     if not rows:
-        plan = POLICY_RUNS.get(policy, PolicyRuns(1))
+        plan = runs_of(policy)
         flags = ([] if policy == "tiresias" else [f"--policy {policy}"]) + [*plan.flags, f"--seeds {plan.seeds}"]
         return [f"No runs of `{policy}` are committed yet, so there is no table here. These commands "
                 f"make them (one file per trace in `benchmarks/results/runs/`), and the last one fills "
@@ -402,7 +407,7 @@ def section(policy: str, rows: list[Row]) -> list[str]:
     out += results_table(rows)
     out += ["", f"![{policy}: average JCT against the default, per trace and strategy](img/results-{policy}.png)", "",
             f"<!-- plot data digest: {digest(plot_data(rows))} -->", "", "**Targets:**", ""]
-    out += live_targets_table(rows) if POLICY_RUNS.get(policy, PolicyRuns(1)).limits else targets_table(rows)
+    out += live_targets_table(rows) if runs_of(policy).limits else targets_table(rows)
     out += ["", "The runs (a `--seeds` run of every strategy per trace, the oracles' searches cached), "
             "then the tables:", "", "```sh"]
     out += [c for r in rows for c in r.commands]

@@ -354,12 +354,20 @@ def merge_seed_runs(files: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, An
         if key is not None:
             raise AdaptError(f"{name}: seed {seed} is not a run of the same experiment as seed {seeds[0][0]} "
                              f"in {first_name}: they differ in {key}")
+    return seeds_document(first, [one for _, _, one in seeds[1:]])
+
+
+def seeds_document(first: dict[str, Any], others: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """What `run --seeds N --json` prints: the first seed's result (`ExperimentResult.to_dict`,
+    with the trace's ``dropped``), the other seeds' results under ``runs`` in seed order, and
+    ``across_seeds`` over them all (none of the two with one seed)."""
     out = {k: v for k, v in first.items() if k not in ("runs", "across_seeds")}
-    if len(seeds) > 1:
+    if others:
         out["runs"] = [{k: v for k, v in one.items() if k not in ("dropped", "runs", "across_seeds")}
-                       for _, _, one in seeds[1:]]
-        out["across_seeds"] = summaries_across_seeds([s for s, _, _ in seeds], [one["summary"] for _, _, one in seeds],
-                                                     list(first["strategies"]))
+                       for one in others]
+        every = [first, *others]
+        out["across_seeds"] = summaries_across_seeds([int(one["settings"]["seed"]) for one in every],
+                                                     [one["summary"] for one in every], list(first["strategies"]))
     return out
 
 

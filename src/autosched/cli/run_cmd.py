@@ -60,7 +60,7 @@ def run_cmd(
     options = RunOptions.of(locals())  # first, while the arguments are all that is bound
     from ..adapt import STRATEGIES, run_experiment
     from ..adapt.cache import default_cache_dir
-    from ..adapt.experiment import across_seeds
+    from ..adapt.experiment import seeds_document
 
     seed = loop["seed"]
     check_seed(seed)
@@ -90,10 +90,7 @@ def run_cmd(
             results.append(run_experiment(tr, cl, replace(settings, seed=seed + k), names, progress=update,
                                           cache=cache_dir))
     result = results[0]
-    data = {**result.to_dict(), "dropped": loaded.to_dict()}
-    if seeds > 1:
-        data["runs"] = [r.to_dict() for r in results[1:]]
-        data["across_seeds"] = across_seeds(results)
+    data = seeds_document({**result.to_dict(), "dropped": loaded.to_dict()}, [r.to_dict() for r in results[1:]])
     if report is not None:
         from ..adapt.report import build_report
 
