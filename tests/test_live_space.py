@@ -139,3 +139,20 @@ def test_a_running_config_far_from_the_defaults_is_searched_one_step_around_it()
 def test_bounds_must_name_live_knobs():
     with pytest.raises(LiveKnobError, match="bounds for backfill: not a live knob of multifactor"):
         live_subspace("multifactor", bounds={"backfill": (0, 1)})
+
+
+def test_a_step_that_reaches_the_whole_range_bounds_nothing_and_keeps_the_direction_search():
+    # a bound on any weight turns the search of the weights as a direction off, so a step that
+    # restricts nothing must not become one: --max-step 1 searches as propose mode does
+    from autosched.tune.searchspace import SearchSpace
+
+    running = Multifactor.space.validate({"PriorityWeightAge": 50000, "bf_interval": 200})
+    whole = live_subspace("multifactor", running=running, max_step=1.0)
+    assert whole.bound_ranges() == {}
+    assert SearchSpace.of([Multifactor], whole).weight_group("multifactor") == Multifactor.space.weights
+    stepped = live_subspace("multifactor", running=running, max_step=0.25)
+    assert "PriorityWeightAge" in stepped.bound_ranges()
+    assert SearchSpace.of([Multifactor], stepped).weight_group("multifactor") == ()
+    # a running value outside the searched range keeps its bound, so it stays searchable
+    outside = live_subspace("multifactor", running=Multifactor.space.validate({"bf_interval": 5}), max_step=1.0)
+    assert set(outside.bound_ranges()) == {"bf_interval"}

@@ -70,7 +70,7 @@ def init_cmd(
     min_jobs: int = typer.Option(50, "--min-jobs", help="finished jobs needed in the history before anything is proposed"),
     max_twin_error: float = typer.Option(AgentSettings.max_twin_error, "--max-twin-error", help="the judge freezes the agent when its twin missed a judged period's metric by more than this (0.25 = 25%)"),
     bound: list[str] = typer.Option([], "--bound", help="KNOB=LO:HI limits of a knob (repeatable)"),
-    max_step: float = typer.Option(0.25, "--max-step", help="auto mode: largest move of a knob per round, as a fraction of its range"),
+    max_step: float = typer.Option(0.25, "--max-step", help="auto mode: largest move of a knob per round, as a fraction of its range (1: any move, and the weights are searched as a direction and a scale, as in propose mode)"),
     fix: list[str] = typer.Option([], "--fix", help="KNOB=VALUE for a knob with no live setting (repeatable)"),
     seed_history: Optional[Path] = typer.Option(None, "--seed-history", help="an older sacct export that seeds the history"),
     timeout: float = typer.Option(30.0, "--timeout", help="seconds a Slurm command may take"),

@@ -93,7 +93,8 @@ def live_subspace(policy: str, fixed: Mapping[str, Any] | None = None,
     pinned at the cluster's value (`fixed_values`), every live knob searched from its `running`
     value (default: its default), within `bounds` (an operator's) and, with `max_step`, within
     that fraction of its searched range (of its log range for a log-scaled knob) around the
-    running value. The running value always stays inside."""
+    running value, unless the step reaches the whole searched range (``max_step=1`` always does:
+    the search is then that of propose mode). The running value always stays inside."""
     space = get_policy(policy).space
     pinned = fixed_values(policy, fixed)
     running = space.validate({**pinned, **(running or {})})
@@ -105,12 +106,21 @@ def live_subspace(policy: str, fixed: Mapping[str, Any] | None = None,
     cut: dict[str, tuple[float, float]] = {}
     for k in managed:
         b = bounds.get(k.name)
-        if max_step is not None and isinstance(k, (Int, Float)):
+        if max_step is not None and isinstance(k, (Int, Float)) and not _covers(k, running[k.name], max_step):
             step = _step(k, running[k.name], max_step)
             b = step if b is None else (max(b[0], step[0]), min(b[1], step[1]))
         if b is not None:
             cut[k.name] = (float(b[0]), float(b[1]))
     return Subspace.of(pinned=pinned, bounds=cut, start={k.name: running[k.name] for k in managed})
+
+
+def _covers(knob: Int | Float, running: float, max_step: float) -> bool:
+    """Whether a step of `max_step` from `running` reaches the whole of the knob's searched range
+    (the step then restricts nothing, and a bound would only turn the weights' direction search
+    off: `SearchSpace.weight_group`)."""
+    lo, hi = (float(x) for x in knob.searched())
+    step = _step(knob, running, max_step)
+    return lo <= running <= hi and step[0] <= lo and step[1] >= hi
 
 
 def _step(knob: Int | Float, running: float, max_step: float) -> tuple[float, float]:
