@@ -35,7 +35,8 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from tuning import best_curve, sims_to_reach  # benchmarks/tuning.py: best-so-far curves
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # (imported as a module by the tests too)
+from tuning import best_curve, sims_to_reach  # noqa: E402  benchmarks/tuning.py: best-so-far curves
 
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "traces"
@@ -194,27 +195,44 @@ def summary(name: str, stored: dict, method: str = "structured") -> dict | None:
             "seconds": [r["seconds"] for r in runs]}
 
 
-def table(names: list[str]) -> None:
-    print(f"{'trace':9s} {'jobs':>5s} {'cluster':>16s} {'load':>5s} {'default (s)':>11s} {'best archetype':>25s} "
-          f"{'random: median / best of N':>29s} {'search':>10s} {'final vs default':>30s} "
-          f"{'vs random best':>14s} {'met (trials)':>18s}")
+def _pct(x: float, places: int = 1) -> str:
+    """A signed percentage as the docs print it (a true minus sign)."""
+    return f"{x:+.{places}%}".replace("-", "\u2212")
+
+
+def table_rows(names: list[str]) -> list[str]:
+    """The rows of docs/tuning.md's table ("Searching multifactor's live knobs"), from the
+    stored results: a trace's first row with its workload, one more row per other method."""
+    out = []
     for name in names:
         stored = load(name)
+        first = True
         for method in METHODS:
             s = summary(name, stored, method)
             if s is None:
                 continue
             d = s["default"]
-            arch = f"{s['best_archetype']} {s['archetypes'][s['best_archetype']] / d - 1:+.1%}"
-            rnd = f"{s['random_median'] / d - 1:+.1%} / {s['random_best'] / d - 1:+.1%} of {s['random']:,}"
-            fin = f"{s['final_vs_default_mean']:+.1%} ± {s['final_vs_default_sd']:.1%} ({len(s['seeds'])} seeds, {s['budget']})"
-            vs = f"{statistics.mean(s['final_vs_random_best']):+.1%}"
-            met = f"{s['met']}/{len(s['seeds'])} ({','.join('-' if k is None else str(k) for k in s['trials_to_target'])})"
-            print(f"{name:9s} {s['jobs']:>5,d} {s['cluster']:>16s} {s['load']:>5.2f} {d:>11,.0f} {arch:>25s} {rnd:>29s} "
-                  f"{method:>10s} {fin:>30s} {vs:>14s} {met:>18s}")
-    print("default: avg JCT of Slurm's defaults; the others relative to it (negative = better), searches as mean "
-          f"± sd over seeds. met: searches that reached, within the budget, the best archetype and {TOLERANCE:.0%} "
-          "of the best random config (trials it took; - = not within the budget).")
+            fin = f"{_pct(s['final_vs_default_mean'])} ± {s['final_vs_default_sd']:.1%} ({len(s['seeds'])} seeds)"
+            met = ", ".join("\u2013" if k is None else str(k) for k in s["trials_to_target"])
+            cells = [fin, _pct(statistics.mean(s["final_vs_random_best"])), f"{s['met']}/{len(s['seeds'])} ({met})"]
+            if first:
+                arch = s["best_archetype"].replace(" (FIFO)", "")
+                head = [name, f"{s['jobs']:,}", s["cluster"].split(" ", 1)[0], f"{s['load']:.2f}", f"{d:,.0f} s",
+                        f"{arch} {_pct(s['archetypes'][s['best_archetype']] / d - 1)}",
+                        f"{_pct(s['random_median'] / d - 1)} / {_pct(s['random_best'] / d - 1)}"]
+            else:
+                head = [name, *[""] * 6]  # the workload's cells once per trace
+            out.append(("| " + " | ".join([*head, method, *cells]) + " |").replace("|  ", "| "))
+            first = False
+    return out
+
+
+def table(names: list[str]) -> None:
+    print("| trace | jobs | cluster | load | default avg JCT | best archetype | random: median / best of 1,000 "
+          "| search | final vs default (mean ± sd) | vs best random | target met (trials it took) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for row in table_rows(names):
+        print(row)
 
 
 def main() -> None:

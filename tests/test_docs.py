@@ -269,3 +269,12 @@ def test_a_run_without_the_oracles_has_no_share_and_says_so(tmp_path):
     assert rt.results_table([row])[2].split(" | ")[4:9] == ["n/a", "-10.0% ± 0.0%", "+15.0% (5.0%)", "n/a", "n/a"]
     assert rt.targets_table([row])[3] == ("| ≥ 60% of oracle_static's gain, on average over the traces | not measured "
                                           "on 1 of 1 traces (no oracle_static, or it did not beat the default) | |")
+
+
+def test_the_live_search_table_is_what_the_stored_searches_give():
+    ls = script_module("benchmarks/live_search.py")
+    doc = (REPO / "docs" / "tuning.md").read_text()
+    rows = ls.table_rows(list(ls.TRACES))
+    assert len(rows) == 5  # philly2d structured; itp02 and itp06 structured and plain
+    missing = [r for r in rows if r not in doc]
+    assert not missing, f"docs/tuning.md is not current: run benchmarks/live_search.py --table ({missing})"
