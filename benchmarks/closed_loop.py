@@ -800,13 +800,17 @@ def agent_model(plan: Mapping[str, Any]) -> str:
 
 def gain_target(ab: Sequence[RunResult], gap: float, model: str) -> str:
     """The gain target over the windows run with the agent on one workload model (`agent_model`).
-    A window where the agent changed nothing is one more A/A run: B's lead there is not a win."""
+    A win is B's average JCT over the whole window more than twice the A/A gap below A's on a
+    window where the agent made a change; it does not say the lead came after the change (the
+    changes table does). A window where the agent changed nothing is one more A/A run: B's lead
+    there is not a win. The gap has two decimals so that the threshold reads as twice it."""
     wins = [r.name for r in ab if r.gain > 2 * gap and r.changes]
     unchanged = [f"{r.name} ({r.gain:+.1%})" for r in ab if not r.changes]
     losses = [r.name for r in ab if r.gain < -gap]
     met = len(wins) >= min(2, len(ab)) and not losses and len(ab) >= 3
-    return (f"gain over the baseline (A/A gap {gap:.1%}), the agent on the {model}: B beats A by more than "
-            f"{2 * gap:.1%} after a change on {len(wins)} of {len(ab)} window(s)"
+    return (f"gain over the baseline (A/A gap {gap:.2%}), the agent on the {model}: B beats A over the whole "
+            f"window by more than {2 * gap:.2%} (twice the gap), with a change made, on {len(wins)} of "
+            f"{len(ab)} window(s)"
             + (f" ({', '.join(wins)})" if wins else "")
             + (f"; no change on {', '.join(unchanged)}" if unchanged else "")
             + (f"; worse than A by more than the gap on {', '.join(losses)}" if losses else "")

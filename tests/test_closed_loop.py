@@ -243,8 +243,9 @@ def test_targets_in_words():
            _result("aa", 100, 102, aa=True, tau=0.85, err=0.2, lost=1)]
     lines = cl.targets(res)
     assert lines[0] == "no job lost: NOT met: aa A: 1, aa B: 1"
-    assert lines[1] == ("gain over the baseline (A/A gap 2.0%), the agent on the `stat` model: B beats A by more "
-                        "than 4.0% after a change on 1 of 3 window(s) (w1); worse than A by more than the gap on w3 — not met")
+    assert lines[1] == ("gain over the baseline (A/A gap 2.00%), the agent on the `stat` model: B beats A over the "
+                        "whole window by more than 4.00% (twice the gap), with a change made, on 1 of 3 window(s) "
+                        "(w1); worse than A by more than the gap on w3 — not met")
     assert lines[2] == ("twin accuracy (avg wait within 10%, τ ≥ 0.9): not met on aa A (τ 0.850, "
                         "wait +20.0%), aa B (τ 0.850, wait +0.0%)")
     assert "— met" in cl.targets([_result("w1", 100, 95), _result("w2", 100, 94), _result("w3", 100, 100),
@@ -253,22 +254,25 @@ def test_targets_in_words():
     replay = _result("w1-replay", 100, 90)
     replay.plan["model"] = "replay"
     lines = cl.targets([_result("w1", 100, 95), replay, _result("aa", 100, 101, aa=True)])
-    assert lines[1].endswith("`stat` model: B beats A by more than 2.0% after a change on 1 of 1 window(s) (w1) "
-                             "— 2 of the 3 windows not run yet")
-    assert lines[2].startswith("gain over the baseline (A/A gap 1.0%), the agent on the `replay` model: B beats A "
-                               "by more than 2.0% after a change on 1 of 1 window(s) (w1-replay)")
+    assert lines[1].endswith("`stat` model: B beats A over the whole window by more than 2.00% (twice the gap), "
+                             "with a change made, on 1 of 1 window(s) (w1) — 2 of the 3 windows not run yet")
+    assert lines[2].startswith("gain over the baseline (A/A gap 1.00%), the agent on the `replay` model: B beats A "
+                               "over the whole window by more than 2.00% (twice the gap), with a change made, "
+                               "on 1 of 1 window(s) (w1-replay)")
     clock = _result("w1-clock", 100, 97)
     clock.plan["model_trace_time"] = True
     lines = cl.targets([_result("w1", 100, 95), clock, _result("aa", 100, 101, aa=True)])
-    assert lines[2].startswith("gain over the baseline (A/A gap 1.0%), the agent on the `stat` model on trace time: "
-                               "B beats A by more than 2.0% after a change on 1 of 1 window(s) (w1-clock)")
+    assert lines[2].startswith("gain over the baseline (A/A gap 1.00%), the agent on the `stat` model on trace time: "
+                               "B beats A over the whole window by more than 2.00% (twice the gap), with a change "
+                               "made, on 1 of 1 window(s) (w1-clock)")
     # a lead where the agent changed nothing is the noise of two clusters, not a win
     lines = cl.targets([_result("w1", 100, 95), _result("w2", 100, 94), _result("w3", 100, 90, changed=False),
                         _result("aa", 100, 101, aa=True)])
-    assert lines[1].endswith("after a change on 2 of 3 window(s) (w1, w2); no change on w3 (+10.0%) — met")
+    assert lines[1].endswith("with a change made, on 2 of 3 window(s) (w1, w2); no change on w3 (+10.0%) — met")
     lines = cl.targets([_result("w1", 100, 95), _result("w2", 100, 94, changed=False),
                         _result("w3", 100, 90, changed=False), _result("aa", 100, 101, aa=True)])
-    assert lines[1].endswith("after a change on 1 of 3 window(s) (w1); no change on w2 (+6.0%), w3 (+10.0%) — not met")
+    assert lines[1].endswith("with a change made, on 1 of 3 window(s) (w1); no change on w2 (+6.0%), w3 (+10.0%) "
+                             "— not met")
     # `replay` replays the last period as it was: it has no clock to put on trace time
     assert cl.agent_model({"model": "replay", "model_trace_time": True}) == "`replay` model"
 
