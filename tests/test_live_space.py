@@ -156,3 +156,19 @@ def test_a_step_that_reaches_the_whole_range_bounds_nothing_and_keeps_the_direct
     # a running value outside the searched range keeps its bound, so it stays searchable
     outside = live_subspace("multifactor", running=Multifactor.space.validate({"bf_interval": 5}), max_step=1.0)
     assert set(outside.bound_ranges()) == {"bf_interval"}
+
+
+def test_a_step_keeps_the_archetypes_with_their_weights_scaled_into_it():
+    # small first sets PriorityWeightJobSize to 100,000, far above a quarter step from the
+    # defaults (1,000 + 25,000); only the weights' ratios matter, so the same order fits
+    from autosched.tune.searchspace import SearchSpace
+
+    sub = live_subspace("multifactor", running=Multifactor.space.default(), max_step=0.25)
+    got = SearchSpace.of([Multifactor], sub).archetypes("multifactor")
+    assert len(got) == len(Multifactor.space.archetypes)
+    small = next(c for c in got if c["PriorityFavorSmall"])
+    assert {w: small[w] for w in Multifactor.space.weights} == {
+        "PriorityWeightAge": 0, "PriorityWeightFairshare": 0, "PriorityWeightJobSize": 26000,
+        "PriorityWeightTRES.GRES/gpu": 0, "PriorityWeightTRES.CPU": 0}
+    # an archetype that fits is kept as declared
+    assert any(c["PriorityWeightAge"] == 10000 and c["PriorityWeightFairshare"] == 0 for c in got)

@@ -257,12 +257,27 @@ class SearchSpace:
 
     def archetypes(self, policy: str) -> list[Config]:
         """The space's archetypes as whole configs (each over the start config), those the
-        searched space holds (a pinned or bounded knob may exclude one)."""
+        searched space holds (a pinned or bounded knob may exclude one). An archetype whose
+        weights lie above their bounds comes with its weights scaled down to fit: the weights
+        matter only through their ratios, so it is the same order (up to integer truncation)."""
         space = self.spaces[policy]
         out = []
         for partial in space.archetypes.values():
-            try:
-                out.append(space.validate({**space.default(), **partial}))
-            except ConfigError:
-                continue
+            config = {**space.default(), **partial}
+            for candidate in (config, _weights_within(space, config)):
+                try:
+                    out.append(space.validate(candidate))
+                    break
+                except ConfigError:
+                    continue
         return out
+
+
+def _weights_within(space: ConfigSpace, config: Mapping[str, Any]) -> dict[str, Any]:
+    """`config` with its weights (`ConfigSpace.weights`) scaled by one factor so that none is
+    above its knob's high (a bounded space's), rounded down; unchanged when they all fit."""
+    over = [space[w].high / config[w] for w in space.weights if config[w] > space[w].high]
+    if not over:
+        return dict(config)
+    f = min(over)
+    return {**config, **{w: int(config[w] * f) for w in space.weights}}
