@@ -276,7 +276,8 @@ class SearchSpace:
 def _weights_within(space: ConfigSpace, config: Mapping[str, Any]) -> dict[str, Any]:
     """`config` with its weights (`ConfigSpace.weights`) scaled by one factor so that none is
     above its knob's high (a bounded space's), rounded down; unchanged when they all fit."""
-    over = [space[w].high / config[w] for w in space.weights if config[w] > space[w].high]
+    highs = {w: k.high for w in space.weights if isinstance(k := space[w], Int)}  # (weights are Int knobs)
+    over = [highs[w] / config[w] for w in highs if config[w] > highs[w]]
     if not over:
         return dict(config)
     f = min(over)
