@@ -41,8 +41,7 @@ from closed_loop_explain import as_of  # noqa: E402
 from autosched.cluster import ClusterSpec, parse_cluster  # noqa: E402
 from autosched.live.history import LiveJobs, SeedHistory, combine, read_jobs, take_jobs  # noqa: E402
 from autosched.live.judge import JITTERS, counterfactual  # noqa: E402
-from autosched.live.knobs import live_space  # noqa: E402
-from autosched.live.twin import ClusterSetup, twin_jobs  # noqa: E402
+from autosched.live.twin import ClusterSetup, twin_jobs, twin_space  # noqa: E402
 from autosched.policies import get_policy  # noqa: E402
 from autosched.sim import Simulator  # noqa: E402
 from autosched.trace import LoadReport, load_trace  # noqa: E402
@@ -90,7 +89,7 @@ def test_bed(run: str) -> Period:
     loop = settings["loop"]
     setup = ClusterSetup.from_dict(summary["setup"])
     fixed = settings["fixed"]
-    space = live_space(loop["policy"], {**fixed, **setup.pinned(live_space(loop["policy"], fixed).fixed)})
+    space = twin_space(loop["policy"], fixed, setup)  # as the agent makes its configs whole
     old, new = (dict(space.full(json.loads(r["config"]))) for r in (parent, rev))
     now, kept_from = float(outcome["time"]), float(outcome["time"]) - 2 * loop["history"]
     live = as_of(read_jobs((out / "sacct-B.txt").read_text()), now)
@@ -164,11 +163,11 @@ def main() -> None:
     for p in periods:
         for jitters in (0, JITTERS):
             best, med, cf = timed(p, jitters, args.repeat)
+            check_recorded(p, cf)
             g = cf.gains("avg_jct")
             spread = (f"{np.mean(g):+.1%} ± {np.std(g, ddof=1):.1%} ({g.min():+.1%} to {g.max():+.1%})"
                       if len(g) > 1 else f"{g[0]:+.1%}")
             print(f"| {p.name} | {cf.realized.jobs} | {1 + jitters} | {best:.2f} | {med:.2f} | {spread} |")
-            check_recorded(p, cf)
     for p in periods:
         if p.recorded is not None:
             print(f"\n{p.name}: the agent recorded a counterfactual gain of "

@@ -437,18 +437,21 @@ cancel_jobs() { # let slurmd end the jobs it runs, so no job step outlives the c
 }
 
 kill_strays() {
-    local pids frozen pid t0
+    local pids stopped= frozen pid t0
     pids=$(stray_steps | sort -n)
     [[ -n $pids ]] || return 0
     say "ending job processes left behind: $(echo $pids)"
-    # Freeze the tree until it stops growing, then kill it at once: a process that forks between
-    # the scan and the kill would leave an orphan that no longer descends from a slurmstepd.
+    # Freeze the tree until it stops growing, then kill all that was frozen at once: a process
+    # that forks between the scan and the kill would leave an orphan that no longer descends from
+    # a slurmstepd (and one frozen in an earlier scan may have left the tree the same way).
     for _ in 1 2 3 4 5; do
         for pid in $pids; do kill -STOP "$pid" 2>/dev/null || true; done
+        stopped=$(printf '%s\n' $stopped $pids | sort -nu)
         frozen=$pids
         pids=$(stray_steps | sort -n)
         [[ $pids == "$frozen" ]] && break
     done
+    pids=$(printf '%s\n' $stopped $pids | sort -nu)
     for pid in $pids; do kill -KILL "$pid" 2>/dev/null || true; done
     # SIGKILL is delivered at once but a process takes a moment to go (longer on a loaded machine)
     t0=$(date +%s)

@@ -589,16 +589,14 @@ def test_share_of_oracle_gain_after_period_0_by_hand():
 
 
 def test_across_seeds_by_hand():
-    from types import SimpleNamespace
+    from autosched.adapt.experiment import summaries_across_seeds
 
-    from autosched.adapt.experiment import across_seeds
+    def across(*runs):  # (seed, autosched's and last_period's relative avg JCT) per run
+        return summaries_across_seeds([r[0] for r in runs], [
+            {"relative_avg_jct": {"default": 1.0, "autosched": r[1], "last_period": r[2]},
+             "share_of_oracle_static_gain": {}} for r in runs], ["default", "autosched", "last_period"])
 
-    def run(seed, auto, last):
-        rel = {"default": 1.0, "autosched": auto, "last_period": last}
-        return SimpleNamespace(settings=SimpleNamespace(seed=seed), strategies=dict.fromkeys(rel),
-                               summary=lambda rel=rel: {"relative_avg_jct": rel, "share_of_oracle_static_gain": {}})
-
-    out = across_seeds([run(0, 0.90, 0.95), run(1, 0.94, 0.95), run(2, 0.92, 0.98)])
+    out = across((0, 0.90, 0.95), (1, 0.94, 0.95), (2, 0.92, 0.98))
     assert out["seeds"] == [0, 1, 2]
     assert out["share_of_oracle_static_gain_after_p0"] == {}  # present, empty: no oracle in these runs
     assert out["relative_avg_jct"]["autosched"]["mean"] == pytest.approx(0.92)
@@ -606,7 +604,7 @@ def test_across_seeds_by_hand():
     lead = out["autosched_lead_over_last_period"]  # leads .05 .01 .06: mean .04, sd .0265
     assert lead["mean"] == pytest.approx(0.04) and lead["sd"] == pytest.approx(math.sqrt(0.0007))
     assert lead["larger_than_spread"] is True
-    out = across_seeds([run(0, 0.90, 0.95), run(1, 0.99, 0.95)])  # leads .05, -.04: mean .005, sd .064
+    out = across((0, 0.90, 0.95), (1, 0.99, 0.95))  # leads .05, -.04: mean .005, sd .064
     assert out["autosched_lead_over_last_period"]["larger_than_spread"] is False
 
 

@@ -287,7 +287,6 @@ def test_the_docs_tables_recompute_from_the_committed_runs(capsys):
         "docs/closed-loop.md is not current: run benchmarks/closed_loop.py --analyse"
 
 
-
 def test_the_judge_benchmark_rebuilds_the_period_the_agent_judged():
     # what really happened in the period does not depend on the replay code: the rebuilt history
     # must give the realized figures the agent stored, or the judge's timing is of another period
@@ -304,6 +303,7 @@ def test_the_judge_benchmark_rebuilds_the_period_the_agent_judged():
         **period.recorded["realized"], "finished": 452}}})
     with pytest.raises(SystemExit, match="the agent judged 599 .452 finished"):
         jc.check_recorded(broken, cf)
+
 
 # -- on two real clusters -------------------------------------------------------------------
 

@@ -172,3 +172,30 @@ def test_a_step_keeps_the_archetypes_with_their_weights_scaled_into_it():
         "PriorityWeightTRES.GRES/gpu": 0, "PriorityWeightTRES.CPU": 0}
     # an archetype that fits is kept as declared
     assert any(c["PriorityWeightAge"] == 10000 and c["PriorityWeightFairshare"] == 0 for c in got)
+
+
+def test_a_full_step_covers_a_log_scaled_knob_at_either_end_of_its_range():
+    # rebuilt ends (100 * f) fall a hair short of 5000 in floating point; distances do not
+    for value in (100, 5000):
+        running = Multifactor.space.validate({"bf_max_job_test": value})
+        assert "bf_max_job_test" not in live_subspace("multifactor", running=running, max_step=1.0).bound_ranges()
+
+
+def test_scaling_an_archetype_never_loses_a_weight_it_sets():
+    from autosched.tune.searchspace import SearchSpace
+
+    def archetypes(running, bounds):  # (age, fair-share, job size) of each archetype kept
+        sub = live_subspace("multifactor", running=Multifactor.space.validate(running), bounds=bounds)
+        got = SearchSpace.of([Multifactor], sub).archetypes("multifactor")
+        return sorted((c["PriorityWeightAge"], c["PriorityWeightFairshare"], c["PriorityWeightJobSize"])
+                      for c in got)
+
+    # fair-share heavy (age 1,000, fair-share 10,000) under fair-share <= 3 would need age 0.3:
+    # it is left out rather than become fair-share alone; the others fit as declared
+    assert archetypes({"PriorityWeightFairshare": 0}, {"PriorityWeightFairshare": (0, 3)}) == [
+        (0, 0, 0), (0, 0, 100000), (10000, 0, 0)]  # GPU first, small first, age only
+    # a high of 0 under the weight small first sets: small first is left out, not all zeros
+    assert archetypes({"PriorityWeightJobSize": 0}, {"PriorityWeightJobSize": (0, 0)}) == [
+        (0, 0, 0), (1000, 10000, 0), (10000, 0, 0)]  # GPU first, fair-share heavy, age only
+    # fair-share <= 5,000: fair-share heavy scaled by half, the same order
+    assert (500, 5000, 0) in archetypes({"PriorityWeightFairshare": 0}, {"PriorityWeightFairshare": (0, 5000)})

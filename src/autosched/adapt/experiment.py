@@ -278,19 +278,13 @@ def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Sett
                             workload_series(trace, cluster))
 
 
-def across_seeds(results: Sequence[ExperimentResult]) -> dict[str, Any]:
-    """Mean and sample standard deviation over runs of different seeds: each strategy's avg JCT
-    relative to the default and share of the oracle_static gain, and autosched's lead over
-    last_period (relative JCT of last_period minus autosched's; > 0: autosched better), with
-    whether that lead is larger than its spread across seeds."""
-    return summaries_across_seeds([r.settings.seed for r in results], [r.summary() for r in results],
-                                  list(results[0].strategies) if results else [])
-
-
 def summaries_across_seeds(seeds: Sequence[int], summaries: Sequence[dict[str, Any]],
                            names: Sequence[str]) -> dict[str, Any]:
-    """`across_seeds` from each seed's `ExperimentResult.summary()` (as `run --json` saves it),
-    for strategies `names`: seeds run apart can be put together again."""
+    """Mean and sample standard deviation over runs of different seeds, from each seed's
+    `ExperimentResult.summary()` (as `run --json` saves it), for strategies `names`: each
+    strategy's avg JCT relative to the default and share of the oracle_static gain, and
+    autosched's lead over last_period (relative JCT of last_period minus autosched's; > 0:
+    autosched better), with whether that lead is larger than its spread across seeds."""
     def stats(xs: list[float]) -> dict[str, float]:
         a = np.asarray(xs, dtype=float)
         return {"mean": float(a.mean()), "sd": float(a.std(ddof=1)) if len(a) > 1 else 0.0, "n": len(a)}
@@ -360,7 +354,7 @@ def merge_seed_runs(files: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, An
 def seeds_document(first: dict[str, Any], others: Sequence[dict[str, Any]]) -> dict[str, Any]:
     """What `run --seeds N --json` prints: the first seed's result (`ExperimentResult.to_dict`,
     with the trace's ``dropped``), the other seeds' results under ``runs`` in seed order, and
-    ``across_seeds`` over them all (none of the two with one seed)."""
+    ``across_seeds`` over them all (neither, with one seed)."""
     out = {k: v for k, v in first.items() if k not in ("runs", "across_seeds")}
     if others:
         out["runs"] = [{k: v for k, v in one.items() if k not in ("dropped", "runs", "across_seeds")}

@@ -117,10 +117,16 @@ def live_subspace(policy: str, fixed: Mapping[str, Any] | None = None,
 def _covers(knob: Int | Float, running: float, max_step: float) -> bool:
     """Whether a step of `max_step` from `running` reaches the whole of the knob's searched range
     (the step then restricts nothing, and a bound would only turn the weights' direction search
-    off: `SearchSpace.weight_group`)."""
+    off: `SearchSpace.weight_group`). Distances are compared, not rebuilt ends, so that a step of
+    1 covers a log-scaled knob at either end of its range despite rounding."""
     lo, hi = (float(x) for x in knob.searched())
-    step = _step(knob, running, max_step)
-    return lo <= running <= hi and step[0] <= lo and step[1] >= hi
+    if not lo <= running <= hi:
+        return False
+    if knob.log and lo > 0 and running > 0:
+        reach, need = max_step * math.log(hi / lo), max(math.log(running / lo), math.log(hi / running))
+    else:
+        reach, need = max_step * (hi - lo), max(running - lo, hi - running)
+    return reach >= need * (1 - 1e-12)
 
 
 def _step(knob: Int | Float, running: float, max_step: float) -> tuple[float, float]:

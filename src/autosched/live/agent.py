@@ -654,11 +654,11 @@ class Agent:
                           drift_window=s.period, smallest_change=True)
 
     def twin_space(self, setup: ClusterSetup) -> LiveSpace:
-        """The policy's knobs as the twin of the cluster `setup` describes simulates them: the
-        managed ones, the settings' fixed values, and those the cluster sets (PriorityFlags) as
-        it sets them (`LiveSpace.full` of a revision's config is the config simulated)."""
-        s = self.settings
-        return live_space(s.policy, {**s.fixed, **setup.pinned(self.space.fixed)})
+        """The policy's knobs as the twin of the cluster `setup` describes simulates them
+        (`twin.twin_space`, with the settings' fixed values)."""
+        from .twin import twin_space
+
+        return twin_space(self.settings.policy, self.settings.fixed, setup)
 
     def _controller(self, running: Revision, setup: ClusterSetup) -> Controller:
         """The round's Controller, going on from the memory the last tuning round left (unless

@@ -26,6 +26,7 @@ from ..jsonable import jsonable
 from ..policies.multifactor import CLASSIC, CPU_BILL, FAIR_TREE, GPU_BILL
 from .errors import LiveError
 from .history import LiveJobs, SeedHistory, observation, take_jobs, update_history
+from .knobs import LiveSpace, live_space
 
 if TYPE_CHECKING:
     from .connector import Connector
@@ -347,3 +348,10 @@ def observe_twin(connector: Connector, state_dir: Path, window: float,
     if jobs.malformed:
         view["warnings"].append(f"{jobs.malformed} malformed sacct row(s) skipped")
     return setup, view
+
+
+def twin_space(policy: str, fixed: Mapping[str, Any], setup: ClusterSetup) -> LiveSpace:
+    """`policy`'s knobs as the twin of the cluster `setup` describes simulates them: the managed
+    ones, the operator's `fixed` values, and those the cluster sets (PriorityFlags) as it sets
+    them (`LiveSpace.full` of a revision's config is the config simulated)."""
+    return live_space(policy, {**fixed, **setup.pinned(live_space(policy, fixed).fixed)})

@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import optuna
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
@@ -259,12 +259,16 @@ class SearchSpace:
         """The space's archetypes as whole configs (each over the start config), those the
         searched space holds (a pinned or bounded knob may exclude one). An archetype whose
         weights lie above their bounds comes with its weights scaled down to fit: the weights
-        matter only through their ratios, so it is the same order (up to integer truncation)."""
+        matter only through their ratios, so it is the same order (up to integer truncation).
+        Scaling only goes down: a bound whose low is above an archetype's weight (0, mostly)
+        still excludes it."""
         space = self.spaces[policy]
         out = []
         for partial in space.archetypes.values():
             config = {**space.default(), **partial}
             for candidate in (config, _weights_within(space, config)):
+                if candidate is None:
+                    continue
                 try:
                     out.append(space.validate(candidate))
                     break
@@ -273,12 +277,17 @@ class SearchSpace:
         return out
 
 
-def _weights_within(space: ConfigSpace, config: Mapping[str, Any]) -> dict[str, Any]:
-    """`config` with its weights (`ConfigSpace.weights`) scaled by one factor so that none is
-    above its knob's high (a bounded space's), rounded down; unchanged when they all fit."""
-    highs = {w: k.high for w in space.weights if isinstance(k := space[w], Int)}  # (weights are Int knobs)
-    over = [highs[w] / config[w] for w in highs if config[w] > highs[w]]
+
+def _weights_within(space: ConfigSpace, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """`config` with its weights (`ConfigSpace.weights`) scaled down by one factor, in integers,
+    so that none is above its knob's high (a bounded space's); unchanged when they all fit. None
+    when scaling cannot keep the order: a weight it sets would become 0."""
+    high = {w: int(cast(Int, space[w]).high) for w in space.weights}
+    over = [w for w in space.weights if config[w] > high[w]]
     if not over:
         return dict(config)
-    f = min(over)
-    return {**config, **{w: int(config[w] * f) for w in space.weights}}
+    tight = min(over, key=lambda w: high[w] / config[w])
+    scaled = {w: config[w] * high[tight] // config[tight] for w in space.weights}
+    if any(config[w] > 0 and scaled[w] == 0 for w in space.weights):
+        return None
+    return {**config, **scaled}
