@@ -108,6 +108,14 @@ def test_a_live_knob_run_on_drawn_limits_gives_both_commands_and_its_own_targets
     assert rt.live_targets_table([row])[2] == (
         "| better than the default on every trace by more than the spread across seeds | on 0 of 1 traces; "
         "not on: cluster04 -5.0% ± 5.7% | **not met** |")
+    # one seed has no spread: a gain on it does not clear the target
+    data = {k: v for k, v in data.items() if k not in ("runs", "across_seeds")}
+    data["summary"]["relative_avg_jct"]["autosched"] = 0.75
+    path.write_text(json.dumps(data))
+    _, row = rt.read_row(path)
+    assert rt.live_targets_table([row])[2] == (
+        "| better than the default on every trace by more than the spread across seeds | on 0 of 1 traces; "
+        "not on: cluster04 -25.0% (one seed: no spread yet) | **not met** |")
 
 
 def test_a_policy_may_replay_a_trace_over_fewer_days_than_the_others(tmp_path):
