@@ -265,17 +265,14 @@ class SearchSpace:
         space = self.spaces[policy]
         out = []
         for partial in space.archetypes.values():
-            config = {**space.default(), **partial}
-            for candidate in (config, _weights_within(space, config)):
-                if candidate is None:
-                    continue
-                try:
-                    out.append(space.validate(candidate))
-                    break
-                except ConfigError:
-                    continue
+            candidate = _weights_within(space, {**space.default(), **partial})
+            if candidate is None:
+                continue
+            try:
+                out.append(space.validate(candidate))
+            except ConfigError:
+                continue
         return out
-
 
 
 def _weights_within(space: ConfigSpace, config: Mapping[str, Any]) -> dict[str, Any] | None:
