@@ -440,10 +440,12 @@ kill_strays() {
     local pids stopped= frozen pid t0
     pids=$(stray_steps | sort -n)
     [[ -n $pids ]] || return 0
-    say "ending job processes left behind: $(echo $pids)"
     # Freeze the tree until it stops growing, then kill all that was frozen at once: a process
     # that forks between the scan and the kill would leave an orphan that no longer descends from
     # a slurmstepd (and one frozen in an earlier scan may have left the tree the same way).
+    # Stopped here, this script must not leave them frozen: a frozen orphan is found by no later scan.
+    trap 'for pid in $stopped $pids; do kill -KILL "$pid" 2>/dev/null || true; done; exit 143' INT TERM HUP
+    say "ending job processes left behind: $(echo $pids)"
     for _ in 1 2 3 4 5; do
         for pid in $pids; do kill -STOP "$pid" 2>/dev/null || true; done
         stopped=$(printf '%s\n' $stopped $pids | sort -nu)
@@ -453,6 +455,7 @@ kill_strays() {
     done
     pids=$(printf '%s\n' $stopped $pids | sort -nu)
     for pid in $pids; do kill -KILL "$pid" 2>/dev/null || true; done
+    trap - INT TERM HUP
     # SIGKILL is delivered at once but a process takes a moment to go (longer on a loaded machine)
     t0=$(date +%s)
     while (($(date +%s) - t0 < 10)); do

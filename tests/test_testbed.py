@@ -278,16 +278,16 @@ def _processes_with_env(entry: str, comm: str | None = None) -> list[int]:
     return found
 
 
-@pytest.mark.slurm
-def test_stop_leaves_no_job_processes_even_without_a_controller(script_env):
-    # slurmstepd outlives slurmd; with slurmctld gone first, jobs cannot be cancelled either.
+def _cluster_with_a_job(script_env, command: str) -> tuple[dict[str, str], str]:
+    """A started test cluster running one job of `command`, its slurmctld stopped so that the
+    job cannot be cancelled (slurmstepd outlives slurmd); its env and the jobs' environ entry."""
     root = Path(script_env["TESTBED_ROOT"])
     env = dict(script_env, TESTBED_PORT_BASE=str(next(free_port_bases("master"))))
     assert _script(env, "start", "--fresh").returncode == 0
     conf_entry = f"SLURM_CONF={root}/etc/slurm.conf"
     slurm_env = dict(env, SLURM_CONF=str(root / "etc" / "slurm.conf"))
     job = subprocess.run(["runuser", "-u", "carol", "--", "sbatch", "--parsable", "--chdir=/tmp",
-                          "-o", "/dev/null", "-t", "5", "--wrap", "sleep 300"], env=slurm_env,
+                          "-o", "/dev/null", "-t", "5", "--wrap", command], env=slurm_env,
                          cwd="/tmp", capture_output=True, text=True, timeout=30)
     assert job.returncode == 0, job.stderr
     deadline = time.monotonic() + 30
@@ -295,7 +295,50 @@ def test_stop_leaves_no_job_processes_even_without_a_controller(script_env):
         time.sleep(0.2)
     assert _processes_with_env(conf_entry, "slurmstepd"), "the job step never started"
     assert _script(env, "stop", "slurmctld").returncode == 0
+    return env, conf_entry
+
+
+@pytest.mark.slurm
+def test_stop_leaves_no_job_processes_even_without_a_controller(script_env):
+    env, conf_entry = _cluster_with_a_job(script_env, "sleep 300")
     res = _script(env, "stop")
     assert res.returncode == 0, res.stderr
     assert "ending job processes left behind" in res.stderr
+    assert _processes_with_env(conf_entry) == []
+
+
+def _frozen(pids: list[int]) -> list[int]:
+    """Those of `pids` stopped by a signal (state T)."""
+    out = []
+    for pid in pids:
+        try:
+            if "\tT" in Path(f"/proc/{pid}/status").read_text().split("State:", 1)[1][:4]:
+                out.append(pid)
+        except OSError:
+            continue
+    return out
+
+
+@pytest.mark.slurm
+def test_stop_interrupted_while_freezing_job_processes_leaves_none_frozen(script_env):
+    """`stop` freezes a job's tree before killing it; a SIGTERM in between must kill what it froze
+    (a frozen process that has left the tree is found by no later scan)."""
+    env, conf_entry = _cluster_with_a_job(script_env, "for i in $(seq 60); do sleep 300 & done; wait")
+    stop = subprocess.Popen(["bash", str(SCRIPT), "stop"], env=env, stderr=subprocess.PIPE, text=True)
+    try:
+        assert stop.stderr is not None
+        for line in stop.stderr:
+            if "ending job processes left behind" in line:
+                stop.send_signal(15)
+                break
+        code = stop.wait(timeout=60)
+        deadline = time.monotonic() + 10  # a process killed while stopped takes a moment to go
+        while (frozen := _frozen(_processes_with_env(conf_entry))) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert frozen == []
+        assert code == 143, "stop was not interrupted while freezing"  # its trap ran
+    finally:
+        stop.kill()
+        res = _script(env, "stop")
+    assert res.returncode == 0, res.stderr
     assert _processes_with_env(conf_entry) == []
