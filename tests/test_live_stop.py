@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from autosched.live.store import RevisionState
 from test_live_agent import make
 
@@ -104,3 +106,30 @@ def test_a_freeze_answers_at_once_while_a_rollback_is_stuck_on_slurm(tmp_path):
         assert store.open_apply() is not None, "the rollback ended before the CLI's unfreeze"
         t.join(60)
     assert isinstance(done[0], dict) and done[0]["state"] == "applied"
+
+
+def test_a_stop_asked_while_the_judge_replays_gives_the_round_up(tmp_path, monkeypatch):
+    """The judge's five replays of a period take minutes on a busy cluster and write nothing: a
+    stop asked meanwhile gives the round up at once, the change left unjudged."""
+    import autosched.live.judge as judge
+    from autosched.live.agent import RoundAbandoned
+    from test_live_agent import SMALL_FIRST, apply_change, period_rows
+
+    agent, fake = make(tmp_path)
+    at = apply_change(agent, SMALL_FIRST)
+    fake.update(sacct=period_rows(int(at), small_first=True), clock=at + 700)
+    rounds_before = agent.store.rounds()
+    replayed = []
+
+    def replay_then_stop(*args, **kwargs):
+        agent.request_stop()  # as the SIGTERM handler does, mid-replay
+        replayed.append(True)
+        return real(*args, **kwargs)
+
+    real = judge.counterfactual
+    monkeypatch.setattr(judge, "counterfactual", replay_then_stop)
+    with pytest.raises(RoundAbandoned):
+        agent.step()
+    assert replayed == []  # request_stop raised: the replay did not go on
+    assert agent.store.running().id == 2 and agent.store.running().outcome is None
+    assert agent.store.rounds() == rounds_before

@@ -122,7 +122,7 @@ class Agent:
     # -- stopping ---------------------------------------------------------------------------
     def request_stop(self) -> None:
         """Stop as soon as it is safe (a SIGTERM handler calls this in the loop's thread): while
-        the round reads or tunes, at once (`RoundAbandoned` is raised here); while it writes to
+        the round reads, judges or tunes, at once (`RoundAbandoned` is raised here); while it writes to
         Slurm or the store (an apply, a restore), after that, which ends as it always does
         (applied, or restored)."""
         self.stop_requested = True
@@ -131,8 +131,9 @@ class Agent:
 
     @contextmanager
     def abandonable(self) -> Iterator[None]:
-        """A part of a round that writes nothing to Slurm (a read, the tuning): a stop asked
-        meanwhile gives the round up. Raises at once when a stop was already asked."""
+        """A part of a round that writes nothing to Slurm (a read, the judge's replay, the
+        tuning): a stop asked meanwhile gives the round up. Raises at once when a stop was
+        already asked."""
         if self.stop_requested:
             raise RoundAbandoned("stop asked")
         self._abandonable += 1
@@ -535,8 +536,9 @@ class Agent:
         try:
             space = self.twin_space(setup)
             old, new = (space.full(c) for c in (self.store.get(running.parent).config, running.config))
-            cf = counterfactual(seen.jobs, setup.cluster_spec(), self.settings.policy, old, new,
-                                change, change + self.settings.period, seen.now, self.settings.seed)
+            with self.abandonable():  # five replays of a period: minutes on a busy cluster
+                cf = counterfactual(seen.jobs, setup.cluster_spec(), self.settings.policy, old, new,
+                                    change, change + self.settings.period, seen.now, self.settings.seed)
         except AutoschedError as e:
             return replace(seen, unjudged=f"the twin could not replay the period: {e}")
         return replace(seen, counterfactual=cf)
