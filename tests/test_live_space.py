@@ -153,9 +153,16 @@ def test_a_step_that_reaches_the_whole_range_bounds_nothing_and_keeps_the_direct
     stepped = live_subspace("multifactor", running=running, max_step=0.25)
     assert "PriorityWeightAge" in stepped.bound_ranges()
     assert SearchSpace.of([Multifactor], stepped).weight_group("multifactor") == ()
-    # a running value outside the searched range keeps its bound, so it stays searchable
-    outside = live_subspace("multifactor", running=Multifactor.space.validate({"bf_interval": 5}), max_step=1.0)
-    assert set(outside.bound_ranges()) == {"bf_interval"}
+    # a running value outside the searched range widens it, as in propose mode: bf_interval's
+    # 10-300 s becomes 5-300 s, and a full step from 5 s reaches all of it
+    running = Multifactor.space.validate({"bf_interval": 5, "bf_window": 60})
+    outside = live_subspace("multifactor", running=running, max_step=1.0)
+    assert outside.bound_ranges() == {}
+    searched = SearchSpace.of([Multifactor], outside).config_space("multifactor")
+    assert (searched["bf_interval"].searched(), searched["bf_window"].searched()) == ((5, 300), (60, 10080))
+    # a quarter of the widened range, 295 / 4 = 73.75 s, around the running 5 s
+    assert live_subspace("multifactor", running=running, max_step=0.25).bound_ranges()["bf_interval"] == (
+        5 - 73.75, 5 + 73.75)
 
 
 def test_a_step_keeps_the_archetypes_with_their_weights_scaled_into_it():

@@ -119,9 +119,7 @@ def _covers(knob: Int | Float, running: float, max_step: float) -> bool:
     (the step then restricts nothing, and a bound would only turn the weights' direction search
     off: `SearchSpace.weight_group`). Distances are compared, not rebuilt ends, so that a step of
     1 covers a log-scaled knob at either end of its range despite rounding."""
-    lo, hi = (float(x) for x in knob.searched())
-    if not lo <= running <= hi:
-        return False
+    lo, hi = _searched(knob, running)
     if knob.log and lo > 0 and running > 0:
         reach, need = max_step * math.log(hi / lo), max(math.log(running / lo), math.log(hi / running))
     else:
@@ -132,9 +130,16 @@ def _covers(knob: Int | Float, running: float, max_step: float) -> bool:
 def _step(knob: Int | Float, running: float, max_step: float) -> tuple[float, float]:
     """[running - step, running + step]: `max_step` of the knob's searched range (a factor of its
     log range around the running value, for a log-scaled knob)."""
-    lo, hi = (float(x) for x in knob.searched())
+    lo, hi = _searched(knob, running)
     if knob.log and lo > 0 and running > 0:
         f = math.exp(max_step * math.log(hi / lo))
         return running / f, running * f
     d = max_step * (hi - lo)
     return running - d, running + d
+
+
+def _searched(knob: Int | Float, running: float) -> tuple[float, float]:
+    """The knob's searched range widened to hold `running`, as a search that starts there
+    searches it (`Subspace`: the start config always stays inside)."""
+    lo, hi = (float(x) for x in knob.searched())
+    return min(lo, running), max(hi, running)
