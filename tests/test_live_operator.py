@@ -3,9 +3,11 @@ rollback over a hand edit is refused naming each value, or forced and recorded."
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from autosched.live.errors import ActionNotAllowed
+from autosched.live.errors import ActionNotAllowed, LiveError
 from autosched.live.store import LiveOverride, RevisionState
 from test_live_agent import make
 
@@ -150,8 +152,16 @@ def test_the_include_keeps_an_operators_own_scheduler_parameters_at_every_write(
                    "default_queue_depth=50\n")
     slurm = SlurmConnector(inc, conf)
     want = {"bf_interval": "5", "bf_window": "60"}
-    # slurm.conf's own entry first (its value wins over the include's 50), then the include's own
-    # entries that neither slurm.conf nor the agent sets, then the managed ones
+    # Slurm runs default_queue_depth=50; carrying slurm.conf's 200 would change it in silence
+    with pytest.raises(LiveError, match=re.escape(
+            f"{inc}: its SchedulerParameters line, which Slurm runs, sets default_queue_depth=50 "
+            "(slurm.conf: default_queue_depth=200); the agent's line would carry slurm.conf's "
+            "value. Remove the entry from one of the two files")):
+        slurm.render(want)
+    inc.write_text("SchedulerParameters=bf_interval=1,sched_interval=60,bf_max_job_user=4,"
+                   "default_queue_depth=200\n")  # the same value in both: no change
+    # slurm.conf's own entries first, then the include's own entries that neither slurm.conf nor
+    # the agent sets, then the managed ones (bf_interval: the agent's, its change recorded)
     line = ("SchedulerParameters=default_queue_depth=200,sched_interval=60,bf_max_job_user=4,"
             "bf_interval=5,bf_window=60")
     text = slurm.render(want)

@@ -410,10 +410,27 @@ class SlurmConnector:
         text = {k.lower(): v for k, v in self._own().items()}.get("schedulerparameters", "")
         own = [(k, v) for k, v in split_scheduler_parameters(text) if k not in managed]
         taken = set(managed) | {k for k, _ in own}
-        kept = [(k, v) for k, v in self._file_kept_entries() if k not in taken]
+        entries, first = self._file_kept_entries()
+        if first:
+            self._check_no_conflict(dict(own), entries)
+        kept = [(k, v) for k, v in entries if k not in taken]
         return own, kept
 
-    def _file_kept_entries(self) -> list[tuple[str, str | None]]:
+    def _check_no_conflict(self, own: Mapping[str, str | None],
+                           entries: list[tuple[str, str | None]]) -> None:
+        """Before the agent's first write, Slurm runs the include file's own line, which shadows
+        slurm.conf's whole; the agent's line carries slurm.conf's entries. An entry the two set
+        to different values would change silently: refused, naming both."""
+        clash = [f"{k}={v} (slurm.conf: {k}={own[k]})" for k, v in entries
+                 if k in own and own[k] != v]
+        if clash:
+            raise LiveError(f"{self.include}: its SchedulerParameters line, which Slurm runs, "
+                            f"sets {', '.join(clash)}; the agent's line would carry slurm.conf's "
+                            "value. Remove the entry from one of the two files")
+
+    def _file_kept_entries(self) -> tuple[list[tuple[str, str | None]], bool]:
+        """The include file's own SchedulerParameters entries to keep, and whether they are its
+        line as an operator wrote it (the agent has not written the file yet)."""
         try:
             text = self.include.read_text() if self.include.exists() else ""
         except OSError as e:
@@ -427,7 +444,9 @@ class SlurmConnector:
                 names = set()
             elif line.split("=", 1)[0].strip().lower() == "schedulerparameters":
                 entries = split_scheduler_parameters(line.split("=", 1)[1])
-        return entries if names is None else [(k, v) for k, v in entries if k in names]
+        if names is None:
+            return entries, True
+        return [(k, v) for k, v in entries if k in names], False
 
     def _own(self) -> dict[str, str]:
         return own_settings(self.slurm_conf, self.include) if self.slurm_conf else {}
