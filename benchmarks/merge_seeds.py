@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 from autosched.adapt.experiment import merge_seed_runs  # noqa: E402
 from autosched.errors import AutoschedError  # noqa: E402
 
-NEEDED = ("settings", "trace", "cluster", "jobs", "boundaries", "strategies", "summary")
+NEEDED = ("settings", "trace", "cluster", "jobs", "boundaries", "workload", "strategies", "summary")
 
 
 def load(path: Path) -> dict:

@@ -326,6 +326,15 @@ def test_merging_seeds_refuses_a_repeated_seed_or_another_experiment(tiny, tmp_p
     s2 = {**s1, "settings": {**s1["settings"], "seed": 2, "search": {**s1["settings"]["search"], "seed": 2}}}
     with pytest.raises(AdaptError, match=r"^b: seed 2 follows seed 0 of a: the seeds must be consecutive"):
         merge_seed_runs([("a", s0), ("b", s2)])
+    # a part that is not a result: named, never a KeyError or TypeError from deep inside
+    with pytest.raises(AdaptError, match=r"^b: runs\[0\]: not an experiment's result \(no trace, cluster, "):
+        merge_seed_runs([("a", s0), ("b", {**s1, "runs": [{}]})])
+    with pytest.raises(AdaptError, match=r"^b: runs\[0\]: not an experiment's result \(no workload\)$"):
+        merge_seed_runs([("a", s0), ("b", {**s1, "runs": [{k: v for k, v in s1.items() if k != "workload"}]})])
+    with pytest.raises(AdaptError, match=r"^b: settings.seed is '1', not an integer$"):
+        merge_seed_runs([("a", s0), ("b", {**s1, "settings": {**s1["settings"], "seed": "1"}})])
+    with pytest.raises(AdaptError, match=r"^b: not an experiment's result \(its `runs` is not a list\)$"):
+        merge_seed_runs([("a", s0), ("b", {**s1, "runs": 3})])
 
 
 def test_merge_seeds_script_names_a_file_that_is_not_a_result(tmp_path, capsys):
@@ -340,3 +349,7 @@ def test_merge_seeds_script_names_a_file_that_is_not_a_result(tmp_path, capsys):
     assert err.out == "" and err.err.startswith(f"error: {bad}: not an `autosched run --json` result (no trace,")
     assert merge.main([str(broken)]) == 2
     assert capsys.readouterr().err.startswith(f"error: {broken}: cannot read a JSON result")
+    runs = tmp_path / "runs.json"
+    runs.write_text(json.dumps({**{k: [] for k in merge.NEEDED}, "settings": {"seed": 0}, "runs": [{}]}))
+    assert merge.main([str(runs)]) == 2
+    assert capsys.readouterr().err.startswith(f"error: {runs}: runs[0]: not an experiment's result")

@@ -320,9 +320,13 @@ def merge_seed_runs(files: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, An
     anything but the seed, or repeat a seed."""
     seeds: list[tuple[int, str, dict[str, Any]]] = []
     for name, data in files:
-        for k, one in enumerate([data, *data.get("runs", [])]):
+        runs = data.get("runs", []) if isinstance(data, dict) else None
+        if not isinstance(runs, list):
+            raise AdaptError(f"{name}: not an experiment's result (its `runs` is not a list)")
+        for k, one in enumerate([data, *runs]):
+            seed = _seed_of(name, k, one)
             part = one if k == 0 or "dropped" not in data else {**one, "dropped": data["dropped"]}
-            seeds.append((int(one["settings"]["seed"]), name, part))
+            seeds.append((seed, name, part))
     if not seeds:
         raise AdaptError("no runs to merge")
     seeds.sort(key=lambda s: s[0])
@@ -349,6 +353,22 @@ def merge_seed_runs(files: Sequence[tuple[str, dict[str, Any]]]) -> dict[str, An
             raise AdaptError(f"{name}: seed {seed} is not a run of the same experiment as seed {seeds[0][0]} "
                              f"in {first_name}: they differ in {key}")
     return seeds_document(first, [one for _, _, one in seeds[1:]])
+
+
+_MERGED = (*_SAME_ACROSS_SEEDS, "settings", "strategies", "summary")
+
+
+def _seed_of(name: str, k: int, one: Any) -> int:
+    """The seed of part `k` of file `name` (0: the file's own result, else ``runs[k - 1]``),
+    checked to hold what a merge compares."""
+    where = "" if k == 0 else f"runs[{k - 1}]: "
+    missing = [key for key in _MERGED if not isinstance(one, dict) or key not in one]
+    if missing:
+        raise AdaptError(f"{name}: {where}not an experiment's result (no {', '.join(missing)})")
+    seed = one["settings"].get("seed") if isinstance(one["settings"], dict) else None
+    if not isinstance(seed, int) or isinstance(seed, bool):
+        raise AdaptError(f"{name}: {where}settings.seed is {seed!r}, not an integer")
+    return seed
 
 
 def seeds_document(first: dict[str, Any], others: Sequence[dict[str, Any]]) -> dict[str, Any]:
