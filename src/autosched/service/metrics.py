@@ -21,7 +21,7 @@ stand-in value: Prometheus then has no sample, and ``absent(...)`` says so.
 | ``autosched_interrupted_apply`` | gauge | 1 while an interrupted apply awaits reconciliation |
 | ``autosched_last_round_timestamp_seconds`` | gauge | when the last round ran |
 | ``autosched_next_round_timestamp_seconds`` | gauge | when the next is due |
-| ``autosched_twin_error{revision}`` | gauge | the twin's relative error over the newest judged period (absent when the judge could not measure it) |
+| ``autosched_twin_error{revision}`` | gauge | the twin's relative error over the newest judged period, the mean over the judge's replays under the new config (absent when the judge could not measure it) |
 | ``autosched_counterfactual_gain{revision}`` | gauge | that revision's gain in the twin over the same period, against the config before it, the mean over the judge's replays (relative: 0.05 = 5% better) |
 """
 
