@@ -436,17 +436,39 @@ cancel_jobs() { # let slurmd end the jobs it runs, so no job step outlives the c
     done
 }
 
+started_at() { # PID: its start time (clock ticks since boot), which a reused PID does not share
+    sed -E 's/^.*\) //' "/proc/$1/stat" 2>/dev/null | awk '{ print $20 }'
+}
+
+# What was frozen, with each process's start time, written before the freeze: a stop killed
+# (SIGKILL) between freeze and kill leaves the list for the next stop, which kills those that
+# are still the same processes.
+FROZEN=$RUN/frozen.pids
+
+kill_frozen_before() {
+    local pid start
+    [[ -s $FROZEN ]] || { rm -f "$FROZEN"; return 0; }
+    say "ending job processes an interrupted stop left frozen"
+    while read -r pid start; do
+        [[ $(started_at "$pid") == "$start" ]] && kill -KILL "$pid" 2>/dev/null || true
+    done <"$FROZEN"
+    rm -f "$FROZEN"
+}
+
 kill_strays() {
     local pids stopped= frozen pid t0
+    kill_frozen_before
     pids=$(stray_steps | sort -n)
     [[ -n $pids ]] || return 0
     # Freeze the tree until it stops growing, then kill all that was frozen at once: a process
     # that forks between the scan and the kill would leave an orphan that no longer descends from
     # a slurmstepd (and one frozen in an earlier scan may have left the tree the same way).
     # Stopped here, this script must not leave them frozen: a frozen orphan is found by no later scan.
-    trap 'for pid in $stopped $pids; do kill -KILL "$pid" 2>/dev/null || true; done; exit 143' INT TERM HUP
+    trap 'for pid in $stopped $pids; do kill -KILL "$pid" 2>/dev/null || true; done; rm -f "$FROZEN"; exit 143' INT TERM HUP
     say "ending job processes left behind: $(echo $pids)"
     for _ in 1 2 3 4 5; do
+        mkdir -p "$RUN"
+        for pid in $pids; do echo "$pid $(started_at "$pid")"; done >>"$FROZEN"
         for pid in $pids; do kill -STOP "$pid" 2>/dev/null || true; done
         stopped=$(printf '%s\n' $stopped $pids | sort -nu)
         frozen=$pids
@@ -455,6 +477,7 @@ kill_strays() {
     done
     pids=$(printf '%s\n' $stopped $pids | sort -nu)
     for pid in $pids; do kill -KILL "$pid" 2>/dev/null || true; done
+    rm -f "$FROZEN"
     trap - INT TERM HUP
     # SIGKILL is delivered at once but a process takes a moment to go (longer on a loaded machine)
     t0=$(date +%s)

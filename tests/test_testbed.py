@@ -6,6 +6,7 @@ import functools
 import http.server
 import os
 import re
+import signal
 import subprocess
 import sys
 import threading
@@ -342,3 +343,28 @@ def test_stop_interrupted_while_freezing_job_processes_leaves_none_frozen(script
         res = _script(env, "stop")
     assert res.returncode == 0, res.stderr
     assert _processes_with_env(conf_entry) == []
+
+
+@pytest.mark.slurm
+def test_stop_kills_what_a_stop_killed_mid_freeze_left_frozen(script_env):
+    """A stop killed (SIGKILL, no trap) between its freeze and its kill leaves the list it wrote
+    first: the next stop kills each process on it that is still the same one (its start time),
+    even one no longer in any job's tree, and leaves a reused PID alone."""
+    root = Path(script_env["TESTBED_ROOT"])
+    (root / "run").mkdir(parents=True)
+    orphan = subprocess.Popen(["sleep", "300"])
+    bystander = subprocess.Popen(["sleep", "300"])
+    try:
+        orphan.send_signal(signal.SIGSTOP)
+        start = Path(f"/proc/{orphan.pid}/stat").read_text().rsplit(") ", 1)[1].split()[19]
+        (root / "run" / "frozen.pids").write_text(f"{orphan.pid} {start}\n{bystander.pid} 1\n")
+        res = _script(script_env, "stop")
+        assert res.returncode == 0, res.stderr
+        assert "ending job processes an interrupted stop left frozen" in res.stderr
+        assert orphan.wait(timeout=10) == -signal.SIGKILL
+        assert bystander.poll() is None  # its start time is not the one listed: a reused PID
+        assert not (root / "run" / "frozen.pids").exists()
+    finally:
+        for p in (orphan, bystander):
+            p.kill()
+            p.wait()
