@@ -50,12 +50,12 @@ from autosched.adapt.controller import round_workloads  # noqa: E402
 from autosched.adapt.sources import concat  # noqa: E402
 from autosched.cluster import fit_to_cluster  # noqa: E402
 from autosched.live.history import LiveJobs, combine, job_trace, observation, read_jobs, take_jobs  # noqa: E402
+from autosched.live.judge import JITTER  # noqa: E402
 from autosched.live.settings import AgentSettings  # noqa: E402
 from autosched.live.twin import ClusterSetup  # noqa: E402
 from autosched.policies import get_policy  # noqa: E402
 from autosched.sim import Simulator  # noqa: E402
 from autosched.trace.table import Trace  # noqa: E402
-from autosched.workload import get_model  # noqa: E402
 
 # ----------------------------------------------------------------------------- step 1: the round
 
@@ -112,6 +112,12 @@ def settings(plan: cl.Plan) -> AgentSettings:
                          fixed={"placement": cl.PLACEMENT})
 
 
+def gain(old: float, new: float) -> float:
+    """(old - new) / old, NaN when a workload has no new job (the judge's `gain` says 0 there:
+    here an empty sample must drop out of the means, not count as no change)."""
+    return (old - new) / old
+
+
 @dataclass(frozen=True)
 class Mix:
     """What a workload's new jobs (not its backlog) hold."""
@@ -142,10 +148,6 @@ def jct(workload: Trace, spec: Any, config: dict[str, Any], new: np.ndarray) -> 
     """Average JCT of every job of `workload` and of its new jobs only, under `config`."""
     rec = Simulator(workload, spec, get_policy("multifactor")(config)).run().records()
     return float(rec.jct.mean()), float(rec.jct[new].mean()) if new.any() else float("nan")
-
-
-def gain(old: float, new: float) -> float:
-    return (old - new) / old
 
 
 def step1(outdir: Path, trace_time: bool = False) -> None:
@@ -190,7 +192,7 @@ def step1(outdir: Path, trace_time: bool = False) -> None:
           f"{float((obs.backlog.num_gpus * obs.backlog.duration).sum()) / cl.GPUS:.0f} s of the "
           f"cluster's work left in it (imputed)")
     c = s.time_scale  # the model on the jobs' clock (ModelSource): its burst gap is in trace s then
-    model = get_model(s.model)().fit(obs.history.stretched(c, obs.now), obs.now - (obs.now - obs.start) * c, obs.now)
+    model = source.fit(obs)
     sizes = np.diff(model.ptr)
     expected = float(model.expected_batches(obs.now, s.period * c)[2].sum())
     print(f"the workload model ({s.model}, time scale {c:g}) on {len(obs.history)} jobs of the last {s.history:g} s: "
@@ -278,7 +280,6 @@ def step2(outdir: Path) -> None:
 
 # -------------------------------------------------------------------- step 3: the twin's spread
 
-JITTER = 0.5  # s: submit times moved by up to half of Slurm's one-second resolution
 JITTERS = 5
 
 

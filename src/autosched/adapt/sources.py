@@ -108,12 +108,18 @@ class ModelSource:
     def validation_workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
         return self._sample(obs, horizon, self.validation_seeds(seed))
 
-    def _sample(self, obs: Observation, horizon: float, seeds: list[int]) -> list[Trace]:
+    def fit(self, obs: Observation) -> WorkloadModel:
+        """The model fitted on `obs`'s history, as the workloads are drawn from it: on the jobs'
+        clock (`time_scale`), over the window the history was cut from, not its first and last
+        job (see WorkloadModel.fit)."""
         factory = self._factory or get_model
-        # The window the history was cut from, not its first and last job (see WorkloadModel.fit).
         c, now = self.time_scale, obs.now
         history = obs.history.stretched(c, now) if c != 1 else obs.history
-        model = factory(self.model)(**self.params).fit(history, now - (now - obs.start) * c, now)
+        return factory(self.model)(**self.params).fit(history, now - (now - obs.start) * c, now)
+
+    def _sample(self, obs: Observation, horizon: float, seeds: list[int]) -> list[Trace]:
+        c, now = self.time_scale, obs.now
+        model = self.fit(obs)
         out = [model.sample(now, horizon * c, seed=s) for s in seeds]
         if self.level_sd > 0:  # (bursts and days on the jobs' clock too)
             levels = scenario_levels(len(seeds), self.level_sd)
