@@ -44,6 +44,16 @@ def test_vc_file_errors(tmp_path):
     f.write_text("name,size\n")
     with pytest.raises(ClusterError, match="need columns 'vc' and 'nodes'"):
         parse_cluster(str(f))
+    f.write_text("nodes,vc\n3\n")  # a short row: its vc cell is missing
+    with pytest.raises(ClusterError, match=r"line 2, column 'vc': missing cell \(the row has 1 of 2 columns\)$"):
+        parse_cluster(str(f))
+
+
+def test_an_empty_or_empty_sized_spec_is_named():
+    with pytest.raises(ClusterError, match="^cluster spec is empty: give NODESxGPUS"):
+        parse_cluster("")
+    with pytest.raises(ClusterError, match="^cluster 0x8: a cluster needs at least one node"):
+        parse_cluster("0x8")
 
 
 def test_fit_drops_unknown_vc_and_oversized_jobs(tmp_path):

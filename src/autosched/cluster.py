@@ -172,7 +172,8 @@ class ClusterSpec:
         (restart overhead, spread slowdown, ...). Raises ClusterError on a size of 0 or beyond
         the bound."""
         if nodes < 1 or gpus_per_node < 1:
-            raise ClusterError("a cluster needs at least one node with at least one GPU")
+            raise ClusterError(f"cluster {nodes}x{gpus_per_node}: a cluster needs at least one node "
+                               "with at least one GPU")
         _check_size(f"{nodes}x{gpus_per_node}", nodes, gpus_per_node)
         return cls(gpus_per_node, (("", nodes),), True, **kw)
 
@@ -222,6 +223,8 @@ def parse_cluster(spec: str, **kw) -> ClusterSpec:
     The file has columns ``vc`` and ``nodes`` (Philly's ``node num`` works too), and optionally
     ``gpus_per_node`` (one value for all rows; default 8, as HeliosArtifact and Lucid).
     """
+    if not spec.strip():
+        raise ClusterError("cluster spec is empty: give NODESxGPUS (e.g. 32x8) or a file of vc,nodes")
     m = _NXG.match(spec)
     if m:
         return ClusterSpec.uniform_nodes(int(m.group(1)), int(m.group(2)), source=spec, **kw)
@@ -266,6 +269,9 @@ def _read_vc_file(path: Path, **kw) -> ClusterSpec:
             raise ClusterError(f"{path}: line {line}, column {nodes_col!r}: node count is not an integer") from None
         if n < 1:
             raise ClusterError(f"{path}: line {line}, column {nodes_col!r}: a VC needs at least one node (got {n})")
+        if iv >= len(r):
+            raise ClusterError(f"{path}: line {line}, column 'vc': missing cell (the row has {len(r)} of "
+                               f"{len(header)} columns)")
         name = r[iv].strip()
         if name in dict(vcs):
             raise ClusterError(f"{path}: line {line}, column 'vc': VC {name!r} appears twice")
