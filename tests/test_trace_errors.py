@@ -92,6 +92,28 @@ def test_bad_rows_are_dropped_with_a_summary(tmp_path):
     assert "1 × column 'num_gpus': job requests no GPUs (must be >= 1); e.g. line 4 (got '0')" in summary
 
 
+def test_history_cells_are_checked_where_the_file_has_them(tmp_path):
+    # the file's own lines, not positions after sorting; an empty cell is no history (0)
+    path = tmp_path / "t.csv"
+    path.write_text("job_id,submit_time,num_gpus,duration,attained,age\n"
+                    "a,100,1,10,0,5\nb,x,1,10,0,0\nc,50,1,10,,\nd,10,1,100,-1,0\ne,20,1,10,3,zz\n")
+    trace, report = load_trace(path)
+    assert trace.job_id.tolist() == ["c", "a"]
+    assert trace.attained.tolist() == [0.0, 0.0] and trace.age.tolist() == [0.0, 5.0]
+    assert {(d.column, d.rule): d.examples for d in report.drops.values()} == {
+        ("submit_time", "time is not a number"): ["line 3 (got 'x')"],
+        ("attained", "not a number of seconds >= 0 (empty = 0)"): ["line 5 (got '-1')"],
+        ("age", "not a number of seconds >= 0 (empty = 0)"): ["line 6 (got 'zz')"],
+    }
+    strict = tmp_path / "strict.csv"
+    strict.write_text("job_id,submit_time,num_gpus,duration,attained\na,100,1,10,0\nd,10,1,100,-1\n")
+    assert "line 3, column 'attained'" in _error(strict, strict=True)
+    clean = tmp_path / "clean.csv"  # every cell a number: read at array speed, the same values
+    clean.write_text("job_id,submit_time,num_gpus,duration,attained,age\na,100,1,10,0,5\nc,50,1,10,7.5,0\n")
+    fast, _ = load_trace(clean)
+    assert fast.attained.tolist() == [7.5, 0.0] and fast.age.tolist() == [0.0, 5.0]
+
+
 def test_a_row_breaking_two_rules_is_counted_once(tmp_path):
     path = tmp_path / "t.csv"
     path.write_text(CANON + "a,x,0,10\nb,1,1,1\n")

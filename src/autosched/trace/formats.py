@@ -26,7 +26,7 @@ from .parsing import (
     wallclock_seconds,
 )
 from .report import MAX_CPUS, MAX_GPUS, RowCheck
-from .table import COLUMNS, OPTIONAL, TraceError
+from .table import COLUMNS, HISTORY, OPTIONAL, TraceError
 
 # ---------------------------------------------------------------------------------- canonical CSV
 
@@ -59,12 +59,29 @@ def _parse_canonical(path: Path, check: RowCheck) -> Columns:
             check.drop(where, "time_limit", "time limit is not a positive number of seconds (empty = none)",
                        r[extra["time_limit"]])
             continue
+        history = {c: _history_seconds(r[extra[c]]) for c in HISTORY if c in extra}
+        bad = next((c for c, v in history.items() if v is None), None)
+        if bad is not None:
+            check.drop(where, bad, "not a number of seconds >= 0 (empty = 0)", r[extra[bad]])
+            continue
         if t is None or g is None or d is None:
             continue
         _add_job(cols, r[idx["job_id"]], t, g, d)
         for c, i in extra.items():
-            cols[c].append((num_cpus or 0) if c == "num_cpus" else r[i])
+            cols[c].append((num_cpus or 0) if c == "num_cpus" else history[c] if c in history else r[i])
     return cols
+
+
+def _history_seconds(text: str) -> float | None:
+    """A canonical attained or age cell: seconds >= 0, empty = 0 (no history); None if neither."""
+    text = text.strip()
+    if not text:
+        return 0.0
+    try:
+        x = float(text)
+    except ValueError:
+        return None
+    return x if 0 <= x < float("inf") else None
 
 
 def _canonical_clean(header: list[str], rows: list[tuple[int, list[str]]], idx: dict[str, int],
@@ -84,10 +101,20 @@ def _canonical_clean(header: list[str], rows: list[tuple[int, list[str]]], idx: 
           and (cpus is None or ((cpus >= 0) & (cpus <= MAX_CPUS)).all()))
     if not ok or ("time_limit" in extra and not all(map(_limit_ok, cells[extra["time_limit"]]))):
         return None
+    history = {}
+    for c in HISTORY:
+        if c in extra:
+            try:
+                history[c] = np.array(cells[extra[c]], dtype=float)
+            except ValueError:  # text, or an empty cell (0): the row-by-row parser reads those
+                return None
+            if not (np.isfinite(history[c]) & (history[c] >= 0)).all():
+                return None
     cols: dict[str, list[str] | np.ndarray] = {"job_id": list(cells[idx["job_id"]]), "submit_time": t,
-                                               "num_gpus": g.astype(np.int64), "duration": d}
+                                               "num_gpus": g.astype(np.int64), "duration": d, **history}
     for c, i in extra.items():  # (cpus is None exactly when there is no num_cpus column)
-        cols[c] = cpus.astype(np.int64) if c == "num_cpus" and cpus is not None else list(cells[i])
+        if c not in history:
+            cols[c] = cpus.astype(np.int64) if c == "num_cpus" and cpus is not None else list(cells[i])
     return cols
 
 
