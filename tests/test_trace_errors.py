@@ -48,6 +48,22 @@ def test_unknown_header(tmp_path):
     assert "give its format, one of: canonical, philly, itp, helios, philly-json, slurm, parquet" in message
 
 
+def test_a_canonical_header_with_a_column_missing_or_unknown_is_named(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text("job_id,submit_time,duration\na,0,10\n")
+    assert _error(path) == (
+        f"{path}: line 1 (header): a canonical trace, but missing column(s) num_gpus; the canonical "
+        "columns are job_id, submit_time, num_gpus, duration, user, vc, status, num_cpus, name, time_limit, "
+        "account, partition, attained, age (give the format canonical to read it with unknown columns left out)")
+    path.write_text("job_id,submit_time,num_gpus,duration,gpu_type\na,0,1,10,v100\n")
+    assert "a canonical trace, but column(s) gpu_type not in it;" in _error(path)
+    # read as canonical, the unknown column is left out with a note, not in silence
+    trace, report = load_trace(path, format="canonical")
+    assert trace.job_id.tolist() == ["a"]
+    assert report.notes == ["column(s) not in the canonical format, not read: gpu_type"]
+    assert "note: column(s) not in the canonical format, not read: gpu_type" in report.summary()
+
+
 def test_detected_format_with_missing_columns(tmp_path):
     (tmp_path / "t.txt").write_text("JobID|User|Submit\n1|a|2024-01-01T00:00:00\n")
     assert _error(tmp_path / "t.txt") == (

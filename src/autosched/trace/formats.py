@@ -26,7 +26,7 @@ from .parsing import (
     wallclock_seconds,
 )
 from .report import MAX_CPUS, MAX_GPUS, RowCheck
-from .table import COLUMNS, HISTORY, OPTIONAL, TraceError
+from .table import COLUMNS, HISTORY, OPTIONAL, REQUIRED, TraceError
 
 # ---------------------------------------------------------------------------------- canonical CSV
 
@@ -35,6 +35,9 @@ def _parse_canonical(path: Path, check: RowCheck) -> Columns:
     header, rows = read_csv_rows(path)
     idx = column_index(path, header, ("job_id", "submit_time", "num_gpus", "duration"))
     extra = {c: header.index(c) for c in OPTIONAL if c in header}
+    unknown = [c for c in header if c not in COLUMNS]
+    if unknown:
+        check.report.notes.append(f"column(s) not in the canonical format, not read: {', '.join(unknown)}")
     fast = _canonical_clean(header, rows, idx, extra)
     if fast is not None:
         return fast
@@ -233,6 +236,15 @@ def detect_format(path: Path, head: str) -> Format:
     for f in FORMATS:
         if f.detect(head):
             return f
+    header = csv_header(head)
+    if "job_id" in header and {"submit_time", "num_gpus", "duration"} & set(header):
+        missing = [c for c in REQUIRED if c not in header]
+        unknown = [c for c in header if c not in COLUMNS]
+        said = "; ".join(x for x in (f"missing column(s) {', '.join(missing)}" if missing else "",
+                                     f"column(s) {', '.join(unknown)} not in it" if unknown else "") if x)
+        raise TraceError(f"{path}: line 1 (header): a canonical trace, but {said}; the canonical "
+                         f"columns are {', '.join(COLUMNS)} (give the format canonical to read it "
+                         "with unknown columns left out)")
     first = head.splitlines()[0][:200] if head else "(empty file)"
     raise TraceError(
         f"{path}: cannot tell the trace format from its first line {first!r}; "
