@@ -148,6 +148,9 @@ def test_run_table_in_a_pipe_keeps_every_column_of_all_strategies(tiny):
     (["--history", "400d"], "history of 400 days is beyond the 366-day limit of one workload sample"),
     (["--seed", "-1"], "--seed must be in [0, 4294967295] (got -1)"),
     (["--span", "1d"], "less than two periods"),
+    (["--span", "0"], "--span 0: must be > 0"),
+    (["--span", "-1d"], "--span -1d: must be > 0"),
+    (["--skip", "-1d"], "--skip -1d: must be >= 0"),
 ])
 def test_run_bad_input_is_one_line(tiny, extra, message):
     res = runner.invoke(app, _args(tiny, *extra))

@@ -147,12 +147,15 @@ def test_vcs_become_accounts_and_users_when_the_trace_has_none():
 def test_a_maximum_below_the_longest_job_or_under_an_hour_is_refused():
     tr = Trace.from_columns({"job_id": ["a", "b"], "submit_time": [0, 1], "num_gpus": [1, 1],
                              "duration": [10, 7200]}, source="t.csv")
-    with pytest.raises(TraceError, match=r"t.csv: row 1, column 'duration': the job runs 7200 s, longer "
+    with pytest.raises(TraceError, match=r"t.csv: job 'b', column 'duration': the job runs 7200 s, longer "
                                          r"than the maximum time limit 3600 s"):
         add_time_limits(tr, max_limit=3600)
     with pytest.raises(TraceError, match="at least 3600 s"):
         add_time_limits(tr, max_limit=1800)
     assert add_time_limits(tr, max_limit=7190)[1].max_limit == 7200  # rounded up to whole minutes
+    with pytest.raises(TraceError, match=r"maximum time limit 1e\+12 s: must be at most 31622400 s \(366 days\)"):
+        add_time_limits(tr, max_limit=1e12)
+    assert add_time_limits(tr, max_limit=366 * D)[1].max_limit == 366 * D
 
 
 def test_default_maximum():

@@ -144,8 +144,10 @@ class RunOptions:
         off = self.first_decision is not None and self.first_decision.strip().lower() == "off"
         first = (None if self.first_decision is None or off
                  else parse_duration(self.first_decision, "--first-decision"))
-        if start < 0 or length <= 0:
-            fail("--skip must be >= 0 and --span > 0")
+        if start < 0:
+            fail(f"--skip {self.skip}: must be >= 0")
+        if length <= 0:
+            fail(f"--span {self.span}: must be > 0")
         if first is not None and p > 0 and not 0 < first < p:
             fail(f"--first-decision {self.first_decision} is not inside the first period "
                  f"({format_duration(p)}); use 'off' for none")

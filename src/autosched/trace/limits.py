@@ -61,6 +61,7 @@ POPULARITY_ORDERS = (
 # whole multiples of 30 days).
 MAX_LIMITS = (DAY, 2 * DAY, 3 * DAY, 7 * DAY, 14 * DAY, 30 * DAY)
 MIN_MAX_LIMIT = HOUR  # the model's head needs a maximum of at least an hour
+MAX_MAX_LIMIT = 366 * DAY  # as every other length of time given: a value beyond is a typo
 
 
 class Draws(Protocol):
@@ -251,10 +252,13 @@ def add_time_limits(trace: Trace, seed: int = 0, max_limit: float | None = None,
         if not math.isfinite(max_limit) or max_limit < MIN_MAX_LIMIT:
             raise TraceError(f"maximum time limit {max_limit:g} s: must be at least "
                              f"{MIN_MAX_LIMIT} s (the model's popular values need an hour)")
+        if max_limit > MAX_MAX_LIMIT:
+            raise TraceError(f"maximum time limit {max_limit:g} s: must be at most {MAX_MAX_LIMIT} s "
+                             "(366 days); without one, the default fits the longest job")
         top = int(math.ceil(max_limit / MINUTE)) * MINUTE  # Slurm keeps limits in whole minutes
         if longest > top:
             row = int(missing[np.argmax(runtimes)])
-            raise TraceError(f"{trace.source or 'trace'}: row {row}, column 'duration': the job runs "
+            raise TraceError(f"{trace.source or 'trace'}: job {trace.job_id[row]!r}, column 'duration': the job runs "
                              f"{longest:g} s, longer than the maximum time limit {top} s; a limit "
                              "is never below the run time")
     limits = old.copy()
