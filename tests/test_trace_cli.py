@@ -79,3 +79,18 @@ def test_convert_to_canonical(tmp_path, suffix):
     back, report = load_trace(out)
     assert report.format == ("canonical" if suffix == ".csv" else "parquet")
     assert back.equals(original)
+
+
+@pytest.mark.parametrize("command", ["convert", "limits"])
+def test_no_job_to_write_fails_and_writes_nothing(tmp_path, command):
+    empty, dropped = tmp_path / "empty.csv", tmp_path / "dropped.csv"
+    empty.write_text("job_id,submit_time,num_gpus,duration\n")
+    dropped.write_text("job_id,submit_time,num_gpus,duration\na,0,0,10\n")
+    for path, why in ((empty, "no rows"), (dropped, "every row was dropped")):
+        out = tmp_path / "out.csv"
+        args = [str(path), str(out)] if command == "convert" else [str(path), "--out", str(out)]
+        result = runner.invoke(app, ["trace", command, *args])
+        assert result.exit_code == 2, result.stderr
+        assert f"error: {path}: no jobs to write ({why}); nothing written" in result.stderr
+        assert not out.exists()
+    assert "dropped 1" in result.stderr  # what was dropped is said first

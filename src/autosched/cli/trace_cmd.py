@@ -64,6 +64,7 @@ def convert_cmd(
     if not stdout and not out.name.lower().endswith((".csv", ".csv.gz", ".parquet", ".pq")):
         fail(f"{out}: the output name must end in .csv, .csv.gz or .parquet (or be - for CSV on stdout)")
     tr, report = load_trace(source, format=fmt, strict=strict)
+    _some_jobs(source, tr, report)
     write_trace(tr, out)
     note(report.summary())
     note(f"wrote {len(tr):,} jobs to {'stdout' if stdout else out}")
@@ -94,11 +95,24 @@ def limits_cmd(
     top = parse_duration(max_limit, "--max-limit") if max_limit is not None else None
     outputs((trace,), stream=(out,))
     tr, report = load_trace(trace, format=fmt, strict=strict)
+    _some_jobs(trace, tr, report)
     limited, done = add_time_limits(tr, seed=seed, max_limit=top)
     write_trace(limited, out)
     note(report.summary())
     note(done.summary())
     note(f"wrote {len(limited):,} jobs to {'stdout' if stdout else out}")
+
+
+def _some_jobs(path: Path, tr, report) -> None:
+    """Fail, writing nothing, when no job is left to write: a script must not read an empty
+    output as success."""
+    from .common import fail, note
+
+    if len(tr) == 0:
+        if report.rows:
+            note(report.summary())
+        fail(f"{path}: no jobs to write ({'every row was dropped' if report.rows else 'no rows'}); "
+             "nothing written")
 
 
 def _load(trace: Path, fmt: str | None, cluster: str | None, strict: bool):
