@@ -80,7 +80,10 @@ def test_allowlist_and_fixed_knobs():
                         "backfill": True, "reserve_after": 21600.0, "sched_interval": 60,
                         "default_queue_depth": 100, "batch_sched_delay": 3}
     assert live_space("multifactor", {"backfill": False}).fixed["backfill"] is False
-    with pytest.raises(LiveError, match="cannot fix PriorityWeightAge"):
+    with pytest.raises(LiveError, match=r"cannot fix PriorityWeightAge: .*\(the live knobs are searched; "
+                                        r"those that can be fixed: placement, PriorityFlags, TRESBillingWeights.GRES/gpu, "
+                                        r"TRESBillingWeights.CPU, backfill, "
+                                        r"reserve_after, sched_interval, default_queue_depth, batch_sched_delay\)$"):
         live_space("multifactor", {"PriorityWeightAge": 3})
     with pytest.raises(LiveError, match="no knob with a live Slurm setting"):
         live_space("tiresias")

@@ -79,8 +79,9 @@ def fixed_values(policy: str, fixed: Mapping[str, Any] | None = None) -> dict[st
     fixed = dict(fixed or {})
     bad = [n for n in fixed if n not in space or is_allowed(n)]
     if bad:
+        can = ", ".join(k.name for k in space if not is_allowed(k.name))
         raise LiveKnobError(f"cannot fix {', '.join(bad)}: not a non-live knob of {policy} (the live "
-                            "knobs are searched)")
+                            f"knobs are searched; those that can be fixed: {can})")
     values = space.validate(fixed)
     return {k.name: values[k.name] for k in space if not is_allowed(k.name)}
 
