@@ -158,7 +158,8 @@ def test_drops_are_in_json_and_on_stderr_with_their_rules(tmp_path):
 def test_strict_makes_the_first_bad_row_an_error(tmp_path, row, rule):
     path = tmp_path / "bad.csv"
     path.write_text(f"job_id,submit_time,num_gpus,duration\na,0,1,100\n{row}\n")
-    assert rule in error_line(cli("simulate", path, "--cluster", "2x8", "--strict"))
+    line = error_line(cli("simulate", path, "--cluster", "2x8", "--strict"))
+    assert rule in line and "is kept" not in line  # strict keeps no row of a bad file
 
 
 def test_a_1e300_duration_never_reaches_a_model_or_a_sample(tmp_path):

@@ -233,8 +233,8 @@ def check_jobs(cols: Columns, check: RowCheck) -> Columns:
             if bad[i]:
                 continue
             if ids[i] in seen:
-                check.drop(f"job {_id(ids[i])!r}", "job_id", "job id appears more than once (the first row is kept)",
-                           row=i)
+                kept = "" if check.strict else " (the first row is kept)"
+                check.drop(f"job {_id(ids[i])!r}", "job_id", f"job id appears more than once{kept}", row=i)
                 bad[i] = True
             seen.add(ids[i])
     kept_t = t[~bad]
