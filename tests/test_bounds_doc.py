@@ -49,6 +49,7 @@ BOUNDS = {
     "autosched.service.guard:MAX_BODY": lambda v: f"at most {v:,} bytes, refused (413)",
     "autosched.service.models:MAX_DIFF": lambda v: f"at most {v:,} characters",
     "autosched.trace.limits:MIN_MAX_LIMIT": lambda v: f"at least {v:,} s",
+    "autosched.trace.limits:MAX_MAX_LIMIT": lambda v: f"at most {v:,} s",
     "autosched.adapt.sources:MAX_TIME_SCALE": lambda v: f"in [1, {v:,}]",
 }
 # Constants named like bounds that bound autosched's own work, not what it reads
