@@ -16,6 +16,7 @@ from .common import table_console
 
 if TYPE_CHECKING:
     from ..cluster import ClusterSpec
+    from ..trace import LoadReport, Trace
 
 trace_app = typer.Typer(help="Inspect job traces, convert them to autosched's canonical CSV/Parquet, and give them time limits.",
                         no_args_is_help=True)
@@ -103,7 +104,7 @@ def limits_cmd(
     note(f"wrote {len(limited):,} jobs to {'stdout' if stdout else out}")
 
 
-def _some_jobs(path: Path, tr, report) -> None:
+def _some_jobs(path: Path, tr: Trace, report: LoadReport) -> None:
     """Fail, writing nothing, when no job is left to write: a script must not read an empty
     output as success."""
     from .common import fail, note
