@@ -32,6 +32,7 @@ import csv
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -54,6 +55,7 @@ sys.path.insert(0, str(REPO / "benchmarks"))
 import slurm_twin as tw  # noqa: E402
 
 from autosched.cluster import ClusterSpec  # noqa: E402
+from autosched.errors import AutoschedError, InputError  # noqa: E402
 from autosched.policies import get_policy  # noqa: E402
 from autosched.sim import Simulator  # noqa: E402
 from autosched.space import Float, Int  # noqa: E402
@@ -61,6 +63,7 @@ from autosched.trace.io import load_trace  # noqa: E402
 from autosched.trace.limits import add_time_limits  # noqa: E402
 from autosched.trace.parsing import wallclock_seconds  # noqa: E402
 from autosched.trace.table import Trace  # noqa: E402
+from autosched.workload import MODELS  # noqa: E402
 
 DAY = 86400.0
 NODES, GPUS_PER_NODE = 4, 8
@@ -212,7 +215,7 @@ def select(trace: Trace, plan: Plan) -> Selection:
     in_window = fits & (s >= w0) & (s < w1)
     full = float((g[in_window] * d[in_window]).sum()) / (GPUS * plan.days * DAY)
     if full <= 0:
-        raise SystemExit(f"{plan.trace}: no job of at most {GPUS_PER_NODE} GPUs in days "
+        raise InputError(f"{plan.trace}: no job of at most {GPUS_PER_NODE} GPUs in days "
                          f"{plan.start_day:g}-{plan.start_day + plan.days:g}")
     fraction = min(1.0, plan.load / full)
     # one draw per row of the whole trace: a job's fate does not depend on the window
@@ -434,11 +437,13 @@ def read_jobs(path: Path) -> list[tw.Job]:
 
 
 def run(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: tuple[int, int],
-        lead: float = 10.0, log=print) -> dict[str, Any]:
+        lead: float = 10.0, log=print, trace: Trace | None = None) -> dict[str, Any]:
     """Replay the plan on two fresh clusters (started here, stopped before returning) and write
-    the run's files to `outdir`; returns run.json's content."""
+    the run's files to `outdir`; returns run.json's content. A run that fails leaves its
+    run.json with `failed` (the error), which the analysis refuses."""
     t_begin = time.time()
-    trace, _ = load_trace(Path(plan.trace))
+    if trace is None:
+        trace, _ = load_trace(Path(plan.trace))
     sel = select(trace, plan)
     log(f"{plan.name}: {len(sel.jobs)} jobs in {plan.days:g} days from day {plan.start_day:g} "
         f"(thinned to {sel.fraction:.3f}: offered load {sel.full_load:.2f} -> "
@@ -454,6 +459,7 @@ def run(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: tuple[in
     agent: subprocess.Popen[bytes] | None = None
     state = Path(tempfile.mkdtemp(prefix="cl-agent-"))
     try:
+        info["failed"] = "stopped before the last job was recorded"  # cleared at the end
         start_all(beds)
         info["wall_start_clusters"] = time.time() - t_begin
         clusters = [b.cluster() for b in beds]
@@ -503,6 +509,10 @@ def run(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: tuple[in
         for b in beds:
             export_sacct(b, t0, outdir / f"sacct-{b.label}.txt")
             save_times(b, outdir / f"times-{b.label}.json")
+        del info["failed"]
+    except BaseException as e:
+        info["failed"] = f"{type(e).__name__}: {e}"
+        raise
     finally:
         if agent is not None:
             stop_agent(agent)
@@ -632,9 +642,31 @@ def configs_in_force(status: dict[str, Any], base: dict[str, Any]) -> dict[int, 
     return {int(r["id"]): {**base, **(r.get("config") or {})} for r in status.get("history") or []}
 
 
+RUN_KEYS = ("plan", "baseline", "t0", "fraction", "offered_load")  # what the analysis reads of run.json
+
+
+def run_info(outdir: Path) -> dict[str, Any]:
+    """A finished run's run.json; InputError for a failed or unfinished run, or a file that is
+    not a run's."""
+    path = outdir / "run.json"
+    try:
+        info = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise InputError(f"{path}: not JSON ({e})") from None
+    if not isinstance(info, dict):
+        raise InputError(f"{path}: not a run's record (a JSON object)")
+    if "failed" in info:
+        raise InputError(f"{path}: the run failed ({info['failed']}); remove {outdir} or run it again")
+    missing = [k for k in RUN_KEYS if k not in info]
+    if missing:
+        raise InputError(f"{path}: no {', '.join(repr(k) for k in missing)}: the run did not finish; "
+                         f"remove {outdir} or run it again")
+    return info
+
+
 def analyse_run(outdir: Path) -> RunResult:
     """Every figure of one run from its files."""
-    info = json.loads((outdir / "run.json").read_text())
+    info = run_info(outdir)
     plan = Plan(**info["plan"])
     base = info["baseline"]
     jobs = read_jobs(outdir / "jobs.csv")
@@ -866,8 +898,15 @@ def run_dirs(root: Path) -> list[Path]:
 
 
 def analyse(root: Path, check: bool, plot: bool = True) -> int:
-    results = [analyse_run(d) for d in run_dirs(root)]
-    tables = render_tables(results) if results else "No run is committed yet.\n"
+    """Every table from the runs in `root` into docs/closed-loop.md's section (with `check`: exit
+    1 if it is not current) and the plot. InputError, the doc untouched, if `root` holds no run."""
+    if not root.is_dir():
+        raise InputError(f"--out {root}: no such directory")
+    dirs = run_dirs(root)
+    if not dirs:
+        raise InputError(f"--out {root}: no run in it (a run is a directory with a run.json)")
+    results = [analyse_run(d) for d in dirs]
+    tables = render_tables(results)
     print(tables)
     doc = DOC.read_text()
     new = render_doc(doc, tables)
@@ -882,15 +921,68 @@ def analyse(root: Path, check: bool, plot: bool = True) -> int:
     return 0
 
 
-def main() -> None:
+# The flags a run takes, each checked before anything starts (`checked_plan`): a bad value costs
+# an error line, not two clusters started for 40 minutes.
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a run's directory: one plain name inside --out
+MAX_LOAD = 1.5  # above it the backlog grows for the whole run: no config drains it
+B_PORTS = 100  # cluster B's port base is this far above A's
+LAST_PORT = B_PORTS + 19  # a cluster reserves its base and the 19 ports above it (docs/testbed.md)
+
+
+def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tuple[Path, Path]]:
+    """The run the flags ask for, every flag checked first (InputError names the flag): the plan,
+    its trace, the jobs it replays, and the two clusters' roots."""
+    plan = PLANS[args.run]
+    name = args.name or plan.name
+    if not NAME.fullmatch(name):
+        raise InputError(f"--name {name!r}: a run's name is one directory name (letters, digits, "
+                         "'.', '_', '-'; not starting with '.' or '-')")
+    if (args.out / name / "run.json").exists():
+        raise InputError(f"--name {name}: {args.out / name} holds a run already; remove it or "
+                         "choose another name")
+    if args.load is not None and not (math.isfinite(args.load) and 0 < args.load <= MAX_LOAD):
+        raise InputError(f"--load {args.load}: the offered load must be in (0, {MAX_LOAD:g}] of the "
+                         f"{GPUS} GPUs")
+    if args.start_day is not None and not (math.isfinite(args.start_day) and args.start_day >= 0):
+        raise InputError(f"--start-day {args.start_day}: must be a day >= 0 of the trace")
+    if args.seed is not None and args.seed < 0:
+        raise InputError(f"--seed {args.seed}: a seed is an integer >= 0")
+    if args.model is not None and args.model not in MODELS:
+        raise InputError(f"--model {args.model!r}: unknown workload model; known: {', '.join(MODELS)}")
+    if not 1024 <= args.port_base <= 65535 - LAST_PORT:
+        raise InputError(f"--port-base {args.port_base}: must be in 1024-{65535 - LAST_PORT} (cluster B "
+                         f"uses ports {B_PORTS}-{LAST_PORT} above it)")
+    roots = [r for r in args.roots.split(",")]
+    if len(roots) != 2 or not all(roots):
+        raise InputError(f"--roots {args.roots!r}: give the two clusters' roots, comma-separated")
+    changes = {k: v for k, v in (("trace", args.trace), ("start_day", args.start_day),
+                                 ("seed", args.seed), ("load", args.load), ("model", args.model),
+                                 ("model_trace_time", args.model_trace_time))
+               if v is not None}
+    plan = replace(plan, name=name, **changes)
+    path = Path(plan.trace)
+    if not path.is_file():
+        raise InputError(f"--trace {path}: no such file")
+    try:
+        trace, _ = load_trace(path)
+    except AutoschedError as e:
+        raise InputError(f"--trace {path}: {e}") from None
+    sel = select(trace, plan)
+    if not sel.jobs:
+        raise InputError(f"--trace {path}: no job in days {plan.start_day:g}-{plan.start_day + plan.days:g} "
+                         f"after thinning to {sel.fraction:.3f}")
+    return plan, trace, sel, (Path(roots[0]), Path(roots[1]))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--run", choices=sorted(PLANS), help="replay this plan on two fresh clusters")
     ap.add_argument("--name", help="the run's directory name (default: the plan's)")
     ap.add_argument("--trace", help="canonical trace to take the jobs from (time_limit, user, "
                                     "account and vc are used when present; default: the bundled sample)")
     ap.add_argument("--start-day", type=float)
-    ap.add_argument("--seed", type=int, help="thinning seed")
-    ap.add_argument("--load", type=float, help="offered load the thinning aims at")
+    ap.add_argument("--seed", type=int, help="thinning seed (>= 0)")
+    ap.add_argument("--load", type=float, help=f"offered load the thinning aims at, in (0, {MAX_LOAD:g}]")
     ap.add_argument("--model", help="the agent's workload model (default: the plan's, stat)")
     ap.add_argument("--model-trace-time", action=argparse.BooleanOptionalAction, help="the agent's model fits and "
                     "samples on the trace's clock (agent init --time-scale SCALE), not the compressed one")
@@ -900,20 +992,19 @@ def main() -> None:
     ap.add_argument("--analyse", action="store_true", help="recompute every table from the "
                     "committed runs in --out, rewrite docs/closed-loop.md's section and the plot")
     ap.add_argument("--check", action="store_true", help="with --analyse: exit 1 if the doc is not current")
-    args = ap.parse_args()
-    if args.analyse:
-        sys.exit(analyse(args.out, args.check))
-    if args.run is None:
-        ap.error("give --run PLAN or --analyse")
-    plan = PLANS[args.run]
-    changes = {k: v for k, v in (("trace", args.trace), ("start_day", args.start_day),
-                                 ("seed", args.seed), ("load", args.load), ("model", args.model),
-                                 ("model_trace_time", args.model_trace_time))
-               if v is not None}
-    plan = replace(plan, name=args.name or plan.name, **changes)
-    a, b = (Path(p) for p in args.roots.split(","))
-    run(plan, args.out / plan.name, (a, b), (args.port_base, args.port_base + 100))
+    args = ap.parse_args(argv)
+    try:
+        if args.analyse:
+            return analyse(args.out, args.check)
+        if args.run is None:
+            ap.error("give --run PLAN or --analyse")
+        plan, trace, sel, roots = checked_plan(args)
+        run(plan, args.out / plan.name, roots, (args.port_base, args.port_base + B_PORTS), trace=trace)
+    except AutoschedError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -126,7 +126,7 @@ def test_select_properties(rows, load, seed):
                    scale=864.0, cap=0.5 * DAY, dmin=1)
     in_window = (tr.submit_time >= DAY) & (tr.submit_time < 2 * DAY) & (tr.num_gpus <= 8)
     if not in_window.any():
-        with pytest.raises(SystemExit):
+        with pytest.raises(cl.InputError):
             cl.select(tr, plan)
         return
     sel = cl.select(tr, plan)
@@ -303,6 +303,100 @@ def test_the_judge_benchmark_rebuilds_the_period_the_agent_judged():
         **period.recorded["realized"], "finished": 452}}})
     with pytest.raises(SystemExit, match="the agent judged 599 .452 finished"):
         jc.check_recorded(broken, cf)
+
+
+# -- bad flags: refused before any cluster starts ---------------------------------------------
+
+@pytest.fixture
+def no_clusters(monkeypatch):
+    """Fail the test if the harness gets as far as starting a cluster or a run."""
+    def started(*a, **k):
+        raise AssertionError("a cluster was started")
+    monkeypatch.setattr(cl, "start_all", started)
+    monkeypatch.setattr(cl, "run", started)
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--trace", "/nonexistent.csv"], "--trace /nonexistent.csv: no such file"),
+    (["--trace", "/dev/zero"], "--trace /dev/zero: no such file"),  # not a regular file: never read
+    (["--load", "nan"], "--load nan: the offered load must be in (0, 1.5]"),
+    (["--load", "1e9"], "--load 1000000000.0: the offered load must be in (0, 1.5]"),
+    (["--load", "-1"], "--load -1.0: the offered load must be in (0, 1.5]"),
+    (["--load", "0"], "--load 0.0: the offered load must be in (0, 1.5]"),
+    (["--model", "nosuch"], "--model 'nosuch': unknown workload model; known: replay, stat, hybrid, neural"),
+    (["--port-base", "99999"], "--port-base 99999: must be in 1024-65416"),
+    (["--port-base", "65417"], "--port-base 65417: must be in 1024-65416"),  # B's last: 65417 + 119 > 65535
+    (["--port-base", "80"], "--port-base 80: must be in 1024-65416"),
+    (["--name", "../../escape"], "--name '../../escape': a run's name is one directory name"),
+    (["--name", ".hidden"], "--name '.hidden': a run's name is one directory name"),
+    (["--roots", "onlyone"], "--roots 'onlyone': give the two clusters' roots, comma-separated"),
+    (["--roots", "/tmp/a,"], "--roots '/tmp/a,': give the two clusters' roots, comma-separated"),
+    (["--start-day", "-3"], "--start-day -3.0: must be a day >= 0 of the trace"),
+    (["--seed", "-1"], "--seed -1: a seed is an integer >= 0"),
+])
+def test_a_bad_flag_is_one_error_line_before_anything_starts(flags, message, no_clusters, tmp_path, capsys):
+    assert cl.main(["--run", "w1", "--out", str(tmp_path), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: " + message) and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []  # nothing written
+
+
+def test_a_garbage_trace_is_named_not_a_traceback(no_clusters, tmp_path, capsys):
+    bad = tmp_path / "bad.csv"
+    bad.write_text("garbage\n\x00\x01\n")
+    assert cl.main(["--run", "w1", "--out", str(tmp_path / "out"), "--trace", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --trace {bad}: ") and err.count("\n") == 1, err
+
+
+def test_an_existing_run_is_never_overwritten(no_clusters, tmp_path, capsys):
+    (tmp_path / "w1").mkdir()
+    (tmp_path / "w1" / "run.json").write_text("{}")
+    assert cl.main(["--run", "w1", "--out", str(tmp_path)]) == 2
+    assert "holds a run already" in capsys.readouterr().err
+
+
+def test_a_window_without_jobs_is_refused_before_the_clusters_start(no_clusters, tmp_path, capsys):
+    # the bundled sample spans 28 days: day 100 has no job
+    assert cl.main(["--run", "w1", "--out", str(tmp_path), "--start-day", "100"]) == 2
+    assert "no job of at most 8 GPUs in days 100-102.5" in capsys.readouterr().err
+
+
+@pytest.fixture
+def doc_copy(tmp_path, monkeypatch):
+    doc = tmp_path / "closed-loop.md"
+    doc.write_text(cl.DOC.read_text())
+    monkeypatch.setattr(cl, "DOC", doc)
+    monkeypatch.setattr(cl, "PLOT", tmp_path / "plot.png")
+    return doc
+
+
+@pytest.mark.parametrize("where, message", [
+    ("missing", "no such directory"), ("empty", "no run in it")])
+def test_analyse_of_a_wrong_out_leaves_the_doc_alone(where, message, doc_copy, tmp_path, capsys):
+    before = doc_copy.read_text()
+    out = tmp_path / where
+    if where == "empty":
+        out.mkdir()
+    assert cl.main(["--analyse", "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"error: --out {out}: {message}" + (
+        " (a run is a directory with a run.json)\n" if where == "empty" else "\n")
+    assert doc_copy.read_text() == before and not (tmp_path / "plot.png").exists()
+
+
+@pytest.mark.parametrize("info, message", [
+    ({"plan": {}, "baseline": {}, "fraction": 1, "offered_load": 1}, "no 't0': the run did not finish"),
+    ({"plan": {}, "baseline": {}, "t0": 1, "fraction": 1, "offered_load": 1, "failed": "RuntimeError: x"},
+     "the run failed (RuntimeError: x)"),
+])
+def test_analyse_names_an_unfinished_run(info, message, doc_copy, tmp_path, capsys):
+    before = doc_copy.read_text()
+    (tmp_path / "r").mkdir()
+    (tmp_path / "r" / "run.json").write_text(json.dumps(info))
+    assert cl.main(["--analyse", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: {tmp_path / 'r' / 'run.json'}: {message}") and err.count("\n") == 1
+    assert doc_copy.read_text() == before
 
 
 # -- on two real clusters -------------------------------------------------------------------
