@@ -46,6 +46,8 @@ BOUNDS = {
     "autosched.live.history:MAX_ROW_BYTES": lambda v: f"≤ {v // 1024} KiB per row",
     "autosched.service.token:MAX_BYTES": lambda v: f"at most {v:,} bytes",
     "autosched.live.slurm:MAX_SLURM_CONF_BYTES": lambda v: f"at most {v:,} bytes",
+    "autosched.live.slurm:MAX_HISTORY_OUTPUT_BYTES": lambda v: f"≤ {v / 2**30:g} GiB from `sacct`",
+    "autosched.live.slurm:MAX_OUTPUT_BYTES": lambda v: f"≤ {v / 2**20:g} MiB from the others",
     "autosched.service.guard:MAX_BODY": lambda v: f"at most {v:,} bytes, refused (413)",
     "autosched.service.models:MAX_DIFF": lambda v: f"at most {v:,} characters",
     "autosched.trace.limits:MIN_MAX_LIMIT": lambda v: f"at least {v:,} s",

@@ -215,8 +215,8 @@ def test_cluster_from_scontrol_nodes():
 
 def test_queue_rows_fill_in_what_sacct_has_not_recorded():
     sacct = HEADER + "\n" + row("1", 1000, 1000, 1100, 2) + "\n"
-    squeue = ("1|2026-01-01T00:00:00|2026-01-01T00:00:00|gres:gpu:2|alice|physics|gpu|RUNNING|j|1|5:00\n"
-              "7|2026-01-01T00:10:00|N/A|gres:gpu:4|bob|chemistry|gpu|PENDING|j|1|1:00:00\n")
+    squeue = ("1|2026-01-01T00:00:00|2026-01-01T00:00:00|gres:gpu:2|alice|physics|gpu|RUNNING|1|5:00\n"
+              "7|2026-01-01T00:10:00|N/A|gres:gpu:4|bob|chemistry|gpu|PENDING|1|1:00:00\n")
     jobs = read_jobs(add_queue_rows(sacct, squeue))
     assert jobs.job_id.tolist() == ["1", "7"]
     assert jobs.finished.tolist() == [True, False]

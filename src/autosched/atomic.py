@@ -125,6 +125,19 @@ def check_input(path: str | os.PathLike, what: str = "file") -> None:
         raise InputError(f"{os.fspath(path)}: is {_kind(st.st_mode)}, not a regular file; expected a {what}")
 
 
+def real_path(path: str | os.PathLike) -> Path:
+    """`path` made absolute with its symbolic links resolved, for a setting that outlives the
+    command (a path saved in a state directory); a path that may not exist yet is allowed, one
+    that cannot be looked up (a symbolic link loop, no permission) is an `InputError` naming it."""
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise InputError(f"{os.fspath(path)}: {(e.strerror or str(e)).lower()}") from None
+    return Path(os.path.realpath(path))
+
+
 def read_text_input(path: str | os.PathLike, what: str, max_bytes: int) -> str:
     """The text of input `path` under the input rules: a regular file (`check_input`), at most
     `max_bytes` bytes (a larger one is not `what`; nothing more is read), UTF-8. Every refusal

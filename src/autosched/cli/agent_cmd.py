@@ -79,19 +79,20 @@ def init_cmd(
 ) -> None:
     """Create the agent's state directory and save how it reaches the cluster and what it tunes.
     Every option and the cluster's setup are checked first: a refused init writes nothing."""
+    from ..atomic import real_path
     from ..errors import InputError
     from ..live.agent import init_agent
     from ..live.errors import LiveError
 
     if fake is not None:
-        connector: dict[str, Any] = {"kind": "fake", "directory": str(fake.resolve())}
+        connector: dict[str, Any] = {"kind": "fake", "directory": str(real_path(fake))}
     else:
         conf = slurm_conf or (Path(os.environ["SLURM_CONF"]) if os.environ.get("SLURM_CONF") else None)
         if conf is None:
             raise InputError("no slurm.conf: set SLURM_CONF or pass its path")
         inc = include or conf.parent / "autosched.conf"
-        connector = {"kind": "slurm", "slurm_conf": str(conf.resolve()), "include": str(inc.resolve()),
-                     "timeout": timeout}
+        connector = {"kind": "slurm", "slurm_conf": str(real_path(conf)),
+                     "include": str(real_path(inc)), "timeout": timeout}
     bounds = {}
     for k, v in _pairs(bound, "bound").items():
         lo, sep, hi = v.partition(":")
@@ -102,7 +103,7 @@ def init_cmd(
     settings = AgentSettings(
         **loop, connector=connector, mode="auto" if auto else "propose", min_jobs=min_jobs, bounds=bounds,
         max_step=max_step, max_twin_error=max_twin_error, fixed=_pairs(fix, "fix"),
-        seed_history=str(seed_history.resolve()) if seed_history else None, notify=notify,
+        seed_history=str(real_path(seed_history)) if seed_history else None, notify=notify,
         time_scale=time_scale)
     st = state or default_state()
     agent = init_agent(st, settings)

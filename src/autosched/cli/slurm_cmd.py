@@ -62,5 +62,7 @@ def history_cmd(
     active = int((~jobs.finished).sum())
     typer.echo(f"{out}: {len(jobs)} GPU jobs ({int(jobs.finished.sum())} finished, {active} pending or "
                f"running), {jobs.malformed} malformed sacct row(s) skipped")
-    if jobs.report.drops:
-        typer.echo(jobs.report.summary(), err=True)
+    # sacct's text keeps the rows of queued and running jobs: only faults are dropped from it
+    report = jobs.faults() if out.suffix.lower() in _TEXT_SUFFIXES else jobs.report
+    if report.drops:
+        typer.echo(report.summary(), err=True)

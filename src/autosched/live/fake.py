@@ -32,6 +32,11 @@ DEFAULT_BASE = {name: to_slurm(Multifactor.space[name], Multifactor.space[name].
                 for name in BASE_SETTINGS}
 
 
+_STATE_KEYS: dict[str, type | tuple[type, ...]] = {
+    "base": dict, "live": dict, "down": bool, "fail_reconfigure": bool, "ignore": list,
+    "setup": dict, "sacct": str}
+
+
 class FakeConnector:
     """A fake cluster kept in `directory` (created with `FakeConnector.create`)."""
 
@@ -65,7 +70,22 @@ class FakeConnector:
 
     # -- the fake's state (tests change it to inject faults) --------------------------------
     def state(self) -> dict[str, Any]:
-        return json.loads(self.state_file.read_text())
+        """``fake.json``, checked: a `LiveError` naming the file when it is not a fake
+        cluster's state (not JSON, not an object, a key missing)."""
+        try:
+            s = json.loads(self.state_file.read_bytes())
+        except OSError as e:
+            raise LiveError(f"{self.state_file}: cannot read: {e.strerror or e}") from None
+        except ValueError as e:  # bad JSON or not UTF-8
+            raise LiveError(f"{self.state_file}: not a fake cluster's state: "
+                            f"{str(e).splitlines()[0][:120]}") from None
+        wrong = [k for k, kind in _STATE_KEYS.items()
+                 if not isinstance(s, dict) or not isinstance(s.get(k), kind)]
+        if wrong:
+            raise LiveError(f"{self.state_file}: not a fake cluster's state: "
+                            f"{', '.join(wrong)} missing or of the wrong type (make one with "
+                            "FakeConnector.create)")
+        return s
 
     def update(self, **changes: Any) -> None:
         s = self.state()

@@ -22,7 +22,7 @@ import os
 import re
 import tempfile
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,6 +45,7 @@ MAX_HISTORY_BYTES = 4 * 2**30  # a history file (seed or cache) larger than this
 _MAX_FETCHED_BYTES = 4096
 # columns a sacct text must have (those of the project's sacct loader)
 REQUIRED_COLUMNS = ("JobID", "Submit", "Start", "End", "AllocTRES")
+CLOCK_SLACK = 3600.0  # s a fetched job may be submitted after the agent's now without counting
 _CACHE_HINT = "delete it and the next round fetches the history window again"
 
 ACTIVE_STATES = ("PENDING", "RUNNING", "REQUEUED", "SUSPENDED", "CONFIGURING", "COMPLETING",
@@ -73,6 +74,10 @@ def prune_sacct(text: str, before: float) -> str:
                 gone.add(cells[0])
     keep = [line for line in lines[1:] if line.split("|", 1)[0].split(".")[0] not in gone]
     return "\n".join([lines[0], *keep]) + "\n"
+
+
+def _header_line(text: str) -> str:
+    return text.partition("\n")[0].rstrip("\r")
 
 
 def merge_sacct(old: str, new: str) -> str:
@@ -116,6 +121,14 @@ class LiveJobs:
     def __len__(self) -> int:
         return len(self.job_id)
 
+    def faults(self) -> LoadReport:
+        """`report` with only the rows dropped for a fault of the row (``malformed``), not those
+        of jobs still queued or running or without GPUs: a sacct export keeps those rows."""
+        drops = {k: d for k, d in self.report.drops.items()
+                 if not any(d.rule.startswith(x) for x in _NOT_MALFORMED)}
+        return replace(self.report, drops=drops, kept=self.report.rows - sum(
+            d.count for d in drops.values()))
+
 
 # the per-job arrays of LiveJobs, in order (text columns first)
 _TEXT = ("job_id", "user", "account", "partition")
@@ -130,13 +143,14 @@ def take_jobs(jobs: LiveJobs, keep: np.ndarray) -> LiveJobs:
 
 
 def read_jobs(text: str, source: str = "sacct", *, lines: list[int] | None = None,
-              skipped: LoadReport | None = None) -> LiveJobs:
+              skipped: LoadReport | None = None, until: float | None = None) -> LiveJobs:
     """The jobs in sacct text (see `Connector.sacct_rows`); malformed rows are skipped and
     counted (``malformed``, with their rules in ``report``, which names `source`). `lines` gives
     each line's number in the file the text was read from (drop examples then name those
-    lines), `skipped` the rows the file's reader already skipped (counted the same way)."""
+    lines), `skipped` the rows the file's reader already skipped (counted the same way). With
+    `until` (now), a job submitted after it is such a row: a clock behind Slurm's."""
     report = LoadReport(source=source, format="slurm")
-    text, nul = _without_nul_rows(text, report, lines)
+    text, nul = _without_bad_rows(text, report, lines, until)
     if text.strip():
         trace, loaded = _load_sacct(text, source)
         for rule in loaded.drops.values():
@@ -204,21 +218,51 @@ def _load_sacct(text: str, source: str) -> tuple[Trace, LoadReport]:
     return trace, report
 
 
-def _without_nul_rows(text: str, report: LoadReport, lines: list[int] | None) -> tuple[str, int]:
+def _without_bad_rows(text: str, report: LoadReport, lines: list[int] | None,
+                      until: float | None = None) -> tuple[str, int]:
     """`text` without its rows that hold NUL bytes (no sacct row does; csv refuses the whole text
-    for one), each counted in `report`."""
-    if "\x00" not in text:
+    for one) or U+FFFD (a byte that was not UTF-8, as `SlurmRunner` reads a command's output),
+    and, with `until`, without the jobs submitted after it (their steps go with them), each row
+    counted in `report` (a job's steps are not)."""
+    future = _future_jobs(text, until) if until is not None else {}
+    if "\x00" not in text and "\ufffd" not in text and not future:
         return text, 0
     check = RowCheck(report)
     out = []
     for k, line in enumerate(text.split("\n")):
-        if "\x00" in line:
-            n = lines[k] if lines is not None and k < len(lines) else k + 1
-            check.drop(f"line {n}", "JobID", "row holds NUL bytes")
+        job = line.split("|", 1)[0].strip() if k else ""
+        why = ("row holds NUL bytes" if "\x00" in line else
+               "row is not UTF-8 text" if "\ufffd" in line else None)
+        n = lines[k] if lines is not None and k < len(lines) else k + 1
+        if why is not None:
+            check.drop(f"line {n}", "JobID", why)
             out.append("")  # keeps the line numbers
+        elif job in future:
+            check.drop(f"line {n}", "Submit", "submitted after now (a future date)", future[job])
+            out.append("")
+        elif job.split(".")[0] in future:
+            out.append("")
         else:
             out.append(line)
     return "\n".join(out), report.dropped
+
+
+def _future_jobs(text: str, until: float) -> dict[str, str]:
+    """The job rows of `text` (by JobID, the first column) submitted after `until`, with their
+    Submit cell."""
+    lines = text.split("\n")
+    header = [h.strip().lower() for h in lines[0].split("|")]
+    if not header or header[0] != "jobid" or "submit" not in header:
+        return {}
+    i = header.index("submit")
+    out = {}
+    for line in lines[1:]:
+        cells = line.split("|")
+        if len(cells) > i and "." not in cells[0]:
+            t = wallclock_seconds(cells[i])
+            if t is not None and t > until:
+                out[cells[0].strip()] = cells[i].strip()
+    return out
 
 
 _LINE = re.compile(r"\bline (\d+)")
@@ -474,19 +518,22 @@ def update_history(state_dir: Path, fetch: Callable[[float, float], str], now: f
     fetched = read_fetched(state_dir / FETCHED_FILE)
     since = now - window if fetched is None else min(fetched - OVERLAP, now - OVERLAP)
     since = max(since, now - window - OVERLAP)
-    try:
-        text = prune_sacct(merge_sacct(old, fetch(since, now)), now - 2 * window)
-    except LiveError as e:
-        if "columns changed" not in str(e):
-            raise
-        raise LiveError(f"{cache}: {e}; {_CACHE_HINT}") from None
+    new = fetch(since, now)
+    if old and new.strip() and _header_line(old) != _header_line(new):
+        # the cache was fetched with other columns (by an older autosched, whose rows a job name
+        # could forge): it is not merged into, the whole window is fetched again
+        old, since = "", now - window
+        new = fetch(since, now)
+    text = prune_sacct(merge_sacct(old, new), now - 2 * window)
     if save:
         try:
             write_text_atomic(cache, text)
             write_text_atomic(state_dir / FETCHED_FILE, json.dumps({"until": now}))
         except OSError as e:
             raise LiveError(f"{cache}: cannot write the history cache: {e.strerror or e}") from None
-    jobs = read_jobs(text, source=f"sacct since {since:.0f}")
+    # a job submitted during this round's reads is after `now` by seconds: only a clock far
+    # behind Slurm's makes a row "from the future"
+    jobs = read_jobs(text, source=f"sacct since {since:.0f}", until=now + CLOCK_SLACK)
     if seed is not None:
         jobs = combine(jobs, seed.jobs(now - 2 * window, now))
     return jobs

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import os
 import re
+import selectors
+import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
@@ -32,18 +34,27 @@ from .knobs import BACKFILL_PREFIX, canonical, is_allowed, same_value
 from .slurmconf import own_settings
 from .twin import ClusterSetup, PartitionSetup, billed_tres_note
 
+# No column a user writes freely (JobName, Comment, ...): sacct --parsable2 prints a `|` or a
+# newline in such a cell as it is, so a job name could forge or hide rows. What is left is numbers,
+# times, states and names Slurm checks (users, accounts, partitions, TRES).
 SACCT_FIELDS = ("JobID", "Submit", "Start", "End", "AllocTRES", "ReqTRES", "User", "Account",
-                "Partition", "State", "JobName", "NCPUS", "Timelimit")
+                "Partition", "State", "NCPUS", "Timelimit")
 _BF_MARK = "# autosched manages these SchedulerParameters entries:"
 # Entries the include file's own SchedulerParameters line carried before autosched managed it and
 # that slurm.conf does not set: an operator's, kept at every write (the line replaces slurm.conf's).
 _KEPT_MARK = "# kept from this file's SchedulerParameters (slurm.conf does not set them):"
-# squeue columns in the order of SACCT_FIELDS (End and AllocTRES are not known yet)
-SQUEUE_FORMAT = "%i|%V|%S|%b|%u|%a|%P|%T|%j|%C|%l"
+# squeue columns in the order of SACCT_FIELDS (End and AllocTRES are not known yet; no %j, as
+# for sacct)
+SQUEUE_FORMAT = "%i|%V|%S|%b|%u|%a|%P|%T|%C|%l"
 _DOWN = ("unable to contact slurm controller", "connection refused", "socket timed out",
          "unable to establish connection", "slurmdbd", "unable to connect to database",
          "zero bytes were transmitted")
 MAX_SLURM_CONF_BYTES = 1 << 20  # a slurm.conf is a few kilobytes; a larger file is not one
+# stdout a Slurm command may print (`output_cap`): sacct/squeue about 4 million rows, the others
+# (a cluster's config, nodes, partitions, associations) far more than the largest cluster's
+MAX_HISTORY_OUTPUT_BYTES = 2**30
+MAX_OUTPUT_BYTES = 64 * 2**20
+_MAX_STDERR_BYTES = 64 * 1024  # of a failing command's stderr, the end (its last line says why)
 
 
 @dataclass
@@ -74,7 +85,9 @@ class SlurmRunner:
 
     def run(self, args: Sequence[str], *, read: bool = True) -> str:
         """stdout of the command; `SlurmUnavailable` when it times out or cannot reach the
-        daemons (after the retries, for reads), `LiveError` when it fails otherwise."""
+        daemons (after the retries, for reads), `LiveError` when it fails otherwise or prints
+        more than `output_cap` allows. Output is decoded as UTF-8, a byte that is not (a job
+        name in Latin-1, say) read as U+FFFD: Slurm prints what users typed as it is."""
         args = list(args)
         if self.bin_dir:
             args[0] = str(Path(self.bin_dir) / args[0])
@@ -82,11 +95,11 @@ class SlurmRunner:
         self.check_conf()
         attempts = 1 + (self.retries if read else 0)
         delay = self.backoff
+        cap = output_cap(Path(args[0]).name)
         for attempt in range(attempts):
             self.calls.append(shown)
             try:
-                p = subprocess.run(args, capture_output=True, text=True, timeout=self.timeout,
-                                   env=self.env(), stdin=subprocess.DEVNULL)
+                code, out, errtext = _run_capped(args, self.env(), self.timeout, cap)
             except FileNotFoundError:
                 raise LiveError(f"`{args[0]}` not found: install Slurm's client commands "
                                 "(Debian: slurm-client)") from None
@@ -94,16 +107,76 @@ class SlurmRunner:
                 err: LiveError = SlurmUnavailable(
                     f"`{shown}` did not answer within {self.timeout:g} s (is slurmctld running?)")
             else:
-                if p.returncode == 0:
-                    return p.stdout
-                msg = (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
-                if not any(s in p.stderr.lower() for s in _DOWN):
-                    raise LiveError(f"`{shown}` failed (exit {p.returncode}): {msg}")
+                if code == 0:
+                    return out
+                msg = (errtext.strip().splitlines() or [f"exit status {code}"])[-1]
+                if not any(s in errtext.lower() for s in _DOWN):
+                    raise LiveError(f"`{shown}` failed (exit {code}): {msg}")
                 err = SlurmUnavailable(f"`{shown}` could not reach Slurm: {msg}")
             if attempt + 1 < attempts:
                 time.sleep(delay)
                 delay *= 2
         raise err
+
+
+def output_cap(command: str) -> int:
+    """How many bytes of stdout `command` may print: the history's readers (``sacct``,
+    ``squeue``) `MAX_HISTORY_OUTPUT_BYTES`, the others `MAX_OUTPUT_BYTES`."""
+    return MAX_HISTORY_OUTPUT_BYTES if command in ("sacct", "squeue") else MAX_OUTPUT_BYTES
+
+
+class OutputTooLarge(LiveError):
+    """A Slurm command printed more than its cap (`output_cap`): it was stopped."""
+
+
+def _run_capped(args: list[str], env: dict[str, str], timeout: float,
+                cap: int) -> tuple[int, str, str]:
+    """(exit status, stdout, the last lines of stderr) of `args`, reading at most `cap` bytes of
+    stdout: a command that prints more, or outlives `timeout`, is killed with its process group
+    (`OutputTooLarge`, `subprocess.TimeoutExpired`), so the agent's memory stays bounded."""
+    proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env, start_new_session=True)
+    assert proc.stdout is not None and proc.stderr is not None
+    out, err = bytearray(), bytearray()
+    deadline = time.monotonic() + timeout
+    with selectors.DefaultSelector() as sel:
+        sel.register(proc.stdout, selectors.EVENT_READ, out)
+        sel.register(proc.stderr, selectors.EVENT_READ, err)
+        try:
+            while sel.get_map():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise subprocess.TimeoutExpired(args, timeout)
+                for key, _ in sel.select(left):
+                    chunk = os.read(key.fd, 1 << 16)
+                    if not chunk:
+                        sel.unregister(key.fileobj)
+                        continue
+                    buf = key.data
+                    buf += chunk
+                    if buf is err and len(err) > _MAX_STDERR_BYTES:
+                        del err[:len(err) - _MAX_STDERR_BYTES]  # its last lines say why
+                    if buf is out and len(out) > cap:
+                        raise OutputTooLarge(
+                            f"`{' '.join(args)}` printed more than {cap:,} bytes, more than it "
+                            "prints on any cluster autosched can tune; stopped it")
+            code = proc.wait(max(0.0, deadline - time.monotonic()))
+        except BaseException:
+            _kill_group(proc)
+            raise
+        finally:
+            proc.stdout.close()
+            proc.stderr.close()
+    return code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace")
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL `proc` and whatever it started (its own session), then reap it."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
 
 
 def slurm_stamp(t: float) -> str:
@@ -123,9 +196,9 @@ def add_queue_rows(sacct: str, squeue: str) -> str:
     out = list(lines)
     for line in squeue.splitlines():
         cells = line.split("|")
-        if len(cells) != 11 or cells[0] in have:
+        if len(cells) != 10 or cells[0] in have:
             continue
-        job, submit, start, gres, user, account, part, state, name, cpus, limit = cells
+        job, submit, start, gres, user, account, part, state, cpus, limit = cells
         gpus = node_gpus(",".join(g.replace("gres:", "").replace("gres/", "")
                                   for g in gres.split(",")))
         tres = f"cpu={cpus},gres/gpu={gpus}" if gpus else f"cpu={cpus}"
@@ -133,7 +206,7 @@ def add_queue_rows(sacct: str, squeue: str) -> str:
         row = {"JobID": job, "Submit": submit, "Start": start if running else "Unknown",
                "End": "Unknown", "AllocTRES": tres if running else "", "ReqTRES": tres,
                "User": user, "Account": account, "Partition": part, "State": state,
-               "JobName": name, "NCPUS": cpus, "Timelimit": limit}
+               "NCPUS": cpus, "Timelimit": limit}
         out.append("|".join(row.get(h, "") for h in header))
     return "\n".join(out) + "\n"
 
