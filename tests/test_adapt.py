@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 import random
 from dataclasses import replace
@@ -564,6 +565,27 @@ def test_oracles_search_ten_times_longer_and_are_cached_on_disk(tmp_path):
     if gain > 0:
         assert summ["share_of_oracle_static_gain"]["oracle_static"] == pytest.approx(1.0)
         assert summ["share_of_oracle_static_gain"]["default"] == 0.0
+
+
+@pytest.mark.parametrize("best", [5, "x", {"nosuch": 1}, {"placement": "nowhere"}, [1, 2]])
+def test_a_cache_entry_that_is_not_an_outcome_is_searched_again(tmp_path, best):
+    """An entry edited or damaged to hold a config of the wrong type or one the policy refuses is
+    not used (it ended `run` with a TypeError, or an error naming no file): the search runs again
+    and its outcome replaces the entry."""
+    tr = synthetic_trace(days=4, per_day=60, seed=2)
+    cl = ClusterSpec.uniform_nodes(1, 8)
+    s = Settings(policy="tiresias", period=2 * DAY, history=2 * DAY, budget=2, samples=2,
+                 first_decision=0.25)
+    names = ["default", "oracle_static"]
+    first = run_experiment(tr, cl, s, names, tuner_factory=FakeTuner, cache=tmp_path / "c")
+    (entry,) = (tmp_path / "c").glob("*.json")
+    good = json.loads(entry.read_text())
+    entry.write_text(json.dumps({**good, "best_config": best}))
+    FakeTuner.instances.clear()
+    again = run_experiment(tr, cl, s, names, tuner_factory=FakeTuner, cache=tmp_path / "c")
+    assert sorted(t.budget for t in FakeTuner.instances if t.seen) == [20]  # searched again
+    assert again.strategies["oracle_static"].metrics == first.strategies["oracle_static"].metrics
+    assert json.loads(entry.read_text()) == good
 
 
 def test_share_of_oracle_gain_after_period_0_by_hand():

@@ -32,6 +32,8 @@ BOUNDS = {
     "autosched.timeparse:MAX_LENGTH": lambda v: f"≤ {_days(v)}",
     "autosched.cluster:MAX_GPUS_PER_NODE": lambda v: f"≤ {v:,} GPUs per node",
     "autosched.cluster:MAX_CLUSTER_GPUS": lambda v: f"≤ {v:,} GPUs in all",
+    "autosched.cluster:MAX_PRIORITY_TIER": lambda v: f"an integer in [0, {v:,}]",
+    "autosched.trace.report:MAX_TIME_LIMIT": lambda v: f"> 0 and ≤ {v:,} s",
     "autosched.workload.base:MAX_HORIZON": lambda v: f"≤ {_days(v)}",
     "autosched.workload.base:MAX_SAMPLE_JOBS": lambda v: f"≤ {v:,} per sample",
     "autosched.workload.evaluate:MAX_ORIGINS": lambda v: f"≤ {v:,}",

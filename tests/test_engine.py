@@ -187,6 +187,18 @@ def test_wake_in_the_past_is_ignored():
     assert sim.records().end.tolist() == [10]
 
 
+def test_a_nan_wake_up_is_a_contract_error():
+    """NaN is neither before `now` nor infinite: put on the event heap, it broke the heap's order
+    and the run ended with every job "never finished"."""
+    class Sleepy(get_policy("fifo")):
+        def schedule(self, now):
+            super().schedule(now)
+            self.part.wake_at(float("nan"))
+
+    with pytest.raises(SimulationError, match=r"wake_at\(nan\): a wake-up time must be a number"):
+        Simulator(make_trace([(0, 1, 10), (1, 1, 10)]), cluster(), Sleepy({})).run()
+
+
 @pytest.mark.parametrize("gpus, overhead", [(8, 40.0), (16, 60.0)])
 def test_restart_overhead_depends_on_job_size(gpus, overhead):
     # srtf on 2x8: A (100 s) is preempted at 30 by B (20 s, 16 GPUs): A resumes at 50 and pays

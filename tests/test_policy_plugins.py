@@ -238,3 +238,151 @@ def test_unknown_and_load_errors_are_input_errors():
 def test_the_battery_runs_on_a_plugins_policy(plugin_path):
     # What a plugin's own test suite does: every check, as many cases as a built-in policy gets.
     check_policy(get_policy("shortest"), greedy={"window": 1000})
+
+
+BAD_SOURCE = '''
+import math
+from autosched.policies import PLACEMENT, Policy
+from autosched.space import ConfigSpace, Float
+
+from shortest_plugin.policy import Shortest
+
+
+class BadAttrs(Policy):
+    name = 5
+    summary = "bad"
+    space = "not a space"
+
+
+class BadSummary(Shortest):
+    summary = ["a", "list"]
+
+
+class NoPlacement(Shortest):
+    space = ConfigSpace([])
+
+
+class InfRange(Shortest):
+    space = ConfigSpace([PLACEMENT, Float("x", "a knob", low=0.0, high=math.inf, default=1.0)])
+
+
+class BuiltinName(Shortest):
+    name = "fifo"
+
+
+class Raiser(Shortest):
+    def schedule(self, now):
+        raise ValueError("plugin bug in schedule")
+'''
+
+
+@pytest.fixture()
+def bad_plugins(plugin_path):
+    (plugin_path / "bad_plugin.py").write_text(BAD_SOURCE)
+    yield plugin_path
+    sys.modules.pop("bad_plugin", None)
+
+
+@pytest.mark.parametrize("cls, message", [
+    ("BadAttrs", "BadAttrs.name is 5: a policy's name is a word"),
+    ("BadSummary", "BadSummary.summary is ['a', 'list']: one line of text"),
+    ("NoPlacement", "NoPlacement.space has no placement knob"),
+    ("InfRange", "knob 'x' has range [0.0, inf] and default 1.0; both bounds and the default must "
+                 "be finite"),
+    ("BuiltinName", "its name 'fifo' is a built-in policy's"),
+])
+def test_a_plugin_class_of_the_wrong_shape_is_one_line(bad_plugins, tiny, cls, message):
+    """Each used to end in a traceback (AttributeError, KeyError 'placement', OverflowError in the
+    search), or, with a built-in's name, in a config file that named the built-in policy."""
+    spec = f"bad_plugin:{cls}"
+    for args in (["policies", spec], ["simulate", str(tiny), "-c", "1x4", "--policy", spec],
+                 ["tune", str(tiny), "-c", "1x4", "--policy", spec, "--budget", "3",
+                  "--no-screening"]):
+        r = runner.invoke(app, args)
+        assert r.exit_code == 2, (args, r.output)
+        assert message in r.output and len(r.output.strip().splitlines()) == 1, r.output
+
+
+def test_a_plugins_own_exception_is_one_line_naming_it(bad_plugins, tiny):
+    r = runner.invoke(app, ["simulate", str(tiny), "-c", "1x4", "--policy", "bad_plugin:Raiser"])
+    assert r.exit_code == 2 and r.exception is None or isinstance(r.exception, SystemExit)
+    assert r.output.strip() == ("error: policy 'bad_plugin:Raiser' raised ValueError: plugin bug in "
+                                "schedule (check it with autosched.policies.battery.check_policy, "
+                                "docs/extending.md)")
+
+
+@pytest.mark.parametrize("how", ["spec", "entry point"])
+def test_a_plugin_that_exits_at_import_is_one_line(tmp_path, monkeypatch, tiny, how):
+    """SystemExit(0) at import ended autosched with exit 0 and no output."""
+    (tmp_path / "exiter.py").write_text("raise SystemExit(0)\n")
+    write_distribution(tmp_path, "exiter", {"exits": "exiter:X"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        name = "exiter:X" if how == "spec" else "exits"
+        r = runner.invoke(app, ["simulate", str(tiny), "-c", "1x4", "--policy", name])
+        assert r.exit_code == 2 and "fail" in r.output and r.output.endswith(" SystemExit: 0\n")
+        assert len(r.output.strip().splitlines()) == 1
+    finally:
+        sys.modules.pop("exiter", None)
+
+
+def test_two_packages_declaring_one_entry_point_are_named(plugin_path, tmp_path):
+    (plugin_path / "other_shortest.py").write_text(POLICY_SOURCE)
+    write_distribution(plugin_path, "other_dist", {"shortest": "other_shortest:Shortest"})
+    try:
+        for call in (lambda: get_policy("shortest"), available_policies):
+            with pytest.raises(PolicyLoadError, match=(
+                    r"entry point 'shortest' \(group 'autosched.policies'\) is declared by 2 installed "
+                    r"packages: 'other_shortest:Shortest' in distribution 'other_dist'; "
+                    r"'shortest_plugin.policy:Shortest' in distribution 'shortest_plugin'|"
+                    r"'shortest_plugin.policy:Shortest' in distribution 'shortest_plugin'; "
+                    r"'other_shortest:Shortest' in distribution 'other_dist'")):
+                call()
+    finally:
+        sys.modules.pop("other_shortest", None)
+
+
+def test_a_study_is_not_resumed_by_another_class_of_the_same_name(plugin_path, tiny, tmp_path):
+    (plugin_path / "other_shortest.py").write_text(POLICY_SOURCE)
+    study = tmp_path / "study.db"
+    try:
+        r = runner.invoke(app, ["tune", str(tiny), "-c", "1x4", "--policy",
+                                "shortest_plugin.policy:Shortest", "--budget", "2", "--no-screening",
+                                "--study", str(study)])
+        assert r.exit_code == 0, r.output
+        r = runner.invoke(app, ["tune", str(tiny), "-c", "1x4", "--policy",
+                                "other_shortest:Shortest", "--budget", "3", "--no-screening",
+                                "--study", str(study)])
+        assert r.exit_code == 2, r.output
+        assert ("policy classes: [\"shortest=shortest_plugin.policy:Shortest\"] in the study, "
+                "[\"shortest=other_shortest:Shortest\"] now") in r.output
+    finally:
+        sys.modules.pop("other_shortest", None)
+
+
+def test_a_config_file_cannot_import_a_module(tmp_path, monkeypatch, tiny):
+    """A config file names a policy by its name; `"policy": "evilmod:X"` imported evilmod."""
+    (tmp_path / "evilmod.py").write_text(
+        f"import pathlib; pathlib.Path({str(tmp_path / 'PWNED')!r}).write_text('imported')\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    evil = tmp_path / "evil.json"
+    evil.write_text('{"policy": "evilmod:X", "knobs": {}}')
+    try:
+        for args in ([], ["--policy", "fifo"]):
+            r = runner.invoke(app, ["simulate", str(tiny), "-c", "1x4", "--config", str(evil), *args])
+            assert r.exit_code == 2 and len(r.output.strip().splitlines()) == 1, r.output
+            assert not (tmp_path / "PWNED").exists()
+        assert "a config file names a policy by its name only: to load that module, give --policy " \
+               "evilmod:X" in " ".join(runner.invoke(app, ["simulate", str(tiny), "-c", "1x4",
+                                                            "--config", str(evil)]).output.split())
+    finally:
+        sys.modules.pop("evilmod", None)
+
+
+def test_a_config_file_and_policy_that_agree_on_a_spec_load_it(plugin_path, tiny, tmp_path):
+    conf = tmp_path / "c.json"
+    conf.write_text('{"policy": "shortest_plugin.policy:Shortest", "knobs": {"window": 5}}')
+    r = runner.invoke(app, ["simulate", str(tiny), "-c", "1x4", "--config", str(conf), "--policy",
+                            "shortest_plugin.policy:Shortest", "--json"])
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["config"]["window"] == 5

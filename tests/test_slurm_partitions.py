@@ -131,6 +131,10 @@ def test_partitions_read_from_a_file(tmp_path):
     ('"part\nition",nodes\nx,0\n', r"found 'part\\nition', nodes$"),
     ("partition,nodes\nx,a-b\n", "line 2, column 'nodes': not node numbers"),
     ("partition,nodes,priority_tier\nx,0,high\n", "line 2, column 'priority_tier': not an integer"),
+    # Slurm's PriorityTier stops at 65,533; 2**32 swamped the priority and changed avg JCT
+    ("partition,nodes,priority_tier\nx,0,65534\n",
+     r"line 2, column 'priority_tier': must be in \[0, 65,533\], as Slurm's PriorityTier \(got 65534\)"),
+    ("partition,nodes,priority_tier\nx,0,4294967296\n", r"\(got 4294967296\)"),
 ])
 def test_bad_partition_files_name_line_and_rule(tmp_path, text, message):
     path = tmp_path / "parts.csv"

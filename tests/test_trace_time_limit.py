@@ -26,7 +26,8 @@ def test_slurm_time_limit_formats(text, seconds):
     assert slurm_duration(text) == seconds
 
 
-@pytest.mark.parametrize("text", ["UNLIMITED", "Partition_Limit", "", "  ", "0", "1:2:3:4", "abc", "-5"])
+@pytest.mark.parametrize("text", ["UNLIMITED", "Partition_Limit", "", "  ", "0", "1:2:3:4", "abc", "-5",
+                                  "36501-00:00:00"])  # beyond 100 years: no limit
 def test_no_limit_is_nan(text):
     assert math.isnan(slurm_duration(text))
 
@@ -55,10 +56,25 @@ def test_time_limit_and_account_round_trip(tmp_path, suffix):
 
 def test_canonical_time_limit_cells(tmp_path):
     path = tmp_path / "t.csv"
+    # e: 1e300 s was kept and written back by `trace limits` as a 301-digit integer; f: the bound
     path.write_text("job_id,submit_time,num_gpus,duration,time_limit\n"
-                    "a,0,1,10,60\nb,1,1,10,\nc,2,1,10,-3\nd,3,1,10,soon\n")
+                    "a,0,1,10,60\nb,1,1,10,\nc,2,1,10,-3\nd,3,1,10,soon\ne,4,1,10,1e300\n"
+                    "f,5,1,10,3153600000\n")
     trace, report = load_trace(path)
-    assert trace.job_id.tolist() == ["a", "b"]
+    assert trace.job_id.tolist() == ["a", "b", "f"]
     assert trace.time_limit[0] == 60 and math.isnan(trace.time_limit[1])
-    assert report.dropped == 2
+    assert report.dropped == 3
     assert {d.column for d in report.drops.values()} == {"time_limit"}
+
+
+def test_parquet_time_limit_beyond_the_bound_is_dropped(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "t.parquet"
+    pq.write_table(pa.table({"job_id": ["a", "b"], "submit_time": [0.0, 1.0], "num_gpus": [1, 1],
+                             "duration": [10.0, 10.0], "time_limit": [60.0, 1e300]}), path)
+    trace, report = load_trace(path)
+    assert trace.job_id.tolist() == ["a"] and report.dropped == 1
+    assert [d.rule for d in report.drops.values()] == [
+        "time limit is not a number of seconds in (0, 3,153,600,000] (NaN = none)"]

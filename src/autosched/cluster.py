@@ -34,6 +34,9 @@ class ClusterError(InputError):
 # dozen.
 MAX_GPUS_PER_NODE = 1024
 MAX_CLUSTER_GPUS = 1_000_000
+# Slurm's largest PriorityTier (slurm.conf(5)); above about 2**32 a tier would swamp the job
+# priority in float arithmetic and change the order of jobs within a tier
+MAX_PRIORITY_TIER = 65_533
 
 
 # The TRES a partition's billing weights may name that the simulator counts (a job's CPUs and
@@ -328,8 +331,9 @@ def read_slurm_partitions(path: Path | str) -> tuple[SlurmPartition, ...]:
             tier = int(r[it]) if it is not None and r[it].strip() else 1
         except (ValueError, IndexError):
             raise ClusterError(f"{path}: line {line}, column 'priority_tier': not an integer") from None
-        if tier < 0:
-            raise ClusterError(f"{path}: line {line}, column 'priority_tier': must be >= 0 (got {tier})")
+        if not 0 <= tier <= MAX_PRIORITY_TIER:
+            raise ClusterError(f"{path}: line {line}, column 'priority_tier': must be in "
+                               f"[0, {MAX_PRIORITY_TIER:,}], as Slurm's PriorityTier (got {tier})")
         billing = parse_billing_weights(r[ib] if ib is not None and ib < len(r) else "",
                                         f"{path}: line {line}, column 'billing_weights'")
         out.append(SlurmPartition(r[ip].strip(), tuple(sorted(set(nodes))), tier, billing))

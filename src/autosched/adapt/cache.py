@@ -81,18 +81,38 @@ class CachedTuner:
         if prior:  # earlier rounds' trials change the search; not part of the key: search afresh
             return self.inner.tune(workloads, warm_start, progress, prior)
         path = self.directory / f"{self.key(workloads, warm_start)}.json"
-        try:
-            d = json.loads(path.read_text())
+        got = self._read(path)
+        if got is not None:
             self.hits += 1
-            return CachedOutcome(d["best_config"], d["cost"], [tuple(e) for e in d["graph"]], d["screened_knobs"])
-        except (OSError, ValueError, KeyError, TypeError):
-            pass  # not cached yet (or unreadable): search, then store
+            return got
         res = self.inner.tune(workloads, warm_start, progress)
         out = {"best_config": res.best_config, "cost": dict(res.cost),
                "graph": [list(e) for e in res.graph], "screened_knobs": dict(res.screened_knobs)}
         self.directory.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(jsonable(out)))
         return res
+
+    def _read(self, path: Path) -> CachedOutcome | None:
+        """The outcome stored at `path`; None when there is none yet, or what is there is not an
+        outcome of this search (not JSON, a field missing or of another type, a config the
+        policy's space refuses): the search is then done again and its outcome stored over it."""
+        try:
+            d = json.loads(path.read_bytes())
+            best, cost, graph, screened = (d["best_config"], d["cost"], d["graph"],
+                                           d["screened_knobs"])
+            if best is not None:
+                if not isinstance(best, dict):
+                    return None
+                best = self.policy.space.validate(best)
+            if not (isinstance(cost, dict) and isinstance(screened, dict)
+                    and all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                            for v in cost.values())
+                    and isinstance(graph, list)
+                    and all(isinstance(e, list) and len(e) == 3 for e in graph)):
+                return None
+            return CachedOutcome(best, cost, [tuple(e) for e in graph], screened)
+        except (OSError, ValueError, KeyError, TypeError):  # ConfigError is a ValueError
+            return None
 
     def evaluate(self, policy_name: str, config: Mapping[str, Any],
                  workloads: Sequence[Trace]) -> tuple[float, list[Metrics]]:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import inspect
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
@@ -12,7 +14,8 @@ import typer
 
 from ..associations import read_associations
 from ..cluster import read_slurm_partitions
-from ..policies import Policy, available_policies, get_policy
+from ..errors import AutoschedError
+from ..policies import Policy, PolicyLoadError, available_policies, get_policy, policy_identity
 from ..space import ConfigError, read_config_file
 from .common import (
     cluster_file,
@@ -44,8 +47,31 @@ def build_policy(name: str, sets: list[str], config_file: Path | None) -> Policy
     return cls(cls.space.parse_assignments(sets, base))
 
 
+@contextmanager
+def plugin_errors(name: str, pol: Policy) -> Iterator[None]:
+    """A plugin policy's own exception as one line naming the plugin (its traceback is for its
+    author: `autosched.policies.battery.check_policy` runs it case by case); a built-in policy's
+    rises as it is (a bug of autosched)."""
+    try:
+        yield
+    except AutoschedError:
+        raise
+    except Exception as e:
+        if policy_identity(type(pol)) == pol.name:
+            raise
+        raise PolicyLoadError(f"policy {name!r} raised {type(e).__name__}: {e} (check it with "
+                              "autosched.policies.battery.check_policy, docs/extending.md)") from e
+
+
 def policy_from_config_file(config_file: Path) -> str | None:
+    """The policy a config file names: a name only (built in, or an installed entry point's). A
+    ``module:Class`` there would import a module because a file said so; it is refused unless
+    ``--policy`` gives the same spec (`build_policy` checks that the two agree)."""
     name, _ = read_config_file(config_file)
+    if name is not None and ":" in name:
+        raise ConfigError(f"{config_file}: names the policy {name!r}, a module to import; a config "
+                          "file names a policy by its name only: to load that module, give "
+                          f"--policy {name}")
     return name
 
 
@@ -77,7 +103,7 @@ def simulate_cmd(
         cl = replace(cl, associations=read_associations(slurm_assoc))
     if slurm_partitions is not None:
         cl = replace(cl, slurm_partitions=read_slurm_partitions(slurm_partitions))
-    with progress_bar(f"simulating {len(tr):,} jobs", len(tr)) as update:
+    with progress_bar(f"simulating {len(tr):,} jobs", len(tr)) as update, plugin_errors(name, pol):
         sim = Simulator(tr, cl, pol, progress=update).run()
     res = result_of(sim)
     if jobs_out is not None:

@@ -5,6 +5,7 @@ built-in name, the name of an installed plugin's entry point, or ``module:Class`
 from __future__ import annotations
 
 import importlib
+import math
 import re
 from typing import TYPE_CHECKING
 
@@ -55,34 +56,68 @@ def get_policy(name: str) -> type[Policy]:
         return _load_spec(name)
     points = _entry_points()
     if name not in points:
-        raise UnknownPolicy(f"unknown policy {name!r}; known: {', '.join([*POLICIES, *points])}, "
+        raise UnknownPolicy(f"unknown policy {name!r}; known: {', '.join(dict.fromkeys([*POLICIES, *points]))}, "
                             "or MODULE:CLASS (e.g. mypkg.policies:Shortest)")
-    return _load_entry_point(points[name])
+    return _load_entry_point(_one(name, points[name]))
+
+
+def policy_identity(cls: type[Policy]) -> str:
+    """What a stored result (a study, an oracle cache entry) names `cls` by: a built-in policy by
+    its name, a plugin by its name, module and class (two plugins may share a name)."""
+    if POLICIES.get(cls.name) is cls:
+        return cls.name
+    return f"{cls.name}={cls.__module__}:{cls.__qualname__}"
 
 
 def available_policies() -> dict[str, type[Policy]]:
     """Every policy a name can select, by name: the built-in ones, then the installed entry
     points' (each loaded and checked: a broken one raises PolicyLoadError)."""
     found = dict(POLICIES)
-    for name, point in _entry_points().items():
+    for name, group in _entry_points().items():
+        point = _one(name, group)
         if name in POLICIES:
-            raise PolicyLoadError(f"entry point {name!r} = {point.value!r} (group {ENTRY_POINT_GROUP!r}) "
-                                  "has the name of a built-in policy; rename it")
+            raise PolicyLoadError(f"{_where(point)} has the name of a built-in policy; rename it")
         found[name] = _load_entry_point(point)
     return found
 
 
-def _entry_points() -> dict[str, EntryPoint]:
+def _entry_points() -> dict[str, list[EntryPoint]]:
+    """The group's entry points by name; two distributions may declare the same name."""
     from importlib.metadata import entry_points
 
-    return {point.name: point for point in entry_points(group=ENTRY_POINT_GROUP)}
+    out: dict[str, list[EntryPoint]] = {}
+    for point in entry_points(group=ENTRY_POINT_GROUP):
+        same = out.setdefault(point.name, [])
+        if all(p.value != point.value for p in same):
+            same.append(point)
+    return out
+
+
+def _one(name: str, points: list[EntryPoint]) -> EntryPoint:
+    """The one entry point named `name`; two that name different classes are an error naming
+    both (which one Python finds first depends on the order of sys.path)."""
+    if len(points) > 1:
+        shown = "; ".join(f"{p.value!r} in {_dist(p)}" for p in points)
+        raise PolicyLoadError(f"entry point {name!r} (group {ENTRY_POINT_GROUP!r}) is declared by "
+                              f"{len(points)} installed packages: {shown}; uninstall one, or name "
+                              "the class as MODULE:CLASS")
+    return points[0]
+
+
+def _dist(point: EntryPoint) -> str:
+    dist = getattr(point, "dist", None)
+    return f"distribution {dist.name!r}" if dist is not None else "an unknown distribution"
+
+
+def _where(point: EntryPoint) -> str:
+    return f"entry point {point.name!r} = {point.value!r} (group {ENTRY_POINT_GROUP!r})"
 
 
 def _load_entry_point(point: EntryPoint) -> type[Policy]:
-    where = f"entry point {point.name!r} = {point.value!r} (group {ENTRY_POINT_GROUP!r})"
+    where = _where(point)
     try:
         obj = point.load()
-    except Exception as exc:  # the plugin's own code: any failure is reported in one line
+    except (Exception, SystemExit) as exc:  # the plugin's own code: any failure is one line
         raise PolicyLoadError(f"{where} fails to import: {type(exc).__name__}: {exc}") from exc
     cls = _checked(obj, where)
     if cls.name != point.name:
@@ -103,26 +138,56 @@ def _load_spec(spec: str) -> type[Policy]:
             raise PolicyLoadError(f"policy {spec!r}: no module named {module_name!r} "
                                   "(install it, or put its directory on PYTHONPATH)") from exc
         raise PolicyLoadError(f"policy {spec!r}: importing {module_name} fails: {exc}") from exc
-    except Exception as exc:  # the plugin's own code: any failure is reported in one line
+    except (Exception, SystemExit) as exc:  # the plugin's own code: any failure is one line
         raise PolicyLoadError(f"policy {spec!r}: importing {module_name} fails: {type(exc).__name__}: {exc}") from exc
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
             raise PolicyLoadError(f"policy {spec!r}: module {module_name} has no {attr!r}") from None
-    return _checked(obj, f"policy {spec!r}")
+    cls = _checked(obj, f"policy {spec!r}")
+    if cls.name in POLICIES and POLICIES[cls.name] is not cls:
+        raise PolicyLoadError(f"policy {spec!r}: its name {cls.name!r} is a built-in policy's; a "
+                              "config file or report naming it would mean the built-in one: rename it")
+    return cls
+
+
+_NAME = re.compile(r"[A-Za-z][\w.-]{0,63}")
 
 
 def _checked(obj: object, where: str) -> type[Policy]:
-    """`obj` if it is a usable policy class (a `Policy` subclass that declares its name, summary
-    and knobs), else PolicyLoadError."""
+    """`obj` if it is a usable policy class, else PolicyLoadError: a `Policy` subclass whose
+    ``name`` is a short word (what config files and reports call it), whose ``summary`` is text
+    and whose ``space`` is a `ConfigSpace` with the placement knob and finite bounds on every
+    number."""
+    from ..space import ConfigSpace, Float, Int
+
     if not (isinstance(obj, type) and issubclass(obj, Policy)):
         raise PolicyLoadError(f"{where}: {obj!r} is not a subclass of autosched.policies.Policy")
     missing = [attr for attr in ("name", "summary", "space") if not hasattr(obj, attr)]
     if missing:
         raise PolicyLoadError(f"{where}: {obj.__name__} does not declare {', '.join(missing)} (see docs/extending.md)")
+    bad = f"{where}: {obj.__name__}"
+    if not isinstance(obj.name, str) or not _NAME.fullmatch(obj.name):
+        raise PolicyLoadError(f"{bad}.name is {obj.name!r}: a policy's name is a word of letters, "
+                              "digits, '_', '.' or '-' (at most 64, a letter first)")
+    if not isinstance(obj.summary, str):
+        raise PolicyLoadError(f"{bad}.summary is {obj.summary!r}: one line of text")
+    if not isinstance(obj.space, ConfigSpace):
+        raise PolicyLoadError(f"{bad}.space is {type(obj.space).__name__}, not an "
+                              "autosched.space.ConfigSpace")
+    if "placement" not in obj.space.names:
+        raise PolicyLoadError(f"{bad}.space has no placement knob: every policy declares "
+                              "autosched.policies.PLACEMENT (see docs/extending.md)")
+    for knob in obj.space:
+        if isinstance(knob, (Float, Int)) and not all(
+                math.isfinite(float(v)) for v in (knob.low, knob.high, knob.default)):
+            raise PolicyLoadError(f"{bad}.space: knob {knob.name!r} has range [{knob.low}, "
+                                  f"{knob.high}] and default {knob.default}; both bounds and the "
+                                  "default must be finite")
     return obj
 
 
 __all__ = ["Policy", "POLICIES", "PLACEMENT", "ENTRY_POINT_GROUP", "get_policy", "available_policies",
+           "policy_identity",
            "UnknownPolicy", "PolicyLoadError"]

@@ -125,8 +125,9 @@ class Partition(Protocol):
 
         A partition keeps ONE pending request: a later call replaces the earlier one (even when
         the earlier one was sooner), so ask for the earliest time you need. A time not after
-        ``now``, or infinite, is ignored (the pending request stands). ``schedule`` is called at
-        most once per instant, whether for a request, an arrival or a completion.
+        ``now``, or infinite, is ignored (the pending request stands); NaN raises
+        SimulationError. ``schedule`` is called at most once per instant, whether for a request,
+        an arrival or a completion.
         """
         ...
 

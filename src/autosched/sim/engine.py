@@ -109,6 +109,8 @@ class SimPartition:
     def wake_at(self, t: float) -> None:
         """Ask for a decision at time t. ONE pending request per partition: this replaces the
         previous one (a stale heap entry is recognised by its version and skipped)."""
+        if t != t:  # NaN: it would break the order of the event heap
+            raise SimulationError(f"wake_at({t}): a wake-up time must be a number (NaN is not)")
         if t <= self.sim.now or t == math.inf or t == self._wake_time:
             return  # (the same time as the pending request: that one stands)
         self._wake_time = t

@@ -25,7 +25,7 @@ from .parsing import (
     read_csv_rows,
     wallclock_seconds,
 )
-from .report import MAX_CPUS, MAX_GPUS, RowCheck
+from .report import MAX_CPUS, MAX_GPUS, MAX_TIME_LIMIT, RowCheck
 from .table import COLUMNS, HISTORY, OPTIONAL, REQUIRED, TraceError
 
 # ---------------------------------------------------------------------------------- canonical CSV
@@ -59,8 +59,7 @@ def _parse_canonical(path: Path, check: RowCheck) -> Columns:
                 continue
             num_cpus = int(x)
         if "time_limit" in extra and not _limit_ok(r[extra["time_limit"]]):
-            check.drop(where, "time_limit", "time limit is not a positive number of seconds (empty = none)",
-                       r[extra["time_limit"]])
+            check.drop(where, "time_limit", _LIMIT_RULE, r[extra["time_limit"]])
             continue
         history = {c: _history_seconds(r[extra[c]]) for c in HISTORY if c in extra}
         bad = next((c for c, v in history.items() if v is None), None)
@@ -121,13 +120,17 @@ def _canonical_clean(header: list[str], rows: list[tuple[int, list[str]]], idx: 
     return cols
 
 
+_LIMIT_RULE = (f"time limit is not a number of seconds in (0, {MAX_TIME_LIMIT:,}] "
+               "(empty = none)")
+
+
 def _limit_ok(text: str) -> bool:
-    """A canonical time_limit cell: empty or NaN (no limit), or seconds > 0."""
+    """A canonical time_limit cell: empty or NaN (no limit), or seconds in (0, MAX_TIME_LIMIT]."""
     text = text.strip()
     if not text or text.lower() == "nan":
         return True
     try:
-        return 0 < float(text) < float("inf")
+        return 0 < float(text) <= MAX_TIME_LIMIT
     except ValueError:
         return False
 

@@ -15,7 +15,15 @@ from ..atomic import atomic_path, check_input, is_stdout
 from ..errors import InputError
 from .formats import detect_format, find_format, format_names
 from .parsing import Columns, check_header, found_columns, head_bytes
-from .report import MAX_CPUS, MAX_DURATION, MAX_GPUS, MAX_SUBMIT_TIME, LoadReport, RowCheck
+from .report import (
+    MAX_CPUS,
+    MAX_DURATION,
+    MAX_GPUS,
+    MAX_SUBMIT_TIME,
+    MAX_TIME_LIMIT,
+    LoadReport,
+    RowCheck,
+)
 from .table import COLUMNS, REQUIRED, TEXT_COLUMNS, Trace, TraceError
 
 
@@ -193,8 +201,9 @@ def _check_parquet_rows(path: Path, raw: dict[str, np.ndarray], check: RowCheck)
                 limit = np.asarray(raw["time_limit"], dtype=float)
             except (TypeError, ValueError):
                 raise TraceError(f"{path}: column 'time_limit' is not numeric (type {raw['time_limit'].dtype})") from None
-            rules.append(("time_limit", ~np.isnan(limit) & ~((limit > 0) & np.isfinite(limit)),
-                          "time limit is not a positive number of seconds (NaN = none)"))
+            rules.append(("time_limit", ~np.isnan(limit) & ~((limit > 0) & (limit <= MAX_TIME_LIMIT)),
+                          f"time limit is not a number of seconds in (0, {MAX_TIME_LIMIT:,}] "
+                          "(NaN = none)"))
     for col, bad, rule in rules:
         for i in np.flatnonzero(bad & keep):
             check.drop(f"row {i + 1}", col, rule, getattr(raw[col][i], "item", lambda: raw[col][i])())

@@ -15,6 +15,7 @@ MAX_CPUS = 100_000_000  # per job; likewise
 # (`timeparse.MAX_TIME`, 100 years from the trace's origin or the Unix epoch).
 MAX_DURATION = YEAR
 MAX_SUBMIT_TIME = MAX_TIME
+MAX_TIME_LIMIT = MAX_TIME  # a job's time limit: a longer one is a corrupt cell, not a limit
 
 
 @dataclass

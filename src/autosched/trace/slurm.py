@@ -35,7 +35,7 @@ from .parsing import (
     read_csv_rows,
     wallclock_seconds,
 )
-from .report import RowCheck
+from .report import MAX_TIME_LIMIT, RowCheck
 
 UNSET = ("", "unknown", "none")
 _TIME_RULE = "time is not of the form YYYY-MM-DDTHH:MM:SS"
@@ -149,10 +149,11 @@ def slurm_seconds(text: str) -> float | None:
 def slurm_duration(text: str) -> float:
     """Seconds of a job's time limit as sacct prints it (Timelimit); NaN for no limit: the
     words for none (``UNLIMITED``, ``Partition_Limit``, empty, ...), a zero limit (Slurm's
-    spelling of "no time limit", as in ``sbatch --time=0``), and text that is not a time (a job
-    without a usable limit is simulated without one rather than dropped)."""
+    spelling of "no time limit", as in ``sbatch --time=0``), a limit beyond `MAX_TIME_LIMIT`,
+    and text that is not a time (a job without a usable limit is simulated without one rather
+    than dropped)."""
     seconds = slurm_seconds(text)
-    return seconds if seconds is not None and seconds > 0 else math.nan
+    return seconds if seconds is not None and 0 < seconds <= MAX_TIME_LIMIT else math.nan
 
 
 def _fold(check: RowCheck, header: list[str], idx: dict[str, int], rows: list[tuple[int, list[str]]]) -> _Fold:

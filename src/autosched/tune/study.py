@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..cluster import ClusterSpec
-from ..policies import Policy
+from ..policies import Policy, policy_identity
 from ..space import Float, Int, Knob
 from ..trace.table import Trace
 from .config import TuneError
@@ -255,7 +255,7 @@ def problem_identity(policies: Sequence[type[Policy]], cluster: ClusterSpec, obj
     """What a study is for, as JSON: compared part by part when a study is opened again."""
     cluster_fields = {f.name: getattr(cluster, f.name) for f in dataclasses.fields(cluster)
                       if f.compare and not (f.name in _IF_SET and getattr(cluster, f.name) == f.default)}
-    return {
+    identity = {
         "policies": [p.name for p in policies],
         "spaces": {p.name: _space_digest(p) for p in policies},
         "cluster": {"describe": cluster.describe(),
@@ -263,9 +263,15 @@ def problem_identity(policies: Sequence[type[Policy]], cluster: ClusterSpec, obj
         "objective": objective.to_dict(),
         "workloads": [{"jobs": len(w), "sha256": trace_digest(w)} for w in workloads],
     }
+    # a plugin is also its module and class: two plugins may share a name (built-in policies
+    # keep the identity studies were first stored with)
+    plugins = [policy_identity(p) for p in policies if policy_identity(p) != p.name]
+    if plugins:
+        identity["classes"] = plugins
+    return identity
 
 
-_PART_NAMES = {"policies": "policies", "spaces": "knob spaces", "cluster": "cluster",
+_PART_NAMES = {"policies": "policies", "classes": "policy classes", "spaces": "knob spaces", "cluster": "cluster",
                "objective": "objective", "workloads": "workloads", "subspace": "the part of the knob space searched"}
 
 

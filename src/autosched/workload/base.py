@@ -22,7 +22,7 @@ from ..atomic import atomic_path, check_input
 from ..errors import InputError
 from ..space import ConfigSpace
 from ..timeparse import MAX_LENGTH
-from ..trace.report import MAX_CPUS, MAX_DURATION, MAX_GPUS, MAX_SUBMIT_TIME
+from ..trace.report import MAX_CPUS, MAX_DURATION, MAX_GPUS, MAX_SUBMIT_TIME, MAX_TIME_LIMIT
 from ..trace.table import Trace
 
 FORMAT_VERSION = 1
@@ -103,7 +103,7 @@ NUMBERS = Saved("parameters", ndim=None)  # any finite numbers (coefficients, a 
 # as ``carried.<column>``, one value per history job.
 CARRIED_SAVED = {"user": Saved("user names", text=True), "account": Saved("account names", text=True),
                  "partition": Saved("partition names", text=True),
-                 "time_limit": Saved("time limits (s)", 0.0, above_low=True, nan=True),
+                 "time_limit": Saved("time limits (s)", 0.0, MAX_TIME_LIMIT, above_low=True, nan=True),
                  "num_cpus": Saved("CPU counts", 0, MAX_CPUS, integer=True)}
 _TEXT_CARRIED = tuple(c for c, rule in CARRIED_SAVED.items() if rule.text)
 
