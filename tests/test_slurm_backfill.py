@@ -300,7 +300,7 @@ def test_a_backfill_cycle_looks_at_the_waiting_jobs_in_priority_order(case, max_
     # cycle they must be the first bf_max_job_test of all waiting jobs by (priority, submission).
     from unittest.mock import patch
 
-    from autosched.policies import multifactor
+    from autosched.policies.lazy_backfill import LazyBackfill
 
     jobs, limits, cfg, nodes, gpn, users = case
     trace = make_trace(jobs, users).replace(time_limit=np.asarray(limits, dtype=float))
@@ -308,14 +308,14 @@ def test_a_backfill_cycle_looks_at_the_waiting_jobs_in_priority_order(case, max_
         {**FLAT, **cfg, "backfill": True, "bf_max_job_test": max_job_test}))
     pol = sim.policies[0]
     seen = []
-    real = multifactor.slurm_backfill
+    real = LazyBackfill.cycle
 
-    def spy(part, order, *args, **kw):
+    def spy(self, part, order, *args, **kw):
         neg = pol.neg
-        seen.append((list(order), sorted(pol.waiting, key=lambda k: (neg[k], k))[:max_job_test]))
-        return real(part, order, *args, **kw)
+        seen.append((order.tolist(), sorted(pol.waiting, key=lambda k: (neg[k], k))[:max_job_test]))
+        return real(self, part, order, *args, **kw)
 
-    with patch.object(multifactor, "slurm_backfill", spy):
+    with patch.object(LazyBackfill, "cycle", spy):
         sim.run()
     for got, want in seen:
         assert got == want

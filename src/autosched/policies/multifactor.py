@@ -20,6 +20,7 @@ from .backfill import BackfillParams, priority_pass, slurm_backfill
 from .base import PLACEMENT as BASE_PLACEMENT
 from .base import Policy
 from .fairshare import ShareTree
+from .lazy_backfill import LazyBackfill
 
 DAY = 86400.0
 TIER = 2.0 ** 32  # above any priority (Slurm's are 32-bit): orders jobs by PriorityTier first
@@ -96,6 +97,9 @@ class Multifactor(Policy):
     """
 
     name = "multifactor"
+    # Backfill plans with `LazyBackfill`; the reference planner (`slurm_backfill`, the same
+    # starts, slower) when this is True: for the tests and benchmarks that compare them.
+    reference_planner = False
     summary = "Slurm multifactor priority (age, Fair Tree/classic fair share, job size, TRES) with backfill"
     space = ConfigSpace([
         PLACEMENT,
@@ -252,6 +256,8 @@ class Multifactor(Policy):
         # Age counts from the first submission (a job re-submitted with its age keeps it).
         self._submit: npt.NDArray[np.float64] = np.asarray(jobs.first_submit, dtype=float)
         self._gpus: npt.NDArray[np.float64] = np.asarray(jobs.gpus, dtype=float)
+        self._planner = None if jobs.time_limit is None else LazyBackfill(
+            np.asarray(jobs.gpus, dtype=np.int64), np.asarray(jobs.time_limit, dtype=float))
         self._nodes: npt.NDArray[np.float64] = np.ceil(self._gpus / gpn)
         cpus = np.asarray(jobs.cpus, dtype=float) if jobs.cpus is not None else np.zeros(n)
         self._cpus: npt.NDArray[np.float64] = np.where(cpus > 0, cpus, self._nodes)
@@ -502,12 +508,17 @@ class Multifactor(Policy):
     def _backfill(self, now: float, limit: Sequence[float]) -> None:
         """One cycle of Slurm's backfill scheduler at `now`."""
         self._dirty = False
+        if min(self.by_size) > self.part.free and not self.reference_planner:
+            # no waiting job fits in the free GPUs: the cycle cannot start one (a planner would
+            # only make reservations, which the next cycle makes afresh)
+            self.reservations = []
+            return
         # The cycle looks at the first bf_max_job_test waiting jobs by (priority, submission):
         # one lexsort of their keys. Per cycle on real queues (benchmarks/slurm_backfill.py
         # --order) it costs a fifth of a sort with a Python key on queues of ~1,000 jobs and less
         # on short ones; a lazy merge of the by-size queues costs more than either on short ones.
         js = np.fromiter(self.waiting, dtype=np.int64, count=len(self.waiting))
-        order = js[np.lexsort((js, self.neg[js]))][:self.bf.max_job_test].tolist()
+        order = js[np.lexsort((js, self.neg[js]))][:self.bf.max_job_test]
 
         def start(j: int, exclude: int) -> bool:
             if not self._start(j, now, exclude):
@@ -516,8 +527,12 @@ class Multifactor(Policy):
             return True
 
         denied = None if self._excl is None else self._excl.__getitem__
-        self.reservations = slurm_backfill(self.part, order, self.jobs.gpus, limit,
-                                           now, self.bf, start, denied)
+        if self.reference_planner:
+            self.reservations = slurm_backfill(self.part, order.tolist(), self.jobs.gpus, limit,
+                                               now, self.bf, start, denied)
+        else:
+            assert self._planner is not None  # (a trace with time limits: for mypy)
+            self.reservations = self._planner.cycle(self.part, order, now, self.bf, start, denied)
 
     def _pop(self, g: int) -> None:
         same = self.by_size[g]
