@@ -52,6 +52,7 @@ BOUNDS = {
     "autosched.live.slurm:MAX_OUTPUT_BYTES": lambda v: f"≤ {v / 2**20:g} MiB from the others",
     "autosched.service.guard:MAX_BODY": lambda v: f"at most {v:,} bytes, refused (413)",
     "autosched.service.models:MAX_DIFF": lambda v: f"at most {v:,} characters",
+    "autosched.live.audit:MAX_REASON_CHARS": lambda v: f"one line of at most {v:,} characters",
     "autosched.trace.limits:MIN_MAX_LIMIT": lambda v: f"at least {v:,} s",
     "autosched.trace.limits:MAX_MAX_LIMIT": lambda v: f"at most {v:,} s",
     "autosched.adapt.sources:MAX_TIME_SCALE": lambda v: f"in [1, {v:,}]",

@@ -82,10 +82,13 @@ def test_which_activity_is_which_notice():
     assert notice(round_("blocked", "Slurm does not answer")) == "block"
     assert notice(round_("blocked", "hand edit: X", before="hand edit: X")) is None  # goes on
     assert notice(round_("blocked", "hand edit: Y", before="hand edit: X")) == "block"  # new why
-    for action in ("rolled back", "wait", "none", "frozen", "apply failed", "tuning failed"):
+    for action in ("rolled back", "wait", "none", "frozen", "apply failed"):
         assert notice(round_(action)) is None  # a rollback is told by the rollback itself
+    # a round that could not tune: told when its reason is new, as a block
+    assert notice(round_("tuning failed", "tuning failed: x")) == "tuning_failed"
+    assert notice(round_("tuning failed", "tuning failed: x", before="tuning failed: x")) is None
     assert [notice(Activity(k, "operator:a")) for k in ActivityKind if k is not ActivityKind.ROUND
-            ] == ["apply", None, "rollback", "freeze", None, None]  # approve ... adopt
+            ] == ["apply", "reject", "rollback", "freeze", "unfreeze", "adopt"]
 
 
 def test_the_notice_body_worked_by_hand():
@@ -114,13 +117,14 @@ def test_the_webhook_tells_proposal_apply_rollback_freeze_and_a_new_block(tmp_pa
         agent.approve(out.revision, "operator:alice")
         agent.rollback(None, "operator:bob")
         agent.freeze("operator:carol", "drill")
-        agent.unfreeze("operator:carol")  # no notice
+        agent.unfreeze("operator:carol")
         fake.hand_edit("PriorityWeightAge", "777")
         assert agent.step().action is Action.BLOCKED
         assert agent.step().action is Action.BLOCKED  # the same block: told once
+        assert agent.sinks[0].flush()  # type: ignore[attr-defined]
         assert [b["event"] for b in rx.bodies] == ["proposal", "apply", "rollback", "freeze",
-                                                   "block"]
-        prop, apply, back, freeze, block = rx.bodies
+                                                   "unfreeze", "block"]
+        prop, apply, back, freeze, _, block = rx.bodies
         assert prop["revision"]["id"] == 2 and prop["revision"]["state"] == "proposed"
         assert prop["revision"]["predicted_gain"] == agent.store.get(2).evidence.predicted_gain
         assert (apply["actor"], apply["revision"]["id"], apply["revision"]["state"]) == (
@@ -142,7 +146,9 @@ def test_the_webhook_never_holds_a_round_up_nor_fails_it(tmp_path):
         agent.sinks[0].timeout = 0.5  # type: ignore[attr-defined]
         start = time.monotonic()
         agent.freeze("operator:carol", "drill")
-        assert time.monotonic() - start < 5 and agent.store.flags().frozen
+        # the notice is queued: the freeze does not wait for the receiver at all
+        assert time.monotonic() - start < 0.4 and agent.store.flags().frozen
+        assert agent.sinks[0].flush(10)  # type: ignore[attr-defined]
         assert said == [f"webhook http://127.0.0.1:{slow.server.server_address[1]}/...: freeze "
                         "notice not answered within 0.5 s; going on without it"]  # no secret path
     said.clear()
@@ -150,15 +156,17 @@ def test_the_webhook_never_holds_a_round_up_nor_fails_it(tmp_path):
         agent.sinks[0] = Webhook(failing.url, str(agent.state_dir), said.append)
         agent.unfreeze("operator:carol")
         agent.freeze("operator:carol", "again")
-        assert len(failing.bodies) == 1 and agent.store.flags().frozen
-        assert said[0].endswith(": freeze notice not delivered: HTTP 500 (after " +
+        assert agent.sinks[0].flush()  # type: ignore[attr-defined]
+        assert len(failing.bodies) == 2 and agent.store.flags().frozen
+        assert said[0].endswith(": unfreeze notice not delivered: HTTP 500 (after " +
                                 said[0].rsplit("(after ", 1)[1])
     said.clear()
     agent.sinks[0] = Webhook("http://127.0.0.1:9/x", str(agent.state_dir), said.append,
                              timeout=2)
     agent.unfreeze("operator:carol")
     agent.freeze("operator:carol", "receiver down")
-    assert agent.store.flags().frozen and "freeze notice not delivered" in said[0]
+    assert agent.sinks[0].flush()  # type: ignore[attr-defined]
+    assert agent.store.flags().frozen and "freeze notice not delivered" in said[1]
 
 
 def test_a_failing_sink_is_logged_and_the_action_stands(tmp_path):
@@ -279,5 +287,130 @@ def test_a_post_that_times_out_just_before_the_wait_is_told_as_unanswered(tmp_pa
         agent, _ = make(tmp_path, notify=slow.url)
         agent.sinks[0] = hook
         agent.freeze("operator:carol", "drill")
+        hook.flush()
     assert said == [f"webhook http://127.0.0.1:{slow.server.server_address[1]}/...: freeze "
                     "notice not answered within 5 s; going on without it"]
+
+
+@pytest.mark.parametrize("url, why", [
+    ("http://[::1/x", "Invalid IPv6 URL"),
+    ("http://127.0.0.1:36112/sec ret", "holds whitespace or a control character"),
+    ("http://127.0.0.1:36112/a\r\nX-Injected: 1", "holds whitespace or a control character"),
+    ("http://127.0.0.1:abc/x", "Port could not be cast to integer value"),
+    ("http://127.0.0.1:99999/x", "Port out of range"),
+])
+def test_a_url_no_notice_could_be_sent_to_is_refused_at_init(tmp_path, url, why):
+    """Each was accepted (or a traceback), and every notice then died in its thread."""
+    from autosched.live.fake import FakeConnector
+
+    FakeConnector.create(tmp_path / "fake")
+    r = CliRunner().invoke(build_app(), ["agent", "init", "--state", str(tmp_path / "s"), "--fake",
+                                         str(tmp_path / "fake"), "--notify", url])
+    assert r.exit_code == 2 and r.exception is None or isinstance(r.exception, SystemExit)
+    assert r.output.startswith(f"error: notify URL {url!r}: ") and why in r.output, r.output
+    assert len(r.output.splitlines()) == 1 and not (tmp_path / "s" / "settings.json").exists()
+
+
+class Redirector(Receiver):
+    """Answers every POST with a 302 to `target`; counts the requests it got."""
+
+    def __init__(self, target: str) -> None:
+        super().__init__()
+        outer = self
+        self.hits = 0
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                outer.hits += 1
+                self.send_response(302)
+                self.send_header("Location", target)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server.RequestHandlerClass = Handler
+
+
+class Everything(Receiver):
+    """Keeps the method of every request (a redirect followed would arrive here as a GET)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        outer = self
+        self.methods: list[str] = []
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                outer.methods.append("GET")
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+
+            do_POST = do_GET
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server.RequestHandlerClass = Handler
+
+
+def test_a_redirect_is_not_followed_and_is_reported(tmp_path):
+    """urllib followed a 302 to another host as a GET without the body, and the notice counted
+    as delivered."""
+    said: list[str] = []
+    with Everything().running() as other, Redirector(other.url).running() as hop:
+        hook = Webhook(hop.url, str(tmp_path), said.append)
+        hook(Activity(ActivityKind.FREEZE, "operator:bob", "drill"))
+        assert hook.flush()
+        assert hop.hits == 1 and other.methods == []
+    assert len(said) == 1 and said[0].startswith(
+        f"webhook http://127.0.0.1:{hop.server.server_address[1]}/...: freeze notice not "
+        "delivered: HTTP 302 (a redirect: notices are not sent on to another URL)")
+
+
+def test_the_cli_says_a_notice_it_could_not_deliver(tmp_path):
+    """Commands opened the agent with a log that dropped every message: `agent freeze` printed
+    only "agent frozen" whatever the receiver did."""
+    state = tmp_path / "state"
+    seed(state)
+    with Receiver(status=500).running() as failing:
+        data = json.loads((state / "settings.json").read_text())
+        data["notify"] = failing.url
+        (state / "settings.json").write_text(json.dumps(data))
+        r = subprocess.run([AUTOSCHED, "agent", "freeze", "--state", str(state), "--reason", "x"],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC},
+                           timeout=60)
+        assert r.returncode == 0 and r.stdout == "agent frozen\n"
+        port = failing.server.server_address[1]
+        assert r.stderr.startswith(f"warning: webhook http://127.0.0.1:{port}/...: freeze notice "
+                                   "not delivered: HTTP 500 (after ")
+        assert "s3cr3t" not in r.stderr
+        r = subprocess.run([AUTOSCHED, "agent", "reject", "2", "--state", str(state)],
+                           capture_output=True, text=True, env={**os.environ, "PYTHONPATH": SRC},
+                           timeout=60)
+        assert r.returncode == 0 and "reject notice not delivered: HTTP 500" in r.stderr
+        assert [b["event"] for b in failing.bodies] == ["freeze", "reject"]
+
+
+def test_a_hanging_receiver_never_holds_up_the_apis_freeze(tmp_path):
+    """The API's freeze took 5.0 s against a receiver that slept 30 s."""
+    from service_kit import make_app, serve_in_thread
+    from test_service_hostile import AUTH, call
+
+    state = tmp_path / "state"
+    store = seed(state)
+    with Receiver(delay=30).running() as slow:
+        data = json.loads((state / "settings.json").read_text())
+        data["notify"] = slow.url
+        (state / "settings.json").write_text(json.dumps(data))
+        with serve_in_thread(make_app(state)) as url:
+            start = time.monotonic()
+            status, _ = call(url, "POST", "/api/freeze", b'{"reason": "now"}', AUTH)
+            took = time.monotonic() - start
+        assert status == 200 and store.flags().frozen and took < 1.0, took
+        deadline = time.monotonic() + 10
+        while not slow.bodies and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert [b["event"] for b in slow.bodies] == ["freeze"]  # sent all the same

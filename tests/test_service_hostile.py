@@ -207,6 +207,37 @@ def test_a_store_replaced_by_something_else_is_503_everywhere(svc):
     assert status == 503 and "not the agent's store" in json.loads(body)["detail"]
 
 
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_store_overwritten_in_place_is_503_everywhere(svc, damage):
+    """Written over in place (same inode: `head -c 40000 /dev/urandom > state.db`, `: >
+    state.db`), the store is not followed as a replacement: every endpoint said 500 with a
+    traceback in the log. Now each says the same 503 naming the file; putting the store back
+    in place recovers the service."""
+    url, store = svc
+    assert call(url, "GET", "/api/status")[0] == 200
+    good = store.path.read_bytes()
+    with open(store.path, "r+b") as f:  # the same file, its content gone
+        if damage == "garbage":
+            f.write(os.urandom(40000))
+        f.truncate(0 if damage == "truncated" else None)
+    for method, path in [("GET", "/api/status"), ("GET", "/api/revisions"), ("GET", "/"),
+                         ("GET", "/metrics"), ("GET", "/api/revisions/1"),
+                         ("GET", "/api/outcomes"), ("POST", "/api/revisions/2/approve")]:
+        status, body = call(url, method, path, b"{}" if method == "POST" else None, AUTH)
+        assert status == 503, (damage, path, status, body[:300])
+        detail = json.loads(body)["detail"]
+        assert detail.startswith(f"{store.path}: the store cannot be read"), detail
+    # the kill switch holds all the same: the stop file, no new store begun in the damaged file
+    status, body = call(url, "POST", "/api/freeze", b"{}", AUTH)
+    assert status == 200 and json.loads(body)["frozen"] is True, body
+    assert (store.state_dir / "STOP").exists()
+    assert store.path.stat().st_size == (0 if damage == "truncated" else 40000)
+    with open(store.path, "r+b") as f:
+        f.write(good)
+        f.truncate()
+    assert call(url, "GET", "/api/status")[0] == 200
+
+
 def test_a_store_removed_under_the_service_is_503(svc):
     url, store = svc
     assert call(url, "GET", "/api/status")[0] == 200

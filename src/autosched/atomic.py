@@ -170,20 +170,22 @@ def _kind(mode: int) -> str:
 
 
 @contextmanager
-def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+def atomic_path(path: str | os.PathLike, mode: int | None = None) -> Iterator[Path]:
     """A temporary file beside `path` to write into; it replaces `path` when the block ends
     without an error, and is removed when it raises (leaving `path` as it was).
 
-    The new file gets the old one's permissions (or the umask's, as `open` would give), and a
-    symbolic link is written through, not replaced. `check_output`'s rule applies; an `OSError`
-    while writing becomes an `OutputError` naming `path`."""
+    The new file gets `mode`, else the old one's permissions (or the umask's, as `open` would
+    give); it has them from its creation, so a secret is never readable by others on the way.
+    A symbolic link is written through, not replaced. `check_output`'s rule applies; an
+    `OSError` while writing becomes an `OutputError` naming `path`."""
     shown = os.fspath(path)
     real = check_output(path)
     tmp: Path | None = None
     try:
         real.parent.mkdir(parents=True, exist_ok=True)
         _remove_stale_temps(real)
-        mode = stat.S_IMODE(real.stat().st_mode) if real.exists() else 0o666 & ~_umask()
+        if mode is None:
+            mode = stat.S_IMODE(real.stat().st_mode) if real.exists() else 0o666 & ~_umask()
         fd, name = tempfile.mkstemp(dir=real.parent, prefix=f".{real.name}.{writer_tag()}.", suffix=".tmp")
         os.close(fd)
         tmp = Path(name)
@@ -252,6 +254,6 @@ def _umask() -> int:
     return mask
 
 
-def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    with atomic_path(path) as tmp:
+def write_text_atomic(path: str | os.PathLike, text: str, mode: int | None = None) -> None:
+    with atomic_path(path, mode) as tmp:
         tmp.write_text(text)

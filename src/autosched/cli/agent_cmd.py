@@ -7,6 +7,8 @@ from __future__ import annotations
 import getpass
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional
 
@@ -37,13 +39,51 @@ def _actor_opt() -> Any:
 
 
 def _actor(actor: Optional[str]) -> str:
-    return actor or f"operator:{getpass.getuser()}"
+    """Who acts, for the record (`live.audit.check_actor`: the API's rules)."""
+    from ..live.audit import check_actor
+
+    return check_actor(actor if actor is not None else f"operator:{getpass.getuser()}")
+
+
+def _reason(reason: str) -> str:
+    from ..live.audit import check_reason
+
+    return check_reason(reason)
+
+
+def _warn(message: str) -> None:
+    typer.echo(f"warning: {message}", err=True)
 
 
 def _open(state: Optional[Path]):
     from ..live.agent import open_agent
 
     return open_agent(state or default_state())
+
+
+@contextmanager
+def _acting(state: Optional[Path]) -> Iterator[Any]:
+    """The agent for one command that acts: what it says (a notice not delivered, ...) goes to
+    standard error, and its notices are sent before the command ends."""
+    from ..live.notify import flush_all
+
+    agent = _open(state)
+    agent.log = _warn
+    try:
+        yield agent
+    finally:
+        flush_all(agent.sinks)
+
+
+def _kill_switch(state: Optional[Path]) -> Any:
+    """The kill switch of the agent in `state`: the store alone, and the webhook if its URL can
+    be read (live/killswitch.py); never the rest of the settings."""
+    from ..live.killswitch import KillSwitch
+    from ..live.notify import Webhook, notify_url
+
+    st = state or default_state()
+    url = notify_url(st, _warn) if (st / "settings.json").exists() else None
+    return KillSwitch(st, [Webhook(url, str(st), _warn)] if url else [], log=_warn)
 
 
 def _pairs(items: list[str], what: str) -> dict[str, str]:
@@ -74,7 +114,7 @@ def init_cmd(
     fix: list[str] = typer.Option([], "--fix", help="KNOB=VALUE for a knob with no live setting (repeatable)"),
     seed_history: Optional[Path] = typer.Option(None, "--seed-history", help="an older sacct export that seeds the history"),
     timeout: float = typer.Option(30.0, "--timeout", help="seconds a Slurm command may take"),
-    notify: Optional[str] = typer.Option(None, "--notify", help="URL to POST a JSON notice to on a new proposal, a block, an apply, a rollback and a freeze"),
+    notify: Optional[str] = typer.Option(None, "--notify", help="URL to POST a JSON notice to on a proposal, an apply, a rollback, a freeze, an unfreeze, a reject, an adopt, and a new block or tuning failure"),
     time_scale: float = typer.Option(AgentSettings.time_scale, "--time-scale", help="a test bed that replays jobs N times faster than their own time: N, so the workload model fits and samples on the jobs' clock (1 on a real cluster)"),
 ) -> None:
     """Create the agent's state directory and save how it reaches the cluster and what it tunes.
@@ -142,7 +182,8 @@ def step_cmd(state: Optional[Path] = _state_opt(),
     the guard's rollback or the tuning failed; 2 an error before the round could run."""
     from .common import print_json
 
-    out = _open(state).step()
+    with _acting(state) as agent:
+        out = agent.step()
     if as_json:
         print_json(out.to_summary())
     else:
@@ -175,6 +216,7 @@ def run_cmd(state: Optional[Path] = _state_opt(),
 
     from ..live.agent import start_agent
     from ..live.events_log import JsonLog
+    from ..live.notify import flush_all
 
     log = JsonLog(sys.stdout)
     agent = start_agent(state or default_state(), log=log.message)
@@ -190,6 +232,8 @@ def run_cmd(state: Optional[Path] = _state_opt(),
         agent.run(rounds=rounds, poll=poll, should_stop=stop.is_set, sleep=stop.wait)
     except KeyboardInterrupt:
         pass
+    finally:
+        flush_all(agent.sinks)
 
 
 @agent_app.command("status")
@@ -293,7 +337,9 @@ def approve_cmd(rev: int = typer.Argument(..., help="the proposed revision"),
                 force: bool = _force_opt()) -> None:
     """Apply a proposed revision: write the include file, reconfigure, check every value
     (the previous file comes back if any step fails). Refused over a hand edit unless --force."""
-    r = _open(state).approve(rev, _actor(actor), force=force)
+    who = _actor(actor)
+    with _acting(state) as agent:
+        r = agent.approve(rev, who, force=force)
     typer.echo(f"revision {r.id} applied: " + ", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()))
     _print_overridden(r)
 
@@ -303,7 +349,9 @@ def reject_cmd(rev: int = typer.Argument(..., help="the proposed revision"),
                reason: str = typer.Option("", "--reason", help="why, for the record"),
                state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt()) -> None:
     """Reject a proposed revision."""
-    r = _open(state).reject(rev, _actor(actor), reason)
+    who, why = _actor(actor), _reason(reason)
+    with _acting(state) as agent:
+        r = agent.reject(rev, who, why)
     typer.echo(f"revision {r.id} rejected")
 
 
@@ -313,7 +361,9 @@ def rollback_cmd(rev: Optional[int] = typer.Argument(None, help="revision to ret
                  force: bool = _force_opt()) -> None:
     """Return to an earlier revision's config (recorded as a new revision). Refused over a hand
     edit unless --force."""
-    r = _open(state).rollback(rev, _actor(actor), force=force)
+    who = _actor(actor)
+    with _acting(state) as agent:
+        r = agent.rollback(rev, who, force=force)
     typer.echo(f"revision {r.id} ({r.trigger}) applied: " +
                (", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()) or "no change"))
     _print_overridden(r)
@@ -322,23 +372,36 @@ def rollback_cmd(rev: Optional[int] = typer.Argument(None, help="revision to ret
 @agent_app.command("freeze")
 def freeze_cmd(reason: str = typer.Option("", "--reason", help="why, for the record"),
                state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt()) -> None:
-    """Kill switch: the agent proposes and applies nothing until unfrozen."""
-    _open(state).freeze(_actor(actor), reason)
+    """Kill switch: the agent proposes and applies nothing until unfrozen (it needs the store
+    only; when the store cannot be written, the stop file STATE/STOP is created instead)."""
+    from ..live.notify import flush_all
+
+    who, why = _actor(actor), _reason(reason)
+    switch = _kill_switch(state)
+    switch.freeze(who, why)
     typer.echo("agent frozen")
+    flush_all(switch.sinks)
 
 
 @agent_app.command("unfreeze")
 def unfreeze_cmd(state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt()) -> None:
-    """Let the agent propose (and, in auto mode, apply) again."""
-    _open(state).unfreeze(_actor(actor))
+    """Let the agent propose (and, in auto mode, apply) again (removes the stop file too)."""
+    from ..live.notify import flush_all
+
+    who = _actor(actor)
+    switch = _kill_switch(state)
+    switch.unfreeze(who)
     typer.echo("agent unfrozen")
+    flush_all(switch.sinks)
 
 
 @agent_app.command("adopt")
 def adopt_cmd(state: Optional[Path] = _state_opt(), actor: Optional[str] = _actor_opt()) -> None:
     """Record the live settings as they are now (after a hand edit you keep) as the running
     revision; this lifts the hand-edit block."""
-    r = _open(state).adopt(_actor(actor))
+    who = _actor(actor)
+    with _acting(state) as agent:
+        r = agent.adopt(who)
     typer.echo(f"revision {r.id} records the live config: " +
                (", ".join(f"{k} {a} -> {b}" for k, (a, b) in r.diff.items()) or "no change"))
 

@@ -22,8 +22,14 @@ class IllegalTransition(ActionNotAllowed):
     does not allow; the message names the table's rule (the service answers 409)."""
 
 
+class Frozen(ActionNotAllowed):
+    """The agent is frozen (the store's flag or the stop file): no apply but an operator's
+    rollback (the service answers 409)."""
+
+
 class SlurmUnavailable(LiveError):
     """A Slurm command did not answer (slurmctld or slurmdbd down, or a timeout)."""
 
 
-__all__ = ["LiveError", "UnknownRevision", "ActionNotAllowed", "IllegalTransition", "SlurmUnavailable"]
+__all__ = ["LiveError", "UnknownRevision", "ActionNotAllowed", "IllegalTransition", "Frozen",
+           "SlurmUnavailable"]

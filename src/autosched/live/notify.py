@@ -1,40 +1,60 @@
 """The optional webhook (``agent init --notify URL``): a JSON POST when something an operator
 should see happens.
 
-Five notices, each from one `Activity` (`notice`): ``proposal`` (a round proposed a revision),
+The notices, each from one `Activity` (`notice`): ``proposal`` (a round proposed a revision),
 ``apply`` (a revision went live: approved, or applied by a round in auto mode), ``rollback`` (an
-operator's or the guard's), ``freeze``, and ``block`` (a round found the agent blocked for a new
-reason; a block that goes on round after round is told once).
+operator's or the guard's), ``freeze``, ``unfreeze``, ``reject``, ``adopt``, ``block`` (a round
+found the agent blocked for a new reason; a block that goes on round after round is told once)
+and ``tuning_failed`` (a round could not tune: told when its reason is new, as a block).
 
-A notice never holds a round up for long and never fails one: the POST runs in a thread of its
-own and is waited for at most `timeout` seconds; a receiver that is down, slow or answers an error
-is reported in the agent's log, and the round or action goes on as if it had answered.
+A notice never holds anything up and never fails it: `Webhook` queues it and returns at once; one
+thread of its own sends the queue in order, each POST given at most `timeout` seconds in all (a
+receiver that trickles its answer counts as one that did not answer). A receiver that is down,
+slow, answers an error or a redirect (never followed: a redirect would resend the notice to
+another URL, as a GET without its body) is reported in the agent's log. A process that ends soon
+after an action (a CLI command) calls `Webhook.flush` first, which waits at most `timeout` per
+queued notice.
 """
 
 from __future__ import annotations
 
+import http.client
 import json
+import queue
 import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
 from .activity import Activity, ActivityKind
 from .errors import LiveError
 
-TIMEOUT = 5.0  # s: the longest a notice may hold up the round or action that caused it
-NOTICES = ("proposal", "apply", "rollback", "freeze", "block")
-_ROUND_NOTICES = {"proposed": "proposal", "applied": "apply"}  # a round's action -> its notice
+TIMEOUT = 5.0  # s: the longest one notice may take to send
+NOTICES = ("proposal", "apply", "rollback", "freeze", "unfreeze", "reject", "adopt", "block",
+           "tuning_failed")
+# a round's action -> its notice
+_ROUND_NOTICES = {"proposed": "proposal", "applied": "apply"}
+# a round's action told only when its reason is new (as a block that goes on is told once)
+_ONCE = {"blocked": "block", "tuning failed": "tuning_failed"}
 
 
 def check_url(url: str) -> str:
-    """`url` if it can be a webhook (http or https, with a host), else `LiveError`."""
+    """`url` if it can be a webhook (http or https, a host, a port that is a number, no
+    whitespace or control character anywhere), else `LiveError`."""
     if not isinstance(url, str) or not url:
         raise LiveError(f"notify URL {url!r}: give an http:// or https:// URL")
-    parts = urlsplit(url)
+    if any(c.isspace() or ord(c) < 32 or ord(c) == 127 for c in url):
+        raise LiveError(f"notify URL {url!r}: holds whitespace or a control character; encode "
+                        "it (%20, ...)")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - raises on a port that is not a number in [0, 65535]
+    except ValueError as e:
+        raise LiveError(f"notify URL {url!r}: {e}") from None
     if parts.scheme not in ("http", "https") or not parts.hostname:
         raise LiveError(f"notify URL {url!r}: give an http:// or https:// URL with a host")
     return url
@@ -52,11 +72,15 @@ def notice(activity: Activity) -> str | None:
     """Which notice `activity` is (one of `NOTICES`), or None when it is none."""
     kind = activity.kind
     if kind is ActivityKind.ROUND:
-        if activity.action == "blocked":
-            return "block" if activity.why != activity.blocked_before else None
+        if activity.action in _ONCE:
+            return _ONCE[activity.action] if activity.why != activity.blocked_before else None
         return _ROUND_NOTICES.get(activity.action or "")
-    return {ActivityKind.APPROVE: "apply", ActivityKind.ROLLBACK: "rollback",
-            ActivityKind.FREEZE: "freeze"}.get(kind)
+    return _ACTION_NOTICES.get(kind)
+
+
+_ACTION_NOTICES = {ActivityKind.APPROVE: "apply", ActivityKind.ROLLBACK: "rollback",
+                   ActivityKind.FREEZE: "freeze", ActivityKind.UNFREEZE: "unfreeze",
+                   ActivityKind.REJECT: "reject", ActivityKind.ADOPT: "adopt"}
 
 
 def payload(name: str, activity: Activity, state_dir: str) -> dict[str, Any]:
@@ -75,6 +99,17 @@ def payload(name: str, activity: Activity, state_dir: str) -> dict[str, Any]:
 _TIMED_OUT = "timed out"
 
 
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """A redirect is not followed: urllib would send the notice on to the other URL as a GET
+    without its body, and count it delivered. It fails as the HTTP status it is."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirect)
+
+
 class Webhook:
     """An `ActivitySink` that POSTs each notice to `url` (see the module doc); `log` gets one line
     per notice that was not delivered."""
@@ -85,21 +120,68 @@ class Webhook:
         self.state_dir = state_dir
         self.log = log
         self.timeout = timeout
+        self._queue: queue.Queue[tuple[str, bytes]] = queue.Queue()
+        self._idle = threading.Condition()
+        self._pending = 0
+        self._sender: threading.Thread | None = None
 
     def __call__(self, activity: Activity) -> None:
+        """Queue the notice `activity` is (if any) and return at once."""
         name = notice(activity)
         if name is None:
             return
         data = json.dumps(payload(name, activity, self.state_dir), default=str).encode()
+        with self._idle:
+            self._pending += 1
+            if self._sender is None or not self._sender.is_alive():
+                self._sender = threading.Thread(target=self._send_all, daemon=True,
+                                                name="autosched-notify")
+                self._sender.start()
+        self._queue.put((name, data))
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until every queued notice was sent or given up (at most `timeout` s; default:
+        `timeout` per notice queued); whether none is left. A process that ends after an action
+        calls it, or its notices die with it."""
+        with self._idle:
+            wait = self.timeout * (self._pending + 1) if timeout is None else timeout
+            done = self._idle.wait_for(lambda: self._pending == 0, wait)
+            if not done:
+                self.log(f"webhook {shown(self.url)}: {self._pending} notice(s) not sent before "
+                         "this process ended")
+            return done
+
+    def _send_all(self) -> None:
+        """The sender thread: sends the queue in order, and ends once it is empty."""
+        while True:
+            try:
+                name, data = self._queue.get(timeout=1.0)
+            except queue.Empty:
+                with self._idle:
+                    if self._pending == 0:
+                        self._sender = None
+                        return
+                continue
+            try:
+                self._send(name, data)
+            except Exception as e:  # noqa: BLE001 - the sender thread must go on
+                self.log(f"webhook {shown(self.url)}: {name} notice not delivered: {e}")
+            finally:
+                with self._idle:
+                    self._pending -= 1
+                    self._idle.notify_all()
+
+    def _send(self, name: str, data: bytes) -> None:
+        """POST one notice, giving it `timeout` s in all; a failure is one log line."""
         failure: list[str] = []
-        sender = threading.Thread(target=self._post, args=(data, failure), daemon=True,
-                                  name="autosched-notify")
+        poster = threading.Thread(target=self._post, args=(data, failure), daemon=True,
+                                  name="autosched-notify-post")
         start, timeout = time.monotonic(), self.timeout
-        sender.start()
-        sender.join(timeout)
+        poster.start()
+        poster.join(timeout)
         # (the POST's own timeout is the same: under load it may end the thread just before the
         # join does, and that is the same unanswered notice)
-        if sender.is_alive() or failure == [_TIMED_OUT]:
+        if poster.is_alive() or failure == [_TIMED_OUT]:
             self.log(f"webhook {shown(self.url)}: {name} notice not answered within "
                      f"{timeout:g} s; going on without it")
         elif failure:
@@ -111,10 +193,39 @@ class Webhook:
                                      headers={"Content-Type": "application/json",
                                               "User-Agent": "autosched-agent"})
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+            with _OPENER.open(req, timeout=self.timeout) as resp:
                 resp.read(1024)
         except urllib.error.HTTPError as e:
-            failure.append(f"HTTP {e.code}")
-        except (urllib.error.URLError, OSError, ValueError) as e:
+            redirect = " (a redirect: notices are not sent on to another URL)" \
+                if 300 <= e.code < 400 else ""
+            failure.append(f"HTTP {e.code}{redirect}")
+        except (urllib.error.URLError, OSError, ValueError, http.client.HTTPException) as e:
             reason = getattr(e, "reason", e)  # (a connect timeout comes wrapped in a URLError)
-            failure.append(_TIMED_OUT if isinstance(reason, TimeoutError) else str(reason))
+            failure.append(_TIMED_OUT if isinstance(reason, TimeoutError) else
+                           f"{type(e).__name__}" if isinstance(e, http.client.HTTPException)
+                           else str(reason))
+
+
+def flush_all(sinks: list[Any], timeout: float | None = None) -> None:
+    """`Webhook.flush` every webhook among `sinks` (a process about to end)."""
+    for sink in sinks:
+        if isinstance(sink, Webhook):
+            sink.flush(timeout)
+
+
+def notify_url(state_dir: Path, log: Callable[[str], None]) -> str | None:
+    """The webhook URL saved in `state_dir`'s settings, read on its own (the kill switch tells
+    the webhook even when the rest of the settings cannot be loaded); None when there is none or
+    it cannot be read (said in `log`)."""
+    from ..atomic import read_text_input
+    from ..errors import InputError
+
+    path = Path(state_dir) / "settings.json"
+    try:
+        data = json.loads(read_text_input(path, "JSON file of the agent's settings", 1 << 20))
+        url = data.get("notify") if isinstance(data, dict) else None
+        return None if url is None else check_url(url)
+    except (InputError, LiveError, ValueError) as e:
+        log(f"{path}: the webhook URL cannot be read ({str(e).splitlines()[0][:200]}); no notice "
+            "is sent")
+        return None

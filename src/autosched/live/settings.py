@@ -127,6 +127,11 @@ class AgentSettings(LoopConfig):
             if not isinstance(loop, dict):
                 raise LiveError(f"{where}: \"loop\" must be an object of the loop's settings")
         else:
+            both = [f"{old} and {new}" for old, new in LEGACY_NAMES.items()
+                    if old in data and new in data]
+            if both:
+                raise LiveError(f"{where}: {'; '.join(both)} are two spellings of one setting; "
+                                "keep one")
             loop = {LEGACY_NAMES.get(k, k): data.pop(k) for k in list(data) if LEGACY_NAMES.get(k, k) in LOOP_FIELDS}
         live = {f.name for f in fields(cls)} - set(LOOP_FIELDS)
         unknown = sorted(set(loop) - set(LOOP_FIELDS)) + sorted(set(data) - live)
@@ -140,7 +145,10 @@ class AgentSettings(LoopConfig):
             raise LiveError(f"{where}: {e}") from None
 
     def save(self, state_dir: Path) -> None:
-        write_text_atomic(Path(state_dir) / SETTINGS_FILE, json.dumps(self.to_json(), indent=1))
+        """Write ``settings.json``; readable by its owner only when it holds a webhook URL
+        (whose path is often its secret), as ``service.token`` is."""
+        write_text_atomic(Path(state_dir) / SETTINGS_FILE, json.dumps(self.to_json(), indent=1),
+                          mode=0o600 if self.notify else None)
 
     @classmethod
     def load(cls, state_dir: Path) -> AgentSettings:

@@ -41,7 +41,7 @@ from typing import Any
 
 from ..atomic import pid_alive
 from ..jsonable import jsonable
-from .errors import ActionNotAllowed, IllegalTransition, LiveError, UnknownRevision
+from .errors import ActionNotAllowed, Frozen, IllegalTransition, LiveError, UnknownRevision
 
 BUSY_TIMEOUT_S = 30.0
 APPLICATION_ID = 0x61757473  # "auts": PRAGMA application_id of a revision store
@@ -513,7 +513,9 @@ class RevisionStore:
                 db.execute("PRAGMA journal_mode=WAL")
                 db.executescript(_SCHEMA)
             self._migrate()
-        except (OSError, sqlite3.Error) as e:
+        except sqlite3.Error as e:
+            raise store_error(self.path, e) from None
+        except OSError as e:
             raise LiveError(f"{self.path}: cannot open the revision store: {e}") from None
 
     def check_ours(self) -> None:
@@ -554,14 +556,14 @@ class RevisionStore:
         try:
             db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
         except sqlite3.Error as e:
-            raise LiveError(f"{self.path}: cannot open the revision store: {e}") from None
+            raise store_error(self.path, e) from None
         try:
             db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
             db.execute("PRAGMA synchronous=FULL")  # a committed event survives a power cut
             db.execute("PRAGMA foreign_keys=ON")
             yield db
-        except sqlite3.OperationalError as e:
-            raise LiveError(f"{self.path}: {e}") from None
+        except sqlite3.DatabaseError as e:  # OperationalError too
+            raise store_error(self.path, e) from None
         finally:
             db.close()
 
@@ -798,14 +800,21 @@ class RevisionStore:
                            "(SELECT seq FROM memory ORDER BY seq DESC LIMIT ?)", (MEMORY_KEPT,))
 
     def begin_apply(self, rev_id: int, *, actor: str, previous: Mapping[str, Any],
-                    min_interval: float | None = None) -> ApplyIntent:
+                    min_interval: float | None = None, while_frozen: bool = True) -> ApplyIntent:
         """Write-ahead: record that an apply of `rev_id` starts and what to restore if it
-        does not finish. Checked in the same transaction (`ActionNotAllowed` otherwise): the
-        revision is proposed; no other apply is open (an intent left by a dead process must be
-        reconciled, `end_apply`, first); the revision it was made against is still the running
-        one; and, with `min_interval` (auto mode's one change per period), the running revision
-        went live at least that many seconds ago unless it is the baseline."""
+        does not finish. Checked in the same transaction (`ActionNotAllowed` otherwise): unless
+        `while_frozen` (an operator's rollback), the agent is not frozen (the store's flag or the
+        stop file: a freeze holds from the moment it is stored, also against an apply a round
+        decided on before); the revision is proposed; no other apply is open (an intent left by
+        a dead process must be reconciled, `end_apply`, first); the revision it was made against
+        is still the running one; and, with `min_interval` (auto mode's one change per period),
+        the running revision went live at least that many seconds ago unless it is the
+        baseline."""
         with self._write() as db:
+            if not while_frozen and (flags := self._flags(db)).frozen:
+                raise Frozen(f"the agent is frozen by {flags.frozen_by}"
+                             f"{': ' + flags.frozen_reason if flags.frozen_reason else ''}; "
+                             "unfreeze it first")
             rev = self._get(db, rev_id)
             if rev.state is not RevisionState.PROPOSED:
                 # every apply (approve, rollback, auto) goes through a proposal; two processes
@@ -944,9 +953,13 @@ class RevisionStore:
                         "ORDER BY seq DESC LIMIT 1").fetchone()
         bl = db.execute("SELECT note FROM flags WHERE kind = 'block' ORDER BY seq DESC LIMIT 1"
                         ).fetchone()
-        frozen = fr is not None and fr[0] == "freeze"
-        return Flags(frozen=frozen, frozen_reason=fr[2] if frozen else "",
-                     frozen_by=fr[1] if frozen else "", blocked=bl[0] if bl else "")
+        blocked = bl[0] if bl else ""
+        if fr is not None and fr[0] == "freeze":
+            return Flags(frozen=True, frozen_reason=fr[2], frozen_by=fr[1], blocked=blocked)
+        stop = read_stop_file(self.state_dir)
+        if stop is not None:
+            return Flags(frozen=True, frozen_by=stop[0], frozen_reason=stop[1], blocked=blocked)
+        return Flags(blocked=blocked)
 
     def _open_apply(self, db: sqlite3.Connection) -> ApplyIntent | None:
         row = db.execute(
@@ -958,6 +971,60 @@ class RevisionStore:
             return None
         return ApplyIntent(seq=row[0], time=row[1], rev_id=row[2], pid=row[3], host=row[4],
                            actor=row[5], previous=json.loads(row[6]))
+
+
+# What SQLite says of a file that is not (or no longer) a whole store: written over in place,
+# truncated, or a page damaged
+_DAMAGED = ("file is not a database", "database disk image is malformed", "no such table")
+_NO_ROOM = ("disk i/o error", "database or disk is full")
+
+
+def store_error(path: Path, e: sqlite3.Error) -> LiveError:
+    """One `LiveError` naming the store for what SQLite raised: a damaged store, a full disk
+    (SQLite says "disk I/O error" when its journal cannot grow: the device's free space says
+    which), or SQLite's own words."""
+    text = str(e)
+    if any(d in text.lower() for d in _DAMAGED):
+        return LiveError(f"{path}: the store cannot be read ({text}): it was damaged or written "
+                         "over in place; put a backup of it back, or move it away to begin a new "
+                         "store")
+    if any(d in text.lower() for d in _NO_ROOM) and no_space_left(path.parent):
+        return LiveError(f"{path}: no space left on the device of {path.parent} (SQLite: "
+                         f"{text}); free some space and try again")
+    return LiveError(f"{path}: {text}")
+
+
+def no_space_left(directory: Path, need: int = 1 << 20) -> bool:
+    """Whether the file system of `directory` has less than `need` bytes free for its user."""
+    try:
+        st = os.statvfs(directory)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < need
+
+
+STOP_FILE = "STOP"  # beside state.db: frozen while it exists (live/killswitch.py)
+_MAX_STOP_BYTES = 4096
+
+
+def read_stop_file(state_dir: Path) -> tuple[str, str] | None:
+    """(who froze, why) when the stop file exists in `state_dir`, else None. It needs no content
+    (``touch STOP`` freezes): what it holds is JSON ``{"actor": ..., "reason": ...}`` when the
+    kill switch wrote it, and is read only as far as it can be."""
+    path = Path(state_dir) / STOP_FILE
+    if not os.path.lexists(path):
+        return None
+    actor, reason = "the stop file", ""
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(_MAX_STOP_BYTES).decode("utf-8"))
+        if isinstance(data, dict):
+            actor = str(data.get("actor") or actor)[:200]
+            reason = str(data.get("reason") or "")[:1000]
+    except (OSError, ValueError):
+        pass  # an empty or hand-written file freezes as well
+    where = f"{path} exists; `agent unfreeze` removes it"
+    return actor, f"{reason} ({where})" if reason else where
 
 
 def _json_object(text: str) -> dict[str, Any]:

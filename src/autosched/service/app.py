@@ -35,8 +35,9 @@ from starlette.middleware.trustedhost import TrustedHostMiddleware
 from ..errors import InputError, LiveError
 from ..live.approval import IncludePreview
 from ..live.errors import ActionNotAllowed, UnknownRevision
+from ..live.killswitch import KillSwitch
 from ..live.status import AgentStatus
-from ..live.store import Flags, Revision, RevisionStore
+from ..live.store import Revision, RevisionStore, store_error
 from . import metrics, page, views
 from .guard import UNAUTHORISED, LogLine, RequestGuard, validation_error
 from .models import (
@@ -67,8 +68,6 @@ class AgentLike(Protocol):
     def reject(self, rev_id: int, actor: str, reason: str = "") -> Revision: ...
     def rollback(self, rev_id: int | None, actor: str, note: str = "",
                  force: bool = False) -> Revision: ...
-    def freeze(self, actor: str, reason: str = "") -> Flags: ...
-    def unfreeze(self, actor: str) -> Flags: ...
 
 
 ERRORS: dict[int | str, dict[str, Any]] = {
@@ -105,13 +104,17 @@ class StoreChanges:
     SQLite's ``PRAGMA data_version`` on one connection of its own that never writes."""
 
     def __init__(self, path: Path) -> None:
+        self.path = path
         self.db = sqlite3.connect(f"file:{path}?mode=ro", uri=True, check_same_thread=False,
                                   isolation_level=None, timeout=30)
         self.lock = threading.Lock()
 
     def version(self) -> int:
         with self.lock:
-            return self.db.execute("PRAGMA data_version").fetchone()[0]
+            try:
+                return self.db.execute("PRAGMA data_version").fetchone()[0]
+            except sqlite3.Error as e:
+                raise store_error(self.path, e) from None
 
     def close(self) -> None:
         with self.lock:
@@ -212,6 +215,22 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
                 opened["agent"] = open_agent()
                 opened["stamp"] = stamp
             return opened["agent"]
+
+    def kill_switch() -> KillSwitch:
+        """Freeze and unfreeze with the store alone (never `open_agent`: settings a plugin
+        policy or a hand edit made unloadable must not disable the kill switch), told to the
+        log and to the webhook if its URL can be read."""
+        from ..live.notify import Webhook, notify_url
+
+        def say(message: str) -> None:
+            if log is not None:
+                log({"event": "message", "message": message})
+
+        sinks: list[Any] = [] if log is None else [lambda a: log(a.to_record())]
+        url = notify_url(Path(state_dir), say) if settings.exists() else None
+        if url is not None:
+            sinks.append(Webhook(url, str(state_dir), say))
+        return KillSwitch(state_dir, sinks, say)
 
     def need_store() -> None:
         """Every route: the store is still one the service can serve (else 503, `StoreWatch`)."""
@@ -363,13 +382,13 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
         body = body or FreezeIn()
         # never behind the action lock: a freeze must not wait for an apply stuck on Slurm (it
         # is one store transaction, which another process's writes hold up for milliseconds)
-        return get_agent().freeze(actor(body.operator), body.reason).to_dict()
+        return kill_switch().freeze(actor(body.operator), body.reason).to_dict()
 
     @app.post("/api/unfreeze", response_model=FlagsOut, dependencies=actions, responses=ERRORS,
               summary="Let the agent propose again")
     def unfreeze(body: Annotated[UnfreezeIn | None, Body()] = None) -> dict[str, Any]:
         body = body or UnfreezeIn()
-        return get_agent().unfreeze(actor(body.operator)).to_dict()
+        return kill_switch().unfreeze(actor(body.operator)).to_dict()
 
     @app.get("/", response_class=HTMLResponse, dependencies=reads, include_in_schema=False)
     def status_page() -> HTMLResponse:

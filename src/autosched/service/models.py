@@ -17,6 +17,7 @@ from typing import Any, Union
 from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..live.approval import IncludePreview
+from ..live.audit import MAX_REASON_CHARS, NAME
 from ..live.status import AgentStatus
 from ..live.store import Flags, Revision
 from .views import OutcomeRow
@@ -58,9 +59,11 @@ RevisionsOut = types.GenericAlias(list, (RevisionOut,))
 OutcomesOut = types.GenericAlias(list, (OutcomeOut,))
 
 # Who acted, as recorded in the revision's events ("operator:NAME"); letters, digits and ._@-
-OperatorName = Field(default=None, pattern=r"^[A-Za-z0-9._@-]{1,64}$",
+# (live/audit.py: the CLI's --actor and --reason follow the same rules)
+OperatorName = Field(default=None, pattern=rf"^{NAME}$",
                      description="recorded as operator:NAME (default: service:token)")
-Note = Field(default="", max_length=1000)
+# one line: no control character (a newline would forge a line of `agent status`)
+Note = Field(default="", max_length=MAX_REASON_CHARS, pattern=r"^[^\x00-\x1f\x7f-\x9f]*$")
 MAX_DIFF = 32_000  # characters: an include file's diff is a few hundred
 
 
