@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import time
@@ -15,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from autosched.service.serve import GRACE_S
 from service_kit import AUTOSCHED, SRC, seed
 
 UNITS = Path(__file__).resolve().parents[1] / "contrib" / "systemd"
@@ -64,10 +66,28 @@ def test_the_units_say_what_they_run_and_where_they_may_write():
         # the include file (beside slurm.conf by default) is replaced by a rename: its
         # directory must be writable under ProtectSystem=strict
         assert svc["ProtectSystem"] == ["strict"]
-        assert str(Path(env["SLURM_CONF"]).parent) in svc["ReadWritePaths"][0].split()
+        # ... and that directory only: slurm.conf's own stays read-only, also to the service
+        # that answers HTTP (it was ReadWritePaths=/etc/slurm)
+        assert svc["ReadWritePaths"] == [str(Path(env["SLURM_CONF"]).parent / "autosched.d")]
         assert svc["User"] == svc["Group"] == ["slurm"]
+        assert svc["CapabilityBoundingSet"] == [""] and svc["PrivateDevices"] == ["yes"]
+        assert svc["RestrictAddressFamilies"] == ["AF_UNIX AF_INET AF_INET6"]
+        assert svc["UMask"] == ["0077"] and svc["MemoryMax"]
+        # longer than the longest apply: about 3 minutes of Slurm timeouts against a hung
+        # slurmctld (30 s per command, reads retried); the service waits for it, within that
+        assert int(svc["TimeoutStopSec"][0]) > GRACE_S >= 180
     assert environment(serve)["AUTOSCHED_HOST"] == "127.0.0.1"  # localhost only
-    assert int(agent["TimeoutStopSec"][0]) >= 60
+
+
+@pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="needs systemd-analyze")
+@pytest.mark.parametrize("name", ["autosched-agent.service", "autosched-serve.service"])
+def test_systemd_rates_the_units_ok(name):
+    """`systemd-analyze security` rated both 8.5 EXPOSED; docs/slurm.md gives the score."""
+    r = subprocess.run(["systemd-analyze", "security", "--offline=true", str(UNITS / name)],
+                       capture_output=True, text=True, timeout=60)
+    line = next(ln for ln in r.stdout.splitlines() if "Overall exposure level" in ln)
+    score = float(line.split(":")[1].split()[0])
+    assert score <= 1.3, line
 
 
 def _env(service: dict[str, list[str]], **override: str) -> dict[str, str]:

@@ -19,6 +19,10 @@ from .token import load_or_create_token
 
 # The line `serve` writes once it listens; `serve_in_process` reads the address from it.
 SERVING = "serving "
+# s a stopping service waits for requests in flight: an approve or a rollback against a hung
+# slurmctld ends within about three minutes (Slurm's command timeouts); the units' stop timeout
+# is longer still
+GRACE_S = 300
 
 
 def is_loopback(host: str) -> bool:
@@ -85,7 +89,7 @@ def serve(state_dir: Path, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT,
     shown = f"[{host.strip('[]')}]" if ":" in host else host
     log(f"{SERVING}{state_dir} on http://{shown}:{bound}/ (API schema: /api/openapi.json)")
     config = uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off",
-                            timeout_graceful_shutdown=5)
+                            timeout_graceful_shutdown=GRACE_S)
     uvicorn.Server(config).run(sockets=[sock])
 
 
