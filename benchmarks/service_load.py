@@ -102,7 +102,7 @@ def make_state(state: Path) -> None:
                    env={**os.environ, "PYTHONPATH": str(ROOT / "src")})
     agent = open_agent(state)
     s = agent.store
-    cfg = agent._running_or_baseline().config
+    cfg = agent.view.running_or_baseline().config
     for i in range(29):  # 28 applied through the agent (each judged), one left proposed
         cfg = {**cfg, "PriorityWeightAge": 1000 + 250 * (i + 1)}
         r = s.create(cfg, trigger="period", actor="agent:propose", parent=s.running().id,

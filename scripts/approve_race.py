@@ -28,7 +28,7 @@ def seed(state: Path) -> None:
     FakeConnector.create(state.parent / "fake")
     agent = init_agent(state, AgentSettings(connector={"kind": "fake",
                                                        "directory": str(state.parent / "fake")}))
-    base = agent._running_or_baseline()
+    base = agent.view.running_or_baseline()
     agent.store.create({**base.config, "PriorityWeightAge": 5000}, trigger="period",
                        actor="agent:propose", parent=base.id)
 

@@ -34,7 +34,7 @@ def demo_state(tmp: Path) -> Path:
     agent = init_agent(state, AgentSettings(connector={"kind": "fake",
                                                        "directory": str(tmp / "fake")}))
     s = agent.store
-    base = agent._running_or_baseline().config
+    base = agent.view.running_or_baseline().config
 
     def propose(changes, gain, spread, why):
         run = s.running()

@@ -1,4 +1,6 @@
-"""Hand-made sacct histories for the live agent's tests."""
+"""Hand-made sacct histories for the live agent's tests, and an agent over a fake cluster to run
+them (`make`). The project is imported where a helper runs: tests/fixtures/make_old_state.py
+imports the histories under the code of an older version."""
 
 from __future__ import annotations
 
@@ -44,3 +46,89 @@ def contended(now: float, n: int = 60, span: float = 1200.0, seed: int = 0) -> s
         user = rng.choice(["alice", "bob", "carol"])
         rows.append(row(str(i + 1), sub, sub, sub + dur, g, user=user, account=user))
     return "\n".join(rows) + "\n"
+
+
+def make(tmp_path, sacct=None, pin=None, connector=None, **kw):
+    """An agent over a fake 8-GPU cluster. With the default history, the cluster's clock is
+    pinned to the moment the history ends: a round replays the last period (600 s) of jobs, so a
+    round that started seconds later on a loaded machine would tune on other jobs. The moment is
+    fixed, not the wall clock: sacct's whole-second times round each job differently as the
+    clock's fraction moves, and one round in some tens then chose otherwise. `pin`: pin the clock
+    there for a history given as `sacct` (or seeded) too. `connector`: a class to open the fake
+    cluster with (a `FakeConnector` that fails in a way of its own)."""
+    from autosched.live.agent import AgentSettings, init_agent
+    from autosched.live.fake import FakeConnector
+
+    now = PINNED_NOW
+    fake = FakeConnector.create(tmp_path / "fake", sacct=contended(now) if sacct is None
+                                else sacct, nodes=1, gpus_per_node=8)
+    if sacct is None or pin is not None:
+        fake.update(clock=now if pin is None else pin)
+    opts = dict(connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=600,
+                history=3600, min_jobs=10, budget=12, model="replay", guard_margin=0.0, guard_k=0.0)
+    opts.update(kw)
+    conn = None if connector is None else connector(fake.dir)
+    agent = init_agent(tmp_path / "state", AgentSettings(**opts), conn)
+    return agent, fake if conn is None else conn
+
+
+def proposed(agent):
+    """The proposal of the agent's next round (which must propose)."""
+    from autosched.live.round import Action
+
+    out = agent.step()
+    assert out.action is Action.PROPOSED, out
+    return agent.store.get(out.revision)
+
+
+
+# The judge, one period after a change, on a job running at the change (R), one queued (Q: the
+# large job, 8 CPUs) and two arriving after it (A, B: 1 CPU), every job on the whole 8-GPU node
+# (tests/test_live_judge.py works the same jobs out by hand, at whole seconds). The baseline's
+# weights put Q first (age, and the job-size factor favouring large jobs), as does first come,
+# first served: Q, A, B give average JCTs 450, 480, 570 -> 500 s; small first: A, B, Q give 180,
+# 270, 650 -> 366.7 s. The change's time has a fraction of a second, the sacct times do not: t is
+# the whole second it falls in, and nothing below starts or ends within that second.
+SMALL_FIRST = {"PriorityWeightAge": 0, "PriorityWeightJobSize": 100000, "PriorityFavorSmall": True}
+
+
+def period_rows(t: float, small_first: bool) -> str:
+    """The jobs around a change at `t` as the cluster ran them (small first, or not)."""
+    if small_first:
+        q, a, b = (t + 300, t + 600), (t + 100, t + 200), (t + 200, t + 300)
+    else:
+        q, a, b = (t + 100, t + 400), (t + 400, t + 500), (t + 500, t + 600)
+    return "\n".join([HEADER, row("R", t - 200, t - 100, t + 100, 8), row("Q", t - 50, *q, 8, cpus=8),
+                      row("A", t + 20, *a, 8), row("B", t + 30, *b, 8)]) + "\n"
+
+
+def apply_change(agent, config) -> float:
+    """Apply `config` over the running revision, by hand; returns when it went live."""
+    from autosched.live.store import Evidence
+
+    p = agent.store.create(dict(agent.view.running_or_baseline().config, **config), trigger="period",
+                           actor="t", evidence=Evidence(predicted_gain=0.1))
+    agent.approve(p.id, "operator:alice")
+    return agent.store.get(p.id).applied_at
+
+
+def replay_gains(o) -> list[float]:
+    """The change's gain on the average JCT in each replay an outcome stored."""
+    pairs = [(o.simulated_old, o.simulated_new), *o.copies]
+    return [(old["avg_jct"] - new["avg_jct"]) / old["avg_jct"] for old, new in pairs]
+
+
+
+class FakeTime:
+    """A clock that the loop's sleeps advance (no real waiting)."""
+
+    def __init__(self):
+        self.t = 0.0
+        self.sleeps: list[float] = []
+
+    def clock(self):
+        return self.t
+
+    def sleep(self, s):
+        self.sleeps.append(s)
+        self.t += s

@@ -39,7 +39,7 @@ def seed(state: Path, fake: Path | None = None) -> RevisionStore:
     FakeConnector.create(fake)
     agent = init_agent(state, AgentSettings(connector={"kind": "fake", "directory": str(fake)},
                                             period=3600.0))
-    base = agent._running_or_baseline()
+    base = agent.view.running_or_baseline()
     assert base.id == 1 and base.config == BASE, base
     agent.store.create({**BASE, "PriorityWeightAge": 5000}, trigger="period",
                        actor="agent:propose", parent=1,

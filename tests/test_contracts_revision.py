@@ -18,7 +18,7 @@ from autosched.live.round import Action
 from autosched.live.store import Evidence, JudgedOutcome, RevisionKind, RevisionStore
 from autosched.service import views
 from autosched.service.page import render
-from test_live_agent import SMALL_FIRST, apply_change, make, period_rows
+from live_helpers import SMALL_FIRST, apply_change, make, period_rows
 
 runner = CliRunner()
 
@@ -149,7 +149,7 @@ def test_stored_rows_written_before_the_contract_still_read(tmp_path):
 
 def test_the_cli_says_unknown_for_a_proposal_without_a_predicted_gain(tmp_path):
     agent, _ = make(tmp_path)
-    agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=77),
+    agent.store.create(dict(agent.view.running_or_baseline().config, PriorityWeightAge=77),
                        trigger="manual", actor="operator:bob")
     text = status_text(agent)
     assert "pending: revision 2 (manual), predicted gain unknown\n" in text

@@ -102,3 +102,20 @@ def test_imports_are_resolved_as_python_does(tmp_path, source, expected):
     path = tmp_path / "x.py"
     path.write_text(source)
     assert [m for _, m in _imports("autosched.tune.x", path)] == expected
+
+
+# The agent's parts, highest first, as docs/architecture.md ("The agent's parts") draws them: a
+# part imports only the parts after it (the stop switch is shared, below them all).
+AGENT_PARTS = ["agent", "loop", "step", "observe", "actions", "tuning", "applying", "view",
+               "stopping"]
+
+
+def test_the_agents_parts_call_only_the_parts_below_them():
+    rank = {f"autosched.live.{p}": k for k, p in enumerate(AGENT_PARTS)}
+    bad = []
+    for name in rank:
+        path = SRC / "live" / f"{name.rsplit('.', 1)[1]}.py"
+        for line, mod in _imports(name, path):
+            if mod in rank and rank[mod] <= rank[name]:
+                bad.append(f"{path.relative_to(SRC.parent)}:{line} imports {mod}")
+    assert bad == []

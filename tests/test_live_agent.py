@@ -17,42 +17,28 @@ import pytest
 
 from autosched.errors import AutoschedError
 from autosched.live.agent import AgentSettings, init_agent, open_agent, start_agent
-from autosched.live.connector import ApplyFailed
-from autosched.live.errors import ActionNotAllowed, LiveError, SlurmUnavailable
+from autosched.live.errors import ActionNotAllowed, ApplyFailed, LiveError, SlurmUnavailable
 from autosched.live.fake import FakeConnector
 from autosched.live.judge import JITTERS
 from autosched.live.round import Action
 from autosched.live.store import Evidence, RevisionKind, RevisionState
-from live_helpers import HEADER, PINNED_NOW, contended, row
+from live_helpers import (
+    HEADER,
+    PINNED_NOW,
+    SMALL_FIRST,
+    FakeTime,
+    apply_change,
+    contended,
+    make,
+    period_rows,
+    proposed,
+    replay_gains,
+    row,
+)
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 P, A, R, RB, F = (RevisionState.PROPOSED, RevisionState.APPLIED, RevisionState.REJECTED,
                   RevisionState.ROLLED_BACK, RevisionState.FAILED)
-
-
-def make(tmp_path, sacct=None, pin=None, **kw):
-    """An agent over a fake 8-GPU cluster. With the default history, the cluster's clock is
-    pinned to the moment the history ends: a round replays the last period (600 s) of jobs, so a
-    round that started seconds later on a loaded machine would tune on other jobs. The moment is
-    fixed, not the wall clock: sacct's whole-second times round each job differently as the
-    clock's fraction moves, and one round in some tens then chose otherwise. `pin`: pin the clock
-    there for a history given as `sacct` (or seeded) too."""
-    now = PINNED_NOW
-    fake = FakeConnector.create(tmp_path / "fake", sacct=contended(now) if sacct is None
-                                else sacct, nodes=1, gpus_per_node=8)
-    if sacct is None or pin is not None:
-        fake.update(clock=now if pin is None else pin)
-    opts = dict(connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=600,
-                history=3600, min_jobs=10, budget=12, model="replay", guard_margin=0.0, guard_k=0.0)
-    opts.update(kw)
-    agent = init_agent(tmp_path / "state", AgentSettings(**opts))
-    return agent, fake
-
-
-def proposed(agent):
-    out = agent.step()
-    assert out.action is Action.PROPOSED, out
-    return agent.store.get(out.revision)
 
 
 def test_propose_then_approve_writes_the_include_file_and_goes_live(tmp_path):
@@ -137,7 +123,7 @@ def test_hand_edit_blocks_until_adopted(tmp_path):
 
 def test_freeze_is_a_kill_switch_but_rollback_still_works(tmp_path):
     agent, fake = make(tmp_path)
-    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=5),
+    p = agent.store.create(dict(agent.view.running_or_baseline().config, PriorityWeightAge=5),
                            trigger="manual", actor="t")
     agent.approve(p.id, "operator:alice")
     agent.freeze("operator:alice", "maintenance")
@@ -177,7 +163,7 @@ def test_slurm_down_blocks_and_never_applies_blind(tmp_path):
 @pytest.mark.parametrize("fault", ["fail_reconfigure", "ignore"])
 def test_failed_apply_restores_the_previous_file_and_marks_the_revision_failed(tmp_path, fault):
     agent, fake = make(tmp_path)
-    first = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=11),
+    first = agent.store.create(dict(agent.view.running_or_baseline().config, PriorityWeightAge=11),
                                trigger="manual", actor="t")
     agent.approve(first.id, "operator:alice")
     before_file, before_live = fake.include.read_text(), dict(fake.state()["live"])
@@ -197,7 +183,7 @@ def test_failed_apply_restores_the_previous_file_and_marks_the_revision_failed(t
 
 def test_unwritable_include_file_is_a_clear_error_and_nothing_is_lost(tmp_path):
     agent, fake = make(tmp_path)
-    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=9),
+    p = agent.store.create(dict(agent.view.running_or_baseline().config, PriorityWeightAge=9),
                            trigger="manual", actor="t")
     fake.include.mkdir()  # a directory where the file should be: fails for root too
     with pytest.raises(LiveError, match="autosched.conf: cannot"):
@@ -243,40 +229,6 @@ def test_auto_mode_applies_within_bounds_and_one_step(tmp_path):
                 assert abs(v - old) <= 0.1 * (k.high - k.low) + 1e-9, k.name
     assert rev.config["PriorityWeightAge"] <= 1500
     assert fake.state()["live"]["PriorityWeightAge"] == str(rev.config["PriorityWeightAge"])
-
-
-# The judge, one period after a change, on a job running at the change (R), one queued (Q: the
-# large job, 8 CPUs) and two arriving after it (A, B: 1 CPU), every job on the whole 8-GPU node
-# (tests/test_live_judge.py works the same jobs out by hand, at whole seconds). The baseline's
-# weights put Q first (age, and the job-size factor favouring large jobs), as does first come,
-# first served: Q, A, B give average JCTs 450, 480, 570 -> 500 s; small first: A, B, Q give 180,
-# 270, 650 -> 366.7 s. The change's time has a fraction of a second, the sacct times do not: t is
-# the whole second it falls in, and nothing below starts or ends within that second.
-SMALL_FIRST = {"PriorityWeightAge": 0, "PriorityWeightJobSize": 100000, "PriorityFavorSmall": True}
-
-
-def period_rows(t: float, small_first: bool) -> str:
-    """The jobs around a change at `t` as the cluster ran them (small first, or not)."""
-    if small_first:
-        q, a, b = (t + 300, t + 600), (t + 100, t + 200), (t + 200, t + 300)
-    else:
-        q, a, b = (t + 100, t + 400), (t + 400, t + 500), (t + 500, t + 600)
-    return "\n".join([HEADER, row("R", t - 200, t - 100, t + 100, 8), row("Q", t - 50, *q, 8, cpus=8),
-                      row("A", t + 20, *a, 8), row("B", t + 30, *b, 8)]) + "\n"
-
-
-def apply_change(agent, config) -> float:
-    """Apply `config` over the running revision, by hand; returns when it went live."""
-    p = agent.store.create(dict(agent._running_or_baseline().config, **config), trigger="period",
-                           actor="t", evidence=Evidence(predicted_gain=0.1))
-    agent.approve(p.id, "operator:alice")
-    return agent.store.get(p.id).applied_at
-
-
-def replay_gains(o) -> list[float]:
-    """The change's gain on the average JCT in each replay an outcome stored."""
-    pairs = [(o.simulated_old, o.simulated_new), *o.copies]
-    return [(old["avg_jct"] - new["avg_jct"]) / old["avg_jct"] for old, new in pairs]
 
 
 def test_a_change_that_helped_in_the_counterfactual_is_kept(tmp_path):
@@ -373,7 +325,7 @@ open_agent(sys.argv[1]).approve(int(sys.argv[2]), "operator:killed")
 
 def test_kill_9_during_an_apply_leaves_old_or_new_never_half(tmp_path):
     agent, fake = make(tmp_path)
-    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=31337),
+    p = agent.store.create(dict(agent.view.running_or_baseline().config, PriorityWeightAge=31337),
                            trigger="manual", actor="t")
     old_live = dict(fake.state()["live"])
     fake.update(apply_delay=30.0)  # the fake sleeps between writing the file and reconfiguring
@@ -424,21 +376,6 @@ def test_a_sacct_export_seeds_the_history(tmp_path):
     assert "a seed history must be sacct text" in out.why
 
 
-class FakeTime:
-    """A clock that the loop's sleeps advance (no real waiting)."""
-
-    def __init__(self):
-        self.t = 0.0
-        self.sleeps: list[float] = []
-
-    def clock(self):
-        return self.t
-
-    def sleep(self, s):
-        self.sleeps.append(s)
-        self.t += s
-
-
 def test_run_loops_every_period_and_backs_off_while_slurm_is_down(tmp_path):
     agent, fake = make(tmp_path, drift=False)
     fake.update(down=True)
@@ -463,7 +400,7 @@ def test_run_starts_a_round_early_when_the_workload_drifts(tmp_path):
         calls.append(ft.t)
         return "arrival rate x3.00 (rate-ratio test p=1e-09)" if ft.t >= 300 else ""
 
-    agent.drifted = drifted
+    agent.tuning.drifted = drifted
     out = agent.run(rounds=2, poll=150, sleep=ft.sleep, clock=ft.clock)
     assert calls == [150.0, 300.0] and ft.t == 300.0
     assert out[0].action is Action.PROPOSED and out[1].action is Action.WAIT
@@ -500,7 +437,7 @@ def test_a_model_round_draws_the_agents_validation_samples(tmp_path):
     """The agent's source validates on its own count of fresh samples (the controller's tests
     check that those are judged and never tuned on)."""
     agent, _ = make(tmp_path, model="stat", samples=2, validation_samples=3, period=3600)
-    source = agent._new_controller(agent._running_or_baseline(), agent.connector.setup()).source
+    source = agent.tuning.new_controller(agent.view.running_or_baseline(), agent.connector.setup()).source
     assert source.seeds(0) == [0, 1] and source.validation_seeds(503) == [503, 504, 505]
 
 
@@ -511,16 +448,16 @@ def test_agent_settings_refuse_too_few_validation_samples(tmp_path):
 
 def test_the_agent_observes_with_its_backlog_history_setting(tmp_path, monkeypatch):
     """AgentSettings.backlog_history reaches every observation a round makes."""
-    import autosched.live.agent as agent_mod
+    import autosched.live.tuning as tuning
 
     seen = []
-    real = agent_mod.observation
+    real = tuning.observation
 
     def spy(*a, **k):
         seen.append(k.get("backlog_history"))
         return real(*a, **k)
 
-    monkeypatch.setattr(agent_mod, "observation", spy)
+    monkeypatch.setattr(tuning, "observation", spy)
     for flag in (False, True):
         seen.clear()
         agent, _ = make(tmp_path / str(flag), backlog_history=flag)
@@ -541,7 +478,7 @@ def test_run_backs_off_while_an_interrupted_apply_cannot_be_restored(tmp_path):
     """Slurm down with an interrupted apply to reconcile: the round says when to try again and
     `run` waits that long (it waited a whole period at each round when it read the message)."""
     agent, fake = make(tmp_path, drift=False)
-    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=5),
+    p = agent.store.create(dict(agent.view.running_or_baseline().config, PriorityWeightAge=5),
                            trigger="manual", actor="t")
     # the process that began the apply is gone: its intent stays open
     subprocess.run([sys.executable, "-c", INTENT, str(agent.state_dir), str(p.id)], check=True,
@@ -611,7 +548,7 @@ def test_two_auto_mode_agents_on_one_state_directory_apply_one_change(tmp_path):
     begin b's apply, and b says so."""
     a, fake = make(tmp_path, mode="auto")
     b = open_agent(tmp_path / "state")
-    a._running_or_baseline()
+    a.view.running_or_baseline()
     real_create = b.store.create
 
     def create_after_a_applied(*args, **kw):
@@ -633,7 +570,7 @@ def test_two_auto_mode_agents_on_one_state_directory_apply_one_change(tmp_path):
 
 def test_auto_mode_does_not_apply_right_after_an_adopt(tmp_path):
     agent, fake = make(tmp_path, mode="auto")
-    agent._running_or_baseline()
+    agent.view.running_or_baseline()
     fake.hand_edit("PriorityWeightAge", "7")
     adopted = agent.adopt("operator:alice")
     out = agent.step()

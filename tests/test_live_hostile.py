@@ -53,17 +53,20 @@ def test_init_refuses_a_slurm_conf_that_is_not_utf8(tmp_path, conf_dir):
 
 def test_step_says_which_slurm_conf_is_not_a_file(tmp_path, conf_dir):
     """slurm.conf replaced by a FIFO after init: no Slurm command is run (one would block on it,
-    or fail in its own words), the round says which file."""
+    or fail in its own words), the round is blocked (exit 5: not something time ends, so `agent
+    run` goes on a period later) and says which file."""
     conf = conf_dir / "slurm.conf"
     r = agent("init", "--state", str(tmp_path / "s"), "--slurm-conf", str(conf))
     assert r.returncode == 0, r.stderr
     conf.unlink()
     os.mkfifo(conf)
     r = agent("step", "--state", str(tmp_path / "s"))
-    assert r.returncode == 2
-    assert r.stderr == (f"error: {conf}: is a FIFO (named pipe), not a regular file; expected a "
-                        "slurm.conf\n")
-    assert RevisionStore(tmp_path / "s").history() == []  # nothing recorded from a blind read
+    assert r.returncode == 5, r.stderr
+    assert r.stdout == (f"blocked: cannot read the live settings: {conf}: is a FIFO (named pipe), "
+                        "not a regular file; expected a slurm.conf\n")
+    store = RevisionStore(tmp_path / "s")
+    assert store.history() == []  # no baseline recorded from a blind read
+    assert store.flags().blocked == r.stdout[len("blocked: "):-1]
 
 
 def _poke(store: RevisionStore, sql: str) -> None:

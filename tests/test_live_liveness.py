@@ -13,7 +13,7 @@ from autosched.live.agent import start_agent
 from autosched.live.round import Action
 from autosched.live.status import loop_warnings
 from autosched.live.store import Heartbeat, LiveReading, RevisionState
-from test_live_agent import make
+from live_helpers import make
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 AUTOSCHED = str(Path(sys.executable).parent / "autosched")
@@ -27,7 +27,7 @@ def _dead_pid() -> int:
 
 def test_agent_status_never_reconfigures_an_interrupted_apply_the_next_start_does(tmp_path):
     agent, fake = make(tmp_path)
-    base = agent._running_or_baseline()
+    base = agent.view.running_or_baseline()
     p = agent.store.create(dict(base.config, PriorityWeightAge=31337), trigger="manual", actor="t")
     intent = agent.store.begin_apply(p.id, actor="t", previous=agent.connector.snapshot())
     fake.include.write_text("PriorityWeightAge=31337\n")  # the write a killed process left
@@ -82,11 +82,11 @@ def test_a_stale_slurm_down_block_clears_once_slurm_answers(tmp_path):
     out = agent.step()
     assert out.action is Action.BLOCKED and agent.status().blocked.startswith("Slurm does not answer")
     fake.update(down=False)
-    agent.live_values()  # what `agent run` does at each poll, and every action
+    agent.view.live_values()  # what `agent run` does at each poll, and every action
     st = agent.status()
     assert st.blocked == "" and st.live is not None
     # a block that needs an operator stays
     fake.hand_edit("PriorityWeightAge", "7")
     assert agent.step().action is Action.BLOCKED
-    agent.live_values()
+    agent.view.live_values()
     assert agent.status().blocked.startswith("hand edit")

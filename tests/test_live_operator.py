@@ -9,11 +9,11 @@ import pytest
 
 from autosched.live.errors import ActionNotAllowed, LiveError
 from autosched.live.store import LiveOverride, RevisionState
-from test_live_agent import make
+from live_helpers import make
 
 
 def _applied(agent, fake, **knobs):
-    p = agent.store.create(dict(agent._running_or_baseline().config, **knobs), trigger="manual",
+    p = agent.store.create(dict(agent.view.running_or_baseline().config, **knobs), trigger="manual",
                            actor="t")
     return agent.approve(p.id, "operator:alice")
 
@@ -48,7 +48,7 @@ def test_a_forced_rollback_records_the_discarded_live_values(tmp_path):
 
 def test_an_approve_over_a_hand_edit_is_refused_or_forced_and_recorded(tmp_path):
     agent, fake = make(tmp_path)
-    base = agent._running_or_baseline()
+    base = agent.view.running_or_baseline()
     p = agent.store.create(dict(base.config, PriorityWeightAge=5), trigger="manual", actor="t")
     fake.hand_edit("PriorityWeightJobSize", "42")
     with pytest.raises(ActionNotAllowed, match="PriorityWeightJobSize is 42 live, 1000 in revision 1"):
@@ -121,7 +121,7 @@ def test_status_and_page_show_each_proposed_knobs_share_of_the_gain(tmp_path):
     from autosched.service import page
 
     agent, _ = make(tmp_path)
-    base = agent._running_or_baseline()
+    base = agent.view.running_or_baseline()
     agent.store.create(dict(base.config, PriorityWeightAge=5, PriorityWeightJobSize=7),
                        trigger="manual", actor="t",
                        evidence=Evidence(predicted_gain=0.1, knob_shares={

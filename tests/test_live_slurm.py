@@ -16,11 +16,10 @@ from pathlib import Path
 import pytest
 
 from autosched.live.agent import AgentSettings, init_agent, start_agent
-from autosched.live.connector import ApplyFailed
-from autosched.live.errors import ActionNotAllowed, SlurmUnavailable
+from autosched.live.errors import ActionNotAllowed, ApplyFailed, SlurmUnavailable
 from autosched.live.history import read_jobs
 from autosched.live.round import Action
-from autosched.live.slurm import SlurmConnector
+from autosched.live.slurm import SlurmConnector, SlurmRunner
 from autosched.live.store import Evidence, RevisionKind, RevisionState
 
 pytestmark = pytest.mark.slurm
@@ -246,7 +245,7 @@ def test_kill_9_at_any_point_of_an_apply_leaves_old_or_new(slurm_testbed, agent,
         assert state in (RevisionState.APPLIED, RevisionState.FAILED, RevisionState.PROPOSED)
         assert now_running.id == (p.id if state is RevisionState.APPLIED else running.id)
         # the include file, slurmctld and the store agree
-        assert again._hand_edits(now_running) == ""
+        assert again.view.hand_edits(now_running) == ""
         text = bed.include.read_text()
         assert f"PriorityWeightAge={now_running.config['PriorityWeightAge']}\n" in text or (
             now_running.kind is RevisionKind.BASELINE and text == original)
@@ -301,3 +300,95 @@ def test_bf_parameters_merge_into_scheduler_parameters(slurm_testbed):
         bed.include.write_text(before)
         bed.reconfigure()
     assert show(bed, "SchedulerParameters") == "bf_window=1440,bf_interval=30,bf_resolution=60"
+
+
+# -- what a round makes of Slurm's failures (live/failures.py; on the fake: test_live_failures.py)
+
+
+def test_slurmctld_stopping_between_two_reads_of_the_first_round_blocks_it(slurm_testbed, agent):
+    """The first round reads the live settings, then (recording the baseline) reads them again:
+    slurmctld stops in between. The round is blocked and retried in 30 s, nothing recorded as
+    running; once slurmctld is back the next round records the baseline."""
+    bed = slurm_testbed
+
+    class StopsAfterOneRead(SlurmConnector):
+        reads = 0
+
+        def live_values(self):
+            got = super().live_values()
+            self.reads += 1
+            if self.reads == 1:
+                bed.stop_slurmctld()
+            return got
+
+    conn = StopsAfterOneRead(bed.include, bed.conf, SlurmRunner(str(bed.conf), timeout=5.0,
+                                                                retries=1, backoff=0.5))
+    first = start_agent(agent.state_dir, connector=conn)
+    try:
+        out = first.step()
+        assert out.action is Action.BLOCKED and out.why.startswith("Slurm does not answer: `"), out
+        assert "scontrol show config" in out.why and out.retry_after == 30.0
+        assert first.store.running() is None and first.status().blocked == out.why
+    finally:
+        bed.start_slurmctld()
+    first.step()  # too little history (min_jobs 1000), but the baseline is recorded
+    assert first.store.running().kind is RevisionKind.BASELINE and conn.reads == 3
+
+
+def test_an_error_of_scontrol_the_runner_does_not_know_blocks_and_the_loop_goes_on(slurm_testbed, agent, tmp_path):
+    """A slurm.conf that scontrol refuses to parse (a key it does not know): its error is none of
+    the runner's "Slurm is down" words. Each round is blocked saying so, and `run` goes on a
+    period later."""
+    bed = slurm_testbed
+    broken = tmp_path / "slurm.conf"
+    broken.write_text(bed.conf.read_text() + "\nNoSuchSlurmKey=1\n")
+    conn = SlurmConnector(bed.include, broken, SlurmRunner(str(broken), timeout=5.0, retries=0))
+    a = start_agent(agent.state_dir, connector=conn)
+    sleeps = []
+    out = a.run(rounds=2, poll=10_000, sleep=sleeps.append, clock=lambda: 0.0 if not sleeps else 1e9)
+    assert [o.action for o in out] == [Action.BLOCKED] * 2
+    assert out[0].why.startswith("cannot read the live settings: `scontrol show config` failed "
+                                 "(exit 1): "), out[0].why
+    assert [o.retry_after for o in out] == [None, None] and sleeps == [60.0]
+    assert a.store.running() is None
+
+
+def test_a_guard_rollback_meeting_a_stopped_slurmctld_is_tried_again_in_30_s(slurm_testbed, agent):
+    """The running change was judged worse (its outcome recorded by hand): the guard's rollback
+    finds slurmctld gone between its hand-edit check and the reconfigure. The include file is put
+    back, the rollback failed, and the round says to try again in 30 s (a temporary failure),
+    not a period on; with slurmctld back, the next round rolls back."""
+    from autosched.live.store import JudgedOutcome
+
+    bed = slurm_testbed
+    agent.step()
+    p = agent.store.create(dict(agent.store.running().config, PriorityWeightAge=4321),
+                           trigger="manual", actor="test")
+    agent.approve(p.id, "operator:test")
+    agent.store.record_outcome(p.id, JudgedOutcome("avg_jct", 0.1, "worse: by hand; rolled back",
+                                                   counterfactual_gain=-0.5, twin_error=0.0))
+    before = bed.include.read_text()
+
+    class StopsBeforeApply(SlurmConnector):
+        stop = True
+
+        def apply(self, settings, header=""):
+            if self.stop:
+                self.stop = False
+                bed.stop_slurmctld()
+            return super().apply(settings, header)
+
+    conn = StopsBeforeApply(bed.include, bed.conf, SlurmRunner(str(bed.conf), timeout=5.0,
+                                                               retries=1, backoff=0.5))
+    a = start_agent(agent.state_dir, connector=conn)
+    try:
+        out = a.step()
+        assert out.action is Action.ROLLBACK_FAILED and out.retry_after == 30.0, out
+        assert "scontrol reconfigure" in out.why and bed.include.read_text() == before
+        assert a.store.running().id == p.id
+        assert a.store.get(p.id + 1).state is RevisionState.FAILED
+    finally:
+        bed.start_slurmctld()
+    out = a.step()
+    assert out.action is Action.ROLLED_BACK and a.store.running().config == agent.store.get(1).config
+    assert show(bed, "PriorityWeightAge") == str(agent.store.get(1).config["PriorityWeightAge"])

@@ -161,7 +161,7 @@ def test_a_cache_fetched_with_other_columns_is_fetched_again(slurm_testbed, host
         old = "|".join(OLD_FIELDS) + "\n" + FORGED_OLD + "\n"
         (tmp_path / "st" / HISTORY_FILE).write_text(old)
         (tmp_path / "st" / "fetched.json").write_text(f'{{"until": {time.time() - 1}}}')
-        jobs = agent.jobs(time.time())
+        jobs = agent.view.jobs(time.time())
         assert "4242" not in jobs.job_id.tolist() and done <= set(jobs.job_id.tolist())
         assert "4242|" not in (tmp_path / "st" / HISTORY_FILE).read_text()
     finally:

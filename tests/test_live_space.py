@@ -51,7 +51,7 @@ def _run(tiny, *extra):
 def test_the_replay_and_the_agent_build_the_same_live_space(tmp_path, tiny, seen):
     """The agent over a fake cluster at Slurm's defaults (propose mode: no step limit, no
     bounds) with reserve_after fixed, and `run --live-knobs --fix reserve_after=3600`."""
-    from test_live_agent import make
+    from live_helpers import make
 
     agent, _ = make(tmp_path, fixed={"reserve_after": 3600.0})
     agent.step()
@@ -74,7 +74,7 @@ def test_a_flag_the_cluster_sets_is_pinned_alike_by_the_agent_and_the_replay(tmp
     cluster and searches the same space."""
     from dataclasses import replace
 
-    from test_live_agent import make
+    from live_helpers import make
 
     agent, fake = make(tmp_path)
     fake.set_setup(replace(fake.setup(), priority_flags=("NO_FAIR_TREE",)))

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autosched.live.store import RevisionState
-from test_live_agent import make
+from live_helpers import make
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 AUTOSCHED = str(Path(sys.executable).parent / "autosched")
@@ -112,8 +112,8 @@ def test_a_stop_asked_while_the_judge_replays_gives_the_round_up(tmp_path, monke
     """The judge's five replays of a period take minutes on a busy cluster and write nothing: a
     stop asked meanwhile gives the round up at once, the change left unjudged."""
     import autosched.live.judge as judge
-    from autosched.live.agent import RoundAbandoned
-    from test_live_agent import SMALL_FIRST, apply_change, period_rows
+    from autosched.live.stopping import RoundAbandoned
+    from live_helpers import SMALL_FIRST, apply_change, period_rows
 
     agent, fake = make(tmp_path)
     at = apply_change(agent, SMALL_FIRST)

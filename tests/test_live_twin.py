@@ -274,8 +274,8 @@ def test_the_agent_tunes_on_the_connectors_setup(tmp_path):
         connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=3600,
         history=4 * 3600, min_jobs=5, budget=3, model="replay"))
     built = []
-    new_controller = agent._new_controller
-    agent._new_controller = lambda running, s: built.append(new_controller(running, s)) or built[-1]
+    new_controller = agent.tuning.new_controller
+    agent.tuning.new_controller = lambda running, s: built.append(new_controller(running, s)) or built[-1]
     out = agent.step()
     assert out.action in (Action.PROPOSED, Action.NONE) and out.history.jobs == 60, out
     assert [c.cluster for c in built] == [setup.cluster_spec()]

@@ -59,8 +59,8 @@ def cli(*args):
 def test_a_round_reads_the_setup_once_and_tunes_on_it(tmp_path):
     agent, fake = make(tmp_path)
     built = []
-    new = agent._new_controller
-    agent._new_controller = lambda running, setup: built.append((setup, new(running, setup))) or built[-1][1]
+    new = agent.tuning.new_controller
+    agent.tuning.new_controller = lambda running, setup: built.append((setup, new(running, setup))) or built[-1][1]
     out = agent.step()
     assert out.action is Action.PROPOSED, out
     assert calls(fake) == 1  # observe read it; the tuning used that read
@@ -196,11 +196,11 @@ def test_drift_polls_read_neither_the_setup_nor_the_seed_again(tmp_path):
     for _ in range(3):
         agent.drifted()
     assert calls(fake, "sacct") == sacct + 3 and calls(fake) == before  # the recorded setup
-    assert agent.seed.reads == 1
+    assert agent.view.seed.reads == 1
     seed.write_text("\n".join([HEADER, *seed_rows(6, NOW)]) + "\n")  # a new file: read again
     os.utime(seed, ns=(1, 1))
     agent.drifted()
-    assert agent.seed.reads == 2
+    assert agent.view.seed.reads == 2
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -230,7 +230,7 @@ RevisionStore(sys.argv[1]).begin_apply(int(sys.argv[2]), actor="operator:gone",
 
 def test_agent_twin_only_reads(tmp_path):
     agent, fake = make(tmp_path)
-    p = agent.store.create(dict(agent._running_or_baseline().config, PriorityWeightAge=5),
+    p = agent.store.create(dict(agent.view.running_or_baseline().config, PriorityWeightAge=5),
                            trigger="manual", actor="t")
     subprocess.run([sys.executable, "-c", INTENT, str(agent.state_dir), str(p.id)], check=True,
                    env={**os.environ, "PYTHONPATH": SRC})  # an apply whose process is gone

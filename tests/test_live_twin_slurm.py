@@ -53,7 +53,7 @@ def wait_in_sacct(agent, ids: list[int], timeout: float = 60.0):
     """The agent's history once every job of `ids` has finished in it."""
     deadline = time.monotonic() + timeout
     while True:
-        jobs = agent.jobs(time.time())
+        jobs = agent.view.jobs(time.time())
         done = set(jobs.job_id[jobs.finished].tolist())
         if all(str(j) in done for j in ids) or time.monotonic() > deadline:
             return jobs
@@ -131,7 +131,7 @@ def test_the_observed_trace_has_the_limits_and_bf_window_changes_the_outcome(slu
     assert real[j3] >= real[j2], timeline
 
     # the agent's model: its spec, its running config (the live values, PriorityFlags pinned)
-    live = agent.space.from_settings(agent.live_values())
+    live = agent.space.from_settings(agent.view.live_values())
     config = {**agent.space.full(live), **setup.pinned(agent.space.fixed), "placement": "first_fit"}
     assert config["bf_window"] == 1440 and config["bf_interval"] == 30
     spec = setup.cluster_spec()

@@ -330,8 +330,8 @@ def test_the_agent_s_controller_is_made_of_its_settings(tmp_path):
                    guard_k=0.0)
     agent.connector.update(clock=PINNED_NOW)
     built = []
-    new = agent._new_controller
-    agent._new_controller = lambda running, setup: built.append(new(running, setup)) or built[-1]
+    new = agent.tuning.new_controller
+    agent.tuning.new_controller = lambda running, setup: built.append(new(running, setup)) or built[-1]
     agent.step()
     ctl = built[-1]
     assert ctl.config is agent.settings and ctl.guardrail == Guardrail(0.0, 0.0) and ctl.drift_window == 600.0

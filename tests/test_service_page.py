@@ -175,7 +175,7 @@ def test_the_page_never_offers_an_apply_in_flight_and_shows_slurms_own_values(br
     state = tmp_path / "state"
     store = seed(state)
     FakeConnector(tmp_path / "fake").hand_edit("PriorityWeightAge", "777")
-    open_agent(state).live_values()  # what a round or an action reads (and records)
+    open_agent(state).view.live_values()  # what a round or an action reads (and records)
     store.begin_apply(2, actor="test", previous={"include": None})  # an apply that never ended
     token_file = tmp_path / "token"
     token_file.write_text(TOKEN)

@@ -9,12 +9,16 @@ a bug and keeps its traceback.
   message names the file, row, column and rule where there is one.
 - `SimulationError`: the simulation cannot go on (a policy broke a rule of the engine).
 - `LiveError`: talking to a live scheduler or the agent's state failed (timeouts, refusals,
-  a value that did not take effect).
+  a value that did not take effect). Its class says whether the failure is `temporary` (the
+  scheduler did not answer: time may end it), so a caller decides a retry by the error's type,
+  never by its message.
 
 This module imports nothing from the project: every layer may use it.
 """
 
 from __future__ import annotations
+
+from typing import ClassVar
 
 
 class AutoschedError(Exception):
@@ -32,3 +36,9 @@ class SimulationError(AutoschedError, RuntimeError):
 
 class LiveError(AutoschedError, RuntimeError):
     """A live scheduler or the agent's state did not do what was asked."""
+
+    # Whether time may end the failure (the scheduler did not answer), so that the same action
+    # is worth trying again soon; False: it needs an operator or new data. A property of the
+    # class, never of one error: an error that wraps a temporary one is of a class that derives
+    # from the temporary class too (`live.errors.ApplyUnreachable`), so the decision survives.
+    temporary: ClassVar[bool] = False

@@ -159,7 +159,7 @@ def init_cmd(
     unused: tuple[str, ...] = ()
     if setup is not None:
         warnings = setup.warnings()
-        fixed = agent.twin_space(setup).fixed
+        fixed = agent.view.twin_space(setup).fixed
         unused = setup.unused_knobs(fixed)
     if shown := {k: v for k, v in fixed.items() if k not in unused}:
         typer.echo("fixed in live mode (no Slurm setting): " +

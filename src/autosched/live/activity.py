@@ -1,6 +1,6 @@
 """What the agent tells the outside world it did: one `Activity` per round and per action.
 
-The agent hands every `Activity` to its sinks (`Agent.sinks`, each an `ActivitySink`) at the
+The agent hands every `Activity` to its sinks (`Listeners.sinks`, each an `ActivitySink`) at the
 point where the outcome is known: after a round is recorded, after an action took effect. Two
 sinks exist: a JSON log line (`live.events_log.JsonLog`, in ``agent run`` and the service) and a
 webhook (`live.notify.Webhook`, when the agent's settings name one). A sink never changes what
@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Protocol
+from typing import Any, Callable, Protocol
 
 from .store import Revision
 
@@ -65,3 +65,24 @@ class ActivitySink(Protocol):
     (a round waits for it) and should not raise."""
 
     def __call__(self, activity: Activity) -> None: ...
+
+
+class Listeners:
+    """Who hears of what the agent does: `log` gets its free-text messages, each of `sinks`
+    every `Activity`. One object, shared by the agent's parts, so that a log or a sink set on
+    the agent (``agent run``, the service) is the one every part uses."""
+
+    def __init__(self) -> None:
+        self.log: Callable[[str], None] = lambda msg: None
+        self.sinks: list[ActivitySink] = []
+
+    def say(self, message: str) -> None:
+        self.log(message)
+
+    def tell(self, activity: Activity) -> None:
+        """Hand `activity` to every sink; a sink that fails is said in the log, never raised."""
+        for sink in self.sinks:
+            try:
+                sink(activity)
+            except Exception as e:  # noqa: BLE001 - a sink must not undo what was done
+                self.log(f"{type(sink).__name__} failed on {activity.kind.value}: {e}")

@@ -10,17 +10,13 @@ and absent when not). Converting to and from the simulator's units is `autosched
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from .errors import LiveError
+from .errors import ApplyFailed, LiveError, apply_failed
 from .twin import ClusterSetup
-
-
-class ApplyFailed(LiveError):
-    """An apply did not take effect; the connector has put the previous settings back (the
-    message says so, or says what could not be restored)."""
 
 
 @dataclass(frozen=True)
@@ -36,7 +32,9 @@ class Connector(Protocol):
     """A live scheduler the agent reads and configures.
 
     Every method may raise `SlurmUnavailable` (the scheduler does not answer) or another
-    `LiveError`; none of them may change anything but the settings the agent manages.
+    `LiveError`; none of them may change anything but the settings the agent manages. Whether
+    the agent tries again soon is decided by the error's class (`LiveError.temporary`), so an
+    error that wraps another keeps that (`errors.apply_failed`).
     """
 
     kind: str  # "slurm", "fake"
@@ -102,7 +100,8 @@ class Connector(Protocol):
     def apply(self, settings: dict[str, str], header: str = "") -> None:
         """Make `settings` (every managed setting) live: write them, make the scheduler read them,
         read them back and check each one. On any failure restore the snapshot taken first and
-        raise `ApplyFailed`. Called by approve, rollback and auto mode, after `snapshot`."""
+        raise `ApplyFailed` (`ApplyUnreachable` when the scheduler stopped answering: made by
+        `errors.apply_failed`). Called by approve, rollback and auto mode, after `snapshot`."""
         ...
 
     def restore(self, snapshot: dict[str, Any]) -> None:
@@ -124,3 +123,14 @@ def include_snapshot(include: Path) -> dict[str, Any]:
         return {"include": include.read_text() if include.exists() else None}
     except OSError as e:
         raise LiveError(f"{include}: cannot read: {e.strerror or e}") from None
+
+
+def undo_apply(restore: Callable[[], None], failed: LiveError, include: Path) -> ApplyFailed:
+    """What `Connector.apply` of a connector that owns one include file raises when it failed on
+    `failed`: it first puts the previous file back (`restore`), and says whether that worked;
+    temporary when either failure was (`errors.apply_failed`)."""
+    try:
+        restore()
+    except LiveError as e:
+        return apply_failed(f"{failed}; restoring the previous {include} also failed: {e}", failed, e)
+    return apply_failed(f"{failed}; the previous {include} is restored", failed)

@@ -18,8 +18,8 @@ from typing import Any
 from ..atomic import write_text_atomic
 from ..export.slurm import to_slurm
 from ..policies.multifactor import Multifactor
-from .connector import ApplyFailed, IncludeChange, include_change, include_snapshot
-from .errors import LiveError, SlurmUnavailable
+from .connector import IncludeChange, include_change, include_snapshot, undo_apply
+from .errors import ApplyFailed, LiveError, SlurmUnavailable
 from .knobs import same_value
 from .twin import ClusterSetup
 
@@ -170,8 +170,7 @@ class FakeConnector:
             if wrong:
                 raise ApplyFailed("after reconfigure, the fake holds " + ", ".join(wrong))
         except LiveError as e:
-            self.restore(before)
-            raise ApplyFailed(f"{e}; the previous {self.include} is restored") from None
+            raise undo_apply(lambda: self.restore(before), e, self.include) from None
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         old = snapshot.get("include")

@@ -1,12 +1,12 @@
 """One round of the agent, as data: what it observed, what it decides, what came of it.
 
-A round is observe -> decide -> act (`Agent.step`):
+A round is observe -> decide -> act (`RoundStep.step`):
 
-- ``Agent.observe`` does every read (the store, Slurm's live settings, the cluster's setup, the
+- ``Observer.observe`` (live/observe.py) does every read (the store, Slurm's live settings, the cluster's setup, the
   history) and turns a failed read into a `Block` that says how soon to try again (`retry_after`);
 - `decide` is pure: from the `Observed`, the `RoundRules` and the time it returns a `Plan`
   (`Stop`, `RollBack` or `Tune`), so every rule of a round is tested without a store or a cluster;
-- ``Agent.act`` carries the plan out and returns a `RoundOutcome`, which is what the store
+- ``RoundStep.act`` (live/step.py) carries the plan out and returns a `RoundOutcome`, which is what the store
   records, what ``agent step`` prints and exits with, and what ``agent run`` waits on.
 """
 
@@ -188,7 +188,7 @@ def decide(obs: Observed, rules: RoundRules, now: float) -> Plan:
         why = (f"too little history: {finished} jobs finished in the last {rules.history:g} s, "
                f"{rules.min_jobs} needed to fit a workload model; nothing proposed")
         return Stop(Action.BLOCKED, why, blocked=why, judged=judged)
-    if obs.setup is None:  # (`Agent.observe` reads it before the history)
+    if obs.setup is None:  # (`Observer.observe` reads it before the history)
         why = "the round read no cluster setup to simulate"
         return Stop(Action.BLOCKED, why, blocked=why, judged=judged)
     return Tune(running, jobs, obs.setup, judged)
@@ -285,7 +285,7 @@ class HistoryCounts:
 
 @dataclass(frozen=True)
 class RoundOutcome:
-    """What a round did (`Agent.act`). The store records `to_summary`, under the keys rounds
+    """What a round did (`RoundStep.act`). The store records `to_summary`, under the keys rounds
     have always had."""
 
     action: Action

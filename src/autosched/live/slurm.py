@@ -28,8 +28,8 @@ from ..associations import parse_associations
 from ..atomic import OutputError, check_input, read_text_input, write_text_atomic
 from ..cluster import ClusterError, parse_billing_weights
 from ..errors import InputError
-from .connector import ApplyFailed, IncludeChange, include_change, include_snapshot
-from .errors import LiveError, SlurmUnavailable
+from .connector import IncludeChange, include_change, include_snapshot, undo_apply
+from .errors import ApplyFailed, LiveError, SlurmUnavailable
 from .knobs import BACKFILL_PREFIX, canonical, is_allowed, same_value
 from .slurmconf import own_settings
 from .twin import ClusterSetup, PartitionSetup, billed_tres_note
@@ -573,13 +573,7 @@ class SlurmConnector:
                 raise ApplyFailed("after `scontrol reconfigure`, slurmctld holds "
                                   + ", ".join(wrong))
         except LiveError as e:
-            why = str(e)
-            try:
-                self.restore(before)
-            except LiveError as e2:
-                raise ApplyFailed(f"{why}; restoring the previous {self.include} also failed: "
-                                  f"{e2}") from None
-            raise ApplyFailed(f"{why}; the previous {self.include} is restored") from None
+            raise undo_apply(lambda: self.restore(before), e, self.include) from None
 
     def restore(self, snapshot: dict[str, Any]) -> None:
         old = snapshot.get("include")

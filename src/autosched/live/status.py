@@ -107,7 +107,7 @@ class AgentStatus:
     twin: TwinStatus | None = None
     judged: Judgement | None = None  # the judge's newest record among `history`
     # managed settings slurm.conf sets that the include file shadows, as the newest round that
-    # checked found them (`Agent.shadowed`)
+    # checked found them (`ClusterView.shadowed`)
     shadowed: tuple[str, ...] = ()
     # the managed knobs as the agent last read them from Slurm, and when: the "in Slurm" values
     live: LiveReading | None = None

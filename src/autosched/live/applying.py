@@ -1,0 +1,80 @@
+"""Applying a revision to Slurm with a write-ahead intent, and finishing one a killed process
+left (`Applier.reconcile`).
+
+An apply snapshots what runs, opens the intent in the store (`RevisionStore.begin_apply`, which
+checks the state rules in its transaction), has the connector write, reconfigure and verify,
+and ends the intent: applied, or failed with the previous settings restored. A process killed
+in between leaves the intent open; the next start, round or action restores the snapshot.
+"""
+
+from __future__ import annotations
+
+from ..errors import AutoschedError
+from .approval import apply_header
+from .connector import Connector
+from .errors import LiveError, RestorePending
+from .store import Approval, LiveOverride, Revision, RevisionState, RevisionStore
+from .view import ClusterView
+
+
+class Applier:
+    """Makes revisions live, one at a time (see the module doc)."""
+
+    def __init__(self, store: RevisionStore, connector: Connector, view: ClusterView):
+        self.store, self.connector, self.view = store, connector, view
+
+    def apply(self, rev: Revision, actor: str, note: str, replaced_note: str = "",
+              min_interval: float | None = None, approval: Approval | None = None,
+              overridden: tuple[LiveOverride, ...] = ()) -> Revision:
+        """Make `rev` live and record it applied (with `note`, and `replaced_note` on the
+        revision it replaces); on failure it is recorded failed and the error raised. With
+        `min_interval`, refused unless the running revision is that old (auto mode)."""
+        settings = self.view.settings_of(rev.config)
+        snap = self.connector.snapshot()
+        intent = self.store.begin_apply(rev.id, actor=actor, previous=snap,
+                                        min_interval=min_interval)
+        try:
+            self.connector.apply(settings, header=apply_header(rev))
+        except AutoschedError as e:
+            self.store.end_apply(intent, state=RevisionState.FAILED, actor=actor,
+                                 note=f"apply failed: {e}")
+            raise
+        except BaseException as e:
+            # not an error the connector expected: put the old settings back before saying so
+            try:
+                self.connector.restore(snap)
+                self.store.end_apply(intent, state=RevisionState.FAILED, actor=actor,
+                                     note=f"apply interrupted ({type(e).__name__}); previous "
+                                          "settings restored")
+            except Exception:
+                pass  # the intent stays open; the next start reconciles it
+            raise
+        self.store.end_apply(intent, state=RevisionState.APPLIED, actor=actor, note=note,
+                             replaced_note=replaced_note, approval=approval,
+                             overridden=overridden)
+        # the connector read every value back before it returned: Slurm runs these now
+        self.view.record_reading(self.view.space.knob_texts(self.view.space.full(rev.config)))
+        return self.store.get(rev.id)
+
+    def reconcile(self) -> str:
+        """Finish what a killed process left: an apply that began and never ended is undone
+        (the snapshot it saved is restored), so the include file and the store agree on the old
+        config. Returns what was done ("" if nothing); `RestorePending` (temporary) when the
+        restore failed: the agent is blocked until it succeeds."""
+        intent = self.store.open_apply()
+        if intent is None or intent.owner_alive():
+            return ""
+        try:
+            self.connector.restore(intent.previous)
+        except LiveError as e:
+            why = (f"an apply of revision {intent.rev_id} was interrupted and its previous "
+                   f"settings could not be restored yet: {e}")
+            self.store.set_blocked(why)
+            raise RestorePending(why) from None
+        note = (f"interrupted: the process applying it (pid {intent.pid}) stopped; the previous "
+                "settings were restored on the next start")
+        # a store written before the transition table may have moved the revision on meanwhile
+        proposed = self.store.get(intent.rev_id).state is RevisionState.PROPOSED
+        self.store.end_apply(intent, state=RevisionState.FAILED if proposed else None,
+                             actor="agent:reconcile", note=note)
+        return note

@@ -1,0 +1,134 @@
+"""One round of the agent: observe -> decide -> act (`RoundStep.step`).
+
+`Observer.observe` reads; `round.decide` (pure) plans; `act` carries the plan out and records
+the round: a stop (with the judge's record, its block note or freeze), the guard's rollback, or
+a tuning round whose clear winner becomes a proposal (applied in auto mode). A part that fails
+ends the round as `live.failures` says for the error's type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from .actions import OperatorActions
+from .activity import Activity, ActivityKind, Listeners
+from .applying import Applier
+from .errors import ActionNotAllowed
+from .failures import Part, caught, failure
+from .observe import Observer
+from .round import (
+    Action,
+    HistoryCounts,
+    Observed,
+    Plan,
+    RollBack,
+    RoundOutcome,
+    RoundRules,
+    Stop,
+    Tune,
+    decide,
+    next_retry,
+)
+from .stopping import Stopping
+from .store import RevisionKind, RevisionState
+from .tuning import Tuning
+
+
+class RoundStep:
+    """An agent's rounds (see the module doc)."""
+
+    def __init__(self, observer: Observer, actions: OperatorActions, applier: Applier,
+                 tuning: Tuning, stopping: Stopping, listeners: Listeners,
+                 rules: Callable[[], RoundRules]):
+        self.observer, self.actions, self.applier, self.tuning = observer, actions, applier, tuning
+        self.stopping, self.listeners, self.rules = stopping, listeners, rules
+        self.view = observer.view
+        self.store, self.settings = self.view.store, self.view.settings
+
+    def step(self, trigger: str = "period", now: float | None = None) -> RoundOutcome:
+        """One round now; returns (and records) what it found and did."""
+        observed = self.observer.observe(trigger, now)
+        return self.act(decide(observed, self.rules(), observed.now), observed)
+
+    def act(self, plan: Plan, observed: Observed) -> RoundOutcome:
+        """Carry `plan` out and record the round (with the controller's memory when it tuned)."""
+        running, memory = observed.running, None
+        if plan.judged is not None and running is not None:
+            self.store.record_outcome(running.id, plan.judged)
+        if isinstance(plan, Stop):
+            if plan.blocked is not None:
+                self.store.set_blocked(plan.blocked)
+            if plan.freeze is not None:
+                self.actions.freeze("agent:judge", plan.freeze)
+            out = RoundOutcome(plan.action, plan.why, retry_after=plan.retry_after)
+        elif isinstance(plan, RollBack):
+            try:
+                rev = self.actions.rollback(plan.to, "agent:guard", note=plan.why)
+                out = RoundOutcome(Action.ROLLED_BACK, plan.why, revision=rev.id)
+            except caught(Part.ROLLBACK) as e:
+                out = failure(Part.ROLLBACK, e, self._retry(observed)).outcome()
+        else:
+            self.store.set_blocked("")
+            out, memory = self._tune(observed, plan)
+        return self._record(out, observed, memory)
+
+    def _record(self, out: RoundOutcome, observed: Observed, memory: str | None) -> RoundOutcome:
+        """`out` with what the round observed, recorded and told to the listeners."""
+        out = replace(out, trigger=observed.trigger, history=_counts(observed), setup=observed.setup,
+                      setup_changes=observed.setup_changes, merged=observed.merged,
+                      shadowed=observed.shadowed)
+        self.store.record_round(out.to_summary(), memory=memory)
+        for change in out.setup_changes:
+            self.listeners.say(f"cluster setup changed: {change}")
+        for said in (*(out.merged or ()), *(out.shadowed or ())):
+            self.listeners.say(said)
+        self.listeners.tell(Activity(ActivityKind.ROUND, "agent", out.why, action=out.action.value,
+                                     trigger=out.trigger, blocked_before=observed.flags.blocked,
+                                     revision=self.store.get(out.revision) if out.revision else None))
+        return out
+
+    def _retry(self, observed: Observed) -> float:
+        """The wait before the next round when this one failed on something temporary."""
+        return next_retry(observed.previous_retry, self.settings.period)
+
+    def _tune(self, observed: Observed, plan: Tune) -> tuple[RoundOutcome, str | None]:
+        """One Controller round on the history; a clear winner becomes a proposal (applied in
+        auto mode). Returns what it did and the controller's memory after it (JSON)."""
+        s, running = self.settings, plan.running
+        try:
+            with self.stopping.abandonable():
+                d, evidence, memory = self.tuning.run(observed, plan)
+        except caught(Part.TUNE) as e:
+            return failure(Part.TUNE, e, self._retry(observed)).outcome(), None
+        if not d.deployed or d.candidate is None:
+            return RoundOutcome(Action.NONE, d.reason, evidence=evidence), memory
+        new = self.view.space.quantized(d.candidate)
+        if new == running.config:
+            return RoundOutcome(Action.NONE, "the winner rounds to the running config in Slurm's units",
+                                evidence=evidence), memory
+        actor = "agent:auto" if s.mode == "auto" else "agent:propose"
+        try:
+            rev = self.store.create(new, kind=RevisionKind.PROPOSAL, trigger=observed.trigger,
+                                    actor=actor, evidence=evidence, note=d.reason, parent=running.id)
+        except caught(Part.PROPOSE) as e:
+            return failure(Part.PROPOSE, e, self._retry(observed)).outcome(), memory
+        if s.mode == "propose":
+            return RoundOutcome(Action.PROPOSED, d.reason, revision=rev.id), memory
+        try:
+            self.applier.apply(rev, actor, f"applied in auto mode: {d.reason}", min_interval=s.period)
+        except caught(Part.APPLY) as e:
+            if isinstance(e, ActionNotAllowed):  # stale: another agent's change went live
+                self.store.transition(rev.id, RevisionState.REJECTED, actor=actor,
+                                      note=f"not applied: {e}")
+            return failure(Part.APPLY, e, self._retry(observed), revision=rev.id).outcome(rev.id), memory
+        return RoundOutcome(Action.APPLIED, d.reason, revision=rev.id), memory
+
+
+def _counts(observed: Observed) -> HistoryCounts | None:
+    """The history a round read, in numbers (None: it stopped before reading it)."""
+    jobs = observed.jobs
+    if jobs is None:
+        return None
+    return HistoryCounts(jobs=int(len(jobs)), finished=int(jobs.finished.sum()),
+                         malformed_rows=jobs.malformed, left_out=dict(observed.left_out))

@@ -1,0 +1,127 @@
+"""The agent's tuning: the `Controller` it runs on the live history, the memory that carries it
+from one round (and one process) to the next, and the drift test between rounds.
+
+The controller simulates the cluster as the round read its setup (`ClusterSetup.cluster_spec`)
+and tunes the live part of the policy's space (`export.live.live_subspace`). Its memory (warm
+starts, pooled trials, the drift reference) is kept in the store with the round that tuned; a
+memory of another policy, or one left by a round that simulated another setup of the cluster,
+is not used.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .activity import Listeners
+from .history import observation
+from .round import Observed, Tune
+from .store import Evidence, Revision
+from .twin import ClusterSetup, twin_jobs
+from .view import ClusterView
+
+if TYPE_CHECKING:  # the controller pulls in the tuning stack: imported where a round tunes
+    from ..adapt.controller import Controller, ControllerMemory, Decision
+
+
+class Tuning:
+    """The Controller of an agent's rounds, and its memory (see the module doc)."""
+
+    def __init__(self, view: ClusterView, listeners: Listeners):
+        self.view, self.listeners = view, listeners
+        self.settings, self.store = view.settings, view.store
+
+    def run(self, observed: Observed, plan: Tune) -> tuple[Decision, Evidence, str]:
+        """One Controller round on the planned history, going on from the stored memory: its
+        decision, the evidence a revision records of it, and the memory after it (JSON)."""
+        s = self.settings
+        obs, origin = observation(plan.jobs, observed.now, s.history, seed=s.seed,
+                                  backlog_history=s.backlog_history)
+        ctl = self.controller(plan.running, plan.setup)
+        d = ctl.decide(obs, trigger=observed.trigger)
+        return d, self.evidence(d, origin), ctl.memory().to_json()
+
+    def evidence(self, d: Decision, origin: float) -> Evidence:
+        """What a revision (or a round that proposed nothing) records of the decision `d` made
+        on a history whose times count from `origin`."""
+        s = self.settings
+        model = s.model if s.time_scale == 1 or s.model == "replay" else \
+            f"{s.model} at time scale {s.time_scale:g}"
+        return Evidence(
+            predicted_gain=d.predicted_gain, spread=d.spread, samples=d.samples,
+            validation_samples=len(d.validation_seeds), tuning_cost=d.tuning_cost,
+            causal_graph=d.causal_graph, screened_knobs=d.screened_knobs, metric=s.metric,
+            running_value=d.running_value, candidate_value=d.candidate_value, reason=d.reason,
+            tuning_seconds=d.tuning_seconds, history_jobs=d.history_jobs,
+            imputed_durations=d.imputed_durations, history_origin=origin, model=model,
+            dropped_knobs=list(d.dropped_knobs), knob_shares=dict(d.knob_shares))
+
+    def new_controller(self, running: Revision, setup: ClusterSetup) -> Controller:
+        """A Controller as the settings say, simulating the cluster `setup` describes, running
+        `running`'s config and tuning the live view of the policy (fixed knobs pinned, those the
+        cluster sets - PriorityFlags - as it sets them; managed ones within the bounds and, in
+        auto mode, the maximum step from the running values)."""
+        from ..adapt.controller import Controller
+        from ..adapt.sources import ReplaySource
+        from ..export.live import live_subspace
+
+        s = self.settings
+        space = self.view.twin_space(setup)
+        full = space.full(running.config)
+        bounds = {k: (float(v[0]), float(v[1])) for k, v in s.bounds.items()}
+        # The controller tunes the live part of the policy's space (fixed knobs pinned, managed
+        # ones bounded), built as `autosched run --live-knobs` builds it.
+        subspace = live_subspace(s.policy, space.fixed, full, bounds, s.max_step if s.mode == "auto" else None)
+        source = ReplaySource() if s.model == "replay" else s.model_source()
+        return Controller(s, setup.cluster_spec(), source, initial_config=full, subspace=subspace,
+                          drift_window=s.period, smallest_change=True)
+
+    def controller(self, running: Revision, setup: ClusterSetup) -> Controller:
+        """The round's Controller, going on from the memory the last tuning round left (unless
+        that round simulated another setup of the cluster: its trials and winners were
+        simulated on a cluster that is not this one)."""
+        ctl = self.new_controller(running, setup)
+        if (memory := self.memory(setup)) is not None:
+            ctl.restore(memory)
+        return ctl
+
+    def memory(self, setup: ClusterSetup | None = None) -> ControllerMemory | None:
+        """The controller's memory in the store (None: no round tuned yet, one of another policy,
+        or, given the cluster's `setup`, one left by a round that simulated another cluster; an
+        unreadable one is said in the log and not used)."""
+        from ..adapt.controller import ControllerMemory
+        from ..adapt.errors import AdaptError
+
+        got = self.store.controller_memory_round()
+        if got is None:
+            return None
+        text, summary = got
+        if setup is not None and (was := self.view.setup_of(summary)) is not None \
+                and was.cluster_spec() != setup.cluster_spec():
+            self.listeners.say("the cluster's setup changed since the last tuning round; this "
+                               "round starts without its memory")
+            return None
+        try:
+            memory = ControllerMemory.from_json(text)
+        except AdaptError as e:
+            self.listeners.say(f"{self.store.path}: {e}; the next round starts without it")
+            return None
+        return memory if memory.policy == self.settings.policy else None
+
+    def drifted(self, now: float | None = None) -> str:
+        """Why the workload drifted since the last tuning round ("" if it did not, or no round
+        tuned yet). Called between rounds by the loop; reads the drift reference from the store,
+        so it works in a process that has not tuned itself."""
+        memory = self.memory()
+        running = self.store.running()
+        if memory is None or memory.reference is None or running is None:
+            return ""
+        # the setup the last round read (the rounds read it; a poll only reads the history)
+        setup = self.view.recorded_setup() or self.view.connector.setup()
+        now = self.view.connector.now() if now is None else now
+        jobs, _ = twin_jobs(self.view.jobs(now), setup)
+        obs, _ = observation(jobs, now, self.settings.history, seed=self.settings.seed,
+                             backlog_history=self.settings.backlog_history)
+        ctl = self.new_controller(running, setup)
+        ctl.restore(memory)
+        rep = ctl.check_drift(obs)
+        return rep.reason if rep is not None and rep.drifted else ""
