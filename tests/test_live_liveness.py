@@ -90,3 +90,20 @@ def test_a_stale_slurm_down_block_clears_once_slurm_answers(tmp_path):
     assert agent.step().action is Action.BLOCKED
     agent.view.live_values()
     assert agent.status().blocked.startswith("hand edit")
+
+
+def test_a_shadowed_setting_said_of_an_older_running_revision_is_not_shown(tmp_path):
+    """The page kept "X in slurm.conf does not take effect: the agent's include file sets ...
+    (revision 4)" after an adopt or approve made another revision run, until the next round."""
+    from autosched.live.status import read_status
+    from autosched.live.store import RevisionKind, RevisionStore
+
+    store = RevisionStore(tmp_path / "s")
+    said = ["bf_window=2880 in slurm.conf does not take effect: the agent's include file sets "
+            "bf_window=1440 (revision 1); change it through the agent"]
+    store.record_round({"action": "wait", "why": "", "shadowed": said}, when=1.0)
+    store.create({"bf_window": 2880}, kind=RevisionKind.BASELINE, trigger="baseline",
+                 actor="agent")  # applied after that round looked
+    assert read_status(store).shadowed == ()
+    store.record_round({"action": "wait", "why": "", "shadowed": said})  # a round since: shown
+    assert read_status(store).shadowed == tuple(said)

@@ -192,3 +192,81 @@ def test_the_page_never_offers_an_apply_in_flight_and_shows_slurms_own_values(br
         read = store.last_reading().time
         assert f"read {time.strftime('%Y-%m-%d %H:%M:%SZ', time.gmtime(read))}" in \
             browser.find_element(By.ID, "slurm-read-at").text
+        # the Revisions table says so too (it said "proposed")
+        assert browser.find_element(By.CSS_SELECTOR, "#rev-2 td:nth-child(3)").text == \
+            "being applied or interrupted"
+
+
+@pytest.fixture
+def one_replay(tmp_path):
+    """The seeded agent with its proposal rejected and a new one as a single-replay round makes
+    it (one workload: spread 0.0), with the tuner's cost; served in its own process."""
+    from autosched.live.store import Evidence, RevisionState
+
+    state = tmp_path / "state"
+    store = seed(state)
+    store.transition(2, RevisionState.REJECTED, actor="operator:x")
+    base = store.get(1).config
+    store.create({**base, "PriorityWeightAge": 65000, "PriorityWeightFairshare": 0,
+                  "PriorityMaxAge": 1209600.0}, trigger="drift: arrival rate x5.73 (rate-ratio "
+                 "test p=4.5e-16)", actor="agent:propose", parent=1,
+                 evidence=Evidence(predicted_gain=0.1266, spread=0.0, samples=1,
+                                   metric="avg_jct",
+                                   tuning_cost={"trials": 30, "simulations": 90,
+                                                "trial_seconds": 11.0, "wall_seconds": 12.43,
+                                                "seconds": 12.43}))
+    token_file = tmp_path / "token"
+    token_file.write_text(TOKEN)
+    os.chmod(token_file, 0o600)
+    with serve_process(state, "--token-file", str(token_file)) as (url, _):
+        yield url
+
+
+def test_a_single_replay_has_no_spread_and_the_cost_is_words(browser, one_replay):
+    """The page showed "± 0.0%" for a gain measured on one workload, and the tuning cost as a
+    raw JSON object."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(one_replay + "/")
+    assert browser.find_element(By.ID, "predicted-gain").text == \
+        "+12.7% (one workload: no spread measured)"
+    assert browser.find_element(By.ID, "tuning-cost").text == "30 trials, 90 simulations, 12.4 s"
+    assert "{" not in browser.find_element(By.ID, "pending").text
+
+
+def test_the_page_fits_a_390_px_phone(browser, one_replay):
+    """At 390 x 844 the page was 949 px wide and the proposed values were cut off."""
+    from selenium.webdriver.common.by import By
+
+    browser.execute_cdp_cmd("Emulation.setDeviceMetricsOverride", {
+        "width": 390, "height": 844, "deviceScaleFactor": 3, "mobile": True})
+    try:
+        browser.get(one_replay + "/")
+        width = browser.execute_script("return document.documentElement.scrollWidth")
+        assert width <= 390, width
+        cells = browser.find_elements(By.CSS_SELECTOR, "#pending td.proposed")
+        assert len(cells) == 3
+        for cell in cells:  # each proposed value is on screen, with its label
+            box = browser.execute_script("const r = arguments[0].getBoundingClientRect(); "
+                                         "return [r.left, r.right]", cell)
+            assert 0 <= box[0] and box[1] <= 390, (cell.text, box)
+            assert cell.is_displayed()
+        assert "PriorityWeightAge" in browser.find_element(By.ID, "pending").text
+        # the approve's name check answers beside the button, not at the top of the page
+        browser.execute_script("arguments[0].hidden = false",
+                               browser.find_element(By.ID, "confirm"))
+        browser.find_element(By.ID, "confirm-approve").click()
+        said = browser.find_element(By.ID, "confirm-message")
+        assert said.text.startswith("enter your name") and said.is_displayed()
+    finally:
+        browser.execute_cdp_cmd("Emulation.clearDeviceMetricsOverride", {})
+
+
+def test_the_page_asks_for_no_favicon(browser, served):
+    """Chromium logged the 404 of /favicon.ico as a console error."""
+    from selenium.webdriver.common.by import By
+
+    url, _ = served
+    browser.get(url + "/")
+    icon = browser.find_element(By.CSS_SELECTOR, "link[rel=icon]")
+    assert icon.get_attribute("href") == "data:,"

@@ -272,11 +272,10 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         p = st.pending
         ev = p.evidence
         # a proposal made by hand (or by an older agent) may lack a figure: say so, never "+0.0%"
-        gain = "unknown" if ev.predicted_gain is None else f"{ev.predicted_gain:+.1%}"
-        spread = "" if ev.spread is None else f" ± {ev.spread:.1%}"
         metric = f" {ev.metric}" if ev.metric else ""
-        over = "" if ev.samples is None else f" over {ev.samples} workload(s)"
-        typer.echo(f"pending: revision {p.id} ({p.trigger}), predicted{metric} gain {gain}{spread}{over}")
+        over = "" if ev.samples is None or ev.samples == 1 else f" over {ev.samples} workload(s)"
+        typer.echo(f"pending: revision {p.id} ({p.trigger}), predicted{metric} gain "
+                   f"{ev.predicted_text()}{over}")
         shares = ev.knob_shares or {}
         for k, (a, b) in p.diff.items():
             share = shares.get(k)

@@ -195,6 +195,8 @@ def read_status(store: RevisionStore, *, history: int = 10, mode: Mode | None = 
     read = store.last_round_with("setup")
     checked = store.last_round_with("shadowed")
     shadowed = checked[1]["shadowed"] if checked else []
+    if checked and running is not None and (running.applied_at or 0) > checked[0]:
+        shadowed = []  # said of an older running revision (an approve or adopt since): stale
     live, beat = store.last_reading(), store.heartbeat()
     alive = beat is not None and beat.owner_alive() and \
         now - beat.time <= LOOP_SILENCE * beat.poll + 60.0

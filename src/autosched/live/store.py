@@ -283,6 +283,18 @@ class Evidence:
         """Every field under its own name, None included (the stored JSON has every key)."""
         return asdict(self)
 
+    def predicted_text(self) -> str:
+        """The predicted gain as the status and the page word it: "+8.0% ± 2.0%"; "+12.7% (one
+        workload: no spread measured)" when one workload was evaluated (its spread of 0 is not a
+        measurement); "+8.0%" without a spread; "unknown" without a gain (never "+0.0%")."""
+        if self.predicted_gain is None:
+            return "unknown"
+        if self.samples == 1:
+            return f"{self.predicted_gain:+.1%} (one workload: no spread measured)"
+        if self.spread is None:
+            return f"{self.predicted_gain:+.1%}"
+        return f"{self.predicted_gain:+.1%} ± {self.spread:.1%}"
+
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> Evidence:
         """Any revision's stored evidence: missing keys are None, unknown keys are ignored, and

@@ -121,7 +121,7 @@ def render(status: AgentStatus, history: list[Revision], outcomes: list[OutcomeR
         _running(running, history, status),
         _plot_section(outcomes),
         _config_over_time(history, slurm),
-        _history(history, running, slurm),
+        _history(history, running, slurm, status.interrupted_apply),
     ]
     return _PAGE.format(body="\n".join(parts), version=escape(status.version),
                         poll_ms=POLL_S * 1000)
@@ -161,7 +161,8 @@ def _judged(j: Judgement | None) -> str:
     return (f'revision {j.revision}: predicted gain <span id=judged-predicted>{_pct(j.predicted_gain)}'
             f'</span>, counterfactual gain <span id=judged-counterfactual>'
             f'{_gain(j)}</span>, twin error <span id=judged-twin-error>'
-            f'{_pct(j.twin_error, sign=False)}</span><br><span class=muted>{escape(j.verdict)}</span>')
+            f'{_pct(j.twin_error, sign=False)}</span><br><span id=judged-verdict>'
+            f'{escape(j.verdict)}</span>')
 
 
 def _rev_label(rev: Revision | None) -> str:
@@ -205,29 +206,45 @@ def _pending(rev: Revision | None, running: Revision | None,
                 'If its process died, the next round or action restores the settings before it '
                 'and records it as failed.</p></section>')
     ev = rev.evidence
-    gain, spread = ev.predicted_gain, ev.spread
     shares = ev.knob_shares or {}
-    rows = "".join(f"<tr><td><code>{escape(k)}</code></td><td>{_v(a)}{_slurm(running, k)}</td>"
-                   f"<td>{_v(b)}{_slurm(rev, k)}</td><td class=share>{_share(shares.get(k))}</td>"
+    rows = "".join(f"<tr><td data-label=knob><code>{escape(k)}</code></td>"
+                   f"<td data-label=now>{_v(a)}{_slurm(running, k)}</td>"
+                   f"<td data-label=proposed class=proposed>{_v(b)}{_slurm(rev, k)}</td>"
+                   f"<td data-label=\"share of the gain\" class=share>{_share(shares.get(k))}</td>"
                    "</tr>" for k, (a, b) in sorted(rev.diff.items()))
-    extra = "".join(f"<dt>{label}</dt><dd>{_v(v)}</dd>" for label, v in (
-        ("samples", ev.samples), ("tuning cost", ev.tuning_cost), ("reason", ev.reason),
-        ("left as they run (no share of the gain)",
-         ", ".join(map(str, ev.dropped_knobs)) if ev.dropped_knobs else None))
-        if v is not None)
-    g = (f'{gain:+.1%} &plusmn; {spread:.1%}' if gain is not None and spread is not None
-         else _v(gain))
+    extra = "".join(f"<dt>{label}</dt><dd{attr}>{text}</dd>" for label, attr, text in (
+        ("samples", "", _v(ev.samples) if ev.samples is not None else None),
+        ("tuning cost", " id=tuning-cost", escape(cost_text(ev.tuning_cost))
+         if ev.tuning_cost else None),
+        ("reason", "", _v(ev.reason) if ev.reason is not None else None),
+        ("left as they run (no share of the gain)", "",
+         escape(", ".join(map(str, ev.dropped_knobs))) if ev.dropped_knobs else None))
+        if text is not None)
     return (f'<section id=pending><h2>Pending proposal: revision {rev.id}</h2>'
-            f'<dl><dt>Predicted gain</dt><dd id=predicted-gain>{g}</dd>'
+            f'<dl><dt>Predicted gain</dt><dd id=predicted-gain>{escape(ev.predicted_text())}</dd>'
             f'<dt>Trigger</dt><dd>{escape(rev.trigger)}</dd>'
             f'<dt>Proposed</dt><dd>{_t(rev.created)}</dd>{extra}</dl>'
-            '<table><tr><th>knob</th><th>now</th><th>proposed</th><th>share of the gain</th></tr>'
-            f'{rows}</table><p>'
+            '<table class=stack><tr><th>knob</th><th>now</th><th>proposed</th><th>share of the '
+            f'gain</th></tr>{rows}</table><p>'
             f'<button type=button id=approve class=go data-rev="{rev.id}">Approve&hellip;</button>'
             + ' <input id=reject-reason placeholder="reason" maxlength=1000> '
             + _btn("Reject", f'/api/revisions/{rev.id}/reject', fields={"reason":
                    "reject-reason"}, bid="reject")
             + "</p>" + _confirm(rev) + "</section>")
+
+
+def cost_text(cost: dict[str, Any]) -> str:
+    """A round's tuning cost in words ("30 trials, 90 simulations, 12.4 s"), not its JSON."""
+    said = []
+    for key, unit in (("trials", "trials"), ("simulations", "simulations")):
+        if isinstance(cost.get(key), (int, float)):
+            said.append(f"{cost[key]:,.0f} {unit}")
+    seconds = cost.get("wall_seconds", cost.get("seconds"))
+    if isinstance(seconds, (int, float)):
+        said.append(f"{seconds:,.1f} s")
+    known = {"trials", "simulations", "wall_seconds", "seconds", "trial_seconds"}
+    said += [f"{k} {v}" for k, v in cost.items() if k not in known]
+    return ", ".join(said) or "-"
 
 
 def _share(x: Any) -> str:
@@ -244,7 +261,8 @@ def _confirm(rev: Revision) -> str:
             '</details><p><label>Your name (recorded with the approval) <input id=operator-name '
             'maxlength=64 autocomplete=username placeholder="e.g. alice"></label> '
             f'<button type=button id=confirm-approve class=go>Apply revision {rev.id} as '
-            'shown</button> <button type=button id=cancel-approve>Cancel</button></p></div>')
+            'shown</button> <button type=button id=cancel-approve>Cancel</button> '
+            '<span id=confirm-message role=status></span></p></div>')
 
 
 def _running(rev: Revision | None, history: list[Revision], status: AgentStatus) -> str:
@@ -271,9 +289,9 @@ def _running(rev: Revision | None, history: list[Revision], status: AgentStatus)
                    f"{' <span class=slurm>(' + escape(slurm[k]) + ')</span>' if k in slurm else ''}"
                    f"</td><td class=in-slurm>{in_slurm(k)}</td>"
                    f"<td>{since.get(k, '-')}</td></tr>" for k, v in sorted(rev.config.items()))
-    return ('<section id=running><h2>Running config</h2><table><tr><th>knob</th>'
-            f'<th>revision {rev.id}</th><th>in Slurm <small id=slurm-read-at>({read})</small></th>'
-            f'<th>set by revision</th></tr>{rows}</table></section>')
+    return ('<section id=running><h2>Running config</h2><div class=scroll><table><tr><th>knob'
+            f'</th><th>revision {rev.id}</th><th>in Slurm <small id=slurm-read-at>({read})</small>'
+            f'</th><th>set by revision</th></tr>{rows}</table></div></section>')
 
 
 def _config_over_time(history: list[Revision], slurm: Slurm) -> str:
@@ -284,11 +302,13 @@ def _config_over_time(history: list[Revision], slurm: Slurm) -> str:
     by_id = {r.id: r for r in history}
     rows = "".join(f"<tr><td>{_t(t)}</td><td>{r.id}</td><td>{escape(r.trigger)}</td>"
                    f"<td>{_diff_list(r, by_id, slurm)}</td></tr>" for t, r in reversed(applied))
-    return ('<section id=changes><h2>How the config changed</h2><table><tr><th>applied</th>'
-            f'<th>rev</th><th>trigger</th><th>changes</th></tr>{rows}</table></section>')
+    return ('<section id=changes><h2>How the config changed</h2><div class=scroll><table><tr>'
+            '<th>applied</th><th>rev</th><th>trigger</th><th>changes</th></tr>'
+            f'{rows}</table></div></section>')
 
 
-def _history(history: list[Revision], running: Revision | None, slurm: Slurm) -> str:
+def _history(history: list[Revision], running: Revision | None, slurm: Slurm,
+             interrupted: int | None = None) -> str:
     run_id = running.id if running else None
     by_id = {r.id: r for r in history}
     rows = []
@@ -303,7 +323,7 @@ def _history(history: list[Revision], running: Revision | None, slurm: Slurm) ->
                        bid=f"rollback-{r.id}")
         rows.append(
             f'<tr id=rev-{r.id} class="state-{r.state.value}"><td>{r.id}</td>'
-            f'<td>{_t(r.created)}</td><td>{r.state.value.replace("_", " ")}</td>'
+            f'<td>{_t(r.created)}</td><td>{_state(r, interrupted)}</td>'
             f'<td>{escape(r.trigger)}</td><td>{_diff_list(r, by_id, slurm)}</td>'
             f'<td>{_pct(gain)}</td>'
             f'<td title="{escape(judged.verdict if judged else "")}">'
@@ -311,9 +331,18 @@ def _history(history: list[Revision], running: Revision | None, slurm: Slurm) ->
             f'<td>{_pct(err, sign=False)}</td>'
             f'<td>{escape(last.actor)}{": " + escape(last.note) if last.note else ""}</td>'
             f'<td>{act}</td></tr>')
-    return ('<section id=history><h2>Revisions</h2><table><tr><th>rev</th><th>created</th>'
-            '<th>state</th><th>trigger</th><th>changes</th><th>predicted</th><th>counterfactual</th><th>twin error</th>'
-            f'<th>last event</th><th></th></tr>{"".join(rows)}</table></section>')
+    return ('<section id=history><h2>Revisions</h2><div class=scroll><table><tr><th>rev</th>'
+            '<th>created</th><th>state</th><th>trigger</th><th>changes</th><th>predicted</th>'
+            '<th>counterfactual</th><th>twin error</th><th>last event</th><th></th></tr>'
+            f'{"".join(rows)}</table></div></section>')
+
+
+def _state(rev: Revision, interrupted: int | None) -> str:
+    """A revision's state as the table shows it: one whose apply began and has not ended is
+    "being applied or interrupted", not "proposed"."""
+    if rev.id == interrupted:
+        return "being applied or interrupted"
+    return rev.state.value.replace("_", " ")
 
 
 def _plot_section(outcomes: list[OutcomeRow]) -> str:
@@ -357,8 +386,11 @@ def plot_svg(outcomes: list[OutcomeRow], width: int = 640, height: int = 240) ->
         out.append(f'<text x="{x:.1f}" y="{height - 6}" text-anchor=middle>r{o.revision}</text>')
         if o.predicted_gain is not None:
             s = o.spread or 0.0
+            said = (f"{o.predicted_gain:+.2%} &plusmn; {s:.2%}" if o.spread is not None and
+                    o.samples != 1 else f"{o.predicted_gain:+.2%} (one workload: no spread)"
+                    if o.samples == 1 else f"{o.predicted_gain:+.2%}")
             out.append(f'<g class=predicted><title>revision {o.revision}: predicted '
-                       f'{o.predicted_gain:+.2%} &plusmn; {s:.2%}</title>'
+                       f'{said}</title>'
                        f'<line x1="{x - 6:.1f}" x2="{x - 6:.1f}" y1="{y(o.predicted_gain - s):.1f}"'
                        f' y2="{y(o.predicted_gain + s):.1f}" />'
                        f'<circle cx="{x - 6:.1f}" cy="{y(o.predicted_gain):.1f}" r="4" /></g>')
@@ -367,16 +399,18 @@ def plot_svg(outcomes: list[OutcomeRow], width: int = 640, height: int = 240) ->
                        f'{_gain(o.outcome) if o.outcome else f"{o.counterfactual_gain:+.2%}"}'
                        f'</title><rect x="{x + 2:.1f}" '
                        f'y="{y(o.counterfactual_gain) - 4:.1f}" width="8" height="8" /></g>')
-    out.append(f'<g class=legend><circle cx="{width - 210}" cy="10" r="4" class=p />'
-               f'<text x="{width - 202}" y="14">predicted &plusmn; spread</text>'
-               f'<rect x="{width - 74}" y="6" width="8" height="8" class=o />'
-               f'<text x="{width - 62}" y="14">counterfactual</text></g></svg>')
+    # (room for the labels: "counterfactual" is about 80 px at 11 px)
+    out.append(f'<g class=legend><circle cx="{width - 250}" cy="10" r="4" class=p />'
+               f'<text x="{width - 242}" y="14">predicted &plusmn; spread</text>'
+               f'<rect x="{width - 106}" y="6" width="8" height="8" class=o />'
+               f'<text x="{width - 94}" y="14">counterfactual</text></g></svg>')
     return "".join(out)
 
 
 _PAGE = """<!doctype html>
 <html lang=en><head><meta charset=utf-8><title>autosched agent</title>
 <meta name=viewport content="width=device-width, initial-scale=1">
+<link rel=icon href="data:,">
 <style>
 body{{font:14px/1.4 system-ui,sans-serif;margin:1.5em auto;max-width:1100px;padding:0 1em;color:#222}}
 h1 small{{font-size:.5em;color:#777;font-weight:normal}} h2{{font-size:1.1em;margin-top:1.6em}}
@@ -391,6 +425,14 @@ tr.state-proposed{{background:#fefce8}} tr.state-failed,tr.state-rolled_back{{co
 svg text{{font-size:11px;fill:#444}} svg .zero{{stroke:#999;stroke-dasharray:3 3}}
 svg .predicted line{{stroke:#2563eb;stroke-width:2}} svg .predicted circle,svg .legend .p{{fill:#2563eb}}
 svg .counterfactual rect,svg .legend .o{{fill:#ea580c}}
+.scroll{{overflow-x:auto;max-width:100%}} svg#plot{{max-width:100%;height:auto}}
+h1 small,dd,td{{overflow-wrap:anywhere}} dd{{min-width:0}} input{{max-width:100%}}
+@media (max-width:640px){{
+ body{{margin:.5em auto;padding:0 .5em}} dl{{grid-template-columns:1fr}} dt{{margin-top:.3em}}
+ table.stack,table.stack tbody,table.stack tr,table.stack td{{display:block}}
+ table.stack tr:first-child{{display:none}} table.stack tr{{border-bottom:1px solid #ddd;padding:.3em 0}}
+ table.stack td{{border:0;padding:1px 4px}} table.stack td::before{{content:attr(data-label) ": ";color:#666}}
+}}
 </style></head>
 <body data-version="{version}">
 {body}
@@ -398,7 +440,14 @@ svg .counterfactual rect,svg .legend .o{{fill:#ea580c}}
 (function () {{
   const token = document.getElementById('token'), msg = document.getElementById('message');
   token.value = sessionStorage.getItem('autosched-token') || '';
-  function say(text, error) {{ msg.textContent = text; msg.className = error ? 'error' : ''; }}
+  const near = document.getElementById('confirm-message');
+  function say(text, error) {{
+    // also beside the approve's buttons while they are shown: the top line is out of view
+    for (const m of [msg, near]) {{
+      if (!m || (m === near && near.closest('[hidden]'))) continue;
+      m.textContent = text; m.className = error ? 'error' : '';
+    }}
+  }}
   async function failed(r) {{
     let d = r.statusText; try {{ d = (await r.json()).detail; }} catch (e) {{}}
     if (r.status === 401) sessionStorage.removeItem('autosched-token');
@@ -444,7 +493,8 @@ svg .counterfactual rect,svg .legend .o{{fill:#ea580c}}
     document.getElementById('confirm-approve').addEventListener('click', () => {{
       const who = name.value.trim();
       if (!/^[A-Za-z0-9._@-]{{1,64}}$/.test(who)) {{
-        say('enter your name (letters, digits and ._@-): it is recorded with the approval', true); return; }}
+        say('enter your name (letters, digits and ._@-): it is recorded with the approval', true);
+        name.focus(); return; }}
       sessionStorage.setItem('autosched-operator', who);
       return post('/api/revisions/' + approve.dataset.rev + '/approve', {{operator: who, include_diff: shown}});
     }});

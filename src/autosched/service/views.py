@@ -32,6 +32,7 @@ class OutcomeRow:
     counterfactual_gain: float | None
     twin_error: float | None
     outcome: JudgedOutcome | None
+    samples: int | None = None  # workloads the prediction was made on (1: no spread measured)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -49,7 +50,8 @@ def outcomes(history: list[Revision]) -> list[OutcomeRow]:
         judged = rev.outcome
         rows.append(OutcomeRow(rev.id, rev.applied_at, rev.state, rev.evidence.predicted_gain,
                                rev.evidence.spread, judged.counterfactual_gain if judged else None,
-                               judged.twin_error if judged else None, judged))
+                               judged.twin_error if judged else None, judged,
+                               rev.evidence.samples))
     return rows
 
 
