@@ -129,7 +129,8 @@ def test_status_and_page_show_each_proposed_knobs_share_of_the_gain(tmp_path):
                            dropped_knobs=["bf_window"]))
     st = agent.status()
     html = page.render(st, agent.store.history(), [], state_dir="s")
-    assert "<td class=share>75%</td>" in html and "<td class=share>25%</td>" in html
+    assert '<td data-label="share of the gain" class=share>75%</td>' in html
+    assert '<td data-label="share of the gain" class=share>25%</td>' in html
     assert "left as they run (no share of the gain)</dt><dd>bf_window" in html
     from typer.testing import CliRunner
 
