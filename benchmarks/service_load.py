@@ -94,7 +94,7 @@ def make_state(state: Path) -> None:
     sys.path.insert(0, str(ROOT / "src"))
     from autosched.live.agent import open_agent
     from autosched.live.fake import FakeConnector
-    from autosched.live.store import Evidence, JudgedOutcome
+    from autosched.live.records import Evidence, JudgedOutcome
 
     FakeConnector.create(state.parent / "fake")
     subprocess.run([_autosched(), "agent", "init", "--state", str(state), "--fake",

@@ -27,7 +27,7 @@ from chromium_kit import start_chromium  # noqa: E402
 def demo_state(tmp: Path) -> Path:
     from autosched.live.agent import AgentSettings, init_agent
     from autosched.live.fake import FakeConnector
-    from autosched.live.store import Evidence, JudgedOutcome
+    from autosched.live.records import Evidence, JudgedOutcome
 
     FakeConnector.create(tmp / "fake")
     state = tmp / "state"

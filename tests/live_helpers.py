@@ -104,7 +104,7 @@ def period_rows(t: float, small_first: bool) -> str:
 
 def apply_change(agent, config) -> float:
     """Apply `config` over the running revision, by hand; returns when it went live."""
-    from autosched.live.store import Evidence
+    from autosched.live.records import Evidence
 
     p = agent.store.create(dict(agent.view.running_or_baseline().config, **config), trigger="period",
                            actor="t", evidence=Evidence(predicted_gain=0.1))

@@ -11,7 +11,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ContextManager, Iterator
 
-from autosched.live.store import Evidence, RevisionState, RevisionStore
+from autosched.live.records import Evidence, RevisionState
+from autosched.live.store import RevisionStore
 from autosched.service.serve import serve_in_process
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")

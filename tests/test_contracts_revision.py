@@ -14,8 +14,9 @@ import pytest
 from typer.testing import CliRunner
 
 from autosched.cli import build_app
+from autosched.live.records import Evidence, JudgedOutcome, RevisionKind
 from autosched.live.round import Action
-from autosched.live.store import Evidence, JudgedOutcome, RevisionKind, RevisionStore
+from autosched.live.store import RevisionStore
 from autosched.service import views
 from autosched.service.page import render
 from live_helpers import SMALL_FIRST, apply_change, make, period_rows

@@ -20,8 +20,8 @@ from autosched.live.agent import AgentSettings, init_agent, open_agent, start_ag
 from autosched.live.errors import ActionNotAllowed, ApplyFailed, LiveError, SlurmUnavailable
 from autosched.live.fake import FakeConnector
 from autosched.live.judge import JITTERS
+from autosched.live.records import Evidence, RevisionKind, RevisionState
 from autosched.live.round import Action
-from autosched.live.store import Evidence, RevisionKind, RevisionState
 from live_helpers import (
     HEADER,
     PINNED_NOW,
@@ -405,7 +405,7 @@ def test_run_starts_a_round_early_when_the_workload_drifts(tmp_path):
     assert calls == [150.0, 300.0] and ft.t == 300.0
     assert out[0].action is Action.PROPOSED and out[1].action is Action.WAIT
     assert out[1].trigger == "drift: arrival rate x3.00 (rate-ratio test p=1e-09)"
-    assert agent.store.last_round()[1] == out[1].to_summary()
+    assert agent.store.last_round().to_summary() == out[1].to_summary()
 
 
 def test_the_loser_of_an_approve_race_says_the_winner_applied_it(tmp_path):
@@ -492,7 +492,7 @@ def test_run_backs_off_while_an_interrupted_apply_cannot_be_restored(tmp_path):
                                  "could not reach Slurm")
     assert [o.retry_after for o in out] == [30.0, 60.0, 120.0, 240.0]
     assert ft.sleeps == [30.0, 60.0, 120.0]
-    assert agent.status().next_round == pytest.approx(agent.store.last_round()[0] + 240.0)
+    assert agent.status().next_round == pytest.approx(agent.store.last_round().time + 240.0)
     fake.update(down=False)
     out = agent.step()
     assert agent.store.get(p.id).state is F and agent.store.open_apply() is None
@@ -582,7 +582,7 @@ def test_an_agent_state_directory_from_before_revision_kinds_opens_and_runs(tmp_
     """tests/fixtures/state-v0 was written by the code before this one (make_old_state.py)."""
     import shutil
 
-    from autosched.live.round import RoundRecord
+    from autosched.live.records import RoundRecord
     from autosched.service.models import StatusOut
 
     shutil.copytree(Path(__file__).parent / "fixtures" / "state-v0", tmp_path / "state")

@@ -19,8 +19,8 @@ from autosched.live.errors import (
 )
 from autosched.live.failures import Part, caught, failure
 from autosched.live.fake import FakeConnector
+from autosched.live.records import RevisionKind, RevisionState
 from autosched.live.round import Action
-from autosched.live.store import RevisionKind, RevisionState
 from live_helpers import SMALL_FIRST, FakeTime, apply_change, make, period_rows
 
 
@@ -52,7 +52,7 @@ def test_slurm_silent_between_two_reads_of_the_first_round_blocks_it_with_a_retr
     assert out.action is Action.BLOCKED and out.why.startswith("Slurm does not answer: `"), out
     assert "fake cluster is down" in out.why
     assert out.retry_after == 30.0 and out.exit_code == 4
-    assert agent.store.last_round()[1]["action"] == "blocked"
+    assert agent.store.last_round().action == "blocked"
     assert agent.status().blocked == out.why
     fake.answers = None
     fake.update(down=False)

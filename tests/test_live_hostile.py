@@ -114,7 +114,7 @@ def test_a_foreign_database_is_refused_not_adopted(tmp_path):
 
 
 def test_a_store_is_marked_as_ours_and_reopens(tmp_path):
-    from autosched.live.store import APPLICATION_ID
+    from autosched.live.storefile import APPLICATION_ID
 
     store = seed(tmp_path / "state")
     with sqlite3.connect(store.path) as db:

@@ -10,9 +10,9 @@ import sys
 from pathlib import Path
 
 from autosched.live.agent import start_agent
+from autosched.live.records import Heartbeat, LiveReading, RevisionState
 from autosched.live.round import Action
 from autosched.live.status import loop_warnings
-from autosched.live.store import Heartbeat, LiveReading, RevisionState
 from live_helpers import make
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -95,8 +95,9 @@ def test_a_stale_slurm_down_block_clears_once_slurm_answers(tmp_path):
 def test_a_shadowed_setting_said_of_an_older_running_revision_is_not_shown(tmp_path):
     """The page kept "X in slurm.conf does not take effect: the agent's include file sets ...
     (revision 4)" after an adopt or approve made another revision run, until the next round."""
+    from autosched.live.records import RevisionKind
     from autosched.live.status import read_status
-    from autosched.live.store import RevisionKind, RevisionStore
+    from autosched.live.store import RevisionStore
 
     store = RevisionStore(tmp_path / "s")
     said = ["bf_window=2880 in slurm.conf does not take effect: the agent's include file sets "

@@ -23,8 +23,8 @@ from autosched.live.activity import Activity, ActivityKind
 from autosched.live.errors import LiveError
 from autosched.live.events_log import JsonLog, log_line
 from autosched.live.notify import Webhook, check_url, notice, payload
+from autosched.live.records import Evidence, Revision, RevisionKind, RevisionState
 from autosched.live.round import Action
-from autosched.live.store import Evidence, Revision, RevisionKind, RevisionState
 from service_kit import AUTOSCHED, SRC, TOKEN, seed
 from test_live_agent import make
 
@@ -66,7 +66,7 @@ class Receiver:
 
 
 def _rev(state: RevisionState = RevisionState.PROPOSED) -> Revision:
-    from autosched.live.store import Event
+    from autosched.live.records import Event
 
     return Revision(id=7, created=1.0, kind=RevisionKind.PROPOSAL, config={"PriorityWeightAge": 5},
                     diff={"PriorityWeightAge": (1, 5)}, parent=6, trigger="period",

@@ -8,7 +8,7 @@ import re
 import pytest
 
 from autosched.live.errors import ActionNotAllowed, LiveError
-from autosched.live.store import LiveOverride, RevisionState
+from autosched.live.records import LiveOverride, RevisionState
 from live_helpers import make
 
 
@@ -83,7 +83,7 @@ def test_a_round_reports_a_managed_setting_slurm_conf_sets_and_the_include_shado
             "include file sets PriorityWeightFairshare=10000 (revision 3); change it through "
             "the agent")
     assert out.shadowed == want
-    assert agent.store.last_round()[1]["shadowed"] == list(want)
+    assert agent.store.last_round().shadowed == tuple(want)
     assert agent.status().shadowed == want
 
 
@@ -117,7 +117,7 @@ def test_a_proposal_changes_only_knobs_that_carry_gain_and_says_each_ones_share(
 
 
 def test_status_and_page_show_each_proposed_knobs_share_of_the_gain(tmp_path):
-    from autosched.live.store import Evidence
+    from autosched.live.records import Evidence
     from autosched.service import page
 
     agent, _ = make(tmp_path)

@@ -12,9 +12,23 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from autosched.live.history import read_jobs
 from autosched.live.judge import Counterfactual, PeriodFigures
+from autosched.live.records import (
+    Event,
+    Evidence,
+    Flags,
+    HistoryCounts,
+    JudgedOutcome,
+    Revision,
+    RevisionKind,
+    RevisionState,
+    RoundRecord,
+    StoredRound,
+)
 from autosched.live.round import (
     EXIT_BLOCKED,
     EXIT_FAILED,
@@ -23,18 +37,15 @@ from autosched.live.round import (
     EXIT_RETRYING,
     Action,
     Block,
-    HistoryCounts,
     Observed,
     RollBack,
     RoundOutcome,
-    RoundRecord,
     RoundRules,
     Stop,
     Tune,
     decide,
     next_retry,
 )
-from autosched.live.store import Event, Evidence, Flags, JudgedOutcome, Revision, RevisionKind, RevisionState
 from autosched.live.twin import ClusterSetup
 from live_helpers import HEADER, row
 
@@ -327,7 +338,83 @@ def test_the_stored_summary_keeps_the_keys_older_rounds_have():
     assert (read["left_out"], read["setup_changes"]) == ({"more GPUs than its partition has": 1}, ["node n2 added (8)"])
     assert ClusterSetup.from_dict(read["setup"]) == SETUP
     assert {a.value for a in Action} >= set(old)
-    # read back for the status: any version's row, and a row with keys missing
-    assert RoundRecord.from_row(5, {"action": "wait", "why": "w", "trigger": "period", "revision": True}) == \
-        RoundRecord(5.0, "period", "wait", "w", None, None)
-    assert RoundRecord.from_row(5, {}) == RoundRecord(5.0, "", "", "", None, None)
+    # read back: a row with keys missing or of another type reads as empty
+    assert StoredRound.from_row(5, {"action": "wait", "why": "w", "trigger": "period", "revision": True}) == \
+        StoredRound(5.0, "period", "wait", "w")
+    assert StoredRound.from_row(5, {}) == StoredRound(5.0, "", "", "") == StoredRound.from_row(5, "not an object")
+    assert StoredRound.from_row(5, {}).brief() == RoundRecord(5.0, "", "", "", None, None)
+
+
+ROWS = [json.loads(line) for line in (Path(__file__).parent / "fixtures" / "round_rows.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[r["commit"] for r in ROWS])
+def test_a_round_row_of_every_version_reads_back_typed(row):
+    """tests/fixtures/round_rows.jsonl: one row as each version that changed what a round writes
+    wrote it (tests/fixtures/make_round_row.py), every field that version had set. Each reads
+    back with the values it was written with (by hand, from make_round_row.py), and is written
+    again under the same keys with the same values (a key added since reads as empty)."""
+    summary = row["summary"]
+    got = StoredRound.from_row(7.0, summary)
+    assert (got.time, got.trigger, got.action, got.why) == (7.0, "drift: arrival rate x3.00", "proposed", "predicted +12.0%")
+    assert (got.revision, got.retry_after) == (2, 60.0)
+    assert got.evidence == Evidence(predicted_gain=0.12, spread=0.02, samples=4, metric="avg_jct")
+    left = {"more GPUs than its partition has": 2} if "left_out" in summary else {}
+    assert got.history == HistoryCounts(60, 55, 1, left)
+    if "setup" in summary:
+        assert got.setup == ClusterSetup((("n1", 8), ("n2", 8)), source="fake") and not got.setup_error
+        assert got.setup_changes == ("node n2 added (8)",)
+    else:
+        assert (got.setup, got.setup_changes) == (None, ())
+    if "merged" in summary:
+        assert got.merged == ("SchedulerParameters: slurm.conf's own entries (sched_interval=60) written",)
+        assert got.shadowed == ("PriorityWeightAge=1000 in slurm.conf does not take effect",)
+    else:
+        assert (got.merged, got.shadowed) == (None, None)
+    again = got.to_summary()
+    assert set(again) - set(summary) <= {"left_out"}
+    assert {k: again[k] for k in summary if k != "evidence"} == {k: v for k, v in summary.items() if k != "evidence"}
+    # the evidence has gained keys since (each None here)
+    assert {k: again["evidence"][k] for k in summary["evidence"]} == summary["evidence"]
+
+
+def test_the_rounds_state_v0_recorded_read_back_typed():
+    """The rounds of tests/fixtures/state-v0 (the code before typed rounds, 31d9366)."""
+    db = sqlite3.connect(f"file:{Path(__file__).parent / 'fixtures' / 'state-v0' / 'state.db'}?mode=ro", uri=True)
+    rows = db.execute("SELECT time, summary FROM rounds ORDER BY seq").fetchall()
+    db.close()
+    got = [StoredRound.from_row(t, json.loads(s)) for t, s in rows]
+    assert [r.action for r in got] == [json.loads(s)["action"] for _, s in rows]
+    for r, (_, s) in zip(got, rows):
+        d = json.loads(s)
+        assert r.why == d["why"] and r.trigger == d.get("trigger", "")
+        assert (r.history is None) == ("history_jobs" not in d)
+        assert (r.evidence is None) == ("evidence" not in d) and r.setup is None
+        again = r.to_summary()
+        assert {k: again[k] for k in d if k != "evidence"} == {k: v for k, v in d.items() if k != "evidence"}
+        if "evidence" in d:
+            assert {k: again["evidence"][k] for k in d["evidence"]} == d["evidence"]
+
+
+def test_a_recorded_setup_that_is_not_one_reads_as_an_error_not_a_setup():
+    got = StoredRound.from_row(1.0, {"action": "wait", "setup": {"nodes": "n1"}})
+    assert got.setup is None and got.setup_error
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.builds(RoundOutcome, action=st.sampled_from(list(Action)), why=st.text(max_size=20),
+                 trigger=st.text(max_size=20), revision=st.none() | st.integers(1, 10**6),
+                 retry_after=st.none() | st.floats(0, 1e6),
+                 history=st.none() | st.builds(HistoryCounts, st.integers(0, 10**6), st.integers(0, 10**6),
+                                               st.integers(0, 100), st.dictionaries(st.text(max_size=8), st.integers(0, 99), max_size=3)),
+                 evidence=st.none() | st.builds(Evidence, predicted_gain=st.none() | st.floats(-1, 1), samples=st.none() | st.integers(0, 9)),
+                 setup=st.none() | st.just(SETUP), setup_changes=st.lists(st.text(max_size=9), max_size=2).map(tuple),
+                 merged=st.none() | st.lists(st.text(max_size=9), min_size=1, max_size=2).map(tuple),
+                 shadowed=st.none() | st.lists(st.text(max_size=9), max_size=2).map(tuple)))
+def test_every_round_reads_back_as_it_was_recorded(out):
+    """The encoder and the one decoder agree (through JSON, as the store keeps it)."""
+    back = StoredRound.from_row(3.0, json.loads(json.dumps(out.to_summary())))
+    want = out.stored(3.0)
+    if want.setup is None:  # what changed in a setup is recorded with the setup
+        want = replace(want, setup_changes=())
+    assert back == want

@@ -18,9 +18,9 @@ import pytest
 from autosched.live.agent import AgentSettings, init_agent, start_agent
 from autosched.live.errors import ActionNotAllowed, ApplyFailed, SlurmUnavailable
 from autosched.live.history import read_jobs
+from autosched.live.records import Evidence, RevisionKind, RevisionState
 from autosched.live.round import Action
 from autosched.live.slurm import SlurmConnector, SlurmRunner
-from autosched.live.store import Evidence, RevisionKind, RevisionState
 
 pytestmark = pytest.mark.slurm
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -358,7 +358,7 @@ def test_a_guard_rollback_meeting_a_stopped_slurmctld_is_tried_again_in_30_s(slu
     finds slurmctld gone between its hand-edit check and the reconfigure. The include file is put
     back, the rollback failed, and the round says to try again in 30 s (a temporary failure),
     not a period on; with slurmctld back, the next round rolls back."""
-    from autosched.live.store import JudgedOutcome
+    from autosched.live.records import JudgedOutcome
 
     bed = slurm_testbed
     agent.step()

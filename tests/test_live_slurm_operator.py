@@ -14,7 +14,7 @@ import pytest
 
 from autosched.live.agent import init_agent
 from autosched.live.errors import ActionNotAllowed
-from autosched.live.store import LiveOverride, RevisionKind
+from autosched.live.records import LiveOverride, RevisionKind
 from test_live_slurm import settings, show
 
 pytestmark = pytest.mark.slurm
@@ -91,7 +91,7 @@ def test_writes_and_rounds_carry_slurm_confs_own_scheduler_parameters(slurm_test
     params = show(bed, "SchedulerParameters").split(",")
     assert {"default_queue_depth=200", "bf_max_job_user=4"} <= set(params)
     assert len(out.merged) == 1 and "default_queue_depth=200,bf_max_job_user=4" in out.merged[0]
-    assert agent.store.last_round()[1]["merged"] == list(out.merged)
+    assert agent.store.last_round().merged == out.merged
     fair = [s for s in out.shadowed if s.startswith("PriorityWeightFairshare")]
     assert fair == ["PriorityWeightFairshare=50000 in slurm.conf does not take effect: the agent's "
                     "include file sets PriorityWeightFairshare=10000 (revision 2); change it "

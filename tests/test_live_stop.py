@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from autosched.live.store import RevisionState
+from autosched.live.records import RevisionState
 from live_helpers import make
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -76,7 +76,7 @@ def test_sigterm_mid_apply_lets_the_apply_complete_then_stops(tmp_path):
     assert running.id == 2 and running.state is RevisionState.APPLIED
     want = agent.space.to_settings(agent.space.full(running.config))
     assert {k: fake.state()["live"][k] for k in want} == want
-    assert agent.store.last_round()[1]["action"] == "applied"
+    assert agent.store.last_round().action == "applied"
 
 
 def test_a_freeze_answers_at_once_while_a_rollback_is_stuck_on_slurm(tmp_path):

@@ -20,20 +20,20 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import autosched.live.store as store_mod
+import autosched.live.roundlog as roundlog
+import autosched.live.storefile as storefile
 from autosched.errors import LiveError
 from autosched.live.errors import ActionNotAllowed, IllegalTransition, UnknownRevision
-from autosched.live.store import (
-    BIRTH,
-    TRANSITIONS,
+from autosched.live.records import (
     Evidence,
     Flags,
     JudgedOutcome,
     RevisionKind,
     RevisionState,
-    RevisionStore,
+    StoredRound,
     gain_text,
 )
+from autosched.live.store import BIRTH, TRANSITIONS, RevisionStore
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 FIXTURE = Path(__file__).parent / "fixtures" / "state-v0"
@@ -388,21 +388,21 @@ def test_a_store_written_before_kinds_loads_with_the_kinds_its_triggers_named(tm
                                             "kept: avg_jct 200.0 -> 100.0 (+50.0%)")
     assert hist[5].evidence == Evidence(rollback_of=2, to=1)
     assert hist[3].evidence == Evidence(predicted_gain=0.03, spread=0.01, samples=3)
-    assert [t[1]["action"] for t in s.rounds()] == ["frozen", "blocked", "none", "wait", "proposed"]
+    assert [r.action for r in s.rounds()] == ["frozen", "blocked", "none", "wait", "proposed"]
     assert s.flags() == Flags() and s.controller_memory() is None
     # and it goes on under the table
     p = s.create(dict(hist[7].config, PriorityWeightAge=8), trigger="period", actor="t")
     assert p.parent == 7 and apply(s, p.id).state is A
     with sqlite3.connect(tmp_path / "s" / "state.db") as db:
-        assert db.execute("PRAGMA user_version").fetchone()[0] == store_mod.SCHEMA_VERSION
+        assert db.execute("PRAGMA user_version").fetchone()[0] == storefile.SCHEMA_VERSION
 
 
 def test_a_migration_interrupted_midway_leaves_the_store_as_it_was(tmp_path, monkeypatch):
     shutil.copytree(FIXTURE, tmp_path / "s")
     # the first statement runs, then the process "dies" (an error unwinds the transaction as a
     # kill does: SQLite rolls back what was not committed)
-    monkeypatch.setattr(store_mod, "_MIGRATIONS", (
-        store_mod._MIGRATIONS[0][:1] + ("SELECT no_such_function()",), *store_mod._MIGRATIONS[1:]))
+    monkeypatch.setattr(storefile, "_MIGRATIONS", (
+        storefile._MIGRATIONS[0][:1] + ("SELECT no_such_function()",), *storefile._MIGRATIONS[1:]))
     with pytest.raises(LiveError, match="state.db"):
         RevisionStore(tmp_path / "s")
     with sqlite3.connect(tmp_path / "s" / "state.db") as db:
@@ -415,7 +415,7 @@ def test_a_migration_interrupted_midway_leaves_the_store_as_it_was(tmp_path, mon
 def test_a_store_of_a_newer_version_is_refused(tmp_path):
     RevisionStore(tmp_path)
     with sqlite3.connect(tmp_path / "state.db") as db:
-        db.execute(f"PRAGMA user_version = {store_mod.SCHEMA_VERSION + 1}")
+        db.execute(f"PRAGMA user_version = {storefile.SCHEMA_VERSION + 1}")
     with pytest.raises(LiveError, match="written by a newer autosched"):
         RevisionStore(tmp_path)
 
@@ -432,20 +432,21 @@ def test_a_revision_row_that_cannot_be_read_is_named(tmp_path):
 def test_rounds_and_the_controller_memory(tmp_path):
     s = RevisionStore(tmp_path)
     s.record_round({"action": "wait", "why": "w"}, when=5.0)
-    assert s.last_round() == (5.0, {"action": "wait", "why": "w"}) and s.controller_memory() is None
-    for i in range(store_mod.MEMORY_KEPT + 2):
+    assert s.last_round() == StoredRound(5.0, "", "wait", "w") and s.controller_memory() is None
+    for i in range(roundlog.MEMORY_KEPT + 2):
         s.record_round({"action": "none"}, memory=f'{{"m": {i}}}')
-    assert s.controller_memory() == f'{{"m": {store_mod.MEMORY_KEPT + 1}}}'
+    assert s.controller_memory() == f'{{"m": {roundlog.MEMORY_KEPT + 1}}}'
     with sqlite3.connect(tmp_path / "state.db") as db:
-        assert db.execute("SELECT COUNT(*) FROM memory").fetchone()[0] == store_mod.MEMORY_KEPT
+        assert db.execute("SELECT COUNT(*) FROM memory").fetchone()[0] == roundlog.MEMORY_KEPT
         db.execute("INSERT INTO rounds (time, summary) VALUES (9, 'not json')")
-    assert s.last_round() == (9.0, {})
+    assert s.last_round() == StoredRound(9.0, "", "", "")
 
 
 # -- real processes --------------------------------------------------------------------------
 RACER = textwrap.dedent("""
     import sys, time
-    from autosched.live.store import RevisionStore, RevisionState
+    from autosched.live.records import RevisionState
+    from autosched.live.store import RevisionStore
     from autosched.live.errors import ActionNotAllowed
     s = RevisionStore(sys.argv[1])
     while time.time() < float(sys.argv[3]):
@@ -476,7 +477,8 @@ def test_processes_racing_to_approve_one_wins(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys
-    from autosched.live.store import RevisionStore, RevisionState
+    from autosched.live.records import RevisionState
+    from autosched.live.store import RevisionStore
     s = RevisionStore(sys.argv[1])
     i = 0
     print("ready", flush=True)
@@ -518,3 +520,27 @@ def test_kill_9_while_writing_leaves_a_store_the_next_start_trusts(tmp_path):
     s.create({"w": -1}, trigger="period", actor="t")  # the store goes on
 
 
+
+
+def test_a_stored_field_without_a_reader_fails_when_its_class_is_made():
+    """Each field of a stored record declares how it is read back: a new field without one
+    fails at once, not when an old row is read."""
+    from dataclasses import dataclass
+
+    from autosched.live.records import finite, read_record, readable, stored
+
+    with pytest.raises(TypeError, match="new_figure declare no reader"):
+        @readable
+        @dataclass(frozen=True)
+        class Grown:
+            known: float | None = stored(finite)
+            new_figure: tuple[int, ...] | None = None
+
+    @readable
+    @dataclass(frozen=True)
+    class Read:
+        known: float | None = stored(finite)
+
+    # a value of another type, or not finite, reads as empty; an unknown key is ignored
+    assert read_record(Read, {"known": "1.5", "other": 2}) == Read(None)
+    assert read_record(Read, {"known": float("nan")}) == Read(None) and read_record(Read, {"known": 2}) == Read(2.0)

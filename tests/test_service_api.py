@@ -12,7 +12,8 @@ import pytest
 
 from autosched.client import Client, Conflict, NotFound, ServiceError, Unauthorized
 from autosched.errors import InputError
-from autosched.live.store import Evidence, JudgedOutcome, RevisionStore
+from autosched.live.records import Evidence, JudgedOutcome
+from autosched.live.store import RevisionStore
 from autosched.service.token import load_or_create_token
 from service_kit import BASE, TOKEN, live_values, make_app, seed, serve_in_thread
 
@@ -353,7 +354,7 @@ def test_token_file_checks(tmp_path):
 
 
 def test_plot_positions_worked_by_hand():
-    from autosched.live.store import RevisionState
+    from autosched.live.records import RevisionState
     from autosched.service.page import plot_svg
     from autosched.service.views import OutcomeRow
 
@@ -394,7 +395,7 @@ def test_the_cli_and_the_api_serialise_the_one_status_record(svc, tmp_path):
 def test_the_schema_types_evidence_outcome_and_states_from_the_store(svc):
     import dataclasses
 
-    from autosched.live.store import RevisionState
+    from autosched.live.records import RevisionState
 
     schemas = svc[1].openapi()["components"]["schemas"]
     rev = schemas["Revision"]["properties"]

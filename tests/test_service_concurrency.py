@@ -14,7 +14,7 @@ import textwrap
 from pathlib import Path
 
 from autosched.client import Client
-from autosched.live.store import RevisionState
+from autosched.live.records import RevisionState
 from service_kit import AUTOSCHED, SRC, TOKEN, live_values, seed, serve_process
 
 ROUNDS = 15  # freeze/unfreeze pairs per writer

@@ -15,7 +15,7 @@ import pytest
 
 from autosched.client import Client
 from autosched.live.agent import open_agent
-from autosched.live.store import JudgedOutcome
+from autosched.live.records import JudgedOutcome
 from autosched.service.metrics import CONTENT_TYPE, escape_label, number, render
 from service_kit import TOKEN, make_app, seed, serve_in_thread, serve_process
 

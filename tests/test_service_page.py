@@ -201,7 +201,7 @@ def test_the_page_never_offers_an_apply_in_flight_and_shows_slurms_own_values(br
 def one_replay(tmp_path):
     """The seeded agent with its proposal rejected and a new one as a single-replay round makes
     it (one workload: spread 0.0), with the tuner's cost; served in its own process."""
-    from autosched.live.store import Evidence, RevisionState
+    from autosched.live.records import Evidence, RevisionState
 
     state = tmp_path / "state"
     store = seed(state)

@@ -17,7 +17,7 @@ from .activity import Activity, ActivityKind, Listeners
 from .applying import Applier
 from .approval import IncludePreview, apply_header, preview_of, same_diff
 from .errors import ActionNotAllowed
-from .store import Approval, Evidence, Flags, LiveOverride, Revision, RevisionKind, RevisionState
+from .records import Approval, Evidence, Flags, LiveOverride, Revision, RevisionKind, RevisionState
 from .view import ClusterView, overrides_text
 
 

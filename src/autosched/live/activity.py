@@ -10,11 +10,12 @@ the agent does: one that raises is reported in the agent's log and the action st
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
-from .store import Revision
+from .records import Revision
 
 
 class ActivityKind(str, Enum):
@@ -72,9 +73,10 @@ class Listeners:
     every `Activity`. One object, shared by the agent's parts, so that a log or a sink set on
     the agent (``agent run``, the service) is the one every part uses."""
 
-    def __init__(self) -> None:
-        self.log: Callable[[str], None] = lambda msg: None
-        self.sinks: list[ActivitySink] = []
+    def __init__(self, log: Callable[[str], None] = lambda msg: None,
+                 sinks: Sequence[ActivitySink] = ()) -> None:
+        self.log = log
+        self.sinks: list[ActivitySink] = list(sinks)
 
     def say(self, message: str) -> None:
         self.log(message)

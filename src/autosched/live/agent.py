@@ -29,12 +29,13 @@ from .errors import LiveError
 from .knobs import LiveSpace, live_space
 from .loop import Clock, Loop, Sleep
 from .observe import Observer
+from .records import Flags, Revision
 from .round import RoundOutcome, RoundRules
 from .settings import AgentSettings, check_setup, prepare_cluster
 from .status import AgentStatus, read_status
 from .step import RoundStep
 from .stopping import Stopping
-from .store import Flags, Revision, RevisionStore
+from .store import RevisionStore
 from .tuning import Tuning
 from .twin import ClusterSetup
 from .view import ClusterView

@@ -13,7 +13,8 @@ from ..errors import AutoschedError
 from .approval import apply_header
 from .connector import Connector
 from .errors import LiveError, RestorePending
-from .store import Approval, LiveOverride, Revision, RevisionState, RevisionStore
+from .records import Approval, LiveOverride, Revision, RevisionState
+from .store import RevisionStore
 from .view import ClusterView
 
 

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from .connector import IncludeChange
-from .store import Revision
+from .records import Revision
 
 
 @dataclass(frozen=True)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 from .activity import Activity, ActivityKind, ActivitySink
 from .errors import LiveError
-from .store import STOP_FILE, Flags, RevisionStore, read_stop_file
+from .records import Flags
+from .store import STOP_FILE, RevisionStore, read_stop_file
 
 
 class KillSwitch:

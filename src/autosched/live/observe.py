@@ -16,9 +16,9 @@ from dataclasses import replace
 from ..errors import AutoschedError
 from .applying import Applier
 from .failures import Part, caught, failure
-from .round import Observed, RoundRecord, RoundRules, judge_due, next_retry
+from .records import Flags
+from .round import Observed, RoundRules, judge_due, next_retry
 from .stopping import Stopping
-from .store import Flags
 from .twin import setup_changes, twin_jobs
 from .view import ClusterView
 
@@ -37,7 +37,7 @@ class Observer:
         """Every read a round makes, in order, stopping at the first that settles the round (see
         `Observed`); a failed read becomes a `Block`, temporary ones with a back-off."""
         last = self.store.last_round()
-        previous = RoundRecord.from_row(*last).retry_after if last else None
+        previous = last.retry_after if last else None
         retry = next_retry(previous, self.view.settings.period)
         seen = Observed(now=self.view.connector.now() if now is None else now, trigger=trigger,
                         flags=Flags(), previous_retry=previous)

@@ -19,7 +19,7 @@ from typing import Any
 
 from .history import LiveJobs
 from .judge import FIGURES, Counterfactual
-from .store import Evidence, Flags, JudgedOutcome, Revision, RevisionKind, gain_text
+from .records import Evidence, Flags, HistoryCounts, JudgedOutcome, Revision, RevisionKind, StoredRound, gain_text
 from .twin import ClusterSetup
 
 FIRST_RETRY = 30.0  # s: the first wait after a temporary failure; it doubles, up to a period
@@ -272,21 +272,9 @@ def judge(running: Revision, obs: Observed, rules: RoundRules, now: float) -> Ju
 
 
 @dataclass(frozen=True)
-class HistoryCounts:
-    """The history a round read: the jobs the twin can place (of them, `finished`), and the
-    others by reason (`twin.twin_jobs`: a partition or association the cluster does not have,
-    more GPUs than a partition has)."""
-
-    jobs: int
-    finished: int
-    malformed_rows: int  # sacct rows skipped as malformed
-    left_out: Mapping[str, int] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class RoundOutcome:
-    """What a round did (`RoundStep.act`). The store records `to_summary`, under the keys rounds
-    have always had."""
+    """What a round did (`RoundStep.act`). The store records it as a `StoredRound` (`stored`,
+    `to_summary`), under the keys rounds have always had."""
 
     action: Action
     why: str
@@ -309,43 +297,13 @@ class RoundOutcome:
             return EXIT_RETRYING if self.retry_after is not None else EXIT_BLOCKED
         return EXIT_FAILED if self.action in _FAILED else EXIT_OK
 
+    def stored(self, time: float = 0.0) -> StoredRound:
+        """The round as the store holds it, had it been recorded at `time`."""
+        return StoredRound(time, self.trigger, self.action.value, self.why, self.revision,
+                           self.retry_after, self.history, self.setup, "", self.setup_changes,
+                           self.evidence, self.merged, self.shadowed)
+
     def to_summary(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"trigger": self.trigger, "action": self.action.value, "why": self.why}
-        if self.revision is not None:
-            d["revision"] = self.revision
-        if self.retry_after is not None:
-            d["retry_after"] = self.retry_after
-        if self.history is not None:
-            d.update(history_jobs=self.history.jobs, finished=self.history.finished,
-                     malformed_rows=self.history.malformed_rows, left_out=dict(self.history.left_out))
-        if self.setup is not None:
-            d.update(setup=self.setup.to_dict(), setup_changes=list(self.setup_changes))
-        if self.evidence is not None:
-            d["evidence"] = self.evidence.to_dict()
-        if self.merged:
-            d["merged"] = list(self.merged)
-        if self.shadowed is not None:
-            d["shadowed"] = list(self.shadowed)
-        return d
-
-
-@dataclass(frozen=True)
-class RoundRecord:
-    """A round as the store holds it, read back for the status: any version's summary (a key it
-    lacks reads as empty)."""
-
-    time: float  # unix s
-    trigger: str
-    action: str  # an `Action` value
-    why: str
-    revision: int | None = None
-    retry_after: float | None = None
-
-    @classmethod
-    def from_row(cls, time: float, summary: Mapping[str, Any]) -> RoundRecord:
-        rev, retry = summary.get("revision"), summary.get("retry_after")
-        return cls(time=float(time), trigger=str(summary.get("trigger") or ""),
-                   action=str(summary.get("action") or ""), why=str(summary.get("why") or ""),
-                   revision=rev if isinstance(rev, int) and not isinstance(rev, bool) else None,
-                   retry_after=float(retry) if isinstance(retry, (int, float))
-                   and not isinstance(retry, bool) else None)
+        """The store's row of the round (`StoredRound.to_summary`; `StoredRound.from_row` reads
+        it back)."""
+        return self.stored().to_summary()

@@ -11,10 +11,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..jsonable import jsonable
-from .errors import LiveError
-from .round import RoundRecord
-from .store import Heartbeat, LiveReading, Revision, RevisionStore, gain_text
-from .twin import ClusterSetup
+from .records import SETUP_KEY, SHADOWED_KEY, Heartbeat, LiveReading, Revision, RoundRecord, StoredRound, gain_text
+from .store import RevisionStore
 
 Mode = Literal["propose", "auto"]
 SlurmTexts = Callable[[dict[str, Any]], "dict[str, str] | None"]
@@ -32,18 +30,12 @@ class TwinStatus:
     left_out: dict[str, int]
 
     @classmethod
-    def from_row(cls, time: float, summary: dict[str, Any]) -> TwinStatus:
-        """From a round's stored summary that has a ``setup`` (an unreadable one: a warning)."""
-        try:
-            warnings = tuple(ClusterSetup.from_dict(summary["setup"]).warnings())
-        except LiveError as e:
-            warnings = (f"the recorded setup cannot be read ({e})",)
-        changes, left = summary.get("setup_changes"), summary.get("left_out")
-        return cls(read_at=float(time),
-                   changes=tuple(str(c) for c in changes) if isinstance(changes, list) else (),
-                   warnings=warnings,
-                   left_out={str(k): int(v) for k, v in left.items() if isinstance(v, int)}
-                   if isinstance(left, dict) else {})
+    def of(cls, read: StoredRound) -> TwinStatus:
+        """From the newest round that recorded a setup (an unreadable one: a warning)."""
+        warnings = tuple(read.setup.warnings()) if read.setup is not None else \
+            (f"the recorded setup cannot be read ({read.setup_error})",)
+        return cls(read_at=read.time, changes=read.setup_changes, warnings=warnings,
+                   left_out=dict(read.history.left_out) if read.history else {})
 
 
 @dataclass(frozen=True)
@@ -184,19 +176,19 @@ def read_status(store: RevisionStore, *, history: int = 10, mode: Mode | None = 
     `now` (default: the clock) judges whether the loop is alive and a round overdue."""
     now = time.time() if now is None else now
     flags = store.flags()
-    row = store.last_round()
-    last = RoundRecord.from_row(*row) if row else None
+    last_round = store.last_round()
+    last = last_round.brief() if last_round else None
     intent = store.open_apply()
     running, pending = store.running(), store.pending()
     if slurm is not None:
         running = replace(running, slurm=slurm(running.config)) if running else None
         pending = replace(pending, slurm=slurm(pending.config)) if pending else None
     wait = last.retry_after if last is not None and last.retry_after is not None else period
-    read = store.last_round_with("setup")
-    checked = store.last_round_with("shadowed")
-    shadowed = checked[1]["shadowed"] if checked else []
-    if checked and running is not None and (running.applied_at or 0) > checked[0]:
-        shadowed = []  # said of an older running revision (an approve or adopt since): stale
+    read = store.last_round_with(SETUP_KEY)
+    checked = store.last_round_with(SHADOWED_KEY)
+    shadowed = checked.shadowed or () if checked else ()
+    if checked and running is not None and (running.applied_at or 0) > checked.time:
+        shadowed = ()  # said of an older running revision (an approve or adopt since): stale
     live, beat = store.last_reading(), store.heartbeat()
     alive = beat is not None and beat.owner_alive() and \
         now - beat.time <= LOOP_SILENCE * beat.poll + 60.0
@@ -209,7 +201,7 @@ def read_status(store: RevisionStore, *, history: int = 10, mode: Mode | None = 
         interrupted_apply=intent.rev_id if intent else None, last_round=last,
         next_round=next_round,
         mode=mode, policy=policy, period=period, connector=connector, agent_error=agent_error,
-        twin=TwinStatus.from_row(*read) if read else None, judged=Judgement.newest(listed),
-        shadowed=tuple(str(x) for x in shadowed) if isinstance(shadowed, list) else (),
+        twin=TwinStatus.of(read) if read else None, judged=Judgement.newest(listed),
+        shadowed=shadowed,
         live=live, heartbeat=beat, loop_alive=alive,
         warnings=loop_warnings(now, beat, alive, next_round, period, live))

@@ -17,6 +17,7 @@ from .applying import Applier
 from .errors import ActionNotAllowed
 from .failures import Part, caught, failure
 from .observe import Observer
+from .records import RevisionKind, RevisionState
 from .round import (
     Action,
     HistoryCounts,
@@ -31,7 +32,6 @@ from .round import (
     next_retry,
 )
 from .stopping import Stopping
-from .store import RevisionKind, RevisionState
 from .tuning import Tuning
 
 

@@ -1,154 +1,50 @@
 """The revision store: every proposal and revision of the live config, append-only, in SQLite.
 
-One file, ``state.db`` in the agent's state directory, shared by every process that acts on the
-cluster (the agent's loop, ``autosched agent ...`` commands, the HTTP service). Nothing is ever
-updated in place: a revision is written once, and each change of its state is a new event row;
-freeze/unfreeze, "blocked" notes, outcomes and apply intents are rows too, the newest winning.
-So a process killed at any moment leaves rows that are either fully there (one transaction) or
-absent, and the history of who did what stays readable.
+Nothing is ever updated in place: a revision is written once, and each change of its state is a
+new event row; freeze/unfreeze, "blocked" notes, outcomes and apply intents are rows too, the
+newest winning. So a process killed at any moment leaves rows that are either fully there (one
+transaction) or absent, and the history of who did what stays readable. The file, its schema and
+its connections are `StoreFile`'s (live/storefile.py); the rounds, memories, readings and
+heartbeats on it are `RoundLog`'s (live/roundlog.py); the records it returns are in
+live/records.py.
 
 A revision's states follow one table, `TRANSITIONS`, checked inside the transaction of every write
 that appends an event (as Optuna checks that a trial is updatable): which state a revision of each
 kind begins in, and which move each store method may make. Anything else raises
-`IllegalTransition`, naming the table's rule.
-
-Concurrency: WAL (readers never wait for the writer), a busy timeout, and ``BEGIN IMMEDIATE`` for
-every write that first checks a state (approve only a proposal, one apply at a time, its parent
-still running), so two processes cannot both act on the same proposal. Each call opens its own
-short connection, which keeps the store safe to use from several threads too.
-
-The schema is versioned (``PRAGMA user_version``): a store written by an older version is brought
-up to date when it is opened, in one transaction (a process killed midway leaves it as it was).
-A store is marked as autosched's (``PRAGMA application_id``); an SQLite database of something else
-in its place is refused, never adopted (no table is created in it), as tuning refuses a study
-file that is another program's database.
+`IllegalTransition`, naming the table's rule. Every write that first checks a state (approve only
+a proposal, one apply at a time, its parent still running) is one ``BEGIN IMMEDIATE``
+transaction, so two processes cannot both act on the same proposal.
 """
 
 from __future__ import annotations
 
 import json
-import math
 import os
 import socket
 import sqlite3
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field, fields
-from enum import Enum
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..atomic import pid_alive
 from ..jsonable import jsonable
 from .errors import ActionNotAllowed, Frozen, IllegalTransition, LiveError, UnknownRevision
-
-BUSY_TIMEOUT_S = 30.0
-APPLICATION_ID = 0x61757473  # "auts": PRAGMA application_id of a revision store
-MAX_ID = 2**63 - 1  # SQLite's largest integer: no revision id is above it
-# Tables a store has always had: a database with tables but not these is someone else's.
-_CORE_TABLES = frozenset({"revisions", "events"})
-MEMORY_KEPT = 5  # controller memories kept (the newest is the one read)
-OBSERVATIONS_KEPT = 50  # readings of Slurm's settings kept (the newest is the one shown)
-HEARTBEATS_KEPT = 10
-
-# The schema as the first version wrote it; `_MIGRATIONS` bring it to this version's.
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS revisions (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    created REAL NOT NULL,
-    config TEXT NOT NULL,
-    diff TEXT NOT NULL,
-    parent INTEGER REFERENCES revisions(id),
-    trigger TEXT NOT NULL,
-    evidence TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS events (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    rev_id INTEGER NOT NULL REFERENCES revisions(id),
-    time REAL NOT NULL,
-    state TEXT NOT NULL,
-    actor TEXT NOT NULL,
-    note TEXT NOT NULL
-);
-CREATE INDEX IF NOT EXISTS events_rev ON events(rev_id, seq);
-CREATE TABLE IF NOT EXISTS outcomes (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    rev_id INTEGER NOT NULL REFERENCES revisions(id),
-    time REAL NOT NULL,
-    outcome TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS flags (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    time REAL NOT NULL,
-    kind TEXT NOT NULL,          -- 'freeze', 'unfreeze' or 'block' (note '' clears a block)
-    actor TEXT NOT NULL,
-    note TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS applies (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    time REAL NOT NULL,
-    rev_id INTEGER NOT NULL REFERENCES revisions(id),
-    phase TEXT NOT NULL,         -- 'begin' (write-ahead intent) or 'end'
-    begin_seq INTEGER,           -- for 'end': the intent it closes
-    pid INTEGER NOT NULL,
-    host TEXT NOT NULL,
-    actor TEXT NOT NULL,
-    previous TEXT NOT NULL,      -- JSON: what to restore (e.g. the include file's old text)
-    note TEXT NOT NULL
-);
-CREATE TABLE IF NOT EXISTS rounds (
-    seq INTEGER PRIMARY KEY AUTOINCREMENT,
-    time REAL NOT NULL,
-    summary TEXT NOT NULL
-);
-"""
-
-# Schema version N is reached by running _MIGRATIONS[N - 1]'s statements, each version in one
-# transaction together with its `user_version`. Written once, never edited: stores in the field
-# were brought up to date by exactly these statements.
-_MIGRATIONS: tuple[tuple[str, ...], ...] = (
-    # 1: a revision records its kind; rows written before it get the kind their trigger named
-    # (the only place a kind is ever read from a trigger).
-    ("ALTER TABLE revisions ADD COLUMN kind TEXT",
-     "UPDATE revisions SET kind = CASE WHEN trigger = 'baseline' THEN 'baseline' "
-     "WHEN trigger = 'adopted' THEN 'adopted' WHEN trigger LIKE 'rollback%' THEN 'rollback' "
-     "ELSE 'proposal' END"),
-    # 2: the controller's memory between rounds (JSON, newest wins)
-    ("CREATE TABLE memory (seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, "
-     "round_seq INTEGER NOT NULL REFERENCES rounds(seq), memory TEXT NOT NULL)",),
-    # 3: who approved a revision and the include file's diff as it was written (and confirmed)
-    ("CREATE TABLE approvals (seq INTEGER PRIMARY KEY AUTOINCREMENT, rev_id INTEGER NOT NULL "
-     "REFERENCES revisions(id), time REAL NOT NULL, actor TEXT NOT NULL, include_diff TEXT NOT "
-     "NULL, confirmed INTEGER NOT NULL)",),
-    # 4: the hand-set live values an apply overwrote (with force); what the agent last read of
-    # Slurm's settings; the heartbeat of `agent run`
-    ("ALTER TABLE applies ADD COLUMN overridden TEXT NOT NULL DEFAULT '[]'",
-     "CREATE TABLE observations (seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, "
-     "knobs TEXT NOT NULL)",
-     "CREATE TABLE heartbeats (seq INTEGER PRIMARY KEY AUTOINCREMENT, time REAL NOT NULL, "
-     "pid INTEGER NOT NULL, host TEXT NOT NULL, poll REAL NOT NULL, started REAL NOT NULL)"),
+from .records import (
+    ApplyIntent,
+    Approval,
+    Event,
+    Evidence,
+    Flags,
+    JudgedOutcome,
+    LiveOverride,
+    Revision,
+    RevisionKind,
+    RevisionState,
 )
-SCHEMA_VERSION = len(_MIGRATIONS)
+from .roundlog import RoundLog
 
-
-class RevisionState(str, Enum):
-    """The state of a revision; the values are what JSON and the status page show."""
-
-    PROPOSED = "proposed"
-    APPLIED = "applied"
-    REJECTED = "rejected"
-    ROLLED_BACK = "rolled_back"
-    FAILED = "failed"
-
-
-class RevisionKind(str, Enum):
-    """What made a revision (its `trigger` is a human label only)."""
-
-    BASELINE = "baseline"  # the config the agent found live at its first round
-    ADOPTED = "adopted"  # the live config as an operator kept it (after a hand edit)
-    PROPOSAL = "proposal"  # a new config: a tuning round's winner, or one written by hand
-    ROLLBACK = "rollback"  # an earlier revision's config, made live again
+MAX_ID = 2**63 - 1  # SQLite's largest integer: no revision id is above it
 
 
 @dataclass(frozen=True)
@@ -206,390 +102,9 @@ def _name(state: RevisionState | None) -> str:
     return "not yet created" if state is None else state.value
 
 
-@dataclass(frozen=True)
-class Event:
-    """One append-only state change of a revision."""
-
-    time: float  # unix seconds
-    state: RevisionState
-    actor: str  # "operator:alice", "agent:auto", "agent:guard", "service:token", ...
-    note: str  # why
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"time": self.time, "state": self.state.value, "actor": self.actor, "note": self.note}
-
-
-# -- what a revision's evidence and outcome hold ----------------------------------------------
-# The store keeps both as JSON objects (``revisions.evidence``, ``outcomes.outcome``) and reads
-# them back through these dataclasses, the one written-down contract for their keys: the agent
-# writes them, and the service, the status page and the CLI read them. A field's name IS its JSON
-# key; renaming one breaks every stored revision. Rows written by any version stay readable:
-# missing keys read as None, unknown ones are ignored.
-
-
-def _finite(v: Any) -> float | None:
-    """A JSON number as a float; None for null, a non-number or a non-finite value."""
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
-        return float(v)
-    return None
-
-
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-def _of(kind: type) -> Any:
-    return lambda v: v if isinstance(v, kind) else None
-
-
-# how a stored value is read, by the type its field declares
-_READ: dict[str, Any] = {"float | None": _finite, "int | None": _int, "str | None": _of(str),
-                         "dict[str, Any] | None": _of(dict), "list[Any] | None": _of(list)}
-
-
-@dataclass(frozen=True)
-class Evidence:
-    """Why a revision was made. A tuning round's proposal carries the round's figures (the agent
-    writes them when it creates the revision); a rollback says which running revision it replaced
-    and which earlier revision's config it brings back; the baseline and an adopted config carry
-    none. A gain is relative (0.05 = 5% better), on `metric`."""
-
-    predicted_gain: float | None = None  # mean paired gain of the candidate over the running config
-    spread: float | None = None  # standard error of that mean over the sampled workloads
-    samples: int | None = None  # workloads the tuner evaluated on
-    validation_samples: int | None = None  # fresh workloads the guardrail checked on (0: none)
-    tuning_cost: dict[str, Any] | None = None  # as the tuner reports it (trials, simulations, ...)
-    causal_graph: list[Any] | None = None  # [source, target, directed] edges of screening
-    screened_knobs: dict[str, Any] | None = None  # knob frozen by screening -> its value
-    metric: str | None = None  # what the gain is measured on (e.g. "avg_jct")
-    running_value: float | None = None
-    candidate_value: float | None = None
-    reason: str | None = None  # the controller's words for its decision
-    tuning_seconds: float | None = None
-    history_jobs: int | None = None  # jobs of the cluster's history the round saw
-    imputed_durations: int | None = None  # of those, unfinished ones given an imputed duration
-    history_origin: float | None = None  # unix time the observation's times count from
-    # the workload source ("replay" or a model's name, "stat at time scale 120" on a test bed)
-    model: str | None = None
-    # knobs the tuner's winner changed that carried none of its predicted gain, put back to their
-    # running values before proposing; and each proposed knob's share of the gain (the gain lost
-    # when only it goes back, as a fraction of the predicted gain)
-    dropped_knobs: list[Any] | None = None
-    knob_shares: dict[str, Any] | None = None
-    rollback_of: int | None = None  # a rollback: the running revision it replaced
-    to: int | None = None  # a rollback: the revision whose config it brings back
-
-    def to_dict(self) -> dict[str, Any]:
-        """Every field under its own name, None included (the stored JSON has every key)."""
-        return asdict(self)
-
-    def predicted_text(self) -> str:
-        """The predicted gain as the status and the page word it: "+8.0% ± 2.0%"; "+12.7% (one
-        workload: no spread measured)" when one workload was evaluated (its spread of 0 is not a
-        measurement); "+8.0%" without a spread; "unknown" without a gain (never "+0.0%")."""
-        if self.predicted_gain is None:
-            return "unknown"
-        if self.samples == 1:
-            return f"{self.predicted_gain:+.1%} (one workload: no spread measured)"
-        if self.spread is None:
-            return f"{self.predicted_gain:+.1%}"
-        return f"{self.predicted_gain:+.1%} ± {self.spread:.1%}"
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> Evidence:
-        """Any revision's stored evidence: missing keys are None, unknown keys are ignored, and
-        a value of another type than its field's is None (a gain must be a finite number)."""
-        d = d if isinstance(d, Mapping) else {}
-        return cls(**{f.name: _READ[str(f.type)](d.get(f.name)) for f in fields(cls)})
-
-
-def gain_text(gain: float | None, sd: float | None, lo: float | None, hi: float | None,
-              replays: int | None) -> str:
-    """A counterfactual gain as the status words it: "+5.0% ± 2.0% (range +1.0% to +8.0%, 5
-    replays)"; "+5.0% (1 replay)"; "+5.0%" when the outcome has no spread (an older one);
-    "unknown" when there is no gain (never "+0.0%")."""
-    if gain is None:
-        return "unknown"
-    if replays is None:
-        return f"{gain:+.1%}"
-    if sd is None or lo is None or hi is None:
-        return f"{gain:+.1%} ({replays} replay{'s' if replays != 1 else ''})"
-    return f"{gain:+.1%} ± {sd:.1%} (range {lo:+.1%} to {hi:+.1%}, {replays} replays)"
-
-
-@dataclass(frozen=True)
-class JudgedOutcome:
-    """What a revision did over the period after it went live, recorded once by the agent's judge
-    (live/round.py) one period on: the period's real jobs, replayed in the agent's twin from the
-    backlog at the change under the config before it and under its own (live/judge.py), beside
-    what really happened; every figure counts a job that had not finished by the period's end
-    with what it had waited and run so far. Gains are relative (0.05 = 5% better), on `metric`.
-
-    An outcome stored by an older version (a before/after comparison: ``before``, ``after``,
-    ``observed_gain``) reads with its metric, predicted gain and verdict; its other figures are
-    None."""
-
-    metric: str  # what was compared (the agent's metric if the judge measures it, else avg_jct)
-    predicted_gain: float | None  # copied from the revision's `Evidence`, to set beside it
-    # "kept: ...", "worse: ...; rolled back", "twin not trusted: ...; frozen" or "not judged: ..."
-    verdict: str
-    # the change's gain in the twin on the period's real jobs: (old - new) / old of each
-    # simulated pair, averaged over the replays (the recorded times' and the jittered copies');
-    # None when not judged
-    counterfactual_gain: float | None = None
-    # how far the twin under the new config was from what the cluster did over the period:
-    # |simulated - realized| / realized, averaged over the replays
-    twin_error: float | None = None
-    realized: dict[str, Any] | None = None  # the period as it went: `PeriodFigures.to_dict()`
-    # replayed on the recorded submit times under the config before the change, and under the
-    # revision's config
-    simulated_old: dict[str, Any] | None = None
-    simulated_new: dict[str, Any] | None = None
-    period: dict[str, Any] | None = None  # the judged period: `Counterfactual.period()`
-    # the gain's spread over the replays: standard deviation (None with one replay), lowest and
-    # highest; how many replays; and the jittered copies' [old, new] figures (live/judge.py).
-    # None in an outcome recorded before the judge replayed jittered copies.
-    gain_sd: float | None = None
-    gain_min: float | None = None
-    gain_max: float | None = None
-    replays: int | None = None
-    copies: list[Any] | None = None
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-    def counterfactual_text(self) -> str:
-        """The counterfactual gain as `gain_text` words it."""
-        return gain_text(self.counterfactual_gain, self.gain_sd, self.gain_min, self.gain_max,
-                         self.replays)
-
-    @classmethod
-    def from_dict(cls, d: Mapping[str, Any] | None) -> JudgedOutcome | None:
-        """A revision's stored outcome (None when it has none): missing keys read as None (the
-        metric and verdict as ""), unknown keys are ignored, and a value of another type than its
-        field's is None."""
-        if not d or not isinstance(d, Mapping):
-            return None
-        text = {"metric", "verdict"}
-        values: dict[str, Any] = {f.name: str(d.get(f.name) or "") if f.name in text
-                                  else _READ[str(f.type)](d.get(f.name)) for f in fields(cls)}
-        return cls(**values)
-
-
-@dataclass(frozen=True)
-class Approval:
-    """Who approved a revision, and the include file's diff as the apply wrote it. `confirmed`:
-    the approver was shown this diff and sent it back with the approval (the status page, or the
-    API's ``include_diff``); a command-line approve records the diff without it."""
-
-    actor: str  # "operator:alice", "service:token", ...
-    include_diff: str  # unified diff of the include file, before -> as written
-    confirmed: bool
-    time: float  # unix s
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class LiveOverride:
-    """A live setting that differed from the running revision's (a hand edit) when an apply
-    overwrote it because the operator forced it: the setting, its live text then, and the text
-    the running revision holds."""
-
-    setting: str
-    live: str | None  # None: Slurm showed no value
-    expected: str
-
-    def __str__(self) -> str:
-        return f"{self.setting} is {self.live} live, {self.expected} in the running revision"
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class LiveReading:
-    """The managed knobs as the agent last read them from Slurm (`scontrol show config`), by
-    knob name as Slurm spells each value, and when (unix s)."""
-
-    time: float
-    knobs: dict[str, str]
-
-
-@dataclass(frozen=True)
-class Heartbeat:
-    """`agent run`'s sign of life: its process, when it was last seen (unix s), since when it
-    runs, and how often it wakes (s): a beat older than a few of those means it is gone."""
-
-    time: float
-    pid: int
-    host: str
-    poll: float
-    started: float
-
-    def owner_alive(self) -> bool:
-        """Whether the process still runs (on this host; on another one: assumed)."""
-        return _pid_alive(self.pid, self.host)
-
-
-@dataclass(frozen=True)
-class Revision:
-    """One managed live config, as proposed or applied, with its evidence and its history.
-
-    Every field is a key of its JSON (`to_dict`); the service's response model is made from
-    these fields (service/models.py)."""
-
-    id: int
-    created: float
-    kind: RevisionKind
-    config: dict[str, Any]  # the FULL managed live config (Slurm names -> values)
-    diff: dict[str, tuple[Any, Any]]  # knob -> (value before, value after), vs `parent`
-    parent: int | None  # revision running when this one was made
-    trigger: str  # a label for people: "baseline", "period", "drift: ...", "rollback to 3", ...
-    evidence: Evidence
-    events: tuple[Event, ...]  # oldest first
-    outcome: JudgedOutcome | None = None  # one period after applying
-    approval: Approval | None = None  # who approved it and the diff written (an approve only)
-    # hand-set live values its apply overwrote because the operator forced it (`--force`)
-    overridden: tuple[LiveOverride, ...] = ()
-    # the config as the Slurm settings the agent writes (`scontrol show config` spelling); the
-    # agent's status fills it in, the store does not know the knobs
-    slurm: dict[str, str] | None = None
-    state: RevisionState = field(init=False)  # the newest event's
-    applied_at: float | None = field(init=False)  # when it last went live (None: never)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "state", self.events[-1].state)
-        times = [e.time for e in self.events if e.state is RevisionState.APPLIED]
-        object.__setattr__(self, "applied_at", times[-1] if times else None)
-
-    def to_dict(self) -> dict[str, Any]:
-        return jsonable({
-            "id": self.id, "created": self.created, "kind": self.kind.value,
-            "config": self.config, "diff": {k: list(v) for k, v in self.diff.items()},
-            "parent": self.parent, "trigger": self.trigger, "evidence": self.evidence.to_dict(),
-            "events": [e.to_dict() for e in self.events],
-            "outcome": self.outcome.to_dict() if self.outcome else None,
-            "approval": self.approval.to_dict() if self.approval else None,
-            "overridden": [o.to_dict() for o in self.overridden], "slurm": self.slurm,
-            "state": self.state.value, "applied_at": self.applied_at,
-        })
-
-
-@dataclass(frozen=True)
-class Flags:
-    """The agent's switches: frozen by an operator (kill switch), or blocked by what it saw."""
-
-    frozen: bool = False
-    frozen_reason: str = ""
-    frozen_by: str = ""
-    blocked: str = ""  # "" or why the agent will not propose (hand edit, Slurm down, ...)
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass(frozen=True)
-class ApplyIntent:
-    """A write-ahead record: an apply of `rev_id` began; `previous` says what to restore."""
-
-    seq: int
-    time: float
-    rev_id: int
-    pid: int
-    host: str
-    actor: str
-    previous: dict[str, Any] = field(default_factory=dict)
-
-    def owner_alive(self) -> bool:
-        """Whether the process that began the apply still runs (on this host)."""
-        return _pid_alive(self.pid, self.host)
-
-
-def _pid_alive(pid: int, host: str) -> bool:
-    """Whether process `pid` of `host` runs (another host's: cannot tell, assumed to)."""
-    return host != socket.gethostname() or pid_alive(pid)
-
-
-class RevisionStore:
-    """The revisions of one cluster's managed config, in ``state_dir/state.db``."""
-
-    def __init__(self, state_dir: Path | str) -> None:
-        self.state_dir = Path(state_dir)
-        self.path = self.state_dir / "state.db"
-        try:
-            self.state_dir.mkdir(parents=True, exist_ok=True)
-            self.check_ours()
-            with self._connect() as db:
-                db.execute("PRAGMA journal_mode=WAL")
-                db.executescript(_SCHEMA)
-            self._migrate()
-        except sqlite3.Error as e:
-            raise store_error(self.path, e) from None
-        except OSError as e:
-            raise LiveError(f"{self.path}: cannot open the revision store: {e}") from None
-
-    def check_ours(self) -> None:
-        """Raise `LiveError` when ``state.db`` is an SQLite database of something else: another
-        program's application id, or tables without the store's own. A missing or empty file
-        (a new store) and a store of any version pass; nothing is written."""
-        if not self.path.exists():
-            return
-        with self._connect() as db:
-            app_id = db.execute("PRAGMA application_id").fetchone()[0]
-            tables = {r[0] for r in db.execute(
-                "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
-        if app_id not in (0, APPLICATION_ID) or (tables and not _CORE_TABLES <= tables):
-            shown = ", ".join(sorted(tables)[:4]) or "none"
-            raise LiveError(f"{self.path}: an SQLite database of something else (application id "
-                            f"{app_id}, tables {shown}), not the agent's revision store; it is "
-                            "left as it is (move it away, or give another state directory)")
-
-    def _migrate(self) -> None:
-        """Bring the schema to `SCHEMA_VERSION`, all steps in one transaction (another process
-        opening the store at the same moment waits, then finds nothing left to do)."""
-        with self._write() as db:
-            version = db.execute("PRAGMA user_version").fetchone()[0]
-            if version > SCHEMA_VERSION:
-                raise LiveError(f"{self.path}: written by a newer autosched (schema {version}; "
-                                f"this one knows up to {SCHEMA_VERSION})")
-            for statements in _MIGRATIONS[version:]:
-                for sql in statements:
-                    db.execute(sql)
-            if version < SCHEMA_VERSION:
-                db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            if db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:
-                db.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-
-    # -- connection -----------------------------------------------------------------------
-    @contextmanager
-    def _connect(self) -> Iterator[sqlite3.Connection]:
-        try:
-            db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-        except sqlite3.Error as e:
-            raise store_error(self.path, e) from None
-        try:
-            db.execute(f"PRAGMA busy_timeout={int(BUSY_TIMEOUT_S * 1000)}")
-            db.execute("PRAGMA synchronous=FULL")  # a committed event survives a power cut
-            db.execute("PRAGMA foreign_keys=ON")
-            yield db
-        except sqlite3.DatabaseError as e:  # OperationalError too
-            raise store_error(self.path, e) from None
-        finally:
-            db.close()
-
-    @contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken before reading so that check-then-append is atomic."""
-        with self._connect() as db:
-            db.execute("BEGIN IMMEDIATE")
-            try:
-                yield db
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
-            db.execute("COMMIT")
+class RevisionStore(RoundLog):
+    """The revisions of one cluster's managed config, in ``state_dir/state.db`` (see the module
+    doc), and the agent's flags and apply intents."""
 
     # -- reading --------------------------------------------------------------------------
     def get(self, rev_id: int) -> Revision:
@@ -629,95 +144,8 @@ class RevisionStore:
         with self._connect() as db:
             return self._open_apply(db)
 
-    def last_round(self) -> tuple[float, dict[str, Any]] | None:
-        """When the agent last ran a round, and what it recorded (`RoundOutcome.to_summary`)."""
-        rounds = self.rounds(limit=1)
-        return rounds[0] if rounds else None
-
-    def rounds(self, limit: int = 20) -> list[tuple[float, dict[str, Any]]]:
-        """The agent's last rounds, newest first (a summary that is not a JSON object reads as
-        an empty one)."""
-        with self._connect() as db:
-            rows = db.execute("SELECT time, summary FROM rounds ORDER BY seq DESC LIMIT ?",
-                              (limit,)).fetchall()
-        return [(t, _json_object(s)) for t, s in rows]
-
-    def last_round_with(self, key: str) -> tuple[float, dict[str, Any]] | None:
-        """The newest round whose summary has `key` (a round that stopped before a read has no
-        key for what it did not read), as `last_round` returns it."""
-        with self._connect() as db:
-            row = db.execute("SELECT time, summary FROM rounds WHERE CASE WHEN json_valid(summary) "
-                             "THEN json_type(summary, ?) END IS NOT NULL ORDER BY seq DESC LIMIT 1",
-                             (f'$."{key}"',)).fetchone()
-        return (row[0], _json_object(row[1])) if row else None
-
-    def round_counts(self) -> dict[str, int]:
-        """How many rounds recorded each action (their summary's ``action``; "" when a summary
-        has none or is not JSON), over the store's whole life."""
-        with self._connect() as db:
-            rows = db.execute(
-                "SELECT CASE WHEN json_valid(summary) THEN json_extract(summary, '$.action') END "
-                "AS action, COUNT(*) FROM rounds GROUP BY action").fetchall()
-        out: dict[str, int] = {}
-        for action, n in rows:
-            key = action if isinstance(action, str) else ""
-            out[key] = out.get(key, 0) + int(n)
-        return out
-
-    def controller_memory(self) -> str | None:
-        """The controller's memory as the newest tuning round left it (JSON; None: none yet)."""
-        got = self.controller_memory_round()
-        return got[0] if got else None
-
-    def controller_memory_round(self) -> tuple[str, dict[str, Any]] | None:
-        """The newest controller memory and the summary of the round that left it (what that
-        round observed: the cluster's setup the memory's trials were simulated on)."""
-        with self._connect() as db:
-            row = db.execute("SELECT m.memory, r.summary FROM memory m JOIN rounds r ON r.seq = m.round_seq "
-                             "ORDER BY m.seq DESC LIMIT 1").fetchone()
-        return (row[0], _json_object(row[1])) if row else None
-
-    def last_reading(self) -> LiveReading | None:
-        """The managed knobs as the agent last read them from Slurm (None: never read yet)."""
-        with self._connect() as db:
-            row = db.execute("SELECT time, knobs FROM observations ORDER BY seq DESC LIMIT 1"
-                             ).fetchone()
-        if row is None:
-            return None
-        knobs = _json_object(row[1])
-        return LiveReading(float(row[0]), {str(k): str(v) for k, v in knobs.items()})
-
-    def heartbeat(self) -> Heartbeat | None:
-        """`agent run`'s newest heartbeat (None: no loop ever ran on this store)."""
-        with self._connect() as db:
-            row = db.execute("SELECT time, pid, host, poll, started FROM heartbeats ORDER BY seq "
-                             "DESC LIMIT 1").fetchone()
-        return Heartbeat(float(row[0]), int(row[1]), str(row[2]), float(row[3]), float(row[4])) \
-            if row else None
 
     # -- writing --------------------------------------------------------------------------
-    def record_reading(self, knobs: Mapping[str, str], when: float | None = None) -> LiveReading:
-        """What the agent just read of Slurm's managed settings (by knob, Slurm's spelling)."""
-        now = time.time() if when is None else when
-        with self._write() as db:
-            db.execute("INSERT INTO observations (time, knobs) VALUES (?, ?)",
-                       (now, json.dumps(dict(knobs), sort_keys=True)))
-            db.execute("DELETE FROM observations WHERE seq NOT IN "
-                       "(SELECT seq FROM observations ORDER BY seq DESC LIMIT ?)",
-                       (OBSERVATIONS_KEPT,))
-        return LiveReading(now, dict(knobs))
-
-    def beat(self, poll: float, started: float) -> Heartbeat:
-        """`agent run` is alive: this process, now; it wakes every `poll` s."""
-        beat = Heartbeat(time.time(), os.getpid(), socket.gethostname(), float(poll),
-                         float(started))
-        with self._write() as db:
-            db.execute("INSERT INTO heartbeats (time, pid, host, poll, started) VALUES "
-                       "(?, ?, ?, ?, ?)", (beat.time, beat.pid, beat.host, beat.poll, beat.started))
-            db.execute("DELETE FROM heartbeats WHERE seq NOT IN "
-                       "(SELECT seq FROM heartbeats ORDER BY seq DESC LIMIT ?)", (HEARTBEATS_KEPT,))
-        return beat
-
     def create(self, config: Mapping[str, Any], *, trigger: str, actor: str, note: str = "",
                kind: RevisionKind = RevisionKind.PROPOSAL, evidence: Evidence | None = None,
                parent: int | None | str = "running") -> Revision:
@@ -796,20 +224,6 @@ class RevisionStore:
                 db.execute("INSERT INTO flags (time, kind, actor, note) VALUES (?, 'block', ?, ?)",
                            (time.time(), actor, why))
             return self._flags(db)
-
-    def record_round(self, summary: Mapping[str, Any], when: float | None = None,
-                     memory: str | None = None) -> None:
-        """A round's summary and, from a round that tuned, the controller's memory after it, in
-        one transaction."""
-        with self._write() as db:
-            now = time.time() if when is None else when
-            cur = db.execute("INSERT INTO rounds (time, summary) VALUES (?, ?)",
-                             (now, json.dumps(jsonable(dict(summary)), sort_keys=True)))
-            if memory is not None:
-                db.execute("INSERT INTO memory (time, round_seq, memory) VALUES (?, ?, ?)",
-                           (now, cur.lastrowid, memory))
-                db.execute("DELETE FROM memory WHERE seq NOT IN "
-                           "(SELECT seq FROM memory ORDER BY seq DESC LIMIT ?)", (MEMORY_KEPT,))
 
     def begin_apply(self, rev_id: int, *, actor: str, previous: Mapping[str, Any],
                     min_interval: float | None = None, while_frozen: bool = True) -> ApplyIntent:
@@ -985,36 +399,6 @@ class RevisionStore:
                            actor=row[5], previous=json.loads(row[6]))
 
 
-# What SQLite says of a file that is not (or no longer) a whole store: written over in place,
-# truncated, or a page damaged
-_DAMAGED = ("file is not a database", "database disk image is malformed", "no such table")
-_NO_ROOM = ("disk i/o error", "database or disk is full")
-
-
-def store_error(path: Path, e: sqlite3.Error) -> LiveError:
-    """One `LiveError` naming the store for what SQLite raised: a damaged store, a full disk
-    (SQLite says "disk I/O error" when its journal cannot grow: the device's free space says
-    which), or SQLite's own words."""
-    text = str(e)
-    if any(d in text.lower() for d in _DAMAGED):
-        return LiveError(f"{path}: the store cannot be read ({text}): it was damaged or written "
-                         "over in place; put a backup of it back, or move it away to begin a new "
-                         "store")
-    if any(d in text.lower() for d in _NO_ROOM) and no_space_left(path.parent):
-        return LiveError(f"{path}: no space left on the device of {path.parent} (SQLite: "
-                         f"{text}); free some space and try again")
-    return LiveError(f"{path}: {text}")
-
-
-def no_space_left(directory: Path, need: int = 1 << 20) -> bool:
-    """Whether the file system of `directory` has less than `need` bytes free for its user."""
-    try:
-        st = os.statvfs(directory)
-    except OSError:
-        return False
-    return st.f_bavail * st.f_frsize < need
-
-
 STOP_FILE = "STOP"  # beside state.db: frozen while it exists (live/killswitch.py)
 _MAX_STOP_BYTES = 4096
 
@@ -1037,14 +421,6 @@ def read_stop_file(state_dir: Path) -> tuple[str, str] | None:
         pass  # an empty or hand-written file freezes as well
     where = f"{path} exists; `agent unfreeze` removes it"
     return actor, f"{reason} ({where})" if reason else where
-
-
-def _json_object(text: str) -> dict[str, Any]:
-    try:
-        d = json.loads(text)
-    except ValueError:
-        return {}
-    return d if isinstance(d, dict) else {}
 
 
 def _never(cur: Any) -> ApplyIntent:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from .activity import Listeners
 from .history import observation
+from .records import Evidence, Revision
 from .round import Observed, Tune
-from .store import Evidence, Revision
 from .twin import ClusterSetup, twin_jobs
 from .view import ClusterView
 
@@ -42,18 +42,11 @@ class Tuning:
 
     def evidence(self, d: Decision, origin: float) -> Evidence:
         """What a revision (or a round that proposed nothing) records of the decision `d` made
-        on a history whose times count from `origin`."""
+        on a history whose times count from `origin` (`Evidence.from_decision`)."""
         s = self.settings
         model = s.model if s.time_scale == 1 or s.model == "replay" else \
             f"{s.model} at time scale {s.time_scale:g}"
-        return Evidence(
-            predicted_gain=d.predicted_gain, spread=d.spread, samples=d.samples,
-            validation_samples=len(d.validation_seeds), tuning_cost=d.tuning_cost,
-            causal_graph=d.causal_graph, screened_knobs=d.screened_knobs, metric=s.metric,
-            running_value=d.running_value, candidate_value=d.candidate_value, reason=d.reason,
-            tuning_seconds=d.tuning_seconds, history_jobs=d.history_jobs,
-            imputed_durations=d.imputed_durations, history_origin=origin, model=model,
-            dropped_knobs=list(d.dropped_knobs), knob_shares=dict(d.knob_shares))
+        return Evidence.from_decision(d, metric=s.metric, history_origin=origin, model=model)
 
     def new_controller(self, running: Revision, setup: ClusterSetup) -> Controller:
         """A Controller as the settings say, simulating the cluster `setup` describes, running
@@ -94,8 +87,8 @@ class Tuning:
         got = self.store.controller_memory_round()
         if got is None:
             return None
-        text, summary = got
-        if setup is not None and (was := self.view.setup_of(summary)) is not None \
+        text, left_by = got
+        if setup is not None and (was := self.view.setup_of(left_by)) is not None \
                 and was.cluster_spec() != setup.cluster_spec():
             self.listeners.say("the cluster's setup changed since the last tuning round; this "
                                "round starts without its memory")

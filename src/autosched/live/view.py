@@ -21,9 +21,10 @@ from .connector import Connector
 from .errors import ActionNotAllowed, LiveError
 from .history import LiveJobs, SeedHistory, update_history
 from .knobs import LiveSpace, same_value
-from .round import Action, RoundRecord
+from .records import SETUP_KEY, LiveOverride, Revision, RevisionKind, StoredRound
+from .round import Action
 from .settings import AgentSettings
-from .store import LiveOverride, Revision, RevisionKind, RevisionStore
+from .store import RevisionStore
 from .twin import ClusterSetup
 
 
@@ -72,9 +73,8 @@ class ClusterView:
         """Record what Slurm runs (what the status shows as "in Slurm", and when); Slurm
         answered, so a block the newest round left for a temporary cause is over."""
         self.store.record_reading(knobs)
-        last = self.store.last_round()
-        if last is not None:
-            rec = RoundRecord.from_row(*last)
+        rec = self.store.last_round()
+        if rec is not None:
             # the newest round was blocked by something temporary (Slurm did not answer, an
             # apply could not be restored yet): Slurm answers now, so that block is over
             if rec.action == Action.BLOCKED.value and rec.retry_after is not None \
@@ -143,18 +143,15 @@ class ClusterView:
     def recorded_setup(self) -> ClusterSetup | None:
         """The cluster's setup as the newest round that read it recorded it (None: none did, or
         its record is not one; said in the log)."""
-        row = self.store.last_round_with("setup")
-        return None if row is None else self.setup_of(row[1])
+        read = self.store.last_round_with(SETUP_KEY)
+        return None if read is None else self.setup_of(read)
 
-    def setup_of(self, summary: Mapping[str, Any]) -> ClusterSetup | None:
-        """The setup a round's `summary` recorded (None: none, or not a setup; said in the log)."""
-        if summary.get("setup") is None:
-            return None
-        try:
-            return ClusterSetup.from_dict(summary["setup"])
-        except LiveError as e:
-            self.listeners.say(f"{self.store.path}: a round's recorded setup: {e}; not used")
-            return None
+    def setup_of(self, read: StoredRound) -> ClusterSetup | None:
+        """The setup round `read` recorded (None: none, or not a setup; said in the log)."""
+        if read.setup_error:
+            self.listeners.say(f"{self.store.path}: a round's recorded setup: {read.setup_error}; "
+                               "not used")
+        return read.setup
 
     def twin_space(self, setup: ClusterSetup) -> LiveSpace:
         """The policy's knobs as the twin of the cluster `setup` describes simulates them

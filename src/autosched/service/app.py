@@ -36,8 +36,10 @@ from ..errors import InputError, LiveError
 from ..live.approval import IncludePreview
 from ..live.errors import ActionNotAllowed, UnknownRevision
 from ..live.killswitch import KillSwitch
+from ..live.records import Revision
 from ..live.status import AgentStatus
-from ..live.store import Revision, RevisionStore, store_error
+from ..live.store import RevisionStore
+from ..live.storefile import store_error
 from . import metrics, page, views
 from .guard import UNAUTHORISED, LogLine, RequestGuard, validation_error
 from .models import (

@@ -18,8 +18,8 @@ from pydantic import BaseModel, ConfigDict, Field, create_model
 
 from ..live.approval import IncludePreview
 from ..live.audit import MAX_REASON_CHARS, NAME
+from ..live.records import Flags, Revision
 from ..live.status import AgentStatus
-from ..live.store import Flags, Revision
 from .views import OutcomeRow
 
 _MODELS: dict[type, type[BaseModel]] = {}

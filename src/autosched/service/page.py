@@ -17,9 +17,8 @@ from collections.abc import Callable
 from html import escape
 from typing import Any
 
-from ..live.round import RoundRecord
+from ..live.records import JudgedOutcome, Revision, RevisionState, RoundRecord
 from ..live.status import AgentStatus, Judgement, TwinStatus
-from ..live.store import JudgedOutcome, Revision, RevisionState
 from .views import OutcomeRow
 
 HISTORY_ROWS = 200  # the page shows this many newest revisions; the API has them all

@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any, Protocol
 
+from ..live.records import JudgedOutcome, Revision, RevisionKind, RevisionState
 from ..live.status import AgentStatus, read_status
-from ..live.store import JudgedOutcome, Revision, RevisionKind, RevisionState, RevisionStore
+from ..live.store import RevisionStore
 
 
 class StatusSource(Protocol):
