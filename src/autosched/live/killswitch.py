@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .activity import Activity, ActivityKind, ActivitySink
+from .activity import Activity, ActivityKind, ActivitySink, Listeners
 from .errors import LiveError
 from .records import Flags
 from .store import STOP_FILE, RevisionStore, read_stop_file
@@ -34,8 +34,8 @@ class KillSwitch:
                  log: Callable[[str], None] = lambda m: None) -> None:
         self.state_dir = Path(state_dir)
         self.stop_file = self.state_dir / STOP_FILE
-        self.sinks = list(sinks)
-        self.log = log
+        self.listeners = Listeners(log, sinks)
+        self.sinks, self.log = self.listeners.sinks, log
 
     def freeze(self, actor: str, reason: str = "") -> Flags:
         """Stop every proposal and apply but an operator's rollback, from now until `unfreeze`."""
@@ -49,7 +49,7 @@ class KillSwitch:
             stop = read_stop_file(self.state_dir)
             flags = Flags(frozen=True, frozen_by=stop[0] if stop else actor,
                           frozen_reason=stop[1] if stop else reason)
-        self._tell(Activity(ActivityKind.FREEZE, actor, reason))
+        self.listeners.tell(Activity(ActivityKind.FREEZE, actor, reason))
         return flags
 
     def unfreeze(self, actor: str) -> Flags:
@@ -63,7 +63,7 @@ class KillSwitch:
             raise LiveError(f"{self.stop_file}: cannot remove the stop file: "
                             f"{e.strerror or e}") from None
         flags = self._store().unfreeze(actor)
-        self._tell(Activity(ActivityKind.UNFREEZE, actor))
+        self.listeners.tell(Activity(ActivityKind.UNFREEZE, actor))
         return flags
 
     def _store(self) -> RevisionStore:
@@ -100,10 +100,3 @@ class KillSwitch:
             pass  # no room for the words: the empty file freezes all the same
         finally:
             os.close(fd)
-
-    def _tell(self, activity: Activity) -> None:
-        for sink in self.sinks:
-            try:
-                sink(activity)
-            except Exception as e:  # noqa: BLE001 - a sink must not undo what was done
-                self.log(f"{type(sink).__name__} failed on {activity.kind.value}: {e}")
