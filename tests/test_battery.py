@@ -1,8 +1,11 @@
 """The property battery fails policies that break the engine's contract (mutants of FIFO that
-passed it while the engine let a policy act outside ``schedule`` and write to the job columns),
-and a plugin author can run it on a policy from outside the tree."""
+passed it while the engine let a policy act outside ``schedule``, write to the job columns or
+to the nodes, or ask for a wake-up at no time), and a plugin author can run it on a policy from
+outside the tree."""
 
 from __future__ import annotations
+
+import math
 
 import pytest
 
@@ -77,6 +80,39 @@ class WritesSubmit(Fifo):
         super().on_arrival(j, now)
 
 
+class PlacesOnThePool(Fifo):
+    """Takes a job's GPUs on the engine's nodes itself before starting it: the nodes then held
+    GPUs no job ran on, and a later start failed deep in placement (an IndexError)."""
+
+    name = "places_on_the_pool"
+
+    def schedule(self, now):
+        for q in self.by_size.values():
+            if q:
+                self.part.pool.place(self.jobs.gpus[q[0]], "consolidate")
+        super().schedule(now)
+
+
+class SetsFreeGpus(Fifo):
+    """Says the partition has more GPUs free than it has."""
+
+    name = "sets_free_gpus"
+
+    def schedule(self, now):
+        self.part.pool.free_gpus = self.part.capacity * 2
+        super().schedule(now)
+
+
+class WakesAtNaN(Fifo):
+    """Asks for a wake-up at NaN, which breaks the order of the engine's event heap."""
+
+    name = "wakes_at_nan"
+
+    def schedule(self, now):
+        self.part.wake_at(math.nan)
+        super().schedule(now)
+
+
 OUTSIDE_SCHEDULE = [StartsOnArrival, StartsOnFinish, StartsOnReconfigure, PreemptsOnArrival]
 
 
@@ -90,6 +126,35 @@ def test_the_battery_fails_a_policy_that_acts_outside_schedule(mutant):
 def test_the_battery_fails_a_policy_that_writes_to_the_job_columns(mutant):
     with pytest.raises(TypeError, match="'tuple' object does not support item assignment"):
         B.check_policy(mutant)
+
+
+@pytest.mark.parametrize("mutant, says", [(PlacesOnThePool, "`pool.place` is the engine's"),
+                                           (SetsFreeGpus, "`pool.free_gpus` cannot be set")],
+                         ids=["place", "set"])
+def test_the_battery_fails_a_policy_that_writes_to_the_nodes(mutant, says):
+    with pytest.raises(SimulationError, match=says):
+        B.check_policy(mutant)
+
+
+def test_the_battery_fails_a_policy_that_asks_for_a_wake_up_at_nan():
+    with pytest.raises(SimulationError, match="NaN is not"):
+        B.check_policy(WakesAtNaN)
+
+
+def test_a_policy_plans_on_a_copy_of_the_nodes():
+    """What the nodes look like is read-only and current; a planning copy is the policy's own."""
+    from autosched.sim import Simulator
+    from simkit import cluster, make_trace
+
+    sim = Simulator(make_trace([(0, 3, 100), (0, 2, 100)]), cluster(2, 4), Fifo({}))
+    sim.run(until=1)
+    view = sim.partitions[0].pool
+    assert (view.free, view.free_gpus, view.nodes, view.gpn) == ((1, 2), 3, 2, 4)  # best fit: 3 on node 0, 2 on 1
+    plan = view.planning_copy()
+    assert plan.place(2, "consolidate") == ((1, 2),) and plan.free == [1, 0]
+    assert view.free == (1, 2) and sim.run().finished == 2  # the engine's nodes did not move
+    with pytest.raises(TypeError):
+        view.free[0] = 4  # a copy, read-only
 
 
 def test_the_mutants_are_fifo_otherwise():

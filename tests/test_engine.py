@@ -336,3 +336,15 @@ def test_the_simulator_keeps_the_policy_type_it_was_given():
     sim = Simulator(make_trace([(0, 1, 10)]), cluster(), get_policy("multifactor")({}))
     sim.run()
     assert type(sim.policies[0]) is get_policy("multifactor") and sim.policies[0].backfill_kind is not None
+
+
+@pytest.mark.parametrize("until", [5.0, math.nan])
+def test_a_run_never_goes_back_in_time(until):
+    """The clock stands at 10 after the first run; a run to 5 (or to NaN) would have set it
+    back: a contract error, and the run goes on from 10 as if it had not been asked."""
+    jobs = [(0, 2, 100), (1, 4, 100)]
+    sim = Simulator(make_trace(jobs), cluster(1, 8), get_policy("fifo")({}))
+    sim.run(until=10)
+    with pytest.raises(SimulationError, match="only goes forward"):
+        sim.run(until=until)
+    assert sim.now == 10 and jct(sim.run()) == jct(run(jobs, "fifo", gpn=8))

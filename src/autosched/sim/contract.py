@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, Self
 
 from ..cluster import ClusterSpec
-from .placement import Alloc, NodePool
+from .placement import Alloc, NodeView
 
 
 @dataclass(frozen=True)
@@ -77,8 +77,10 @@ class Partition(Protocol):
     placement: str  # how `start` places jobs (a `placement` knob value); set by `Policy.bind`
 
     @property
-    def pool(self) -> NodePool:
-        """The partition's nodes (read-only for a policy: only `start` and the engine change it)."""
+    def pool(self) -> NodeView:
+        """The partition's nodes, read-only (`placement.NodeView`: free GPUs per node; a write
+        raises SimulationError). Only `start`, `preempt` and the engine change them; a policy
+        that plans ahead places jobs on ``pool.planning_copy()``."""
         ...
 
     @property

@@ -26,7 +26,7 @@ from ..cluster import ClusterSpec
 from ..errors import SimulationError
 from ..trace.table import Trace
 from .contract import JobInfo, PolicyHooks
-from .placement import Alloc, NodePool
+from .placement import Alloc, NodePool, NodeView
 
 _FINISH, _WAKE = 0, 1
 WAITING, RUNNING, DONE, FUTURE = 0, 1, 2, 3
@@ -45,7 +45,8 @@ class SimPartition:
         self.sim = sim
         self.index = index
         self.name = name
-        self.pool = pool
+        self._pool = pool  # the engine's: only start, preempt and a finish change it
+        self.pool = NodeView(pool)  # what the policy sees
         self.capacity = pool.capacity
         self._running: dict[int, None] = {}  # job -> None, in start order
         self.running: Mapping[int, None] = MappingProxyType(self._running)  # what the policy sees
@@ -63,7 +64,7 @@ class SimPartition:
 
     @property
     def free(self) -> int:
-        return self.pool.free_gpus
+        return self._pool.free_gpus
 
     def start(self, j: int, exclude: int = 0) -> bool:
         """Start (or resume) waiting job j; False when placement finds no room (outside the
@@ -73,7 +74,7 @@ class SimPartition:
             raise _outside_schedule("start", j)
         if s.state[j] != WAITING:
             raise SimulationError(f"job {j} cannot start: it is not waiting")
-        alloc = self.pool.place(s._gpus[j], self.placement, exclude)
+        alloc = self._pool.place(s._gpus[j], self.placement, exclude)
         if alloc is None:
             return False
         now = s.now
@@ -274,7 +275,11 @@ class Simulator(Generic[P]):
 
         Stopped early, the clock stands at `until`, so a `reconfigure` acts then, and a later
         ``run()`` goes on. Run to the end, it raises SimulationError if some job never finished
-        (a policy left jobs waiting with nothing left to wake it)."""
+        (a policy left jobs waiting with nothing left to wake it). `until` before the clock (or
+        NaN) is a SimulationError: the clock never goes back."""
+        if not until >= self.now:
+            raise SimulationError(f"run(until={until}): the clock stands at {self.now:g}, and a run "
+                                  "only goes forward (give a time at or after it)")
         heap, submit, n = self._heap, self._submit, self.n
         policies, part_of, state, version = self.policies, self._part, self.state, self._version
         partitions, progress, inf = self.partitions, self._progress, math.inf
@@ -359,7 +364,7 @@ class Simulator(Generic[P]):
         self._executed[j] += now - self._run_start[j]
         alloc = self._alloc[j]
         assert alloc is not None  # j is running: its callers checked (for mypy; free at run time with -O)
-        part.pool.release(self._gpus[j], alloc)
+        part._pool.release(self._gpus[j], alloc)
         del part._running[j]
         if self.segments is not None:
             self.segments.append((j, self._run_start[j], now, alloc))

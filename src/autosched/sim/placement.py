@@ -10,6 +10,7 @@ low-numbered nodes keeps the high-numbered ones whole for multi-node jobs. See d
 from __future__ import annotations
 
 from collections.abc import Iterable
+from typing import Any, NoReturn
 
 from ..errors import SimulationError
 
@@ -154,3 +155,59 @@ class NodePool:
             alloc.append((node, g))
             need -= g
         return tuple(alloc)
+
+
+class NodeView:
+    """A partition's nodes as its policy sees them (`contract.Partition.pool`): what is free on
+    each node, read-only. Only the engine changes the nodes (a start places a job, a finish or a
+    preemption releases it); a policy that tries to (a `place`, a write to `free`, an attribute
+    set) gets the contract's `SimulationError` at once, instead of a run whose records no longer
+    match its nodes. A policy that plans (backfill's what-if: where would this job go on the GPUs
+    free then?) plans on a copy (`planning_copy`, or `NodePool.from_free` on counts of its own).
+    """
+
+    __slots__ = ("_pool",)
+    _pool: NodePool
+
+    def __init__(self, pool: NodePool) -> None:
+        object.__setattr__(self, "_pool", pool)
+
+    @property
+    def gpn(self) -> int:
+        """GPUs per node."""
+        return self._pool.gpn
+
+    @property
+    def nodes(self) -> int:
+        return len(self._pool.free)
+
+    @property
+    def capacity(self) -> int:
+        return self._pool.capacity
+
+    @property
+    def free_gpus(self) -> int:
+        """Free GPUs over all nodes."""
+        return self._pool.free_gpus
+
+    @property
+    def free(self) -> tuple[int, ...]:
+        """Free GPUs on each node, by node number (a copy: it does not follow the engine)."""
+        return tuple(self._pool.free)
+
+    def planning_copy(self) -> NodePool:
+        """A pool of the same free GPUs per node, the policy's own to place jobs on and release
+        them from (a what-if plan); the engine's nodes do not change."""
+        return NodePool.from_free(self._pool.free, self._pool.gpn)
+
+    def __getattr__(self, name: str) -> Any:
+        _read_only(f"`pool.{name}` is the engine's")
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        _read_only(f"`pool.{name}` cannot be set")
+
+
+def _read_only(what: str) -> NoReturn:
+    raise SimulationError(f"{what}: a policy reads the partition's nodes (`part.pool`) and changes "
+                          "them only through part.start and part.preempt; to plan, place jobs on "
+                          "`part.pool.planning_copy()`")
