@@ -132,9 +132,9 @@ N = 300  # jobs of `history`
 @pytest.mark.parametrize("model", COPYING)
 @pytest.mark.parametrize("edit, message", [
     (dict(**{"carried.time_limit": np.full(N, -5.0)}),
-     "array 'carried.time_limit' holds -5 at index 0; time limits (s) are finite numbers > 0, or NaN (none)"),
+     "array 'carried.time_limit' holds -5 at index 0; time limits (s) are finite numbers in (0, 3,153,600,000], or NaN (none)"),
     (dict(**{"carried.time_limit": np.full(N, np.inf)}),
-     "array 'carried.time_limit' holds inf at index 0; time limits (s) are finite numbers > 0, or NaN (none)"),
+     "array 'carried.time_limit' holds inf at index 0; time limits (s) are finite numbers in (0, 3,153,600,000], or NaN (none)"),
     (dict(**{"carried.num_cpus": np.full(N, 1.5)}),
      "array 'carried.num_cpus' holds 1.5 at index 0; CPU counts are whole numbers in [0, 100,000,000]"),
     (dict(**{"carried.user": np.zeros(N)}), "array 'carried.user' holds float64 values, not text"),
