@@ -88,7 +88,7 @@ def plans(draw):
     return begin, adds, asks
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(plans())
 def test_the_slots_answer_as_the_reference_plan(case):
     # after each reservation, the usable nodes and next trial start for several (partition,
@@ -114,7 +114,16 @@ def node_states(draw):
     return free, gpn, placement, draw(st.integers(1, nodes * gpn)), draw(st.integers(1, (1 << nodes) - 1))
 
 
-@settings(max_examples=400, deadline=None)
+@settings(max_examples=200, deadline=None)
+@given(node_states())
+def test_placement_on_a_list_is_the_node_pools(case):
+    # the lists' placement (every rule, jobs of one node and of several) against the reference's
+    free, gpn, placement, g, _ = case
+    expected = backfill._place(np.array(free, dtype=np.int64), g, gpn, placement)
+    assert lazy_backfill._place(free, range(len(free)), g, gpn, placement) == expected
+
+
+@settings(max_examples=200, deadline=None)
 @given(node_states())
 def test_fits_says_whether_the_reference_placement_finds_room(case):
     free, gpn, placement, g, mask = case
@@ -123,7 +132,7 @@ def test_fits_says_whether_the_reference_placement_finds_room(case):
     assert lazy_backfill._fits(free, mask & sum(1 << n for n, f in enumerate(free) if f), g, gpn, placement) == expected
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_the_will_run_test_answers_as_the_reference(data):
     # running jobs on random nodes with random planned ends (ties, ends before now, no end),

@@ -17,7 +17,8 @@ On the 7-day Philly slice most jobs of a cycle are deferred and never planned (d
 "Slurm's time-limit backfill"). What is planned is planned with the reference's rules, on
 faster structures: the plan's slots as parallel lists searched by bisection, and the will-run
 test on Python lists, which for a job that fits in one node looks only at the nodes a batch
-frees. `placement=count` (no nodes) goes to the reference, whose earliest-fit plan is cheap.
+frees, and places jobs with NodePool's rules on lists (no pool is built). `placement=count` (no
+nodes) goes to the reference, whose earliest-fit plan is cheap.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..sim.contract import Partition
-from ..sim.placement import Alloc, NodePool
+from ..sim.placement import Alloc
 from .backfill import _WILL_RUN_WINDOW, BackfillParams, slurm_backfill
 
 Running = list[tuple[float, int, Alloc, int]]  # (planned end, start order, allocation, node bitmask)
@@ -274,13 +275,19 @@ class _Cycle:
 
 def _will_run(g: int, avail: int, free: list[int], running: Running, now: float, gpn: int,
               placement: str) -> tuple[float, Alloc] | None:
-    """`backfill._will_run` on Python lists. For a job that fits in one node under first fit or
-    best fit, a batch can make room only on the nodes it frees, so only those are looked at."""
+    """`backfill._will_run` on Python lists. After a batch, the job is placed only if a count
+    that placement needs says it may fit: for a job that fits in one node (first fit or best
+    fit), a node the batch freed that holds it (only those nodes are looked at); for a larger
+    one, enough empty nodes (spread: enough free GPUs)."""
     cur = [f if avail >> n & 1 else 0 for n, f in enumerate(free)]
     one_node = g <= gpn and placement in ("first_fit", "consolidate")
     spot = _place(cur, range(len(cur)), g, gpn, placement)
     if spot is not None:
         return now, spot
+    spread = placement == "spread"
+    whole = g // gpn
+    total = sum(cur)
+    empty = sum(1 for f in cur if f == gpn)
     window, first_end = _WILL_RUN_WINDOW, 0.0
     k, n_run = 0, len(running)
     while k < n_run:
@@ -300,6 +307,9 @@ def _will_run(g: int, avail: int, free: list[int], running: Running, now: float,
             for m, gg in alloc:
                 if avail >> m & 1:  # (only on the usable nodes, as job_res_rm_job with the node map)
                     cur[m] += gg
+                    total += gg
+                    if cur[m] == gpn:
+                        empty += 1
                     touched.append(m)
             nxt = running[k][0] if k < n_run else None
             if nxt is None or nxt > first_end + window:
@@ -308,16 +318,21 @@ def _will_run(g: int, avail: int, free: list[int], running: Running, now: float,
             break
         while nxt is not None and math.isfinite(nxt) and nxt > first_end + window:
             window *= 2
-        spot = _place(cur, sorted(set(touched)) if one_node else range(len(cur)), g, gpn, placement)
+        if one_node:
+            spot = _place(cur, sorted(set(touched)), g, gpn, placement)
+        elif total >= g and (spread or empty >= whole):
+            spot = _place(cur, range(len(cur)), g, gpn, placement)
+        else:
+            continue
         if spot is not None:
             return (last if last > now else now + 1.0), spot
     return None
 
 
 def _place(cur: list[int], nodes: Sequence[int], g: int, gpn: int, placement: str) -> Alloc | None:
-    """`backfill._place` on a list, looking at `nodes` only (in increasing order) for a job that
-    fits in one node: the caller passes every node, or those whose free GPUs grew when none
-    could hold the job before."""
+    """`backfill._place` (NodePool's rules) on a list, looking at `nodes` only (in increasing
+    order) for a job that fits in one node: the caller passes every node, or those whose free
+    GPUs grew when none could hold the job before."""
     if g <= gpn and placement in ("first_fit", "consolidate"):
         best = -1
         for n in nodes:
@@ -328,7 +343,31 @@ def _place(cur: list[int], nodes: Sequence[int], g: int, gpn: int, placement: st
                 if best < 0 or f < cur[best]:
                     best = n
         return None if best < 0 else ((best, g),)
-    return NodePool.from_free(cur, gpn).place(g, placement)
+    if g > sum(cur):
+        return None
+    if placement == "spread":  # first fit in node order over the nodes with free GPUs
+        pairs, need = [], g
+        for n, f in enumerate(cur):
+            if f:
+                take = min(f, need)
+                pairs.append((n, take))
+                need -= take
+                if not need:
+                    break
+        return tuple(pairs)
+    # consolidate (first_fit alike): the lowest whole free nodes, the rest on one more node by best fit
+    whole, rest = divmod(g, gpn)
+    taken = [n for n, f in enumerate(cur) if f == gpn][:whole]
+    if len(taken) < whole:
+        return None
+    alloc = tuple((n, gpn) for n in taken)
+    if not rest:
+        return alloc
+    best = -1
+    for n, f in enumerate(cur):
+        if f >= rest and (best < 0 or f < cur[best]) and n not in taken:
+            best = n
+    return None if best < 0 else (*alloc, (best, rest))
 
 
 def _fits(free: list[int], nodes: int, g: int, gpn: int, placement: str) -> bool:
