@@ -66,6 +66,7 @@ INTERNAL = {
     "autosched.workload.stat:MIN_WEEKLY_DAYS",  # history before stat fits day-of-week effects
     "autosched.live.store:MAX_ID",  # SQLite's largest integer: an id above it is no revision
     "autosched.trace.limits:MAX_LIMITS",  # the default maximum time limit's choices, not a bound
+    "autosched.adapt.controller:MAX_ROUNDS",  # a stored memory's round count (a damaged one: dropped)
 }
 
 

@@ -12,6 +12,7 @@ from autosched.live.errors import (
     ActionNotAllowed,
     ApplyFailed,
     ApplyUnreachable,
+    Frozen,
     LiveError,
     RestorePending,
     SlurmUnavailable,
@@ -158,6 +159,10 @@ def test_the_table_row_by_row():
     assert failure(Part.APPLY, ApplyUnreachable("gone"), 30.0).outcome(5).retry_after == 30.0
     f = failure(Part.ROLLBACK, ApplyFailed("held 1000 (wanted 5)"), 30.0)
     assert (f.action.value, f.retry_after) == ("rollback failed", None)
-    assert caught(Part.ROLLBACK) == (LiveError,)
+    assert caught(Part.ROLLBACK) == (Frozen, LiveError)
+    # a freeze stored while the round ran: its apply's own transaction refused it
+    f = failure(Part.APPLY, Frozen("the agent is frozen by operator:carol"), 30.0, revision=5)
+    assert (f.action.value, f.why, f.retry_after) == (
+        "frozen", "revision 5 not applied: the agent is frozen by operator:carol", None)
     with pytest.raises(InputError, match="not live"):  # no row of the part: raised again
         failure(Part.READ, InputError("not live"), 30.0)

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from autosched.live.store import RevisionStore
+from autosched.live.store import RevisionState, RevisionStore
 from service_kit import AUTOSCHED, SRC, seed
 
 ENV = {**os.environ, "PYTHONPATH": SRC}
@@ -153,3 +153,17 @@ def test_round_counts_by_action(tmp_path):
     with sqlite3.connect(store.path) as db:
         db.execute("INSERT INTO rounds (time, summary) VALUES (1, 'not json')")
     assert store.round_counts() == {"proposed": 1, "wait": 2, "blocked": 1, "": 2}
+
+
+def test_a_round_refuses_a_store_that_status_refuses(tmp_path):
+    """A revision whose newest event has a state the store does not know: `agent status` named
+    it, but `agent step` went on and proposed revision 3, beside revision 2."""
+    store = seed(tmp_path / "state")
+    store.transition(2, RevisionState.REJECTED, actor="operator:x")
+    _poke(store, "INSERT INTO events (rev_id, time, state, actor, note) VALUES "
+                 "(2, 9e9, 'bogus_state', 'x', '')")
+    r = agent("step", "--state", str(tmp_path / "state"))
+    assert r.returncode == 5, (r.stdout, r.stderr)
+    assert r.stdout.startswith(f"blocked: cannot read the revision store: {store.path}: revision "
+                               "2 cannot be read: 'bogus_state' is not a valid RevisionState")
+    assert store.newest_id() == 2  # nothing proposed beside it

@@ -82,14 +82,14 @@ def test_an_apply_refuses_a_freeze_stored_after_the_round_looked(tmp_path):
     store = seed(tmp_path / "state")
     store.freeze("operator:ann", "mid-round")
     with pytest.raises(Frozen, match="the agent is frozen by operator:ann: mid-round"):
-        store.begin_apply(2, actor="agent:auto", previous={}, while_frozen=False)
+        store.begin_apply(2, actor="agent:auto", previous={})
     assert store.open_apply() is None
     store.unfreeze("operator:ann")
     (tmp_path / "state" / STOP_FILE).touch()
     with pytest.raises(Frozen, match="frozen by the stop file"):
-        store.begin_apply(2, actor="agent:auto", previous={}, while_frozen=False)
+        store.begin_apply(2, actor="agent:auto", previous={})
     # an operator's rollback is allowed while frozen: how one gets back to a known state
-    assert store.begin_apply(2, actor="operator:ann", previous={}).rev_id == 2
+    assert store.begin_apply(2, actor="operator:ann", previous={}, while_frozen=True).rev_id == 2
 
 
 def test_a_freeze_on_a_mistyped_state_begins_no_store(tmp_path):
@@ -202,3 +202,35 @@ def test_a_legacy_file_with_both_spellings_of_a_setting_is_refused():
         AgentSettings.from_json(flat, "s.json")
     one = {k: v for k, v in flat.items() if k != "margin"}
     assert AgentSettings.from_json(one, "s.json").guard_margin == 0.5
+
+
+@pytest.mark.parametrize("how", ["store", "stop file"])
+def test_a_freeze_stored_while_an_auto_round_tunes_stops_its_apply(tmp_path, how):
+    """Frozen 2.0 s and 2.6 s into an auto round (through the API), both rounds still applied and
+    reconfigured slurmctld after the freeze was stored: the apply never looked again."""
+    from autosched.live.killswitch import KillSwitch
+    from autosched.live.round import Action
+    from live_helpers import make
+
+    agent, fake = make(tmp_path, mode="auto")
+    tune = agent.tuning.run
+
+    def tune_then_freeze(*args, **kwargs):
+        got = tune(*args, **kwargs)
+        if how == "store":  # what another process's `agent freeze` or POST /api/freeze does
+            KillSwitch(agent.state_dir).freeze("operator:carol", "mid-round")
+        else:
+            (agent.state_dir / STOP_FILE).touch()
+        return got
+
+    agent.tuning.run = tune_then_freeze  # type: ignore[method-assign]
+    include_before = fake.include.read_text() if fake.include.exists() else None
+    live_before = fake.live_values()
+    out = agent.step()
+    assert out.action is Action.FROZEN and out.exit_code == 3, out
+    assert out.why.startswith(f"revision {out.revision} not applied: the agent is frozen by ")
+    assert fake.live_values() == live_before  # Slurm was not reconfigured
+    assert (fake.include.read_text() if fake.include.exists() else None) == include_before
+    rev = agent.store.get(out.revision)
+    assert rev.state.value == "rejected" and rev.applied_at is None
+    assert agent.store.running().id == 1

@@ -88,7 +88,8 @@ def test_which_activity_is_which_notice():
     assert notice(round_("tuning failed", "tuning failed: x")) == "tuning_failed"
     assert notice(round_("tuning failed", "tuning failed: x", before="tuning failed: x")) is None
     assert [notice(Activity(k, "operator:a")) for k in ActivityKind if k is not ActivityKind.ROUND
-            ] == ["apply", "reject", "rollback", "freeze", "unfreeze", "adopt"]
+            ] == ["apply", "reject", "rollback", "freeze", "unfreeze", "adopt", "restore",
+                  "include"]
 
 
 def test_the_notice_body_worked_by_hand():
@@ -219,7 +220,9 @@ def test_agent_run_logs_one_json_line_per_round(tmp_path):
     lines = [json.loads(line) for line in r.stdout.splitlines()]
     assert [(d["event"], d["action"], d["why"]) for d in lines] == [
         ("round", "frozen", "frozen by operator:carol: drill")]
-    assert set(lines[0]) == {"time", "event", "actor", "action", "trigger", "why", "pid"}
+    assert set(lines[0]) == {"time", "event", "actor", "action", "trigger", "why", "seconds",
+                             "pid"}
+    assert 0 <= lines[0]["seconds"] < 60  # the round's duration
 
 
 def test_the_service_logs_every_action_and_refusal_as_json(tmp_path):
@@ -414,3 +417,37 @@ def test_a_hanging_receiver_never_holds_up_the_apis_freeze(tmp_path):
         while not slow.bodies and time.monotonic() < deadline:
             time.sleep(0.05)
         assert [b["event"] for b in slow.bodies] == ["freeze"]  # sent all the same
+
+
+def test_a_restore_and_an_applied_round_are_told_with_what_they_changed(tmp_path):
+    """A reconcile that reconfigured Slurm back left no log line and sent no notice; an applied
+    round's log line had no diff, and no line gave a round's duration."""
+    import sys
+
+    from test_live_agent import INTENT
+
+    lines: list[dict[str, Any]] = []
+    with Receiver().running() as rx:
+        agent, fake = make(tmp_path, notify=rx.url, mode="auto")
+        said: list[str] = []
+        agent.log = said.append
+        agent.sinks.append(lambda a: lines.append(a.to_record()))
+        p = agent.store.create(dict(agent.view.running_or_baseline().config, PriorityWeightAge=5),
+                               trigger="manual", actor="t")
+        subprocess.run([sys.executable, "-c", INTENT, str(agent.state_dir), str(p.id)],
+                       check=True, env={**os.environ, "PYTHONPATH": SRC})
+        out = agent.step()  # reconciles first, then tunes and applies (auto mode)
+        assert out.action is Action.APPLIED, out
+        assert agent.sinks[0].flush()  # type: ignore[attr-defined]
+        events = [b["event"] for b in rx.bodies]
+        assert events == ["restore", "apply"], events
+        restore = rx.bodies[0]
+        assert restore["actor"] == "agent:reconcile" and restore["revision"]["id"] == p.id
+        assert restore["revision"]["state"] == "failed"
+        assert restore["why"].startswith("interrupted: the process applying it (pid ")
+        assert f"the previous settings were restored (by pid {os.getpid()})" in restore["why"]
+    assert said[0].startswith(f"revision {p.id}: interrupted: the process applying it")
+    applied = [r for r in lines if r["event"] == "round"][-1]
+    assert applied["action"] == "applied" and applied["diff"] == {
+        k: list(v) for k, v in agent.store.get(out.revision).diff.items()} != {}
+    assert 0 < applied["seconds"] < 120

@@ -77,11 +77,11 @@ def test_a_round_reports_a_managed_setting_slurm_conf_sets_and_the_include_shado
     base = fake.state()["base"]
     fake.update(base={**base, "PriorityWeightFairshare": "50000"})  # an edit of slurm.conf
     out = agent.step()
-    want = ("PriorityWeightAge=1000 in slurm.conf does not take effect: the agent's include "
-            "file sets PriorityWeightAge=5 (revision 3); change it through the agent",
-            "PriorityWeightFairshare=50000 in slurm.conf does not take effect: the agent's "
+    # PriorityWeightAge: slurm.conf kept its 1000 while the agent changed it (to 5): every
+    # applied change's, not news; fair share: slurm.conf was edited since the agent began
+    want = ("PriorityWeightFairshare=50000 in slurm.conf does not take effect: the agent's "
             "include file sets PriorityWeightFairshare=10000 (revision 3); change it through "
-            "the agent")
+            "the agent",)
     assert out.shadowed == want
     assert agent.store.last_round().shadowed == tuple(want)
     assert agent.status().shadowed == want
@@ -166,9 +166,10 @@ def test_the_include_keeps_an_operators_own_scheduler_parameters_at_every_write(
     line = ("SchedulerParameters=default_queue_depth=200,sched_interval=60,bf_max_job_user=4,"
             "bf_interval=5,bf_window=60")
     text = slurm.render(want)
-    assert text.splitlines()[-3:] == [
+    assert text.splitlines()[-4:] == [
         "# kept from this file's SchedulerParameters (slurm.conf does not set them): "
         "sched_interval,bf_max_job_user",
+        "# copied from slurm.conf's SchedulerParameters: default_queue_depth=200",
         "# autosched manages these SchedulerParameters entries: bf_interval,bf_window", line]
     inc.write_text(text)
     assert slurm.render(want).splitlines()[-1] == line  # kept at the next write too

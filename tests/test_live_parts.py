@@ -80,10 +80,16 @@ def test_allowlist_and_fixed_knobs():
                         "backfill": True, "reserve_after": 21600.0, "sched_interval": 60,
                         "default_queue_depth": 100, "batch_sched_delay": 3}
     assert live_space("multifactor", {"backfill": False}).fixed["backfill"] is False
-    with pytest.raises(LiveError, match=r"cannot fix PriorityWeightAge: .*\(the live knobs are searched; "
+    with pytest.raises(LiveError, match=r"cannot fix nosuch: .*\(the live knobs are searched; "
                                         r"those that can be fixed: placement, PriorityFlags, TRESBillingWeights.GRES/gpu, "
                                         r"TRESBillingWeights.CPU, backfill, "
                                         r"reserve_after, sched_interval, default_queue_depth, batch_sched_delay\)$"):
+        live_space("multifactor", {"nosuch": 3})
+    # a managed knob cannot be fixed; the error says how to hold it (its error said "not a
+    # non-live knob", which told an operator nothing)
+    with pytest.raises(LiveError, match=r"^cannot fix PriorityWeightAge: a knob with a live Slurm "
+                                        r"setting, which the agent manages; to keep the agent off "
+                                        r"it, bound it to one value \(--bound PriorityWeightAge=V:V\)$"):
         live_space("multifactor", {"PriorityWeightAge": 3})
     with pytest.raises(LiveError, match="no knob with a live Slurm setting"):
         live_space("tiresias")

@@ -280,7 +280,7 @@ def test_too_little_history_is_said_with_the_counts():
     # 20 jobs finished; the rule wants 25 within the last 3600 s
     plan = decide(seen(running=rev(1, kind=K.BASELINE, parent=None)), RoundRules(600, 3600, 25, "avg_jct", 0.05, 0.25),
                   T + 700)
-    why = ("too little history: 20 jobs finished in the last 3600 s, 25 needed to fit a workload "
+    why = ("too little history: 20 jobs finished in the last 1h (3600 s), 25 needed to fit a workload "
            "model; nothing proposed")
     assert plan == Stop(Action.BLOCKED, why, None, blocked=why)
 

@@ -170,3 +170,51 @@ def test_agent_status_only_reads_a_round_reconciles(slurm_testbed, bed_agent):
     assert show(bed, "PriorityWeightAge") == "1000"
     st = agent.status()
     assert st.live is not None and st.live.knobs["PriorityWeightAge"] == "1000"
+
+
+def test_a_hand_edit_of_the_include_files_scheduler_parameters_is_kept(slurm_testbed, bed_agent):
+    """`sched_interval=45` added by hand to the include file's SchedulerParameters (and a copied
+    entry's value changed) was removed by the next round, even a "wait" one, and slurmctld
+    reconfigured, though the file's own header says a hand edit blocks the agent."""
+    bed, agent = slurm_testbed, bed_agent
+    _approve(agent, PriorityWeightAge=1234)  # the agent writes its SchedulerParameters line
+    text = bed.include.read_text()
+    line = next(ln for ln in text.splitlines() if ln.startswith("SchedulerParameters="))
+    bed.include.write_text(text.replace(line, line + ",sched_interval=45"))
+    bed.reconfigure()
+    assert "sched_interval=45" in show(bed, "SchedulerParameters")
+    out = agent.step()
+    assert out.merged == () and "sched_interval=45" in show(bed, "SchedulerParameters"), out
+    assert "sched_interval=45" in bed.include.read_text()
+    # the next write (an approve) keeps it too, named as kept
+    _approve(agent, PriorityWeightAge=1235)
+    assert "sched_interval=45" in show(bed, "SchedulerParameters").split(",")
+    assert any(ln.startswith("# kept from this file's SchedulerParameters") and
+               "sched_interval" in ln for ln in bed.include.read_text().splitlines())
+    assert show(bed, "PriorityWeightAge") == "1235"
+
+
+def test_a_setting_after_the_include_line_is_named_not_blamed_on_the_include(slurm_testbed,
+                                                                           bed_agent):
+    """`PriorityWeightAge=1000` appended to slurm.conf after the Include line was reported as a
+    hand edit of the include file (which said 1679)."""
+    bed, agent = slurm_testbed, bed_agent
+    _approve(agent, PriorityWeightAge=1679)
+    bed.conf.write_text(bed.conf.read_text() + "PriorityWeightAge=1000\n")
+    bed.reconfigure()
+    out = agent.step()
+    assert out.action.value == "blocked"
+    assert out.why.startswith("hand edit: PriorityWeightAge is 1000 live, 1679 in revision 2: "
+                              f"{bed.conf}: line ")
+    assert "comes after `Include" in out.why and "would override the agent's settings" in out.why
+
+
+def test_a_value_slurm_conf_kept_while_the_agent_changed_it_is_no_warning(slurm_testbed,
+                                                                          bed_agent):
+    """After every approved change of a setting slurm.conf also sets, a permanent "does not take
+    effect ... change it through the agent" warning followed, though the operator did."""
+    agent = bed_agent
+    _approve(agent, PriorityWeightAge=4321)
+    out = agent.step()
+    assert not [s for s in out.shadowed if s.startswith("PriorityWeightAge")], out.shadowed
+    assert agent.status().shadowed == out.shadowed

@@ -43,8 +43,10 @@ def fake_slurm(tmp_path: Path, **override: str) -> dict[str, str]:
         return override.get(key, f"cat {data / key}")
 
     scripts = {
-        "scontrol": f'case "$*" in *config*) {line("config")};; *node*) {line("node")};; '
-                    f'*partition*) {line("partition")};; *reconfigure*) {line("reconfigure")};; esac',
+        # (reconfigure first: it holds "config")
+        "scontrol": f'case "$*" in *reconfigure*) {line("reconfigure")};; *config*) '
+                    f'{line("config")};; *node*) {line("node")};; *partition*) '
+                    f'{line("partition")};; esac',
         "sacctmgr": f'case "$*" in *assoc*) {line("assoc")};; *qos*) {line("qos")};; esac',
         "sacct": line("sacct"), "squeue": line("squeue")}
     for name, body in scripts.items():
@@ -173,3 +175,25 @@ def test_runner_errors_stay_typed(tmp_path):
     assert r.run(["printf", "a\\351b"]) == "a\ufffdb"
     with pytest.raises(LiveError, match=r"failed \(exit 3\): last"):
         r.run(["sh", "-c", "echo first >&2; echo last >&2; exit 3"])
+
+
+def test_a_failure_says_slurms_own_words_and_a_restore_what_is_back(tmp_path):
+    """"`scontrol show config` failed (exit 1): exit status 1" lost Slurm's message (printed on
+    stdout); "restoring the previous ... also failed" was said when only the reconfigure had."""
+    from autosched.live.slurm import SlurmConnector
+
+    r = SlurmRunner(timeout=10, retries=0)
+    with pytest.raises(LiveError, match=r"failed \(exit 1\): slurm_load_ctl_conf error: Zero Bytes"):
+        r.run(["sh", "-c", "echo 'slurm_load_ctl_conf error: Zero Bytes'; exit 1"])
+    env = fake_slurm(tmp_path, reconfigure="echo 'scontrol: error: no answer' >&2; exit 1")
+    os.environ["PATH"], old = env["PATH"], os.environ["PATH"]
+    try:
+        inc = tmp_path / "autosched.conf"
+        conn = SlurmConnector(inc, env["SLURM_CONF"], SlurmRunner(env["SLURM_CONF"], retries=0))
+        with pytest.raises(LiveError) as e:
+            conn.restore({"include": "PriorityWeightAge=7\n"})
+    finally:
+        os.environ["PATH"] = old
+    assert str(e.value) == (f"{inc} is back as it was, but Slurm has not re-read it: `scontrol "
+                            "reconfigure` failed (exit 1): scontrol: error: no answer")
+    assert inc.read_text() == "PriorityWeightAge=7\n"

@@ -108,7 +108,7 @@ def test_run_starts_every_strategy_from_the_fixed_config(tiny):
 
 @pytest.mark.parametrize("extra, message", [
     (["--fix", "backfill=false"], "--fix gives the cluster's value of a knob the live agent cannot write: it needs --live-knobs"),
-    (["--live-knobs", "--fix", "PriorityWeightAge=3"], "cannot fix PriorityWeightAge: not a non-live knob of multifactor"),
+    (["--live-knobs", "--fix", "PriorityWeightAge=3"], "cannot fix PriorityWeightAge: a knob with a live Slurm setting"),
     (["--live-knobs", "--fix", "backfill"], "'backfill' is not of the form knob=value"),
     (["--live-knobs", "--fix", "nope=1"], "unknown knob 'nope'"),
 ])

@@ -291,7 +291,7 @@ def conf(tmp_path):
     (["--period", "10"], "period 10 s: at least 60 s"),
     (["--max-step", "0"], "max step 0: must be in (0, 1]"),
     (["--min-jobs", "0"], "min jobs must be at least 1 (got 0)"),
-    (["--fix", "PriorityWeightAge=5"], "cannot fix PriorityWeightAge: not a non-live knob of multifactor"),
+    (["--fix", "PriorityWeightAge=5"], "cannot fix PriorityWeightAge: a knob with a live Slurm setting"),
     (["--model", "crystal"], "unknown workload model 'crystal'"),
     (["--seed-history", "/nonexistent/h.txt"], "/nonexistent/h.txt: no such file"),
     (["--objective", "p99_jct", "--metric", "avg_queue"], "--objective and --metric are one option"),

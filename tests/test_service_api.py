@@ -64,7 +64,7 @@ def test_status_after_a_round(svc):
     st = anon.status()
     assert st["last_round"] == {"time": 1_000_000.0, "trigger": "", "action": "none",
                                 "why": "too little history: 3 finished jobs", "revision": None,
-                                "retry_after": None}
+                                "retry_after": None, "seconds": None}
     assert st["next_round"] == 1_003_600.0  # a period on
     store.record_round({"trigger": "period", "action": "blocked", "why": "Slurm does not answer",
                         "retry_after": 60.0}, when=1_000_100.0)

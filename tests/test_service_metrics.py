@@ -68,6 +68,8 @@ def test_the_exposition_of_a_tiny_store_worked_by_hand(tmp_path):
         "autosched_frozen": 0, "autosched_blocked": 0, "autosched_interrupted_apply": 0,
         "autosched_last_round_timestamp_seconds": 2000,
         "autosched_next_round_timestamp_seconds": 2000 + 3600,  # a period on
+        # the baseline's round read Slurm (no loop ever ran: no loop gauge, no heartbeat)
+        "autosched_slurm_read_timestamp_seconds": pytest.approx(store.last_reading().time),
     }
     # every family once, its HELP and TYPE right before its samples
     assert text.count("# TYPE autosched_rounds_total counter\n") == 1
@@ -98,6 +100,36 @@ def test_unknown_values_are_absent_and_the_twin_error_appears_once_recorded(tmp_
     assert got['autosched_counterfactual_gain{revision="2"}'] == -0.012
 
 
+def test_the_loop_the_last_round_and_the_predictions_miss_are_metrics(tmp_path):
+    """No gauge gave the loop's liveness, the heartbeat's or the last Slurm read's age, a
+    round's duration or the prediction error, and no label said which agent a series is of."""
+    from autosched.live.records import Evidence
+
+    store = seed(tmp_path / "state")
+    store.beat(30.0, 1.0)  # this process: alive
+    store.record_round({"trigger": "period", "action": "none", "why": "x", "seconds": 12.5},
+                       when=3000.0)
+    agent = open_agent(tmp_path / "state")
+    agent.reject(2, "operator:x")
+    p = store.create(dict(store.get(1).config, PriorityWeightAge=7), trigger="period",
+                     actor="agent:propose",
+                     evidence=Evidence(predicted_gain=0.2, history_jobs=67, imputed_durations=42))
+    got = samples(render(agent.status(), store.round_counts(), "/var/lib/autosched"))
+    sd = 'state_dir="/var/lib/autosched"'
+    assert got[f"autosched_loop_alive{{{sd}}}"] == 1
+    assert got[f"autosched_heartbeat_timestamp_seconds{{{sd}}}"] == pytest.approx(
+        store.heartbeat().time)
+    assert got[f"autosched_last_round_duration_seconds{{{sd}}}"] == 12.5
+    assert got[f"autosched_pending_imputed_share{{{sd}}}"] == pytest.approx(42 / 67)
+    assert got[f'autosched_running_knob_value{{{sd},knob="PriorityWeightAge"}}'] == 1000
+    agent.approve(p.id, "operator:x")
+    store.record_outcome(p.id, JudgedOutcome("avg_jct", 0.2, "kept", 0.05, twin_error=0.01))
+    got = samples(render(agent.status(), {}, "/s"))
+    # predicted +20%, measured +5%: it overshot by 15 points (worked by hand)
+    assert got[f'autosched_prediction_error{{state_dir="/s",revision="{p.id}"}}'] == \
+        pytest.approx(0.15)
+
+
 def test_label_values_and_numbers_as_the_text_format_writes_them():
     assert escape_label('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
     assert [number(v) for v in (3, 3.0, 0.08, -2.5, 1e20, float("inf"), float("nan"))] == [
@@ -109,14 +141,15 @@ def test_the_service_serves_metrics_and_needs_the_token_off_localhost(tmp_path):
     with serve_in_thread(make_app(tmp_path / "state")) as url:
         with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
             assert r.headers["Content-Type"] == CONTENT_TYPE
-            assert samples(r.read().decode())["autosched_pending_revision"] == 2
+            sd = f'state_dir="{tmp_path / "state"}"'
+            assert samples(r.read().decode())[f"autosched_pending_revision{{{sd}}}"] == 2
     with serve_in_thread(make_app(tmp_path / "state", open_reads=False)) as url:
         with pytest.raises(urllib.error.HTTPError) as e:
             urllib.request.urlopen(url + "/metrics", timeout=30)
         assert e.value.code == 401
         req = urllib.request.Request(url + "/metrics", headers={"Authorization": f"Bearer {TOKEN}"})
         with urllib.request.urlopen(req, timeout=30) as r:
-            assert samples(r.read().decode())["autosched_revisions"] == 2
+            assert samples(r.read().decode())[f"autosched_revisions{{{sd}}}"] == 2
 
 
 # -- the real Prometheus --------------------------------------------------------------------

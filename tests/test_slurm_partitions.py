@@ -230,3 +230,10 @@ def test_billing_weights_from_the_partition_file(tmp_path):
     path.write_text('partition,nodes,billing_weights\ngpu,0,"CPU=1,cpu=2"\n')
     with pytest.raises(ClusterError, match="TRES 'cpu' is weighted twice"):
         read_slurm_partitions(path)
+
+
+def test_nodes_outside_the_cluster_are_named_as_ranges():
+    """`0-99` on 16 nodes printed all hundred node numbers."""
+    with pytest.raises(ClusterError, match=r"^Slurm partition 'x': nodes must be numbers in "
+                                           r"\[0, 15\] \(got 16-99 outside\)$"):
+        ClusterSpec.uniform_nodes(16, 8, slurm_partitions=(SlurmPartition("x", tuple(range(100))),))

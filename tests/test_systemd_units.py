@@ -131,7 +131,7 @@ def test_the_serve_unit_serves_the_state_and_stops_at_sigterm(tmp_path):
         with urllib.request.urlopen(url + "/api/status", timeout=30) as r:
             assert json.loads(r.read())["pending"]["id"] == 2
         with urllib.request.urlopen(url + "/metrics", timeout=30) as r:
-            assert b"\nautosched_pending_revision 2\n" in r.read()
+            assert f'\nautosched_pending_revision{{state_dir="{state}"}} 2\n'.encode() in r.read()
         proc.send_signal(signal.SIGTERM)
         # uvicorn shuts down, then ends by the signal it got: systemd counts a SIGTERM end as clean
         assert proc.wait(20) in (0, -signal.SIGTERM)

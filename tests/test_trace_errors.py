@@ -177,3 +177,16 @@ def test_parquet_is_recognised_by_its_bytes_and_a_fake_one_is_refused(tmp_path):
     fake = tmp_path / "fake.parquet"
     fake.write_text(CANON + "a,0,1,10\n")
     assert _error(fake).startswith(f"{fake}: not a readable Parquet file")
+
+
+def test_a_csv_in_latin1_is_not_called_binary(tmp_path):
+    """One Latin-1 byte in a small CSV was "a binary file ... (for Parquet, name it .parquet)"."""
+    from autosched.trace import load_trace
+    from autosched.trace.table import TraceError
+
+    p = tmp_path / "t.csv"
+    p.write_bytes(b"job_id,submit_time,num_gpus,duration,user\na,0,1,10,r\xe9sum\xe9\n")
+    # the header is 42 bytes with its newline, then "a,0,1,10,r": 0xe9 is byte 52
+    with pytest.raises(TraceError, match=r"t\.csv: not UTF-8 text \(byte 0xe9 at offset 52\); "
+                                         r"save it as UTF-8$"):
+        load_trace(p)

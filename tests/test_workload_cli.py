@@ -60,6 +60,17 @@ def test_fit_with_history_window(trace_file, tmp_path):
     assert json.loads(res.stdout)["history_start"] >= 5 * DAY
 
 
+def test_fit_says_when_its_jobs_were_submitted_not_only_its_window(trace_file, tmp_path):
+    """`--until 367d` on a 10-day trace said "jobs submitted 0.00d to 367.00d"."""
+    res = run("fit", str(trace_file), "--until", "367d", "--model", "replay", "--out",
+              str(tmp_path / "m.npz"))
+    assert res.exit_code == 0, res.output
+    tr = load_trace(trace_file)[0]
+    first, last = tr.submit_time.min() / DAY, tr.submit_time.max() / DAY
+    assert f"jobs submitted {first:.2f}d to {last:.2f}d (history window " in res.output
+    assert "to 367.00d)" in res.output
+
+
 def test_bad_input_gives_one_line_errors(trace_file, tmp_path):
     model = tmp_path / "m.npz"
     msg = error_line(run("fit", str(trace_file), "--until", "7d", "--model", "arima", "--out", str(model)))

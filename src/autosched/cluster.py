@@ -166,8 +166,10 @@ class ClusterSpec:
             if any(not (math.isfinite(w) and w >= 0) for _, w in p.billing_weights):
                 raise ClusterError(f"Slurm partition {p.name!r}: billing weights must be numbers >= 0")
             if not p.nodes or min(p.nodes) < 0 or max(p.nodes) >= self.nodes:
+                outside = [n for n in p.nodes if not 0 <= n < self.nodes]
                 raise ClusterError(f"Slurm partition {p.name!r}: nodes must be numbers in [0, {self.nodes - 1}] "
-                                   f"(got {list(p.nodes)})")
+                                   f"(got {_ranges(outside) or 'none'} outside)" if outside else
+                                   f"Slurm partition {p.name!r}: it has no nodes")
 
     @classmethod
     def uniform_nodes(cls, nodes: int, gpus_per_node: int, **kw) -> "ClusterSpec":
@@ -371,3 +373,14 @@ def fit_to_cluster(trace: Trace, cluster: ClusterSpec, strict: bool = False,
         trace = trace.take(~bad)
     report.kept = len(trace)
     return trace, report
+
+
+def _ranges(numbers: list[int]) -> str:
+    """Sorted numbers as ranges, as a nodes cell writes them: [0, 1, 2, 5] -> "0-2,5"."""
+    out: list[str] = []
+    for n in sorted(set(numbers)):
+        if out and n == int(out[-1].split("-")[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{n}"
+        else:
+            out.append(str(n))
+    return ",".join(out)

@@ -366,10 +366,12 @@ def _narrowed(knob: Knob, bounds: tuple[float, float] | None, start: Any) -> Kno
         slo, shi = lo, hi
     default = value if value is not None else min(max(knob.default, slo), shi)
     whole = (slo, shi) == (lo, hi)
+    # a range of one value is searched on a linear scale: exp(log(x)) need not give x back
+    log = knob.log and lo > 0 and slo < shi
     if isinstance(knob, Int):
-        return replace(knob, low=int(lo), high=int(hi), default=int(default), log=knob.log and lo > 0,
+        return replace(knob, low=int(lo), high=int(hi), default=int(default), log=log,
                        search=None if whole else (int(slo), int(shi)))
-    return replace(knob, low=float(lo), high=float(hi), default=float(default), log=knob.log and lo > 0,
+    return replace(knob, low=float(lo), high=float(hi), default=float(default), log=log,
                    search=None if whole else (float(slo), float(shi)))
 
 

@@ -36,6 +36,9 @@ __all__ = ["Controller", "ControllerMemory", "Decision", "RoundTuner", "TrialRec
            "default_tuner_factory", "policy_class", "round_workloads", "round_seed_of", "check_sample_counts",
            "VALIDATION_SEED_OFFSET", "ROUND_SEED_STRIDE"]
 
+# a memory's round count: each round's seeds derive from it (`round_seed_of`) and must stay below
+# 2**32; a round a minute for a million rounds is two years
+MAX_ROUNDS = 1_000_000
 WARM_KEEP = 3  # a round is warm-started from the running config and the last WARM_KEEP winners
 PRIOR_KEEP = 3  # the trials of the last PRIOR_KEEP rounds go to the tuner (screening pools them)
 
@@ -100,12 +103,16 @@ class ControllerMemory:
         """The memory `to_json` wrote; `AdaptError` when `text` is not one."""
         try:
             d = json.loads(text)
+            rounds = d["rounds"]
+            if isinstance(rounds, bool) or not isinstance(rounds, int) or \
+                    not 0 <= rounds < MAX_ROUNDS:
+                raise ValueError(f"rounds {rounds!r} is not a count of rounds")
             return cls(policy=str(d["policy"]), rounds=int(d["rounds"]),
                        winners=tuple(dict(w) for w in d["winners"]),
                        prior=tuple(tuple(dict(t) for t in g) for g in d["prior"]),
                        reference=None if d["reference"] is None else dict(d["reference"]),
                        last_round=None if d["last_round"] is None else float(d["last_round"]))
-        except (ValueError, TypeError, KeyError) as e:
+        except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise AdaptError(f"controller memory: not one this version wrote ({e})") from None
 
 
@@ -241,6 +248,10 @@ class Controller:
         self.period = config.period
         self.objective = config.objective()
         self.search = config.search if subspace is None else replace(config.search, subspace=subspace)
+        # the part of the space a round searches: a warm start or a cut-down winner outside it
+        # (a bound added since, a running value outside an operator's bound) is none of its
+        # configs
+        self.searched = self.space if subspace is None else self.space.restrict(subspace)
         self.execution = execution or ExecutionConfig()
         if self.execution.study is not None:
             raise TuneError(f"controller: study {self.execution.study} holds one problem, and every round "
@@ -286,15 +297,31 @@ class Controller:
         if memory.policy != self.policy_ref:
             raise AdaptError(f"controller memory of policy {memory.policy!r} cannot serve a "
                              f"{self.policy_ref!r} controller")
+        # everything is read before anything is taken: a memory that is not one (edited, damaged)
+        # leaves this controller as it was (`AdaptError`)
+        try:
+            winners = [self.space.validate(w) for w in memory.winners]
+            # a trial's to_dict keys are its fields; its metrics come back as Metrics
+            prior = [[Trial(**{**t, "metrics": [Metrics(**m) for m in t["metrics"]]}) for t in g]
+                     for g in memory.prior]
+            for trial in (t for g in prior for t in g):
+                self.space.validate(trial.config)
+            ref = memory.reference
+            reference = None if ref is None else Profile(
+                float(ref["start"]), float(ref["end"]), int(ref["arrivals"]),
+                np.asarray(ref["log_durations"], dtype=float),
+                np.asarray(ref["gpu_mix"], dtype=np.int64))
+        except (ValueError, TypeError, KeyError, AttributeError) as e:  # ConfigError too
+            raise AdaptError(f"controller memory: not one this version wrote ({e})") from None
+        if reference is not None and not (reference.log_durations.ndim == 1 and
+                                          reference.gpu_mix.ndim == 1 and reference.arrivals >= 0
+                                          and math.isfinite(reference.start)
+                                          and math.isfinite(reference.end)):
+            raise AdaptError("controller memory: its drift reference is not a window's profile")
         self._round_offset = memory.rounds - len(self.decisions)
-        self._winners = [dict(w) for w in memory.winners]
-        # a trial's to_dict keys are its fields; its metrics come back as Metrics
-        self._prior = [[Trial(**{**t, "metrics": [Metrics(**m) for m in t["metrics"]]}) for t in g]
-                       for g in memory.prior]
-        ref = memory.reference
-        self._reference = None if ref is None else Profile(
-            float(ref["start"]), float(ref["end"]), int(ref["arrivals"]),
-            np.asarray(ref["log_durations"], dtype=float), np.asarray(ref["gpu_mix"], dtype=np.int64))
+        self._winners = winners
+        self._prior = prior
+        self._reference = reference
         self._last_round = -float("inf") if memory.last_round is None else memory.last_round
 
     # ------------------------------------------------------------------------------ drift
@@ -383,7 +410,10 @@ class Controller:
         workloads (`guardrail.smallest_change`), when the guardrail still deploys it; with each
         kept knob's share of the gain."""
         def score(config: dict[str, Any]) -> list[float] | None:
+            # a knob goes back to its running value only inside what the round searches: a
+            # running value outside an operator's bound stays replaced
             try:
+                self.searched.validate(config)
                 valid = self.space.validate(config)
             except ConfigError:
                 return None
@@ -405,13 +435,21 @@ class Controller:
                                carry_backlog=self.config.carry_backlog, fresh=fresh)
 
     def _warm_start(self) -> list[Config]:
+        """The running config and the last winners, those the round searches (`searched`)."""
         seen, out = set(), []
         for c in [self.running, *reversed(self._winners)]:
             key = tuple(sorted(c.items()))
-            if key not in seen:
+            if key not in seen and self._searches(c):
                 seen.add(key)
                 out.append(dict(c))
         return out
+
+    def _searches(self, config: Config) -> bool:
+        try:
+            self.searched.validate(config)
+        except ConfigError:
+            return False
+        return True
 
     def _remember(self, config: Config) -> None:
         self._winners.append(config)

@@ -86,14 +86,14 @@ def _kill_switch(state: Optional[Path]) -> Any:
     return KillSwitch(st, [Webhook(url, str(st), _warn)] if url else [], log=_warn)
 
 
-def _pairs(items: list[str], what: str) -> dict[str, str]:
+def _pairs(items: list[str], what: str, form: str = "KNOB=VALUE") -> dict[str, str]:
     from ..errors import InputError
 
     out = {}
     for item in items:
         k, sep, v = item.partition("=")
-        if not sep or not k:
-            raise InputError(f"{what} {item!r}: use KNOB=VALUE")
+        if not sep or not k.strip():
+            raise InputError(f"{what} {item!r}: use {form}")
         out[k.strip()] = v.strip()
     return out
 
@@ -134,7 +134,7 @@ def init_cmd(
         connector = {"kind": "slurm", "slurm_conf": str(real_path(conf)),
                      "include": str(real_path(inc)), "timeout": timeout}
     bounds = {}
-    for k, v in _pairs(bound, "bound").items():
+    for k, v in _pairs(bound, "bound", "KNOB=LO:HI").items():
         lo, sep, hi = v.partition(":")
         try:
             bounds[k] = [float(lo), float(hi)]
@@ -146,9 +146,16 @@ def init_cmd(
         seed_history=str(real_path(seed_history)) if seed_history else None, notify=notify,
         time_scale=time_scale)
     st = state or default_state()
+    again = (st / "settings.json").exists()
     agent = init_agent(st, settings)
-    typer.echo(f"agent initialised in {st}: {settings.policy}, {settings.mode} mode, period "
-               f"{settings.period:g} s; manages {', '.join(agent.space.names)}")
+    typer.echo(f"agent {'re-' if again else ''}initialised in {st}: {settings.policy}, "
+               f"{settings.mode} mode, period {settings.period:g} s; manages "
+               f"{', '.join(agent.space.names)}")
+    if again:
+        kept = agent.store.newest_id()
+        typer.echo(f"its store is kept: {kept} revision(s), the history of what ran")
+    for knob, (low, high) in sorted(settings.bounds.items()):
+        typer.echo(f"bound: {knob} in [{low:g}, {high:g}] (in propose and auto mode)")
     try:
         setup = agent.connector.setup()
     except LiveError as e:
@@ -192,8 +199,18 @@ def step_cmd(state: Optional[Path] = _state_opt(),
         raise typer.Exit(out.exit_code)
 
 
+def _said(action: str, why: str) -> str:
+    """A round's action and why as one line, the action said once ("tuning failed: tuning
+    failed: ..." said it twice)."""
+    return why if why.startswith(f"{action}:") else f"{action}: {why}"
+
+
 def _print_round(out: RoundOutcome) -> None:
-    typer.echo(f"{out.action.value}: {out.why}")
+    typer.echo(_said(out.action.value, out.why))
+    for said in out.merged or ():
+        typer.echo(f"include file rewritten: {said}")
+    for said in out.shadowed or ():
+        typer.echo(f"warning: {said}")
     if out.history is not None:
         typer.echo(f"history: {out.history.jobs} jobs ({out.history.finished} finished), "
                    f"{out.history.malformed_rows} malformed sacct rows skipped")
@@ -216,24 +233,28 @@ def run_cmd(state: Optional[Path] = _state_opt(),
 
     from ..live.agent import start_agent
     from ..live.events_log import JsonLog
+    from ..live.loop import run_lock
     from ..live.notify import flush_all
 
     log = JsonLog(sys.stdout)
-    agent = start_agent(state or default_state(), log=log.message)
-    stop = threading.Event()  # SIGTERM ends the wait between rounds at once, not after a poll
+    st = state or default_state()
+    AgentSettings.load(st)  # "no agent here" before the lock is taken
+    with run_lock(st):  # one loop per state directory
+        agent = start_agent(st, log=log.message)
+        stop = threading.Event()  # SIGTERM ends the wait between rounds at once, not after a poll
 
-    def _stop(*_: Any) -> None:
-        stop.set()
-        agent.request_stop()  # gives up a round that reads or tunes; an apply ends first
+        def _stop(*_: Any) -> None:
+            stop.set()
+            agent.request_stop()  # gives up a round that reads or tunes; an apply ends first
 
-    signal.signal(signal.SIGTERM, _stop)
-    agent.sinks.append(log)
-    try:
-        agent.run(rounds=rounds, poll=poll, should_stop=stop.is_set, sleep=stop.wait)
-    except KeyboardInterrupt:
-        pass
-    finally:
-        flush_all(agent.sinks)
+        signal.signal(signal.SIGTERM, _stop)
+        agent.sinks.append(log)
+        try:
+            agent.run(rounds=rounds, poll=poll, should_stop=stop.is_set, sleep=stop.wait)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            flush_all(agent.sinks)
 
 
 @agent_app.command("status")
@@ -250,6 +271,10 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         return
     typer.echo(f"policy {st.policy}, {st.mode} mode, period {st.period:g} s, "
                f"connector {(st.connector or {}).get('kind')}")
+    for k, (lo, hi) in sorted((st.bounds or {}).items()):
+        typer.echo(f"bound: {k} in [{lo:g}, {hi:g}]")
+    if st.max_step is not None:
+        typer.echo(f"max step: {st.max_step:.0%} of a knob's range per round")
     if st.frozen:
         typer.echo(f"FROZEN by {st.frozen_by}: {st.frozen_reason or '(no reason given)'}")
     if st.blocked:
@@ -284,6 +309,9 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         if ev.dropped_knobs:
             typer.echo("  left as they run (no share of the gain): " +
                        ", ".join(str(k) for k in ev.dropped_knobs))
+        if ev.history_jobs and ev.imputed_durations:
+            typer.echo(f"  durations imputed: {ev.imputed_durations} of {ev.history_jobs} "
+                       f"history jobs ({ev.imputed_durations / ev.history_jobs:.0%}, unfinished)")
     if st.judged:
         j = st.judged
         typer.echo(f"judged: revision {j.revision}: predicted gain {_pct(j.predicted_gain)}, "
@@ -292,7 +320,7 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         typer.echo(f"  {j.verdict}")
     if st.last_round:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.last_round.time))
-        typer.echo(f"last round {when}: {st.last_round.action}: {st.last_round.why}")
+        typer.echo(f"last round {when}: {_said(st.last_round.action, st.last_round.why)}")
     if st.twin:
         when = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(st.twin.read_at))
         typer.echo(f"cluster setup read {when}: " +
@@ -305,6 +333,8 @@ def status_cmd(state: Optional[Path] = _state_opt(),
             typer.echo(f"warning: {w}")
     for said in st.shadowed:
         typer.echo(f"warning: {said}")
+    if st.backfill is not None:
+        typer.echo(f"backfill (sdiag): {st.backfill.text()}")
     typer.echo("history:")
     for r in st.history:
         last = r.events[-1]

@@ -88,7 +88,10 @@ def fit_cmd(
     if as_json:
         print_json(info)
     else:
-        note(f"fitted {m.describe()} on {len(past):,} jobs submitted {_when(m.history_start)} to {_when(m.history_end)}; wrote {out}")
+        first, last = float(past.submit_time.min()), float(past.submit_time.max())
+        note(f"fitted {m.describe()} on {len(past):,} jobs submitted {_when(first)} to "
+             f"{_when(last)} (history window {_when(m.history_start)} to {_when(m.history_end)}); "
+             f"wrote {out}")
 
 
 @workload_app.command("sample")

@@ -77,7 +77,14 @@ def fixed_values(policy: str, fixed: Mapping[str, Any] | None = None) -> dict[st
     space = get_policy(policy).space
     managed_knobs(policy)
     fixed = dict(fixed or {})
-    bad = [n for n in fixed if n not in space or is_allowed(n)]
+    managed = [n for n in fixed if n in space and is_allowed(n)]
+    if managed:
+        # a managed knob has a Slurm setting: the agent searches it; to hold it, bound it
+        n = managed[0]
+        raise LiveKnobError(f"cannot fix {', '.join(managed)}: a knob with a live Slurm setting, "
+                            f"which the agent manages; to keep the agent off it, bound it to one "
+                            f"value (--bound {n}=V:V)")
+    bad = [n for n in fixed if n not in space]
     if bad:
         can = ", ".join(k.name for k in space if not is_allowed(k.name))
         raise LiveKnobError(f"cannot fix {', '.join(bad)}: not a non-live knob of {policy} (the live "
@@ -95,7 +102,8 @@ def live_subspace(policy: str, fixed: Mapping[str, Any] | None = None,
     value (default: its default), within `bounds` (an operator's) and, with `max_step`, within
     that fraction of its searched range (of its log range for a log-scaled knob) around the
     running value, unless the step reaches the whole searched range (``max_step=1`` always does:
-    the search is then that of propose mode). The running value always stays inside."""
+    the search is then that of propose mode). The running value stays inside, except outside an
+    operator's bound: the search then starts from the bound's nearest end."""
     space = get_policy(policy).space
     pinned = fixed_values(policy, fixed)
     running = space.validate({**pinned, **(running or {})})
@@ -105,14 +113,22 @@ def live_subspace(policy: str, fixed: Mapping[str, Any] | None = None,
     if unknown:
         raise LiveKnobError(f"bounds for {', '.join(unknown)}: not a live knob of {policy}")
     cut: dict[str, tuple[float, float]] = {}
+    start = {k.name: running[k.name] for k in managed}
     for k in managed:
         b = bounds.get(k.name)
+        if b is not None:
+            # an operator's bound holds the search, also when the running value is outside
+            # it: the search starts from the nearest value inside, never from the running one
+            start[k.name] = k.coerce(min(max(running[k.name], b[0]), b[1]))
         if max_step is not None and isinstance(k, (Int, Float)) and not _covers(k, running[k.name], max_step):
             step = _step(k, running[k.name], max_step)
-            b = step if b is None else (max(b[0], step[0]), min(b[1], step[1]))
+            # the step from the running value, inside the bound; when the two do not meet, the
+            # bound's nearest end (a bound is the operator's rule, the step the agent's pace)
+            b = step if b is None else (max(b[0], step[0]), min(b[1], step[1])) \
+                if max(b[0], step[0]) <= min(b[1], step[1]) else (start[k.name], start[k.name])
         if b is not None:
             cut[k.name] = (float(b[0]), float(b[1]))
-    return Subspace.of(pinned=pinned, bounds=cut, start={k.name: running[k.name] for k in managed})
+    return Subspace.of(pinned=pinned, bounds=cut, start=start)
 
 
 def _covers(knob: Int | Float, running: float, max_step: float) -> bool:

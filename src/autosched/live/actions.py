@@ -16,7 +16,8 @@ from typing import NoReturn
 from .activity import Activity, ActivityKind, Listeners
 from .applying import Applier
 from .approval import IncludePreview, apply_header, preview_of, same_diff
-from .errors import ActionNotAllowed
+from .errors import ActionNotAllowed, UnreadableValue
+from .killswitch import KillSwitch
 from .records import Approval, Evidence, Flags, LiveOverride, Revision, RevisionKind, RevisionState
 from .view import ClusterView, overrides_text
 
@@ -32,7 +33,8 @@ class OperatorActions:
         """The include file as approving proposal `rev_id` would write it, and its diff against
         the file now (live/approval.py). Writes nothing."""
         rev = self._proposed(rev_id)
-        change = self.view.connector.preview(self.view.settings_of(rev.config), header=apply_header(rev))
+        change = self.view.connector.preview(self.view.settings_of(rev.config),
+                                             header=apply_header(rev, self.store.path))
         return preview_of(rev.id, change)
 
     def approve(self, rev_id: int, actor: str, confirmed_diff: str | None = None,
@@ -42,8 +44,8 @@ class OperatorActions:
         approver was shown, `preview`), refused unless the file would be written so. Refused
         over a hand edit (a live value that is not the running revision's) unless `force`: then
         the live values it discards are recorded with the apply (`Revision.overridden`)."""
-        self.applier.reconcile()
-        rev = self._proposed(rev_id)
+        restored = self.applier.reconcile()
+        rev = self._proposed(rev_id, restored)
         flags = self.store.flags()
         if flags.frozen:
             raise ActionNotAllowed(f"the agent is frozen by {flags.frozen_by}"
@@ -67,10 +69,19 @@ class OperatorActions:
         self.listeners.tell(Activity(ActivityKind.APPROVE, actor, f"approved by {actor}", done))
         return done
 
-    def _proposed(self, rev_id: int) -> Revision:
-        """Revision `rev_id`, refused unless it is proposed."""
+    def _proposed(self, rev_id: int, restored: str = "") -> Revision:
+        """Revision `rev_id`, refused unless it is proposed. One whose apply was interrupted is
+        failed: the refusal says so, and whether the settings before it were restored just now
+        (`restored`: by this action's reconcile, which reconfigured Slurm)."""
         rev = self.store.get(rev_id)
         if rev.state is not RevisionState.PROPOSED:
+            last = rev.events[-1]
+            if rev.state is RevisionState.FAILED and last.actor == "agent:reconcile":
+                when = "just now, by this command" if restored else "since"
+                raise ActionNotAllowed(
+                    f"revision {rev_id} is failed: its apply was interrupted ({last.note}); the "
+                    f"settings before it were restored {when}, and Slurm runs them. A failed "
+                    "revision cannot be approved: the agent proposes again at its next round")
             raise ActionNotAllowed(f"revision {rev_id} is {rev.state.value}; only a proposed "
                                    "revision can be approved")
         return rev
@@ -113,9 +124,12 @@ class OperatorActions:
                                 note=note or f"rollback to revision {target.id}", parent=running.id,
                                 evidence=Evidence(rollback_of=running.id, to=target.id))
         why = (note or f"rollback to revision {target.id} by {actor}") + forced(edited)
+        # an operator's rollback works while frozen (how one gets back to a known state); the
+        # agent's own (the guard's) stops at a freeze as every apply does
         done = self.applier.apply(new, actor, why, overridden=edited,
                                   replaced_note=f"rolled back to revision {target.id} (revision "
-                                                f"{new.id}) by {actor}{': ' + note if note else ''}")
+                                                f"{new.id}) by {actor}{': ' + note if note else ''}",
+                                  while_frozen=not actor.startswith("agent:"))
         self.listeners.tell(Activity(ActivityKind.ROLLBACK, actor, why, done))
         return done
 
@@ -135,24 +149,34 @@ class OperatorActions:
                                        "only a config that ran can be rolled back to")
         if target.id == running.id:
             raise ActionNotAllowed(f"revision {rev_id} is already running")
+        if target.config == running.config:
+            raise ActionNotAllowed(f"revision {target.id}'s config already runs (revision "
+                                   f"{running.id} has the same); there is nothing to roll back")
         return target
 
     def freeze(self, actor: str, reason: str = "") -> Flags:
-        flags = self.store.freeze(actor, reason)
-        self.listeners.tell(Activity(ActivityKind.FREEZE, actor, reason))
-        return flags
+        """The kill switch (live/killswitch.py): the store alone, or the stop file."""
+        return self._kill_switch().freeze(actor, reason)
 
     def unfreeze(self, actor: str) -> Flags:
-        flags = self.store.unfreeze(actor)
-        self.listeners.tell(Activity(ActivityKind.UNFREEZE, actor))
-        return flags
+        return self._kill_switch().unfreeze(actor)
+
+    def _kill_switch(self) -> KillSwitch:
+        return KillSwitch(self.store.state_dir, self.listeners.sinks, self.listeners.say)
 
     def adopt(self, actor: str, note: str = "") -> Revision:
         """Record the live settings, as they are now, as the running revision (after a hand edit
         the operator wants to keep); this clears the hand-edit block. It counts as a change: the
         agent changes nothing for a period after it."""
         self.applier.reconcile()
-        live = self.view.live_config()
+        try:
+            live = self.view.live_config()
+        except UnreadableValue as e:
+            # Slurm accepts more than autosched tunes (weights up to 2**32 - 1): say the way out
+            raise ActionNotAllowed(
+                f"cannot adopt the live settings: {e}, the range autosched tunes; set it inside "
+                "that range (in the include file, then `scontrol reconfigure`) and adopt, or "
+                "undo the edit") from None
         running = self.store.running()
         if running is not None and running.config == live:
             raise ActionNotAllowed(f"the live config already is revision {running.id}'s")

@@ -28,6 +28,8 @@ class ActivityKind(str, Enum):
     FREEZE = "freeze"
     UNFREEZE = "unfreeze"
     ADOPT = "adopt"
+    RESTORE = "restore"  # an apply a killed process left was undone: Slurm reconfigured back
+    INCLUDE = "include"  # a round rewrote the include file to carry slurm.conf's own entries
 
 
 @dataclass(frozen=True)
@@ -45,10 +47,12 @@ class Activity:
     action: str | None = None  # a round: what it did ("proposed", "blocked", ...)
     trigger: str | None = None  # a round: "period" or "drift: ..."
     blocked_before: str = ""  # a round: the block note before it ("" if none)
+    seconds: float | None = None  # a round: how long it took
     time: float = field(default_factory=time.time)
 
     def to_record(self) -> dict[str, Any]:
-        """The activity as a flat JSON object (a log line's fields after its time)."""
+        """The activity as a flat JSON object (a log line's fields after its time): a revision
+        that went live (or was restored) with its diff, a round with its duration."""
         rec: dict[str, Any] = {"event": self.kind.value, "actor": self.actor}
         if self.action is not None:
             rec["action"] = self.action
@@ -58,6 +62,10 @@ class Activity:
         if self.revision is not None:
             rec["revision"] = self.revision.id
             rec["state"] = self.revision.state.value
+            if self.revision.applied_at is not None or self.kind is ActivityKind.RESTORE:
+                rec["diff"] = {k: list(v) for k, v in self.revision.diff.items()}
+        if self.seconds is not None:
+            rec["seconds"] = round(self.seconds, 3)
         return rec
 
 

@@ -27,7 +27,7 @@ from .approval import IncludePreview
 from .connector import Connector
 from .errors import LiveError
 from .knobs import LiveSpace, live_space
-from .loop import Clock, Loop, Sleep
+from .loop import Clock, Loop, Sleep, loop_holder
 from .observe import Observer
 from .records import Flags, Revision
 from .round import RoundOutcome, RoundRules
@@ -113,7 +113,9 @@ class Agent:
         s = self.settings
         return read_status(self.store, history=history, mode="auto" if s.mode == "auto" else "propose",
                            policy=s.policy, period=s.period, connector=self.connector.describe(),
-                           slurm=self.slurm_texts, now=now)
+                           slurm=self.slurm_texts, now=now,
+                           bounds={k: list(v) for k, v in s.bounds.items()},
+                           max_step=s.max_step if s.mode == "auto" else None)
 
     def slurm_texts(self, config: Mapping[str, Any]) -> dict[str, str] | None:
         return self.view.slurm_texts(config)
@@ -175,9 +177,17 @@ def init_agent(state_dir: Path | str, settings: AgentSettings,
     `check_setup`), and ``settings.json``, which makes the directory an agent's, is written last,
     atomically: a refused init leaves no agent behind, and a re-initialised one its old settings."""
     state_dir = Path(state_dir)
+    if (holder := loop_holder(state_dir)) is not None:
+        # the loop read its settings at its start: a new init would change what the status and
+        # the page say, not what the loop does
+        raise LiveError(f"{state_dir}: `agent run` ({holder}) runs on this state directory with "
+                        "the settings it read at its start; stop it, init, then start it again")
     connector = connector if connector is not None else make_connector(settings.connector)
     check_setup(settings)
     prepare_cluster(settings)
+    if state_dir.exists() and not state_dir.is_dir():
+        raise LiveError(f"{state_dir}: is a file, not a directory; --state names the agent's "
+                        "state directory")
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:

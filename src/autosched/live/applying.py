@@ -9,7 +9,10 @@ in between leaves the intent open; the next start, round or action restores the 
 
 from __future__ import annotations
 
+import os
+
 from ..errors import AutoschedError
+from .activity import Activity, ActivityKind
 from .approval import apply_header
 from .connector import Connector
 from .errors import LiveError, RestorePending
@@ -26,16 +29,18 @@ class Applier:
 
     def apply(self, rev: Revision, actor: str, note: str, replaced_note: str = "",
               min_interval: float | None = None, approval: Approval | None = None,
-              overridden: tuple[LiveOverride, ...] = ()) -> Revision:
+              overridden: tuple[LiveOverride, ...] = (), while_frozen: bool = False) -> Revision:
         """Make `rev` live and record it applied (with `note`, and `replaced_note` on the
         revision it replaces); on failure it is recorded failed and the error raised. With
-        `min_interval`, refused unless the running revision is that old (auto mode)."""
+        `min_interval`, refused unless the running revision is that old (auto mode). Refused
+        (`Frozen`) while the agent is frozen, checked in the transaction that begins the apply,
+        unless `while_frozen` (an operator's rollback)."""
         settings = self.view.settings_of(rev.config)
         snap = self.connector.snapshot()
         intent = self.store.begin_apply(rev.id, actor=actor, previous=snap,
-                                        min_interval=min_interval)
+                                        min_interval=min_interval, while_frozen=while_frozen)
         try:
-            self.connector.apply(settings, header=apply_header(rev))
+            self.connector.apply(settings, header=apply_header(rev, self.store.path))
         except AutoschedError as e:
             self.store.end_apply(intent, state=RevisionState.FAILED, actor=actor,
                                  note=f"apply failed: {e}")
@@ -72,10 +77,14 @@ class Applier:
                    f"settings could not be restored yet: {e}")
             self.store.set_blocked(why)
             raise RestorePending(why) from None
-        note = (f"interrupted: the process applying it (pid {intent.pid}) stopped; the previous "
-                "settings were restored on the next start")
+        note = (f"interrupted: the process applying it (pid {intent.pid}) ended before the apply "
+                f"did; the previous settings were restored (by pid {os.getpid()})")
         # a store written before the transition table may have moved the revision on meanwhile
         proposed = self.store.get(intent.rev_id).state is RevisionState.PROPOSED
         self.store.end_apply(intent, state=RevisionState.FAILED if proposed else None,
                              actor="agent:reconcile", note=note)
+        # Slurm was reconfigured: said like every action that does so
+        self.view.listeners.say(f"revision {intent.rev_id}: {note}")
+        self.view.listeners.tell(Activity(ActivityKind.RESTORE, "agent:reconcile", note,
+                                          self.store.get(intent.rev_id)))
         return note

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import difflib
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 from .connector import IncludeChange
@@ -32,9 +33,23 @@ class IncludePreview:
         return asdict(self)
 
 
-def apply_header(rev: Revision) -> str:
-    """The comment an apply of `rev` writes at the top of the include file."""
-    return f"revision {rev.id} ({rev.trigger})"
+STORE_MARK = "store: "  # a header line: which agent's store wrote the include file
+
+
+def apply_header(rev: Revision, store: Path) -> str:
+    """The comment an apply of `rev` writes at the top of the include file: the revision, and the
+    store it is recorded in (two agents on one include file can then tell each other's writes
+    from a hand edit)."""
+    return f"revision {rev.id} ({rev.trigger})\n{STORE_MARK}{store}"
+
+
+def include_writer(text: str | None) -> str | None:
+    """The store the include file `text` names as its writer (`apply_header`), or None when it
+    names none (a file autosched has not written, or an older autosched wrote)."""
+    for line in (text or "").splitlines():
+        if line.startswith("# " + STORE_MARK):
+            return line[len("# " + STORE_MARK):].strip()
+    return None
 
 
 def include_diff(change: IncludeChange, rev_id: int) -> str:

@@ -13,10 +13,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .errors import ApplyFailed, LiveError, apply_failed
 from .twin import ClusterSetup
+
+if TYPE_CHECKING:
+    from .backfill import BackfillStats
 
 
 @dataclass(frozen=True)
@@ -77,6 +80,18 @@ class Connector(Protocol):
         report a managed setting whose own value Slurm does not run."""
         ...
 
+    def backfill_stats(self) -> BackfillStats | None:
+        """What backfill costs the scheduler now (Slurm: ``sdiag``'s backfill statistics); None
+        when the cluster does not say. Called each round, after the history is read."""
+        ...
+
+    def check_include_line(self) -> str | None:
+        """None when the cluster's configuration takes the include file's values (Slurm:
+        slurm.conf's last setting line is the ``Include`` of the agent's file), else what is
+        wrong and what to do. Reads files only; called by a round that found live values other
+        than the running revision's, which a setting after the Include line explains."""
+        ...
+
     def refresh(self, settings: dict[str, str], header: str = "") -> list[str]:
         """Make the include file, written for `settings` (the running ones), carry the
         cluster's own current settings that it shadows but does not manage (Slurm: slurm.conf's
@@ -132,5 +147,6 @@ def undo_apply(restore: Callable[[], None], failed: LiveError, include: Path) ->
     try:
         restore()
     except LiveError as e:
-        return apply_failed(f"{failed}; restoring the previous {include} also failed: {e}", failed, e)
+        return apply_failed(f"{failed}; putting the previous {include} back did not finish: {e}",
+                            failed, e)
     return apply_failed(f"{failed}; the previous {include} is restored", failed)

@@ -27,6 +27,11 @@ class IllegalTransition(ActionNotAllowed):
     does not allow; the message names the table's rule (the service answers 409)."""
 
 
+class UnreadableValue(LiveError):
+    """A live setting the agent cannot read as its knob's value (outside the range autosched
+    tunes, or not a value of it at all)."""
+
+
 class Frozen(ActionNotAllowed):
     """The agent is frozen (the store's flag or the stop file): no apply but an operator's
     rollback (the service answers 409)."""
@@ -64,4 +69,5 @@ def apply_failed(why: str, *causes: BaseException) -> ApplyFailed:
 
 
 __all__ = ["LiveError", "UnknownRevision", "ActionNotAllowed", "IllegalTransition", "Frozen",
+           "UnreadableValue",
            "SlurmUnavailable", "ApplyFailed", "ApplyUnreachable", "RestorePending", "apply_failed"]

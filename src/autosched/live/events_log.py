@@ -38,6 +38,7 @@ class JsonLog:
 
     def __init__(self, stream: TextIO | None = None) -> None:
         self.stream = stream
+        self.lost = 0  # lines the stream did not take
 
     def __call__(self, activity: Activity) -> None:
         self.write(activity.to_record(), activity.time)
@@ -46,8 +47,15 @@ class JsonLog:
         out = self.stream if self.stream is not None else sys.stderr
         try:
             print(log_line(record, when), file=out, flush=True)
-        except (OSError, ValueError):
-            pass  # a closed or full log stream must not stop a round
+        except (OSError, ValueError) as e:
+            # a closed or full log stream must not stop a round; said once, on stderr
+            self.lost += 1
+            if self.lost == 1 and out is not sys.stderr:
+                try:
+                    print(f"warning: the JSON log cannot be written ({getattr(e, 'strerror', None) or e}"
+                          "); its lines are lost until it can", file=sys.stderr, flush=True)
+                except (OSError, ValueError):
+                    pass
 
     def message(self, text: str) -> None:
         """A free-text message of the agent, as a ``message`` line (use as `Agent.log`)."""

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ..errors import AutoschedError, LiveError
-from .errors import ActionNotAllowed, RestorePending, SlurmUnavailable
+from .errors import ActionNotAllowed, Frozen, RestorePending, SlurmUnavailable
 from .round import Action, Block, RoundOutcome
 
 
@@ -49,8 +49,11 @@ TABLE: tuple[Row, ...] = (
     Row(Part.TUNE, AutoschedError, Action.TUNING_FAILED, "tuning failed: {e}"),
     # another process proposed, or another agent's change went live, since the round looked
     Row(Part.PROPOSE, ActionNotAllowed, Action.WAIT, "{e}"),
+    # a freeze stored while the round tuned: the apply's own transaction refused it
+    Row(Part.APPLY, Frozen, Action.FROZEN, "revision {revision} not applied: {e}"),
     Row(Part.APPLY, ActionNotAllowed, Action.WAIT, "revision {revision} not applied: {e}"),
     Row(Part.APPLY, LiveError, Action.APPLY_FAILED, "{e}"),
+    Row(Part.ROLLBACK, Frozen, Action.FROZEN, "rollback not applied: {e}"),
     Row(Part.ROLLBACK, LiveError, Action.ROLLBACK_FAILED, "{e}"),
 )
 

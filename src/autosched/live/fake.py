@@ -18,6 +18,7 @@ from typing import Any
 from ..atomic import write_text_atomic
 from ..export.slurm import to_slurm
 from ..policies.multifactor import Multifactor
+from .backfill import BackfillStats
 from .connector import IncludeChange, include_change, include_snapshot, undo_apply
 from .errors import ApplyFailed, LiveError, SlurmUnavailable
 from .knobs import same_value
@@ -137,6 +138,13 @@ class FakeConnector:
 
     def own_settings(self) -> dict[str, str]:
         return dict(self.state()["base"])
+
+    def backfill_stats(self) -> BackfillStats | None:
+        """The fake's ``backfill`` record (`BackfillStats.to_dict`; a test sets it), if any."""
+        return BackfillStats.from_dict(self._log("sdiag").get("backfill"))
+
+    def check_include_line(self) -> str | None:
+        return None  # the fake's include file is always read last
 
     def refresh(self, settings: dict[str, str], header: str = "") -> list[str]:
         return []  # the fake writes one line per setting: nothing of slurm.conf's to carry

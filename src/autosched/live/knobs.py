@@ -28,7 +28,7 @@ from ..export.slurm import from_slurm, quantize, to_slurm
 from ..policies import get_policy
 from ..space import Bool, Config, ConfigError, Knob
 from ..trace.slurm import slurm_seconds
-from .errors import LiveError
+from .errors import LiveError, UnreadableValue
 
 __all__ = ["ALLOWED", "BACKFILL_PREFIX", "COMPOUND", "NEVER", "LiveSpace", "canonical", "compound_parts",
            "is_allowed", "live_space", "same_value"]
@@ -103,7 +103,7 @@ class LiveSpace:
                 try:
                     out[k.name] = from_slurm(k, text)
                 except ConfigError as e:
-                    raise LiveError(f"{where}: {parts[0]}: {e}") from None
+                    raise UnreadableValue(f"{where}: {parts[0]}: {e}") from None
                 continue
             if k.name.startswith(BACKFILL_PREFIX) and isinstance(k, Bool):
                 out[k.name] = k.name.lower() in lower
@@ -116,7 +116,7 @@ class LiveSpace:
             try:
                 out[k.name] = from_slurm(k, lower[k.name.lower()])
             except ConfigError as e:
-                raise LiveError(f"{where}: {e}") from None
+                raise UnreadableValue(f"{where}: {e}") from None
         return out
 
     def quantized(self, config: Mapping[str, Any]) -> Config:

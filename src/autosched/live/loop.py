@@ -10,8 +10,13 @@ reads or tunes.
 
 from __future__ import annotations
 
+import fcntl
+import os
+import socket
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from ..errors import LiveError
 from .activity import Listeners
@@ -21,6 +26,53 @@ from .stopping import RoundAbandoned, Stopping
 
 Clock = Callable[[], float]
 Sleep = Callable[[float], object]
+
+
+RUN_LOCK = "run.lock"  # in the state directory: held by the one `agent run` on it
+
+
+@contextmanager
+def run_lock(state_dir: Path) -> Iterator[None]:
+    """Hold the state directory's loop lock for the block: one ``agent run`` per state directory
+    (two each ran every round, tuned twice and judged twice, and nothing said so). An advisory
+    lock on ``run.lock``: the kernel releases it when the process ends, kill -9 too. A lock
+    already held is a `LiveError` naming who holds it."""
+    path = Path(state_dir) / RUN_LOCK
+    try:
+        f = open(path, "a+", encoding="utf-8")
+    except OSError as e:
+        raise LiveError(f"{path}: cannot open the loop's lock: {e.strerror or e}") from None
+    try:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.seek(0)
+            who = f.read(200).strip() or "a process"
+            raise LiveError(f"{path}: another `agent run` ({who}) runs on this state directory; "
+                            "one loop per state directory: stop it first") from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {socket.gethostname()}")
+        f.flush()
+        yield
+    finally:
+        f.close()  # (closing releases the lock)
+
+
+def loop_holder(state_dir: Path) -> str | None:
+    """Who holds the state directory's loop lock ("pid N on HOST"), or None when no `agent run`
+    does (a lock file nobody holds is a loop that ended)."""
+    path = Path(state_dir) / RUN_LOCK
+    try:
+        f = open(path, encoding="utf-8")
+    except OSError:
+        return None
+    with f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            return f.read(200).strip() or "a process"
+        return None
 
 
 class Loop:

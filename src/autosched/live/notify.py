@@ -3,9 +3,11 @@ should see happens.
 
 The notices, each from one `Activity` (`notice`): ``proposal`` (a round proposed a revision),
 ``apply`` (a revision went live: approved, or applied by a round in auto mode), ``rollback`` (an
-operator's or the guard's), ``freeze``, ``unfreeze``, ``reject``, ``adopt``, ``block`` (a round
-found the agent blocked for a new reason; a block that goes on round after round is told once)
-and ``tuning_failed`` (a round could not tune: told when its reason is new, as a block).
+operator's or the guard's), ``freeze``, ``unfreeze``, ``reject``, ``adopt``, ``restore`` (an
+apply a killed process left was undone, Slurm reconfigured back), ``include`` (a round rewrote the
+include file to carry slurm.conf's own entries, Slurm reconfigured), ``block`` (a round found the
+agent blocked for a new reason; a block that goes on round after round is told once) and
+``tuning_failed`` (a round could not tune: told when its reason is new, as a block).
 
 A notice never holds anything up and never fails it: `Webhook` queues it and returns at once; one
 thread of its own sends the queue in order, each POST given at most `timeout` seconds in all (a
@@ -34,8 +36,8 @@ from .activity import Activity, ActivityKind
 from .errors import LiveError
 
 TIMEOUT = 5.0  # s: the longest one notice may take to send
-NOTICES = ("proposal", "apply", "rollback", "freeze", "unfreeze", "reject", "adopt", "block",
-           "tuning_failed")
+NOTICES = ("proposal", "apply", "rollback", "freeze", "unfreeze", "reject", "adopt", "restore",
+           "include", "block", "tuning_failed")
 # a round's action -> its notice
 _ROUND_NOTICES = {"proposed": "proposal", "applied": "apply"}
 # a round's action told only when its reason is new (as a block that goes on is told once)
@@ -80,7 +82,8 @@ def notice(activity: Activity) -> str | None:
 
 _ACTION_NOTICES = {ActivityKind.APPROVE: "apply", ActivityKind.ROLLBACK: "rollback",
                    ActivityKind.FREEZE: "freeze", ActivityKind.UNFREEZE: "unfreeze",
-                   ActivityKind.REJECT: "reject", ActivityKind.ADOPT: "adopt"}
+                   ActivityKind.REJECT: "reject", ActivityKind.ADOPT: "adopt",
+                   ActivityKind.RESTORE: "restore", ActivityKind.INCLUDE: "include"}
 
 
 def payload(name: str, activity: Activity, state_dir: str) -> dict[str, Any]:

@@ -57,7 +57,9 @@ class Observer:
                 ("read the live settings", self._live),
                 ("bring the include file up to date with slurm.conf", self._include),
                 ("read the cluster's setup", self._setup),
-                ("read the history", self._history))
+                ("read the history", self._history),
+                ("read the backfill statistics", self._backfill),
+                ("read the revision store", self._pending))
 
     def _reconcile(self, seen: Observed) -> Observed:
         self.applier.reconcile()  # an apply a killed process left: the cluster may run neither
@@ -85,7 +87,14 @@ class Observer:
         with self.stopping.abandonable():
             jobs = self.view.jobs(seen.now)
         kept, left_out = twin_jobs(jobs, seen.setup)
-        return replace(seen, jobs=kept, left_out=left_out, pending=self.store.pending())
+        return replace(seen, jobs=kept, left_out=left_out)
+
+    def _backfill(self, seen: Observed) -> Observed:
+        with self.stopping.abandonable():
+            return replace(seen, backfill=self.view.connector.backfill_stats())
+
+    def _pending(self, seen: Observed) -> Observed:
+        return replace(seen, pending=self.store.pending())
 
     def _judge(self, seen: Observed) -> Observed:
         """`seen` with the judge's replay of the period after the running revision went live,

@@ -25,6 +25,7 @@ from .errors import LiveError
 
 if TYPE_CHECKING:
     from ..adapt.controller import Decision
+    from .backfill import BackfillStats
     from .twin import ClusterSetup  # (imported where a row holds one: the twin is not light)
 
 
@@ -158,6 +159,9 @@ class Evidence:
     # when only it goes back, as a fraction of the predicted gain)
     dropped_knobs: list[Any] | None = stored(listing)
     knob_shares: dict[str, Any] | None = stored(mapping)
+    # sdiag's backfill statistics when the round proposed it (`live.backfill.BackfillStats`): what
+    # backfill cost before the change
+    backfill: dict[str, Any] | None = stored(mapping)
     rollback_of: int | None = stored(integer)  # a rollback: the running revision it replaced
     to: int | None = stored(integer)  # a rollback: the revision whose config it brings back
 
@@ -432,10 +436,11 @@ class RoundRecord:
     why: str
     revision: int | None = None
     retry_after: float | None = None
+    seconds: float | None = None  # how long it took (None: a round recorded without it)
 
 
 # keys a round's row has only when the round read what they hold (the store selects by them)
-SETUP_KEY, SHADOWED_KEY = "setup", "shadowed"
+SETUP_KEY, SHADOWED_KEY, BACKFILL_KEY = "setup", "shadowed", "backfill"
 
 
 @dataclass(frozen=True)
@@ -460,10 +465,12 @@ class StoredRound:
     # checked), and the managed settings slurm.conf sets that it shadows (None: not checked)
     merged: tuple[str, ...] | None = None
     shadowed: tuple[str, ...] | None = None
+    backfill: BackfillStats | None = None  # sdiag's backfill statistics the round read
+    seconds: float | None = None  # how long the round took
 
     def brief(self) -> RoundRecord:
         return RoundRecord(self.time, self.trigger, self.action, self.why, self.revision,
-                           self.retry_after)
+                           self.retry_after, self.seconds)
 
     def to_summary(self) -> dict[str, Any]:
         """The row's JSON object, under the keys rounds have always had (a key only when the
@@ -484,12 +491,18 @@ class StoredRound:
             d["merged"] = list(self.merged)
         if self.shadowed is not None:
             d[SHADOWED_KEY] = list(self.shadowed)
+        if self.backfill is not None:
+            d[BACKFILL_KEY] = self.backfill.to_dict()
+        if self.seconds is not None:
+            d["seconds"] = round(self.seconds, 3)
         return d
 
     @classmethod
     def from_row(cls, time: float, summary: Any) -> StoredRound:
         """Any version's row (`summary`: its JSON, or anything else, read as an empty object)."""
         d: Mapping[str, Any] = summary if isinstance(summary, Mapping) else {}
+        from .backfill import BackfillStats
+
         setup, error = None, ""
         if d.get(SETUP_KEY) is not None:
             from .twin import ClusterSetup
@@ -503,7 +516,9 @@ class StoredRound:
                    retry_after=finite(d.get("retry_after")), history=_history(d), setup=setup,
                    setup_error=error, setup_changes=_texts(d.get("setup_changes")) or (),
                    evidence=Evidence.from_dict(d["evidence"]) if isinstance(d.get("evidence"), Mapping) else None,
-                   merged=_texts(d.get("merged")), shadowed=_texts(d.get(SHADOWED_KEY)))
+                   merged=_texts(d.get("merged")), shadowed=_texts(d.get(SHADOWED_KEY)),
+                   backfill=BackfillStats.from_dict(d.get(BACKFILL_KEY)),
+                   seconds=finite(d.get("seconds")))
 
 
 def _history(d: Mapping[str, Any]) -> HistoryCounts | None:

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any
 
+from ..timeparse import format_duration
+from .backfill import BackfillStats, overrun
 from .history import LiveJobs
 from .judge import FIGURES, Counterfactual
 from .records import Evidence, Flags, HistoryCounts, JudgedOutcome, Revision, RevisionKind, StoredRound, gain_text
@@ -90,6 +92,7 @@ class Observed:
     jobs: LiveJobs | None = None  # the history's jobs the twin can place (`twin.twin_jobs`)
     left_out: Mapping[str, int] = field(default_factory=dict)  # the others, by reason
     pending: Revision | None = None
+    backfill: BackfillStats | None = None  # what backfill costs now (`Connector.backfill_stats`)
     # the judge's replay of the period after the running revision went live, once it is due
     # (`judge_due`); when it is due and could not be made, `unjudged` says why
     counterfactual: Counterfactual | None = None
@@ -169,6 +172,11 @@ def decide(obs: Observed, rules: RoundRules, now: float) -> Plan:
     judged = judge(running, obs, rules, now)
     if judged is not None and not trusted(judged, rules):
         return Stop(Action.FROZEN, judged.verdict, judged=judged, freeze=judged.verdict)
+    if (costly := overrun(running, obs.backfill)) is not None and \
+            running.kind is not RevisionKind.ROLLBACK:
+        # slurmctld cannot afford the change's backfill: back at once, not a period on
+        assert running.parent is not None  # (`overrun` needs one)
+        return RollBack(running.parent, costly, judged)
     outcome = judged or running.outcome
     if (outcome is not None and rolls_back(outcome, rules) and running.parent is not None
             and running.kind is not RevisionKind.ROLLBACK):
@@ -185,7 +193,8 @@ def decide(obs: Observed, rules: RoundRules, now: float) -> Plan:
     jobs = obs.jobs
     finished = int((jobs.finished & (jobs.end >= now - rules.history) & (jobs.end <= now)).sum())
     if finished < rules.min_jobs:
-        why = (f"too little history: {finished} jobs finished in the last {rules.history:g} s, "
+        why = (f"too little history: {finished} jobs finished in the last "
+               f"{format_duration(rules.history)} ({rules.history:g} s), "
                f"{rules.min_jobs} needed to fit a workload model; nothing proposed")
         return Stop(Action.BLOCKED, why, blocked=why, judged=judged)
     if obs.setup is None:  # (`Observer.observe` reads it before the history)
@@ -287,6 +296,8 @@ class RoundOutcome:
     setup_changes: tuple[str, ...] = ()  # what changed since the setup a round recorded last
     merged: tuple[str, ...] | None = None  # as `Observed`'s (None: the round did not check)
     shadowed: tuple[str, ...] | None = None
+    backfill: BackfillStats | None = None  # sdiag's backfill statistics the round read
+    seconds: float | None = None  # how long the round took
 
     @property
     def exit_code(self) -> int:
@@ -301,7 +312,8 @@ class RoundOutcome:
         """The round as the store holds it, had it been recorded at `time`."""
         return StoredRound(time, self.trigger, self.action.value, self.why, self.revision,
                            self.retry_after, self.history, self.setup, "", self.setup_changes,
-                           self.evidence, self.merged, self.shadowed)
+                           self.evidence, self.merged, self.shadowed, self.backfill,
+                           self.seconds)
 
     def to_summary(self) -> dict[str, Any]:
         """The store's row of the round (`StoredRound.to_summary`; `StoredRound.from_row` reads

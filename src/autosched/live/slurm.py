@@ -28,6 +28,7 @@ from ..associations import parse_associations
 from ..atomic import OutputError, check_input, read_text_input, write_text_atomic
 from ..cluster import ClusterError, parse_billing_weights
 from ..errors import InputError
+from .backfill import BackfillStats, parse_sdiag
 from .connector import IncludeChange, include_change, include_snapshot, undo_apply
 from .errors import ApplyFailed, LiveError, SlurmUnavailable
 from .knobs import BACKFILL_PREFIX, canonical, is_allowed, same_value
@@ -43,6 +44,8 @@ _BF_MARK = "# autosched manages these SchedulerParameters entries:"
 # Entries the include file's own SchedulerParameters line carried before autosched managed it and
 # that slurm.conf does not set: an operator's, kept at every write (the line replaces slurm.conf's).
 _KEPT_MARK = "# kept from this file's SchedulerParameters (slurm.conf does not set them):"
+# slurm.conf's own entries as the agent copied them into this file's line at its last write
+_COPIED_MARK = "# copied from slurm.conf's SchedulerParameters:"
 # squeue columns in the order of SACCT_FIELDS (End and AllocTRES are not known yet; no %j, as
 # for sacct)
 SQUEUE_FORMAT = "%i|%V|%S|%b|%u|%a|%P|%T|%C|%l"
@@ -109,7 +112,9 @@ class SlurmRunner:
             else:
                 if code == 0:
                     return out
-                msg = (errtext.strip().splitlines() or [f"exit status {code}"])[-1]
+                # Slurm's own words: the last line of stderr, else of stdout
+                msg = (errtext.strip().splitlines() or out.strip().splitlines()
+                       or [f"exit status {code}"])[-1]
                 if not any(s in errtext.lower() for s in _DOWN):
                     raise LiveError(f"`{shown}` failed (exit {code}): {msg}")
                 err = SlurmUnavailable(f"`{shown}` could not reach Slurm: {msg}")
@@ -177,6 +182,11 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+
+
+def _entry(key: str, value: str | None) -> str:
+    """A SchedulerParameters entry as written: ``bf_continue`` or ``bf_window=1440``."""
+    return key if value is None else f"{key}={value}"
 
 
 def slurm_stamp(t: float) -> str:
@@ -408,6 +418,9 @@ class SlurmConnector:
     def show_config(self) -> dict[str, str]:
         return parse_show_config(self.runner.run(["scontrol", "show", "config"]))
 
+    def backfill_stats(self) -> BackfillStats:
+        return parse_sdiag(self.runner.run(["sdiag"]))
+
     def live_values(self) -> dict[str, str]:
         return live_settings(self.show_config())
 
@@ -437,10 +450,13 @@ class SlurmConnector:
             # as they are now (not as Slurm runs them: those may be an older write of this file),
             # and the entries an operator had put in this file's own line
             own, ours = self._scheduler_entries(bf)
-            items = [k if v is None else f"{k}={v}" for k, v in own + ours]
+            items = [_entry(k, v) for k, v in own + ours]
             items += [k if v == "" else f"{k}={v}" for k, v in bf.items()]
             if ours:
                 lines.append(f"{_KEPT_MARK} {','.join(k for k, _ in ours)}")
+            # what was copied, as copied: an entry of the line that differs from it later was
+            # set in this file by hand, and is kept
+            lines.append(f"{_COPIED_MARK} {','.join(_entry(k, v) for k, v in own)}")
             lines.append(f"{_BF_MARK} {','.join(bf)}")
             lines.append("SchedulerParameters=" + ",".join(items))
         return "\n".join(lines) + "\n"
@@ -482,11 +498,14 @@ class SlurmConnector:
         entry copied from slurm.conf is not kept once slurm.conf drops it."""
         text = {k.lower(): v for k, v in self._own().items()}.get("schedulerparameters", "")
         own = [(k, v) for k, v in split_scheduler_parameters(text) if k not in managed]
-        taken = set(managed) | {k for k, _ in own}
-        entries, first = self._file_kept_entries()
+        entries, first, hand = self._file_kept_entries()
         if first:
             self._check_no_conflict(dict(own), entries)
+        # an entry set in this file by hand wins over slurm.conf's (Slurm runs it: the file's
+        # line shadows slurm.conf's); one kept from before the agent's first write does not
+        taken = set(managed) | ({k for k, _ in own} - hand)
         kept = [(k, v) for k, v in entries if k not in taken]
+        own = [(k, v) for k, v in own if k not in hand]
         return own, kept
 
     def _check_no_conflict(self, own: Mapping[str, str | None],
@@ -501,25 +520,35 @@ class SlurmConnector:
                             f"sets {', '.join(clash)}; the agent's line would carry slurm.conf's "
                             "value. Remove the entry from one of the two files")
 
-    def _file_kept_entries(self) -> tuple[list[tuple[str, str | None]], bool]:
-        """The include file's own SchedulerParameters entries to keep, and whether they are its
-        line as an operator wrote it (the agent has not written the file yet)."""
+    def _file_kept_entries(self) -> tuple[list[tuple[str, str | None]], bool, set[str]]:
+        """The include file's own SchedulerParameters entries to keep, whether they are its
+        line as an operator wrote it (the agent has not written the file yet), and the names of
+        those set in the file by hand since the agent wrote it (an entry it did not write, or
+        wrote otherwise: neither managed nor copied from slurm.conf as the copy mark says)."""
         try:
             text = self.include.read_text() if self.include.exists() else ""
         except OSError as e:
             raise LiveError(f"{self.include}: cannot read: {e.strerror}") from None
         names: set[str] | None = None  # None: autosched has not written the line yet
+        managed: set[str] = set()
+        copied: dict[str, str | None] | None = None  # None: written before the copy mark
         entries: list[tuple[str, str | None]] = []
         for line in text.splitlines():
             if line.startswith(_KEPT_MARK):
                 names = {k for k in line[len(_KEPT_MARK):].strip().split(",") if k}
-            elif line.startswith(_BF_MARK) and names is None:
-                names = set()
+            elif line.startswith(_COPIED_MARK):
+                copied = dict(split_scheduler_parameters(line[len(_COPIED_MARK):]))
+            elif line.startswith(_BF_MARK):
+                managed = {k for k in line[len(_BF_MARK):].strip().split(",") if k}
+                names = set() if names is None else names
             elif line.split("=", 1)[0].strip().lower() == "schedulerparameters":
                 entries = split_scheduler_parameters(line.split("=", 1)[1])
         if names is None:
-            return entries, True
-        return [(k, v) for k, v in entries if k in names], False
+            return entries, True, set()
+        hand = set() if copied is None else {
+            k for k, v in entries if k not in names and k not in managed
+            and (k not in copied or copied[k] != v)}
+        return [(k, v) for k, v in entries if k in names or k in hand], False, hand
 
     def _own(self) -> dict[str, str]:
         return own_settings(self.slurm_conf, self.include) if self.slurm_conf else {}
@@ -582,7 +611,11 @@ class SlurmConnector:
             # Slurm command warn, so write a comment only
             old = "# Managed by autosched: no managed settings yet.\n"
         self._write(old)
-        self.runner.run(["scontrol", "reconfigure"], read=False)
+        try:
+            self.runner.run(["scontrol", "reconfigure"], read=False)
+        except LiveError as e:  # the file is back; say that only Slurm has not re-read it
+            raise type(e)(f"{self.include} is back as it was, but Slurm has not re-read it: "
+                          f"{e}") from None
 
     def _write(self, text: str) -> None:
         try:

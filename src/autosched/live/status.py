@@ -11,7 +11,18 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from ..jsonable import jsonable
-from .records import SETUP_KEY, SHADOWED_KEY, Heartbeat, LiveReading, Revision, RoundRecord, StoredRound, gain_text
+from .backfill import BackfillStats
+from .records import (
+    BACKFILL_KEY,
+    SETUP_KEY,
+    SHADOWED_KEY,
+    Heartbeat,
+    LiveReading,
+    Revision,
+    RoundRecord,
+    StoredRound,
+    gain_text,
+)
 from .store import RevisionStore
 
 Mode = Literal["propose", "auto"]
@@ -107,6 +118,12 @@ class AgentStatus:
     loop_alive: bool = False  # that process runs and beat recently (`LOOP_SILENCE`)
     # what an operator should know of the loop: none alive, a round overdue, Slurm not seen
     warnings: tuple[str, ...] = ()
+    # what backfill cost slurmctld as the newest round read it (sdiag; live/backfill.py)
+    backfill: BackfillStats | None = None
+    # the operator's limits on what a round may propose or apply: `--bound` (knob -> [lo, hi])
+    # and, in auto mode, `--max-step` (None when the agent is not open)
+    bounds: dict[str, list[float]] | None = None
+    max_step: float | None = None
     version: str = field(init=False)  # changes whenever any other field does (the page polls it)
 
     def __post_init__(self) -> None:
@@ -125,7 +142,9 @@ class AgentStatus:
             "period": self.period, "connector": self.connector, "agent_error": self.agent_error,
             "twin": self.twin, "judged": self.judged, "shadowed": list(self.shadowed),
             "live": self.live, "heartbeat": self.heartbeat, "loop_alive": self.loop_alive,
-            "warnings": list(self.warnings)})
+            "warnings": list(self.warnings),
+            "backfill": self.backfill.to_dict() if self.backfill else None,
+            "bounds": self.bounds, "max_step": self.max_step})
 
     def to_dict(self) -> dict[str, Any]:
         """Every field under its own name."""
@@ -170,7 +189,9 @@ def _ago(s: float) -> str:
 def read_status(store: RevisionStore, *, history: int = 10, mode: Mode | None = None,
                 policy: str | None = None, period: float | None = None,
                 connector: dict[str, Any] | None = None, slurm: SlurmTexts | None = None,
-                agent_error: str = "", now: float | None = None) -> AgentStatus:
+                agent_error: str = "", now: float | None = None,
+                bounds: dict[str, list[float]] | None = None,
+                max_step: float | None = None) -> AgentStatus:
     """The status from `store` and, when the agent is open, its settings; `slurm` spells a
     config as the Slurm settings the agent writes (for the running and pending revisions).
     `now` (default: the clock) judges whether the loop is alive and a round overdue."""
@@ -190,6 +211,7 @@ def read_status(store: RevisionStore, *, history: int = 10, mode: Mode | None = 
     if checked and running is not None and (running.applied_at or 0) > checked.time:
         shadowed = ()  # said of an older running revision (an approve or adopt since): stale
     live, beat = store.last_reading(), store.heartbeat()
+    cost = store.last_round_with(BACKFILL_KEY)
     alive = beat is not None and beat.owner_alive() and \
         now - beat.time <= LOOP_SILENCE * beat.poll + 60.0
     next_round = last.time + wait if last is not None and wait is not None else None
@@ -204,4 +226,6 @@ def read_status(store: RevisionStore, *, history: int = 10, mode: Mode | None = 
         twin=TwinStatus.of(read) if read else None, judged=Judgement.newest(listed),
         shadowed=shadowed,
         live=live, heartbeat=beat, loop_alive=alive,
-        warnings=loop_warnings(now, beat, alive, next_round, period, live))
+        warnings=loop_warnings(now, beat, alive, next_round, period, live),
+        backfill=cost.backfill if cost else None,
+        bounds=bounds, max_step=max_step)

@@ -8,6 +8,7 @@ ends the round as `live.failures` says for the error's type.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -45,9 +46,11 @@ class RoundStep:
         self.stopping, self.listeners, self.rules = stopping, listeners, rules
         self.view = observer.view
         self.store, self.settings = self.view.store, self.view.settings
+        self._started: float | None = None  # when the round `step` runs began (monotonic)
 
     def step(self, trigger: str = "period", now: float | None = None) -> RoundOutcome:
         """One round now; returns (and records) what it found and did."""
+        self._started = time.monotonic()
         observed = self.observer.observe(trigger, now)
         return self.act(decide(observed, self.rules(), observed.now), observed)
 
@@ -71,21 +74,30 @@ class RoundStep:
         else:
             self.store.set_blocked("")
             out, memory = self._tune(observed, plan)
+            if out.action is Action.TUNING_FAILED:
+                # a round that cannot tune changes nothing, round after round: a block the
+                # status, the page, /metrics and the webhook say (until a round tunes again)
+                self.store.set_blocked(out.why)
         return self._record(out, observed, memory)
 
     def _record(self, out: RoundOutcome, observed: Observed, memory: str | None) -> RoundOutcome:
         """`out` with what the round observed, recorded and told to the listeners."""
+        started = self._started
         out = replace(out, trigger=observed.trigger, history=_counts(observed), setup=observed.setup,
                       setup_changes=observed.setup_changes, merged=observed.merged,
-                      shadowed=observed.shadowed)
+                      shadowed=observed.shadowed, backfill=observed.backfill,
+                      seconds=None if started is None else time.monotonic() - started)
         self.store.record_round(out.to_summary(), memory=memory)
         for change in out.setup_changes:
             self.listeners.say(f"cluster setup changed: {change}")
         for said in (*(out.merged or ()), *(out.shadowed or ())):
             self.listeners.say(said)
+        if out.merged:  # the include file was rewritten and Slurm reconfigured
+            self.listeners.tell(Activity(ActivityKind.INCLUDE, "agent", "; ".join(out.merged)))
         self.listeners.tell(Activity(ActivityKind.ROUND, "agent", out.why, action=out.action.value,
                                      trigger=out.trigger, blocked_before=observed.flags.blocked,
-                                     revision=self.store.get(out.revision) if out.revision else None))
+                                     revision=self.store.get(out.revision) if out.revision else None,
+                                     seconds=out.seconds))
         return out
 
     def _retry(self, observed: Observed) -> float:

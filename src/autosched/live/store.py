@@ -226,7 +226,7 @@ class RevisionStore(RoundLog):
             return self._flags(db)
 
     def begin_apply(self, rev_id: int, *, actor: str, previous: Mapping[str, Any],
-                    min_interval: float | None = None, while_frozen: bool = True) -> ApplyIntent:
+                    min_interval: float | None = None, while_frozen: bool = False) -> ApplyIntent:
         """Write-ahead: record that an apply of `rev_id` starts and what to restore if it
         does not finish. Checked in the same transaction (`ActionNotAllowed` otherwise): unless
         `while_frozen` (an operator's rollback), the agent is not frozen (the store's flag or the
@@ -255,11 +255,12 @@ class RevisionStore(RoundLog):
                                        "died has not finished; it must be reconciled first")
             running = self._running(db)
             if rev.parent != (running.id if running else None):
+                # (an operator's approve says what to do: `OperatorActions.approve`; the round
+                # that made it rejects it itself)
                 raise ActionNotAllowed(
                     f"revision {rev_id} was proposed against revision {rev.parent}, but "
                     + (f"revision {running.id} is running" if running else
-                       "no revision is known to be running")
-                    + "; reject it and let the agent propose again")
+                       "no revision is known to be running"))
             if (min_interval is not None and running is not None and running.applied_at is not None
                     and running.kind is not RevisionKind.BASELINE):
                 ago = time.time() - running.applied_at
@@ -353,9 +354,17 @@ class RevisionStore(RoundLog):
             raise LiveError(f"{self.path}: revision {row[0]} cannot be read: {e}") from None
 
     def _current_states(self, db: sqlite3.Connection) -> dict[int, str]:
-        return dict(db.execute(
+        """Each revision's state now; a state that is none of `RevisionState`'s is a revision
+        that cannot be read (as `_get` says), never one that is simply not proposed: a round
+        must not propose beside a revision whose state it cannot tell."""
+        states = dict(db.execute(
             "SELECT rev_id, state FROM events WHERE seq IN "
             "(SELECT MAX(seq) FROM events GROUP BY rev_id)").fetchall())
+        for rev_id, state in states.items():
+            if state not in _STATES:
+                raise LiveError(f"{self.path}: revision {rev_id} cannot be read: {state!r} is not "
+                                "a valid RevisionState")
+        return states
 
     def _running(self, db: sqlite3.Connection) -> Revision | None:
         row = db.execute("SELECT rev_id FROM events WHERE state = 'applied' "
@@ -421,6 +430,9 @@ def read_stop_file(state_dir: Path) -> tuple[str, str] | None:
         pass  # an empty or hand-written file freezes as well
     where = f"{path} exists; `agent unfreeze` removes it"
     return actor, f"{reason} ({where})" if reason else where
+
+
+_STATES = frozenset(s.value for s in RevisionState)
 
 
 def _never(cur: Any) -> ApplyIntent:

@@ -10,6 +10,7 @@ is not used.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from .activity import Listeners
@@ -38,7 +39,10 @@ class Tuning:
                                   backlog_history=s.backlog_history)
         ctl = self.controller(plan.running, plan.setup)
         d = ctl.decide(obs, trigger=observed.trigger)
-        return d, self.evidence(d, origin), ctl.memory().to_json()
+        evidence = self.evidence(d, origin)
+        if observed.backfill is not None:  # what backfill costs before the change
+            evidence = replace(evidence, backfill=observed.backfill.to_dict())
+        return d, evidence, ctl.memory().to_json()
 
     def evidence(self, d: Decision, origin: float) -> Evidence:
         """What a revision (or a round that proposed nothing) records of the decision `d` made
@@ -74,8 +78,20 @@ class Tuning:
         simulated on a cluster that is not this one)."""
         ctl = self.new_controller(running, setup)
         if (memory := self.memory(setup)) is not None:
-            ctl.restore(memory)
+            self._restore(ctl, memory)
         return ctl
+
+    def _restore(self, ctl: Controller, memory: ControllerMemory) -> bool:
+        """`ctl` going on from `memory`; a memory it cannot take (edited, damaged) is said in the
+        log and not used (the round goes on without it, and its own memory replaces it)."""
+        from ..adapt.errors import AdaptError
+
+        try:
+            ctl.restore(memory)
+        except AdaptError as e:
+            self.listeners.say(f"{self.store.path}: {e}; this round starts without it")
+            return False
+        return True
 
     def memory(self, setup: ClusterSetup | None = None) -> ControllerMemory | None:
         """The controller's memory in the store (None: no round tuned yet, one of another policy,
@@ -96,7 +112,7 @@ class Tuning:
         try:
             memory = ControllerMemory.from_json(text)
         except AdaptError as e:
-            self.listeners.say(f"{self.store.path}: {e}; the next round starts without it")
+            self.listeners.say(f"{self.store.path}: {e}; this round starts without it")
             return None
         return memory if memory.policy == self.settings.policy else None
 
@@ -115,6 +131,7 @@ class Tuning:
         obs, _ = observation(jobs, now, self.settings.history, seed=self.settings.seed,
                              backlog_history=self.settings.backlog_history)
         ctl = self.new_controller(running, setup)
-        ctl.restore(memory)
+        if not self._restore(ctl, memory):
+            return ""
         rep = ctl.check_drift(obs)
         return rep.reason if rep is not None and rep.drifted else ""

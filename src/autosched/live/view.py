@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .activity import Listeners
-from .approval import apply_header
+from .approval import apply_header, include_writer
 from .connector import Connector
 from .errors import ActionNotAllowed, LiveError
 from .history import LiveJobs, SeedHistory, update_history
@@ -110,8 +110,17 @@ class ClusterView:
                      if not same_value(k, self.space.effective(k, live), v))
 
     def hand_edits(self, running: Revision, live: Mapping[str, str] | None = None) -> str:
-        """"" if the live settings are the running revision's, else which differ."""
-        return overrides_text(running, self.live_overrides(running, live))
+        """"" if the live settings are the running revision's, else which differ (and, when the
+        include file was last written by another agent's store, that it was)."""
+        said = overrides_text(running, self.live_overrides(running, live))
+        if said and (problem := self.connector.check_include_line()) is not None:
+            # not an edit of the include file: a setting slurm.conf sets after its Include line
+            return f"{said}: {problem}"
+        writer = include_writer(self.connector.snapshot().get("include")) if said else None
+        if writer is not None and writer != str(self.store.path):
+            said += (f"; the include file was last written by the agent whose store is {writer}, "
+                     "not this one: two agents share it (give each its own include file)")
+        return said
 
     # -- slurm.conf and the include file -----------------------------------------------------
     def refresh_include(self, running: Revision) -> list[str]:
@@ -120,18 +129,31 @@ class ClusterView:
         settings; returns what changed. Nothing while another process applies."""
         if self.store.open_apply() is not None:
             return []  # that apply writes the file (merged) itself, or the next round does
-        return self.connector.refresh(self.settings_of(running.config), header=apply_header(running))
+        return self.connector.refresh(self.settings_of(running.config),
+                                      header=apply_header(running, self.store.path))
 
     def shadowed(self, running: Revision) -> tuple[str, ...]:
         """Each managed setting that the cluster's own configuration (slurm.conf) sets to another
-        value than the running revision's, which the include file shadows: an edit there does
-        not take effect."""
+        value than the running revision's, which the include file shadows, and that slurm.conf
+        no longer sets as it did when the agent began (its first revision): an edit there since,
+        which does not take effect. (A value slurm.conf kept while the agent changed the setting
+        is every applied change's, not news.)"""
         own = {k.lower(): v for k, v in self.connector.own_settings().items()}
         want = self.settings_of(running.config)
+        first = self._first_settings()
         return tuple(f"{k}={own[k.lower()]} in slurm.conf does not take effect: the agent's "
                      f"include file sets {k}={v} (revision {running.id}); change it through the "
                      "agent" for k, v in want.items()
-                     if k.lower() in own and not same_value(k, own[k.lower()], v))
+                     if k.lower() in own and not same_value(k, own[k.lower()], v)
+                     and not (k in first and same_value(k, own[k.lower()], first[k])))
+
+    def _first_settings(self) -> dict[str, str]:
+        """The managed settings as the agent found them live (the store's first revision), in
+        Slurm's spelling; {} when it cannot tell."""
+        try:
+            return self.settings_of(self.store.get(1).config)
+        except (LiveError, KeyError, ValueError):
+            return {}
 
     # -- the history and the cluster's setup -------------------------------------------------
     def jobs(self, now: float) -> LiveJobs:

@@ -315,7 +315,8 @@ def create_app(state_dir: Path, *, token: str, open_agent: Callable[[], AgentLik
         store = watch.current()[0]
         if key is None or rounds.get("key") != key:
             rounds.update(key=key, counts=store.round_counts())
-        return Response(metrics.render(status, rounds["counts"]), media_type=metrics.CONTENT_TYPE)
+        return Response(metrics.render(status, rounds["counts"], str(state_dir)),
+                        media_type=metrics.CONTENT_TYPE)
 
     @app.get("/api/revisions", response_model=RevisionsOut, dependencies=reads,
              summary="Every revision with its config, diff, evidence, events, outcome and "

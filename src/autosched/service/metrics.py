@@ -23,6 +23,16 @@ stand-in value: Prometheus then has no sample, and ``absent(...)`` says so.
 | ``autosched_next_round_timestamp_seconds`` | gauge | when the next is due |
 | ``autosched_twin_error{revision}`` | gauge | the twin's relative error over the newest judged period, the mean over the judge's replays under the new config (absent when the judge could not measure it) |
 | ``autosched_counterfactual_gain{revision}`` | gauge | that revision's gain in the twin over the same period, against the config before it, the mean over the judge's replays (relative: 0.05 = 5% better) |
+| ``autosched_prediction_error{revision}`` | gauge | that revision's predicted gain minus its counterfactual gain (how far the prediction overshot) |
+| ``autosched_loop_alive`` | gauge | 1 while an `agent run` is alive on the store (0: none, or gone silent) |
+| ``autosched_heartbeat_timestamp_seconds`` | gauge | when `agent run` last beat |
+| ``autosched_slurm_read_timestamp_seconds`` | gauge | when Slurm's settings were last read |
+| ``autosched_last_round_duration_seconds`` | gauge | how long the last round took |
+| ``autosched_pending_imputed_share`` | gauge | share of the pending proposal's history jobs whose durations were imputed (unfinished) |
+| ``autosched_backfill_last_cycle_seconds`` | gauge | how long slurmctld's last backfill cycle took, as the newest round read ``sdiag`` |
+
+Every sample carries the label ``state_dir``: the agent it is of (a service moved to another
+state directory starts other series).
 """
 
 from __future__ import annotations
@@ -53,10 +63,12 @@ def number(v: float) -> str:
 
 
 class Exposition:
-    """The families of one scrape, each written once with its HELP and TYPE lines."""
+    """The families of one scrape, each written once with its HELP and TYPE lines; `base`
+    labels go on every sample."""
 
-    def __init__(self) -> None:
+    def __init__(self, base: Labels | None = None) -> None:
         self.lines: list[str] = []
+        self.base = dict(base or {})
 
     def family(self, name: str, kind: str, help_text: str,
                samples: Iterable[tuple[Labels, float]]) -> None:
@@ -67,7 +79,8 @@ class Exposition:
         self.lines.append(f"# HELP {name} {help_text}")
         self.lines.append(f"# TYPE {name} {kind}")
         for labels, v in rows:
-            lab = ",".join(f'{k}="{escape_label(str(val))}"' for k, val in labels.items())
+            lab = ",".join(f'{k}="{escape_label(str(val))}"'
+                           for k, val in {**self.base, **labels}.items())
             self.lines.append(f"{name}{{{lab}}} {number(v)}" if lab else f"{name} {number(v)}")
 
     def gauge(self, name: str, help_text: str, value: float | None) -> None:
@@ -86,9 +99,10 @@ def _knob(v: object) -> float | None:
     return None
 
 
-def render(status: AgentStatus, rounds: Mapping[str, int]) -> str:
-    """The exposition for `status` and the store's `rounds` by action (`store.round_counts`)."""
-    out = Exposition()
+def render(status: AgentStatus, rounds: Mapping[str, int], state_dir: str = "") -> str:
+    """The exposition for `status` and the store's `rounds` by action (`store.round_counts`),
+    each sample labelled with `state_dir`."""
+    out = Exposition({"state_dir": state_dir} if state_dir else None)
     if status.mode is not None:
         out.family("autosched_info", "gauge", "The agent's settings, as labels (value 1).",
                    [({"policy": status.policy or "", "mode": status.mode,
@@ -128,14 +142,36 @@ def render(status: AgentStatus, rounds: Mapping[str, int]) -> str:
               last.time if last else None)
     out.gauge("autosched_next_round_timestamp_seconds", "When the next round is due (unix seconds).",
               status.next_round)
+    beat = status.heartbeat
+    out.gauge("autosched_loop_alive", "1 while an `agent run` is alive on the store.",
+              None if beat is None else float(status.loop_alive))
+    out.gauge("autosched_heartbeat_timestamp_seconds", "When `agent run` last beat (unix s).",
+              beat.time if beat else None)
+    out.gauge("autosched_slurm_read_timestamp_seconds",
+              "When Slurm's managed settings were last read (unix seconds).",
+              status.live.time if status.live else None)
+    out.gauge("autosched_last_round_duration_seconds", "How long the last round took.",
+              last.seconds if last else None)
+    out.gauge("autosched_pending_imputed_share",
+              "Share of the pending proposal's history jobs whose durations were imputed.",
+              ev.imputed_durations / ev.history_jobs if ev and ev.history_jobs and
+              ev.imputed_durations is not None else None)
+    bf = status.backfill
+    out.gauge("autosched_backfill_last_cycle_seconds",
+              "How long slurmctld's last backfill cycle took (sdiag, as the newest round read it).",
+              bf.last_cycle if bf else None)
     judged = status.judged
+    miss = None if judged is None or judged.predicted_gain is None or \
+        judged.counterfactual_gain is None else judged.predicted_gain - judged.counterfactual_gain
     for name, value, what in (
             ("autosched_twin_error", judged.twin_error if judged else None,
              "Relative error of the agent's twin against the cluster over the newest judged "
              "period (absent when the judge could not measure it)."),
             ("autosched_counterfactual_gain", judged.counterfactual_gain if judged else None,
              "Gain of the newest judged revision in the twin over that period, against the "
-             "config before it (relative: 0.05 = 5% better).")):
+             "config before it (relative: 0.05 = 5% better)."),
+            ("autosched_prediction_error", miss,
+             "The newest judged revision's predicted gain minus its counterfactual gain.")):
         out.family(name, "gauge", what,
                    [] if judged is None or value is None else [({"revision": str(judged.revision)}, value)])
     return out.text()

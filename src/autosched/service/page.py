@@ -17,6 +17,7 @@ from collections.abc import Callable
 from html import escape
 from typing import Any
 
+from ..live.backfill import BackfillStats
 from ..live.records import JudgedOutcome, Revision, RevisionState, RoundRecord
 from ..live.status import AgentStatus, Judgement, TwinStatus
 from .views import OutcomeRow
@@ -102,7 +103,7 @@ def render(status: AgentStatus, history: list[Revision], outcomes: list[OutcomeR
         *banners,
         '<section class=summary><dl>'
         f'<dt>Running</dt><dd id=running-rev>{_rev_label(running)}</dd>'
-        f'<dt>Mode</dt><dd id=mode>{escape(str(status.mode or "-"))}</dd>'
+        f'<dt>Mode</dt><dd id=mode>{escape(str(status.mode or "-"))}{_limits(status)}</dd>'
         f'<dt>Policy</dt><dd>{escape(str(status.policy or "-"))}, every '
         f'{_duration(status.period)}, connector '
         f'{escape(str((status.connector or {}).get("kind", "-")))}</dd>'
@@ -114,6 +115,8 @@ def render(status: AgentStatus, history: list[Revision], outcomes: list[OutcomeR
         f'{_t(status.live.time) if status.live else "never"}</dd>'
         f'<dt>Revisions</dt><dd>{status.revisions}</dd>'
         f'<dt>Cluster setup</dt><dd id=setup>{_setup(status.twin)}</dd>'
+        f'<dt>Backfill</dt><dd id=backfill>'
+        f'{escape(status.backfill.text()) if status.backfill else "not read yet"}</dd>'
         f'<dt>Last judged</dt><dd id=judged>{_judged(status.judged)}</dd></dl></section>',
         _token_box(status),
         _pending(pending, running, status.interrupted_apply),
@@ -124,6 +127,14 @@ def render(status: AgentStatus, history: list[Revision], outcomes: list[OutcomeR
     ]
     return _PAGE.format(body="\n".join(parts), version=escape(status.version),
                         poll_ms=POLL_S * 1000)
+
+
+def _limits(status: AgentStatus) -> str:
+    """What a round may propose or apply: the operator's bounds and, in auto mode, the step."""
+    said = [f"{escape(k)} in [{lo:g}, {hi:g}]" for k, (lo, hi) in sorted((status.bounds or {}).items())]
+    if status.max_step is not None:
+        said.append(f"at most {status.max_step:.0%} of a knob's range per round")
+    return f' <span id=limits class=muted>({"; ".join(said)})</span>' if said else ""
 
 
 def _duration(s: float | None) -> str:
@@ -205,6 +216,7 @@ def _pending(rev: Revision | None, running: Revision | None,
                 'If its process died, the next round or action restores the settings before it '
                 'and records it as failed.</p></section>')
     ev = rev.evidence
+    before = BackfillStats.from_dict(ev.backfill)  # what backfill cost when it was proposed
     shares = ev.knob_shares or {}
     rows = "".join(f"<tr><td data-label=knob><code>{escape(k)}</code></td>"
                    f"<td data-label=now>{_v(a)}{_slurm(running, k)}</td>"
@@ -217,7 +229,13 @@ def _pending(rev: Revision | None, running: Revision | None,
          if ev.tuning_cost else None),
         ("reason", "", _v(ev.reason) if ev.reason is not None else None),
         ("left as they run (no share of the gain)", "",
-         escape(", ".join(map(str, ev.dropped_knobs))) if ev.dropped_knobs else None))
+         escape(", ".join(map(str, ev.dropped_knobs))) if ev.dropped_knobs else None),
+        ("durations imputed", " id=imputed",
+         f"{ev.imputed_durations} of {ev.history_jobs} history jobs "
+         f"({ev.imputed_durations / ev.history_jobs:.0%}: unfinished, drawn)"
+         if ev.history_jobs and ev.imputed_durations is not None else None),
+        ("backfill before", " id=backfill-before",
+         escape(before.text()) if before is not None else None))
         if text is not None)
     return (f'<section id=pending><h2>Pending proposal: revision {rev.id}</h2>'
             f'<dl><dt>Predicted gain</dt><dd id=predicted-gain>{escape(ev.predicted_text())}</dd>'

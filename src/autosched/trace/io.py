@@ -82,6 +82,14 @@ def _head_as_text(path: Path, head: bytes) -> str:
     # NUL bytes, or more than 1% undecodable bytes (one may be a character cut at the end of the head)
     undecodable = text.count("\ufffd") - head.count("\ufffd".encode())  # a literal U+FFFD is text
     if b"\x00" in head or undecodable > len(text) // 100:
+        printable = sum(32 <= b < 127 or b in (9, 10, 13) for b in head)
+        if b"\x00" not in head and printable >= 0.9 * len(head):
+            # text in another encoding (a Latin-1 name), not a binary file
+            try:
+                head.decode("utf-8-sig")
+            except UnicodeDecodeError as e:
+                raise TraceError(f"{path}: not UTF-8 text (byte {head[e.start]:#04x} at offset "
+                                 f"{e.start}); save it as UTF-8") from None
         raise TraceError(f"{path}: a binary file, not a text trace (for Parquet, name it .parquet or give its format: parquet)")
     return text
 

@@ -164,8 +164,9 @@ class Tuner:
                          {p.name: p for p in self.space.policies}, self.simulator)
 
     def evaluate(self, policy_name: str, config: Mapping[str, Any], workloads: Sequence[Trace]) -> tuple[float, list[Metrics]]:
-        """Score one config on the workloads (in this process)."""
-        config = self.space.config_space(policy_name).validate(config)
+        """Score one config on the workloads (in this process). Any config of the policy: the
+        running one a search is compared with may lie outside what it searches."""
+        config = self.space.policy(policy_name).space.validate(config)
         ev = self.evaluator(workloads)(policy_name, config)
         return ev.value, list(ev.metrics)
 
@@ -351,7 +352,7 @@ class Tuner:
             study = optuna.create_study(storage=storage, study_name=name, load_if_exists=True,
                                         direction=self.objective.direction, sampler=self._sampler(n_startup, seed))
         except ValueError as e:  # e.g. a study of that name made to maximise, now to minimise
-            raise StudyError(f"study {path}: {e}") from None
+            raise StudyError(f"study {path}: {e}" if path is not None else str(e)) from None
         problem = {"policies": list(self.space.names), "objective": self.objective.to_dict(),
                    "cluster": self.cluster.describe()}
         if path is not None:  # an in-memory study is new each time: nothing to check
