@@ -92,7 +92,7 @@ def test_a_bf_change_that_backfill_cannot_afford_is_rolled_back_with_a_notice(tm
                               "longer than its interval (bf_interval=10 s)")
     assert agent.store.running().config["bf_interval"] == base["bf_interval"]
     assert [a.kind.value for a in told if a.kind.value == "rollback"] == ["rollback"]
-    assert agent.store.last_round()[1]["backfill"]["last_cycle"] == 11.0
+    assert agent.store.last_round().backfill.last_cycle == 11.0
     st = agent.status()
     assert st.backfill == _stats(11.0, applied + 5)
     html = page.render(st, agent.store.history(), [], state_dir="s")

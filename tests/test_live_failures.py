@@ -40,9 +40,10 @@ class SilentAfter(FakeConnector):
 
 
 # The first round of a propose-mode agent asks the fake, in order: `scontrol show config` (the
-# live values), `scontrol show config` again (the baseline it records), the setup, sacct; then it
-# tunes without asking anything more. Silent after 0 to 3 of them, the round is blocked.
-FIRST_ROUND_CALLS = 4
+# live values), `scontrol show config` again (the baseline it records), the setup, sacct, sdiag
+# (what backfill costs); then it tunes without asking anything more. Silent after 0 to 4 of them,
+# the round is blocked.
+FIRST_ROUND_CALLS = 5
 
 
 @pytest.mark.parametrize("answers", range(FIRST_ROUND_CALLS))

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..jsonable import jsonable
-from .records import SETUP_KEY, SHADOWED_KEY, Heartbeat, LiveReading, StoredRound
+from .records import BACKFILL_KEY, SETUP_KEY, SHADOWED_KEY, Heartbeat, LiveReading, StoredRound
 from .storefile import StoreFile, json_object
 
 MEMORY_KEPT = 5  # controller memories kept (the newest is the one read)
@@ -38,9 +38,9 @@ class RoundLog(StoreFile):
         return [StoredRound.from_row(t, json_object(s)) for t, s in rows]
 
     def last_round_with(self, key: str) -> StoredRound | None:
-        """The newest round whose row has `key` (`SETUP_KEY`, `SHADOWED_KEY`: a round that
-        stopped before a read has no key for what it did not read)."""
-        if key not in (SETUP_KEY, SHADOWED_KEY):
+        """The newest round whose row has `key` (`SETUP_KEY`, `SHADOWED_KEY`, `BACKFILL_KEY`: a
+        round that stopped before a read has no key for what it did not read)."""
+        if key not in (SETUP_KEY, SHADOWED_KEY, BACKFILL_KEY):
             raise ValueError(f"{key!r}: not a key a round has only when it read it")
         with self._connect() as db:
             row = db.execute("SELECT time, summary FROM rounds WHERE CASE WHEN json_valid(summary) "
