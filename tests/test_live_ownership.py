@@ -175,8 +175,7 @@ def test_init_on_a_file_says_so(tmp_path):
     r = CliRunner().invoke(build_app(), ["agent", "init", "--state", str(tmp_path / "afile"),
                                          "--fake", str(tmp_path / "fk")])
     assert r.exit_code == 2 and r.output == (f"error: {tmp_path / 'afile'}: is a file, not a "
-                                             "directory; --state names the agent's state "
-                                             "directory\n")
+                                             "directory; an agent's state is a directory\n")
     r = CliRunner().invoke(build_app(), ["agent", "init", "--state", str(tmp_path / "s"),
                                          "--fake", str(tmp_path / "fk"), "--bound", "=1:2"])
     assert r.exit_code == 2 and r.output == "error: bound '=1:2': use KNOB=LO:HI\n"
@@ -206,3 +205,13 @@ def test_a_json_log_that_cannot_be_written_is_said_once(capsys):
     assert log.lost == 2
     assert capsys.readouterr().err == ("warning: the JSON log cannot be written (No space left "
                                        "on device); its lines are lost until it can\n")
+
+
+def test_a_hand_edit_of_a_time_says_both_values_in_one_unit(tmp_path):
+    """"PriorityCalcPeriod is 00:05:00 live, 1 in revision 5" mixed Slurm's two spellings."""
+    agent, fake = make(tmp_path)
+    agent.step()
+    fake.hand_edit("PriorityMaxAge", "14-0")
+    out = agent.step()
+    assert out.why.startswith("hand edit: PriorityMaxAge is 14-0 (1,209,600 s) live, 7-0 "
+                              "(604,800 s) in revision 1"), out.why

@@ -89,7 +89,7 @@ def test_allowlist_and_fixed_knobs():
     # non-live knob", which told an operator nothing)
     with pytest.raises(LiveError, match=r"^cannot fix PriorityWeightAge: a knob with a live Slurm "
                                         r"setting, which the agent manages; to keep the agent off "
-                                        r"it, bound it to one value \(--bound PriorityWeightAge=V:V\)$"):
+                                        r"it, bound it to one value \(PriorityWeightAge in \[V, V\]\)$"):
         live_space("multifactor", {"PriorityWeightAge": 3})
     with pytest.raises(LiveError, match="no knob with a live Slurm setting"):
         live_space("tiresias")

@@ -83,7 +83,7 @@ def fixed_values(policy: str, fixed: Mapping[str, Any] | None = None) -> dict[st
         n = managed[0]
         raise LiveKnobError(f"cannot fix {', '.join(managed)}: a knob with a live Slurm setting, "
                             f"which the agent manages; to keep the agent off it, bound it to one "
-                            f"value (--bound {n}=V:V)")
+                            f"value ({n} in [V, V])")
     bad = [n for n in fixed if n not in space]
     if bad:
         can = ", ".join(k.name for k in space if not is_allowed(k.name))

@@ -186,8 +186,8 @@ def init_agent(state_dir: Path | str, settings: AgentSettings,
     check_setup(settings)
     prepare_cluster(settings)
     if state_dir.exists() and not state_dir.is_dir():
-        raise LiveError(f"{state_dir}: is a file, not a directory; --state names the agent's "
-                        "state directory")
+        raise LiveError(f"{state_dir}: is a file, not a directory; an agent's state is a "
+                        "directory")
     try:
         state_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:

@@ -112,7 +112,7 @@ class ClusterView:
     def hand_edits(self, running: Revision, live: Mapping[str, str] | None = None) -> str:
         """"" if the live settings are the running revision's, else which differ (and, when the
         include file was last written by another agent's store, that it was)."""
-        said = overrides_text(running, self.live_overrides(running, live))
+        said = overrides_text(running, self.live_overrides(running, live), self.space)
         if said and (problem := self.connector.check_include_line()) is not None:
             # not an edit of the include file: a setting slurm.conf sets after its Include line
             return f"{said}: {problem}"
@@ -183,7 +183,27 @@ class ClusterView:
         return twin_space(self.settings.policy, self.settings.fixed, setup)
 
 
-def overrides_text(running: Revision, overrides: tuple[LiveOverride, ...]) -> str:
-    """Which live settings differ from `running`'s, in words ("" for none)."""
-    return "; ".join(f"{o.setting} is {o.live} live, {o.expected} in revision {running.id}"
-                     for o in overrides)
+def overrides_text(running: Revision, overrides: tuple[LiveOverride, ...],
+                   space: LiveSpace | None = None) -> str:
+    """Which live settings differ from `running`'s, in words ("" for none). With the agent's
+    `space`, a setting with a unit says both values in it too: ``scontrol show config`` and
+    slurm.conf spell times differently ("PriorityCalcPeriod is 00:05:00 (5 min) live, 1 (1
+    min) in revision 5")."""
+    return "; ".join(f"{o.setting} is {o.live}{_in_unit(space, o.setting, o.live)} live, "
+                     f"{o.expected}{_in_unit(space, o.setting, o.expected)} in revision "
+                     f"{running.id}" for o in overrides)
+
+
+def _in_unit(space: LiveSpace | None, setting: str, text: str | None) -> str:
+    """" (5 min)": `text` as its knob's value in the knob's unit ("" when it has none)."""
+    from ..export.slurm import from_slurm
+    from ..space import ConfigError
+
+    knob = next((k for k in space.managed if k.name == setting), None) if space else None
+    if knob is None or not getattr(knob, "unit", "") or text is None:
+        return ""
+    try:
+        v = float(from_slurm(knob, text))
+    except (ConfigError, ValueError, TypeError):
+        return ""
+    return f" ({v:,.0f} {knob.unit})" if v.is_integer() else f" ({v:g} {knob.unit})"
