@@ -234,3 +234,30 @@ def test_a_freeze_stored_while_an_auto_round_tunes_stops_its_apply(tmp_path, how
     rev = agent.store.get(out.revision)
     assert rev.state.value == "rejected" and rev.applied_at is None
     assert agent.store.running().id == 1
+
+
+def test_an_apply_the_store_cannot_record_is_put_back_at_once(tmp_path):
+    """The disk filled up mid-approve, after the include file changed: Slurm ran revision 2 while
+    the store still showed it proposed, until a later round restored revision 1."""
+    from autosched.live.errors import LiveError
+    from autosched.live.records import RevisionState
+    from live_helpers import make
+
+    agent, fake = make(tmp_path)
+    base = agent.view.running_or_baseline()
+    p = agent.store.create(dict(base.config, PriorityWeightAge=5), trigger="manual", actor="t")
+    before = fake.live_values()
+    end_apply = agent.store.end_apply
+
+    def full(intent, *, state, **kw):
+        if state is RevisionState.APPLIED:
+            raise LiveError(f"{agent.store.path}: no space left on the device")
+        return end_apply(intent, state=state, **kw)
+
+    agent.store.end_apply = full  # type: ignore[method-assign]
+    with pytest.raises(LiveError, match=f"no space left on the device; revision {p.id} could not "
+                                        "be recorded, so the previous settings were put back$"):
+        agent.approve(p.id, "operator:alice")
+    assert fake.live_values() == before  # Slurm and the store agree: revision 1 runs
+    agent.store.end_apply = end_apply  # type: ignore[method-assign]
+    assert agent.store.running().id == 1

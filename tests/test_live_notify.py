@@ -88,8 +88,8 @@ def test_which_activity_is_which_notice():
     assert notice(round_("tuning failed", "tuning failed: x")) == "tuning_failed"
     assert notice(round_("tuning failed", "tuning failed: x", before="tuning failed: x")) is None
     assert [notice(Activity(k, "operator:a")) for k in ActivityKind if k is not ActivityKind.ROUND
-            ] == ["apply", "reject", "rollback", "freeze", "unfreeze", "adopt", "restore",
-                  "include"]
+            ] == ["apply", "reject", "rollback", "freeze", "unfreeze", "adopt", "apply_failed",
+                  "restore", "include"]
 
 
 def test_the_notice_body_worked_by_hand():
@@ -451,3 +451,27 @@ def test_a_restore_and_an_applied_round_are_told_with_what_they_changed(tmp_path
     assert applied["action"] == "applied" and applied["diff"] == {
         k: list(v) for k, v in agent.store.get(out.revision).diff.items()} != {}
     assert 0 < applied["seconds"] < 120
+
+
+def test_an_apply_that_did_not_take_is_told_with_what_it_tried(tmp_path):
+    """A failed apply reconfigured Slurm twice (the revision, then back) and told no one."""
+    from autosched.live.errors import ApplyFailed
+
+    with Receiver().running() as rx:
+        agent, fake = make(tmp_path, notify=rx.url)
+        lines: list[dict[str, Any]] = []
+        agent.sinks.append(lambda a: lines.append(a.to_record()))
+        base = agent.view.running_or_baseline()
+        p = agent.store.create(dict(base.config, PriorityWeightAge=5), trigger="manual",
+                               actor="t")
+        fake.update(fail_reconfigure=True)
+        with pytest.raises(ApplyFailed):
+            agent.approve(p.id, "operator:alice")
+        assert agent.sinks[0].flush()  # type: ignore[attr-defined]
+    assert [b["event"] for b in rx.bodies] == ["apply_failed"]
+    failed = rx.bodies[0]
+    assert (failed["actor"], failed["revision"]["id"], failed["revision"]["state"]) == (
+        "operator:alice", p.id, "failed")
+    assert failed["why"].startswith("apply failed: ")
+    (line,) = [r for r in lines if r["event"] == "apply_failed"]
+    assert line["diff"] == {"PriorityWeightAge": [1000, 5]}

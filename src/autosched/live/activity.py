@@ -28,6 +28,7 @@ class ActivityKind(str, Enum):
     FREEZE = "freeze"
     UNFREEZE = "unfreeze"
     ADOPT = "adopt"
+    APPLY_FAILED = "apply_failed"  # an apply did not take: the previous settings came back
     RESTORE = "restore"  # an apply a killed process left was undone: Slurm reconfigured back
     INCLUDE = "include"  # a round rewrote the include file to carry slurm.conf's own entries
 
@@ -62,7 +63,8 @@ class Activity:
         if self.revision is not None:
             rec["revision"] = self.revision.id
             rec["state"] = self.revision.state.value
-            if self.revision.applied_at is not None or self.kind is ActivityKind.RESTORE:
+            if self.revision.applied_at is not None or self.kind in (ActivityKind.RESTORE,
+                                                                     ActivityKind.APPLY_FAILED):
                 rec["diff"] = {k: list(v) for k, v in self.revision.diff.items()}
         if self.seconds is not None:
             rec["seconds"] = round(self.seconds, 3)

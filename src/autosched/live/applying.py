@@ -44,6 +44,9 @@ class Applier:
         except AutoschedError as e:
             self.store.end_apply(intent, state=RevisionState.FAILED, actor=actor,
                                  note=f"apply failed: {e}")
+            # Slurm was reconfigured (to the revision, then back): said like a change
+            self.view.listeners.tell(Activity(ActivityKind.APPLY_FAILED, actor, f"apply failed: {e}",
+                                              self.store.get(rev.id)))
             raise
         except BaseException as e:
             # not an error the connector expected: put the old settings back before saying so
@@ -55,9 +58,21 @@ class Applier:
             except Exception:
                 pass  # the intent stays open; the next start reconciles it
             raise
-        self.store.end_apply(intent, state=RevisionState.APPLIED, actor=actor, note=note,
-                             replaced_note=replaced_note, approval=approval,
-                             overridden=overridden)
+        try:
+            self.store.end_apply(intent, state=RevisionState.APPLIED, actor=actor, note=note,
+                                 replaced_note=replaced_note, approval=approval,
+                                 overridden=overridden)
+        except LiveError as e:
+            # Slurm runs the revision but the store cannot say so (a full disk): put the
+            # previous settings back at once, so that the store and Slurm agree (the intent
+            # stays open; the next round or action closes it as failed)
+            try:
+                self.connector.restore(snap)
+            except LiveError as e2:
+                raise LiveError(f"{e}; revision {rev.id} runs in Slurm but is not recorded, and "
+                                f"putting the previous settings back failed too: {e2}") from None
+            raise LiveError(f"{e}; revision {rev.id} could not be recorded, so the previous "
+                            "settings were put back") from None
         # the connector read every value back before it returned: Slurm runs these now
         self.view.record_reading(self.view.space.knob_texts(self.view.space.full(rev.config)))
         return self.store.get(rev.id)

@@ -3,10 +3,12 @@
 Every line has ``time`` (UTC, ISO 8601 with seconds), ``event`` and ``pid``; the rest depends on
 the event (docs/service.md lists them):
 
-- ``round``: ``actor``, ``action`` (what the round did), ``trigger``, ``why``, and ``revision`` and
-  ``state`` when it made or moved one;
-- ``approve``, ``reject``, ``rollback``, ``freeze``, ``unfreeze``, ``adopt``: ``actor``, ``why``,
-  ``revision``, ``state``;
+- ``round``: ``actor``, ``action`` (what the round did), ``trigger``, ``why``, ``seconds`` (how
+  long it took), and ``revision`` and ``state`` when it made or moved one (``diff`` when it
+  went live);
+- ``approve``, ``reject``, ``rollback``, ``apply_failed``, ``restore``, ``include``,
+  ``freeze``, ``unfreeze``, ``adopt``: ``actor``, ``why``, ``revision``, ``state``, and
+  ``diff`` where Slurm was reconfigured;
 - ``request`` (the service): ``method``, ``path``, ``status``, ``client`` of every request that is
   not a read, allowed or refused;
 - ``message``: ``message``, anything else the agent says (a webhook that failed, ...).

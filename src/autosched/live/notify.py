@@ -3,7 +3,8 @@ should see happens.
 
 The notices, each from one `Activity` (`notice`): ``proposal`` (a round proposed a revision),
 ``apply`` (a revision went live: approved, or applied by a round in auto mode), ``rollback`` (an
-operator's or the guard's), ``freeze``, ``unfreeze``, ``reject``, ``adopt``, ``restore`` (an
+operator's or the guard's), ``apply_failed`` (an apply, of any of these, did not take: the
+previous settings came back), ``freeze``, ``unfreeze``, ``reject``, ``adopt``, ``restore`` (an
 apply a killed process left was undone, Slurm reconfigured back), ``include`` (a round rewrote the
 include file to carry slurm.conf's own entries, Slurm reconfigured), ``block`` (a round found the
 agent blocked for a new reason; a block that goes on round after round is told once) and
@@ -36,8 +37,8 @@ from .activity import Activity, ActivityKind
 from .errors import LiveError
 
 TIMEOUT = 5.0  # s: the longest one notice may take to send
-NOTICES = ("proposal", "apply", "rollback", "freeze", "unfreeze", "reject", "adopt", "restore",
-           "include", "block", "tuning_failed")
+NOTICES = ("proposal", "apply", "rollback", "apply_failed", "freeze", "unfreeze", "reject",
+           "adopt", "restore", "include", "block", "tuning_failed")
 # a round's action -> its notice
 _ROUND_NOTICES = {"proposed": "proposal", "applied": "apply"}
 # a round's action told only when its reason is new (as a block that goes on is told once)
@@ -83,7 +84,8 @@ def notice(activity: Activity) -> str | None:
 _ACTION_NOTICES = {ActivityKind.APPROVE: "apply", ActivityKind.ROLLBACK: "rollback",
                    ActivityKind.FREEZE: "freeze", ActivityKind.UNFREEZE: "unfreeze",
                    ActivityKind.REJECT: "reject", ActivityKind.ADOPT: "adopt",
-                   ActivityKind.RESTORE: "restore", ActivityKind.INCLUDE: "include"}
+                   ActivityKind.RESTORE: "restore", ActivityKind.INCLUDE: "include",
+                   ActivityKind.APPLY_FAILED: "apply_failed"}
 
 
 def payload(name: str, activity: Activity, state_dir: str) -> dict[str, Any]:
