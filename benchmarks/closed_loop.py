@@ -41,7 +41,8 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -52,10 +53,13 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
+import closed_loop_blocks as cb  # noqa: E402
 import slurm_twin as tw  # noqa: E402
 
+from autosched import switchback as sb  # noqa: E402
 from autosched.cluster import ClusterSpec  # noqa: E402
 from autosched.errors import AutoschedError, InputError  # noqa: E402
+from autosched.export.slurm import slurm_conf_lines  # noqa: E402
 from autosched.policies import get_policy  # noqa: E402
 from autosched.sim import Simulator  # noqa: E402
 from autosched.space import Float, Int  # noqa: E402
@@ -69,6 +73,9 @@ DAY = 86400.0
 NODES, GPUS_PER_NODE = 4, 8
 GPUS = NODES * GPUS_PER_NODE
 SAMPLE = REPO / "src" / "autosched" / "data" / "philly_2017-10-02_28d.csv.gz"
+# the real traces beside the checkout (README, "Tests on the real traces"), or where AUTOSCHED_TRACES says
+TRACES = Path(os.environ.get("AUTOSCHED_TRACES") or REPO.parent / "shared" / "traces")
+ITP02 = TRACES / "microsoft-itp-elasticflow" / "cluster02.csv"
 RESULTS = REPO / "benchmarks" / "results" / "closed_loop"
 DOC = REPO / "docs" / "closed-loop.md"
 PLOT = REPO / "docs" / "img" / "closed-loop-wait.png"
@@ -120,6 +127,14 @@ class Plan:
     # The agent's model on the jobs' own clock (`agent init --time-scale` = scale): its bursts and
     # hours are trace seconds and hours again (ModelSource); off in the committed windows.
     model_trace_time: bool = False
+    # The design (docs/closed-loop.md): "side-by-side" (cluster A the baseline, cluster B the
+    # agent throughout), or a block design of autosched.switchback, "switchback" (one cluster) or
+    # "crossover" (two), in which the agent makes one decision on the seed history before the
+    # window and the harness runs its config and the baseline in turn, in randomised blocks.
+    design: str = "side-by-side"
+    blocks: int = cb.MIN_BLOCKS  # each as long as the run allows (closed_loop_blocks.lengths)
+    design_seed: int = 0  # the block order's
+    max_step: float = 0.25  # the agent's largest move per round, as a fraction of a knob's range
 
     @property
     def day(self) -> float:
@@ -127,10 +142,13 @@ class Plan:
         return DAY / self.scale
 
 
-# The runs of docs/closed-loop.md: three windows of the bundled Philly sample and one A/A run on
-# the first one's jobs; "ci" is the short run of tests/test_closed_loop.py. The windows are the
-# sample's 2.5-day windows whose half-days vary least in load (busiest over quietest: 2.1, 2.1 and
-# 1.6), so that each of the agent's days has jobs to queue.
+# The runs of docs/closed-loop.md. Side by side: three windows of the bundled Philly sample and
+# one A/A run on the first one's jobs, the sample's 2.5-day windows whose half-days vary least in
+# load (busiest over quietest: 2.1, 2.1 and 1.6), so that each of the agent's days has jobs to
+# queue. Block designs: the windows `--pick` picks (a load of 0.8-1.0, at least 10% to gain by
+# an archetype in the blocks), the agent deciding with --max-step 1; and their A/A runs. "ci" is
+# the short run of tests/test_closed_loop.py: a crossover of 4 blocks, about 80 jobs.
+BLOCKS = dict(design="switchback", max_step=1.0)
 PLANS = {
     "w1": Plan("w1", start_day=9.0),
     "w2": Plan("w2", start_day=18.0),
@@ -138,7 +156,10 @@ PLANS = {
     "aa": Plan("aa", start_day=9.0, aa=True),
     "ci": Plan("ci", start_day=1.0, days=1.0, before_days=1.0, load=0.3, scale=1440.0,
                cap=6 * 3600.0, budget=3, samples=1, validation_samples=2, min_jobs=20,
-               history_days=2.0, model_trace_time=True),
+               history_days=2.0, model_trace_time=True, design="crossover", blocks=4, max_step=1.0),
+    "sb-aa": Plan("sb-aa", start_day=18.0, aa=True, **BLOCKS),
+    "sb-s18": Plan("sb-s18", start_day=18.0, **BLOCKS),
+    "sb-itp21": Plan("sb-itp21", trace=str(ITP02), start_day=21.0, **BLOCKS),
 }
 
 
@@ -236,6 +257,90 @@ def select(trace: Trace, plan: Plan) -> Selection:
         into.append(tw.Job(f"{tag}-{len(into):04d}", submit, int(g[r]), secs, limit, user, account))
     offered = sum(j.gpus * j.seconds for j in jobs) / (GPUS * plan.days * plan.day)
     return Selection(jobs, before, fraction, full, offered)
+
+
+# ----------------------------------------------------------------------------- windows worth a run
+
+PICK_LOAD = (0.8, 1.0)  # offered load of the test GPUs a picked window has
+PICK_GAIN = 0.10  # ... what the archetypes' best leaves to gain over the window, in the twin
+# ... and the share of that gain the blocks show: a block starts from the backlog the other config
+# left, and on most windows its effect is not the window's (even in sign: docs/closed-loop.md)
+PICK_SEEN = 0.5
+
+
+@dataclass(frozen=True)
+class WindowScore:
+    """What the twin saw of one window: its jobs, offered load, lengths, and each archetype's gain
+    on the baseline (average JCT, positive = shorter) over the whole window run under it
+    throughout, and in the design's blocks."""
+
+    start_day: float
+    jobs: int
+    offered_load: float
+    lengths: cb.Lengths
+    block_gain: dict[str, float]
+    window_gain: dict[str, float]
+
+    @property
+    def best(self) -> str:
+        """The archetype with the largest gain over the window."""
+        return max(self.window_gain, key=lambda a: self.window_gain[a])
+
+    @property
+    def picked(self) -> bool:
+        w, b = self.window_gain[self.best], self.block_gain[self.best]
+        return (PICK_LOAD[0] <= round(self.offered_load, 2) <= PICK_LOAD[1] and w >= PICK_GAIN
+                and b >= PICK_SEEN * w)
+
+
+def score_window(trace: Trace, plan: Plan) -> WindowScore:
+    """Replay a window's jobs in the twin (the test cluster, first_fit) under the plan's block
+    design, the baseline against each archetype: the pseudo-real run of the design (each block
+    under its arm), then every block from that run's state under each (`closed_loop_blocks`)."""
+    sel = select(trace, plan)
+    base = baseline(plan.scale)
+    lens = cb.lengths(sel.jobs, plan.days * plan.day, plan.blocks)
+    jobs = cb.window_trace(sel.jobs)
+    spec = cb.testbed_spec()
+    sched = sb.schedule("switchback", lens.blocks, plan.design_seed)
+    whole = float(cb.simulate(jobs, spec, [(0.0, base)]).records().jct.mean())
+    blocks, window = {}, {}
+    for name, arch in ARCHETYPES.items():
+        cfg = {**base, **arch}
+        tl = cb.Timeline(lens.block, lens.washout, sched, (base, cfg))
+        blocks[name] = cb.twin_block_gain(cb.block_rows([cb.simulate_run(jobs, spec, tl, 0)], spec, tl))
+        window[name] = 1 - float(cb.simulate(jobs, spec, [(0.0, cfg)]).records().jct.mean()) / whole
+    return WindowScore(plan.start_day, len(sel.jobs), sel.offered_load, lens, blocks, window)
+
+
+def pick(trace: Trace, plan: Plan, step: float = 1.0, log=print) -> list[WindowScore]:
+    """Every window of the plan's length starting on a multiple of `step` days (with the window
+    before it in the trace), scored (`score_window`); prints each as it goes."""
+    first = math.ceil((float(trace.submit_time.min()) / DAY + plan.before_days) / step) * step
+    last = float(trace.submit_time.max()) / DAY - plan.days
+    out = []
+    for day in np.arange(first, last + 1e-9, step):
+        try:
+            ws = score_window(trace, replace(plan, start_day=float(day)))
+        except InputError as e:
+            log(f"day {day:g}: {e}")
+            continue
+        out.append(ws)
+        log(pick_row(ws))
+    return out
+
+
+def pick_header() -> str:
+    names = " | ".join(ARCHETYPES)
+    return (f"| start day | jobs | offered load | blocks x block (wall s) | washout | {names} | picked |\n"
+            f"|---|---|---|---|---|{'---|' * len(ARCHETYPES)}---|")
+
+
+def pick_row(ws: WindowScore) -> str:
+    cells = " | ".join(f"{ws.block_gain[a]:+.1%} ({ws.window_gain[a]:+.1%})" for a in ARCHETYPES)
+    return (f"| {ws.start_day:g} | {ws.jobs} | {ws.offered_load:.2f} | {ws.lengths.blocks} x "
+            f"{ws.lengths.block:.0f} | {ws.lengths.washout:.0f} | {cells} | "
+            f"{'**' + ws.best + '**' if ws.picked else ''} |")
 
 
 # ----------------------------------------------------------------------------- sacct text
@@ -345,9 +450,9 @@ def stop_all(beds: Sequence[Testbed]) -> None:
 
 
 def export_sacct(bed: Testbed, since: float, out: Path) -> None:
-    """The cluster's jobs since `since`, one row per job (no steps)."""
+    """The cluster's jobs since `since`, one row per job (no steps), with the node each ran on."""
     text = bed.cluster().run("sacct", "-a", "-X", "--parsable2", "-S", stamp(since - 60),
-                             "--format=" + ",".join(SACCT_FIELDS), timeout=120)
+                             "--format=" + ",".join((*SACCT_FIELDS, "NodeList")), timeout=120)
     out.write_text(text)
 
 
@@ -384,7 +489,8 @@ def agent_init(bed: Testbed, state: Path, plan: Plan, seed: Path) -> None:
                     "--budget", str(plan.budget), "--samples", str(plan.samples),
                     "--validation-samples", str(plan.validation_samples), "--model", plan.model,
                     "--seed-history", str(seed), "--fix", f"placement={PLACEMENT}",
-                    "--time-scale", f"{plan.scale if plan.model_trace_time else 1:g}")
+                    "--time-scale", f"{plan.scale if plan.model_trace_time else 1:g}",
+                    "--max-step", f"{plan.max_step:g}")
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     if res.returncode != 0:
         raise RuntimeError(f"`autosched agent init` exited {res.returncode}: {res.stderr.strip()}")
@@ -436,6 +542,30 @@ def read_jobs(path: Path) -> list[tw.Job]:
                        int(r["limit_min"]), r["user"], r["account"]) for r in csv.DictReader(f)]
 
 
+@contextmanager
+def recording(info: dict[str, Any], outdir: Path, t_begin: float) -> Iterator[None]:
+    """Write the run's record (run.json) however the body ends: with `failed` (the error, or
+    that it stopped early) unless it ran to its end."""
+    info["failed"] = "stopped before the last job was recorded"
+    try:
+        yield
+        del info["failed"]
+    except BaseException as e:
+        info["failed"] = f"{type(e).__name__}: {e}"
+        raise
+    finally:
+        info["wall_total"] = time.time() - t_begin
+        (outdir / "run.json").write_text(json.dumps(info, indent=1) + "\n")
+
+
+def export_clusters(beds: Sequence[Testbed], t0: float, outdir: Path) -> None:
+    """Each cluster's sacct and slurmctld's times, once every job has left its queue."""
+    time.sleep(3.0)  # slurmdbd records the last ends
+    for b in beds:
+        export_sacct(b, t0, outdir / f"sacct-{b.label}.txt")
+        save_times(b, outdir / f"times-{b.label}.json")
+
+
 def run(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: tuple[int, int],
         lead: float = 10.0, log=print, trace: Trace | None = None) -> dict[str, Any]:
     """Replay the plan on two fresh clusters (started here, stopped before returning) and write
@@ -456,10 +586,24 @@ def run(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: tuple[in
     info: dict[str, Any] = {"plan": asdict(plan), "baseline": config, "jobs": len(sel.jobs),
                             "seed_jobs": len(sel.before), "fraction": sel.fraction,
                             "full_load": sel.full_load, "offered_load": sel.offered_load}
-    agent: subprocess.Popen[bytes] | None = None
     state = Path(tempfile.mkdtemp(prefix="cl-agent-"))
+    with recording(info, outdir, t_begin):
+        try:
+            run_side_by_side(plan, sel, beds, state, outdir, info, lead, log)
+        finally:
+            stop_all(beds)
+            shutil.rmtree(state, ignore_errors=True)  # what matters of it is exported
+    log(f"{plan.name}: run {info['wall_run']:.0f} s, all in {info['wall_total']:.0f} s")
+    return info
+
+
+def run_side_by_side(plan: Plan, sel: Selection, beds: Sequence[Testbed], state: Path, outdir: Path,
+                     info: dict[str, Any], lead: float, log) -> None:
+    """The side-by-side run on started clusters: A at the baseline, B with `agent run`."""
+    t_begin = time.time()
+    config = info["baseline"]
+    agent: subprocess.Popen[bytes] | None = None
     try:
-        info["failed"] = "stopped before the last job was recorded"  # cleared at the end
         start_all(beds)
         info["wall_start_clusters"] = time.time() - t_begin
         clusters = [b.cluster() for b in beds]
@@ -501,27 +645,166 @@ def run(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: tuple[in
             cl.wait_done(names, timeout=drain)
         info["wall_run"] = time.time() - t0
         info["submit_errors"] = errors
-        time.sleep(3.0)  # slurmdbd records the last ends
         if agent is not None:
             stop_agent(agent)
             agent = None
             export_agent(beds[1], state, outdir)
-        for b in beds:
-            export_sacct(b, t0, outdir / f"sacct-{b.label}.txt")
-            save_times(b, outdir / f"times-{b.label}.json")
-        del info["failed"]
-    except BaseException as e:
-        info["failed"] = f"{type(e).__name__}: {e}"
-        raise
+        export_clusters(beds, t0, outdir)
     finally:
         if agent is not None:
             stop_agent(agent)
-        stop_all(beds)
-        shutil.rmtree(state, ignore_errors=True)  # what matters of it is exported above
-        info["wall_total"] = time.time() - t_begin
-        (outdir / "run.json").write_text(json.dumps(info, indent=1) + "\n")
+
+
+def apply_config(bed: Testbed, config: Mapping[str, Any]) -> float:
+    """Write `config` to the cluster's include file and reconfigure (fair-share usage kept, unlike
+    `slurm_twin.Cluster.configure`); returns when the reconfigure returned (unix s)."""
+    lines = [ln for ln in slurm_conf_lines(tw.knobs(dict(config))) if not ln.startswith("#")]
+    lines.append("DebugFlags=Backfill")  # the log then shows each backfill cycle (the twin's clock)
+    bed.include.write_text("# written by benchmarks/closed_loop.py\n" + "\n".join(lines) + "\n")
+    bed.cluster().run("scontrol", "reconfigure")
+    return time.time()
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The agent's one round before a block design's window: the config it left running (whole)
+    and what it recorded of the change (empty when it changed nothing)."""
+
+    config: dict[str, Any]
+    revision: int | None  # the applied revision (None: the baseline still runs)
+    diff: dict[str, Any]
+    predicted_gain: float | None
+    spread: float | None
+    why: str  # the round's own account (`agent status`: last_round)
+
+
+def agent_decision(bed: Testbed, state: Path, plan: Plan, seed: Path, outdir: Path,
+                   base: Mapping[str, Any]) -> Decision:
+    """`agent init --auto` on the cluster with the seed history, then one round (`agent step`):
+    what it decided, with its revisions exported (`export_agent`) and the round's JSON saved."""
+    agent_init(bed, state, plan, seed)
+    env = agent_env(bed)
+    res = subprocess.run(autosched("agent", "step", "--state", str(state), "--json"), env=env,
+                         capture_output=True, text=True, timeout=3600)
+    (outdir / "agent-step.json").write_text(res.stdout)
+    (outdir / "agent.log").write_text(res.stderr)
+    if res.returncode != 0:
+        raise RuntimeError(f"`autosched agent step` exited {res.returncode}: {res.stderr.strip()[-2000:]}")
+    export_agent(bed, state, outdir)
+    status = json.loads((outdir / "agent-status.json").read_text())
+    return decision_of(status, base)
+
+
+def decision_of(status: Mapping[str, Any], base: Mapping[str, Any]) -> Decision:
+    """The decision an `agent status --json` records after one round: the running revision's
+    config over the baseline; a change if that revision is not the baseline's."""
+    running = status.get("running") or {}
+    config = {**base, **(running.get("config") or {})}
+    why = str((status.get("last_round") or {}).get("why") or "")
+    rev = next((r for r in status.get("history") or [] if r.get("id") == running.get("id")), None)
+    if rev is None or rev.get("trigger") == "baseline" or rev.get("parent") is None:
+        return Decision(config, None, {}, None, None, why)
+    ev = rev.get("evidence") or {}
+    return Decision(config, int(rev["id"]), dict(rev.get("diff") or {}), ev.get("predicted_gain"),
+                    ev.get("spread"), why)
+
+
+def run_blocks(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: tuple[int, int],
+               trace: Trace, lead: float = 10.0, log=print) -> dict[str, Any]:
+    """A block design (switchback on cluster A, or crossover on A and B): the agent's decision
+    on the seed history (none in an A/A run), then the window's jobs with the baseline and that
+    config in turn, as the seeded schedule says; the run's files to `outdir` (module doc).
+    The clusters are started here and stopped before it returns."""
+    t_begin = time.time()
+    sel = select(trace, plan)
+    lens = cb.lengths(sel.jobs, plan.days * plan.day, plan.blocks)
+    sched = sb.schedule(plan.design, lens.blocks, plan.design_seed)
+    log(f"{plan.name}: {len(sel.jobs)} jobs in {plan.days:g} days from day {plan.start_day:g} "
+        f"(offered load {sel.offered_load:.2f}); {plan.design}, {lens.why(plan.scale)}; arms "
+        f"{''.join(str(a) for a in sched.arms[:, 0])} (seed {plan.design_seed})")
+    outdir.mkdir(parents=True, exist_ok=True)
+    write_jobs(sel.jobs, outdir / "jobs.csv")
+    base = baseline(plan.scale)
+    beds = [Testbed(label, root, port) for label, root, port in zip("AB", roots, port_bases)][:sched.units]
+    info: dict[str, Any] = {"plan": asdict(plan), "baseline": base, "jobs": len(sel.jobs),
+                            "seed_jobs": len(sel.before), "fraction": sel.fraction,
+                            "full_load": sel.full_load, "offered_load": sel.offered_load,
+                            "lengths": asdict(lens), "schedule": sched.to_dict()}
+    state = Path(tempfile.mkdtemp(prefix="cl-agent-"))
+    with recording(info, outdir, t_begin):
+        try:
+            run_schedule(plan, sel, lens, sched, beds, state, outdir, info, lead, log)
+        finally:
+            stop_all(beds)
+            shutil.rmtree(state, ignore_errors=True)  # what matters of it is exported
     log(f"{plan.name}: run {info['wall_run']:.0f} s, all in {info['wall_total']:.0f} s")
     return info
+
+
+def run_schedule(plan: Plan, sel: Selection, lens: cb.Lengths, sched: sb.Schedule, beds: Sequence[Testbed],
+                 state: Path, outdir: Path, info: dict[str, Any], lead: float, log) -> None:
+    """A block design on its clusters: start them, the agent's round, then the jobs with the
+    configs switched block by block; the files to `outdir`, the record to `info`."""
+    t_begin = time.time()
+    base = info["baseline"]
+    start_all(beds)
+    info["wall_start_clusters"] = time.time() - t_begin
+    for b in beds:
+        b.cluster().configure(base)
+    (outdir / "assoc.txt").write_text(beds[0].cluster().run(
+        "sacctmgr", "-P", "show", "assoc", "format=Cluster,Account,User,ParentName,Share"))
+    treat = dict(base)
+    if not plan.aa:
+        t_seed = time.time() + lead
+        (outdir / "seed.sacct").write_text(seed_history(sel.before, t_seed, base, outdir / "assoc.txt"))
+        time.sleep(max(0.0, t_seed - time.time()))
+        t = time.time()
+        dec = agent_decision(beds[0], state, plan, outdir / "seed.sacct", outdir, base)
+        info["wall_agent"] = time.time() - t
+        info["decision"] = asdict(dec)
+        treat = dec.config
+        log(f"{plan.name}: the agent's round ({info['wall_agent']:.0f} s): "
+            + (f"revision {dec.revision}, {dec.diff}, predicted {dec.predicted_gain}" if dec.revision
+               else f"no change ({dec.why})"))
+    configs = (base, treat)
+    info["configs"] = [dict(c) for c in configs]
+    t0 = time.time() + lead
+    info["t0"] = t0
+    switches: list[dict[str, Any]] = []
+    errors: list[str] = []
+
+    def switch() -> None:
+        for k in range(sched.blocks):
+            time.sleep(max(0.0, t0 + k * lens.block - time.time()))
+            for u, b in enumerate(beds):
+                arm = int(sched.arms[k, u])
+                try:
+                    switches.append({"block": k, "unit": u, "arm": arm, "at": apply_config(b, configs[arm])})
+                except Exception as e:  # noqa: BLE001 - recorded: the run fails below
+                    errors.append(f"switch to block {k} on cluster {b.label}: {e}")
+
+    def submit(b: Testbed) -> None:
+        try:
+            b.cluster().submit(sel.jobs, t0)
+        except Exception as e:  # noqa: BLE001 - reported below: the run's jobs are incomplete
+            errors.append(f"cluster {b.label}: {e}")
+
+    threads = [threading.Thread(target=switch)] + [threading.Thread(target=submit, args=(b,)) for b in beds]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    info["wall_submitted"] = time.time() - t0
+    info["switches"] = switches
+    info["submit_errors"] = errors
+    log(f"{plan.name}: submitted in {info['wall_submitted']:.0f} s" + (f"; errors: {errors}" if errors else ""))
+    if errors:
+        raise RuntimeError("; ".join(errors))
+    names = {j.name for j in sel.jobs}
+    for b in beds:
+        b.cluster().wait_done(names, timeout=4 * plan.day + plan.cap / plan.scale)
+    info["wall_run"] = time.time() - t0
+    export_clusters(beds, t0, outdir)
 
 
 def stop_agent(p: subprocess.Popen[bytes]) -> None:
@@ -726,12 +1009,6 @@ def period_gain(a: dict[str, tuple[float, float, float]], b: dict[str, tuple[flo
 
 # ----------------------------------------------------------------------------- tables and plot
 
-def pct(x: float | None, signed: bool = True) -> str:
-    if x is None or not math.isfinite(x):
-        return "—"
-    return f"{x:+.1%}" if signed else f"{x:.1%}"
-
-
 def render_tables(results: Sequence[RunResult]) -> str:
     """The markdown of docs/closed-loop.md's generated section."""
     out = []
@@ -757,9 +1034,9 @@ def render_tables(results: Sequence[RunResult]) -> str:
     out.append("|---|---|---|---|---|")
     for r in results:
         ta, tb = r.twins["A"], r.twins["B"]
-        out.append(f"| {r.name} | {pct(r.gain)} | {ta.tau:.3f} / {tb.tau:.3f} | "
-                   f"{ta.avg_wait_sim:.1f} vs {ta.avg_wait_real:.1f} ({pct(ta.wait_error)}) | "
-                   f"{tb.avg_wait_sim:.1f} vs {tb.avg_wait_real:.1f} ({pct(tb.wait_error)}) |")
+        out.append(f"| {r.name} | {cb.pct(r.gain)} | {ta.tau:.3f} / {tb.tau:.3f} | "
+                   f"{ta.avg_wait_sim:.1f} vs {ta.avg_wait_real:.1f} ({cb.pct(ta.wait_error)}) | "
+                   f"{tb.avg_wait_sim:.1f} vs {tb.avg_wait_real:.1f} ({cb.pct(tb.wait_error)}) |")
     out.append("")
     out.append("**What the priority weights could do here:** the twin's average JCT of cluster A's "
                "own jobs under configs at the corners of the live space, against the twin's replay "
@@ -768,7 +1045,7 @@ def render_tables(results: Sequence[RunResult]) -> str:
     out.append("| run | " + " | ".join(ARCHETYPES) + " |")
     out.append("|---|" + "---|" * len(ARCHETYPES))
     for r in results:
-        out.append(f"| {r.name} | " + " | ".join(pct(r.archetypes.get(n)) for n in ARCHETYPES) + " |")
+        out.append(f"| {r.name} | " + " | ".join(cb.pct(r.archetypes.get(n)) for n in ARCHETYPES) + " |")
     out.append("")
     out.append("**The agent's changes** (time in compressed days after the window began; gains on "
                "average JCT, positive = better; the twin's gain replays B's own jobs with and without "
@@ -782,11 +1059,11 @@ def render_tables(results: Sequence[RunResult]) -> str:
         day = DAY / r.plan["scale"]
         for ch in r.changes:
             any_change = True
-            what = ", ".join(f"{k} {fmt(v[0])} → {fmt(v[1])}" for k, v in sorted(ch.diff.items()))
+            what = ", ".join(f"{k} {cb.fmt(v[0])} → {cb.fmt(v[1])}" for k, v in sorted(ch.diff.items()))
             pred = "—" if ch.predicted_gain is None else (
-                f"{ch.predicted_gain:+.1%} ± {ch.spread:.1%}" if ch.spread is not None else pct(ch.predicted_gain))
+                f"{ch.predicted_gain:+.1%} ± {ch.spread:.1%}" if ch.spread is not None else cb.pct(ch.predicted_gain))
             out.append(f"| {r.name} | {ch.revision} | {ch.at / day:.2f} | {what} | {pred} | "
-                       f"{ch.agent_verdict} | {pct(ch.twin_gain)} | {pct(ch.gain_vs_a)} |")
+                       f"{ch.agent_verdict} | {cb.pct(ch.twin_gain)} | {cb.pct(ch.gain_vs_a)} |")
     if not any_change:
         out.append("| — | | | the agent applied no change | | | | |")
     out.append("")
@@ -794,10 +1071,6 @@ def render_tables(results: Sequence[RunResult]) -> str:
     out.append("")
     out += [f"- {line}" for line in targets(results)]
     return "\n".join(out) + "\n"
-
-
-def fmt(v: Any) -> str:
-    return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
 def targets(results: Sequence[RunResult]) -> list[str]:
@@ -816,7 +1089,7 @@ def targets(results: Sequence[RunResult]) -> list[str]:
         models = sorted({agent_model(r.plan) for r in ab}, key=lambda m: (m != "`stat` model", m)) or ["`stat` model"]
         for model in models:  # the agent's model changes what it does: each is judged on its own windows
             lines.append(gain_target([r for r in ab if agent_model(r.plan) == model], gap, model))
-    bad = [f"{r.name} {label} (τ {t.tau:.3f}, wait {pct(t.wait_error)})" for r in results
+    bad = [f"{r.name} {label} (τ {t.tau:.3f}, wait {cb.pct(t.wait_error)})" for r in results
            for label, t in r.twins.items() if not (t.tau >= 0.9 and abs(t.wait_error) <= 0.10)]
     lines.append("twin accuracy (avg wait within 10%, τ ≥ 0.9): "
                  + ("met on every cluster" if not bad else "not met on " + ", ".join(bad)))
@@ -882,11 +1155,13 @@ def draw(results: Sequence[RunResult], path: Path) -> None:
 
 
 BEGIN, END = "<!-- closed-loop: BEGIN -->", "<!-- closed-loop: END -->"
+BLOCKS_BEGIN, BLOCKS_END = "<!-- closed-loop-blocks: BEGIN -->", "<!-- closed-loop-blocks: END -->"
+BLOCKS_PLOT = REPO / "docs" / "img" / "closed-loop-blocks.png"
 
 
-def render_doc(doc: str, tables: str) -> str:
-    """`doc` with its generated section (between BEGIN and END) replaced by `tables`."""
-    i, j = doc.index(BEGIN) + len(BEGIN), doc.index(END)
+def render_doc(doc: str, tables: str, begin: str = BEGIN, end: str = END) -> str:
+    """`doc` with its generated section (between `begin` and `end`) replaced by `tables`."""
+    i, j = doc.index(begin) + len(begin), doc.index(end)
     return doc[:i] + "\n" + tables + doc[j:]
 
 
@@ -897,28 +1172,94 @@ def run_dirs(root: Path) -> list[Path]:
     return sorted(dirs, key=lambda d: (order.index(d.name) if d.name in order else len(order), d.name))
 
 
+def is_block_run(outdir: Path) -> bool:
+    return run_info(outdir)["plan"].get("design", "side-by-side") != "side-by-side"
+
+
 def analyse(root: Path, check: bool, plot: bool = True) -> int:
-    """Every table from the runs in `root` into docs/closed-loop.md's section (with `check`: exit
-    1 if it is not current) and the plot. InputError, the doc untouched, if `root` holds no run."""
+    """Every table from the runs in `root` into docs/closed-loop.md's sections (with `check`:
+    exit 1 if one is not current) and the plots. InputError, the doc untouched, if `root` holds
+    no run."""
     if not root.is_dir():
         raise InputError(f"--out {root}: no such directory")
     dirs = run_dirs(root)
     if not dirs:
         raise InputError(f"--out {root}: no run in it (a run is a directory with a run.json)")
-    results = [analyse_run(d) for d in dirs]
-    tables = render_tables(results)
+    blocks = [analyse_block_run(d) for d in dirs if is_block_run(d)]
+    sides = [analyse_run(d) for d in dirs if not is_block_run(d)]
+    tables = render_tables(sides) if sides else "No side-by-side run is committed.\n"
+    block_tables = cb.render(blocks) if blocks else "No block-design run is committed yet.\n"
+    print(block_tables)
     print(tables)
     doc = DOC.read_text()
-    new = render_doc(doc, tables)
+    new = render_doc(render_doc(doc, tables), block_tables, BLOCKS_BEGIN, BLOCKS_END)
     if check:
         if new != doc:
             print(f"{DOC} is not current: run benchmarks/closed_loop.py --analyse", file=sys.stderr)
             return 1
         return 0
     DOC.write_text(new)
-    if plot and results:
-        draw(results, PLOT)
+    if plot and sides:
+        draw(sides, PLOT)
+    if plot and blocks:
+        cb.draw(blocks, BLOCKS_PLOT)
     return 0
+
+
+# ----------------------------------------------------------------------------- a block run's analysis
+
+def node_of(name: str) -> int:
+    """A test node's number from 0 (sacct's NodeList of a one-node job: n1 -> 0); -1 otherwise."""
+    m = re.fullmatch(r"n(\d+)", name.strip())
+    return int(m.group(1)) - 1 if m else -1
+
+
+def unit_run(outdir: Path, label: str, info: Mapping[str, Any], unit: int) -> tuple[cb.UnitRun, ClusterSpec]:
+    """Cluster `label`'s run of a block design as its files recorded it, and its twin."""
+    real = tw.read_run(outdir / f"sacct-{label}.txt", TAG, load_times(outdir / f"times-{label}.json"))
+    base = info["baseline"]
+    configs = info["configs"]
+    by_id = {r["JobID"]: r.get("NodeList", "") for r in real.rows}
+    nodes = np.array([node_of(by_id.get(str(j), "")) for j in real.ids])
+    switches: list[tuple[float, dict[str, Any]]] = [(-math.inf, dict(base))]
+    switches += [(float(sw["at"]) - real.day0, dict(configs[sw["arm"]]))
+                 for sw in sorted(info["switches"], key=lambda sw: sw["at"]) if sw["unit"] == unit]
+    spec = tw.twin_spec(real, base, outdir / "assoc.txt")
+    return cb.UnitRun(real, float(info["t0"]) - real.day0, switches, nodes), spec
+
+
+def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult:
+    """Every figure of one block-design run from its files."""
+    info = run_info(outdir)
+    for key in ("schedule", "lengths", "configs", "switches"):
+        if key not in info:
+            raise InputError(f"{outdir / 'run.json'}: no {key!r}: not a block design's run")
+    plan = info["plan"]
+    sched = sb.Schedule.from_dict(info["schedule"])
+    lens = cb.Lengths(**info["lengths"])
+    names = {j.name for j in read_jobs(outdir / "jobs.csv")}
+    labels = "AB"[:sched.units]
+    runs, specs, accounted, tau = [], [], {}, {}
+    for u, label in enumerate(labels):
+        run_u, spec = unit_run(outdir, label, info, u)
+        runs.append(run_u)
+        specs.append(spec)
+        rows = read_sacct(outdir / f"sacct-{label}.txt")
+        mine = [r for r in rows if r["JobName"] in names]
+        accounted[label] = cb.Accounted(len(names), len({r["JobName"] for r in mine}),
+                                        sum(r["State"].startswith("COMPLETED") for r in mine))
+        whole = cb.simulate(run_u.real.trace, spec, [(t if math.isfinite(t) else 0.0, c) for t, c in run_u.switches])
+        tau[label] = tw.agreement(run_u.real, whole, info["baseline"]["bf_interval"])["tau"]
+    configs = (dict(info["configs"][0]), dict(info["configs"][1]))
+    tl = cb.Timeline(lens.block, lens.washout, sched, configs)
+    rows = cb.block_rows(runs, specs, tl, jitters=jitters, seed=int(plan.get("seed", 0)))
+    effects, gains, aa = cb.analyse_rows(rows, sched)
+    jobs = runs[0].real.trace
+    window = 1 - (float(cb.simulate(jobs, specs[0], [(0.0, configs[1])]).records().jct.mean())
+                  / float(cb.simulate(jobs, specs[0], [(0.0, configs[0])]).records().jct.mean()))
+    return cb.BlockResult(outdir.name, plan, len(names), float(info["offered_load"]), lens, sched, accounted,
+                          rows, effects, gains, window, aa, tau, info.get("decision"), info.get("wall_run"),
+                          info.get("wall_total"))
 
 
 # The flags a run takes, each checked before anything starts (`checked_plan`): a bad value costs
@@ -927,6 +1268,21 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a run's directory: one plain
 MAX_LOAD = 1.5  # above it the backlog grows for the whole run: no config drains it
 B_PORTS = 100  # cluster B's port base is this far above A's
 LAST_PORT = B_PORTS + 19  # a cluster reserves its base and the 19 ports above it (docs/testbed.md)
+
+
+def trace_of(path: Path) -> Trace:
+    """The trace --trace names; InputError naming the flag if it is not a trace file."""
+    if not path.is_file():
+        raise InputError(f"--trace {path}: no such file")
+    try:
+        return load_trace(path)[0]
+    except AutoschedError as e:
+        raise InputError(f"--trace {path}: {e}") from None
+
+
+def check_load(load: float | None) -> None:
+    if load is not None and not (math.isfinite(load) and 0 < load <= MAX_LOAD):
+        raise InputError(f"--load {load}: the offered load must be in (0, {MAX_LOAD:g}] of the {GPUS} GPUs")
 
 
 def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tuple[Path, Path]]:
@@ -940,13 +1296,16 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
     if (args.out / name / "run.json").exists():
         raise InputError(f"--name {name}: {args.out / name} holds a run already; remove it or "
                          "choose another name")
-    if args.load is not None and not (math.isfinite(args.load) and 0 < args.load <= MAX_LOAD):
-        raise InputError(f"--load {args.load}: the offered load must be in (0, {MAX_LOAD:g}] of the "
-                         f"{GPUS} GPUs")
+    check_load(args.load)
     if args.start_day is not None and not (math.isfinite(args.start_day) and args.start_day >= 0):
         raise InputError(f"--start-day {args.start_day}: must be a day >= 0 of the trace")
     if args.seed is not None and args.seed < 0:
         raise InputError(f"--seed {args.seed}: a seed is an integer >= 0")
+    if args.design_seed is not None and args.design_seed < 0:
+        raise InputError(f"--design-seed {args.design_seed}: a seed is an integer >= 0")
+    if args.blocks is not None and (args.blocks < 2 or args.blocks % 2):
+        raise InputError(f"--blocks {args.blocks}: an even number of blocks, at least 2 "
+                         f"({cb.MIN_BLOCKS} for a 95% interval)")
     if args.model is not None and args.model not in MODELS:
         raise InputError(f"--model {args.model!r}: unknown workload model; known: {', '.join(MODELS)}")
     if not 1024 <= args.port_base <= 65535 - LAST_PORT:
@@ -954,24 +1313,41 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
                          f"uses ports {B_PORTS}-{LAST_PORT} above it)")
     roots = [r for r in args.roots.split(",")]
     if len(roots) != 2 or not all(roots):
-        raise InputError(f"--roots {args.roots!r}: give the two clusters' roots, comma-separated")
+        raise InputError(f"--roots {args.roots!r}: give the two clusters' roots, comma-separated "
+                         "(a switchback uses the first)")
     changes = {k: v for k, v in (("trace", args.trace), ("start_day", args.start_day),
                                  ("seed", args.seed), ("load", args.load), ("model", args.model),
-                                 ("model_trace_time", args.model_trace_time))
+                                 ("model_trace_time", args.model_trace_time), ("design", args.design),
+                                 ("design_seed", args.design_seed), ("blocks", args.blocks))
                if v is not None}
     plan = replace(plan, name=name, **changes)
     path = Path(plan.trace)
-    if not path.is_file():
-        raise InputError(f"--trace {path}: no such file")
-    try:
-        trace, _ = load_trace(path)
-    except AutoschedError as e:
-        raise InputError(f"--trace {path}: {e}") from None
+    trace = trace_of(path)
     sel = select(trace, plan)
     if not sel.jobs:
         raise InputError(f"--trace {path}: no job in days {plan.start_day:g}-{plan.start_day + plan.days:g} "
                          f"after thinning to {sel.fraction:.3f}")
     return plan, trace, sel, (Path(roots[0]), Path(roots[1]))
+
+
+def pick_windows(args: argparse.Namespace) -> int:
+    """--pick: the table of every window of the trace, and the picked ones."""
+    plan = Plan("pick", design="switchback")
+    if args.trace:
+        plan = replace(plan, trace=args.trace)
+    check_load(args.load)
+    if args.load is not None:
+        plan = replace(plan, load=args.load)
+    path = Path(plan.trace)
+    trace = trace_of(path)
+    print(f"{path.name}: windows of {plan.days:g} days thinned to a load of {plan.load:g}; each cell: the "
+          "archetype's gain on the baseline in the blocks (over the whole window run under it)\n")
+    print(pick_header())
+    scores = pick(trace, plan)
+    picked = [f"day {w.start_day:g} ({w.best}: {w.window_gain[w.best]:+.1%} over the window, "
+              f"{w.block_gain[w.best]:+.1%} in the blocks)" for w in scores if w.picked]
+    print("\npicked: " + (", ".join(picked) if picked else "none"))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -986,9 +1362,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--model", help="the agent's workload model (default: the plan's, stat)")
     ap.add_argument("--model-trace-time", action=argparse.BooleanOptionalAction, help="the agent's model fits and "
                     "samples on the trace's clock (agent init --time-scale SCALE), not the compressed one")
+    ap.add_argument("--design", choices=("side-by-side", *sb.DESIGNS), help="the plan's design, or another")
+    ap.add_argument("--design-seed", type=int, help="the seed of the block order (>= 0)")
+    ap.add_argument("--blocks", type=int, help=f"blocks of a block design (even; {cb.MIN_BLOCKS} by default)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--roots", default="/tmp/cl-A,/tmp/cl-B", help="the two clusters' TESTBED_ROOTs")
     ap.add_argument("--port-base", type=int, default=23000, help="cluster A's; B's is 100 above")
+    ap.add_argument("--pick", action="store_true", help="score every window of --trace in the twin "
+                    f"(offered load, what the archetypes gain over it and in the blocks) and name those at "
+                    f"a load of {PICK_LOAD[0]:g}-{PICK_LOAD[1]:g} where one gains at least {PICK_GAIN:.0%} "
+                    f"over the window and the blocks show at least {PICK_SEEN:.0%} of it")
     ap.add_argument("--analyse", action="store_true", help="recompute every table from the "
                     "committed runs in --out, rewrite docs/closed-loop.md's section and the plot")
     ap.add_argument("--check", action="store_true", help="with --analyse: exit 1 if the doc is not current")
@@ -996,10 +1379,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.analyse:
             return analyse(args.out, args.check)
+        if args.pick:
+            return pick_windows(args)
         if args.run is None:
             ap.error("give --run PLAN or --analyse")
         plan, trace, sel, roots = checked_plan(args)
-        run(plan, args.out / plan.name, roots, (args.port_base, args.port_base + B_PORTS), trace=trace)
+        ports = (args.port_base, args.port_base + B_PORTS)
+        if plan.design == "side-by-side":
+            run(plan, args.out / plan.name, roots, ports, trace=trace)
+        else:
+            run_blocks(plan, args.out / plan.name, roots, ports, trace)
     except AutoschedError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,0 +1,582 @@
+"""The block designs of the closed loop (docs/closed-loop.md): the twin's replay of every block
+from its real starting state, the blocks' lengths, and the windows worth running.
+
+A block design runs two configs in turn on real clusters (`autosched.switchback`: the schedule
+and the statistics). For every block of every cluster the analysis needs three figures of the
+block's *measured* jobs (those submitted after its washout, before its end): what really
+happened to them, and what the twin says would have happened under each config, replayed from
+the block's real starting state (`replay_block`):
+
+- every job that really started before the block is submitted at its real start time, on the
+  node it really ran on, and runs its real run time: before the block the twin's cluster holds
+  exactly the jobs the real one ran, where it ran them, so the block starts with the real running
+  jobs on their nodes and with the fair-share usage they charged. A job is held to its node by a
+  Slurm partition of that one node (`PIN`), as the simulator models partitions; without its
+  node on record (runs before sacct's NodeList was exported) it goes wherever the simulator
+  places it, and a node the twin packs otherwise can then delay the jobs after it;
+- every job queued at the block's start is submitted then, with its real age (Slurm's age factor
+  counts from its real submission);
+- every later job is submitted when it really was;
+- the config is the block's arm from the block's start to its end, and after it the configs
+  that really followed, switched when they were.
+
+`simulate_run` plays a whole cluster of the design in the twin (the jobs, a jittered copy, under
+the schedule's configs): the pseudo-real runs of the design study (`--study`), which chose the
+block and washout lengths (`lengths`), and the twin's A/A noise floor.
+
+    # the design study: how wide the interval is and how much carries over, by block length
+    PYTHONPATH=src python benchmarks/closed_loop_blocks.py --study
+    # the windows of a trace worth a run (load 0.8-1.0, >= 10% to gain by the archetypes)
+    PYTHONPATH=src python benchmarks/closed_loop_blocks.py --pick [--trace T]
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import slurm_twin as tw  # noqa: E402
+
+from autosched import switchback as sb  # noqa: E402
+from autosched.associations import parse_associations  # noqa: E402
+from autosched.cluster import ClusterSpec, SlurmClocks, SlurmPartition  # noqa: E402
+from autosched.errors import InputError  # noqa: E402
+from autosched.live.judge import arrival_jitter  # noqa: E402
+from autosched.policies import get_policy  # noqa: E402
+from autosched.sim import Simulator  # noqa: E402
+from autosched.trace.table import Trace  # noqa: E402
+
+NODES, GPUS_PER_NODE = 4, 8
+PLACEMENT = "first_fit"
+PARTITION = "gpu"  # the testbed's default partition: every job of the window runs in it
+PIN = "pin-"  # + a node number: the one-node partition a replayed job is held to
+# the testbed's association tree (scripts/slurm-testbed.sh: `sacctmgr -P show assoc` of a fresh
+# cluster), for replays of windows that have not run on a cluster yet
+TESTBED_ASSOC = """Cluster|Account|User|ParentName|Share
+testcluster|root|||1
+testcluster|root|root||1
+testcluster|chemistry||root|40
+testcluster|chemistry|alice||1
+testcluster|chemistry|bob||1
+testcluster|chemistry|carol||1
+testcluster|physics||root|60
+testcluster|physics|alice||1
+testcluster|physics|bob||1
+testcluster|physics|carol||1
+"""
+
+
+def testbed_spec(clocks: SlurmClocks = SlurmClocks()) -> ClusterSpec:
+    """The test cluster as the twin models it: 4 nodes of 8 GPUs, its association tree."""
+    assoc = parse_associations([ln.split("|") for ln in TESTBED_ASSOC.splitlines()], "testbed")
+    return ClusterSpec.uniform_nodes(NODES, GPUS_PER_NODE, associations=assoc, clocks=clocks)
+
+
+def pinned(spec: ClusterSpec) -> ClusterSpec:
+    """`spec` with the window's partition (every node, the default) and one partition per node,
+    each of the same tier, to hold a replayed job to its real node."""
+    every = tuple(range(spec.nodes))
+    return replace(spec, slurm_partitions=(SlurmPartition(PARTITION, every),
+                                           *(SlurmPartition(f"{PIN}{n}", (n,)) for n in every)))
+
+
+def window_trace(jobs: Sequence[tw.Job]) -> Trace:
+    """The window's jobs as the harness submits them (times: wall s from the window's start)."""
+    order = sorted(range(len(jobs)), key=lambda k: jobs[k].submit)
+    js = [jobs[k] for k in order]
+    return Trace.from_columns({
+        "job_id": np.arange(len(js)), "submit_time": [j.submit for j in js],
+        "num_gpus": [j.gpus for j in js], "duration": [float(j.seconds) for j in js],
+        "time_limit": [60.0 * j.limit_min for j in js], "user": [j.user for j in js],
+        "account": [j.account for j in js], "name": [j.name for j in js]})
+
+
+def reordered(trace: Trace, order: np.ndarray, **columns: np.ndarray) -> Trace:
+    """`trace`'s rows in `order` with some columns replaced (the new submit times in order)."""
+    cols = {c: a[order] for c, a in trace.columns().items()}
+    cols.update(columns)
+    return Trace.from_columns(cols, source=trace.source)
+
+
+# ----------------------------------------------------------------------------- the blocks' lengths
+
+MIN_BLOCKS = 12  # 6 pairs: 64 assignments, the smallest p-value 1/64 (a 95% interval needs < 1/20)
+
+
+@dataclass(frozen=True)
+class Lengths:
+    """A block design's lengths (wall s) for a window's jobs, and why (`lengths`)."""
+
+    blocks: int
+    block: float
+    washout: float
+    half_release: float  # the jobs running at a switch release half their GPU-time in this long
+    released: float  # the share of it released within the washout
+
+    def why(self, scale: float) -> str:
+        h = 3600.0 / scale
+        return (f"{self.blocks} blocks of {self.block:.0f} s ({self.block / h:.1f} trace h), the first "
+                f"{self.washout:.0f} s ({self.washout / h:.1f} trace h) of each left out: the jobs running "
+                f"at a switch release half the GPU-time they hold in {self.half_release:.0f} s, and "
+                f"{self.released:.0%} of it within the washout")
+
+
+def release(jobs: Sequence[tw.Job], t: float) -> float:
+    """The share of the GPU-time held at a random instant by the jobs then running that they
+    release within `t` s: a job of run time d is met at a uniform point of its run, so it holds
+    its GPUs for U(0, d) more; GPU-weighted, sum(g min(d, t)) / sum(g d)."""
+    g = np.array([j.gpus for j in jobs], dtype=float)
+    d = np.array([j.seconds for j in jobs], dtype=float)
+    return float(g @ np.minimum(d, t) / (g @ d))
+
+
+def lengths(jobs: Sequence[tw.Job], run: float, blocks: int = MIN_BLOCKS) -> Lengths:
+    """The blocks of a run of `run` wall s over `jobs`: `blocks` of them (even; `MIN_BLOCKS`, the
+    fewest that give a 95% interval, unless a short check asks for fewer), as long as the run allows, since a config's effect on the backlog builds up
+    over a block and a short block measures less of it; the first half of each is its washout.
+    `half_release` says how long the jobs running at a switch take to release half the GPU-time
+    they hold (`release`): the washout is meant to exceed it, so that the backlog the other
+    config left is mostly started before the block's measured jobs arrive."""
+    if not jobs:
+        raise InputError("no job: a block design needs the window's jobs")
+    if blocks < 2 or blocks % 2:
+        raise InputError(f"{blocks} blocks: a block design needs an even number (at least {MIN_BLOCKS} "
+                         "for a 95% interval)")
+    lo, hi = 0.0, float(max(j.seconds for j in jobs))
+    for _ in range(60):  # release() grows with t: bisect for one half
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if release(jobs, mid) < 0.5 else (lo, mid)
+    block = run / blocks
+    return Lengths(blocks, block, block / 2, hi, release(jobs, block / 2))
+
+
+# ----------------------------------------------------------------------------- the design's clock
+
+@dataclass(frozen=True)
+class Timeline:
+    """A block design on the window's clock (wall s from its first instant): blocks of `block`
+    s, the first `washout` s of each left out of the metric, the schedule's arms, and the whole
+    config of each arm."""
+
+    block: float
+    washout: float
+    schedule: sb.Schedule
+    configs: tuple[dict[str, Any], dict[str, Any]]
+
+    def bounds(self, k: int) -> tuple[float, float, float]:
+        """Block k's start, the end of its washout, its end."""
+        s = k * self.block
+        return s, s + self.washout, s + self.block
+
+    def config(self, k: int, unit: int) -> dict[str, Any]:
+        return self.configs[int(self.schedule.arms[k, unit])]
+
+    def switches(self, unit: int) -> list[tuple[float, dict[str, Any]]]:
+        """(time, config) of the unit's planned switches: one at each block's start."""
+        return [(self.bounds(k)[0], self.config(k, unit)) for k in range(self.schedule.blocks)]
+
+
+@dataclass(frozen=True)
+class UnitRun:
+    """One cluster's run of a block design: its jobs as they went (`tw.RealRun`, times from its
+    `day0`), where the window's first instant is on that clock, and the configs really in force
+    (time on the same clock, whole config), from the first."""
+
+    real: tw.RealRun
+    origin: float
+    switches: list[tuple[float, dict[str, Any]]]
+    nodes: np.ndarray  # each job's node (number from 0), -1 where not on record
+
+    def config_at(self, t: float) -> dict[str, Any]:
+        cfg = self.switches[0][1]
+        for at, c in self.switches:
+            if at <= t:
+                cfg = c
+        return cfg
+
+
+def simulate(trace: Trace, spec: ClusterSpec, switches: Sequence[tuple[float, Mapping[str, Any]]],
+             segments: bool = False) -> Simulator:
+    """`trace` replayed under the first config of `switches` and from each later time on under
+    its config (`Simulator.reconfigure`, as slurmctld's reconfigure)."""
+    policy = get_policy("multifactor")
+    sim = Simulator(trace, spec, policy({**tw.knobs(dict(switches[0][1])), "placement": PLACEMENT}),
+                    record_segments=segments)
+    for t, cfg in switches[1:]:
+        sim.run(until=t)
+        sim.reconfigure(policy.space.validate({**tw.knobs(dict(cfg)), "placement": PLACEMENT}))
+    return sim.run()
+
+
+def simulate_run(trace: Trace, spec: ClusterSpec, timeline: Timeline, unit: int, copy: int = 0,
+                 seed: int = 0) -> UnitRun:
+    """The twin playing cluster `unit` of the design: `trace` (the window's jobs), jittered copy
+    `copy` (`arrival_jitter`: every arrival later by under 0.5 s), under the schedule's configs;
+    recorded as a real run would be (submit times as submitted)."""
+    submit = trace.submit_time + (arrival_jitter(seed, copy, len(trace)) if copy else 0.0)
+    order = np.argsort(submit, kind="stable")
+    jobs = reordered(trace, order, submit_time=submit[order])
+    switches = timeline.switches(unit)
+    sim = simulate(jobs, spec, switches, segments=True)
+    rec = sim.records()
+    nodes = np.full(len(jobs), -1)
+    for j, _, _, alloc in sim.segments or ():
+        nodes[j] = alloc[0][0]
+    real = tw.RealRun(jobs, [], list(range(len(jobs))), jobs.submit_time, rec.first_start, rec.end,
+                      0.0, None, False)
+    return UnitRun(real, 0.0, switches, nodes)
+
+
+# ----------------------------------------------------------------------------- one block's figures
+
+@dataclass(frozen=True)
+class Figures:
+    """A block's measured jobs: how many, their average JCT and average wait (s)."""
+
+    jobs: int
+    avg_jct: float
+    avg_wait: float
+
+    def log(self, metric: str) -> float:
+        return math.log(max(getattr(self, metric), 1e-3))
+
+
+NO_JOBS = Figures(0, math.nan, math.nan)
+
+
+def measured(real: tw.RealRun, t_m: float, t_e: float) -> np.ndarray:
+    """Which jobs a block measures: submitted in [t_m, t_e) (times on the run's clock)."""
+    return (real.submit >= t_m) & (real.submit < t_e)
+
+
+def figures(submit: np.ndarray, start: np.ndarray, end: np.ndarray) -> Figures:
+    if not len(submit):
+        return NO_JOBS
+    return Figures(len(submit), float(np.mean(end - submit)), float(np.mean(start - submit)))
+
+
+def realized(run: UnitRun, t_m: float, t_e: float) -> Figures:
+    """What really happened to the jobs submitted in [t_m, t_e) (window clock)."""
+    r = run.real
+    m = measured(r, run.origin + t_m, run.origin + t_e)
+    return figures(r.submit[m], r.start[m], r.end[m])
+
+
+def block_trace(run: UnitRun, t_s: float, copy: int = 0, seed: int = 0) -> tuple[Trace, np.ndarray]:
+    """The jobs of `run` as the twin replays them from the real state at `t_s` (run's clock; see
+    the module doc), jittered copy `copy` moving every arrival from `t_s` on later by under
+    0.5 s; and each trace row's index in the run (whose trace and arrays are in submit order)."""
+    r = run.real
+    started = r.start < t_s
+    arrive = np.where(started, r.start, np.maximum(r.submit, t_s))
+    age = np.where(started, 0.0, arrive - r.submit)
+    if copy:
+        arrive = arrive + np.where(started, 0.0, arrival_jitter(seed, copy, len(r.submit)))
+    order = np.lexsort((r.submit, arrive))
+    part = np.where(started & (run.nodes >= 0), np.char.add(PIN, run.nodes.astype(str)), PARTITION)
+    return reordered(r.trace, order, submit_time=arrive[order], age=age[order], partition=part[order]), order
+
+
+def replay_block(run: UnitRun, spec: ClusterSpec, t_s: float, t_m: float, t_e: float,
+                 config: Mapping[str, Any], copy: int = 0, seed: int = 0) -> Figures:
+    """The twin's figures of the jobs submitted in [t_m, t_e) (window clock) when the block
+    [t_s, t_e) runs `config`, replayed from the block's real starting state (module doc). Jobs
+    that arrive more than a block's length after the measured jobs really started are left out:
+    they cannot have delayed them."""
+    o = run.origin
+    r = run.real
+    m = measured(r, o + t_m, o + t_e)
+    if not m.any():
+        return NO_JOBS
+    horizon = max(o + t_e, float(r.start[m].max())) + (t_e - t_s)
+    trace, order = block_trace(run, o + t_s, copy, seed)
+    keep = np.flatnonzero(trace.submit_time <= horizon)
+    trace, order = trace.take(keep), order[keep]
+    switches = [(0.0, run.config_at(o + t_s - 1e-6)), (o + t_s, config), (o + t_e, run.config_at(o + t_e)),
+                *[(t, c) for t, c in run.switches if o + t_e < t <= horizon]]
+    rec = simulate(trace, pinned(spec), switches).records()
+    sub = r.submit[order]
+    m = (sub >= o + t_m) & (sub < o + t_e)
+    return figures(sub[m], rec.first_start[m], rec.end[m])
+
+
+# ----------------------------------------------------------------------------- every block of a run
+
+@dataclass(frozen=True)
+class BlockRow:
+    """One block of one cluster: its arm, what its measured jobs really did, the twin's replay of
+    them under each arm (`replay_block`), and under the arm in force on jittered copies."""
+
+    block: int
+    unit: int
+    arm: int
+    realized: Figures
+    twin: tuple[Figures, Figures]
+    jittered: tuple[Figures, ...] = ()
+
+
+def block_rows(runs: Sequence[UnitRun], spec: ClusterSpec | Sequence[ClusterSpec], timeline: Timeline,
+               jitters: int = 0, seed: int = 0) -> list[BlockRow]:
+    """Every block of every cluster (`runs[u]` is cluster u's, its twin `spec[u]`, or one spec for
+    all), block by block."""
+    specs = [spec] * len(runs) if isinstance(spec, ClusterSpec) else list(spec)
+    rows = []
+    for k in range(timeline.schedule.blocks):
+        s, m, e = timeline.bounds(k)
+        for u, (run, spec_u) in enumerate(zip(runs, specs)):
+            arm = int(timeline.schedule.arms[k, u])
+            twin = tuple(replay_block(run, spec_u, s, m, e, timeline.configs[a]) for a in (0, 1))
+            jit = tuple(replay_block(run, spec_u, s, m, e, timeline.configs[arm], copy=c, seed=seed)
+                        for c in range(1, jitters + 1))
+            rows.append(BlockRow(k, u, arm, realized(run, m, e), (twin[0], twin[1]), jit))
+    return rows
+
+
+def blocks_of(rows: Sequence[BlockRow], sched: sb.Schedule, metric: str) -> sb.Blocks:
+    """The statistics' view of `rows` (in `block_rows`' order) on one metric (avg_jct, avg_wait)."""
+    return sb.Blocks.of(sched, [r.realized.jobs for r in rows], [getattr(r.realized, metric) for r in rows],
+                        [[getattr(f, metric) for f in r.twin] for r in rows])
+
+
+def twin_block_gain(rows: Sequence[BlockRow], metric: str = "avg_jct") -> float:
+    """The twin's gain of arm 1 in the design's blocks: its job-weighted mean of the measured jobs
+    under arm 1 against arm 0, replayed from each block's real starting state (positive: arm 1
+    lower)."""
+    n = np.array([r.realized.jobs for r in rows], dtype=float)
+    p = np.array([[getattr(f, metric) if f.jobs else 0.0 for f in r.twin] for r in rows])
+    return 1 - float(n @ p[:, 1]) / float(n @ p[:, 0]) if n.sum() else math.nan
+
+
+def twin_aa(rows: Sequence[BlockRow], sched: sb.Schedule, metric: str) -> list[sb.Effect]:
+    """The noise floor in the twin: for each jittered copy, the design's estimate when the
+    "realized" figures are the twin's replay of that copy under the arm in force and both arms'
+    predictions are the unjittered replay under it (no effect, only the chaos of a replay)."""
+    out = []
+    for c in range(len(rows[0].jittered) if rows else 0):
+        same = [[getattr(r.twin[r.arm], metric)] * 2 for r in rows]
+        b = sb.Blocks.of(sched, [r.realized.jobs for r in rows],
+                         [getattr(r.jittered[c], metric) for r in rows], same)
+        out.append(sb.effect(b))
+    return out
+
+
+# ----------------------------------------------------------------------------- a block run's figures
+
+METRICS = ("avg_jct", "avg_wait")
+JITTERS = 4  # jittered copies of every block's replay: the twin's noise floor
+# the estimates reported, (estimator, family of the interval): the first is the one the targets read
+ESTIMATES = (("twin", "twin"), ("twin", "constant"), ("plain", "constant"))
+
+
+@dataclass(frozen=True)
+class Accounted:
+    """One cluster's sacct against what was submitted."""
+
+    submitted: int
+    recorded: int
+    completed: int
+
+
+@dataclass
+class BlockResult:
+    """Every figure of one block-design run (closed_loop.analyse_block_run)."""
+
+    name: str
+    plan: dict[str, Any]
+    jobs: int
+    offered_load: float
+    lengths: Lengths
+    schedule: sb.Schedule
+    accounted: dict[str, Accounted]  # by cluster label
+    rows: list[BlockRow]
+    effects: dict[str, dict[tuple[str, str], sb.Effect]]  # metric -> (estimator, family) -> effect
+    twin_block_gain: dict[str, float]  # metric -> the twin's gain in the blocks
+    twin_window_gain: float  # the twin: the whole window under arm 1 against arm 0 (avg JCT)
+    twin_aa: list[sb.Effect]  # the estimate on each jittered copy with no effect (avg JCT)
+    tau: dict[str, float]  # the twin replaying each cluster's whole run: Kendall's tau of starts
+    decision: dict[str, Any] | None  # the agent's (closed_loop.Decision as a dict); None: A/A
+    wall_run: float | None
+    wall_total: float | None
+
+    @property
+    def aa(self) -> bool:
+        return bool(self.plan.get("aa"))
+
+    @property
+    def changed(self) -> bool:
+        return self.decision is not None and self.decision.get("revision") is not None
+
+    def main(self, metric: str = "avg_jct") -> sb.Effect:
+        """The effect the targets read: the twin estimator, the twin-shaped interval."""
+        return self.effects[metric][ESTIMATES[0]]
+
+
+def analyse_rows(rows: Sequence[BlockRow], sched: sb.Schedule) -> tuple[
+        dict[str, dict[tuple[str, str], sb.Effect]], dict[str, float], list[sb.Effect]]:
+    """The effects of every estimate and metric, the twin's gain in the blocks, and the twin's
+    A/A estimates on the jittered copies."""
+    effects = {m: {(how, shape): sb.effect(blocks_of(rows, sched, m), how, shape)
+                   for how, shape in ESTIMATES} for m in METRICS}
+    gains = {m: twin_block_gain(rows, m) for m in METRICS}
+    return effects, gains, twin_aa(rows, sched, "avg_jct")
+
+
+def pct(x: float | None) -> str:
+    """A gain in a table: signed percent; — for none, ±∞ for an unbounded interval's end."""
+    if x is None or not math.isfinite(x):
+        return "—" if x is None or math.isnan(x) else ("+∞" if x > 0 else "−∞")
+    return f"{x:+.1%}"
+
+
+def gain_ci(e: sb.Effect) -> str:
+    g, lo, hi = e.gain()
+    return f"{pct(g)} [{pct(lo)}, {pct(hi)}]"
+
+
+def render(results: Sequence[BlockResult]) -> str:
+    """The markdown of docs/closed-loop.md's section on the block designs."""
+    out = ["| run | design | window (trace days) | jobs | offered load | blocks × length (washout), wall s | "
+           "in sacct | the agent's change | predicted | the twin's gain: blocks (window) | "
+           "realized gain, avg JCT [95% CI] | avg wait [95% CI] | p (no effect) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        p, lens = r.plan, r.lengths
+        sacct = ", ".join(f"{a.recorded}/{a.submitted}" for a in r.accounted.values())
+        if r.aa:
+            change, pred = "A/A: none (both arms the baseline)", "—"
+        elif not r.changed:
+            change, pred = f"none: {r.decision['why'] if r.decision else ''}", "—"
+        else:
+            d = r.decision or {}
+            change = ", ".join(f"{k} {fmt(v[0])} → {fmt(v[1])}" for k, v in sorted(d["diff"].items()))
+            pred = pct(d.get("predicted_gain")) + (f" ± {d['spread']:.1%}" if d.get("spread") is not None else "")
+        e = r.main()
+        out.append(f"| {r.name} | {p['design']} | {p['start_day']:g}-{p['start_day'] + p['days']:g} | {r.jobs} | "
+                   f"{r.offered_load:.2f} | {lens.blocks} × {lens.block:.0f} ({lens.washout:.0f}) | {sacct} | "
+                   f"{change} | {pred} | {pct(r.twin_block_gain['avg_jct'])} ({pct(r.twin_window_gain)}) | "
+                   f"{gain_ci(e)} | {gain_ci(r.main('avg_wait'))} | {e.p_value:.2f} |")
+    out += ["", "**The estimators compared** (average JCT; gain [95% CI]): the twin as a control variate "
+            "with the interval shaped by the twin's per-block effects (the one above), the same with a "
+            "constant effect in every block, and the arms' plain job-weighted means without the twin; and "
+            "the twin's own A/A: the estimate on each of the jittered copies of the blocks' replays, where "
+            "there is no effect but the chaos of a replay.", "",
+            "| run | twin, twin-shaped | twin, constant | plain | the twin's A/A (jittered copies) | "
+            "half-width: twin-shaped / plain | pairs for ±5% |", "|---|---|---|---|---|---|---|"]
+    for r in results:
+        ef = r.effects["avg_jct"]
+        aa = ", ".join(pct(a.gain()[0]) for a in r.twin_aa)
+        hw = [ef[k].gain() for k in (ESTIMATES[0], ESTIMATES[2])]
+        half = " / ".join(f"{(g[2] - g[1]) / 2:.1%}" if math.isfinite(g[2] - g[1]) else "∞" for g in hw)
+        out.append(f"| {r.name} | {gain_ci(ef[ESTIMATES[0]])} | {gain_ci(ef[ESTIMATES[1]])} | "
+                   f"{gain_ci(ef[ESTIMATES[2]])} | {aa} | {half} | {ef[ESTIMATES[0]].pairs_for(0.05)} |")
+    out += ["", "**Every block** (wall s; the twin replays the block's measured jobs from its real starting "
+            "state under each arm, and under the arm in force on 4 jittered copies: their range):", "",
+            "| run | block | cluster | arm | jobs | avg JCT real | twin, baseline | twin, other arm | "
+            "jittered range | avg wait real | twin, baseline | twin, other arm |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in results:
+        for row in r.rows:
+            f, t0, t1 = row.realized, row.twin[0], row.twin[1]
+            jit = [j.avg_jct for j in row.jittered if j.jobs]
+            rng = f"{min(jit):.1f}-{max(jit):.1f}" if jit else "—"
+            out.append(f"| {r.name} | {row.block} | {'AB'[row.unit]} | {row.arm} | {f.jobs} | {_s(f.avg_jct)} | "
+                       f"{_s(t0.avg_jct)} | {_s(t1.avg_jct)} | {rng} | {_s(f.avg_wait)} | {_s(t0.avg_wait)} | "
+                       f"{_s(t1.avg_wait)} |")
+    out += ["", "**Targets:**", ""] + [f"- {t}" for t in targets(results)]
+    return "\n".join(out) + "\n"
+
+
+def _s(x: float) -> str:
+    return "—" if not math.isfinite(x) else f"{x:.1f}"
+
+
+def fmt(v: Any) -> str:
+    """A config value in a table: floats to 4 significant digits."""
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def targets(results: Sequence[BlockResult]) -> list[str]:
+    """The block designs' targets, met or not, in words."""
+    lines = []
+    lost = [f"{r.name} {label}: {a.submitted - a.recorded}" for r in results
+            for label, a in r.accounted.items() if a.recorded < a.submitted]
+    lines.append("no job lost: " + ("met (every submitted job is in sacct)" if not lost else "NOT met: " + ", ".join(lost)))
+    aa = [r for r in results if r.aa]
+    if not aa:
+        lines.append("A/A: no A/A run yet")
+    for r in aa:
+        e = r.main()
+        g, lo, hi = e.gain()
+        lines.append(f"A/A ({r.name}): the 95% CI of the gain in average JCT [{pct(lo)}, {pct(hi)}] "
+                     + ("contains 0 — met" if lo <= 0 <= hi else "excludes 0 — NOT met")
+                     + f"; its half-width, the design's resolution on this machine: {(hi - lo) / 2:.1%}")
+    runs = [r for r in results if not r.aa]
+    better = [r.name for r in runs if r.main().gain()[1] > 0]
+    worse = [r.name for r in runs if r.main().gain()[2] < 0]
+    lines.append(f"the agent's config: the CI excludes 0 on the side of improvement on {len(better)} window(s)"
+                 + (f" ({', '.join(better)})" if better else "") + ", on the side of harm on "
+                 + (", ".join(worse) if worse else "none")
+                 + (" — met" if len(better) >= 2 and not worse else " — not met"))
+    far = []
+    for r in runs:
+        if not r.changed:
+            continue
+        pred = (r.decision or {}).get("predicted_gain")
+        real = r.main().gain()[0]
+        if pred is None or not (real > 0 and pred > 0 and 0.5 <= pred / real <= 2):
+            far.append(f"{r.name} (predicted {pct(pred)}, realized {pct(real)})")
+    changed = [r for r in runs if r.changed]
+    lines.append("prediction within a factor of 2 of the realized gain on each window with a change: "
+                 + ("no window with a change yet" if not changed else
+                    "met" if not far else "not met on " + ", ".join(far)))
+    return lines
+
+
+def draw(results: Sequence[BlockResult], path: Path) -> None:
+    """Each pair's estimate (gain in average JCT) with the range its jittered copies give, the
+    twin's prediction for the pair, and the run's estimate with its 95% CI; one panel per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(len(results), 1, figsize=(8, 2.3 * len(results)), squeeze=False)
+    for ax, r in zip(axes[:, 0], results):
+        b = blocks_of(r.rows, r.schedule, "avg_jct")
+        est = 1 - np.exp(sb.pair_effects(b))
+        twin = 1 - np.exp(sb.pair_effects(sb.Blocks(b.arm, b.pair, b.jobs, np.where(b.jobs > 0, b.twin[np.arange(len(b.arm)), b.arm], 0.0), b.twin)))
+        spans = []
+        for c in range(len(r.rows[0].jittered) if r.rows else 0):
+            jb = sb.Blocks(b.arm, b.pair, b.jobs, np.array([row.jittered[c].avg_jct if row.realized.jobs else 0.0
+                                                            for row in r.rows]), b.twin)
+            spans.append(1 - np.exp(sb.pair_effects(jb)) - twin)
+        k = np.arange(len(est))
+        if spans:
+            dev = np.array(spans)
+            ax.errorbar(k, est, yerr=[np.maximum(0, -np.nanmin(dev, axis=0)), np.maximum(0, np.nanmax(dev, axis=0))],
+                        fmt="o", color="tab:blue", capsize=3, label="pair: realized (jittered range)")
+        else:
+            ax.plot(k, est, "o", color="tab:blue", label="pair: realized")
+        ax.plot(k, twin, "x", color="tab:gray", label="pair: the twin")
+        e = r.main()
+        g, lo, hi = e.gain()
+        ax.axhspan(max(lo, -1), min(hi, 1), color="tab:orange", alpha=0.2, label="run: 95% CI")
+        ax.axhline(g, color="tab:orange")
+        ax.axhline(0, color="black", lw=0.6)
+        ax.set_title(f"{r.name}: {r.plan['design']}, {'A/A' if r.aa else 'the agent vs the baseline'}, "
+                     f"gain {pct(g)} [{pct(lo)}, {pct(hi)}]", fontsize=9)
+        ax.set_ylabel("gain, avg JCT")
+        ax.set_xticks(k)
+        ax.legend(fontsize=7, loc="lower left")
+    axes[-1, 0].set_xlabel("pair of blocks")
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=90, metadata={"Software": None})
+    plt.close(fig)

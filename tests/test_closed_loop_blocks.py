@@ -1,0 +1,179 @@
+"""benchmarks/closed_loop_blocks.py: the block designs' lengths, the twin's replay of a block from
+its real starting state, and the targets in words. Tiny inputs worked out by hand; the replay
+checked against a run the twin itself played (it must give that run back exactly)."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from autosched import switchback as sb
+from autosched.errors import InputError
+from autosched.trace.table import Trace
+from conftest import script_module
+
+cb = script_module("benchmarks/closed_loop_blocks.py")
+cl = script_module("benchmarks/closed_loop.py")
+tw = script_module("benchmarks/slurm_twin.py")
+
+
+def _job(k, submit, gpus, seconds, user="alice", account="physics"):
+    return tw.Job(f"cl-{k:04d}", float(submit), gpus, seconds, max(1, math.ceil((seconds + 5) / 60)), user, account)
+
+
+# -- lengths --------------------------------------------------------------------------------
+
+def test_release_and_lengths_by_hand():
+    # 1 GPU for 10 s and 2 GPUs for 40 s: 90 GPU-seconds held on average; within 5 s the jobs
+    # met at a random instant release (1 x 5 + 2 x 5) / 90, within 20 s (10 + 2 x 20) / 90
+    jobs = [_job(0, 0, 1, 10), _job(1, 0, 2, 40)]
+    assert cb.release(jobs, 5) == pytest.approx(15 / 90)
+    assert cb.release(jobs, 20) == pytest.approx(50 / 90)
+    # half is released at t with (10 + 2 t) / 90 = 1/2: t = 17.5; 12 blocks of a 1200 s run are
+    # 100 s, the washout half of one, in which all of it is released
+    lens = cb.lengths(jobs, 1200.0)
+    assert (lens.blocks, lens.block, lens.washout) == (12, 100.0, 50.0)
+    assert lens.half_release == pytest.approx(17.5) and lens.released == pytest.approx(1.0)
+    assert "12 blocks of 100 s (3.3 trace h)" in lens.why(120.0)
+    with pytest.raises(InputError, match="an even number"):
+        cb.lengths(jobs, 1200.0, blocks=5)
+    with pytest.raises(InputError, match="no job"):
+        cb.lengths([], 1200.0)
+
+
+def test_the_timeline_by_hand():
+    s = sb.Schedule("crossover", 0, np.array([[1, 0], [0, 1]]))
+    a, b = {"x": 0}, {"x": 1}
+    tl = cb.Timeline(100.0, 40.0, s, (a, b))
+    assert tl.bounds(1) == (100.0, 140.0, 200.0)
+    assert tl.config(0, 0) == b and tl.config(0, 1) == a
+    assert tl.switches(1) == [(0.0, a), (100.0, b)]
+
+
+# -- the replay from a block's real starting state --------------------------------------------
+
+def _run(submit, start, end, gpus, nodes, seconds=None) -> "cb.UnitRun":
+    n = len(submit)
+    trace = Trace.from_columns({
+        "job_id": np.arange(n), "submit_time": np.array(submit, float),
+        "num_gpus": np.array(gpus), "duration": np.array(end, float) - np.array(start, float),
+        "time_limit": np.full(n, 600.0), "user": ["alice"] * n, "account": ["physics"] * n})
+    real = tw.RealRun(trace, [], list(range(n)), np.array(submit, float), np.array(start, float),
+                      np.array(end, float), 0.0, None, False)
+    return cb.UnitRun(real, 0.0, [(0.0, cl.baseline(120.0))], np.array(nodes))
+
+
+def test_the_block_trace_by_hand():
+    # a: ran 0-50 on node 1; b: submitted at 5, ran 20-30 on node 0; c: submitted at 10, queued
+    # until 60; d: submitted at 70. From t = 25: a and b arrive at their real starts, held to
+    # their nodes; c arrives at 25, 15 s old; d when it really came
+    run = _run([0, 5, 10, 70], [0, 20, 60, 70], [50, 30, 70, 80], [2, 1, 4, 1], [1, 0, 2, 3])
+    trace, order = cb.block_trace(run, 25.0)
+    assert order.tolist() == [0, 1, 2, 3]
+    assert trace.submit_time.tolist() == [0.0, 20.0, 25.0, 70.0]
+    assert trace.age.tolist() == [0.0, 0.0, 15.0, 0.0]
+    assert trace.partition.tolist() == ["pin-1", "pin-0", "gpu", "gpu"]
+    assert trace.duration.tolist() == [50.0, 10.0, 10.0, 10.0]
+    # without its node on record, a job that ran goes wherever the twin places it
+    run.nodes[0] = -1
+    assert cb.block_trace(run, 25.0)[0].partition.tolist() == ["gpu", "pin-0", "gpu", "gpu"]
+    # a jittered copy moves the arrivals from the block's start on (c and d), never a job that ran
+    jit = cb.block_trace(run, 25.0, copy=1)[0].submit_time
+    assert jit[:2].tolist() == [0.0, 20.0] and (0 < jit[2:] - [25.0, 70.0]).all() and (jit[2:] - [25.0, 70.0] < 0.5).all()
+
+
+def _workload(n=300, seed=0):
+    rng = np.random.default_rng(seed)
+    jobs = []
+    for k in range(n):
+        jobs.append(_job(k, round(float(rng.uniform(0, 600)), 2), int(rng.choice([1, 2, 4, 8])),
+                         int(rng.integers(1, 60)), user=str(rng.choice(tw.USERS)),
+                         account=str(rng.choice(tw.ACCOUNTS))))
+    return cb.window_trace(jobs)
+
+
+def test_a_block_replayed_under_its_own_config_gives_back_what_happened():
+    # the twin plays a switchback of 6 blocks (the pseudo-real run), then every block is replayed
+    # from that run's state at its start: under the config that ran, the replay must be the run
+    base = cl.baseline(120.0)
+    other = {**base, **cl.ARCHETYPES["GPU first"]}
+    trace = _workload()
+    spec = cb.testbed_spec()
+    tl = cb.Timeline(100.0, 50.0, sb.schedule("switchback", 6, 3), (base, other))
+    run = cb.simulate_run(trace, spec, tl, 0, copy=1, seed=2)
+    assert (run.nodes >= 0).all()
+    rows = cb.block_rows([run], spec, tl)
+    assert [r.arm for r in rows] == tl.schedule.arms[:, 0].tolist()
+    for r in rows:
+        same = r.twin[r.arm]
+        assert same.jobs == r.realized.jobs > 0
+        assert same.avg_jct == pytest.approx(r.realized.avg_jct, abs=1e-6)
+        assert same.avg_wait == pytest.approx(r.realized.avg_wait, abs=1e-6)
+    # the run is busy enough that the other config changes some block
+    assert any(abs(r.twin[1 - r.arm].avg_jct - r.realized.avg_jct) > 0.1 for r in rows)
+
+
+def test_twin_block_gain_and_blocks_of_by_hand():
+    f = cb.Figures
+    rows = [cb.BlockRow(0, 0, 1, f(2, 10.0, 4.0), (f(2, 12.0, 5.0), f(2, 10.0, 4.0))),
+            cb.BlockRow(1, 0, 0, f(1, 20.0, 9.0), (f(1, 20.0, 9.0), f(1, 14.0, 6.0))),
+            cb.BlockRow(2, 0, 0, cb.NO_JOBS, (cb.NO_JOBS, cb.NO_JOBS)),
+            cb.BlockRow(3, 0, 1, f(3, 8.0, 2.0), (f(3, 9.0, 2.0), f(3, 8.0, 2.0)))]
+    # job-weighted: arm 1 (2 x 10 + 14 + 3 x 8) = 58, arm 0 (2 x 12 + 20 + 3 x 9) = 71
+    assert cb.twin_block_gain(rows) == pytest.approx(1 - 58 / 71)
+    b = cb.blocks_of(rows, sb.Schedule("switchback", 0, np.array([[1], [0], [0], [1]])), "avg_wait")
+    assert b.jobs.tolist() == [2, 1, 0, 3] and b.realized.tolist() == [4.0, 9.0, 0.0, 2.0]
+    assert b.twin.tolist() == [[5.0, 4.0], [9.0, 6.0], [0.0, 0.0], [2.0, 2.0]]
+
+
+# -- the agent's decision, and the targets --------------------------------------------------
+
+def test_the_decision_an_agent_status_records():
+    base = {"PriorityWeightAge": 1000, "bf_window": 12}
+    status = {"running": {"id": 2, "config": {"PriorityWeightAge": 5000}},
+              "last_round": {"why": "applied"},
+              "history": [{"id": 2, "trigger": "period", "parent": 1, "diff": {"PriorityWeightAge": [1000, 5000]},
+                           "evidence": {"predicted_gain": 0.12, "spread": 0.01}},
+                          {"id": 1, "trigger": "baseline", "parent": None, "diff": {}, "evidence": {}}]}
+    d = cl.decision_of(status, base)
+    assert d.config == {"PriorityWeightAge": 5000, "bf_window": 12}
+    assert (d.revision, d.diff, d.predicted_gain, d.spread) == (2, {"PriorityWeightAge": [1000, 5000]}, 0.12, 0.01)
+    none = cl.decision_of({"running": {"id": 1, "config": {}}, "last_round": {"why": "within noise"},
+                           "history": status["history"]}, base)
+    assert (none.config, none.revision, none.why) == (base, None, "within noise")
+
+
+def test_node_of():
+    assert [cl.node_of(x) for x in ("n1", "n4", " n2 ", "n[1-2]", "", "None")] == [0, 3, 1, -1, -1, -1]
+
+
+def _result(name, gain, lo, hi, aa=False, predicted=None, lost=0):
+    e = sb.Effect("twin", "twin", math.log(1 - gain), math.log(1 - hi), math.log(1 - lo), 0.5, 64, True, 6, 1.0, 1.0)
+    decision = None if aa else {"revision": 2 if predicted is not None else None, "predicted_gain": predicted,
+                                "diff": {}, "why": ""}
+    return cb.BlockResult(name, {"aa": aa, "design": "switchback", "start_day": 1, "days": 1}, 10, 0.9,
+                          cb.Lengths(12, 100.0, 50.0, 20.0, 0.8), sb.schedule("switchback", 12, 0),
+                          {"A": cb.Accounted(10, 10 - lost, 10 - lost)}, [],
+                          {"avg_jct": {cb.ESTIMATES[0]: e}, "avg_wait": {cb.ESTIMATES[0]: e}},
+                          {"avg_jct": 0.1, "avg_wait": 0.1}, 0.1, [], {"A": 0.99}, decision, None, None)
+
+
+def test_the_targets_in_words():
+    res = [_result("aa", 0.01, -0.04, 0.06, aa=True), _result("w1", 0.12, 0.05, 0.19, predicted=0.20),
+           _result("w2", 0.08, 0.01, 0.15, predicted=0.30), _result("w3", 0.02, -0.05, 0.09, predicted=None)]
+    lines = cb.targets(res)
+    assert lines[0] == "no job lost: met (every submitted job is in sacct)"
+    assert lines[1] == ("A/A (aa): the 95% CI of the gain in average JCT [-4.0%, +6.0%] contains 0 — met; its "
+                        "half-width, the design's resolution on this machine: 5.0%")
+    assert lines[2] == ("the agent's config: the CI excludes 0 on the side of improvement on 2 window(s) (w1, w2), "
+                        "on the side of harm on none — met")
+    # w1: 0.20 / 0.12 is within 2; w2: 0.30 / 0.08 is not; w3 made no change
+    assert lines[3] == ("prediction within a factor of 2 of the realized gain on each window with a change: "
+                        "not met on w2 (predicted +30.0%, realized +8.0%)")
+    worse = cb.targets([_result("w1", 0.12, 0.05, 0.19, predicted=0.2), _result("w2", -0.1, -0.2, -0.01, predicted=0.1),
+                        _result("aa", 0.0, 0.01, 0.05, aa=True, lost=1)])
+    assert worse[0] == "no job lost: NOT met: aa A: 1"
+    assert worse[1].endswith("excludes 0 — NOT met; its half-width, the design's resolution on this machine: 2.0%")
+    assert worse[2].endswith("on 1 window(s) (w1), on the side of harm on w2 — not met")
