@@ -148,7 +148,7 @@ class Plan:
 # queue. Block designs: the windows `--pick` picks (a load of 0.8-1.0, at least 10% to gain by
 # an archetype in the blocks), the agent deciding with --max-step 1; and their A/A runs. "ci" is
 # the short run of tests/test_closed_loop.py: a crossover of 4 blocks, about 80 jobs.
-BLOCKS = dict(design="switchback", max_step=1.0)
+BLOCKS = dict(design="switchback", max_step=1.0, model_trace_time=True)
 PLANS = {
     "w1": Plan("w1", start_day=9.0),
     "w2": Plan("w2", start_day=18.0),
@@ -709,6 +709,14 @@ def decision_of(status: Mapping[str, Any], base: Mapping[str, Any]) -> Decision:
                     ev.get("spread"), why)
 
 
+def commit() -> str:
+    """The checkout's commit (with "+changes" if the tree differs from it): the code of a run."""
+    def git(*a: str) -> str:
+        return subprocess.run(["git", *a], cwd=REPO, capture_output=True, text=True, timeout=60).stdout.strip()
+    head = git("rev-parse", "--short", "HEAD")
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no") else "") if head else "unknown"
+
+
 def run_blocks(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: tuple[int, int],
                trace: Trace, lead: float = 10.0, log=print) -> dict[str, Any]:
     """A block design (switchback on cluster A, or crossover on A and B): the agent's decision
@@ -729,7 +737,7 @@ def run_blocks(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: t
     info: dict[str, Any] = {"plan": asdict(plan), "baseline": base, "jobs": len(sel.jobs),
                             "seed_jobs": len(sel.before), "fraction": sel.fraction,
                             "full_load": sel.full_load, "offered_load": sel.offered_load,
-                            "lengths": asdict(lens), "schedule": sched.to_dict()}
+                            "lengths": asdict(lens), "schedule": sched.to_dict(), "commit": commit()}
     state = Path(tempfile.mkdtemp(prefix="cl-agent-"))
     with recording(info, outdir, t_begin):
         try:

@@ -570,11 +570,14 @@ def draw(results: Sequence[BlockResult], path: Path) -> None:
         ax.axhspan(max(lo, -1), min(hi, 1), color="tab:orange", alpha=0.2, label="run: 95% CI")
         ax.axhline(g, color="tab:orange")
         ax.axhline(0, color="black", lw=0.6)
+        seen = [abs(x) for x in (*est, *twin, g, lo, hi) if math.isfinite(x)]
+        lim = min(1.0, max(0.2, 1.6 * max(seen, default=0.2)))
+        ax.set_ylim(-lim, lim)  # a jittered range beyond it is cut at the frame
         ax.set_title(f"{r.name}: {r.plan['design']}, {'A/A' if r.aa else 'the agent vs the baseline'}, "
                      f"gain {pct(g)} [{pct(lo)}, {pct(hi)}]", fontsize=9)
         ax.set_ylabel("gain, avg JCT")
         ax.set_xticks(k)
-        ax.legend(fontsize=7, loc="lower left")
+        ax.legend(fontsize=7, loc="upper left", ncol=3, framealpha=0.6)
     axes[-1, 0].set_xlabel("pair of blocks")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
