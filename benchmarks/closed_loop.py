@@ -135,6 +135,9 @@ class Plan:
     blocks: int = cb.MIN_BLOCKS  # each as long as the run allows (closed_loop_blocks.lengths)
     design_seed: int = 0  # the block order's
     max_step: float = 0.25  # the agent's largest move per round, as a fraction of a knob's range
+    # a replicate: arm 1 is the config the agent chose in this run (a name in the same --out), no
+    # agent round of its own; its pairs and the first run's are read together (closed_loop_blocks.pool)
+    decision_from: str = ""
 
     @property
     def day(self) -> float:
@@ -762,7 +765,11 @@ def run_schedule(plan: Plan, sel: Selection, lens: cb.Lengths, sched: sb.Schedul
     (outdir / "assoc.txt").write_text(beds[0].cluster().run(
         "sacctmgr", "-P", "show", "assoc", "format=Cluster,Account,User,ParentName,Share"))
     treat = dict(base)
-    if not plan.aa:
+    if plan.decision_from:
+        info["decision"] = dict(run_info(outdir.parent / plan.decision_from)["decision"],
+                                decision_from=plan.decision_from)
+        treat = dict(info["decision"]["config"])
+    elif not plan.aa:
         t_seed = time.time() + lead
         (outdir / "seed.sacct").write_text(seed_history(sel.before, t_seed, base, outdir / "assoc.txt"))
         time.sleep(max(0.0, t_seed - time.time()))
@@ -1267,7 +1274,7 @@ def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult
                   / float(cb.simulate(jobs, specs[0], [(0.0, configs[0])]).records().jct.mean()))
     return cb.BlockResult(outdir.name, plan, len(names), float(info["offered_load"]), lens, sched, accounted,
                           rows, effects, gains, window, aa, tau, info.get("decision"), info.get("wall_run"),
-                          info.get("wall_total"))
+                          info.get("wall_total"), configs)
 
 
 # The flags a run takes, each checked before anything starts (`checked_plan`): a bad value costs
@@ -1291,6 +1298,23 @@ def trace_of(path: Path) -> Trace:
 def check_load(load: float | None) -> None:
     if load is not None and not (math.isfinite(load) and 0 < load <= MAX_LOAD):
         raise InputError(f"--load {load}: the offered load must be in (0, {MAX_LOAD:g}] of the {GPUS} GPUs")
+
+
+def check_decision(source: Path, plan: Plan) -> None:
+    """--decision-from RUN: RUN must be a finished block run with the agent's decision, on the
+    same window and design as `plan`."""
+    if plan.design == "side-by-side":
+        raise InputError(f"--decision-from {source.name}: only a block design takes another run's decision")
+    if not (source / "run.json").is_file():
+        raise InputError(f"--decision-from {source.name}: no run of that name in {source.parent}")
+    info = run_info(source)
+    if "decision" not in info:
+        raise InputError(f"--decision-from {source.name}: {source / 'run.json'} holds no agent decision (an A/A run?)")
+    theirs = Plan(**info["plan"])
+    differ = [k for k in cb.POOL_KEYS if k not in ("aa",) and getattr(theirs, k) != getattr(plan, k)]
+    if differ:
+        raise InputError(f"--decision-from {source.name}: its run differs in {', '.join(differ)}: a replicate "
+                         "runs the same window and design")
 
 
 def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tuple[Path, Path]]:
@@ -1326,9 +1350,12 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
     changes = {k: v for k, v in (("trace", args.trace), ("start_day", args.start_day),
                                  ("seed", args.seed), ("load", args.load), ("model", args.model),
                                  ("model_trace_time", args.model_trace_time), ("design", args.design),
-                                 ("design_seed", args.design_seed), ("blocks", args.blocks))
+                                 ("design_seed", args.design_seed), ("blocks", args.blocks),
+                                 ("decision_from", args.decision_from))
                if v is not None}
     plan = replace(plan, name=name, **changes)
+    if plan.decision_from:
+        check_decision(args.out / plan.decision_from, plan)
     path = Path(plan.trace)
     trace = trace_of(path)
     sel = select(trace, plan)
@@ -1373,6 +1400,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--design", choices=("side-by-side", *sb.DESIGNS), help="the plan's design, or another")
     ap.add_argument("--design-seed", type=int, help="the seed of the block order (>= 0)")
     ap.add_argument("--blocks", type=int, help=f"blocks of a block design (even; {cb.MIN_BLOCKS} by default)")
+    ap.add_argument("--decision-from", metavar="RUN", help="a replicate: arm 1 is the config the agent chose in "
+                    "run RUN (in --out), with no agent round of its own; both runs' pairs are read together")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--roots", default="/tmp/cl-A,/tmp/cl-B", help="the two clusters' TESTBED_ROOTs")
     ap.add_argument("--port-base", type=int, default=23000, help="cluster A's; B's is 100 above")

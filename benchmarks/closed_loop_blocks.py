@@ -20,18 +20,17 @@ the block's real starting state (`replay_block`):
 - the config is the block's arm from the block's start to its end, and after it the configs
   that really followed, switched when they were.
 
-`simulate_run` plays a whole cluster of the design in the twin (the jobs, a jittered copy, under
-the schedule's configs): the pseudo-real runs of the design study (`--study`), which chose the
-block and washout lengths (`lengths`), and the twin's A/A noise floor.
+`simulate_run` plays a whole cluster of the design in the twin (the jobs, or a jittered copy,
+under the schedule's configs): `closed_loop.py --pick` scores a trace's windows with it.
 
-    # the design study: how wide the interval is and how much carries over, by block length
-    PYTHONPATH=src python benchmarks/closed_loop_blocks.py --study
-    # the windows of a trace worth a run (load 0.8-1.0, >= 10% to gain by the archetypes)
-    PYTHONPATH=src python benchmarks/closed_loop_blocks.py --pick [--trace T]
+A block run's figures (`BlockResult`, from `closed_loop.analyse_block_run`), replicate runs of one
+experiment read together (`pool`), its tables (`render`), targets (`targets`) and plot (`draw`) are
+here too: docs/closed-loop.md shows them.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
@@ -405,6 +404,7 @@ class BlockResult:
     decision: dict[str, Any] | None  # the agent's (closed_loop.Decision as a dict); None: A/A
     wall_run: float | None
     wall_total: float | None
+    configs: tuple[dict[str, Any], dict[str, Any]] = ({}, {})  # arm 0's and arm 1's, whole
 
     @property
     def aa(self) -> bool:
@@ -463,6 +463,16 @@ def render(results: Sequence[BlockResult]) -> str:
                    f"{r.offered_load:.2f} | {lens.blocks} × {lens.block:.0f} ({lens.washout:.0f}) | {sacct} | "
                    f"{change} | {pred} | {pct(r.twin_block_gain['avg_jct'])} ({pct(r.twin_window_gain)}) | "
                    f"{gain_ci(e)} | {gain_ci(r.main('avg_wait'))} | {e.p_value:.2f} |")
+    pooled = [x for x in pool(results) if len(x.runs) > 1]
+    if pooled:
+        out += ["", "**Replicate runs read together** (the same window and configs; every run's pairs, "
+                "each run's order drawn apart):", "",
+                "| runs | pairs | realized gain, avg JCT [95% CI] | avg wait [95% CI] | p (no effect) | pairs for ±5% |",
+                "|---|---|---|---|---|---|"]
+        for x in pooled:
+            e = x.main()
+            out.append(f"| {x.name} | {e.pairs} | {gain_ci(e)} | {gain_ci(x.main('avg_wait'))} | "
+                       f"{e.p_value:.2f} | {e.pairs_for(0.05)} |")
     out += ["", "**The estimators compared** (average JCT; gain [95% CI]): the twin as a control variate "
             "with the interval shaped by the twin's per-block effects (the one above), the same with a "
             "constant effect in every block, and the arms' plain job-weighted means without the twin; and "
@@ -502,37 +512,84 @@ def fmt(v: Any) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+# what makes runs replicates of one experiment: the same window, thinning, scale, design and arms
+POOL_KEYS = ("trace", "start_day", "days", "load", "seed", "scale", "cap", "design", "blocks", "aa")
+
+
+@dataclass
+class Experiment:
+    """One or more runs of the same window with the same two configs (`pool`): their pairs of
+    blocks taken together, each run's randomisation drawn apart."""
+
+    runs: list[BlockResult]
+
+    @property
+    def name(self) -> str:
+        return " + ".join(r.name for r in self.runs)
+
+    @property
+    def first(self) -> BlockResult:
+        return self.runs[0]
+
+    def blocks(self, metric: str) -> sb.Blocks:
+        parts, offset = [], 0
+        for r in self.runs:
+            b = blocks_of(r.rows, r.schedule, metric)
+            parts.append(sb.Blocks(b.arm, b.pair + offset, b.jobs, b.realized, b.twin))
+            offset += b.pairs
+        return sb.Blocks(*(np.concatenate([getattr(b, f) for b in parts])
+                           for f in ("arm", "pair", "jobs", "realized", "twin")))
+
+    def main(self, metric: str = "avg_jct") -> sb.Effect:
+        """The effect the targets read (as `BlockResult.main`), over every run's pairs."""
+        if len(self.runs) == 1:
+            return self.first.main(metric)
+        how, shape = ESTIMATES[0]
+        return sb.effect(self.blocks(metric), how, shape)
+
+
+def pool(results: Sequence[BlockResult]) -> list[Experiment]:
+    """The runs grouped into experiments (`POOL_KEYS` and both configs alike), in order."""
+    groups: dict[str, Experiment] = {}
+    for r in results:
+        key = json.dumps([str(Path(r.plan.get("trace", "")).name)] + [r.plan.get(k) for k in POOL_KEYS[1:]]
+                         + [r.configs[0], r.configs[1]], sort_keys=True, default=str)
+        groups.setdefault(key, Experiment([])).runs.append(r)
+    return list(groups.values())
+
+
 def targets(results: Sequence[BlockResult]) -> list[str]:
-    """The block designs' targets, met or not, in words."""
+    """The block designs' targets, met or not, in words; replicate runs read together."""
     lines = []
     lost = [f"{r.name} {label}: {a.submitted - a.recorded}" for r in results
             for label, a in r.accounted.items() if a.recorded < a.submitted]
     lines.append("no job lost: " + ("met (every submitted job is in sacct)" if not lost else "NOT met: " + ", ".join(lost)))
-    aa = [r for r in results if r.aa]
+    experiments = pool(results)
+    aa = [x for x in experiments if x.first.aa]
     if not aa:
         lines.append("A/A: no A/A run yet")
-    for r in aa:
-        e = r.main()
+    for x in aa:
+        e = x.main()
         g, lo, hi = e.gain()
-        lines.append(f"A/A ({r.name}): the 95% CI of the gain in average JCT [{pct(lo)}, {pct(hi)}] "
+        lines.append(f"A/A ({x.name}): the 95% CI of the gain in average JCT [{pct(lo)}, {pct(hi)}] "
                      + ("contains 0 — met" if lo <= 0 <= hi else "excludes 0 — NOT met")
                      + f"; its half-width, the design's resolution on this machine: {(hi - lo) / 2:.1%}")
-    runs = [r for r in results if not r.aa]
-    better = [r.name for r in runs if r.main().gain()[1] > 0]
-    worse = [r.name for r in runs if r.main().gain()[2] < 0]
+    runs = [x for x in experiments if not x.first.aa]
+    better = [x.name for x in runs if x.main().gain()[1] > 0]
+    worse = [x.name for x in runs if x.main().gain()[2] < 0]
     lines.append(f"the agent's config: the CI excludes 0 on the side of improvement on {len(better)} window(s)"
                  + (f" ({', '.join(better)})" if better else "") + ", on the side of harm on "
                  + (", ".join(worse) if worse else "none")
                  + (" — met" if len(better) >= 2 and not worse else " — not met"))
     far = []
-    for r in runs:
-        if not r.changed:
+    for x in runs:
+        if not x.first.changed:
             continue
-        pred = (r.decision or {}).get("predicted_gain")
-        real = r.main().gain()[0]
+        pred = (x.first.decision or {}).get("predicted_gain")
+        real = x.main().gain()[0]
         if pred is None or not (real > 0 and pred > 0 and 0.5 <= pred / real <= 2):
-            far.append(f"{r.name} (predicted {pct(pred)}, realized {pct(real)})")
-    changed = [r for r in runs if r.changed]
+            far.append(f"{x.name} (predicted {pct(pred)}, realized {pct(real)})")
+    changed = [x for x in runs if x.first.changed]
     lines.append("prediction within a factor of 2 of the realized gain on each window with a change: "
                  + ("no window with a change yet" if not changed else
                     "met" if not far else "not met on " + ", ".join(far)))

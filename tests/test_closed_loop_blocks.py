@@ -4,6 +4,7 @@ checked against a run the twin itself played (it must give that run back exactly
 
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
@@ -157,7 +158,8 @@ def _result(name, gain, lo, hi, aa=False, predicted=None, lost=0):
                           cb.Lengths(12, 100.0, 50.0, 20.0, 0.8), sb.schedule("switchback", 12, 0),
                           {"A": cb.Accounted(10, 10 - lost, 10 - lost)}, [],
                           {"avg_jct": {cb.ESTIMATES[0]: e}, "avg_wait": {cb.ESTIMATES[0]: e}},
-                          {"avg_jct": 0.1, "avg_wait": 0.1}, 0.1, [], {"A": 0.99}, decision, None, None)
+                          {"avg_jct": 0.1, "avg_wait": 0.1}, 0.1, [], {"A": 0.99}, decision, None, None,
+                          ({}, {"run": name}))  # each its own experiment
 
 
 def test_the_targets_in_words():
@@ -177,3 +179,72 @@ def test_the_targets_in_words():
     assert worse[0] == "no job lost: NOT met: aa A: 1"
     assert worse[1].endswith("excludes 0 — NOT met; its half-width, the design's resolution on this machine: 2.0%")
     assert worse[2].endswith("on 1 window(s) (w1), on the side of harm on w2 — not met")
+
+
+def _rows(arms, jct, twin0, twin1, jobs=10):
+    f = cb.Figures
+    return [cb.BlockRow(k, 0, a, f(jobs, y, y / 2), (f(jobs, p0, 1.0), f(jobs, p1, 1.0)))
+            for k, (a, y, p0, p1) in enumerate(zip(arms, jct, twin0, twin1))]
+
+
+def _run_result(name, seed, jct, twin0, twin1, configs=({"x": 0}, {"x": 1}), aa=False):
+    sched = sb.schedule("switchback", len(jct), seed)
+    rows = _rows(sched.arms[:, 0].tolist(), jct, twin0, twin1)
+    res = _result(name, 0.0, -0.1, 0.1, aa=aa)
+    res.schedule, res.rows, res.configs = sched, rows, configs
+    res.plan = dict(res.plan, trace="/x/t.csv", start_day=18.0)
+    return res
+
+
+def test_replicate_runs_are_read_together():
+    rng = np.random.default_rng(0)
+    a = _run_result("w", 0, *(rng.uniform(10, 50, (3, 12))))
+    b = _run_result("w-2", 1, *(rng.uniform(10, 50, (3, 12))))
+    other = _run_result("v", 2, *(rng.uniform(10, 50, (3, 12))), configs=({"x": 0}, {"x": 2}))
+    groups = cb.pool([a, other, b])
+    assert [[r.name for r in g.runs] for g in groups] == [["w", "w-2"], ["v"]]
+    x = groups[0]
+    assert x.name == "w + w-2"
+    bl = x.blocks("avg_jct")
+    # the second run's 6 pairs come after the first's, its blocks as they were
+    assert bl.pair.tolist() == [k // 2 for k in range(24)]
+    assert bl.arm.tolist() == a.schedule.arms[:, 0].tolist() + b.schedule.arms[:, 0].tolist()
+    assert bl.realized[12:].tolist() == [r.realized.avg_jct for r in b.rows]
+    e = x.main()
+    assert e.pairs == 12 and e.assignments == 4096
+    assert e.estimate == pytest.approx(sb.effect(bl).estimate)
+    # one run alone reads its own effect
+    assert groups[1].main() is other.main()
+
+
+def test_the_targets_read_replicates_together():
+    rng = np.random.default_rng(1)
+    y = rng.uniform(20, 40, 12)
+    a = _run_result("aa", 0, y, y, y, configs=({"x": 0}, {"x": 0}), aa=True)
+    b = _run_result("aa-2", 3, y * 1.01, y, y, configs=({"x": 0}, {"x": 0}), aa=True)
+    lines = cb.targets([a, b])
+    e = cb.pool([a, b])[0].main()
+    g, lo, hi = e.gain()
+    assert lines[1] == (f"A/A (aa + aa-2): the 95% CI of the gain in average JCT [{cb.pct(lo)}, {cb.pct(hi)}] "
+                        f"contains 0 — met; its half-width, the design's resolution on this machine: "
+                        f"{(hi - lo) / 2:.1%}")
+
+
+def test_a_replicate_takes_a_finished_runs_decision(tmp_path):
+    plan = cl.PLANS["sb-s18"]
+    with pytest.raises(InputError, match="no run of that name"):
+        cl.check_decision(tmp_path / "nope", plan)
+    (tmp_path / "aa").mkdir()
+    (tmp_path / "aa" / "run.json").write_text(json.dumps(
+        {"plan": vars(cl.PLANS["sb-aa"]), "baseline": {}, "t0": 1, "fraction": 1, "offered_load": 1}))
+    with pytest.raises(InputError, match="holds no agent decision"):
+        cl.check_decision(tmp_path / "aa", plan)
+    info = {"plan": vars(cl.Plan("w", start_day=9.0, design="switchback")), "baseline": {}, "t0": 1,
+            "fraction": 1, "offered_load": 1, "decision": {"config": {}}}
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "run.json").write_text(json.dumps(info))
+    with pytest.raises(InputError, match="differs in start_day: a replicate runs the same window"):
+        cl.check_decision(tmp_path / "w", plan)
+    cl.check_decision(tmp_path / "w", cl.Plan("w-2", start_day=9.0, design="switchback", design_seed=1))
+    with pytest.raises(InputError, match="only a block design"):
+        cl.check_decision(tmp_path / "w", cl.PLANS["w1"])
