@@ -177,3 +177,54 @@ def test_the_include_keeps_an_operators_own_scheduler_parameters_at_every_write(
     conf.write_text(f"SchedulerParameters=bf_window=1440\nInclude {inc}\n")
     assert slurm.render(want).splitlines()[-1] == (
         "SchedulerParameters=sched_interval=60,bf_max_job_user=4,bf_interval=5,bf_window=60")
+
+
+def test_a_round_that_cannot_tune_is_a_block_told_once(tmp_path):
+    """A bound that broke tuning failed every round with no banner, no notice and
+    `autosched_blocked` at 0."""
+    from autosched.service import metrics
+    from autosched.tune import TuneError
+
+    agent, _ = make(tmp_path)
+    told = []
+    agent.sinks.append(told.append)
+
+    def broken(*args, **kwargs):
+        raise TuneError("knob 'PriorityWeightFairshare': 0 is outside its range [5000, 35000]")
+
+    agent.tuning.run = broken  # type: ignore[method-assign]
+    for _ in range(2):
+        out = agent.step()
+        assert out.action.value == "tuning failed" and out.exit_code == 6
+    why = "tuning failed: knob 'PriorityWeightFairshare': 0 is outside its range [5000, 35000]"
+    assert out.why == why and agent.status().blocked == why
+    assert "\nautosched_blocked 1\n" in metrics.render(agent.status(), {})
+    from autosched.live.notify import notice
+
+    assert [notice(a) for a in told if a.kind.value == "round"] == ["tuning_failed", None]
+    del agent.tuning.run  # the next round tunes: the block is lifted
+    assert agent.step().action.value == "proposed" and agent.status().blocked == ""
+
+
+def test_the_page_and_status_show_the_bounds_the_step_and_the_verdict(tmp_path):
+    from typer.testing import CliRunner
+
+    from autosched.cli import build_app
+    from autosched.service import page
+
+    agent, _ = make(tmp_path, mode="auto", max_step=0.25,
+                    bounds={"PriorityWeightAge": [2000.0, 3000.0]})
+    html = page.render(agent.status(), agent.store.history(), [], state_dir="s")
+    assert ("<span id=limits class=muted>(PriorityWeightAge in [2000, 3000]; at most 25% of a "
+            "knob's range per round)</span>") in html
+    r = CliRunner().invoke(build_app(), ["agent", "status", "--state", str(agent.state_dir)])
+    assert "bound: PriorityWeightAge in [2000, 3000]\nmax step: 25% of a knob's range per " \
+           "round\n" in r.output
+    # init again: it says the store is kept and what bounds hold
+    r = CliRunner().invoke(build_app(), ["agent", "init", "--state", str(agent.state_dir),
+                                         "--fake", str(tmp_path / "fake"), "--bound",
+                                         "PriorityWeightAge=1:2"])
+    assert r.exit_code == 0, r.output
+    assert f"agent re-initialised in {agent.state_dir}" in r.output
+    assert "its store is kept: 0 revision(s)" in r.output  # (no round ran: no baseline yet)
+    assert "bound: PriorityWeightAge in [1, 2] (in propose and auto mode)" in r.output

@@ -386,3 +386,11 @@ def test_a_config_file_and_policy_that_agree_on_a_spec_load_it(plugin_path, tiny
                             "shortest_plugin.policy:Shortest", "--json"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["config"]["window"] == 5
+
+
+def test_the_unknown_policy_list_names_each_policy_once(plugin_path):
+    """An entry point named like a built-in policy made the list say `fifo` twice."""
+    write_distribution(plugin_path, "misnamed_plugin", {"fifo": "shortest_plugin.policy:Shortest"})
+    with pytest.raises(UnknownPolicy) as e:
+        get_policy("nosuch")
+    assert str(e.value).count("fifo") == 1
