@@ -67,6 +67,7 @@ INTERNAL = {
     "autosched.live.store:MAX_ID",  # SQLite's largest integer: an id above it is no revision
     "autosched.trace.limits:MAX_LIMITS",  # the default maximum time limit's choices, not a bound
     "autosched.adapt.controller:MAX_ROUNDS",  # a stored memory's round count (a damaged one: dropped)
+    "autosched.switchback:MAX_LOG_RATIO",  # where an interval stops being a bound: its own arithmetic
 }
 
 

@@ -14,7 +14,7 @@ SRC = Path(autosched.__file__).parent
 # Lowest first, as docs/architecture.md ("Layers, lowest first") lists them; every package and
 # top-level module of autosched must be in one (the test below checks it).
 LAYERS: list[tuple[str, ...]] = [
-    ("errors", "atomic", "jsonable", "timeparse", "htmlreport", "data"),  # foundations
+    ("errors", "atomic", "jsonable", "timeparse", "htmlreport", "switchback", "data"),  # foundations
     ("trace", "associations"),  # data
     ("cluster", "sim"),  # cluster and engine
     ("space", "policies"),
