@@ -136,8 +136,10 @@ def _print_result(result, trace: str, cluster: str) -> None:
             con.print(f"  the reduced search stalled: all knobs searched again from trial {s.unfrozen_at}")
         if s.note:
             con.print(f"  note: {s.note}", style="dim")
+    from ..tune import TrialState
+
     c = result.cost
-    failed = sum(1 for t in result.trials if t.state == "failed")
+    failed = sum(1 for t in result.trials if t.state is TrialState.FAILED)
     con.print(f"cost: {c['trials']:.0f} trials ({failed} failed), {c['simulations']:.0f} simulations, "
               f"{c['trial_seconds']:.1f} s in trials, {c['wall_seconds']:.1f} s wall")
 

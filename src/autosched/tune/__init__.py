@@ -21,7 +21,7 @@ _LAZY = {
     "Edge": ".screening", "Screening": ".screening", "screen": ".screening",
     "SearchSpace": ".searchspace", "distribution": ".searchspace",
     "StudyError": ".study", "problem_identity": ".study", "trace_digest": ".study",
-    "Trial": ".tuner", "Tuner": ".tuner", "TuneResult": ".tuner",
+    "Trial": ".tuner", "TrialState": ".tuner", "Tuner": ".tuner", "TuneResult": ".tuner",
 }
 
 if TYPE_CHECKING:  # `X as X`: a re-export mypy sees (it cannot read `*_LAZY` in __all__)
@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # `X as X`: a re-export mypy sees (it cannot read `*_LAZY` in
     from .study import problem_identity as problem_identity
     from .study import trace_digest as trace_digest
     from .tuner import Trial as Trial
+    from .tuner import TrialState as TrialState
     from .tuner import Tuner as Tuner
     from .tuner import TuneResult as TuneResult
 

@@ -8,7 +8,7 @@ from ..htmlreport import Report
 from ..sim.metrics import METRIC_HELP
 from .evaluate import INTERMEDIATES
 from .screening import Screening
-from .tuner import TuneResult
+from .tuner import TrialState, TuneResult
 
 
 def tuning_report(result: TuneResult, title: str) -> Report:
@@ -29,7 +29,7 @@ def tuning_report(result: TuneResult, title: str) -> Report:
         rep.heading("Causal graph (knobs → intermediate metrics → objective)")
         _graph(rep, result, result.screening)
         rep.pre(result.screening.text())
-    failed = [t for t in result.trials if t.state == "failed"]
+    failed = [t for t in result.trials if t.state is TrialState.FAILED]
     if failed:
         rep.heading("Failed trials")
         rep.table(["trial", "error"], [[t.number, t.error] for t in failed])
@@ -40,8 +40,8 @@ def _convergence(rep: Report, result: TuneResult) -> None:
     rep.heading("Convergence")
     fig, ax = rep.figure(8, 3.5)
     trials = sorted(result.trials, key=lambda t: t.number)
-    xs = [t.number for t in trials if t.state == "complete"]
-    ys = [t.score for t in trials if t.state == "complete"]
+    xs = [t.number for t in trials if t.state is TrialState.COMPLETE]
+    ys = [t.score for t in trials if t.state is TrialState.COMPLETE]
     best, curve = math.nan, []
     for y in ys:
         if math.isnan(best) or result.objective.better(y, best):

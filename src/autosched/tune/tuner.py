@@ -16,7 +16,8 @@ import json
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -36,13 +37,63 @@ from .screening import Screening, gaussian_ranks, screen
 from .searchspace import SearchSpace
 from .study import StudyError, StudyLock, check_identity, check_study_file, check_study_path, problem_identity
 
-__all__ = ["Tuner", "TuneResult", "Trial", "TuneError", "SearchConfig", "ExecutionConfig", "SAMPLERS",
-           "STUDY_NAME", "STATES"]
+__all__ = ["Tuner", "TuneResult", "Trial", "TrialState", "TuneError", "SearchConfig", "ExecutionConfig",
+           "SAMPLERS", "STUDY_NAME", "STATES"]
 
-STATES = ("complete", "failed", "pruned")
+
+class TrialState(str, Enum):
+    """How a trial ended; each value is the word results and reports have always used, and
+    equals that text."""
+
+    COMPLETE = "complete"
+    FAILED = "failed"  # the simulation raised, or timed out
+    PRUNED = "pruned"
+
+
+STATES = tuple(s.value for s in TrialState)
+# Optuna's finished states, as a Trial says them
+_OF_OPTUNA = {"COMPLETE": TrialState.COMPLETE, "FAIL": TrialState.FAILED, "PRUNED": TrialState.PRUNED}
 # A secondary knob whose probe moves the objective by less than this (relative) is frozen: less
 # than the search's noise between neighbouring configs on the traces of docs/tuning.md.
 PROBE_TOLERANCE = 0.01
+
+
+class Step(Enum):
+    """A one-off step of a search, between its design and the rest of its budget."""
+
+    SCREEN = "screen"  # causal screening on the design's trials
+    PROBE = "probe"  # a structured space's probes of its secondary knobs, queued
+    VERDICT = "verdict"  # the probes judged: which secondary knobs stay searched
+
+
+@dataclass(frozen=True)
+class Phases:
+    """Where one search is, as a value: its design (the first `n_init` trials), then at most one
+    of a causal screening (`screen`) or a structured space's probes (`probe`: queued once the
+    design is in, judged once they are in, at `probe_end`), then the rest of the budget. A step
+    is due only with no trial in flight, so that what it reads is fixed by the seed."""
+
+    n_init: int
+    screen: bool = False
+    probe: bool = False
+    probe_end: int | None = None  # trials done once the probes are in (None: not queued yet)
+
+    def due(self, done: int, in_flight: bool) -> Step | None:
+        """The step to take now, with `done` trials told (None: ask trials)."""
+        if in_flight or done < self.n_init:
+            return None
+        if self.screen:
+            return Step.SCREEN
+        if self.probe and self.probe_end is None:
+            return Step.PROBE
+        if self.probe and self.probe_end is not None and done >= self.probe_end:
+            return Step.VERDICT
+        return None
+
+    def limit(self, budget: int) -> int:
+        """Trials that may be asked so far: the design's while a screening or the probes wait
+        for it, else the whole budget."""
+        return self.n_init if self.screen or (self.probe and self.probe_end is None) else budget
 
 
 @dataclass
@@ -52,7 +103,7 @@ class Trial:
     config: Config
     value: float | None
     metrics: list[Metrics]
-    state: str  # complete | failed | pruned
+    state: TrialState
     error: str | None = None
     duration: float = 0.0
     violations: list[float] = field(default_factory=list)
@@ -60,15 +111,18 @@ class Trial:
     attempts: int = 1  # simulations of the workloads (0: a repeat, result reused)
     repeat_of: int | None = None  # a config already simulated in this study: that trial's number
 
+    def __post_init__(self) -> None:
+        self.state = TrialState(self.state)  # as JSON holds it too ("complete"): a controller's memory
+
     @property
     def feasible(self) -> bool:
-        return self.state == "complete" and all(v <= 0 for v in self.violations)
+        return self.state is TrialState.COMPLETE and all(v <= 0 for v in self.violations)
 
     @property
     def score(self) -> float:
         """The objective value of a complete trial (a failed or pruned trial has none)."""
         if self.value is None:
-            raise TuneError(f"trial {self.number} is {self.state}: it has no objective value")
+            raise TuneError(f"trial {self.number} is {self.state.value}: it has no objective value")
         return self.value
 
     def evaluation(self) -> ConfigScore:
@@ -77,7 +131,7 @@ class Trial:
 
     def to_dict(self) -> dict[str, Any]:
         return {"number": self.number, "policy": self.policy, "config": self.config, "value": self.value,
-                "state": self.state, "error": self.error, "duration": self.duration,
+                "state": self.state.value, "error": self.error, "duration": self.duration,
                 "violations": self.violations, "intermediates": self.intermediates,
                 "attempts": self.attempts, "repeat_of": self.repeat_of,
                 "metrics": [m.to_dict() for m in self.metrics]}
@@ -235,7 +289,7 @@ class Tuner:
             self._apply(screening)
         _recover_interrupted(study, storage)
         n_init = self.initial_trials(len(warm_start or []))
-        self._prior = [[t for t in g if t.state == "complete"] for g in (prior or [])]
+        self._prior = [[t for t in g if t.state is TrialState.COMPLETE] for g in (prior or [])]
         n_prior = sum(len(g) for g in self._prior)
         # With enough trials from earlier searches, screen once this search's warm-start trials are
         # in (they rank the known winners on this search's workloads) instead of after a design.
@@ -246,13 +300,12 @@ class Tuner:
         else:
             design = n_init
         # A structured space screens its secondary knobs by probes (`_probe`), not by a graph.
-        want_screen = (self.search.screening and not self.space.multi and not self._structured
-                       and screening is None and budget > n_init)
-        probing = self._structured and screening is None and budget > n_init
-        probe_end: int | None = None  # trials done once the probes are in
+        phases = Phases(n_init, screen=(self.search.screening and not self.space.multi and not self._structured
+                                        and screening is None and budget > n_init),
+                        probe=self._structured and screening is None and budget > n_init)
         if not _finished(study):
-            self._seed_trials(study, warm_start or [], n_init if self._structured else design if want_screen else 0)
-        known = {_config_key(t.policy, t.config): t for t in _trials(study) if t.state == "complete"}
+            self._seed_trials(study, warm_start or [], n_init if self._structured else design if phases.screen else 0)
+        known = {_config_key(t.policy, t.config): t for t in _trials(study) if t.state is TrialState.COMPLETE}
         executor = make_executor(self.execution.executor, self.execution.workers,
                                  self.execution.trial_timeout, self.execution.address)
         executor.start(evaluator)
@@ -266,15 +319,14 @@ class Tuner:
         stall = 0  # completed trials since the last new best (counted once screening is done)
         try:
             while True:
-                if want_screen and done >= n_init and not asked:
-                    screening = self._screen(study)
-                    want_screen = False
-                if probing and probe_end is None and done >= n_init and not asked:
-                    probe_end = done + self._probe(study, budget - done)
-                if probing and probe_end is not None and done >= probe_end and not asked:
-                    screening = self._probe_verdict(study)
-                    probing = False
-                limit = n_init if want_screen or (probing and probe_end is None) else budget
+                while (step := phases.due(done, bool(asked))) is not None:
+                    if step is Step.SCREEN:
+                        screening, phases = self._screen(study), replace(phases, screen=False)
+                    elif step is Step.PROBE:
+                        phases = replace(phases, probe_end=done + self._probe(study, budget - done))
+                    else:
+                        screening, phases = self._probe_verdict(study), replace(phases, probe=False)
+                limit = phases.limit(budget)
                 while len(asked) < executor.workers and done + len(asked) < limit:
                     trial = study.ask()
                     name, config = self.space.sample(trial)
@@ -408,7 +460,7 @@ class Tuner:
     # --------------------------------------------------------------------------- screening
 
     def _screen(self, study: optuna.Study) -> Screening | None:
-        trials = [t for t in _trials(study) if t.state == "complete"]
+        trials = [t for t in _trials(study) if t.state is TrialState.COMPLETE]
         name = self.space.names[0]
         trials = [t for t in trials if t.policy == name]
         if not trials:
@@ -437,7 +489,7 @@ class Tuner:
         now. Returns how many; none when `left` trials cannot hold them and one more."""
         name = self.space.names[0]
         space = self.space.config_space(name)
-        complete = [t for t in _trials(study) if t.state == "complete"]
+        complete = [t for t in _trials(study) if t.state is TrialState.COMPLETE]
         if not complete:
             return 0
         best = _best(complete, self.objective)
@@ -476,7 +528,7 @@ class Tuner:
             effects[knob] = (probe.value - base.value) / abs(base.value)
             if abs(effects[knob]) >= PROBE_TOLERANCE:
                 relevant.append(knob)
-        best = _best([t for t in finished.values() if t.state == "complete"], self.objective)
+        best = _best([t for t in finished.values() if t.state is TrialState.COMPLETE], self.objective)
         knobs = [k for k, _, _ in probes]
         result = Screening(knobs, [], self.objective.metric, [], effects, relevant,
                            {k: best.config[k] for k in knobs if k not in relevant}, len(finished),
@@ -496,14 +548,14 @@ class Tuner:
 
     def _improves(self, study: optuna.Study, number: int) -> bool:
         """Is trial `number` the best feasible trial so far?"""
-        trials = [t for t in _trials(study) if t.state == "complete"]
+        trials = [t for t in _trials(study) if t.state is TrialState.COMPLETE]
         return bool(trials) and _best(trials, self.objective).number == number
 
     # ------------------------------------------------------------------------------ result
 
     def _result(self, study: optuna.Study, screening: Screening | None, seconds: float) -> TuneResult:
         trials = _trials(study)
-        complete = [t for t in trials if t.state == "complete"]
+        complete = [t for t in trials if t.state is TrialState.COMPLETE]
         best = _best(complete, self.objective) if complete else None
         first = self.space.policies[0]
         default_cfg = self.space.config_space(first.name).default()
@@ -512,7 +564,7 @@ class Tuner:
         frozen = dict(screening.frozen) if screening and screening.unfrozen_at is None else {}
         searched = [self.space.param_name(p.name, k) for p in self.space.policies
                     for k in self.space.searched(p.name)]
-        run = [t for t in trials if t.state != "pruned"]
+        run = [t for t in trials if t.state is not TrialState.PRUNED]
         cost = {"trials": len(run), "simulations": sum(t.attempts for t in run) * self._n_workloads,
                 "trial_seconds": sum(t.duration for t in run), "wall_seconds": seconds, "seconds": seconds}
         return TuneResult(
@@ -636,18 +688,18 @@ def _config_key(policy: str, config: Mapping[str, Any]) -> str:
 def _trial_of(policy: str, config: Config, number: int, out: TrialRun) -> Trial:
     ev = out.evaluation
     assert ev is not None
-    return Trial(number, policy, config, ev.value, list(ev.metrics), "complete",
+    return Trial(number, policy, config, ev.value, list(ev.metrics), TrialState.COMPLETE,
                  violations=list(ev.violations), intermediates=dict(ev.intermediates))
 
 
 def _trials(study: optuna.Study) -> list[Trial]:
     out = []
     for t in _finished(study):
-        state = {"COMPLETE": "complete", "FAIL": "failed", "PRUNED": "pruned"}[t.state.name]
+        state = _OF_OPTUNA[t.state.name]
         a = t.user_attrs
         out.append(Trial(
             number=t.number, policy=a.get("policy", ""), config=a.get("config", {}),
-            value=t.value if state == "complete" else None,
+            value=t.value if state is TrialState.COMPLETE else None,
             metrics=[Metrics(**m) for m in a.get("metrics", [])], state=state,
             error=a.get("error"), duration=float(a.get("duration", 0.0)),
             violations=list(a.get("violations", [])), intermediates=dict(a.get("intermediates", {})),
