@@ -119,3 +119,60 @@ def test_the_agents_parts_call_only_the_parts_below_them():
             if mod in rank and rank[mod] <= rank[name]:
                 bad.append(f"{path.relative_to(SRC.parent)}:{line} imports {mod}")
     assert bad == []
+
+
+def _graph() -> dict[str, set[str]]:
+    """Each autosched module and the autosched modules it imports (as `_imports` sees them)."""
+    mods = dict(_modules())
+    graph: dict[str, set[str]] = {}
+    for name, path in mods.items():
+        deps = set()
+        for _, mod in _imports(name, path):
+            while mod and mod not in mods:  # `from .x import name`: the module x
+                mod = mod.rpartition(".")[0]
+            if mod.startswith("autosched.") and mod != name:
+                deps.add(mod)
+        graph[name] = deps
+    return graph
+
+
+def import_circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or around a circle (Tarjan's
+    strongly connected components of more than one module)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    circles: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while (w := stack.pop()) != v:
+                group.append(w)
+            if group:
+                circles.append(sorted([v, *group]))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return circles
+
+
+def test_no_modules_import_each_other():
+    """A lazy or type-only import counts: each of a circle's modules can only be read with the
+    others'."""
+    assert import_circles(_graph()) == []
+
+
+def test_import_circles_are_found():
+    # a -> b -> c -> a and d -> e -> d, worked out by hand; f stands alone
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"e"}, "e": {"d", "f"}, "f": set()}
+    assert sorted(import_circles(graph)) == [["a", "b", "c"], ["d", "e"]]

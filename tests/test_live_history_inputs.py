@@ -200,7 +200,7 @@ def test_a_seed_with_a_future_row_and_a_huge_job_counts_them(tmp_path):
     out = agent.step().to_summary()
     assert out["malformed_rows"] == 1 and out["history_jobs"] == 60 + 1
     assert out["left_out"] == {"more GPUs than its partition has": 1}
-    from autosched.live.twin import observe_twin
+    from autosched.live.view import observe_twin
 
     _, view = observe_twin(agent.connector, agent.state_dir, agent.settings.history, str(seed))
     assert "1 job(s) of the history left out of the twin: more GPUs than its partition has" in view["warnings"]

@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, Any, Optional
 import typer
 
 from ..live.settings import AgentSettings
-from .common import LOOP, loop_options
+from .common import LOOP, default_state, loop_options
+from .serve_cmd import serve_cmd
 
 if TYPE_CHECKING:
     from ..live.round import RoundOutcome
@@ -24,10 +25,6 @@ agent_app = typer.Typer(help="The live agent: propose, apply, verify and roll ba
                         no_args_is_help=True)
 
 _STATE_HELP = "the agent's state directory (revision store, settings, history cache)"
-
-
-def default_state() -> Path:
-    return Path(os.environ.get("AUTOSCHED_STATE") or Path.home() / ".autosched")
 
 
 def _state_opt() -> Any:
@@ -444,7 +441,7 @@ def twin_cmd(state: Optional[Path] = _state_opt(),
     cluster; writes nothing."""
     from ..cluster import billing_text
     from ..live.agent import read_only
-    from ..live.twin import observe_twin
+    from ..live.view import observe_twin
     from .common import print_json
 
     settings, connector = read_only(state or default_state())
@@ -474,7 +471,4 @@ def twin_cmd(state: Optional[Path] = _state_opt(),
         typer.echo(f"warning: {w}")
 
 
-# The HTTP API and status page (branch `service`): its code lives in serve_cmd.py.
-from .serve_cmd import serve_cmd  # noqa: E402
-
-agent_app.command("serve")(serve_cmd)
+agent_app.command("serve")(serve_cmd)  # the HTTP API and status page (cli/serve_cmd.py)

@@ -7,6 +7,7 @@ import functools
 import importlib.util
 import inspect
 import json
+import os
 import sys
 from collections.abc import Callable, Mapping
 from contextlib import contextmanager
@@ -21,6 +22,11 @@ from ..cluster import ClusterSpec, fit_to_cluster, parse_cluster
 from ..jsonable import jsonable
 from ..timeparse import format_duration, parse_duration
 from ..trace import LoadReport, Trace, load_trace
+
+
+def default_state() -> Path:
+    """The live agent's state directory when ``--state`` is not given."""
+    return Path(os.environ.get("AUTOSCHED_STATE") or Path.home() / ".autosched")
 
 
 def fail(message: str, code: int = 2) -> NoReturn:

@@ -35,7 +35,7 @@ def serve_cmd(
         raise InputError(f"the service needs the 'service' extra (pip install "
                          f"'autosched[service]'): {e}") from None
     from ..service.serve import serve
-    from .agent_cmd import default_state
+    from .common import default_state
 
     state = state or default_state()
     if not state.is_dir():

@@ -15,8 +15,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
@@ -25,11 +24,8 @@ from ..cluster import BILLED_TRES, ClusterSpec, SlurmPartition, billing_text
 from ..jsonable import jsonable
 from ..policies.multifactor import CLASSIC, CPU_BILL, FAIR_TREE, GPU_BILL
 from .errors import LiveError
-from .history import LiveJobs, SeedHistory, observation, take_jobs, update_history
+from .history import LiveJobs, take_jobs
 from .knobs import LiveSpace, live_space
-
-if TYPE_CHECKING:
-    from .connector import Connector
 
 # the optional trace columns `trace_columns` counts (the ones the twin's Slurm model reads)
 TRACE_COLUMNS = ("time_limit", "user", "account", "partition")
@@ -329,25 +325,6 @@ def billed_tres_note(name: str, weights: tuple[tuple[str, float], ...]) -> str |
         return None
     return (f"partition {name}: the twin bills only CPUs and GPUs; the weights of "
             f"{', '.join(other)} are left out")
-
-
-def observe_twin(connector: Connector, state_dir: Path, window: float,
-                 seed_history: str | None = None) -> tuple[ClusterSetup, dict[str, Any]]:
-    """The twin as a round would see it now, without writing anything: the connector's setup
-    and `twin_view` of the history window (the cache in `state_dir` plus what sacct has since,
-    and the seed file), with a warning for each reason jobs were left out (`twin_jobs`)."""
-    setup = connector.setup()
-    now = connector.now()
-    seed = SeedHistory(seed_history) if seed_history else None
-    jobs = update_history(state_dir, connector.sacct_rows, now, window, seed, save=False)
-    kept, dropped = twin_jobs(jobs, setup)
-    obs, _ = observation(kept, now, window)
-    view = twin_view(setup, obs.history)
-    view["warnings"] += [f"{n} job(s) of the history left out of the twin: {why}"
-                         for why, n in dropped.items()]
-    if jobs.malformed:
-        view["warnings"].append(f"{jobs.malformed} malformed sacct row(s) skipped")
-    return setup, view
 
 
 def twin_space(policy: str, fixed: Mapping[str, Any], setup: ClusterSetup) -> LiveSpace:

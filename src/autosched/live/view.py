@@ -19,13 +19,13 @@ from .activity import Listeners
 from .approval import apply_header, include_writer
 from .connector import Connector
 from .errors import ActionNotAllowed, LiveError
-from .history import LiveJobs, SeedHistory, update_history
+from .history import LiveJobs, SeedHistory, observation, update_history
 from .knobs import LiveSpace, same_value
 from .records import SETUP_KEY, LiveOverride, Revision, RevisionKind, StoredRound
 from .round import Action
 from .settings import AgentSettings
 from .store import RevisionStore
-from .twin import ClusterSetup
+from .twin import ClusterSetup, twin_jobs, twin_view
 
 
 class ClusterView:
@@ -207,3 +207,22 @@ def _in_unit(space: LiveSpace | None, setting: str, text: str | None) -> str:
     except (ConfigError, ValueError, TypeError):
         return ""
     return f" ({v:,.0f} {knob.unit})" if v.is_integer() else f" ({v:g} {knob.unit})"
+
+
+def observe_twin(connector: Connector, state_dir: Path, window: float,
+                 seed_history: str | None = None) -> tuple[ClusterSetup, dict[str, Any]]:
+    """The twin as a round would see it now, without writing anything: the connector's setup
+    and `twin_view` of the history window (the cache in `state_dir` plus what sacct has since,
+    and the seed file), with a warning for each reason jobs were left out (`twin_jobs`)."""
+    setup = connector.setup()
+    now = connector.now()
+    seed = SeedHistory(seed_history) if seed_history else None
+    jobs = update_history(state_dir, connector.sacct_rows, now, window, seed, save=False)
+    kept, dropped = twin_jobs(jobs, setup)
+    obs, _ = observation(kept, now, window)
+    view = twin_view(setup, obs.history)
+    view["warnings"] += [f"{n} job(s) of the history left out of the twin: {why}"
+                         for why, n in dropped.items()]
+    if jobs.malformed:
+        view["warnings"].append(f"{jobs.malformed} malformed sacct row(s) skipped")
+    return setup, view
