@@ -132,3 +132,24 @@ class FakeTime:
     def sleep(self, s):
         self.sleeps.append(s)
         self.t += s
+
+
+def slurm_settings(bed, **kw):
+    """An agent's settings on the Slurm test cluster `bed` (tests/testbed.py): short Slurm
+    timeouts, a one-minute period, the replay model; `kw` overrides."""
+    from autosched.live.settings import AgentSettings
+
+    opts = dict(connector={"kind": "slurm", "slurm_conf": str(bed.conf), "include": str(bed.include),
+                           "timeout": 5.0, "retries": 1, "backoff": 0.5},
+                period=60, history=3600, min_jobs=1000, budget=4, model="replay")
+    opts.update(kw)
+    return AgentSettings(**opts)
+
+
+def show_config(bed, key: str) -> str:
+    """`key`'s value as `scontrol show config` on the test cluster `bed` shows it."""
+    for line in bed.run("scontrol", "show", "config").stdout.splitlines():
+        name, _, value = line.partition("=")
+        if name.strip() == key:
+            return value.strip()
+    raise KeyError(key)

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, ContextManager, Iterator
@@ -109,3 +111,16 @@ def serve_process(state: Path, *argv: str) -> ContextManager[tuple[str, subproce
     """`autosched agent serve` in its own process on a free port; stopped by its pid."""
     return serve_in_process(state, *argv, src=SRC)
 
+
+AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+
+
+def call(url: str, method: str, path: str, body: bytes | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, bytes]:
+    """(status, body) of one request to the service at `url` (an error status too)."""
+    req = urllib.request.Request(url + path, data=body, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()

@@ -18,7 +18,7 @@ from typer.testing import CliRunner
 from autosched.cli import app
 from autosched.trace import Trace, load_trace, write_trace
 from autosched.workload import get_model
-from test_outputs import own_null_device
+from device_kit import own_null_device
 
 runner = CliRunner()
 DAY = 86400.0

@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from autosched.live.store import STOP_FILE, RevisionStore
-from service_kit import AUTOSCHED, SRC, make_app, seed, serve_in_thread
-from test_service_hostile import AUTH, call
+from service_kit import AUTH, AUTOSCHED, SRC, call, make_app, seed, serve_in_thread
 
 ENV = {**os.environ, "PYTHONPATH": SRC}
 

@@ -25,8 +25,8 @@ from autosched.live.events_log import JsonLog, log_line
 from autosched.live.notify import Webhook, check_url, notice, payload
 from autosched.live.records import Evidence, Revision, RevisionKind, RevisionState
 from autosched.live.round import Action
+from live_helpers import make
 from service_kit import AUTOSCHED, SRC, TOKEN, seed
-from test_live_agent import make
 
 
 class Receiver:
@@ -399,8 +399,7 @@ def test_the_cli_says_a_notice_it_could_not_deliver(tmp_path):
 
 def test_a_hanging_receiver_never_holds_up_the_apis_freeze(tmp_path):
     """The API's freeze took 5.0 s against a receiver that slept 30 s."""
-    from service_kit import make_app, serve_in_thread
-    from test_service_hostile import AUTH, call
+    from service_kit import AUTH, call, make_app, serve_in_thread
 
     state = tmp_path / "state"
     store = seed(state)

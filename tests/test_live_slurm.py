@@ -15,24 +15,17 @@ from pathlib import Path
 
 import pytest
 
-from autosched.live.agent import AgentSettings, init_agent, start_agent
+from autosched.live.agent import init_agent, start_agent
 from autosched.live.errors import ActionNotAllowed, ApplyFailed, SlurmUnavailable
 from autosched.live.history import read_jobs
 from autosched.live.records import Evidence, RevisionKind, RevisionState
 from autosched.live.round import Action
 from autosched.live.slurm import SlurmConnector, SlurmRunner
+from live_helpers import show_config, slurm_settings
 
 pytestmark = pytest.mark.slurm
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 AUTOSCHED = str(Path(sys.executable).parent / "autosched")
-
-
-def settings(bed, **kw) -> AgentSettings:
-    opts = dict(connector={"kind": "slurm", "slurm_conf": str(bed.conf), "include": str(bed.include),
-                           "timeout": 5.0, "retries": 1, "backoff": 0.5},
-                period=60, history=3600, min_jobs=1000, budget=4, model="replay")
-    opts.update(kw)
-    return AgentSettings(**opts)
 
 
 @pytest.fixture
@@ -40,18 +33,10 @@ def agent(slurm_testbed, tmp_path):
     """An agent on the testbed; the include file is put back as it was afterwards."""
     before = slurm_testbed.include.read_text()
     os.environ["SLURM_CONF"] = str(slurm_testbed.conf)
-    a = init_agent(tmp_path / "state", settings(slurm_testbed))
+    a = init_agent(tmp_path / "state", slurm_settings(slurm_testbed))
     yield a
     slurm_testbed.include.write_text(before)
     slurm_testbed.reconfigure()
-
-
-def show(bed, key: str) -> str:
-    for line in bed.run("scontrol", "show", "config").stdout.splitlines():
-        name, _, value = line.partition("=")
-        if name.strip() == key:
-            return value.strip()
-    raise KeyError(key)
 
 
 def sprio_weights(bed) -> dict[str, str]:
@@ -114,14 +99,14 @@ def test_approve_shows_in_show_config_and_sprio_and_rollback_restores(slurm_test
     p = agent.store.create(dict(base.config, PriorityWeightAge=4321, PriorityWeightJobSize=2345,
                                 PriorityMaxAge=7200.0), trigger="manual", actor="test")
     agent.approve(p.id, "operator:test")
-    assert show(bed, "PriorityWeightAge") == "4321" and show(bed, "PriorityMaxAge") == "02:00:00"
+    assert show_config(bed, "PriorityWeightAge") == "4321" and show_config(bed, "PriorityMaxAge") == "02:00:00"
     assert sprio_weights(bed)["AGE"] == "4321" and sprio_weights(bed)["JOBSIZE"] == "2345"
     text = bed.include.read_text()
     assert "PriorityWeightAge=4321\n" in text and "\nPriorityWeightQOS=7\n" in text
-    assert show(bed, "PriorityWeightQOS") == "7"  # not managed: unchanged
+    assert show_config(bed, "PriorityWeightQOS") == "7"  # not managed: unchanged
     back = agent.rollback(None, "operator:test")
     assert back.trigger == f"rollback to {base.id}"
-    assert show(bed, "PriorityWeightAge") == "1000" and show(bed, "PriorityMaxAge") == "7-00:00:00"
+    assert show_config(bed, "PriorityWeightAge") == "1000" and show_config(bed, "PriorityMaxAge") == "7-00:00:00"
     assert sprio_weights(bed)["AGE"] == "1000"
     assert agent.store.get(p.id).state is RevisionState.ROLLED_BACK
 
@@ -167,7 +152,7 @@ def test_hand_edit_blocks_and_freeze_stops_the_agent(slurm_testbed, agent):
                            trigger="manual", actor="test")
     with pytest.raises(ActionNotAllowed, match="PriorityWeightAge is 17 live"):
         agent.approve(p.id, "operator:test")
-    assert show(bed, "PriorityWeightJobSize") == "1000"
+    assert show_config(bed, "PriorityWeightJobSize") == "1000"
     adopted = agent.adopt("operator:test")
     assert adopted.config["PriorityWeightAge"] == 17 and agent.status().blocked == ""
     agent.freeze("operator:test", "drill")
@@ -176,10 +161,10 @@ def test_hand_edit_blocks_and_freeze_stops_the_agent(slurm_testbed, agent):
                            actor="test")
     with pytest.raises(ActionNotAllowed, match="frozen by operator:test: drill"):
         agent.approve(q.id, "operator:test")
-    assert show(bed, "PriorityWeightJobSize") == "1000"
+    assert show_config(bed, "PriorityWeightJobSize") == "1000"
     agent.unfreeze("operator:test")
     agent.approve(q.id, "operator:test")
-    assert show(bed, "PriorityWeightJobSize") == "5" and show(bed, "PriorityWeightAge") == "17"
+    assert show_config(bed, "PriorityWeightJobSize") == "5" and show_config(bed, "PriorityWeightAge") == "17"
 
 
 def test_a_value_that_does_not_take_effect_is_restored_and_failed(slurm_testbed, agent, tmp_path):
@@ -217,7 +202,7 @@ def test_slurmctld_down_blocks_and_nothing_is_applied(slurm_testbed, agent):
     finally:
         bed.start_slurmctld()
     agent.approve(p.id, "operator:test")
-    assert show(bed, "PriorityWeightAge") == "2222"
+    assert show_config(bed, "PriorityWeightAge") == "2222"
 
 
 def test_kill_9_at_any_point_of_an_apply_leaves_old_or_new(slurm_testbed, agent, tmp_path):
@@ -288,18 +273,18 @@ def test_bf_parameters_merge_into_scheduler_parameters(slurm_testbed):
     conn = SlurmConnector(bed.include, bed.conf)
     try:
         conn.apply({"bf_window": "2880", "bf_continue": ""}, header="test")
-        params = show(bed, "SchedulerParameters").split(",")
+        params = show_config(bed, "SchedulerParameters").split(",")
         # managed entries changed or added, the others (bf_interval, bf_resolution) kept
         assert sorted(params) == sorted(["bf_window=2880", "bf_interval=30", "bf_resolution=60",
                                          "bf_continue"])
         conn.apply({"bf_window": "1440"})  # bf_continue no longer managed -> dropped from ours
-        assert sorted(show(bed, "SchedulerParameters").split(",")) == sorted(
+        assert sorted(show_config(bed, "SchedulerParameters").split(",")) == sorted(
             ["bf_window=1440", "bf_interval=30", "bf_resolution=60"])
         assert bed.include.read_text().count("SchedulerParameters=") == 1
     finally:
         bed.include.write_text(before)
         bed.reconfigure()
-    assert show(bed, "SchedulerParameters") == "bf_window=1440,bf_interval=30,bf_resolution=60"
+    assert show_config(bed, "SchedulerParameters") == "bf_window=1440,bf_interval=30,bf_resolution=60"
 
 
 # -- what a round makes of Slurm's failures (live/failures.py; on the fake: test_live_failures.py)
@@ -391,4 +376,4 @@ def test_a_guard_rollback_meeting_a_stopped_slurmctld_is_tried_again_in_30_s(slu
         bed.start_slurmctld()
     out = a.step()
     assert out.action is Action.ROLLED_BACK and a.store.running().config == agent.store.get(1).config
-    assert show(bed, "PriorityWeightAge") == str(agent.store.get(1).config["PriorityWeightAge"])
+    assert show_config(bed, "PriorityWeightAge") == str(agent.store.get(1).config["PriorityWeightAge"])

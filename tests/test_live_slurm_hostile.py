@@ -16,7 +16,7 @@ import pytest
 from autosched.live.agent import init_agent
 from autosched.live.history import HISTORY_FILE, read_jobs
 from autosched.live.slurm import SACCT_FIELDS, SlurmConnector, slurm_stamp
-from test_live_slurm import settings
+from live_helpers import slurm_settings
 
 pytestmark = pytest.mark.slurm
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -124,7 +124,7 @@ def test_agent_step_and_slurm_history_keep_only_real_jobs(slurm_testbed, hostile
     since, done = hostile_jobs
     before = bed.include.read_text()
     try:
-        init_agent(tmp_path / "st", settings(bed))
+        init_agent(tmp_path / "st", slurm_settings(bed))
         env = dict(bed.env, PYTHONPATH=SRC)
         step = subprocess.run([AUTOSCHED, "agent", "step", "--state", str(tmp_path / "st")],
                               env=env, capture_output=True, text=True, timeout=120)
@@ -157,7 +157,7 @@ def test_a_cache_fetched_with_other_columns_is_fetched_again(slurm_testbed, host
     since, done = hostile_jobs
     before = bed.include.read_text()
     try:
-        agent = init_agent(tmp_path / "st", settings(bed))
+        agent = init_agent(tmp_path / "st", slurm_settings(bed))
         old = "|".join(OLD_FIELDS) + "\n" + FORGED_OLD + "\n"
         (tmp_path / "st" / HISTORY_FILE).write_text(old)
         (tmp_path / "st" / "fetched.json").write_text(f'{{"until": {time.time() - 1}}}')

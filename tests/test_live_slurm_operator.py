@@ -15,7 +15,7 @@ import pytest
 from autosched.live.agent import init_agent
 from autosched.live.errors import ActionNotAllowed
 from autosched.live.records import LiveOverride, RevisionKind
-from test_live_slurm import settings, show
+from live_helpers import show_config, slurm_settings
 
 pytestmark = pytest.mark.slurm
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -28,7 +28,7 @@ def bed_agent(slurm_testbed, tmp_path):
     bed = slurm_testbed
     conf, include = bed.conf.read_text(), bed.include.read_text()
     os.environ["SLURM_CONF"] = str(bed.conf)
-    a = init_agent(tmp_path / "state", settings(bed))
+    a = init_agent(tmp_path / "state", slurm_settings(bed))
     a.step()  # records the baseline
     yield a
     bed.conf.write_text(conf)
@@ -54,10 +54,10 @@ def test_a_rollback_over_a_hand_edit_is_refused_then_forced_and_recorded(slurm_t
     bed, agent = slurm_testbed, bed_agent
     _approve(agent, PriorityWeightAge=1234)
     _hand_edit(bed, "PriorityWeightAge", "7")
-    assert show(bed, "PriorityWeightAge") == "7"
+    assert show_config(bed, "PriorityWeightAge") == "7"
     with pytest.raises(ActionNotAllowed, match="PriorityWeightAge is 7 live, 1234 in revision 2"):
         agent.rollback(None, "operator:test")
-    assert show(bed, "PriorityWeightAge") == "7"
+    assert show_config(bed, "PriorityWeightAge") == "7"
     env = dict(bed.env, PYTHONPATH=SRC)
     res = subprocess.run([AUTOSCHED, "agent", "rollback", "--state", str(agent.state_dir)],
                          env=env, capture_output=True, text=True, timeout=120)
@@ -67,7 +67,7 @@ def test_a_rollback_over_a_hand_edit_is_refused_then_forced_and_recorded(slurm_t
                          timeout=120)
     assert res.returncode == 0, res.stderr
     assert "discarded the hand-set PriorityWeightAge=7 (the running revision had 1234)" in res.stdout
-    assert show(bed, "PriorityWeightAge") == "1000"
+    assert show_config(bed, "PriorityWeightAge") == "1000"
     back = agent.store.running()
     assert back.kind is RevisionKind.ROLLBACK
     assert back.overridden == (LiveOverride("PriorityWeightAge", "7", "1234"),)
@@ -86,9 +86,9 @@ def test_writes_and_rounds_carry_slurm_confs_own_scheduler_parameters(slurm_test
     bed.conf.write_text(edited)
     bed.reconfigure()
     # the include file's full line shadows slurm.conf's: the new entries are not live yet
-    assert "default_queue_depth" not in show(bed, "SchedulerParameters")
+    assert "default_queue_depth" not in show_config(bed, "SchedulerParameters")
     out = agent.step()
-    params = show(bed, "SchedulerParameters").split(",")
+    params = show_config(bed, "SchedulerParameters").split(",")
     assert {"default_queue_depth=200", "bf_max_job_user=4"} <= set(params)
     assert len(out.merged) == 1 and "default_queue_depth=200,bf_max_job_user=4" in out.merged[0]
     assert agent.store.last_round().merged == out.merged
@@ -96,16 +96,16 @@ def test_writes_and_rounds_carry_slurm_confs_own_scheduler_parameters(slurm_test
     assert fair == ["PriorityWeightFairshare=50000 in slurm.conf does not take effect: the agent's "
                     "include file sets PriorityWeightFairshare=10000 (revision 2); change it "
                     "through the agent"]
-    assert show(bed, "PriorityWeightFairShare") == "10000"
+    assert show_config(bed, "PriorityWeightFairShare") == "10000"
     assert fair[0] in agent.status().shadowed
     assert agent.step().merged == ()  # nothing more to carry: nothing written
     # a write (an approve) carries slurm.conf's entries as they are now
     bed.conf.write_text(edited.replace(",bf_max_job_user=4", ""))
     _approve(agent, PriorityWeightAge=1235)
-    params = show(bed, "SchedulerParameters").split(",")
+    params = show_config(bed, "SchedulerParameters").split(",")
     assert "default_queue_depth=200" in params and not any(
         p.startswith("bf_max_job_user") for p in params)
-    assert show(bed, "PriorityWeightAge") == "1235"
+    assert show_config(bed, "PriorityWeightAge") == "1235"
 
 
 def test_a_freeze_answers_at_once_while_slurmctld_is_down_and_a_rollback_waits_on_it(
@@ -164,10 +164,10 @@ def test_agent_status_only_reads_a_round_reconciles(slurm_testbed, bed_agent):
     assert bed.include.read_text().endswith("PriorityWeightAge=4321\n")  # not restored
     assert agent.store.open_apply() is not None
     bed.reconfigure()  # (Slurm re-reads the file the killed apply wrote, as any reconfigure would)
-    assert show(bed, "PriorityWeightAge") == "4321"
+    assert show_config(bed, "PriorityWeightAge") == "4321"
     agent.step()  # a round reconciles: the file before, Slurm reconfigured
     assert agent.store.open_apply() is None and bed.include.read_text() == before
-    assert show(bed, "PriorityWeightAge") == "1000"
+    assert show_config(bed, "PriorityWeightAge") == "1000"
     st = agent.status()
     assert st.live is not None and st.live.knobs["PriorityWeightAge"] == "1000"
 

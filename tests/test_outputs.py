@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import stat
 import subprocess
 import sys
 import textwrap
@@ -16,6 +15,7 @@ import pytest
 
 from autosched.atomic import OutputError, atomic_path, check_output, output_scope, protect_inputs, write_text_atomic, writer_tag
 from autosched.errors import AutoschedError
+from device_kit import own_null_device
 
 SRC = Path(__file__).resolve().parents[1] / "src"
 
@@ -36,18 +36,6 @@ def test_a_fifo_a_device_and_a_directory_are_refused_and_left_alone(tmp_path):
             write_text_atomic(out, "data")
     assert device.is_char_device()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["null", "null.csv", "x.csv"]  # no temp left
-
-
-def own_null_device(path: Path) -> Path:
-    """A character device node of our own (the null device's numbers), as `mknod x.csv c 1 3`.
-
-    Never a link to the real /dev/null: code with the bug under test would replace /dev/null
-    itself with a regular file, for every process on the machine."""
-    try:
-        os.mknod(path, 0o666 | stat.S_IFCHR, os.makedev(1, 3))
-    except PermissionError:
-        pytest.skip("making a device node needs root (CAP_MKNOD)")
-    return path
 
 
 def test_an_input_of_the_command_is_never_overwritten(tmp_path):

@@ -12,8 +12,6 @@ import sqlite3
 import subprocess
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,9 +20,7 @@ from autosched.errors import InputError
 from autosched.live.store import RevisionStore
 from autosched.service.guard import MAX_BODY
 from autosched.service.token import load_or_create_token
-from service_kit import AUTOSCHED, SRC, TOKEN, make_app, seed, serve_in_thread
-
-AUTH = {"Authorization": f"Bearer {TOKEN}", "Content-Type": "application/json"}
+from service_kit import AUTH, AUTOSCHED, SRC, TOKEN, call, make_app, seed, serve_in_thread
 
 
 @pytest.fixture
@@ -33,16 +29,6 @@ def svc(tmp_path):
     store = seed(tmp_path / "state")
     with serve_in_thread(make_app(tmp_path / "state")) as url:
         yield url, store
-
-
-def call(url: str, method: str, path: str, body: bytes | None = None,
-         headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-    req = urllib.request.Request(url + path, data=body, method=method, headers=headers or {})
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 def raw_head(url: str, head: str, timeout: float = 10.0) -> bytes:

@@ -25,7 +25,7 @@ from autosched.trace.table import Trace
 from autosched.tune import ExecutionConfig, Objective, ObjectiveError, SearchConfig, TuneError, Tuner, distribution, fragmentation
 from autosched.tune.screening import screen
 from autosched.tune.searchspace import from_unit, latin_hypercube
-from test_tune_doubles import (
+from tune_doubles import (
     CLUSTER,
     RELEVANT,
     TRACE,
@@ -329,7 +329,7 @@ def test_workers_inherit_the_parent_frozen_and_the_parent_stays_unfrozen():
 _RUNNER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
-    from test_tune_doubles import CLUSTER, TRACE, Knobby, slow_sim
+    from tune_doubles import CLUSTER, TRACE, Knobby, slow_sim
     from autosched.tune import ExecutionConfig, SearchConfig, Tuner
     Tuner(Knobby, CLUSTER, None, SearchConfig(budget=200, screening=False), ExecutionConfig(study={study!r}),
           simulator=slow_sim).tune([TRACE])

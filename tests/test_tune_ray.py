@@ -39,7 +39,7 @@ def test_ray_executor_runs_the_same_trials_as_local():
 def test_a_trial_whose_ray_worker_dies_is_retried_once(tmp_path, monkeypatch):
     """The worker process exits in the middle of the first attempt of each trial (as a node
     running out of memory would end it); the retry on a fresh worker completes it."""
-    import test_tune_doubles as doubles
+    import tune_doubles as doubles
 
     ray.cloudpickle.register_pickle_by_value(doubles)  # the workers cannot import tests/
     monkeypatch.setenv("AUTOSCHED_TEST_MARKERS", str(tmp_path))  # inherited by the workers

@@ -16,7 +16,7 @@ from autosched.space import Bool, ConfigSpace, Int, Subspace
 from autosched.tune import ExecutionConfig, Objective, SearchConfig, TuneError, Tuner
 from autosched.tune.searchspace import SCALE_PARAM, SearchSpace, direction_of, share_param, weights_of
 from autosched.tune.study import StudyError
-from test_tune_doubles import CLUSTER, TRACE, Knobby, known_sim
+from tune_doubles import CLUSTER, TRACE, Knobby, known_sim
 
 
 class Weighted(Policy):

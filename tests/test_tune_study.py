@@ -24,7 +24,7 @@ from autosched.policies.base import Policy
 from autosched.space import Bool, Categorical, ConfigSpace
 from autosched.tune import ExecutionConfig, Objective, SearchConfig, StudyError, TuneError, Tuner, trace_digest
 from autosched.tune.study import StudyLock
-from test_tune_doubles import CLUSTER, TRACE, Knobby, known_sim, metrics_of
+from tune_doubles import CLUSTER, TRACE, Knobby, known_sim, metrics_of
 
 TESTS = Path(__file__).resolve().parent
 AUTOSCHED = Path(sys.executable).with_name("autosched")
@@ -399,7 +399,7 @@ def test_a_config_the_study_has_is_not_simulated_again(tmp_path):
 _RUNNER = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
-    from test_tune_doubles import CLUSTER, TRACE, Knobby, slower_sim
+    from tune_doubles import CLUSTER, TRACE, Knobby, slower_sim
     from autosched.tune import ExecutionConfig, SearchConfig, Tuner
     Tuner(Knobby, CLUSTER, None, SearchConfig(budget=200, screening=False, seed=5),
           ExecutionConfig(study={study!r}, workers={workers}), simulator=slower_sim).tune([TRACE])
@@ -450,7 +450,7 @@ def test_settings_are_checked_once_where_they_are_declared():
 _HANGING = textwrap.dedent("""
     import sys
     sys.path.insert(0, {tests!r})
-    from test_tune_doubles import CLUSTER, TRACE, Knobby, hanging_sim
+    from tune_doubles import CLUSTER, TRACE, Knobby, hanging_sim
     from autosched.tune import ExecutionConfig, SearchConfig, Tuner
     Tuner(Knobby, CLUSTER, None, SearchConfig(budget=10, screening=False),
           ExecutionConfig(study={study!r}, workers=2), simulator=hanging_sim).tune([TRACE])
