@@ -166,24 +166,16 @@ class NodeView:
     free then?) plans on a copy (`planning_copy`, or `NodePool.from_free` on counts of its own).
     """
 
-    __slots__ = ("_pool",)
+    __slots__ = ("_pool", "gpn", "capacity", "nodes")
     _pool: NodePool
+    gpn: int  # GPUs per node
+    capacity: int
+    nodes: int
 
     def __init__(self, pool: NodePool) -> None:
-        object.__setattr__(self, "_pool", pool)
-
-    @property
-    def gpn(self) -> int:
-        """GPUs per node."""
-        return self._pool.gpn
-
-    @property
-    def nodes(self) -> int:
-        return len(self._pool.free)
-
-    @property
-    def capacity(self) -> int:
-        return self._pool.capacity
+        for name, value in (("_pool", pool), ("gpn", pool.gpn), ("capacity", pool.capacity),
+                            ("nodes", len(pool.free))):
+            object.__setattr__(self, name, value)  # (its own `__setattr__` refuses every write)
 
     @property
     def free_gpus(self) -> int:
