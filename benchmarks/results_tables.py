@@ -219,10 +219,12 @@ def options(settings: dict[str, Any], strategies: list[str], n_seeds: int) -> li
     for key, flag in flags.items():
         if settings[key] != default[key]:
             out.append(f"{flag} {_duration(settings[key])}")
-    plain = {"budget": "--budget", "samples": "--samples", "validation_samples": "--validation-samples",
-             "level_sd": "--level-sd", "model": "--model", "metric": "--objective", "guard_k": "--noise-k",
-             "guard_margin": "--margin", "guard_max_loss": "--max-loss"}
-    for key, flag in plain.items():
+    from autosched.cli.common import loop_flags
+
+    declared = {f.field: f.decls[0] for f in loop_flags()}  # each setting's option, as declared
+    plain = ("budget", "samples", "validation_samples", "level_sd", "model", "metric", "guard_k",
+             "guard_margin", "guard_max_loss")
+    for key, flag in ((k, declared[k]) for k in plain):
         if settings[key] != default[key]:
             out.append(f"{flag} {settings[key]:g}" if isinstance(settings[key], float) else f"{flag} {settings[key]}")
     if settings["oracle_budget"] != 10 * settings["budget"]:

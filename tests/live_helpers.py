@@ -65,7 +65,8 @@ def make(tmp_path, sacct=None, pin=None, connector=None, **kw):
     if sacct is None or pin is not None:
         fake.update(clock=now if pin is None else pin)
     opts = dict(connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=600,
-                history=3600, min_jobs=10, budget=12, model="replay", guard_margin=0.0, guard_k=0.0)
+                history=3600, min_jobs=10, budget=12, model="replay", guard_margin=0.0, guard_k=0.0,
+                rollback_margin=0.0)
     opts.update(kw)
     conn = None if connector is None else connector(fake.dir)
     agent = init_agent(tmp_path / "state", AgentSettings(**opts), conn)

@@ -228,7 +228,7 @@ def test_drift_needs_significance_and_size():
 # ------------------------------------------------------------------------------ guardrail
 
 def test_guardrail_by_hand():
-    g = Guardrail(k=2.0, min_margin=0.01)
+    g = Guardrail(k=2.0, margin=0.01)
     v = g.judge([100, 100, 100], [90, 92, 88])  # gains .10 .08 .12: mean .10, s.e. .02/sqrt(3)
     assert v.deploy and v.gain == pytest.approx(0.10) and v.spread == pytest.approx(0.02 / math.sqrt(3))
     v = g.judge([100, 100, 100], [90, 110, 95])  # mean gain .0167, s.e. .0601: within noise
@@ -237,7 +237,7 @@ def test_guardrail_by_hand():
     assert not v.deploy and v.gain == pytest.approx(-0.015) and "predicted worse" in v.reason
     v = g.judge([100], [99.5])
     assert not v.deploy and "below the margin" in v.reason
-    v = Guardrail(min_margin=0.0).judge([0.5, 0.5], [0.6, 0.62], minimize=False)  # utilisation: more is better
+    v = Guardrail(margin=0.0).judge([0.5, 0.5], [0.6, 0.62], minimize=False)  # utilisation: more is better
     assert v.deploy and v.gain == pytest.approx(0.22)
 
 
@@ -250,12 +250,12 @@ def test_guardrail_refuses_unpaired_values():
 
 def test_guardrail_max_loss_by_hand():
     """Scenarios: better on average is not enough if one scenario is clearly worse."""
-    g = Guardrail(k=0.0, min_margin=0.01, max_loss=0.02)
+    g = Guardrail(k=0.0, margin=0.01, max_loss=0.02)
     v = g.judge([100, 100, 100], [90, 90, 103])  # gains .10 .10 -.03: mean .0567, worst -.03
     assert not v.deploy and v.gain == pytest.approx(0.17 / 3) and "-3.00% on one workload" in v.reason
     v = g.judge([100, 100, 100], [90, 90, 101.5])  # worst -.015: within the allowed loss
     assert v.deploy and "worst workload -1.50%" in v.reason
-    assert Guardrail(k=0.0, min_margin=0.01).judge([100, 100, 100], [90, 90, 103]).deploy  # no floor
+    assert Guardrail(k=0.0, margin=0.01).judge([100, 100, 100], [90, 90, 103]).deploy  # no floor
     with pytest.raises(AdaptError, match="max loss must be finite and >= 0"):
         Guardrail(max_loss=-0.01)
 
@@ -273,7 +273,7 @@ def test_controller_settings_are_typed_and_checked_once(tmp_path):
     ctrl = _controller(FakeTuner, cl, screening=True, seed=4)
     assert ctrl.search == SearchConfig(budget=3, seed=4, screening=True)  # a round replaces the seed
     assert ctrl.guardrail == Guardrail(1.0, 0.01) and ctrl.drift is None and ctrl.objective.metric == "avg_jct"
-    with pytest.raises(AdaptError, match="budget must be at least 1"):
+    with pytest.raises(AdaptError, match="budget 0: must be at least 1"):
         Controller(LoopConfig(budget=0), cl, ModelSource("fake", samples=1, factory=fake_model_factory))
     with pytest.raises(AdaptError, match="is not a LoopConfig"):
         Controller({"budget": 3}, cl, ModelSource("fake", samples=1, factory=fake_model_factory))

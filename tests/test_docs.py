@@ -263,6 +263,18 @@ def test_the_managed_knob_tables_are_the_code_s():
     assert f"manages ({len(managed)};" in doc
 
 
+def test_the_settings_tables_are_the_declarations():
+    st = script_module("scripts/settings_table.py")
+    for name, path in st.DOCS.items():
+        doc = path.read_text()
+        assert st.render(name, doc) == doc, f"{path}'s settings table is not current: run scripts/settings_table.py"
+    from autosched.adapt.config import LOOP_FIELDS
+
+    rows = [line for line in st.loop_table() if line.startswith("| ")][1:]  # (after the header)
+    assert [r.split(" | ")[1].strip("`") for r in rows] == list(LOOP_FIELDS)
+    assert "| `--guard-margin` | `guard_margin` | 0.01 | 0.02 | at least 0 |" in "\n".join(rows)
+
+
 def test_a_run_without_the_oracles_has_no_share_and_says_so(tmp_path):
     data = _two_seeds()
     for run in (data, data["runs"][0]):

@@ -51,7 +51,7 @@ from live_helpers import HEADER, row
 
 A, P = RevisionState.APPLIED, RevisionState.PROPOSED
 K = RevisionKind
-RULES = RoundRules(period=600.0, history=3600.0, min_jobs=10, metric="avg_jct", margin=0.05,
+RULES = RoundRules(period=600.0, history=3600.0, min_jobs=10, metric="avg_jct", rollback_margin=0.05,
                    max_twin_error=0.25)
 T = 1_800_000_000.0  # when the running revision went live
 SETUP = ClusterSetup((("n1", 8), ("n2", 8)))

@@ -43,7 +43,8 @@ def make(tmp_path, setup=SETUP, **kw):
     # budget 12, as in test_live_agent: the first trials are the running config and multifactor's
     # archetypes, none better on `contended`; the design after them finds a winner
     opts = dict(connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=600,
-                history=3600, min_jobs=10, budget=12, model="replay", guard_margin=0.0, guard_k=0.0)
+                history=3600, min_jobs=10, budget=12, model="replay", guard_margin=0.0, guard_k=0.0,
+                rollback_margin=0.0)
     opts.update(kw)
     return init_agent(tmp_path / "state", AgentSettings(**opts)), fake
 

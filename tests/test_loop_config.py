@@ -19,8 +19,9 @@ from typer.testing import CliRunner
 from autosched.adapt import Controller, Guardrail, LoopConfig, ModelSource, Settings, observe
 from autosched.adapt.config import LOOP_FIELDS
 from autosched.adapt.controller import default_tuner_factory
+from autosched.adapt.setting import settings_of
 from autosched.cli import build_app
-from autosched.cli.common import LOOP_FLAGS, WITHOUT_FLAG
+from autosched.cli.common import loop_flags
 from autosched.cluster import ClusterSpec
 from autosched.errors import InputError
 from autosched.live.agent import init_agent, open_agent
@@ -63,11 +64,14 @@ def test_run_and_the_agent_share_the_loop_settings_and_differ_only_in_the_named_
     assert set(LOOP_FIELDS) <= {f.name for f in fields(Settings)} & {f.name for f in fields(AgentSettings)}
 
 
-def test_adding_a_loop_setting_means_a_field_and_a_flag():
-    """Every LoopConfig field has exactly one option in the group both commands use (or is listed
-    as Python-only), so a new setting is a field in LoopConfig and a line in LOOP_FLAGS."""
-    assert sorted(f.field for f in LOOP_FLAGS) == sorted(set(LOOP_FIELDS) - set(WITHOUT_FLAG))
-    decls = [d for f in LOOP_FLAGS for decl in (*f.decls, *f.hidden) for d in decl.split("/")]
+def test_adding_a_loop_setting_means_one_declared_field():
+    """Every LoopConfig field is declared (`setting`: default, help, flag, range), and each one
+    with a flag has exactly one option in the group both commands use, made from it."""
+    declared = settings_of(LoopConfig)
+    assert list(declared) == list(LOOP_FIELDS) and all(s.help for s in declared.values())
+    assert [f.field for f in loop_flags()] == [k for k, s in declared.items() if s.flags]
+    assert [k for k, s in declared.items() if not s.flags] == ["carry_backlog"]  # Python only
+    decls = [d for f in loop_flags() for decl in (*f.decls, *f.hidden) for d in decl.split("/")]
     assert len(decls) == len(set(decls))
     import typer.main
 
@@ -101,12 +105,14 @@ def test_the_option_defaults_are_each_command_s_settings_defaults():
     ({"period": -5.0}, "period and history must be longer than 0 (got period -5 s, history 604800 s)"),
     ({"history": 367 * DAY}, "history of 367 days is beyond the 366-day limit of one workload sample"),
     ({"history": 3_000_000 * DAY}, "history of 3,000,000 days is beyond the 366-day limit"),
-    ({"seed": -1}, "seed must be in [0, 4294967295] (got -1)"),
+    ({"seed": -1}, "seed -1: must be in [0, 4294967295]"),
     ({"policy": "lottery"}, "unknown policy 'lottery'"),
     ({"model": "crystal"}, "unknown workload model 'crystal'"),
     ({"metric": "speed"}, "objective: unknown metric 'speed'"),
-    ({"guard_k": -1.0}, "the guardrail's k, margin and max loss must be finite and >= 0"),
-    ({"samples": 0}, "samples must be at least 1 (got 0)"),
+    ({"guard_k": -1.0}, "guard k -1.0: must be at least 0"),
+    ({"guard_max_loss": -0.5}, "guard max loss -0.5: must be at least 0"),
+    ({"samples": 0}, "samples 0: must be at least 1"),
+    ({"budget": 0}, "budget 0: must be at least 1"),
 ])
 def test_a_bad_loop_setting_is_refused_with_its_name(change, message):
     for cls, extra in ((LoopConfig, {}), (Settings, {}), (AgentSettings, {"connector": {"kind": "fake", "directory": "/x"}})):
@@ -169,6 +175,19 @@ def test_a_flat_settings_file_written_before_the_loop_was_nested_loads():
     assert slurm.loop_values() == {**LoopConfig().loop_values(), **LIVE}
 
 
+def test_a_settings_file_from_when_one_margin_did_both_jobs_rolls_back_at_that_margin():
+    """Written before the rollback margin was a setting of its own: the guardrail's margin (5%
+    here) was also the loss that rolled a change back, and still is for that agent; a new agent
+    rolls back at its own (2%), whatever its guardrail's."""
+    old = AgentSettings.from_json({"connector": {"kind": "fake", "directory": "/x"},
+                                   "loop": {"guard_margin": 0.05}}, "settings.json")
+    assert (old.guard_margin, old.rollback_margin) == (0.05, 0.05)
+    flat = AgentSettings.from_json({"connector": {"kind": "fake", "directory": "/x"}, "margin": 0.04}, "s.json")
+    assert flat.rollback_margin == 0.04
+    new = AgentSettings(connector={"kind": "fake", "directory": "/x"}, guard_margin=0.05)
+    assert new.rollback_margin == 0.02 and AgentSettings.from_json(new.to_json(), "s.json") == new
+
+
 def test_a_flat_settings_file_with_a_webhook_loads_it_and_a_bad_url_is_refused():
     """A flat file as `agent init --notify` wrote it before the loop's settings were nested: the
     URL is a live setting, checked as `agent init` checks it."""
@@ -188,8 +207,8 @@ def test_settings_are_saved_nested_and_read_back_the_same(tmp_path):
         "PriorityWeightAge": [10.0, 100.0]}, fixed={"placement": "spread"})
     s.save(tmp_path)
     saved = json.loads((tmp_path / SETTINGS_FILE).read_text())
-    assert set(saved) == {"connector", "mode", "min_jobs", "bounds", "max_step", "fixed", "seed_history", "max_twin_error", "notify",
-                          "time_scale", "loop"}
+    assert set(saved) == {"connector", "mode", "min_jobs", "bounds", "max_step", "fixed", "seed_history",
+                          "rollback_margin", "max_twin_error", "notify", "time_scale", "loop"}
     assert saved["loop"]["guard_k"] == 0.5 and set(saved["loop"]) == set(LOOP_FIELDS)
     assert AgentSettings.load(tmp_path) == s
 
@@ -290,7 +309,8 @@ def conf(tmp_path):
     (["--period", "400d"], "period of 400 days is beyond the 366-day limit"),
     (["--period", "10"], "period 10 s: at least 60 s"),
     (["--max-step", "0"], "max step 0: must be in (0, 1]"),
-    (["--min-jobs", "0"], "min jobs must be at least 1 (got 0)"),
+    (["--min-jobs", "0"], "min jobs 0: must be at least 1"),
+    (["--rollback-margin", "-0.01"], "rollback margin -0.01: must be at least 0"),
     (["--fix", "PriorityWeightAge=5"], "cannot fix PriorityWeightAge: a knob with a live Slurm setting"),
     (["--model", "crystal"], "unknown workload model 'crystal'"),
     (["--seed-history", "/nonexistent/h.txt"], "/nonexistent/h.txt: no such file"),

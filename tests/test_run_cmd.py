@@ -132,10 +132,11 @@ def test_run_table_in_a_pipe_keeps_every_column_of_all_strategies(tiny):
 
 @pytest.mark.parametrize("extra, message", [
     (["--period", "0"], "period and history must be longer than 0 (got period 0 s"),
-    (["--samples", "0"], "samples must be at least 1 (got 0)"),
+    (["--samples", "0"], "samples 0: must be at least 1"),
     (["--validation-samples", "1"], "validation samples must be at least 2, to measure a spread (got 1)"),
-    (["--noise-k", "-1"], "the guardrail's k, margin and max loss must be finite and >= 0 (got k -1"),
-    (["--max-loss", "-0.1"], "max loss -0.1)"),
+    (["--guard-k", "-1"], "guard k -1.0: must be at least 0"),
+    (["--noise-k", "-1"], "guard k -1.0: must be at least 0"),  # the old spelling
+    (["--guard-max-loss", "-0.1"], "guard max loss -0.1: must be at least 0"),
     (["--level-sd", "3"], "level sd must be in [0, 2] (got 3)"),
     (["--max-loss", "nan"], "guard max loss nan: must be finite"),
     (["--validation-samples", "600"], "at most 503 samples and 506 validation samples a round"),
@@ -143,7 +144,7 @@ def test_run_table_in_a_pipe_keeps_every_column_of_all_strategies(tiny):
     (["--strategies", "default,magic"], "--strategies: unknown magic"),
     (["--model", "crystal"], "unknown workload model 'crystal'"),
     (["--policy", "lottery"], "unknown policy 'lottery'"),
-    (["--budget", "0"], "budget must be at least 1 (got 0)"),
+    (["--budget", "0"], "budget 0: must be at least 1"),
     (["--objective", "speed"], "objective: unknown metric 'speed'"),
     (["--history", "400d"], "history of 400 days is beyond the 366-day limit of one workload sample"),
     (["--seed", "-1"], "--seed must be in [0, 4294967295] (got -1)"),
@@ -260,14 +261,14 @@ def test_run_options_default_to_the_settings_defaults():
     import inspect
 
     from autosched.adapt import STRATEGIES, Settings
-    from autosched.cli.common import LOOP_FLAGS
+    from autosched.cli.common import loop_flags
     from autosched.cli.run_cmd import RunOptions, run_cmd
     from autosched.timeparse import parse_duration
     from autosched.tune import ExecutionConfig
 
     d = {k: p.default.default for k, p in inspect.signature(run_cmd).parameters.items()
          if hasattr(p.default, "default")}
-    loop = {f.field: parse_duration(d[f.field]) if f.duration else d[f.field] for f in LOOP_FLAGS}
+    loop = {f.field: parse_duration(d[f.field]) if f.duration else d[f.field] for f in loop_flags()}
     got, _, _ = RunOptions.of({**d, "loop": loop}).resolve(STRATEGIES)
     ref = Settings()
     assert got.execution == ExecutionConfig(workers=2)  # the command's own default

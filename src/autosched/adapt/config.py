@@ -2,8 +2,9 @@
 
 `autosched run`'s `Settings` (adapt/experiment.py) and the live agent's `AgentSettings`
 (live/settings.py) are `LoopConfig` plus their own fields, and `Controller` takes it. A setting of
-the loop is a field here; the command line's flag for it is one line of the shared option group
-(`autosched.cli.common.LOOP_FLAGS`), used by both `run` and `agent init`.
+the loop is one declared field here (`adapt/setting.py`: default, help, flag, range); the
+command line's option group both `run` and `agent init` use (`autosched.cli.common.loop_flags`)
+and the docs' settings tables are made from it.
 
 Also here: the seeds of a run's rounds (`round_seed_of`), which the settings' sample counts must
 keep apart (`check_sample_counts`).
@@ -15,15 +16,17 @@ import math
 import types
 import typing
 from dataclasses import dataclass, fields
-from typing import Any
+from typing import Any, ClassVar
 
 from ..policies import get_policy
+from ..space import Knob
 from ..tune import Objective, SearchConfig
 from ..workload import get_model
 from ..workload.base import MAX_HORIZON
 from .errors import AdaptError
 from .guardrail import Guardrail
 from .observe import BACKLOG_HISTORY
+from .setting import check_settings, declared, setting
 from .sources import ModelSource, check_model_source
 
 DAY = 86400.0
@@ -34,49 +37,70 @@ MAX_SEED = 2**32 - 1  # the samplers' seeding (NumPy's legacy RandomState) takes
 MAX_SPAN = MAX_HORIZON
 
 
+@declared
 @dataclass(frozen=True, kw_only=True)
 class LoopConfig:
     """How the adaptive loop decides: what it tunes, how often, on what, and when it deploys.
 
-    Every field is checked when the record is made (types too: a value read from a JSON file is
-    checked as one given in Python), so a bad setting fails before any work starts, with a message
-    naming the setting. The defaults are `autosched run`'s; the live agent's differ on purpose
-    where `AgentSettings` says why.
+    Each setting is declared once, with its default, help, flag and range (`setting`); the
+    options of ``run`` and ``agent init`` and the docs' settings tables are made from these
+    declarations. Every field is checked when the record is made (types too: a value read from a
+    JSON file is checked as one given in Python), so a bad setting fails before any work starts,
+    with a message naming the setting. The defaults are `autosched run`'s; the live agent's
+    differ on purpose where `AgentSettings` says why.
     """
 
-    policy: str = "tiresias"  # the policy whose knobs are tuned
-    period: float = 7 * DAY  # s between rounds: the loop re-tunes at every period boundary
-    history: float = 7 * DAY  # s of past jobs each round learns from
-    budget: int = 16  # tuning trials per round
-    samples: int = 4  # workloads sampled per round to tune on
-    # Fresh model samples the guardrail judges a winner on (see ModelSource). 8, with k = 1: with
-    # 4 and k = 2 the guardrail kept the default through real gains of 28-38% (ITP cluster07) and
-    # 15% (Philly 72x8); 8 and k = 1 deployed them and lost nothing elsewhere (docs/history.md,
-    # "the guardrail on 8 fresh samples").
-    validation_samples: int = 8
-    # log sd of the load level across the samples of a round (0: every sample at the forecast level)
-    level_sd: float = 0.0
-    model: str = "stat"  # the workload model that samples the coming period
-    # the workloads: the last period replayed plus `samples` model samples (ModelSource
-    # with_replay), instead of the model samples alone
-    with_replay: bool = False
-    metric: str = "avg_jct"  # the Metrics field the tuner and the guardrail optimise
-    seed: int = 0
-    drift: bool = False  # also re-tune when a drift test fires between boundaries
+    KNOBS: ClassVar[dict[str, Knob]]  # each numeric or boolean setting's knob (`declared`)
+
+    policy: str = setting("tiresias", "policy whose knobs are tuned (see `autosched policies`); the agent "
+                          "tunes those that map to Slurm settings", "--policy", "-p")
+    period: float = setting(7 * DAY, "time between rounds: re-tune at every period boundary (e.g. 7d, 1d, "
+                            "12h, 600; the agent: at least 1 minute)", "--period", duration=True, unit="s")
+    history: float = setting(7 * DAY, "window of past jobs each round learns from (the workload model is "
+                             "fitted on it)", "--history", duration=True, unit="s")
+    budget: int = setting(16, "tuning trials per round (one simulation per sampled workload each)",
+                          "--budget", "-n", low=1)
+    samples: int = setting(4, "workloads sampled from the model per round to tune on", "--samples", "-k", low=1)
+    # 8, with k = 1: with 4 and k = 2 the guardrail kept the default through real gains of 28-38%
+    # (ITP cluster07) and 15% (Philly 72x8); 8 and k = 1 deployed them and lost nothing elsewhere
+    # (docs/history.md, "the guardrail on 8 fresh samples").
+    validation_samples: int = setting(8, "fresh model samples (not the tuner's) the guardrail judges each "
+                                      "round's winner on", "--validation-samples")
+    level_sd: float = setting(0.0, "the samples are scenarios of a busier or quieter period: log sd of their "
+                              "load level (0: all at the forecast level)", "--level-sd", low=0)
+    model: str = setting("stat", "workload model for the coming period: stat, hybrid, replay or neural "
+                         "(needs autosched[neural])", "--model")
+    with_replay: bool = setting(False, "tune on the last period replayed as well as on the model's samples "
+                                "(validation stays on fresh model samples)", "--with-replay/--model-only")
+    metric: str = setting("avg_jct", "Metrics field the tuner and the guardrail optimise", "--objective",
+                          hidden=("--metric",))
+    seed: int = setting(0, "random seed (tuner and workload samples)", "--seed", low=0, high=MAX_SEED)
+    drift: bool = setting(False, "also re-tune between boundaries when a drift test fires (run: daily; agent "
+                          "run: every --poll; each firing costs a tuning round)", "--drift/--no-drift")
     # The guardrail (`Guardrail`): deploy when the mean paired gain > guard_k x its standard error
     # and > guard_margin, and (if set) no workload loses more than guard_max_loss.
-    guard_k: float = Guardrail.k
-    guard_margin: float = Guardrail.min_margin
-    guard_max_loss: float | None = None
-    carry_backlog: bool = True  # the evaluation workloads start with the jobs the cluster carries over
-    # The backlog keeps each job's past (attained service, age; `observe.BACKLOG_HISTORY`).
-    backlog_history: bool = BACKLOG_HISTORY
-    # Causal knob screening in each round's search. Off: at 16 trials a round it searched no
-    # better than without it and cost more (docs/tuning.md, "Screening on against off").
-    screening: bool = False
+    guard_k: float = setting(Guardrail.k, "guardrail: deploy (the agent: propose) only if the predicted gain "
+                             "exceeds this many standard errors of the paired gain across samples",
+                             "--guard-k", hidden=("--noise-k",), low=0)
+    guard_margin: float = setting(Guardrail.margin, "guardrail: ... and exceeds this fraction (0.01 = 1%)",
+                                  "--guard-margin", hidden=("--margin",), low=0)
+    guard_max_loss: float | None = setting(None, "guardrail: ... and loses no more than this fraction on any "
+                                           "sample (0.02 = 2%)", "--guard-max-loss", hidden=("--max-loss",),
+                                           low=0)
+    carry_backlog: bool = setting(True, "the evaluation workloads start with the jobs the cluster carries "
+                                  "over")
+    backlog_history: bool = setting(BACKLOG_HISTORY, "evaluation workloads keep each carried-over (running or "
+                                    "pending) job's past (service received, time waited) instead of "
+                                    "restarting it as a new job (docs/traces.md)",
+                                    "--backlog-history/--no-backlog-history")
+    # Off: at 16 trials a round it searched no better than without it and cost more
+    # (docs/tuning.md, "Screening on against off").
+    screening: bool = setting(False, "causal knob screening inside each tuning round (off by default: see "
+                              "docs/tuning.md)", "--screening/--no-screening")
 
     def __post_init__(self) -> None:
         check_types(self)
+        check_settings(self, AdaptError)
         if not (self.period > 0 and self.history > 0):
             raise AdaptError(f"period and history must be longer than 0 (got period {self.period:g} s, "
                              f"history {self.history:g} s)")
@@ -84,10 +108,6 @@ class LoopConfig:
             if getattr(self, name) > MAX_SPAN:
                 raise AdaptError(f"{name} of {_days(getattr(self, name))} days is beyond the "
                                  f"{MAX_SPAN / DAY:g}-day limit of one workload sample")
-        if self.budget < 1:
-            raise AdaptError(f"budget must be at least 1 (got {self.budget})")
-        if not 0 <= self.seed <= MAX_SEED:
-            raise AdaptError(f"seed must be in [0, {MAX_SEED}] (got {self.seed})")
         get_policy(self.policy)
         get_model(self.model)
         self.objective()
@@ -124,11 +144,6 @@ class LoopConfig:
 def _days(seconds: float) -> str:
     days = seconds / DAY
     return f"{days:,.0f}" if days >= 1e5 else f"{days:,.6g}"
-
-
-def loop_defaults(cls: type[LoopConfig]) -> dict[str, Any]:
-    """The defaults `cls` (LoopConfig or a subclass that redeclares some) gives the loop's fields."""
-    return {f.name: f.default for f in fields(cls) if f.name in LOOP_FIELDS}
 
 
 LOOP_FIELDS = tuple(f.name for f in fields(LoopConfig))

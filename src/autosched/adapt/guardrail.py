@@ -21,7 +21,7 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Guardrail:
-    """Deploy when mean paired gain > ``k`` × its standard error and > ``min_margin``, and (if
+    """Deploy when mean paired gain > ``k`` × its standard error and > ``margin``, and (if
     ``max_loss`` is set) the candidate loses more than ``max_loss`` on no workload.
 
     Both configs are scored on the same sampled workloads, so the comparison is paired: the
@@ -35,14 +35,14 @@ class Guardrail:
     # k = 1 on 8 fresh samples: k = 2 on 4 kept the default through real gains of 28-38%
     # (docs/history.md, "the guardrail on 8 fresh samples").
     k: float = 1.0
-    min_margin: float = 0.01
+    margin: float = 0.01
     max_loss: float | None = None
 
     def __post_init__(self) -> None:
-        values = (self.k, self.min_margin, 0.0 if self.max_loss is None else self.max_loss)
+        values = (self.k, self.margin, 0.0 if self.max_loss is None else self.max_loss)
         if not all(math.isfinite(v) and v >= 0 for v in values):
             raise AdaptError(f"the guardrail's k, margin and max loss must be finite and >= 0 (got k {self.k:g}, "
-                             f"margin {self.min_margin:g}, max loss {self.max_loss})")
+                             f"margin {self.margin:g}, max loss {self.max_loss})")
 
     def judge(self, running: Sequence[float], candidate: Sequence[float], minimize: bool = True) -> Verdict:
         if len(running) != len(candidate) or not running:
@@ -51,9 +51,9 @@ class Guardrail:
         n = len(gains)
         mean = sum(gains) / n
         se = math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1) / n) if n > 1 else 0.0
-        if mean <= self.min_margin:
+        if mean <= self.margin:
             why = "predicted worse" if mean < 0 else "gain below the margin"
-            return Verdict(False, mean, se, f"{why}: {mean:+.2%} <= margin {self.min_margin:.2%}")
+            return Verdict(False, mean, se, f"{why}: {mean:+.2%} <= margin {self.margin:.2%}")
         if mean <= self.k * se:
             return Verdict(False, mean, se, f"gain {mean:+.2%} within noise ({self.k:g} x s.e. = {self.k * se:.2%})")
         worst = min(gains)
@@ -62,7 +62,7 @@ class Guardrail:
                                             f"(a loss beyond {self.max_loss:.2%})")
         noise = f" > {self.k:g} x s.e. {se:.2%}" if n > 1 else " (one workload: no spread measured)"
         floor = f", worst workload {worst:+.2%}" if self.max_loss is not None else ""
-        return Verdict(True, mean, se, f"gain {mean:+.2%}{noise} and > margin {self.min_margin:.2%}{floor}")
+        return Verdict(True, mean, se, f"gain {mean:+.2%}{noise} and > margin {self.margin:.2%}{floor}")
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import typer
 
-from ..live.settings import AgentSettings
-from .common import LOOP, default_state, loop_options
+from ..live.settings import SLURM_DEFAULTS, AgentSettings
+from .common import LOOP, declared_flags, default_state, loop_options, settings_options
 from .serve_cmd import serve_cmd
 
 if TYPE_CHECKING:
@@ -95,8 +95,15 @@ def _pairs(items: list[str], what: str, form: str = "KNOB=VALUE") -> dict[str, s
     return out
 
 
+# `agent init`'s options for the agent's own declared settings (AgentSettings); the connector's,
+# --auto, --bound, --fix and --seed-history are read into their settings below.
+LIVE_FLAGS = declared_flags(AgentSettings, ("min_jobs", "max_step", "rollback_margin", "max_twin_error",
+                                            "notify", "time_scale"))
+
+
 @agent_app.command("init")
 @loop_options(AgentSettings)
+@settings_options(AgentSettings, LIVE_FLAGS, "live")
 def init_cmd(
     state: Optional[Path] = _state_opt(),
     slurm_conf: Optional[Path] = typer.Option(None, "--slurm-conf", help="slurm.conf [default: $SLURM_CONF]"),
@@ -104,15 +111,11 @@ def init_cmd(
     fake: Optional[Path] = typer.Option(None, "--fake", help="use the fake connector kept in this directory (tests, demos)"),
     auto: bool = typer.Option(False, "--auto", help="apply winners without approval (within --bound and --max-step); default: propose"),
     loop: dict[str, Any] = LOOP,
-    min_jobs: int = typer.Option(50, "--min-jobs", help="finished jobs needed in the history before anything is proposed"),
-    max_twin_error: float = typer.Option(AgentSettings.max_twin_error, "--max-twin-error", help="the judge freezes the agent when its twin missed a judged period's metric by more than this (0.25 = 25%)"),
+    live: dict[str, Any] = LOOP,
     bound: list[str] = typer.Option([], "--bound", help="KNOB=LO:HI limits of a knob (repeatable)"),
-    max_step: float = typer.Option(0.25, "--max-step", help="auto mode: largest move of a knob per round, as a fraction of its range (1: any move, and the weights are searched as a direction and a scale, as in propose mode)"),
     fix: list[str] = typer.Option([], "--fix", help="KNOB=VALUE for a knob with no live setting (repeatable)"),
     seed_history: Optional[Path] = typer.Option(None, "--seed-history", help="an older sacct export that seeds the history"),
-    timeout: float = typer.Option(30.0, "--timeout", help="seconds a Slurm command may take"),
-    notify: Optional[str] = typer.Option(None, "--notify", help="URL to POST a JSON notice to on a proposal, an apply, a rollback, a freeze, an unfreeze, a reject, an adopt, and a new block or tuning failure"),
-    time_scale: float = typer.Option(AgentSettings.time_scale, "--time-scale", help="a test bed that replays jobs N times faster than their own time: N, so the workload model fits and samples on the jobs' clock (1 on a real cluster)"),
+    timeout: float = typer.Option(SLURM_DEFAULTS["timeout"], "--timeout", help="seconds a Slurm command may take"),
 ) -> None:
     """Create the agent's state directory and save how it reaches the cluster and what it tunes.
     Every option and the cluster's setup are checked first: a refused init writes nothing."""
@@ -138,10 +141,8 @@ def init_cmd(
         except ValueError:
             raise InputError(f"bound {k}={v!r}: use KNOB=LO:HI") from None
     settings = AgentSettings(
-        **loop, connector=connector, mode="auto" if auto else "propose", min_jobs=min_jobs, bounds=bounds,
-        max_step=max_step, max_twin_error=max_twin_error, fixed=_pairs(fix, "fix"),
-        seed_history=str(real_path(seed_history)) if seed_history else None, notify=notify,
-        time_scale=time_scale)
+        **loop, **live, connector=connector, mode="auto" if auto else "propose", bounds=bounds,
+        fixed=_pairs(fix, "fix"), seed_history=str(real_path(seed_history)) if seed_history else None)
     st = state or default_state()
     again = (st / "settings.json").exists()
     agent = init_agent(st, settings)

@@ -9,7 +9,7 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,8 +154,9 @@ def table_console() -> Any:
 @dataclass(frozen=True)
 class LoopFlag:
     """One option of the loop's settings (`autosched.adapt.LoopConfig`), shared by `autosched run`
-    and `autosched agent init`: the field it sets, its spellings and its help. The default shown
-    is the command's own settings class's (run's and the live agent's differ on purpose)."""
+    and `autosched agent init`, made from the setting's declaration (`adapt.setting`): the field
+    it sets, its spellings and its help. The default shown is the command's own settings class's
+    (run's and the live agent's differ on purpose)."""
 
     field: str
     decls: tuple[str, ...]  # "--samples", "-k"; a flag pair: "--drift/--no-drift"
@@ -165,65 +166,68 @@ class LoopFlag:
     hidden: tuple[str, ...] = ()  # old spellings, still taken, not shown
 
 
-LOOP_FLAGS: tuple[LoopFlag, ...] = (
-    LoopFlag("policy", ("--policy", "-p"), "policy whose knobs are tuned (see `autosched policies`); the agent tunes "
-             "those that map to Slurm settings", str),
-    LoopFlag("period", ("--period",), "time between rounds: re-tune at every period boundary (e.g. 7d, 1d, 12h, 600; "
-             "the agent: at least 1 minute)", str, duration=True),
-    LoopFlag("history", ("--history",), "window of past jobs each round learns from (the workload model is "
-             "fitted on it)", str, duration=True),
-    LoopFlag("budget", ("--budget", "-n"), "tuning trials per round (one simulation per sampled workload each)", int),
-    LoopFlag("samples", ("--samples", "-k"), "workloads sampled from the model per round to tune on", int),
-    LoopFlag("validation_samples", ("--validation-samples",), "fresh model samples (not the tuner's) the guardrail "
-             "judges each round's winner on", int),
-    LoopFlag("level_sd", ("--level-sd",), "the samples are scenarios of a busier or quieter period: log sd of "
-             "their load level (0: all at the forecast level)", float),
-    LoopFlag("model", ("--model",), "workload model for the coming period: stat, hybrid, replay or neural (needs "
-             "autosched[neural])", str),
-    LoopFlag("with_replay", ("--with-replay/--model-only",), "tune on the last period replayed as well as on the "
-             "model's samples (validation stays on fresh model samples)", bool),
-    LoopFlag("metric", ("--objective",), "Metrics field the tuner and the guardrail optimise", str,
-             hidden=("--metric",)),
-    LoopFlag("guard_margin", ("--margin",), "guardrail: deploy (the agent: propose) only if the predicted gain "
-             "exceeds this fraction (0.01 = 1%); the agent also rolls back a change whose observed loss exceeds it",
-             float),
-    LoopFlag("guard_k", ("--noise-k",), "guardrail: ... and exceeds this many standard errors of the paired gain "
-             "across samples", float),
-    LoopFlag("guard_max_loss", ("--max-loss",), "guardrail: ... and loses no more than this fraction on any sample "
-             "(0.02 = 2%)", Optional[float]),
-    LoopFlag("drift", ("--drift/--no-drift",), "also re-tune between boundaries when a drift test fires (run: daily; "
-             "agent run: every --poll; each firing costs a tuning round)", bool),
-    LoopFlag("screening", ("--screening/--no-screening",), "causal knob screening inside each tuning round (off by "
-             "default: see docs/tuning.md)", bool),
-    LoopFlag("backlog_history", ("--backlog-history/--no-backlog-history",), "evaluation workloads keep each "
-             "carried-over (running or pending) job's past (service received, time waited) instead of restarting "
-             "it as a new job (docs/traces.md)", bool),
-    LoopFlag("seed", ("--seed",), "random seed (tuner and workload samples)", int),
-)
+def declared_flags(cls: type, names: Iterable[str] | None = None) -> tuple[LoopFlag, ...]:
+    """The options of the declared settings of `cls` that have a flag (of `names` only, when
+    given), in field order."""
+    import typing
 
-# Loop settings with no flag (set from Python only); every other LoopConfig field has one above.
-WITHOUT_FLAG = ("carry_backlog",)
+    from ..adapt.setting import settings_of
+
+    hints = typing.get_type_hints(cls)
+    return tuple(LoopFlag(name, s.flags, s.help, str if s.duration else _option_type(hints[name]),
+                          s.duration, s.hidden)
+                 for name, s in settings_of(cls).items()
+                 if s.flags and (names is None or name in names))
+
+
+def _option_type(hint: Any) -> Any:
+    """The option's type for a setting's annotation (`X | None` as typer reads it)."""
+    import types
+    import typing
+
+    if isinstance(hint, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        return Optional[args[0]] if len(args) == 1 else hint
+    return hint
+
+
+@functools.cache
+def loop_flags() -> tuple[LoopFlag, ...]:
+    """The loop's options (`LoopConfig`'s declared settings with a flag), shared by `run` and
+    `agent init`; made when a command that takes them is built (the settings import the
+    policies, which ``autosched --help`` does not need)."""
+    from ..adapt.config import LoopConfig
+
+    return declared_flags(LoopConfig)
 LOOP: Any = object()  # the default of a command's parameter ``loop``, where `loop_options` puts the options
 
 
 def loop_options(settings: type) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """Give a command the loop's options (`LOOP_FLAGS`) in place of its parameter ``loop``, with
+    """Give a command the loop's options (`loop_flags`) in place of its parameter ``loop``, with
     the defaults of `settings` (a `LoopConfig` class); the command is called with ``loop``, the
     values given by field (durations parsed to seconds), for `settings` to check."""
-    from ..adapt.config import loop_defaults
+    return settings_options(settings, loop_flags(), "loop")
 
-    defaults = loop_defaults(settings)
+
+def settings_options(settings: type, flags: tuple[LoopFlag, ...], param: str
+                     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Give a command the options `flags` (of declared settings of `settings`) in place of its
+    parameter `param`, with the defaults of `settings`; the command is called with `param`, the
+    values given by field (durations parsed to seconds), for `settings` to check."""
+    from dataclasses import fields
+
+    defaults = {f.name: f.default for f in fields(settings) if f.name in {x.field for x in flags}}
 
     def decorate(command: Callable[..., Any]) -> Callable[..., Any]:
         sig = inspect.signature(command, eval_str=True)
         params: list[inspect.Parameter] = []
         for p in sig.parameters.values():
-            params += _loop_parameters(defaults, p.kind) if p.name == "loop" else [p]
+            params += _loop_parameters(flags, defaults, p.kind) if p.name == param else [p]
 
         @functools.wraps(command)
         def run(**kwargs: Any) -> Any:
-            loop, rest = split_loop(kwargs, settings)
-            return command(**rest, loop=loop)
+            values, rest = split_loop(kwargs, settings, flags)
+            return command(**rest, **{param: values})
 
         run.__signature__ = sig.replace(parameters=params)  # type: ignore[attr-defined]
         run.__annotations__ = {p.name: p.annotation for p in params}
@@ -232,16 +236,17 @@ def loop_options(settings: type) -> Callable[[Callable[..., Any]], Callable[...,
     return decorate
 
 
-def split_loop(arguments: Mapping[str, Any], settings: type) -> tuple[dict[str, Any], dict[str, Any]]:
-    """A command's `arguments`, by name, as `loop_options` takes them apart: the loop's values by
-    field (durations parsed to seconds; an old spelling of a flag given with the new one fails)
-    for `settings` (a `LoopConfig` class) to check, and the command's other arguments."""
-    from ..adapt.config import loop_defaults
+def split_loop(arguments: Mapping[str, Any], settings: type,
+               flags: tuple[LoopFlag, ...] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A command's `arguments`, by name, as `settings_options` takes them apart: the values of
+    `flags` by field (durations parsed to seconds; an old spelling of a flag given with the new
+    one fails) for `settings` to check, and the command's other arguments."""
+    from dataclasses import fields
 
-    defaults = loop_defaults(settings)
+    defaults = {f.name: f.default for f in fields(settings)}
     rest = dict(arguments)
     loop = {}
-    for flag in LOOP_FLAGS:
+    for flag in flags if flags is not None else loop_flags():
         value = rest.pop(flag.field)
         for spelling in flag.hidden:
             old = rest.pop(_alias(spelling))
@@ -252,9 +257,9 @@ def split_loop(arguments: Mapping[str, Any], settings: type) -> tuple[dict[str, 
     return loop, rest
 
 
-def _loop_parameters(defaults: dict[str, Any], kind: Any) -> list[inspect.Parameter]:
+def _loop_parameters(flags: tuple[LoopFlag, ...], defaults: dict[str, Any], kind: Any) -> list[inspect.Parameter]:
     out = []
-    for flag in LOOP_FLAGS:
+    for flag in flags:
         default = _shown(flag, defaults[flag.field])
         out.append(inspect.Parameter(flag.field, kind, annotation=flag.kind,
                                      default=typer.Option(default, *flag.decls, help=flag.help)))

@@ -109,7 +109,7 @@ def run_cmd(
 @dataclass(frozen=True)
 class RunOptions:
     """The options of `autosched run` that make its `Settings`, as given on the command line:
-    the loop's (`loop`, from the shared option group `LOOP_FLAGS`) and the experiment's. A new
+    the loop's (`loop`, from the shared option group `loop_flags`) and the experiment's. A new
     experiment flag is a parameter of `run_cmd` and a field here (of the same name), used in
     `resolve`: the command hands all its arguments over at once (`of`)."""
 

@@ -31,7 +31,7 @@ from .loop import Clock, Loop, Sleep, loop_holder
 from .observe import Observer
 from .records import Flags, Revision
 from .round import RoundOutcome, RoundRules
-from .settings import AgentSettings, check_setup, prepare_cluster
+from .settings import SLURM_DEFAULTS, AgentSettings, check_setup, prepare_cluster
 from .status import AgentStatus, read_status
 from .step import RoundStep
 from .stopping import Stopping
@@ -48,9 +48,9 @@ def make_connector(spec: Mapping[str, Any]) -> Connector:
     if spec.get("kind") == "slurm":
         from .slurm import SlurmConnector, SlurmRunner
 
-        runner = SlurmRunner(spec.get("slurm_conf"), timeout=float(spec.get("timeout", 30.0)),
-                             retries=int(spec.get("retries", 2)),
-                             backoff=float(spec.get("backoff", 1.0)))
+        run = {**SLURM_DEFAULTS, **spec}
+        runner = SlurmRunner(spec.get("slurm_conf"), timeout=float(run["timeout"]),
+                             retries=int(run["retries"]), backoff=float(run["backoff"]))
         return SlurmConnector(spec["include"], spec.get("slurm_conf"), runner)
     if spec.get("kind") == "fake":
         from .fake import FakeConnector
@@ -105,7 +105,7 @@ class Agent:
         """The settings a round's rules read."""
         s = self.settings
         return RoundRules(period=s.period, history=s.history, min_jobs=s.min_jobs, metric=s.metric,
-                          margin=s.guard_margin, max_twin_error=s.max_twin_error)
+                          rollback_margin=s.rollback_margin, max_twin_error=s.max_twin_error)
 
     # -- reading ------------------------------------------------------------------------------
     def status(self, history: int = 10, now: float | None = None) -> AgentStatus:

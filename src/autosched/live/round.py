@@ -107,7 +107,7 @@ class RoundRules:
     history: float  # s of history a round learns from
     min_jobs: int  # finished jobs in that history below which nothing is proposed
     metric: str
-    margin: float  # a counterfactual loss beyond it rolls a change back
+    rollback_margin: float  # a counterfactual loss beyond it rolls a change back
     max_twin_error: float  # a twin error beyond it freezes the agent instead of judging
 
 
@@ -222,7 +222,7 @@ def rolls_back(outcome: JudgedOutcome, rules: RoundRules) -> bool:
     """Whether a judged change made things worse by more than the margin, in a twin trusted on
     the period."""
     gain = outcome.counterfactual_gain
-    return gain is not None and gain < -rules.margin and outcome.twin_error is not None \
+    return gain is not None and gain < -rules.rollback_margin and outcome.twin_error is not None \
         and trusted(outcome, rules)
 
 
@@ -269,8 +269,8 @@ def judge(running: Revision, obs: Observed, rules: RoundRules, now: float) -> Ju
     if error > rules.max_twin_error:
         verdict = (f"twin not trusted: {missed}, over the {rules.max_twin_error:.0%} limit); "
                    f"{said}; frozen instead of deciding")
-    elif gain < -rules.margin and running.kind is not RevisionKind.ROLLBACK:
-        verdict = f"worse: {said}, margin {rules.margin:.1%}; {erred}; rolled back"
+    elif gain < -rules.rollback_margin and running.kind is not RevisionKind.ROLLBACK:
+        verdict = f"worse: {said}, margin {rules.rollback_margin:.1%}; {erred}; rolled back"
     else:
         verdict = f"kept: {said}; {erred}"
     return replace(figures, verdict=verdict, counterfactual_gain=gain, twin_error=error,

@@ -13,11 +13,12 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from ..adapt.config import DAY, LOOP_FIELDS, MAX_SPAN, LoopConfig
+from ..adapt.setting import declared, redefault, setting
 from ..adapt.sources import ModelSource, check_time_scale
 from ..atomic import read_text_input, write_text_atomic
 from ..errors import AutoschedError
@@ -33,6 +34,9 @@ MAX_TIMEOUT = 3600.0  # s a Slurm command may take: one that has not answered in
 MAX_SETTINGS_BYTES = 1 << 20  # settings.json is a few hundred bytes; a larger one is not ours
 # A flat settings.json (written before the loop's settings were nested) names two of them so.
 LEGACY_NAMES = {"margin": "guard_margin", "k": "guard_k"}
+# How a Slurm connector's commands run, unless its spec says otherwise: a command's time limit (s),
+# retries of a read, and the wait before the first retry (s), doubled at each.
+SLURM_DEFAULTS: dict[str, float] = {"timeout": 30.0, "retries": 2, "backoff": 1.0}
 # The keys of each connector kind's spec, with whether each is required.
 CONNECTOR_KEYS: dict[str, dict[str, bool]] = {
     "slurm": {"include": True, "slurm_conf": False, "timeout": False, "retries": False, "backoff": False},
@@ -40,40 +44,62 @@ CONNECTOR_KEYS: dict[str, dict[str, bool]] = {
 }
 
 
+@declared
 @dataclass(frozen=True, kw_only=True)
 class AgentSettings(LoopConfig):
-    """What ``agent init`` saves: the loop's settings and the live fields (see the module doc)."""
+    """What ``agent init`` saves: the loop's settings and the live fields (see the module doc).
+    Each is declared once (`adapt.setting`): ``agent init``'s options and the docs' settings
+    table are made from the declarations."""
 
     # -- The live defaults: where the agent's loop differs from `autosched run`'s, on purpose --
-    policy: str = "multifactor"  # the policy that models Slurm's priority/multifactor: its knobs are Slurm settings
-    period: float = DAY  # a round a day: at most one change a day, each judged on the next day's real jobs
+    # the policy that models Slurm's priority/multifactor: its knobs are Slurm settings
+    policy: str = redefault(LoopConfig, "policy", "multifactor")
+    # a round a day: at most one change a day, each judged on the next day's real jobs
+    period: float = redefault(LoopConfig, "period", DAY)
     # 20 trials on 3 samples (60 simulations a round, as run's 16 x 4 = 64): set when the agent was
     # written and not measured against run's; kept so that an agent decides as it did.
-    budget: int = 20
-    samples: int = 3
+    budget: int = redefault(LoopConfig, "budget", 20)
+    samples: int = redefault(LoopConfig, "samples", 3)
     # k = 2, not 1: on a live cluster a wrong change costs real jobs (run deploys at one standard
     # error, where a wrong change only costs a replayed week; docs/slurm.md).
-    guard_k: float = 2.0
-    guard_margin: float = 0.02  # also the observed loss that rolls a change back, a noisy measure: 2%, not 1%
+    guard_k: float = redefault(LoopConfig, "guard_k", 2.0)
+    guard_margin: float = redefault(LoopConfig, "guard_margin", 0.02)
     # A live cluster has no boundary schedule to keep: `agent run` starts a round when the workload
     # drifts (a drift round still changes at most once a period).
-    drift: bool = True
+    drift: bool = redefault(LoopConfig, "drift", True)
 
     # -- The live fields -----------------------------------------------------------------------
     # {"kind": "slurm", "include": ..., "slurm_conf": ..., "timeout": ...} | {"kind": "fake", "directory": ...}
-    connector: dict[str, Any]
-    mode: str = "propose"
-    min_jobs: int = 50  # finished jobs in the history below which nothing is proposed
-    bounds: dict[str, list[float]] = field(default_factory=dict)  # knob -> [lo, hi], in the knob's units
-    max_step: float = 0.25  # auto mode: fraction of a knob's range one round may move it
-    fixed: dict[str, Any] = field(default_factory=dict)  # values of the non-live knobs
-    seed_history: str | None = None  # a sacct export that seeds the history
-    # the judge freezes the agent when its twin missed a judged period's metric by more (0.25 = 25%)
-    max_twin_error: float = 0.25
-    notify: str | None = None  # a webhook URL told of proposals, blocks, applies, ... (live/notify.py)
+    connector: dict[str, Any] = setting(help="how the agent reaches the cluster (`agent init`'s --slurm-conf, "
+                                        "--include and --timeout, or --fake)")
+    mode: str = setting("propose", "propose (an operator approves each change) or auto (--auto: the agent "
+                        "applies a winner within --bound and --max-step)")
+    min_jobs: int = setting(50, "finished jobs needed in the history before anything is proposed",
+                            "--min-jobs", low=1)
+    bounds: dict[str, list[float]] = setting(help="auto mode: each knob's limits, [lo, hi] in the knob's "
+                                             "units (--bound KNOB=LO:HI)", factory=dict)
+    max_step: float = setting(0.25, "auto mode: largest move of a knob per round, as a fraction of its range "
+                              "(1: any move, and the weights are searched as a direction and a scale, as in "
+                              "propose mode); in (0, 1]", "--max-step")
+    fixed: dict[str, Any] = setting(help="values of the knobs with no live setting (--fix KNOB=VALUE)",
+                                    factory=dict)
+    seed_history: str | None = setting(None, "an older sacct export that seeds the history (--seed-history)")
+    # A judged change whose counterfactual loss is beyond it is rolled back. Its own setting, not
+    # the guardrail's margin: that one asks a predicted gain to be worth a change; this one is
+    # the noise the judge's replays of a real period are allowed before a change is undone.
+    rollback_margin: float = setting(0.02, "the judge rolls back a change that did worse than this fraction "
+                                     "in its counterfactual (0.02 = 2%)", "--rollback-margin", low=0)
+    max_twin_error: float = setting(0.25, "the judge freezes the agent when its twin missed a judged "
+                                    "period's metric by more than this (0.25 = 25%); above 0",
+                                    "--max-twin-error")
+    notify: str | None = setting(None, "URL to POST a JSON notice to on a proposal, an apply, a rollback, a "
+                                 "freeze, an unfreeze, a reject, an adopt, and a new block or tuning failure",
+                                 "--notify")
     # N > 1: the cluster replays jobs N times faster than their own time (a test bed); the workload
     # model then fits and samples on the jobs' clock (ModelSource). 1 on a real cluster.
-    time_scale: float = 1.0
+    time_scale: float = setting(1.0, "a test bed that replays jobs N times faster than their own time: N, so "
+                                "the workload model fits and samples on the jobs' clock (1 on a real "
+                                "cluster)", "--time-scale")
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -82,8 +108,6 @@ class AgentSettings(LoopConfig):
         if self.period < MIN_PERIOD:
             raise LiveError(f"period {self.period:g} s: at least {MIN_PERIOD:g} s (Slurm recalculates "
                             "priorities once a minute at most)")
-        if self.min_jobs < 1:
-            raise LiveError(f"min jobs must be at least 1 (got {self.min_jobs})")
         if not 0 < self.max_step <= 1:
             raise LiveError(f"max step {self.max_step:g}: must be in (0, 1]")
         if not 0 < self.max_twin_error < math.inf:
@@ -133,6 +157,9 @@ class AgentSettings(LoopConfig):
                 raise LiveError(f"{where}: {'; '.join(both)} are two spellings of one setting; "
                                 "keep one")
             loop = {LEGACY_NAMES.get(k, k): data.pop(k) for k in list(data) if LEGACY_NAMES.get(k, k) in LOOP_FIELDS}
+        if "rollback_margin" not in data and "guard_margin" in loop:
+            # written when one margin did both jobs: the agent rolls back as it did
+            data["rollback_margin"] = loop["guard_margin"]
         live = {f.name for f in fields(cls)} - set(LOOP_FIELDS)
         unknown = sorted(set(loop) - set(LOOP_FIELDS)) + sorted(set(data) - live)
         if unknown:
@@ -177,7 +204,7 @@ def check_connector(spec: Any) -> None:
     for k in ("include", "slurm_conf", "directory"):
         if spec.get(k) is not None and not isinstance(spec[k], str):
             raise LiveError(f"{spec['kind']} connector: {k} {spec[k]!r} must be a path")
-    timeout, retries, backoff = spec.get("timeout", 30.0), spec.get("retries", 2), spec.get("backoff", 1.0)
+    timeout, retries, backoff = ({**SLURM_DEFAULTS, **spec}[k] for k in ("timeout", "retries", "backoff"))
     if not (_number(timeout) and 0 < timeout <= MAX_TIMEOUT):
         raise LiveError(f"timeout {timeout!r}: a Slurm command's time limit must be a number of seconds in "
                         f"(0, {MAX_TIMEOUT:g}]")
