@@ -154,3 +154,24 @@ def show_config(bed, key: str) -> str:
         if name.strip() == key:
             return value.strip()
     raise KeyError(key)
+
+
+_INTENT = """
+import sys
+from autosched.live.store import RevisionStore
+RevisionStore(sys.argv[1]).begin_apply(int(sys.argv[2]), actor="operator:gone",
+                                       previous={"include": None})
+"""
+
+
+def leave_an_apply_open(agent, rev_id: int) -> None:
+    """An apply of `rev_id` begun by a process that is gone: its write-ahead intent stays open
+    in the store, as a kill -9 in the middle of an apply leaves it."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    src = str(Path(__file__).resolve().parents[1] / "src")
+    subprocess.run([sys.executable, "-c", _INTENT, str(agent.state_dir), str(rev_id)], check=True,
+                   env={**os.environ, "PYTHONPATH": src})

@@ -29,6 +29,7 @@ from live_helpers import (
     FakeTime,
     apply_change,
     contended,
+    leave_an_apply_open,
     make,
     period_rows,
     proposed,
@@ -471,14 +472,6 @@ def test_the_agent_observes_with_its_backlog_history_setting(tmp_path, monkeypat
 
 
 # -- the round as a controller: back-off by type, memory in the store, one change per period ----
-INTENT = """
-import sys
-from autosched.live.store import RevisionStore
-RevisionStore(sys.argv[1]).begin_apply(int(sys.argv[2]), actor="operator:gone",
-                                       previous={"include": None})
-"""
-
-
 def test_run_backs_off_while_an_interrupted_apply_cannot_be_restored(tmp_path):
     """Slurm down with an interrupted apply to reconcile: the round says when to try again and
     `run` waits that long (it waited a whole period at each round when it read the message)."""
@@ -486,8 +479,7 @@ def test_run_backs_off_while_an_interrupted_apply_cannot_be_restored(tmp_path):
     p = agent.store.create(dict(agent.view.running_or_baseline().config, PriorityWeightAge=5),
                            trigger="manual", actor="t")
     # the process that began the apply is gone: its intent stays open
-    subprocess.run([sys.executable, "-c", INTENT, str(agent.state_dir), str(p.id)], check=True,
-                   env={**os.environ, "PYTHONPATH": SRC})
+    leave_an_apply_open(agent, p.id)
     fake.update(down=True)
     ft = FakeTime()
     out = agent.run(rounds=4, poll=1000, sleep=ft.sleep, clock=ft.clock)

@@ -25,7 +25,7 @@ from autosched.live.events_log import JsonLog, log_line
 from autosched.live.notify import Webhook, check_url, notice, payload
 from autosched.live.records import Evidence, Revision, RevisionKind, RevisionState
 from autosched.live.round import Action
-from live_helpers import make
+from live_helpers import leave_an_apply_open, make
 from service_kit import AUTOSCHED, SRC, TOKEN, seed
 
 
@@ -421,9 +421,6 @@ def test_a_hanging_receiver_never_holds_up_the_apis_freeze(tmp_path):
 def test_a_restore_and_an_applied_round_are_told_with_what_they_changed(tmp_path):
     """A reconcile that reconfigured Slurm back left no log line and sent no notice; an applied
     round's log line had no diff, and no line gave a round's duration."""
-    import sys
-
-    from test_live_agent import INTENT
 
     lines: list[dict[str, Any]] = []
     with Receiver().running() as rx:
@@ -433,8 +430,7 @@ def test_a_restore_and_an_applied_round_are_told_with_what_they_changed(tmp_path
         agent.sinks.append(lambda a: lines.append(a.to_record()))
         p = agent.store.create(dict(agent.view.running_or_baseline().config, PriorityWeightAge=5),
                                trigger="manual", actor="t")
-        subprocess.run([sys.executable, "-c", INTENT, str(agent.state_dir), str(p.id)],
-                       check=True, env={**os.environ, "PYTHONPATH": SRC})
+        leave_an_apply_open(agent, p.id)
         out = agent.step()  # reconciles first, then tunes and applies (auto mode)
         assert out.action is Action.APPLIED, out
         assert agent.sinks[0].flush()  # type: ignore[attr-defined]

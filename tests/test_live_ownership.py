@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import pytest
@@ -18,7 +17,7 @@ import pytest
 from autosched.live.agent import AgentSettings, init_agent
 from autosched.live.errors import ActionNotAllowed, LiveError
 from autosched.live.round import Action
-from live_helpers import make
+from live_helpers import leave_an_apply_open, make
 from service_kit import AUTOSCHED, SRC, seed
 
 ENV = {**os.environ, "PYTHONPATH": SRC}
@@ -110,14 +109,6 @@ def test_adopt_says_the_way_out_of_a_value_beyond_autoscheds_range(tmp_path):
     assert agent.adopt("operator:ann").config["PriorityWeightJobSize"] == 99999
 
 
-INTENT = """
-import sys
-from autosched.live.store import RevisionStore
-RevisionStore(sys.argv[1]).begin_apply(int(sys.argv[2]), actor="operator:gone",
-                                       previous={"include": None})
-"""
-
-
 def test_a_retried_approve_of_an_interrupted_apply_says_what_happened(tmp_path):
     """kill -9 of `agent approve 5` mid-apply, then `agent approve 5` again: it reconfigured
     Slurm back and said only "revision 5 is failed; only a proposed revision can be
@@ -125,8 +116,7 @@ def test_a_retried_approve_of_an_interrupted_apply_says_what_happened(tmp_path):
     agent, fake = make(tmp_path)
     base = agent.view.running_or_baseline()
     p = agent.store.create(dict(base.config, PriorityWeightAge=5), trigger="manual", actor="t")
-    subprocess.run([sys.executable, "-c", INTENT, str(agent.state_dir), str(p.id)], check=True,
-                   env=ENV)
+    leave_an_apply_open(agent, p.id)
     with pytest.raises(ActionNotAllowed) as e:
         agent.approve(p.id, "operator:again")
     said = str(e.value)

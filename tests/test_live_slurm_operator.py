@@ -182,16 +182,16 @@ def test_a_hand_edit_of_the_include_files_scheduler_parameters_is_kept(slurm_tes
     line = next(ln for ln in text.splitlines() if ln.startswith("SchedulerParameters="))
     bed.include.write_text(text.replace(line, line + ",sched_interval=45"))
     bed.reconfigure()
-    assert "sched_interval=45" in show(bed, "SchedulerParameters")
+    assert "sched_interval=45" in show_config(bed, "SchedulerParameters")
     out = agent.step()
-    assert out.merged == () and "sched_interval=45" in show(bed, "SchedulerParameters"), out
+    assert out.merged == () and "sched_interval=45" in show_config(bed, "SchedulerParameters"), out
     assert "sched_interval=45" in bed.include.read_text()
     # the next write (an approve) keeps it too, named as kept
     _approve(agent, PriorityWeightAge=1235)
-    assert "sched_interval=45" in show(bed, "SchedulerParameters").split(",")
+    assert "sched_interval=45" in show_config(bed, "SchedulerParameters").split(",")
     assert any(ln.startswith("# kept from this file's SchedulerParameters") and
                "sched_interval" in ln for ln in bed.include.read_text().splitlines())
-    assert show(bed, "PriorityWeightAge") == "1235"
+    assert show_config(bed, "PriorityWeightAge") == "1235"
 
 
 def test_a_setting_after_the_include_line_is_named_not_blamed_on_the_include(slurm_testbed,

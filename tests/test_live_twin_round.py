@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -27,7 +25,7 @@ from autosched.live.fake import FakeConnector
 from autosched.live.history import SeedHistory, read_seed
 from autosched.live.round import EXIT_RETRYING, Action
 from autosched.live.twin import ClusterSetup, PartitionSetup
-from live_helpers import HEADER, PINNED_NOW, contended, row
+from live_helpers import HEADER, PINNED_NOW, contended, leave_an_apply_open, row
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 NOW = PINNED_NOW
@@ -221,20 +219,11 @@ def test_a_cached_seed_serves_later_windows_as_a_fresh_read_does(tmp_path, first
     assert cache.reads == 2
 
 
-INTENT = """
-import sys
-from autosched.live.store import RevisionStore
-RevisionStore(sys.argv[1]).begin_apply(int(sys.argv[2]), actor="operator:gone",
-                                       previous={"include": None})
-"""
-
-
 def test_agent_twin_only_reads(tmp_path):
     agent, fake = make(tmp_path)
     p = agent.store.create(dict(agent.view.running_or_baseline().config, PriorityWeightAge=5),
                            trigger="manual", actor="t")
-    subprocess.run([sys.executable, "-c", INTENT, str(agent.state_dir), str(p.id)], check=True,
-                   env={**os.environ, "PYTHONPATH": SRC})  # an apply whose process is gone
+    leave_an_apply_open(agent, p.id)
     files = {f.name: f.read_bytes() for f in agent.state_dir.iterdir()}
     fake.update(calls=[])
     r = cli("agent", "twin", "--state", agent.state_dir, "--json")
