@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from autosched.live.backfill import BackfillStats, overrun, parse_sdiag
+from autosched.live.backfill import BackfillStats, parse_sdiag
 from autosched.live.records import Event, Evidence, Revision, RevisionKind, RevisionState
-from autosched.live.round import Action
+from autosched.live.round import Action, overrun
 from autosched.service import page
 from live_helpers import make
 

@@ -16,9 +16,6 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from .knobs import BACKFILL_PREFIX
-from .records import Revision
-
 
 @dataclass(frozen=True)
 class BackfillStats:
@@ -114,27 +111,3 @@ def parse_sdiag(text: str) -> BackfillStats:
                          last_cycle=num("last cycle", 1e6), max_cycle=num("max cycle", 1e6),
                          mean_cycle=num("mean cycle", 1e6), last_depth=whole("last depth cycle"),
                          mean_depth=num("depth mean"), queue_length=whole("last queue length"))
-
-
-def overrun(running: Revision, now_stats: BackfillStats | None) -> str | None:
-    """Why `running` is rolled back for what backfill costs now (None: it is not): it changed a
-    ``bf_*`` knob, a cycle ran after it went live and took longer than its ``bf_interval``, and
-    the cycle recorded before it (its evidence's, if any) fit the interval it ran in."""
-    if now_stats is None or running.applied_at is None or running.parent is None:
-        return None
-    if not any(k.startswith(BACKFILL_PREFIX) for k in running.diff):
-        return None
-    interval = running.config.get("bf_interval")
-    took, at = now_stats.last_cycle, now_stats.last_cycle_at
-    if not isinstance(interval, (int, float)) or took is None or at is None \
-            or at < running.applied_at or took <= interval:
-        return None
-    before = BackfillStats.from_dict((running.evidence.backfill or {}))
-    old = running.diff.get("bf_interval", (interval, interval))[0]
-    if before is not None and before.last_cycle is not None and isinstance(old, (int, float)) \
-            and before.last_cycle > old:
-        return None  # it did not fit before the change either: not this change's doing
-    return (f"a backfill cycle took {took:,.1f} s after revision {running.id} went live, longer "
-            f"than its interval (bf_interval={interval:g} s): slurmctld backfills back to back; "
-            f"rolled back to revision {running.parent}"
-            + (f" (before it: {before.text()})" if before is not None else ""))

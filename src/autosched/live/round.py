@@ -18,9 +18,10 @@ from enum import Enum
 from typing import Any
 
 from ..timeparse import format_duration
-from .backfill import BackfillStats, overrun
+from .backfill import BackfillStats
 from .history import LiveJobs
 from .judge import FIGURES, Counterfactual
+from .knobs import BACKFILL_PREFIX
 from .records import Evidence, Flags, HistoryCounts, JudgedOutcome, Revision, RevisionKind, StoredRound, gain_text
 from .twin import ClusterSetup
 
@@ -319,3 +320,27 @@ class RoundOutcome:
         """The store's row of the round (`StoredRound.to_summary`; `StoredRound.from_row` reads
         it back)."""
         return self.stored().to_summary()
+
+
+def overrun(running: Revision, now_stats: BackfillStats | None) -> str | None:
+    """Why `running` is rolled back for what backfill costs now (None: it is not): it changed a
+    ``bf_*`` knob, a cycle ran after it went live and took longer than its ``bf_interval``, and
+    the cycle recorded before it (its evidence's, if any) fit the interval it ran in."""
+    if now_stats is None or running.applied_at is None or running.parent is None:
+        return None
+    if not any(k.startswith(BACKFILL_PREFIX) for k in running.diff):
+        return None
+    interval = running.config.get("bf_interval")
+    took, at = now_stats.last_cycle, now_stats.last_cycle_at
+    if not isinstance(interval, (int, float)) or took is None or at is None \
+            or at < running.applied_at or took <= interval:
+        return None
+    before = BackfillStats.from_dict((running.evidence.backfill or {}))
+    old = running.diff.get("bf_interval", (interval, interval))[0]
+    if before is not None and before.last_cycle is not None and isinstance(old, (int, float)) \
+            and before.last_cycle > old:
+        return None  # it did not fit before the change either: not this change's doing
+    return (f"a backfill cycle took {took:,.1f} s after revision {running.id} went live, longer "
+            f"than its interval (bf_interval={interval:g} s): slurmctld backfills back to back; "
+            f"rolled back to revision {running.parent}"
+            + (f" (before it: {before.text()})" if before is not None else ""))
