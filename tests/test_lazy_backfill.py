@@ -160,23 +160,28 @@ def test_the_will_run_test_answers_as_the_reference(data):
 
 
 # Two nodes of 4 GPUs, bf_resolution 1, cycles every 30 s. A (4 GPUs, limit 100) runs on n0 and
-# A2 (2 GPUs, limit 1000) on n1 from 0. B (4 GPUs, limit 100), D (1 GPU, runs 50, limit 50) and C
+# A2 (2 GPUs, limit 1000) on n1 from 0. B (4 GPUs, limit 100), D (1 GPU, runs 50, limit L) and C
 # (4 GPUs, limit 100) arrive at 10, 11, 12; the main scheduler stops at B. Cycle at 30, order B,
-# D, C:
+# D, C. The reference plans every job:
 #  - B: the batch {A} frees n0 at 100: reservation n0 [100, 200);
-#  - D: [30, 80) meets no reservation, n1 has 2 free GPUs: D starts at 30 (ends at 80);
-#  - C: 4 GPUs cannot fit in the 1 free GPU. The reference plans it all the same: from 30 only
-#    n1 is usable, where it fits at 1000 (A2's end), after the next trial start 200; from 200
-#    every node is usable, the batch {D, A} frees n0 at 100: reservation n0 [200, 300).
-#    The lazy planner stops before C: no job left fits in the free GPUs.
+#  - D: [30, 30 + L) meets no reservation on n1, which has 2 free GPUs: D starts at 30;
+#  - C: 4 GPUs cannot fit in the 1 free GPU. From 30 only n1 is usable, where it fits only
+#    after A2's end, after the next trial start 200; from 200 every node is usable, the batch
+#    {D, A} frees n0 at 100: reservation n0 [200, 300) (with L = 50; L = 2000: D's end at
+#    2030 makes room on n1, and the trial from 200 looks no further: 200 again).
+# The lazy planner defers B (it does not fit now) and stops before C (no job left fits in the
+# free GPUs). It plans B only if B's reservation could take D's node n1 before 30 + L: with
+# L = 50, n1 frees no GPU before 81 and B needs 4 on a node (not planned); with L = 2000, A2's
+# end at 1000 leaves n1 4 GPUs free before 2031 (planned, on n0 all the same).
 # The starts are the same (C starts when B ends, at 200): A 0, A2 0, B 100, D 30, C 200.
-PLANNED = {True: [(2, 100.0), (4, 200.0)], False: [(2, 100.0)]}
+PLANNED = {(True, 50.0): [(2, 100.0), (4, 200.0)], (False, 50.0): [],
+           (True, 2000.0): [(2, 100.0), (4, 200.0)], (False, 2000.0): [(2, 100.0)]}
 
 
-@pytest.mark.parametrize("reference", [True, False])
-def test_a_cycle_plans_only_up_to_the_last_job_that_may_start(reference, monkeypatch):
+@pytest.mark.parametrize(("reference", "d_limit"), list(PLANNED))
+def test_a_cycle_plans_only_the_jobs_whose_reservations_may_change_a_start(reference, d_limit, monkeypatch):
     trace = make_trace([(0, 4, 100), (0, 2, 1000), (10, 4, 100), (11, 1, 50), (12, 4, 100)]).replace(
-        time_limit=np.array([100.0, 1000.0, 100.0, 50.0, 100.0]))
+        time_limit=np.array([100.0, 1000.0, 100.0, d_limit, 100.0]))
     cfg = {"bf_interval": 30, "bf_resolution": 1, "PriorityWeightAge": 0, "PriorityWeightFairshare": 0,
            "PriorityWeightJobSize": 0}
     monkeypatch.setattr(Multifactor, "reference_planner", reference)
@@ -191,5 +196,5 @@ def test_a_cycle_plans_only_up_to_the_last_job_that_may_start(reference, monkeyp
 
     monkeypatch.setattr(pol, "_backfill", spy)
     sim.run()
-    assert seen[30.0] == PLANNED[reference]
+    assert seen[30.0] == PLANNED[reference, d_limit]
     assert sim.records().first_start.tolist() == [0, 0, 100, 30, 200]

@@ -8,17 +8,23 @@ afresh). And a job can start now only if it fits, now, on the nodes that no rese
 from now to now + its limit: another reservation can only take such nodes away. So the cycle
 walks the jobs in order and tests each first against the reservations made so far. A job that
 fails cannot start whatever is reserved before it; it is set aside (deferred), as its reservation
-is needed only if a later job might start. A job that passes may start: the deferred jobs before
-it are planned first, in order, each exactly as the reference plans it (22.05's trial starts and
-cons_tres's will-run test), and then the job itself. Jobs still deferred when the cycle ends are
-never planned. The cycle stops once no remaining job is small enough for the free GPUs.
+is needed only if a later job might start. A job that passes may start, where the placement
+rule puts it on the nodes the plan leaves it; reservations not yet made can change that only by
+taking one of those nodes before now + its limit. So the deferred jobs before it are planned, in
+order, up to the last one whose reservation might take such a node (`_Cycle._needed` says when
+one cannot: too few GPUs freed there in time for its size, or the node already reserved for
+every trial start that matters), each exactly as the reference plans it at its place in the
+order (22.05's trial starts and cons_tres's will-run test, on the free GPUs and running jobs of
+then), and then the job starts. Jobs still deferred when the cycle ends are never planned. The
+cycle stops once no remaining job is small enough for the free GPUs.
 
 On the 7-day Philly slice most jobs of a cycle are deferred and never planned (docs/benchmarks.md,
 "Slurm's time-limit backfill"). What is planned is planned with the reference's rules, on
-faster structures: the plan's slots as parallel lists searched by bisection, and the will-run
-test on Python lists, which for a job that fits in one node looks only at the nodes a batch
-frees, and places jobs with NodePool's rules on lists (no pool is built). `placement=count` (no
-nodes) goes to the reference, whose earliest-fit plan is cheap.
+faster structures kept across cycles (the running jobs by planned end and per node, the nodes
+with at least v GPUs free, and per node and v the running job whose end frees the v-th GPU): the
+plan's slots as parallel lists searched by bisection, and the will-run test, for first fit and
+best fit, from when each node has room instead of walking the running jobs. `placement=count`
+(no nodes) goes to the reference, whose earliest-fit plan is cheap.
 """
 
 from __future__ import annotations
@@ -34,19 +40,30 @@ from ..sim.placement import Alloc
 from .backfill import _WILL_RUN_WINDOW, BackfillParams, slurm_backfill
 
 Running = list[tuple[float, int, Alloc, int]]  # (planned end, start order, allocation, node bitmask)
+Key = tuple[float, float]  # a running job's sort key: (planned end, start order)
+NOW: Key = (-math.inf, -1.0)  # before every running job's end
+NEVER: Key = (math.inf, math.inf)  # after every running job's end
 
 
 class LazyBackfill:
-    """The planner of one partition for a whole run: `cycle` is called at each backfill cycle.
-    Between cycles it keeps the running jobs sorted by planned end, and brings that list up to
-    date (jobs ended, jobs started) only when a cycle needs it, instead of sorting every running
-    job at every cycle."""
+    """The planner of one partition for a whole run: `cycle` is called at each backfill cycle,
+    `started` and `ended` at each start and end of a job. Across cycles it keeps the running
+    jobs sorted by planned end, per node the GPUs free and the running jobs on it (each with the
+    GPUs it frees there), per count v the nodes with at least v GPUs free, and per node and v
+    the running job whose end leaves v GPUs free on it (`table`, brought up to date when a
+    cycle needs it), instead of sorting every running job at every cycle."""
 
     def __init__(self, gpus: np.ndarray, limit: np.ndarray):
         self.gpus, self.limit = gpus, limit  # every job's GPUs and time limit (s; inf: none)
-        self._rows: Running = []  # sorted; after equal ends, in start order (as a stable sort)
-        self._known: dict[int, tuple[float, int]] = {}  # running job -> its row's sort key
+        self._rows: Running = []  # sorted: by end, then start order (as a stable sort)
+        self._known: dict[int, Key] = {}  # running job -> its row's sort key
+        self._on: list[list[tuple[float, int, int]]] = []  # per node: (end, order, GPUs), sorted
+        self.free: list[int] = []  # per node: GPUs free (as the partition's)
+        self.at_least: list[int] = []  # per count v (0 to gpn + 1): nodes with >= v free (bitmask)
+        self._table: list[list[Key]] = []  # `table`, up to date but for the nodes in _stale
+        self._stale: set[int] = set()
         self._seq = 0
+        self._nodes: dict[int, list[int]] = {}  # node bitmask -> its nodes (remembered)
         self._lists: tuple[list[int], list[float]] | None = None  # the same, for the reference
 
     def cycle(self, part: Partition, order: np.ndarray, now: float, params: BackfillParams,
@@ -54,36 +71,143 @@ class LazyBackfill:
               denied: Callable[[int], int] | None = None) -> list[tuple[int, float]]:
         """`backfill.slurm_backfill` with the same starts, for the job numbers `order` (best
         first, a numpy array). Returns the (job, planned start) of the jobs it planned, which are
-        the reference's up to the last job started."""
+        the reference's for those jobs: the jobs whose reservations could change a start."""
         if part.placement == "count":
             if self._lists is None:
                 self._lists = (self.gpus.tolist(), self.limit.tolist())
             return slurm_backfill(part, order.tolist(), *self._lists, now, params, start, denied)
         if part.pool.free_gpus == 0 or not len(order):
             return []
-        return _Cycle(self, part, now, params, start).run(order[:params.max_job_test], denied)
+        self.sync(part)
+        return _Cycle(self, part, now, params, start, order[:params.max_job_test], denied).run()
 
-    def running(self, part: Partition) -> Running:
-        """The running jobs with their planned ends (Slurm's whole-second start + limit), by end
-        (after equal ends, in start order)."""
-        known, rows = self._known, self._rows
-        if known.keys() != part.running.keys():
-            for r in known.keys() - part.running.keys():
-                del rows[bisect.bisect_left(rows, known.pop(r), key=lambda x: x[:2])]
-            for r in part.running:
-                if r not in known:
-                    self.add(r, math.floor(part.run_started(r)) + float(self.limit[r]), part.allocation(r))
-        return rows
+    @staticmethod
+    def may_start(part: Partition, g: int) -> bool:
+        """Whether a job of g GPUs fits now on the partition's nodes (as `_Cycle._fits` on all
+        of them): if the smallest waiting job does not, a cycle starts nothing."""
+        pool = part.pool
+        if part.placement in ("count", "spread"):
+            return g <= pool.free_gpus
+        free, gpn = pool.free, pool.gpn
+        if g <= gpn:
+            return max(free) >= g
+        whole, rest = divmod(g, gpn)
+        empty = free.count(gpn)
+        return empty >= whole and (not rest or empty > whole or sum(f >= rest for f in free) > whole)
 
-    def add(self, j: int, end: float, alloc: Alloc) -> None:
-        """Job j started (in this cycle, or since the last one), with this planned end."""
-        mask = 0
-        for m, _ in alloc:
+    def sync(self, part: Partition) -> None:
+        """Build the state from the partition on first use (or if it has been missing starts
+        or ends); afterwards `started` and `ended` keep it up to date."""
+        if self._on and len(self._known) == len(part.running):
+            return
+        pool = part.pool
+        self._rows, self._known, self._seq = [], {}, 0
+        self._on = [[] for _ in range(pool.nodes)]
+        self.free = list(pool.free)
+        self.at_least = [0] * (pool.gpn + 2)
+        for n, f in enumerate(self.free):
+            self.at_least[f] |= 1 << n
+        for v in range(pool.gpn - 1, -1, -1):
+            self.at_least[v] |= self.at_least[v + 1]
+        self._table = []
+        self._stale = set(range(pool.nodes))
+        for r in part.running:
+            self._add(r, math.floor(part.run_started(r)) + float(self.limit[r]), part.allocation(r))
+
+    def started(self, j: int, part: Partition) -> None:
+        """Job j has just started on the partition (called by the policy at each start)."""
+        if self._on:
+            alloc = part.allocation(j)
+            self._add(j, math.floor(part.run_started(j)) + float(self.limit[j]), alloc)
+            for m, g in alloc:
+                self._set(m, self.free[m] - g)
+
+    def ended(self, j: int) -> None:
+        """Running job j has ended (called by the policy at each end)."""
+        key = self._known.pop(j, None)
+        if key is not None:
+            row = self._rows.pop(bisect.bisect_left(self._rows, key))
+            for m, g in row[2]:
+                on = self._on[m]
+                del on[bisect.bisect_left(on, key)]
+                self._stale.add(m)
+                self._set(m, self.free[m] + g)
+
+    def _set(self, node: int, free: int) -> None:
+        old, bit, at_least = self.free[node], 1 << node, self.at_least
+        self.free[node] = free
+        for v in range(min(old, free) + 1, max(old, free) + 1):
+            at_least[v] ^= bit
+
+    def _add(self, j: int, end: float, alloc: Alloc) -> None:
+        mask, seq = 0, self._seq
+        for m, g in alloc:
             mask |= 1 << m
-        key = (end, self._seq)
+            bisect.insort(self._on[m], (end, seq, g))
+            self._stale.add(m)
         self._seq += 1
-        self._known[j] = key
-        bisect.insort(self._rows, (end, key[1], alloc, mask), key=lambda x: x[:2])
+        self._known[j] = (end, seq)
+        bisect.insort(self._rows, (end, seq, alloc, mask))
+
+    def running(self) -> Running:
+        """The running jobs (planned end (Slurm's whole-second start + limit), start order,
+        allocation, node bitmask), by end, then start order."""
+        return self._rows
+
+    def nodes(self, mask: int) -> list[int]:
+        """The node numbers of a bitmask, in increasing order."""
+        got = self._nodes.get(mask)
+        if got is None:
+            if len(self._nodes) > 4096:
+                self._nodes.clear()
+            got = self._nodes[mask] = []
+            m = mask
+            while m:
+                bit = m & -m
+                m ^= bit
+                got.append(bit.bit_length() - 1)
+        return got
+
+    def freed_before(self, node: int, t: float) -> int:
+        """GPUs the running jobs on the node free at their planned ends before t."""
+        out = 0
+        for end, _, g in self._on[node]:
+            if end >= t:
+                break
+            out += g
+        return out
+
+    def order_of(self, j: int) -> int:
+        """The start order of running job j's row."""
+        return int(self._known[j][1])
+
+    def table(self, free: list[int], gpn: int) -> list[list[Key]]:
+        """Per count v (0 to gpn) and node, the sort key (planned end, start order) of the
+        running job whose end leaves the node (now `free` GPUs free) v GPUs free (`NOW`: it has
+        them; `NEVER`: no running job's end does). The list is the planner's, changed in place
+        by the next call after a job starts or ends."""
+        if not self._table:
+            self._table = [[NOW] * len(free) for _ in range(gpn + 1)]
+        for n in self._stale:
+            self.column(self._table, n, free[n], gpn)
+        self._stale.clear()
+        return self._table
+
+    def column(self, table: list[list[Key]], node: int, free: int, gpn: int,
+               skip: frozenset[int] = frozenset()) -> None:
+        """Write the node's column of `table` for `free` GPUs free and the running jobs on it
+        but those in `skip` (start orders)."""
+        have = free
+        for v in range(1, gpn + 1):
+            table[v][node] = NOW if v <= free else NEVER
+        for end, seq, g in self._on[node]:
+            if have >= gpn:
+                break
+            if seq in skip:
+                continue
+            for v in range(have + 1, min(have + g, gpn) + 1):
+                table[v][node] = (end, seq)
+            have += g
 
 
 class _Slots:
@@ -137,80 +261,248 @@ class _Slots:
             got = self._overlaps[key] = any(b < end and e > begin and m & nodes for b, e, m in self.resv)
         return got
 
+    def held_from(self, node_bit: int, t: float) -> float:
+        """The earliest begin of a slot that ends at t or later and is reserved on the node
+        (inf if none)."""
+        ends, held = self.ends, self.held
+        for k in range(bisect.bisect_left(ends, t), len(ends)):
+            if held[k] & node_bit:
+                return self.begins[k]
+        return math.inf
+
 
 class _Cycle:
     """One cycle's state: free GPUs per node, the running jobs (built when first needed), the
-    plan, and the answers that stay true until a reservation or a start changes them."""
+    plan, and the answers that stay true until a reservation or a start changes them.
+
+    Jobs are known by their position in the cycle's order. The jobs started in the cycle divide
+    it into epochs (epoch k: after the k-th start). A deferred job is planned, if ever, in the
+    epoch it was deferred in, as the reference plans it at its place in the order: on the free
+    GPUs and running jobs of then."""
 
     def __init__(self, planner: LazyBackfill, part: Partition, now: float, params: BackfillParams,
-                 start: Callable[[int, int], bool]):
+                 start: Callable[[int, int], bool], order: np.ndarray, denied: Callable[[int], int] | None):
         pool = part.pool
         self.planner, self.part, self.now, self.params, self.start_job = planner, part, now, params, start
-        self.gpus, self.limit = planner.gpus, planner.limit
-        self.free = list(pool.free)
+        # the planner's free GPUs per node and nodes with at least v free, kept up to date by
+        # the policy's calls at each start
+        self.free, self.at_least = planner.free, planner.at_least
         self.gpn, self.placement = pool.gpn, part.placement
         self.free_total = pool.free_gpus
-        self.has_free = sum(1 << n for n, f in enumerate(self.free) if f)  # nodes with a free GPU
         self.everything = (1 << len(self.free)) - 1
         step = params.resolution
         self.plan = _Slots(math.floor(now / step) * step, math.floor((now + params.window) / step) * step)
+        # The jobs' numbers, GPUs and limits as lists, made a chunk at a time as the walk gets
+        # there (it stops once no job left is small enough for the free GPUs, most often long
+        # before the end of the order): `stop` is where, from the smallest job from each
+        # position on.
+        self.order = order
+        self.smallest: list[int] = np.minimum.accumulate(planner.gpus[order][::-1])[::-1].tolist()
+        self.stop = bisect.bisect_right(self.smallest, self.free_total)
+        self.jobs: list[int] = []
+        self.sizes: list[int] = []
+        self.lims: list[float] = []
+        self.denied = denied
         self.planned: list[tuple[int, float]] = []
-        self._running: Running | None = None  # the planner's, once a will-run test needs them
-        # Remembered answers: the will-run test per (GPUs, usable nodes) until a start; the usable
-        # nodes from now per (partition, limit) until a reservation; whether GPUs fit now on
-        # nodes per (GPUs, usable nodes that have free GPUs) until a start; and the jobs (GPUs,
-        # limit, partition) planned to neither start nor reserve, until anything changes.
-        self.will_run: dict[tuple[int, int], tuple[float, Alloc] | None] = {}
+        self.started: list[tuple[int, Alloc]] = []  # in order
+        self.started_at: list[int] = []  # their positions
+        self._epochs: dict[int, tuple[list[int], Running, list[float]]] = {}  # per epoch: `_state`
+        self._after: dict[int, tuple[frozenset[int], int]] = {}  # per epoch: `_later`
+        self._tables: dict[int, list[list[Key]]] = {}  # per epoch: `_table`
+        # Remembered answers: the will-run test per (epoch, GPUs, usable nodes); the usable nodes
+        # from now per (partition, limit) until a reservation; `_cutoff` per GPUs (one partition)
+        # or (partition, GPUs) until a reservation or a start; and the jobs (epoch, GPUs, limit,
+        # partition) planned to neither start nor reserve, until a reservation.
+        self.will_run: dict[tuple[int, int, int], tuple[float, Alloc] | None] = {}
         self.usable_now: dict[tuple[int, float], int] = {}
-        self.fits_now: dict[tuple[int, int], bool] = {}
-        self.nothing: set[tuple[int, float, int]] = set()
+        self.cutoff: dict[object, float] = {}
+        self.nothing: set[tuple[int, int, float, int]] = set()
 
-    def run(self, order: np.ndarray, denied: Callable[[int], int] | None) -> list[tuple[int, float]]:
-        # the smallest job from each position on: once it exceeds the free GPUs, nothing can start
-        sizes = self.gpus[order]
-        smallest = np.minimum.accumulate(sizes[::-1])[::-1].tolist()
-        jobs, sizes, lims = order.tolist(), sizes.tolist(), self.limit[order].tolist()
-        everything = self.everything
-        deferred: list[tuple[int, int]] = []
-        for i, j in enumerate(jobs):
-            if smallest[i] > self.free_total or self.free_total == 0:
-                break
-            part_mask = everything if denied is None else everything & ~denied(j)
-            g, lim = int(sizes[i]), lims[i]
-            if g > self.free_total or not self._may_start_now(g, lim, part_mask):
-                deferred.append((j, part_mask))
-                continue
-            for d, d_mask in deferred:
-                self._plan_job(d, d_mask)
-            deferred = []
-            self._plan_job(j, part_mask)
+    def run(self) -> list[tuple[int, float]]:
+        now, cutoff, inf = self.now, self.cutoff, math.inf
+        deferred: list[int] = []
+        i = 0
+        while i < self.stop:
+            if i == len(self.sizes):
+                self._more()
+            g = self.sizes[i]
+            key: object = g if self.denied is None else (self.mask(i), g)
+            t = cutoff.get(key)
+            if t is None:
+                t = cutoff[key] = self._cutoff(self.mask(i), g)
+            if not ((now + self.lims[i] < t or t == inf) and self._try_start(i, deferred)):
+                deferred.append(i)
+            i += 1
         return self.planned
 
-    def _may_start_now(self, g: int, lim: float, part_mask: int) -> bool:
-        """Whether g GPUs fit now on the nodes the plan so far leaves usable from now to now +
-        lim (the first trial of `_plan_job`): if not, no further reservation can make them."""
+    def _more(self) -> None:
+        """The next chunk of the jobs' numbers, GPUs and limits (twice the last, up to `stop`)."""
+        a = len(self.jobs)
+        chunk = self.order[a:min(self.stop, max(2 * a, 64))]
+        self.jobs += chunk.tolist()
+        self.sizes += self.planner.gpus[chunk].tolist()
+        self.lims += self.planner.limit[chunk].tolist()
+
+    def mask(self, i: int) -> int:
+        """The nodes the job at position i may use (its Slurm partition's)."""
+        if self.denied is None:
+            return self.everything
+        return self.everything & ~self.denied(self.jobs[i])
+
+    def epoch(self, i: int) -> int:
+        """The epoch of the job at position i: the jobs started before it."""
+        return bisect.bisect_left(self.started_at, i)
+
+    def _try_start(self, i: int, deferred: list[int]) -> bool:
+        """Start the job at position i, which fits now on the nodes the plan so far leaves it,
+        if it does once the deferred jobs whose reservations could change that are planned
+        (they leave `deferred`)."""
+        g, lim, mask = self.sizes[i], self.lims[i], self.mask(i)
+        while deferred:
+            k = self._needed(deferred, i)
+            if not k:
+                break
+            self._plan_job(deferred.pop(0))
+            key: object = g if self.denied is None else (mask, g)
+            t = self.cutoff.get(key)
+            if t is None:
+                t = self.cutoff[key] = self._cutoff(mask, g)
+            if not (self.now + lim < t or t == math.inf):
+                return False
+        # (placement cannot disagree with the plan, which follows the same rules)
+        return self._start(i, self._usable_now(mask, lim))
+
+    def _cutoff(self, part_mask: int, g: int) -> float:
+        """The time from which the plan so far keeps g GPUs from fitting now: a job of g GPUs
+        and limit lim fits now on the nodes the plan leaves it from now to now + lim (the first
+        trial of `_plan_job`) if and only if now + lim < this time (inf: always, -inf: never).
+        The plan's slots are looked at in order, each taking its reserved nodes away."""
+        plan, now = self.plan, self.now
+        begins, ends, held = plan.begins, plan.ends, plan.held
+        k, n = bisect.bisect_right(ends, now), len(ends)
+        avail = part_mask
+        while k < n and begins[k] <= now:
+            avail &= ~held[k]
+            k += 1
+        if not self._fits(avail, g):
+            return -math.inf
+        for k in range(k, n):
+            if avail & held[k]:
+                avail &= ~held[k]
+                if not self._fits(avail, g):
+                    return begins[k]
+        return math.inf
+
+    def _fits(self, nodes: int, g: int) -> bool:
+        """Whether the placement rule finds room now for g GPUs on the bitmask `nodes` (as
+        `_place`, without placing them)."""
+        at_least, gpn = self.at_least, self.gpn
+        if self.placement == "spread":
+            return sum((nodes & at_least[v]).bit_count() for v in range(1, gpn + 1)) >= g
+        if g <= gpn:
+            return bool(nodes & at_least[g])
+        whole, rest = divmod(g, gpn)
+        empty = (nodes & at_least[gpn]).bit_count()
+        return empty >= whole and (not rest or empty > whole or (nodes & at_least[rest]).bit_count() > whole)
+
+    def _place_now(self, nodes: int, g: int) -> int:
+        """The nodes (bitmask) the placement rule gives g GPUs now on the bitmask `nodes` (as
+        `NodePool.place`); the job fits there."""
+        at_least, gpn, placement = self.at_least, self.gpn, self.placement
+        if placement == "spread":
+            out, need, m = 0, g, nodes & at_least[1]
+            while need > 0:
+                bit = m & -m
+                m ^= bit
+                out |= bit
+                need -= self.free[bit.bit_length() - 1]
+            return out
+        if g <= gpn:
+            if placement == "first_fit":
+                m = nodes & at_least[g]
+                return m & -m
+            return _best_fit(at_least, nodes, g, gpn)
+        whole, rest = divmod(g, gpn)
+        out, m = 0, nodes & at_least[gpn]
+        for _ in range(whole):
+            bit = m & -m
+            m ^= bit
+            out |= bit
+        return out | _best_fit(at_least, nodes & ~out, rest, gpn) if rest else out
+
+    def _usable_now(self, part_mask: int, lim: float) -> int:
         key = (part_mask, lim)
         avail = self.usable_now.get(key)
         if avail is None:
             avail = self.usable_now[key] = self.plan.usable(part_mask, self.now, self.now + lim)[0]
-        fkey = (g, avail & self.has_free)
-        fits = self.fits_now.get(fkey)
-        if fits is None:
-            fits = self.fits_now[fkey] = _fits(self.free, fkey[1], g, self.gpn, self.placement)
-        return fits
+        return avail
 
-    def _plan_job(self, j: int, part_mask: int) -> None:
-        """Plan job j as `backfill._slurm_backfill_nodes` does: start it now, reserve nodes for
-        it, or neither."""
-        g, lim = int(self.gpus[j]), float(self.limit[j])
-        key = (g, lim, part_mask)
+    def piece(self, g: int) -> int:
+        """The fewest GPUs a job of g GPUs takes on any one node it is placed on."""
+        if self.placement == "spread":
+            return 1
+        if g <= self.gpn:
+            return g
+        return g % self.gpn or self.gpn
+
+    def _needed(self, deferred: list[int], i: int) -> int:
+        """How many of the deferred jobs (a prefix) must be planned before the job at position
+        i starts as in the reference: up to the last one whose reservation might take, from
+        before now + its limit, a node it is placed on now. (It goes where the placement rule
+        puts it on the nodes the plan so far leaves usable; reservations yet to be made can
+        only take nodes away from these, so if they take none of the nodes it gets, they
+        change nothing.)
+
+        A reservation taking node n from before now + lim, in the plan's slots of
+        ``bf_resolution``, starts before Hs (now + lim rounded up to the next slot boundary),
+        and a job gets a reservation only within ``bf_window``. A deferred job d cannot get
+        one (`_plan_job`) when (a) n frees at most P GPUs by then and d needs more than P on
+        any node it is placed on (the will-run test's start is the end of a running job at or
+        after the one that makes room), or (b) a reservation already made holds n in a slot
+        that ends at Hs or later and begins by now + d's limit: every trial start of d before
+        Hs then sees n reserved. Reservations not yet made (deferred jobs before d) only take
+        more nodes, and jobs started since the first deferred job only free fewer GPUs, so
+        both tests hold in d's own epoch."""
+        g, lim, mask = self.sizes[i], self.lims[i], self.mask(i)
+        now, step, inf = self.now, self.params.resolution, math.inf
+        spot = self._place_now(self._usable_now(mask, lim), g)
+        hs = (math.floor((now + lim) / step) + 1) * step if math.isfinite(lim) else math.inf
+        by = min(hs, math.nextafter(now + self.params.window, math.inf))  # (a): ends before this
+        later = self.started[self.epoch(deferred[0]):]
+        nodes: list[tuple[int, int, float]] = []  # (node bit, GPUs free by then, (b)'s slot begin)
+        while spot:
+            bit = spot & -spot
+            spot ^= bit
+            n = bit.bit_length() - 1
+            # at most: free then (GPUs of jobs started since given back) + freed by then
+            frees = self.free[n] + self.planner.freed_before(n, by)
+            for _, alloc in later:
+                for m, g_m in alloc:
+                    if m == n:
+                        frees += g_m
+            # (b) holds for a limit lim_d with held <= now + lim_d, the reference's own test
+            nodes.append((bit, frees, self.plan.held_from(bit, hs)))
+        sizes, lims, denied, piece = self.sizes, self.lims, self.denied, self.piece
+        for k in range(len(deferred) - 1, -1, -1):
+            d = deferred[k]
+            for bit, frees, held in nodes:
+                if ((held == inf or now + lims[d] < held) and piece(sizes[d]) <= frees
+                        and (denied is None or self.mask(d) & bit)):
+                    return k + 1
+        return 0
+
+    def _plan_job(self, i: int) -> None:
+        """Plan the job at position i as `backfill._slurm_backfill_nodes` does, in its epoch:
+        start it now (only in the current epoch), reserve nodes for it, or neither."""
+        g, lim, part_mask, epoch = self.sizes[i], self.lims[i], self.mask(i), self.epoch(i)
+        key = (epoch, g, lim, part_mask)
         if key in self.nothing:
             return
         now, plan, step = self.now, self.plan, self.params.resolution
         start_res = now
         for _ in range(2 * len(plan.ends) + 4):  # each retry moves start_res on to a later slot
             avail, later = plan.usable(part_mask, start_res, max(start_res, now) + lim)
-            got = self._will_run(g, avail) if avail else None
+            got = self._will_run(epoch, g, avail) if avail else None
             if got is None:
                 if later:
                     start_res = later
@@ -229,7 +521,7 @@ class _Cycle:
                 start_res = t + (step if start_res == t else 0.0)
                 continue
             if t <= now:
-                if self._start(j, avail, lim):
+                if epoch == len(self.started) and self._start(i, avail):
                     return
                 # placement disagreed with the plan (cannot happen with the same rules): reserve
             elif later and t > later:
@@ -238,39 +530,194 @@ class _Cycle:
             if t > now + self.params.window:
                 break  # too far ahead: no reservation
             plan.add(max(begin, first), end, spot_mask)
-            self.planned.append((j, t))
+            self.planned.append((self.jobs[i], t))
             self.usable_now.clear()
+            self.cutoff.clear()
             self.nothing.clear()
             return
         self.nothing.add(key)
 
-    def _start(self, j: int, avail: int, lim: float) -> bool:
+    def _start(self, i: int, avail: int) -> bool:
+        j = self.jobs[i]
         if not self.start_job(j, self.everything & ~avail):
             return False
-        alloc = self.part.allocation(j)
-        for m, g in alloc:
-            self.free[m] -= g
-            if not self.free[m]:
-                self.has_free &= ~(1 << m)
-        self.free_total -= int(self.gpus[j])
-        if self._running is not None:  # (else brought up to date when first needed)
-            self.planner.add(j, math.floor(self.now) + lim, alloc)
-        self.will_run.clear()
-        self.fits_now.clear()
-        self.nothing.clear()
+        alloc = self.part.allocation(j)  # (the policy has told the planner: free GPUs are down)
+        self.free_total -= self.sizes[i]
+        self.stop = min(self.stop, bisect.bisect_right(self.smallest, self.free_total))
+        self._epochs.pop(len(self.started), None)  # (its running jobs and table were the live ones)
+        self._tables.pop(len(self.started), None)
+        self.started.append((j, alloc))
+        self.started_at.append(i)
+        self.cutoff.clear()
         return True
 
     def running(self) -> Running:
-        if self._running is None:
-            self._running = self.planner.running(self.part)
-        return self._running
+        return self.planner.running()
 
-    def _will_run(self, g: int, avail: int) -> tuple[float, Alloc] | None:
-        key = (g, avail)
+    def _state(self, epoch: int) -> tuple[list[int], Running, list[float]]:
+        """The free GPUs per node, the running jobs and their planned ends of an epoch (the
+        current one's free GPUs and running jobs are live)."""
+        got = self._epochs.get(epoch)
+        if got is None:
+            if epoch == len(self.started):
+                free, rows = self.free, self.running()
+            else:
+                free = list(self.free)
+                for _, alloc in self.started[epoch:]:
+                    for m, g in alloc:
+                        free[m] += g
+                skip = self._later(epoch)[0]
+                rows = [r for r in self.running() if r[1] not in skip]
+            got = self._epochs[epoch] = (free, rows, [r[0] for r in rows])
+        return got
+
+    def _later(self, epoch: int) -> tuple[frozenset[int], int]:
+        """The rows (start orders) and nodes (bitmask) of the jobs started after an epoch."""
+        got = self._after.get(epoch)
+        if got is None:
+            nodes = 0
+            for _, alloc in self.started[epoch:]:
+                for m, _ in alloc:
+                    nodes |= 1 << m
+            got = (frozenset(self.planner.order_of(s) for s, _ in self.started[epoch:]), nodes)
+            if epoch < len(self.started):  # (the current epoch's grows with the next start)
+                self._after[epoch] = got
+        return got
+
+    def _table(self, epoch: int) -> list[list[Key]]:
+        """`LazyBackfill.table` in an epoch."""
+        got = self._tables.get(epoch)
+        if got is None:
+            got = self.planner.table(self.free, self.gpn)
+            if epoch < len(self.started):  # a copy, with the nodes of the later starts as then
+                got = [list(col) for col in got]
+                skip, nodes = self._later(epoch)
+                free = self._state(epoch)[0]
+                while nodes:
+                    bit = nodes & -nodes
+                    nodes ^= bit
+                    n = bit.bit_length() - 1
+                    self.planner.column(got, n, free[n], self.gpn, skip)
+            self._tables[epoch] = got
+        return got
+
+    def _will_run(self, epoch: int, g: int, avail: int) -> tuple[float, Alloc] | None:
+        key = (epoch, g, avail)
         if key not in self.will_run:
-            self.will_run[key] = _will_run(g, avail, self.free, self.running(), self.now, self.gpn,
-                                           self.placement)
+            if self.placement == "spread":
+                free, rows, _ = self._state(epoch)
+                self.will_run[key] = _will_run(g, avail, free, rows, self.now, self.gpn, self.placement)
+            else:
+                self.will_run[key] = self._will_run_by_nodes(epoch, g, avail)
         return self.will_run[key]
+
+    def _will_run_by_nodes(self, epoch: int, g: int, avail: int) -> tuple[float, Alloc] | None:
+        """`_will_run` for first fit and best fit, from when each node has enough GPUs free
+        (`_table`) instead of walking the running jobs: the first running job after whose end
+        the job fits, then the batch that holds it (`_batch_end`), then where it goes then."""
+        _, rows, ends = self._state(epoch)
+        table, gpn = self._table(epoch), self.gpn
+        nodes = self.planner.nodes(avail)
+        if g <= gpn:
+            fit = min(map(table[g].__getitem__, nodes))
+        else:  # `whole` empty nodes, and (rest) one more with `rest` free
+            whole, rest = divmod(g, gpn)
+            if len(nodes) < whole + (rest > 0):
+                return None
+            fit = sorted(map(table[gpn].__getitem__, nodes))[whole - 1]
+            if rest:
+                fit = max(fit, sorted(map(table[rest].__getitem__, nodes))[whole])
+        if fit == NOW:
+            return self.now, _spot(table, nodes, g, gpn, self.placement, NOW)
+        if fit[0] == math.inf:
+            return None  # no end makes room, or the walk meets a job that never ends first
+        u = _batch_end(rows, ends, avail, fit)
+        if u < 0:
+            return None
+        last = ends[u]
+        return (last if last > self.now else self.now + 1.0), _spot(table, nodes, g, gpn, self.placement,
+                                                                    (last, rows[u][1]))
+
+
+def _spot(table: list[list[Key]], nodes: list[int], g: int, gpn: int, placement: str, key: Key) -> Alloc:
+    """`_place` on the nodes (increasing) with the GPUs free after the running job with sort
+    key `key` ends (`LazyBackfill.table`), for first fit and best fit; the job fits then."""
+    if g <= gpn:
+        col = table[g]
+        if placement == "first_fit":
+            return ((next(n for n in nodes if col[n] <= key), g),)
+        best, fewest = -1, gpn + 1
+        for n in nodes:
+            if col[n] <= key:
+                f = g
+                while f < gpn and table[f + 1][n] <= key:
+                    f += 1
+                if f < fewest:
+                    best, fewest = n, f
+        return ((best, g),)
+    whole, rest = divmod(g, gpn)
+    full = table[gpn]
+    taken = [n for n in nodes if full[n] <= key][:whole]
+    alloc = tuple((n, gpn) for n in taken)
+    if not rest:
+        return alloc
+    col, best, fewest = table[rest], -1, gpn + 1
+    for n in nodes:
+        if col[n] <= key and n not in taken:
+            f = rest
+            while f < gpn and table[f + 1][n] <= key:
+                f += 1
+            if f < fewest:
+                best, fewest = n, f
+    return (*alloc, (best, rest))
+
+
+def _best_fit(at_least: list[int], nodes: int, g: int, gpn: int) -> int:
+    """The node (bit) of `nodes` with the fewest free GPUs that holds g (NodePool's best fit:
+    lowest number on ties), from the nodes with at least v free per v; 0 if none."""
+    for v in range(g, gpn + 1):
+        m = nodes & at_least[v] & ~at_least[v + 1]
+        if m:
+            return m & -m
+    return 0
+
+
+def _batch_end(rows: Running, ends: list[float], avail: int, fit: Key) -> int:
+    """The last running job of the will-run test's batch that holds the job with sort key
+    `fit` (as `_will_run` takes them away: a batch ends after a job on a usable node when the
+    next job's end is beyond the batch's window, whose length doubles batch after batch), or
+    -1 if the test never gets there (it meets a job that never ends first)."""
+    n = len(rows)
+    finite = bisect.bisect_left(ends, math.inf)  # the jobs from here never end
+    at = bisect.bisect_left(ends, fit[0])
+    while rows[at][1] != fit[1]:
+        at += 1
+    window, first_end = float(_WILL_RUN_WINDOW), 0.0
+    k = 0
+    while True:
+        while k < finite and not rows[k][3] & avail:
+            k += 1
+        if k >= finite:
+            return -1
+        if not first_end:
+            first_end = ends[k] + (window - ends[k] % window)
+        # the batch ends at the first job on a usable node followed by an end beyond the window
+        u = max(k, bisect.bisect_right(ends, first_end + window) - 1)
+        while u < finite and not rows[u][3] & avail:
+            u += 1
+        if u >= finite:
+            if finite < n:
+                return -1
+            u = n - 1  # no such job: the batch takes the rest, up to the last usable one
+            while not rows[u][3] & avail:
+                u -= 1
+        if u >= at:
+            return u
+        k = u + 1
+        if k >= n:
+            return -1
+        while math.isfinite(ends[k]) and ends[k] > first_end + window:
+            window *= 2
 
 
 def _will_run(g: int, avail: int, free: list[int], running: Running, now: float, gpn: int,

@@ -377,6 +377,8 @@ class Multifactor(Policy):
             assert b is not None  # a job that ran before t0 implies t0 is set (for mypy)
         if b < now:
             self.spans.append((a, w, b, now))
+        if self._planner is not None:
+            self._planner.ended(j)
 
     def _start(self, j: int, now: float, exclude: int = 0) -> bool:
         if self._excl is not None:
@@ -384,6 +386,8 @@ class Multifactor(Policy):
         if self.part.start(j, exclude):
             self.fresh[j] = now
             self._dirty = True
+            if self._planner is not None:
+                self._planner.started(j, self.part)
             return True
         return False
 
@@ -508,8 +512,8 @@ class Multifactor(Policy):
     def _backfill(self, now: float, limit: Sequence[float]) -> None:
         """One cycle of Slurm's backfill scheduler at `now`."""
         self._dirty = False
-        if min(self.by_size) > self.part.free and not self.reference_planner:
-            # no waiting job fits in the free GPUs: the cycle cannot start one (a planner would
+        if not self.reference_planner and not LazyBackfill.may_start(self.part, min(self.by_size)):
+            # no waiting job fits on the free GPUs: the cycle cannot start one (a planner would
             # only make reservations, which the next cycle makes afresh)
             self.reservations = []
             return
