@@ -73,3 +73,28 @@ def test_fit_drops_unknown_vc_and_oversized_jobs(tmp_path):
 def test_uniform_ignores_vcs():
     t = _trace([1, 2], ["a", "b"])
     assert np.all(parse_cluster("1x2").partition_of(t) == 0)
+
+
+def test_node_shape_gives_jobs_cpus_per_gpu():
+    # 11x8 with 40 CPUs a node: 5 CPUs per GPU; a job with its own count keeps it; 0 = not known.
+    spec = parse_cluster("11x8, CPUs=40")
+    assert (spec.cpus_per_node, spec.cpus_per_gpu) == (40, 5.0)
+    assert spec.job_cpus(np.array([1, 8, 16]), np.array([0, 0, 3])).tolist() == [5, 40, 3]
+    assert spec.describe() == "11x8 (88 GPUs), CPUs=40"
+    # no CPUs given: as many as GPUs, one per GPU; the description is the one it always was
+    plain = parse_cluster("32x8")
+    assert plain.job_cpus(np.array([1, 8]), None).tolist() == [1, 8]
+    assert plain.describe() == "32x8 (256 GPUs)"
+    assert "1 CPU(s) per GPU (the node shape: 8 CPUs, 8 GPUs)" == plain.cpu_rule()
+    # DefCpuPerGPU=0: one CPU per node a job spans (sbatch's default of one task)
+    node = parse_cluster("4x8,DefCpuPerGPU=0")
+    assert node.job_cpus(np.array([1, 8, 16]), None).tolist() == [1, 1, 2]
+    assert node.cpu_rule().startswith("one CPU per node")
+    # DefCpuPerGPU=2.5 on 8-CPU nodes: rounded, at least one
+    assert parse_cluster("2x8,DefCpuPerGPU=2.5").job_cpus(np.array([1, 2]), None).tolist() == [2, 5]
+
+
+@pytest.mark.parametrize("bad", ["11x8,CPUs=0", "11x8,CPUs=4.5", "11x8,Mem=40", "11x8,CPUs", "11x8,DefCpuPerGPU=-1"])
+def test_bad_node_shape_is_named(bad):
+    with pytest.raises(ClusterError, match="cluster spec"):
+        parse_cluster(bad)

@@ -9,7 +9,7 @@ from autosched.export.slurm import slurm_conf_lines, slurm_time
 from autosched.policies import get_policy
 from autosched.sim import Simulator
 from autosched.space import ConfigError
-from simkit import cluster, jct, make_trace, run
+from simkit import cluster, jct, make_trace, run, starts
 
 PLACEMENTS = ("consolidate", "spread", "count")  # one node: every placement is the same here
 ONLY = {"PriorityWeightAge": 0, "PriorityWeightFairshare": 0, "PriorityWeightJobSize": 0,
@@ -221,3 +221,18 @@ def test_the_space_names_defaults_and_choices():
     assert placement.choices == ("consolidate", "spread", "count", "first_fit")
     assert placement.help.startswith(PLACEMENT.help + "; first_fit: ")
     assert space[5].choices == ("FAIR_TREE", "NO_FAIR_TREE")
+
+
+# Jobs without CPU counts are sized as the site sizes them (ClusterSpec.job_cpus). On 1x4, A (4
+# GPUs, 0-100) holds the node; B (4 GPUs, t=1, 50 s) and C (1 GPU, t=2, 50 s) wait, small first.
+# Job-size factor, FavorSmall: ((1 - nodes/1) + (4 - cpus)/4) / 2 of 1000:
+#   CPUs per GPU (node shape 4 GPUs, 4 CPUs): B 4 CPUs -> 0; C 1 CPU -> (0 + 3/4)/2 = 375: C first
+#     at 100 (100-150), then B (4 GPUs do not fit beside C; builtin scheduling stops) 150-200;
+#   DefCpuPerGPU=0 (one CPU per node): B and C both 1 CPU -> 375 each, a tie broken by
+#     submission: B at 100-150, C at 150-200.
+@pytest.mark.parametrize("shape, b_start, c_start", [({}, 150, 100), ({"def_cpu_per_gpu": 0}, 100, 150),
+                                                     ({"node_cpus": 16}, 150, 100)])
+def test_job_size_counts_cpus_per_gpu(shape, b_start, c_start):
+    cfg = {**ONLY, "PriorityWeightJobSize": 1000, "PriorityFavorSmall": True}
+    sim = run([(0, 4, 100), (1, 4, 50), (2, 1, 50)], "multifactor", cfg, **shape)
+    assert starts(sim) == [0, b_start, c_start]

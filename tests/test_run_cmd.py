@@ -35,6 +35,9 @@ def test_run_json_and_report(tiny, tmp_path):
     assert set(out["strategies"]) == set(STRATS)
     n_periods = len(out["boundaries"]) - 1
     assert n_periods == 3
+    # the synthetic trace has no CPU counts: every job is sized by the node shape of 1x8
+    assert out["cpus"] == {"jobs_with_cpus": 0, "jobs_given_cpus": out["jobs"], "cpus_per_gpu": 1.0,
+                           "cpus_per_node": 8, "rule": "1 CPU(s) per GPU (the node shape: 8 CPUs, 8 GPUs)"}
     for name in STRATS:
         s = out["strategies"][name]
         assert {"avg_jct", "p99_jct", "avg_queue", "periods"} <= set(s)

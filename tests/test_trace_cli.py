@@ -26,6 +26,22 @@ def test_inspect_json_is_one_object_with_the_drop_report():
     assert {d["column"] for d in out["load_report"]["drops"]} == {"Start", "End", "AllocTRES"}
 
 
+def test_inspect_states_how_jobs_are_sized_in_cpus(tmp_path):
+    # sacct gives every kept job its CPUs: none is sized by the cluster's rule
+    result = runner.invoke(app, ["trace", "inspect", str(FIXTURES / "slurm_sacct.txt"), "--json", "--cluster", "2x8"])
+    cpus = json.loads(result.stdout)["cpus"]
+    assert (cpus["jobs_with_cpus"], cpus["jobs_given_cpus"]) == (7, 0)
+    # a trace without CPU counts: 40 CPUs and 8 GPUs a node give each job 5 per GPU
+    trace = tmp_path / "t.csv"
+    trace.write_text("job_id,submit_time,num_gpus,duration\na,0,1,10\nb,5,8,10\n")
+    result = runner.invoke(app, ["trace", "inspect", str(trace), "--cluster", "2x8,CPUs=40"])
+    assert result.exit_code == 0, result.output
+    assert "none in the trace: each job gets 5 CPU(s) per GPU (the node shape: 40 CPUs, 8 GPUs)" in result.stdout
+    result = runner.invoke(app, ["trace", "inspect", str(trace), "--json", "--cluster", "2x8,DefCpuPerGPU=0"])
+    cpus = json.loads(result.stdout)["cpus"]
+    assert (cpus["jobs_given_cpus"], cpus["cpus_per_gpu"]) == (2, 0.0) and cpus["rule"].startswith("one CPU per node")
+
+
 def test_inspect_with_a_too_small_cluster_drops_and_reports():
     result = runner.invoke(app, ["trace", "inspect", str(FIXTURES / "slurm_sacct.txt"), "--json", "--cluster", "1x8"])
     out = json.loads(result.stdout)

@@ -7,6 +7,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -149,8 +150,18 @@ class ClusterSpec:
     # Slurm partitions (nodes, PriorityTier) of a uniform cluster: the multifactor policy places
     # a job (trace column 'partition') only on its partition's nodes. Empty: one partition.
     slurm_partitions: tuple[SlurmPartition, ...] = ()
+    # A node's CPUs (0: as many as its GPUs), and how many CPUs a job that does not say gets per
+    # GPU: Slurm's DefCpuPerGPU (None: the node shape's, CPUs / GPUs of a node; 0: DefCpuPerGPU
+    # unset, one CPU per node, sbatch's one task of one CPU). Slurm's job-size factor counts a
+    # job's CPUs: with one per node a 1-GPU and an 8-GPU job on one node are the same size.
+    node_cpus: int = 0
+    def_cpu_per_gpu: float | None = None
 
     def __post_init__(self) -> None:
+        if self.node_cpus < 0 or not (self.def_cpu_per_gpu is None
+                                      or (math.isfinite(self.def_cpu_per_gpu) and self.def_cpu_per_gpu >= 0)):
+            raise ClusterError(f"a node's CPUs and DefCpuPerGPU must be >= 0 (got {self.node_cpus} and "
+                               f"{self.def_cpu_per_gpu})")
         if self.associations:
             # The one check that the tree is a tree under root (fair share relies on it); a
             # listing read from a file has been checked already, naming the file.
@@ -193,10 +204,47 @@ class ClusterSpec:
         return self.nodes * self.gpus_per_node
 
     def describe(self) -> str:
-        """One line for reports and results, e.g. ``32x8 (256 GPUs)``."""
+        """One line for reports and results, e.g. ``32x8 (256 GPUs)``, with the node's CPUs and
+        DefCpuPerGPU where they were given (``11x8 (88 GPUs), CPUs=40``)."""
         if self.uniform:
-            return f"{self.nodes}x{self.gpus_per_node} ({self.gpus} GPUs)"
-        return f"{len(self.vc_nodes)} VCs, {self.nodes} nodes x {self.gpus_per_node} ({self.gpus} GPUs)"
+            text = f"{self.nodes}x{self.gpus_per_node} ({self.gpus} GPUs)"
+        else:
+            text = f"{len(self.vc_nodes)} VCs, {self.nodes} nodes x {self.gpus_per_node} ({self.gpus} GPUs)"
+        if self.node_cpus:
+            text += f", CPUs={self.node_cpus}"
+        if self.def_cpu_per_gpu is not None:
+            text += f", DefCpuPerGPU={self.def_cpu_per_gpu:g}"
+        return text
+
+    # -- CPUs -----------------------------------------------------------------------------------
+    @property
+    def cpus_per_node(self) -> int:
+        """A node's CPUs (`node_cpus`, or as many as its GPUs when not given)."""
+        return self.node_cpus or self.gpus_per_node
+
+    @property
+    def cpus_per_gpu(self) -> float:
+        """The CPUs a job that does not say gets per GPU (0: one per node; see `job_cpus`)."""
+        if self.def_cpu_per_gpu is not None:
+            return float(self.def_cpu_per_gpu)
+        return self.cpus_per_node / self.gpus_per_node
+
+    def job_cpus(self, gpus: np.ndarray, cpus: np.ndarray | None) -> np.ndarray:
+        """Each job's CPUs: its own count where it has one (> 0), else `cpus_per_gpu` x its
+        GPUs (at least one), or one CPU per node it spans when `cpus_per_gpu` is 0."""
+        g = np.asarray(gpus, dtype=float)
+        known = np.zeros(len(g)) if cpus is None else np.asarray(cpus, dtype=float)
+        per = self.cpus_per_gpu
+        given = np.maximum(np.round(g * per), 1.0) if per > 0 else np.ceil(g / self.gpus_per_node)
+        return np.where(known > 0, known, given)
+
+    def cpu_rule(self) -> str:
+        """How jobs without a CPU count are sized, in words (for `trace inspect` and `run`)."""
+        if self.cpus_per_gpu == 0:
+            return "one CPU per node (DefCpuPerGPU=0: sbatch's one task of one CPU)"
+        where = (f"DefCpuPerGPU={self.def_cpu_per_gpu:g}" if self.def_cpu_per_gpu is not None
+                 else f"the node shape: {self.cpus_per_node} CPUs, {self.gpus_per_node} GPUs")
+        return f"{self.cpus_per_gpu:g} CPU(s) per GPU ({where})"
 
     def overhead(self, gpus: int) -> float:
         """Seconds a preempted job of `gpus` GPUs pays when it resumes."""
@@ -219,12 +267,17 @@ class ClusterSpec:
         return [n * self.gpus_per_node for _, n in self.vc_nodes]
 
 
-_NXG = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*$")
+_NXG = re.compile(r"^\s*(\d+)\s*[xX×]\s*(\d+)\s*((?:,[^,]*)*)$")
+# The node shape's settings a spec may add to NxG, as slurm.conf spells them
+_NODE_KEYS = {"cpus": "CPUs", "defcpupergpu": "DefCpuPerGPU"}
 
 
 def parse_cluster(spec: str, **kw) -> ClusterSpec:
     """``NxG`` (N nodes of G GPUs) or a CSV file of virtual clusters.
 
+    ``NxG`` may go on with ``,CPUs=C`` (a node's CPUs; default G) and ``,DefCpuPerGPU=D`` (the
+    CPUs a job without a CPU count gets per GPU; default C / G; 0: one CPU per node), as
+    slurm.conf spells them: ``11x8,CPUs=40``.
     The file has columns ``vc`` and ``nodes`` (Philly's ``node num`` works too), and optionally
     ``gpus_per_node`` (one value for all rows; default 8, as HeliosArtifact and Lucid).
     """
@@ -232,11 +285,31 @@ def parse_cluster(spec: str, **kw) -> ClusterSpec:
         raise ClusterError("cluster spec is empty: give NODESxGPUS (e.g. 32x8) or a file of vc,nodes")
     m = _NXG.match(spec)
     if m:
-        return ClusterSpec.uniform_nodes(int(m.group(1)), int(m.group(2)), source=spec, **kw)
+        shape = _node_shape(spec, m.group(3))
+        return ClusterSpec.uniform_nodes(int(m.group(1)), int(m.group(2)), source=spec, **shape, **kw)
     path = Path(spec)
     if not path.exists():
         raise ClusterError(f"cluster spec {spec!r} is neither NODESxGPUS (e.g. 32x8) nor an existing file")
     return _read_vc_file(path, **kw)
+
+
+def _node_shape(spec: str, rest: str) -> dict[str, Any]:
+    """The ``,CPUs=C,DefCpuPerGPU=D`` after ``NxG`` as ClusterSpec fields."""
+    out: dict[str, Any] = {}
+    for item in (i for i in rest.split(",") if i.strip()):
+        key, sep, value = (x.strip() for x in item.partition("="))
+        name = _NODE_KEYS.get(key.lower())
+        if name is None or not sep:
+            raise ClusterError(f"cluster spec {spec!r}: {item.strip()!r} is not CPUs=N or DefCpuPerGPU=N")
+        try:
+            number = float(value)
+        except ValueError:
+            number = math.nan
+        if not (math.isfinite(number) and number >= 0) or (name == "CPUs" and (number < 1 or number != int(number))):
+            raise ClusterError(f"cluster spec {spec!r}: {name}={value} must be a number >= 0 "
+                               "(CPUs: a whole number >= 1)")
+        out["node_cpus" if name == "CPUs" else "def_cpu_per_gpu"] = int(number) if name == "CPUs" else number
+    return out
 
 
 def _read_vc_file(path: Path, **kw) -> ClusterSpec:
@@ -349,6 +422,24 @@ def _check_size(what: str, nodes: int, gpus_per_node: int) -> None:
         raise ClusterError(f"{what}: {gpus_per_node:,} GPUs per node is beyond any machine (must be <= {MAX_GPUS_PER_NODE:,})")
     if nodes * gpus_per_node > MAX_CLUSTER_GPUS:
         raise ClusterError(f"{what}: {nodes * gpus_per_node:,} GPUs is beyond any cluster (must be <= {MAX_CLUSTER_GPUS:,})")
+
+
+def cpu_sizing(trace: Trace, cluster: ClusterSpec) -> dict[str, Any]:
+    """How the jobs of `trace` are sized in CPUs on `cluster` (what ``trace inspect --cluster``
+    and ``run --json`` state): how many carry their own CPU count, how many are given one by
+    the cluster's rule (`ClusterSpec.job_cpus`), the rule in words, and its figures."""
+    own = 0 if trace.num_cpus is None else int((np.asarray(trace.num_cpus) > 0).sum())
+    return {"jobs_with_cpus": own, "jobs_given_cpus": len(trace) - own, "rule": cluster.cpu_rule(),
+            "cpus_per_gpu": cluster.cpus_per_gpu, "cpus_per_node": cluster.cpus_per_node}
+
+
+def cpu_sizing_text(sizing: dict[str, Any]) -> str:
+    """`cpu_sizing` in one line: ``none in the trace: each job gets 1 CPU(s) per GPU (...)``."""
+    own, given = sizing["jobs_with_cpus"], sizing["jobs_given_cpus"]
+    if not given:
+        return f"from the trace (every job, {own:,})"
+    head = "none in the trace: each job gets" if not own else f"from the trace for {own:,} jobs; the {given:,} others get"
+    return f"{head} {sizing['rule']}"
 
 
 def fit_to_cluster(trace: Trace, cluster: ClusterSpec, strict: bool = False,

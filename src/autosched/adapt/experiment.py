@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from ..cluster import ClusterSpec
+from ..cluster import ClusterSpec, cpu_sizing
 from ..jsonable import jsonable
 from ..policies import Policy, get_policy
 from ..sim import JobRecords, Metrics, Simulator, compute_metrics
@@ -177,6 +177,8 @@ class ExperimentResult:
     boundaries: list[float]
     strategies: dict[str, StrategyResult]
     workload: dict[str, Any]  # per-day drift series of the real trace (for the report)
+    # how the jobs are sized in CPUs on the cluster (`autosched.cluster.cpu_sizing`)
+    cpus: dict[str, Any] = field(default_factory=dict)
 
     def summary(self) -> dict[str, Any]:
         """Each strategy's avg JCT relative to default, and autosched's share of the oracle's gain."""
@@ -212,7 +214,7 @@ class ExperimentResult:
             "settings": self.settings.to_dict(), "cluster": self.cluster, "trace": self.trace,
             "jobs": self.jobs, "boundaries": self.boundaries,
             "strategies": {k: v.to_dict() for k, v in self.strategies.items()},
-            "summary": self.summary(), "workload": self.workload,
+            "summary": self.summary(), "workload": self.workload, "cpus": self.cpus,
         })
 
 
@@ -275,7 +277,7 @@ def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Sett
             name, name in ORACLES, DESCRIPTIONS[name], _metrics(records, trace, cluster),
             period_metrics(records, trace, cluster, bounds), timeline, decisions, time.perf_counter() - t0)
     return ExperimentResult(settings, cluster.describe(), trace.source, len(trace), bounds, results,
-                            workload_series(trace, cluster))
+                            workload_series(trace, cluster), cpu_sizing(trace, cluster))
 
 
 def summaries_across_seeds(seeds: Sequence[int], summaries: Sequence[dict[str, Any]],

@@ -37,7 +37,7 @@ DEFAULT_STRATEGIES = "default,autosched,last_period,oracle_static,oracle_period"
 @loop_options(Settings)
 def run_cmd(
     trace: Optional[Path] = typer.Argument(None, help="trace file (any supported format); default: the bundled 28-day Philly sample on 32x8"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="NODESxGPUS (e.g. 32x8) or a VC file (vc,nodes); required with a trace"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="NODESxGPUS[,CPUs=C][,DefCpuPerGPU=D] (e.g. 32x8; 11x8,CPUs=40) or a VC file (vc,nodes); required with a trace"),
     loop: dict[str, Any] = LOOP,
     workers: int = typer.Option(2, "--workers", "-j", help="tuning trials run in parallel processes (1 = in this process)"),
     strategies: str = typer.Option(DEFAULT_STRATEGIES, "--strategies", help="comma-separated strategies to compare (oracle_* read the real future)"),
@@ -80,9 +80,12 @@ def run_cmd(
         fail(f"{trace_path}: the trace (after --skip/--span) spans {(tr.end - tr.start) / 86400:.1f} days, "
              f"less than two periods of {settings.period / 86400:g} days: nothing to re-tune")
     if not as_json:
+        from ..cluster import cpu_sizing, cpu_sizing_text
+
         note(f"replaying {len(tr):,} jobs of {trace_path.name} on {cl.describe()}, policy {settings.policy}, "
              f"period {format_duration(settings.period)}, history {format_duration(settings.history)}, "
-             f"budget {settings.budget} x {settings.samples} samples")
+             f"budget {settings.budget} x {settings.samples} samples; CPUs: "
+             f"{cpu_sizing_text(cpu_sizing(tr, cl))}")
     cache_dir = cache if cache is not None else default_cache_dir()
     results = []
     for k in range(seeds):

@@ -77,7 +77,7 @@ def policy_from_config_file(config_file: Path) -> str | None:
 
 def simulate_cmd(
     trace: Optional[Path] = typer.Argument(None, help="trace file (any supported format); default: the bundled Philly sample"),
-    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="NODESxGPUS (e.g. 32x8) or a VC file (vc,nodes); required with a trace"),
+    cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="NODESxGPUS[,CPUs=C][,DefCpuPerGPU=D] (e.g. 32x8; 11x8,CPUs=40) or a VC file (vc,nodes); required with a trace"),
     policy: Optional[str] = typer.Option(None, "--policy", "-p", help="scheduling policy: a name (see `autosched policies`) or MODULE:CLASS; default fifo, or the one named in --config"),
     set_: list[str] = typer.Option([], "--set", "-s", help="knob=value (repeatable)"),
     config: Optional[Path] = typer.Option(None, "--config", help="JSON config file, as written by `autosched tune`"),

@@ -31,21 +31,24 @@ def inspect_cmd(
     fmt: Optional[str] = typer.Option(None, "--format", help=_FORMAT_HELP),
     cluster: Optional[str] = typer.Option(
         None, "--cluster", "-c",
-        help="NODESxGPUS (e.g. 32x8) or a VC file (vc,nodes): adds offered load, and drops jobs it cannot run"),
+        help="NODESxGPUS[,CPUs=C][,DefCpuPerGPU=D] (e.g. 32x8) or a VC file (vc,nodes): adds offered load and how jobs are sized in CPUs, and drops jobs it cannot run"),
     strict: bool = typer.Option(False, "--strict", help="fail on the first row that cannot be simulated instead of dropping it"),
     as_json: bool = typer.Option(False, "--json", help="print the summary and the drop report as one JSON object"),
 ) -> None:
     """Summarise a trace: jobs, span, GPU-hours, offered load, size and duration mix, per VC, and
     what was dropped and why."""
+    from ..cluster import cpu_sizing
     from ..trace import summarize
     from .common import print_json
 
     tr, report, spec = _load(trace, fmt, cluster, strict)
     summary = summarize(tr, **_capacity(spec))
+    # how jobs are sized in CPUs (Slurm's job-size factor counts them): a cluster's rule
+    sizing = cpu_sizing(tr, spec) if spec is not None else None
     if as_json:
-        print_json({**summary.to_dict(), "load_report": report.to_dict()})
+        print_json({**summary.to_dict(), "cpus": sizing, "load_report": report.to_dict()})
         return
-    _render(summary, report)
+    _render(summary, report, sizing)
 
 
 @trace_app.command("convert")
@@ -136,8 +139,10 @@ def _capacity(spec: ClusterSpec | None) -> dict[str, Any]:
     return {"cluster": spec.describe(), "cluster_gpus": spec.gpus, "vc_gpus": vc_gpus}
 
 
-def _render(s, report) -> None:
+def _render(s, report, sizing: dict[str, Any] | None) -> None:
     from rich.table import Table
+
+    from ..cluster import cpu_sizing_text
 
     console = table_console()
     console.print(f"[bold]{s.source}[/] ({report.format})")
@@ -150,6 +155,7 @@ def _render(s, report) -> None:
                        ("offered load", load),
                        ("duration", f"median {s.median_duration:,.0f} s, mean {s.mean_duration:,.0f} s"),
                        ("largest job", f"{s.max_gpus} GPUs"),
+                       ("CPUs", "n/a (give --cluster)" if sizing is None else cpu_sizing_text(sizing)),
                        ("users", "n/a (no user column)" if s.users is None else f"{s.users:,}"),
                        ("status", ", ".join(f"{k} {v:,}" for k, v in s.statuses) or "n/a (no status column)")):
         facts.add_row(key, value)

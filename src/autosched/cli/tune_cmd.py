@@ -28,7 +28,7 @@ from .common import (
 
 def tune_cmd(
     trace: Path = typer.Argument(..., help="trace file (any supported format) to tune on"),
-    cluster: str = typer.Option(..., "--cluster", "-c", help="NODESxGPUS (e.g. 32x8) or a VC file (vc,nodes)"),
+    cluster: str = typer.Option(..., "--cluster", "-c", help="NODESxGPUS[,CPUs=C][,DefCpuPerGPU=D] (e.g. 32x8) or a VC file (vc,nodes)"),
     policy: list[str] = typer.Option(["tiresias"], "--policy", "-p",
                                      help="policy to tune: a name (see `autosched policies`) or MODULE:CLASS; repeat (or comma-separate) to make the policy itself a knob"),
     budget: int = typer.Option(40, "--budget", "-n", help="number of trials (one simulation each)"),

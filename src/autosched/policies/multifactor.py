@@ -60,8 +60,9 @@ class Multifactor(Policy):
     with its age keeps it). The *job-size factor* is Slurm's: the mean of the job's
     share of the partition's nodes and of its CPUs (``PriorityFavorSmall``: of what it leaves
     free). A job needs ceil(GPUs / GPUs per node) nodes; its CPUs are the trace's ``num_cpus``,
-    else one per node (sbatch's default of one task per node, one CPU each); a node has as many
-    CPUs as GPUs (an assumption: the cluster spec has no CPUs). GPU demand enters through
+    else the cluster's CPUs per GPU times its GPUs (``ClusterSpec.job_cpus``: DefCpuPerGPU, or the
+    node shape's; with ``DefCpuPerGPU=0`` one per node, sbatch's one task of one CPU); a node has
+    ``ClusterSpec.cpus_per_node`` CPUs (as many as GPUs unless the spec says). GPU demand enters through
     ``PriorityWeightTRES.GRES/gpu`` (job GPUs / partition GPUs), as in ``PriorityWeightTRES=
     GRES/gpu=N``.
 
@@ -191,7 +192,8 @@ class Multifactor(Policy):
         # The parts of a job's priority that do not change while it waits (size and TRES), as
         # shares of its partition's nodes, CPUs and GPUs.
         nodes = self._part_nodes
-        cpus_total = gpus_total = nodes * self.part.pool.gpn
+        gpus_total = nodes * self.part.pool.gpn
+        cpus_total = nodes * self.part.cluster.cpus_per_node
         size = (self._nodes / nodes + self._cpus / cpus_total) / 2.0
         if c["PriorityFavorSmall"]:
             size = ((nodes - self._nodes) / nodes + (cpus_total - self._cpus) / cpus_total) / 2.0
@@ -259,8 +261,8 @@ class Multifactor(Policy):
         self._planner = None if jobs.time_limit is None else LazyBackfill(
             np.asarray(jobs.gpus, dtype=np.int64), np.asarray(jobs.time_limit, dtype=float))
         self._nodes: npt.NDArray[np.float64] = np.ceil(self._gpus / gpn)
-        cpus = np.asarray(jobs.cpus, dtype=float) if jobs.cpus is not None else np.zeros(n)
-        self._cpus: npt.NDArray[np.float64] = np.where(cpus > 0, cpus, self._nodes)
+        self._cpus: npt.NDArray[np.float64] = part.cluster.job_cpus(
+            self._gpus, None if jobs.cpus is None else np.asarray(jobs.cpus, dtype=float))
         self.fairshare: npt.NDArray[np.float64] = np.ones(leaves)  # per association, as of the last recalculation
         self.used: npt.NDArray[np.float64] = np.zeros(leaves)  # per association: decayed billing-seconds as of t0
         self.known: npt.NDArray[np.bool_] = np.zeros(leaves, dtype=bool)  # associations that have submitted here

@@ -239,7 +239,7 @@ def _knob_text(knob: Knob) -> str:
 
 # Cluster fields added after studies were first stored: part of a study's identity only when
 # set, so that a study stored before them opens again.
-_IF_SET = ("associations", "clocks", "slurm_partitions")
+_IF_SET = ("associations", "clocks", "slurm_partitions", "node_cpus", "def_cpu_per_gpu")
 
 
 def _plain(v: Any) -> Any:
