@@ -142,6 +142,7 @@ def test_observe_fills_the_backlog_history_by_default():
     assert list(obs.backlog.job_id) == ["j1", "j2"]
     assert obs.backlog.submit_time.tolist() == [300, 300]
     assert obs.backlog.attained.tolist() == [200, 0] and obs.backlog.age.tolist() == [290, 280]
+    assert obs.running.tolist() == [True, False]
     # the evaluation workload keeps them; the period's new jobs have none (0)
     (w,) = round_workloads(src, obs, 1000.0, cl, seed=0)
     assert list(w.job_id) == ["j1", "j2", "j3"]
@@ -164,6 +165,7 @@ def test_live_observation_fills_the_backlog_history_by_default():
     obs, _ = observation(jobs, now=4000.0, window=4000.0)
     assert list(obs.backlog.job_id) == ["1", "2"]
     assert obs.backlog.attained.tolist() == [5000, 0] and obs.backlog.age.tolist() == [3000, 300]
+    assert obs.running.tolist() == [True, False]  # job 1 runs, job 2 waits: row for row
 
 
 def test_by_default_a_job_past_every_finished_one_keeps_work_and_its_past(monkeypatch):

@@ -93,6 +93,12 @@ class LoopConfig:
                                     "pending) job's past (service received, time waited) instead of "
                                     "restarting it as a new job (docs/traces.md)",
                                     "--backlog-history/--no-backlog-history")
+    # Off: the running ones are queued again at the round, with their remaining work, and a new
+    # order can hold them back as no real scheduler would (kept for the ablation).
+    frame_running: bool = setting(True, "evaluation workloads keep the jobs running at a round running to their "
+                                  "end, as Slurm does (only queued and new jobs follow the config under test); "
+                                  "--requeue-running queues them again at the round",
+                                  "--frame-running/--requeue-running")
     # Off: at 16 trials a round it searched no better than without it and cost more
     # (docs/tuning.md, "Screening on against off").
     screening: bool = setting(False, "causal knob screening inside each tuning round (off by default: see "

@@ -29,7 +29,7 @@ from .config import (
 from .drift import DriftReport, DriftTest, Profile, profile
 from .errors import AdaptError
 from .guardrail import Verdict, knob_shares, smallest_change
-from .observe import Observation
+from .observe import Observation, carried_over
 from .sources import WorkloadSource, concat
 
 __all__ = ["Controller", "ControllerMemory", "Decision", "RoundTuner", "TrialRecord", "TunerFactory", "TuningOutcome",
@@ -432,7 +432,8 @@ class Controller:
 
     def _workloads(self, obs: Observation, seed: int, fresh: bool = False) -> list[Trace]:
         return round_workloads(self.source, obs, self.period, self.cluster, seed,
-                               carry_backlog=self.config.carry_backlog, fresh=fresh)
+                               carry_backlog=self.config.carry_backlog, fresh=fresh,
+                               frame_running=self.config.frame_running)
 
     def _warm_start(self) -> list[Config]:
         """The running config and the last winners, those the round searches (`searched`)."""
@@ -464,16 +465,19 @@ class Controller:
 
 
 def round_workloads(source: WorkloadSource, obs: Observation, period: float, cluster: ClusterSpec,
-                    seed: int, carry_backlog: bool = True, fresh: bool = False) -> list[Trace]:
+                    seed: int, carry_backlog: bool = True, fresh: bool = False,
+                    frame_running: bool = True) -> list[Trace]:
     """The workloads a `Controller` evaluates configs on at ``obs.now``: `source`'s workloads for
     [now, now + period) drawn with `seed` (its validation workloads if `fresh`), each prefixed by
-    the jobs the cluster carries over (``obs.backlog``, if `carry_backlog`) and fitted to `cluster`;
-    empty ones left out. Public so that benchmarks score exactly what a round tunes on."""
+    the jobs the cluster carries over (`carried_over`: ``obs.backlog``, the running ones framed
+    as running with `frame_running`; if `carry_backlog`) and fitted to `cluster`; empty ones
+    left out. Public so that benchmarks score exactly what a round tunes on."""
     draw = source.validation_workloads if fresh else source.workloads
+    backlog = carried_over(obs, frame_running)
     out = []
     for w in draw(obs, period, seed):
-        if carry_backlog and len(obs.backlog):
-            w = concat(obs.backlog, w)
+        if carry_backlog and len(backlog):
+            w = concat(backlog, w)
         w, _ = fit_to_cluster(w, cluster)
         if len(w):
             out.append(w)

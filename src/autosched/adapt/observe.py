@@ -57,6 +57,8 @@ class Observation:
     columns): the GPU-seconds it has run and how long ago it was submitted. Without them a
     backlog job looks brand new: Tiresias ranks it first (no attained service) and Slurm's age
     factor and FIFO order forget how long it waited.
+    ``running``: per backlog row, whether the job was running at `now` (None: not known); a
+    running job's time limit in the backlog is what is left of it. `carried_over` frames them.
     """
 
     now: float
@@ -66,6 +68,28 @@ class Observation:
     end: np.ndarray
     backlog: Trace
     imputed: int
+    running: np.ndarray | None = None
+
+
+# How long before the round a job running at it is submitted in the evaluation workloads: alone on
+# the cluster then, it starts at once under any config (Slurm's first pass after a submission
+# comes at its next tick, about a second; Tiresias and the others decide at the arrival) and runs
+# on through the round, as a running job does on a real cluster.
+RUNNING_LEAD = 60.0
+
+
+def carried_over(obs: Observation, frame_running: bool = True) -> Trace:
+    """The jobs an evaluation workload starts with (``obs.backlog``). With `frame_running`, as
+    the cluster has them: those running at ``obs.now`` are submitted `RUNNING_LEAD` before it,
+    so that they start on an empty cluster and keep running to their (imputed) end whatever
+    order the config under test gives the rest; only the queued ones (submitted at ``now``) and
+    the new jobs follow that order. Without it every backlog job is queued at ``now``, running
+    ones too: a new order can hold back a job a real scheduler would never stop. Rows submitted
+    before ``obs.now`` in a workload are the ones running at the round."""
+    b = obs.backlog
+    if not frame_running or obs.running is None or not obs.running.any():
+        return b
+    return b.replace(submit_time=np.where(obs.running, obs.now - RUNNING_LEAD, b.submit_time))
 
 
 # The backlog keeps its past by default: without it a carried-over job restarts as new, first in
@@ -106,15 +130,25 @@ def observe(sim: Simulator, now: float, start: float, seed: int = 0,
 
     active = arrived[~done_all]
     total = imputed_all[~done_all]
+    # in the order the backlog's rows take (Trace.from_columns: all submitted at `now`, ties by
+    # first submission), so that its per-row arrays line up with them
+    first = trace.submit_time[active] - (0.0 if trace.age is None else trace.age[active])
+    order = np.argsort(first, kind="stable") if backlog_history else np.arange(len(active))
+    active, total = active[order], total[order]
     remaining = np.maximum(total - executed[active], 1.0)
     past: dict[str, np.ndarray | None] = {"attained": None, "age": None}
     if backlog_history:
         gpus = trace.num_gpus[active]
         past["attained"] = executed[active] * gpus + (0.0 if trace.attained is None else trace.attained[active])
         past["age"] = now - trace.submit_time[active] + (0.0 if trace.age is None else trace.age[active])
+    is_running = np.asarray(state)[active] == RUNNING
+    limits: dict[str, np.ndarray] = {}
+    if trace.time_limit is not None:  # Slurm plans a running job's end at its start + limit
+        left = np.maximum(trace.time_limit[active] - executed[active], 1.0)
+        limits["time_limit"] = np.where(is_running, left, trace.time_limit[active])
     backlog = trace.take(active).replace(submit_time=np.full(len(active), float(now)), duration=remaining,
-                                         **past)
-    return Observation(now, start, history, done, end, backlog, int((~done).sum()))
+                                         **past, **limits)
+    return Observation(now, start, history, done, end, backlog, int((~done).sum()), is_running)
 
 
 def impute_from_past(duration: np.ndarray, finished: np.ndarray, submit: np.ndarray, gpus: np.ndarray,

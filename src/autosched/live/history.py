@@ -567,6 +567,8 @@ def observation(jobs: LiveJobs, now: float, window: float, seed: int = 0,
     # Every unfinished job gets its imputed total, also one submitted before the window (what it
     # has run is only a lower bound of its duration).
     act = np.flatnonzero(active)
+    if backlog_history:  # in the order the backlog's rows take (first submission), so that
+        act = act[np.argsort(jobs.submit[act], kind="stable")]  # `running` lines up with them
     remaining = np.maximum(total[act] - ran[act], 1.0)
     # Slurm plans a running job's end at its start + limit: in the backlog, which starts it at
     # `now`, that is what is left of the limit
@@ -575,7 +577,7 @@ def observation(jobs: LiveJobs, now: float, window: float, seed: int = 0,
     if backlog_history:
         backlog = backlog.replace(attained=ran[act] * jobs.gpus[act], age=now - jobs.submit[act])
     obs = Observation(now - origin, start - origin, history, done, end, backlog,
-                      int((~done).sum()))
+                      int((~done).sum()), ~np.isnan(jobs.start[act]))
     return obs, origin
 
 
