@@ -286,7 +286,16 @@ def test_controller_refuses_a_config_predicted_worse():
     tr = synthetic_trace(days=4, per_day=150)
     cl = ClusterSpec.uniform_nodes(2, 4)
     sim = Simulator(tr, cl, Tiresias()).run(until=2 * DAY)
+    # the portfolio (running config and the search's best: tiresias has no archetypes) drops
+    # the search's best at the screen, clearly worse on the first 4 fresh samples
     ctrl = _controller(WorseTuner, cl)
+    d = ctrl.decide(observe(sim, 2 * DAY, 0))
+    assert not d.deployed and d.reason == "no candidate but the running config is left"
+    assert [(r["name"], r["samples"], r["dropped"]) for r in d.portfolio] == [
+        ("search's best", 4, "clearly worse on the first 4 samples")]
+    assert d.portfolio[0]["gain"] < 0 and ctrl.running == Tiresias.space.default()
+    # without the portfolio, the guardrail judges the search's best on the 3 fresh samples
+    ctrl = _controller(WorseTuner, cl, portfolio=False)
     d = ctrl.decide(observe(sim, 2 * DAY, 0))
     assert not d.deployed and d.predicted_gain < 0 and "predicted worse" in d.reason
     assert ctrl.running == Tiresias.space.default() and d.config == ctrl.running
@@ -337,7 +346,8 @@ def test_guardrail_judges_on_fresh_samples_the_tuner_never_saw(validation_sample
     obs = observe(sim, 2 * DAY, 0)
     FakeTuner.instances.clear()
     _RecordingTuner.evaluated.clear()
-    ctrl = _controller(_RecordingTuner, cl, seed=2, validation_samples=validation_samples)
+    # the search's best alone (no portfolio): the guardrail scores through the tuner
+    ctrl = _controller(_RecordingTuner, cl, seed=2, validation_samples=validation_samples, portfolio=False)
     for _ in range(3):  # several rounds: no round's validation seed is any round's tuning seed
         ctrl.decide(obs)
     judged = [d for d in ctrl.decisions if d.validation == "fresh"]
@@ -355,6 +365,22 @@ def test_guardrail_judges_on_fresh_samples_the_tuner_never_saw(validation_sample
     fresh = _RecordingTuner.evaluated[0]
     run_vals = [simulate(w, cl, Tiresias(Tiresias.space.default())).metrics.avg_jct for w in fresh]
     assert d.running_value == pytest.approx(sum(run_vals) / len(run_vals))
+
+
+def test_the_portfolio_is_raced_on_fresh_samples_the_tuner_never_saw():
+    tr = synthetic_trace(days=4, per_day=150, seed=3)
+    cl = ClusterSpec.uniform_nodes(1, 4)
+    sim = Simulator(tr, cl, Tiresias()).run(until=2 * DAY)
+    obs = observe(sim, 2 * DAY, 0)
+    FakeTuner.instances.clear()
+    ctrl = _controller(FakeTuner, cl, seed=2, validation_samples=4, max_validation_samples=8)
+    for _ in range(3):
+        ctrl.decide(obs)
+    tuned = {int(w.source.split("-")[1]) for t in FakeTuner.instances for ws in t.seen for w in ws}
+    raced = [s for d in ctrl.decisions for s in d.validation_seeds]
+    assert len(tuned) == 3 * 3 and raced and not tuned & set(raced)
+    # every round races at least the screen's 4 samples, at most the budget's 8
+    assert all(d.validation == "fresh" and 4 <= len(d.validation_seeds) <= 8 for d in ctrl.decisions)
 
 
 def test_a_deterministic_source_is_judged_on_its_tuning_workloads():
@@ -634,31 +660,31 @@ def test_across_seeds_by_hand():
 def test_check_times():
     s = Settings(period=2 * DAY, history=2 * DAY, first_decision=None)
     bounds = [0.0, 2 * DAY, 4 * DAY, 6 * DAY]
-    P, F, E, D = "period", "first round", "early round", "drift check"
-    assert check_times(bounds, s, drift=False) == [(2 * DAY, P), (4 * DAY, P)]
-    assert check_times(bounds, s, drift=True) == [(2 * DAY, P), (3 * DAY, D), (4 * DAY, P), (5 * DAY, D)]
+    P, F, E, D = "period", "first round", "early round", "check"
+    assert check_times(bounds, s, checks=False) == [(2 * DAY, P), (4 * DAY, P)]
+    assert check_times(bounds, s, checks=True) == [(2 * DAY, P), (3 * DAY, D), (4 * DAY, P), (5 * DAY, D)]
     early = replace(s, first_decision=0.25)  # a quarter into period 0, then a day later (early rounds)
-    assert check_times(bounds, early, drift=False) == [(DAY / 2, F), (1.5 * DAY, E), (2 * DAY, P), (4 * DAY, P)]
-    assert check_times(bounds, replace(early, early_rounds=False), drift=False) == \
+    assert check_times(bounds, early, checks=False) == [(DAY / 2, F), (1.5 * DAY, E), (2 * DAY, P), (4 * DAY, P)]
+    assert check_times(bounds, replace(early, early_rounds=False), checks=False) == \
         [(DAY / 2, F), (2 * DAY, P), (4 * DAY, P)]
-    assert check_times(bounds[:2], early, drift=False) == []  # one period: nothing to re-tune
+    assert check_times(bounds[:2], early, checks=False) == []  # one period: nothing to re-tune
     # an early round never falls on the boundary itself (the boundary's own round is there), nor
     # less than half a check interval before it
-    assert check_times(bounds, replace(s, first_decision=0.5), drift=False) == [(DAY, F), (2 * DAY, P), (4 * DAY, P)]
+    assert check_times(bounds, replace(s, first_decision=0.5), checks=False) == [(DAY, F), (2 * DAY, P), (4 * DAY, P)]
     week = [0.0, 7 * DAY, 14 * DAY]
     late = Settings(first_decision=(3 * DAY - 30) / (7 * DAY))
-    assert check_times(week, late, drift=False) == \
+    assert check_times(week, late, checks=False) == \
         [(3 * DAY - 30, F), (4 * DAY - 30, E), (5 * DAY - 30, E), (6 * DAY - 30, E), (7 * DAY, P)]
     half = Settings(first_decision=(5.5 * DAY) / (7 * DAY))  # 5.5 d, then 6.5 d: exactly half a day before
-    assert check_times(week, half, drift=False) == [(5.5 * DAY, F), (6.5 * DAY, E), (7 * DAY, P)]
+    assert check_times(week, half, checks=False) == [(5.5 * DAY, F), (6.5 * DAY, E), (7 * DAY, P)]
     # periods shorter than the check interval: no early round
-    assert check_times([0.0, 0.5 * DAY, DAY], Settings(period=0.5 * DAY, history=0.5 * DAY), drift=False) == \
+    assert check_times([0.0, 0.5 * DAY, DAY], Settings(period=0.5 * DAY, history=0.5 * DAY), checks=False) == \
         [(round(3 / 7 * 0.5 * DAY), F), (0.5 * DAY, P)]
     # the default: day 3 of a week, to the second, then days 4, 5 and 6
-    assert check_times([0.0, 7 * DAY, 14 * DAY], Settings(), drift=False) == \
+    assert check_times([0.0, 7 * DAY, 14 * DAY], Settings(), checks=False) == \
         [(3 * DAY, F), (4 * DAY, E), (5 * DAY, E), (6 * DAY, E), (7 * DAY, P)]
-    # drift checks start after the first boundary; early rounds are not drift checks
-    assert check_times([0.0, 7 * DAY, 14 * DAY, 21 * DAY], Settings(), drift=True)[:6] == \
+    # checks (of the queue, and of drift) start after the first boundary; early rounds are not checks
+    assert check_times([0.0, 7 * DAY, 14 * DAY, 21 * DAY], Settings(), checks=True)[:6] == \
         [(3 * DAY, F), (4 * DAY, E), (5 * DAY, E), (6 * DAY, E), (7 * DAY, P), (8 * DAY, D)]
     for bad in (0.0, 1.0, -0.5, 7 * DAY):
         with pytest.raises(AdaptError, match="first decision"):
@@ -668,7 +694,7 @@ def test_check_times():
         with pytest.raises(AdaptError, match="first decision"):
             Settings(period=period, history=period, first_decision=f)
     assert check_times([0.0, 10.0, 20.0, 30.0], Settings(period=10.0, history=10.0, first_decision=0.94),
-                       drift=False) == [(9.0, F), (10.0, P), (20.0, P)]
+                       checks=False) == [(9.0, F), (10.0, P), (20.0, P)]
 
 
 # ------------------------------------------------------------------------------ mixing replay and samples
@@ -703,7 +729,7 @@ def test_model_source_with_replay_brackets_the_replay_and_keeps_it_out_of_fresh_
             Recording.seen.append([w.source for w in workloads])
             return super().evaluate(policy, config, workloads)
 
-    ctrl = Controller(LoopConfig(period=DAY, budget=3), cl, mixed, tuner_factory=Recording)
+    ctrl = Controller(LoopConfig(period=DAY, budget=3, portfolio=False), cl, mixed, tuner_factory=Recording)
     d = ctrl.decide(obs)
     assert d.samples == 4 and d.validation == "fresh" and len(d.validation_seeds) == 3
     tuned, *judged = Recording.seen

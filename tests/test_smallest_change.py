@@ -36,6 +36,22 @@ def test_a_knob_that_carries_no_gain_is_put_back_and_the_others_get_their_shares
     assert len(calls) == 5
 
 
+def test_a_knob_kept_early_goes_back_once_the_others_have():
+    # gains by (a, b, c), one workload at 100 s for the running config (0, 0, 0):
+    #   (1,1,1) 10%; pass 1: a back -> (0,1,1) 9%: a stays; b back -> (1,0,1) 10%: b goes;
+    #   c back -> (1,0,0) 9%: c stays. Pass 2 from (1,0,1): a back -> (0,0,1) 10%: a goes too;
+    #   c back -> (0,0,0) 0%: c stays. Left: c alone, which carries the whole gain.
+    gains = {(1, 1, 1): 0.10, (0, 1, 1): 0.09, (1, 0, 1): 0.10, (1, 0, 0): 0.09, (0, 0, 1): 0.10,
+             (0, 0, 0): 0.0}
+
+    def score(config):
+        return [100 * (1 - gains[(config["a"], config["b"], config["c"])])]
+
+    red = smallest_change({"a": 0, "b": 0, "c": 0}, {"a": 1, "b": 1, "c": 1}, [100.0], [90.0], score)
+    assert red.config == {"a": 0, "b": 0, "c": 1} and red.dropped == ("b", "a")
+    assert red.shares == pytest.approx({"c": 1.0})
+
+
 def test_an_adopted_value_the_winner_undoes_for_nothing_stays():
     # after an adopt, PriorityWeightAge runs at 7; the winner moves it back to 1000 for nothing
     score = linear({"PriorityWeightAge": 0, "PriorityWeightJobSize": 0.01})

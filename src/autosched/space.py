@@ -408,6 +408,15 @@ class Subspace:
         pinned values."""
         return {**self.start_values(), **self.pinned_values()}
 
+    def with_pins(self, values: Mapping[str, Any]) -> "Subspace":
+        """This subspace with the knobs of `values` pinned at them (no longer bounded or
+        started elsewhere)."""
+        if not values:
+            return self
+        return Subspace.of({**self.pinned_values(), **values},
+                           {n: r for n, r in self.bound_ranges().items() if n not in values},
+                           {n: v for n, v in self.start_values().items() if n not in values})
+
 
 def dump_config(policy: str, config: Mapping[str, Any]) -> str:
     """The JSON form of a config file: ``{"policy": NAME, "knobs": {...}}``."""

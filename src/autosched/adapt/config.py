@@ -18,11 +18,14 @@ import typing
 from dataclasses import dataclass, fields
 from typing import Any, ClassVar
 
+from ..associations import Association
+from ..cluster import ClusterSpec
 from ..policies import get_policy
 from ..space import Knob
 from ..tune import Objective, SearchConfig
 from ..workload import get_model
 from ..workload.base import MAX_HORIZON
+from .constraints import ACCOUNT_TOLERANCE, FAIRSHARE_FLOOR, SIZE_TOLERANCE, PolicyConstraints
 from .errors import AdaptError
 from .guardrail import Guardrail
 from .observe import BACKLOG_HISTORY
@@ -77,6 +80,11 @@ class LoopConfig:
     seed: int = setting(0, "random seed (tuner and workload samples)", "--seed", low=0, high=MAX_SEED)
     drift: bool = setting(False, "also re-tune between boundaries when a drift test fires (run: daily; agent "
                           "run: every --poll; each firing costs a tuning round)", "--drift/--no-drift")
+    # A round when contention arrives: between rounds, a check of the queue against what the
+    # last round saw (`trigger.ContentionTrigger`).
+    trigger: bool = setting(True, "a round when contention arrives: between rounds (run: daily; agent run: every "
+                            "--poll) the queue is compared with what the last round saw, and a round runs when "
+                            "it grew 2x in jobs and GPU-hours", "--trigger/--no-trigger")
     # The guardrail (`Guardrail`): deploy when the mean paired gain > guard_k x its standard error
     # and > guard_margin, and (if set) no workload loses more than guard_max_loss.
     guard_k: float = setting(Guardrail.k, "guardrail: deploy (the agent: propose) only if the predicted gain "
@@ -99,12 +107,37 @@ class LoopConfig:
                                   "end, as Slurm does (only queued and new jobs follow the config under test); "
                                   "--requeue-running queues them again at the round",
                                   "--frame-running/--requeue-running")
+    # Each round compares a portfolio (`portfolio.race`), paired on the guardrail's samples; their
+    # count doubles from `validation_samples` up to `max_validation_samples` while the paired
+    # standard error does not decide.
+    portfolio: bool = setting(True, "each round compares a portfolio (the running config, the search's best, the "
+                              "last winners, the policy's archetypes) on the guardrail's samples; "
+                              "--no-portfolio: the search's best alone", "--portfolio/--no-portfolio")
+    max_validation_samples: int = setting(32, "the portfolio's samples double from --validation-samples up to "
+                                          "this many while the paired standard error does not decide",
+                                          "--max-validation-samples", low=1)
+    # The operator's policy (`constraints.PolicyConstraints`), relative to the running config.
+    account_tolerance: float | None = setting(ACCOUNT_TOLERANCE, "the operator's policy: no account may wait "
+                                              "longer on average than under the running config by more than "
+                                              "this fraction (more for an account above its share), plus 10 "
+                                              "minutes", "--account-tolerance", low=0)
+    size_tolerance: float | None = setting(SIZE_TOLERANCE, "the operator's policy: no GPU-size class's p95 wait "
+                                           "may grow by more than this fraction of the running config's, plus "
+                                           "10 minutes", "--size-tolerance", low=0)
+    fairshare_floor: float | None = setting(None, "the operator's policy: PriorityWeightFairshare at least this "
+                                            "fraction of the largest priority weight (default: 0.5 where the "
+                                            "cluster has an association tree; 0: none)", "--fairshare-floor",
+                                            low=0)
+    pins: tuple[str, ...] = setting((), "the operator's policy: a knob held at its running value, by every "
+                                    "search and proposal (repeatable)", "--pin")
     # Off: at 16 trials a round it searched no better than without it and cost more
     # (docs/tuning.md, "Screening on against off").
     screening: bool = setting(False, "causal knob screening inside each tuning round (off by default: see "
                               "docs/tuning.md)", "--screening/--no-screening")
 
     def __post_init__(self) -> None:
+        if isinstance(self.pins, list):  # as JSON (the agent's settings file) gives it back
+            object.__setattr__(self, "pins", tuple(self.pins))
         check_types(self)
         check_settings(self, AdaptError)
         if not (self.period > 0 and self.history > 0):
@@ -120,7 +153,15 @@ class LoopConfig:
         # The source's, the guardrail's and the seed counts' own checks.
         check_model_source(self.samples, self.validation_samples, self.level_sd)
         check_sample_counts(self.samples, self.validation_samples)
+        check_sample_counts(self.samples, self.max_validation_samples)
+        if self.max_validation_samples < self.validation_samples:
+            raise AdaptError(f"max validation samples {self.max_validation_samples} is below the validation "
+                             f"samples {self.validation_samples}")
         self.guardrail()
+        self.constraints(ClusterSpec.uniform_nodes(1, 1))
+        unknown = sorted(set(map(str, self.pins)) - set(get_policy(self.policy).space.names))
+        if unknown:
+            raise AdaptError(f"pin: unknown knob(s) {', '.join(map(str, unknown))} of {self.policy}")
 
     # -- what the loop is made of ---------------------------------------------------------------
     def objective(self) -> Objective:
@@ -128,6 +169,16 @@ class LoopConfig:
 
     def guardrail(self) -> Guardrail:
         return Guardrail(self.guard_k, self.guard_margin, self.guard_max_loss)
+
+    def constraints(self, cluster: ClusterSpec) -> PolicyConstraints:
+        """The operator's policy on `cluster`: its accounts' shares come from the cluster's
+        association tree (equal without one), and so does the fair-share floor's default."""
+        floor = self.fairshare_floor
+        if floor is None:
+            floor = FAIRSHARE_FLOOR if cluster.associations else None
+        return PolicyConstraints(self.account_tolerance, self.size_tolerance, fairshare_floor=floor or None,
+                                 pins=self.pins, weights=get_policy(self.policy).space.weights,
+                                 shares=account_shares(cluster.associations))
 
     @property
     def search(self) -> SearchConfig:
@@ -145,6 +196,13 @@ class LoopConfig:
     def loop_values(self) -> dict[str, Any]:
         """The `LoopConfig` fields of this record (of a subclass too), by name."""
         return {f.name: getattr(self, f.name) for f in fields(LoopConfig)}
+
+
+def account_shares(tree: tuple[Association, ...]) -> dict[str, float]:
+    """Each top-level account's shares (its association without a user, under root); empty
+    without a tree. The constraints are per account, against its share among its siblings."""
+    return {a.account: float(a.shares) for a in tree
+            if not a.user and a.account != "root" and a.parent in ("", "root")}
 
 
 def _days(seconds: float) -> str:

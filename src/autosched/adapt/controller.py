@@ -28,9 +28,12 @@ from .config import (
 )
 from .drift import DriftReport, DriftTest, Profile, profile
 from .errors import AdaptError
-from .guardrail import Verdict, knob_shares, smallest_change
+from .guardrail import Guardrail, Verdict, knob_shares, smallest_change
 from .observe import Observation, carried_over
+from .portfolio import Budget, candidates, race
+from .scoring import Score, score
 from .sources import WorkloadSource, concat
+from .trigger import ContentionTrigger, Queue
 
 __all__ = ["Controller", "ControllerMemory", "Decision", "RoundTuner", "TrialRecord", "TunerFactory", "TuningOutcome",
            "default_tuner_factory", "policy_class", "round_workloads", "round_seed_of", "check_sample_counts",
@@ -39,6 +42,7 @@ __all__ = ["Controller", "ControllerMemory", "Decision", "RoundTuner", "TrialRec
 # a memory's round count: each round's seeds derive from it (`round_seed_of`) and must stay below
 # 2**32; a round a minute for a million rounds is two years
 MAX_ROUNDS = 1_000_000
+PORTFOLIO_SCREEN = 4  # samples every portfolio candidate is scored on before the clearly worse go
 WARM_KEEP = 3  # a round is warm-started from the running config and the last WARM_KEEP winners
 PRIOR_KEEP = 3  # the trials of the last PRIOR_KEEP rounds go to the tuner (screening pools them)
 
@@ -74,6 +78,15 @@ class Decision:
     # values because they carried none of the gain, and each kept knob's share of the gain
     dropped_knobs: list[str] = field(default_factory=list)
     knob_shares: dict[str, float] = field(default_factory=dict)
+    # with the portfolio (`LoopConfig.portfolio`): each candidate's paired gain over the running
+    # config on the samples it was scored on (`portfolio.Standing`), the leader's name, the
+    # guardrail's k for the number compared, and the leader's effects per account and GPU-size
+    # class (`constraints.Effect`) with what broke the operator's policy
+    portfolio: list[dict[str, Any]] = field(default_factory=list)
+    leader: str = ""
+    guard_k: float | None = None
+    effects: list[dict[str, Any]] = field(default_factory=list)
+    violations: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -94,6 +107,7 @@ class ControllerMemory:
     prior: tuple[tuple[dict[str, Any], ...], ...]  # the last rounds' trials (`Trial.to_dict`)
     reference: dict[str, Any] | None  # the drift reference: the last tuned window's `Profile`
     last_round: float | None  # when the last round ran (its observation's now)
+    queue: dict[str, Any] | None = None  # the queue the last round saw (`trigger.Queue`)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, default=_plain)
@@ -111,7 +125,9 @@ class ControllerMemory:
                        winners=tuple(dict(w) for w in d["winners"]),
                        prior=tuple(tuple(dict(t) for t in g) for g in d["prior"]),
                        reference=None if d["reference"] is None else dict(d["reference"]),
-                       last_round=None if d["last_round"] is None else float(d["last_round"]))
+                       last_round=None if d["last_round"] is None else float(d["last_round"]),
+                       # (a memory stored before the contention trigger has none)
+                       queue=None if d.get("queue") is None else dict(d["queue"]))
         except (ValueError, TypeError, KeyError, AttributeError) as e:
             raise AdaptError(f"controller memory: not one this version wrote ({e})") from None
 
@@ -247,28 +263,33 @@ class Controller:
         self.source = source
         self.period = config.period
         self.objective = config.objective()
+        self.running: Config = self.space.validate(initial_config or {})
+        if config.pins:  # the operator's pins: held at the running values, in every search
+            subspace = (subspace or Subspace()).with_pins({k: self.running[k] for k in config.pins})
         self.search = config.search if subspace is None else replace(config.search, subspace=subspace)
         # the part of the space a round searches: a warm start or a cut-down winner outside it
         # (a bound added since, a running value outside an operator's bound) is none of its
-        # configs
+        # configs; the portfolio's archetypes are laid over it
         self.searched = self.space if subspace is None else self.space.restrict(subspace)
+        self.constraints = config.constraints(cluster)
         self.execution = execution or ExecutionConfig()
         if self.execution.study is not None:
             raise TuneError(f"controller: study {self.execution.study} holds one problem, and every round "
                             "tunes on new workloads; tune each round in memory (no study file)")
         self.guardrail = config.guardrail()
         self.drift = DriftTest() if config.drift else None
+        self.trigger = ContentionTrigger() if config.trigger else None
         self.drift_window = drift_window
         self.tuner_factory: TunerFactory = tuner_factory or default_tuner_factory
         self.warm_keep = WARM_KEEP
         self.smallest_change = smallest_change
-        self.running: Config = self.space.validate(initial_config or {})
         self.decisions: list[Decision] = []
         self.progress: Callable[[int, int], None] | None = None  # (trials done, budget) of a round
         self._winners: list[Config] = []
         self.prior_keep = prior_keep
         self._prior: list[list[Any]] = []  # trials of the last rounds, one group per round
         self._reference: Profile | None = None
+        self._queue: Queue | None = None  # the queue the last round saw
         self._last_round = -float("inf")
 
     # rounds decided before this object existed (`restore`): each round's seeds derive from its index
@@ -286,7 +307,8 @@ class Controller:
             reference=None if ref is None else {
                 "start": ref.start, "end": ref.end, "arrivals": ref.arrivals,
                 "log_durations": ref.log_durations.tolist(), "gpu_mix": ref.gpu_mix.tolist()},
-            last_round=None if math.isinf(self._last_round) else self._last_round)
+            last_round=None if math.isinf(self._last_round) else self._last_round,
+            queue=None if self._queue is None else self._queue.to_dict())
 
     def restore(self, memory: ControllerMemory) -> None:
         """Go on from `memory` (another controller's, of the same policy): its round count, warm
@@ -311,6 +333,7 @@ class Controller:
                 float(ref["start"]), float(ref["end"]), int(ref["arrivals"]),
                 np.asarray(ref["log_durations"], dtype=float),
                 np.asarray(ref["gpu_mix"], dtype=np.int64))
+            queue = None if memory.queue is None else Queue.from_dict(memory.queue)
         except (ValueError, TypeError, KeyError, AttributeError) as e:  # ConfigError too
             raise AdaptError(f"controller memory: not one this version wrote ({e})") from None
         if reference is not None and not (reference.log_durations.ndim == 1 and
@@ -323,6 +346,7 @@ class Controller:
         self._prior = prior
         self._reference = reference
         self._last_round = -float("inf") if memory.last_round is None else memory.last_round
+        self._queue = queue
 
     # ------------------------------------------------------------------------------ drift
 
@@ -332,6 +356,13 @@ class Controller:
             return None
         recent = profile(obs, max(obs.start, obs.now - self.drift_window), obs.now)
         return self.drift.compare(recent, self._reference)
+
+    def check_contention(self, obs: Observation) -> str:
+        """Why a round should run now, the queue having grown since the last round saw it ("":
+        no; no trigger, no round yet, or one within `drift_window`)."""
+        if self.trigger is None or obs.now - self._last_round < self.drift_window:
+            return ""
+        return self.trigger.fires(Queue.of(obs), self._queue, self.cluster.gpus)
 
     # ------------------------------------------------------------------------------ a round
 
@@ -345,6 +376,7 @@ class Controller:
         round_seed = round_seed_of(self.config.seed, self._round_offset + len(self.decisions))
         self._last_round = obs.now
         self._reference = profile(obs, obs.start, obs.now)
+        self._queue = Queue.of(obs)
         workloads = self._workloads(obs, round_seed)
         base: dict[str, Any] = dict(time=obs.now, trigger=trigger, samples=len(workloads),
                                     history_jobs=len(obs.history), imputed_durations=obs.imputed,
@@ -364,7 +396,11 @@ class Controller:
         if res.best_config is None:
             return self._keep(base, t0, "tuning failed: no trial completed", **evidence)
         candidate = self.space.validate(res.best_config)
+        winners = list(self._winners)
         self._remember(candidate)
+        if self.config.portfolio:
+            return self._decide_portfolio(obs, round_seed, workloads, tuner, candidate, winners, base,
+                                          evidence, t0)
         if candidate == self.running:
             return self._keep(base, t0, "the tuner's best is the running config", candidate=candidate, **evidence)
         validation: str = "tuning"
@@ -403,6 +439,71 @@ class Controller:
         self.decisions.append(d)
         return d
 
+    def _decide_portfolio(self, obs: Observation, round_seed: int, tuning: list[Trace], tuner: RoundTuner,
+                          best: Config, winners: list[Config], base: dict[str, Any], evidence: dict[str, Any],
+                          t0: float) -> Decision:
+        """The round's portfolio raced on the guardrail's samples (`portfolio.race`): the
+        leader, if the guardrail passes it, replaces the running config."""
+        cfg = self.config
+        val_seed = round_seed + VALIDATION_SEED_OFFSET
+        fresh = bool(self.source.validation_seeds(val_seed))
+        drawn: list[int] = []  # the seeds of the samples drawn, in order
+        pool: list[Trace] = []  # their workloads (an empty sample is left out)
+
+        def draw(start: int, count: int) -> list[Trace]:
+            if not fresh:  # a deterministic source: its one workload set, once
+                return list(tuning) if start == 0 else []
+            seeds = [val_seed + i for i in range(start, start + count)]
+            drawn.extend(seeds)
+            got = self._workloads(obs, val_seed, seeds=seeds)
+            pool.extend(got)
+            return got
+
+        cls = policy_class(self.policy)
+
+        def scorer(config: Config, work: Sequence[Trace]) -> list[Score]:
+            return [score(cls, config, w, self.cluster, obs.now, self.objective.metric) for w in work]
+
+        screen = min(PORTFOLIO_SCREEN, cfg.validation_samples)
+        budget = Budget(screen, cfg.validation_samples, cfg.max_validation_samples)
+        port = candidates(self.searched, self.running, winners, best)
+        result = race(port, draw, scorer, budget, self.guardrail, self.constraints, self.objective.minimize)
+        verdict, leader = result.verdict, result.leader
+        rows = [s.to_dict() for s in result.standings]
+        extra: dict[str, Any] = dict(portfolio=rows, validation="fresh" if fresh else "tuning",
+                     validation_seeds=drawn, guard_k=result.k,
+                     effects=[e.to_dict() for e in result.check.effects] if result.check else [],
+                     violations=[r["dropped"] for r in rows if r["dropped"].startswith("breaks")])
+        if leader is None or result.scores is None:
+            return self._keep(base, t0, verdict.reason, candidate=best, **evidence, **extra)
+        candidate = leader.config
+        run_vals, cand_vals = result.running.values, result.scores.values
+        dropped: list[str] = []
+        shares: dict[str, float] = {}
+        if verdict.deploy and self.smallest_change:
+            work = pool if fresh else list(tuning)
+
+            def values(config: dict[str, Any]) -> list[float] | None:
+                try:
+                    valid = self.searched.validate(config)
+                except ConfigError:
+                    return None
+                return [s.value for s in scorer(valid, work)]
+
+            judge = Guardrail(result.k, self.guardrail.margin, self.guardrail.max_loss)
+            candidate, cand_vals, verdict, dropped, shares = self._cut(values, judge, candidate, run_vals,
+                                                                       cand_vals, verdict)
+        changed = {k: (self.running[k], candidate[k]) for k in self.space.names if self.running[k] != candidate[k]}
+        if verdict.deploy:
+            self.running = candidate
+        d = Decision(**base, deployed=verdict.deploy, config=dict(self.running), candidate=candidate,
+                     predicted_gain=verdict.gain, spread=verdict.spread,
+                     running_value=_mean(run_vals), candidate_value=_mean(cand_vals), knobs_changed=changed,
+                     reason=verdict.reason, tuning_seconds=time.perf_counter() - t0, dropped_knobs=dropped, knob_shares=shares,
+                     leader=leader.name, **evidence, **extra)
+        self.decisions.append(d)
+        return d
+
     def _smallest(self, tuner: RoundTuner, workloads: list[Trace], candidate: Config,
                   run_vals: list[float], cand_vals: list[float], verdict: Verdict
                   ) -> tuple[Config, list[float], Verdict, list[str], dict[str, float]]:
@@ -420,20 +521,27 @@ class Controller:
             return [float(getattr(m, self.objective.metric))
                     for m in tuner.evaluate(self.policy_name, valid, workloads)[1]]
 
+        return self._cut(score, self.guardrail, candidate, run_vals, cand_vals, verdict)
+
+    def _cut(self, score: Callable[[dict[str, Any]], list[float] | None], judge: Guardrail, candidate: Config,
+             run_vals: list[float], cand_vals: list[float], verdict: Verdict
+             ) -> tuple[Config, list[float], Verdict, list[str], dict[str, float]]:
+        """`_smallest` with the workloads' `score` and the `judge` given."""
         minimize = self.objective.minimize
         red = smallest_change(self.running, candidate, run_vals, cand_vals, score, minimize)
         if red.dropped:
-            cut = self.guardrail.judge(run_vals, list(red.values), minimize)
+            cut = judge.judge(run_vals, list(red.values), minimize)
             if cut.deploy:
                 return (self.space.validate(red.config), list(red.values), cut, list(red.dropped),
                         red.shares)
         return candidate, cand_vals, verdict, [], knob_shares(
             self.running, candidate, run_vals, cand_vals, score, minimize)
 
-    def _workloads(self, obs: Observation, seed: int, fresh: bool = False) -> list[Trace]:
+    def _workloads(self, obs: Observation, seed: int, fresh: bool = False,
+                   seeds: list[int] | None = None) -> list[Trace]:
         return round_workloads(self.source, obs, self.period, self.cluster, seed,
                                carry_backlog=self.config.carry_backlog, fresh=fresh,
-                               frame_running=self.config.frame_running)
+                               frame_running=self.config.frame_running, seeds=seeds)
 
     def _warm_start(self) -> list[Config]:
         """The running config and the last winners, those the round searches (`searched`)."""
@@ -466,16 +574,21 @@ class Controller:
 
 def round_workloads(source: WorkloadSource, obs: Observation, period: float, cluster: ClusterSpec,
                     seed: int, carry_backlog: bool = True, fresh: bool = False,
-                    frame_running: bool = True) -> list[Trace]:
+                    frame_running: bool = True, seeds: list[int] | None = None) -> list[Trace]:
     """The workloads a `Controller` evaluates configs on at ``obs.now``: `source`'s workloads for
     [now, now + period) drawn with `seed` (its validation workloads if `fresh`), each prefixed by
     the jobs the cluster carries over (`carried_over`: ``obs.backlog``, the running ones framed
     as running with `frame_running`; if `carry_backlog`) and fitted to `cluster`; empty ones
-    left out. Public so that benchmarks score exactly what a round tunes on."""
-    draw = source.validation_workloads if fresh else source.workloads
+    left out; with `seeds`, `source`'s fresh samples drawn with exactly those seeds (the
+    portfolio's growing sample set). Public so that benchmarks score exactly what a round tunes
+    on."""
+    if seeds is not None:
+        drawn = source.draw(obs, period, seeds)
+    else:
+        drawn = (source.validation_workloads if fresh else source.workloads)(obs, period, seed)
     backlog = carried_over(obs, frame_running)
     out = []
-    for w in draw(obs, period, seed):
+    for w in drawn:
         if carry_backlog and len(backlog):
             w = concat(backlog, w)
         w, _ = fit_to_cluster(w, cluster)

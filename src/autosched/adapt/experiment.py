@@ -43,6 +43,7 @@ from .controller import PRIOR_KEEP, Controller, Decision, TunerFactory, default_
 from .drift import GPU_CLASS_NAMES, gpu_classes
 from .errors import AdaptError
 from .observe import observe
+from .scoring import Score, score_records
 from .sources import FutureSource, ReplaySource
 
 STRATEGIES = ("default", "autosched", "last_period", "oracle_static", "oracle_period")
@@ -64,7 +65,7 @@ FIRST_DECISION = 3 / 7  # Settings.first_decision: day 3 of a 7-day first period
 # same rounds, gained as much.
 EARLY_ROUNDS = True
 # What each of check_times' moments is; a round's kind is its Decision's trigger.
-PERIOD, FIRST_ROUND, EARLY_ROUND, DRIFT_CHECK = "period", "first round", "early round", "drift check"
+PERIOD, FIRST_ROUND, EARLY_ROUND, CHECK = "period", "first round", "early round", "check"
 ORACLE_SEED = 0  # the oracles' searches and observations use this seed for every run seed
 
 Progress = Callable[[str, float, float], None]  # (what is happening, done, total)
@@ -140,6 +141,17 @@ class PeriodResult:
     start: float
     end: float
     metrics: Metrics
+    # the period's jobs per account (average wait) and per GPU-size class (p95 wait): what the
+    # operator's policy protects (`scoring.Score`; None: no job)
+    waits: Score | None = None
+
+    def breakdown(self) -> dict[str, Any]:
+        """``accounts`` and ``sizes`` as `run --json` gives them."""
+        w = self.waits
+        if w is None:
+            return {"accounts": {}, "sizes": {}}
+        return {"accounts": {a: {"jobs": w.account_jobs[a], "avg_queue": w.account_wait[a]} for a in w.account_wait},
+                "sizes": {k: {"jobs": w.size_jobs[k], "p95_queue": w.size_p95_wait[k]} for k in w.size_p95_wait}}
 
 
 @dataclass
@@ -161,7 +173,8 @@ class StrategyResult:
             "utilization": m.utilization, "metrics": m.to_dict(),
             "periods": [{"index": p.index, "start": p.start, "end": p.end, "avg_jct": p.metrics.avg_jct,
                          "p99_jct": p.metrics.p99_jct, "avg_queue": p.metrics.avg_queue,
-                         "utilization": p.metrics.utilization, "jobs": p.metrics.jobs} for p in self.periods],
+                         "utilization": p.metrics.utilization, "jobs": p.metrics.jobs, **p.breakdown()}
+                        for p in self.periods],
             "timeline": [{"time": t, "config": c} for t, c in self.timeline],
             "decisions": [d.to_dict() for d in self.decisions],
             "seconds": self.seconds,
@@ -403,7 +416,9 @@ def make_controller(name: str, trace: Trace, cluster: ClusterSpec, settings: Set
                           initial_config=start_config(settings))
     # The baselines deploy whatever their tuning prefers (no guardrail) and re-tune only at boundaries.
     source = ReplaySource() if name == "last_period" else FutureSource(trace)
-    config = replace(settings, guard_k=0.0, guard_margin=0.0, guard_max_loss=None, drift=False)
+    # (no portfolio either: they are the naive re-tuning autosched is measured against)
+    config = replace(settings, guard_k=0.0, guard_margin=0.0, guard_max_loss=None, drift=False,
+                     trigger=False, portfolio=False)
     if name in ORACLES:  # a large search of its own each round: no pooling of earlier rounds
         config = replace(config, budget=settings.oracle_trials)
     return Controller(config, cluster, source, tuner_factory=tuner_factory, execution=settings.execution,
@@ -441,18 +456,20 @@ def _decide(sim: Simulator[Policy], controller: Controller, settings: Settings, 
             timeline: list[tuple[float, Config]], progress: Progress | None) -> int:
     """Run `sim` to each of `check_times`, where `controller` decides; switch `sim` to each config
     it deploys, appended to `timeline`. Returns how many checks there were."""
-    checks = check_times(bounds, settings, drift=controller.drift is not None)
+    checks = check_times(bounds, settings, checks=controller.drift is not None or controller.trigger is not None)
     for i, (t, kind) in enumerate(checks):
         sim.run(until=t)
         if progress:
             day = f"day {(t - bounds[0]) / DAY:.0f}"
-            progress(f"{day} {'drift check' if kind == DRIFT_CHECK else 're-tuning'}", i, len(checks))
+            progress(f"{day} {'check' if kind == CHECK else 're-tuning'}", i, len(checks))
             controller.progress = lambda done, total, i=i, day=day: progress(
                 f"{day} tuning, trial {done}/{total}", i + done / max(total, 1), len(checks))
         obs = observe(sim, t, max(bounds[0], t - settings.history), seed=settings.seed,
                       backlog_history=settings.backlog_history)
-        if kind != DRIFT_CHECK:
+        if kind != CHECK:
             d = controller.decide(obs, kind)
+        elif why := controller.check_contention(obs):
+            d = controller.decide(obs, f"contention: {why}")
         else:
             report = controller.check_drift(obs)
             if report is None or not report.drifted:
@@ -471,13 +488,13 @@ def start_config(settings: Settings) -> Config:
     return get_policy(settings.policy).space.validate(sub.config() if sub is not None else {})
 
 
-def check_times(bounds: list[float], settings: Settings, drift: bool) -> list[tuple[float, str]]:
+def check_times(bounds: list[float], settings: Settings, checks: bool) -> list[tuple[float, str]]:
     """(time, kind), in time order: a round ("period") at each inner boundary, a "first round"
     `first_decision` into the first period (rounded to whole seconds; none when the trace has one
     period: there is nothing to re-tune), with `early_rounds` an "early round" every `check_every`
     after it while at least half a `check_every` before the first boundary (two full rounds
-    seconds apart would decide on the same information), and a "drift check" every `check_every`
-    between later boundaries."""
+    seconds apart would decide on the same information), and with `checks` a "check" (of the
+    queue, and of drift when it is on) every `check_every` between later boundaries."""
     inner = bounds[1:-1]
     out = [(b, PERIOD) for b in inner]
     if settings.first_decision is not None and inner:
@@ -487,11 +504,11 @@ def check_times(bounds: list[float], settings: Settings, drift: bool) -> list[tu
         while settings.early_rounds and first + k * settings.check_every <= inner[0] - settings.check_every / 2:
             out.append((first + k * settings.check_every, EARLY_ROUND))
             k += 1
-    if drift and inner:
+    if checks and inner:
         t = inner[0] + settings.check_every
         while t < bounds[-1]:
             if all(abs(t - b) > 1e-6 for b in inner):
-                out.append((t, DRIFT_CHECK))
+                out.append((t, CHECK))
             t += settings.check_every
     return sorted(out)
 
@@ -519,7 +536,10 @@ def period_metrics(rec: JobRecords, trace: Trace, cluster: ClusterSpec, bounds: 
     out = []
     for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
         mask = (rec.submit >= a) & (rec.submit < b)
-        out.append(PeriodResult(i, a, b, _metrics(rec, trace, cluster, mask)))
+        idx = np.flatnonzero(mask)
+        sub = JobRecords(*(getattr(rec, f)[idx] for f in JobRecords.__dataclass_fields__))
+        waits = score_records(sub, trace.take(idx), cluster, -math.inf, "avg_jct") if len(idx) else None
+        out.append(PeriodResult(i, a, b, _metrics(rec, trace, cluster, mask), waits))
     return out
 
 

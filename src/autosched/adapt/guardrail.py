@@ -47,7 +47,7 @@ class Guardrail:
     def judge(self, running: Sequence[float], candidate: Sequence[float], minimize: bool = True) -> Verdict:
         if len(running) != len(candidate) or not running:
             raise AdaptError("guardrail: need the same, non-zero number of values for both configs")
-        gains = [_gain(r, c, minimize) for r, c in zip(running, candidate)]
+        gains = pair_gains(running, candidate, minimize)
         n = len(gains)
         mean = sum(gains) / n
         se = math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1) / n) if n > 1 else 0.0
@@ -78,9 +78,14 @@ class Reduction:
     shares: dict[str, float]
 
 
+def pair_gains(running: Sequence[float], candidate: Sequence[float], minimize: bool = True) -> list[float]:
+    """The relative gain of `candidate` over `running` on each workload (0.05 = 5% better)."""
+    return [_gain(r, c, minimize) for r, c in zip(running, candidate)]
+
+
 def paired_gain(running: Sequence[float], candidate: Sequence[float], minimize: bool = True) -> float:
     """The mean relative paired gain of `candidate` over `running` (0.05 = 5% better)."""
-    gains = [_gain(r, c, minimize) for r, c in zip(running, candidate)]
+    gains = pair_gains(running, candidate, minimize)
     return sum(gains) / len(gains)
 
 
@@ -90,9 +95,10 @@ def smallest_change(running: Mapping[str, Any], candidate: Mapping[str, Any],
                     minimize: bool = True) -> Reduction:
     """`candidate` without the knobs that carry none of its gain over `running`: each changed
     knob in turn goes back to its running value, and stays back when that does not lower the
-    mean paired gain. `score(config)` gives a config's metric per workload (the same workloads,
-    in the same order, as the two value lists; None: not a valid config, the knob stays). Then
-    each kept knob's share of the gain. Pure but for `score`'s simulations; a config is scored
+    mean paired gain, pass after pass until a pass puts none back (so that each knob left loses
+    gain when it alone goes back). `score(config)` gives a config's metric per workload (the same
+    workloads, in the same order, as the two value lists; None: not a valid config, the knob
+    stays). Then each kept knob's share of the gain. Pure but for `score`'s simulations; a config is scored
     once."""
     memo: dict[tuple[tuple[str, str], ...], Sequence[float] | None] = {}
 
@@ -105,12 +111,16 @@ def smallest_change(running: Mapping[str, Any], candidate: Mapping[str, Any],
     current, values = dict(candidate), tuple(candidate_values)
     gain = paired_gain(running_values, values, minimize)
     dropped: list[str] = []
-    for knob in [k for k in candidate if k in running and candidate[k] != running[k]]:
-        trial = {**current, knob: running[knob]}
-        got = scored(trial)
-        if got is not None and (g := paired_gain(running_values, got, minimize)) >= gain:
-            current, values, gain = trial, tuple(got), g
-            dropped.append(knob)
+    again = True
+    while again:  # to a fixed point: a knob kept early may carry nothing once others went back
+        again = False
+        for knob in [k for k in current if k in running and current[k] != running[k]]:
+            trial = {**current, knob: running[knob]}
+            got = scored(trial)
+            if got is not None and (g := paired_gain(running_values, got, minimize)) >= gain:
+                current, values, gain = trial, tuple(got), g
+                dropped.append(knob)
+                again = True
     shares = knob_shares(running, current, running_values, values, scored, minimize)
     return Reduction(current, values, gain, tuple(dropped), shares)
 

@@ -52,6 +52,11 @@ class WorkloadSource(Protocol):
         """The seeds `validation_workloads(obs, horizon, seed)` draws with ([] if none)."""
         ...
 
+    def draw(self, obs: Observation, horizon: float, seeds: list[int]) -> list[Trace]:
+        """Fresh samples for the same period drawn with exactly `seeds`, one each ([] for a
+        deterministic source): a round's portfolio draws more as it needs them."""
+        ...
+
 
 class ModelSource:
     """Fit a workload model on the observed history and sample the coming period ``samples`` times
@@ -94,6 +99,7 @@ class ModelSource:
         self.with_replay = with_replay
         self.time_scale = time_scale
         self.name = f"model:{model}" + ("+replay" if with_replay else "")
+        self._fitted: tuple[Observation, WorkloadModel] | None = None
 
     def seeds(self, seed: int) -> list[int]:
         return [seed + i for i in range(self.samples)]
@@ -108,6 +114,9 @@ class ModelSource:
     def validation_workloads(self, obs: Observation, horizon: float, seed: int) -> list[Trace]:
         return self._sample(obs, horizon, self.validation_seeds(seed))
 
+    def draw(self, obs: Observation, horizon: float, seeds: list[int]) -> list[Trace]:
+        return self._sample(obs, horizon, list(seeds))
+
     def fit(self, obs: Observation) -> WorkloadModel:
         """The model fitted on `obs`'s history, as the workloads are drawn from it: on the jobs'
         clock (`time_scale`), over the window the history was cut from, not its first and last
@@ -119,7 +128,10 @@ class ModelSource:
 
     def _sample(self, obs: Observation, horizon: float, seeds: list[int]) -> list[Trace]:
         c, now = self.time_scale, obs.now
-        model = self.fit(obs)
+        # one fit per observation: a round draws its samples in several batches
+        if self._fitted is None or self._fitted[0] is not obs:
+            self._fitted = (obs, self.fit(obs))
+        model = self._fitted[1]
         out = [model.sample(now, horizon * c, seed=s) for s in seeds]
         if self.level_sd > 0:  # (bursts and days on the jobs' clock too)
             levels = scenario_levels(len(seeds), self.level_sd)
@@ -156,6 +168,9 @@ class _Deterministic:
         return []
 
     def validation_seeds(self, seed: int) -> list[int]:
+        return []
+
+    def draw(self, obs: Observation, horizon: float, seeds: list[int]) -> list[Trace]:
         return []
 
 

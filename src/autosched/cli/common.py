@@ -188,6 +188,8 @@ def _option_type(hint: Any) -> Any:
     if isinstance(hint, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
         return Optional[args[0]] if len(args) == 1 else hint
+    if typing.get_origin(hint) is tuple:  # a repeatable option (typer takes a list; the settings a tuple)
+        return list[typing.get_args(hint)[0]]  # type: ignore[misc]
     return hint
 
 
@@ -253,6 +255,8 @@ def split_loop(arguments: Mapping[str, Any], settings: type,
             if old is not None and value != _shown(flag, defaults[flag.field]):
                 fail(f"{flag.decls[0]} and {spelling} are one option (the second is its old name); give it once")
             value = old if old is not None else value
+        if flag.kind == list[str]:  # a repeatable option: the settings hold a tuple
+            value = tuple(value or ())
         loop[flag.field] = parse_duration(value, flag.decls[0]) if flag.duration else value
     return loop, rest
 
@@ -271,7 +275,10 @@ def _loop_parameters(flags: tuple[LoopFlag, ...], defaults: dict[str, Any], kind
 
 
 def _shown(flag: LoopFlag, default: Any) -> Any:
-    """A setting's default as its option shows it (a duration as text: 7d)."""
+    """A setting's default as its option shows it (a duration as text: 7d; a repeatable option's
+    as a list)."""
+    if flag.kind == list[str]:
+        return list(default)
     return format_duration(default) if flag.duration else default
 
 

@@ -252,7 +252,8 @@ def _print(result) -> None:
         for d in s["autosched"].decisions:
             verb = "[green]deployed[/]" if d.deployed else "kept"
             knobs = ", ".join(f"{k} {_v(a)}->{_v(b)}" for k, (a, b) in d.knobs_changed.items())
-            console.print(f"  day {(d.time - result.boundaries[0]) / 86400:5.1f} ({d.trigger}): {verb}; {d.reason}"
+            leader = f" {d.leader}:" if d.leader else ""
+            console.print(f"  day {(d.time - result.boundaries[0]) / 86400:5.1f} ({d.trigger}): {verb};{leader} {d.reason}"
                           + (f"; {knobs}" if knobs and d.deployed else ""))
 
 

@@ -33,12 +33,18 @@ GPU_BILL, CPU_BILL = "TRESBillingWeights.GRES/gpu", "TRESBillingWeights.CPU"
 # to 100000 (the knobs' maximum).
 WEIGHTS = ("PriorityWeightAge", "PriorityWeightFairshare", "PriorityWeightJobSize", GPU_TRES, CPU_TRES)
 _NONE = dict.fromkeys(WEIGHTS, 0)
-# Configs a search tries first: the orders operators reach for.
+# Configs a search tries first, and a round's portfolio compares: the orders operators reach
+# for, and two backfill corners.
 ARCHETYPES = {
     "age only (FIFO)": {**_NONE, "PriorityWeightAge": 10000},
     "small first": {**_NONE, "PriorityWeightJobSize": 100000, "PriorityFavorSmall": True},
     "GPU first": {**_NONE, GPU_TRES: 10000},
     "fair-share heavy": {**_NONE, "PriorityWeightFairshare": 10000, "PriorityWeightAge": 1000},
+    # backfill-heavy corners of the bf_* knobs, the priority order kept: a window as long as the
+    # longest limits a site allows (a week), as many jobs tested as a cycle can, coarser
+    # reservations to match (slurm.conf(5)); and frequent, deeper cycles
+    "deep backfill": {"backfill": True, "bf_window": 10080, "bf_max_job_test": 5000, "bf_resolution": 300},
+    "frequent backfill": {"backfill": True, "bf_interval": 10, "bf_max_job_test": 1000},
 }
 # Slurm's select plugin takes the first nodes (in order) that hold a job: first_fit, beside the
 # placements every policy has. Derived from the base knob, so its name and default stay one.

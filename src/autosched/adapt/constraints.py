@@ -1,0 +1,168 @@
+"""The operator's policy as constraints on a decision: average JCT is not all an operator wants.
+
+A candidate config is compared with the running one on the same samples (`scoring.ScoreSet`),
+and refused when:
+
+- an account's average wait grows by more than ``account_tolerance`` of what it waits under the
+  running config, that tolerance scaled up by how far the account's usage is above its share
+  (an account that takes more than its share may wait more: that is fair share's point), plus
+  ``wait_slack`` s (waits of a few minutes are noise, not policy);
+- a GPU-size class's (1, 2-4, 5-8, >8 GPUs) 95th-percentile wait grows by more than
+  ``size_tolerance`` of the running one's, plus ``wait_slack``;
+- a pinned knob moves (``pins``: the operator's; the search never moves them either);
+- where fair share is configured (``fairshare_floor`` set), ``PriorityWeightFairshare`` falls
+  below that fraction of the largest priority weight (or below the running config's own
+  fraction, when that is lower already): fair share stays a real factor of the order.
+
+An account or class counts when it has ``min_jobs`` judged jobs a sample on average; fewer make
+its waits noise. `PolicyConstraints.check` is pure: the effects per account and per size class
+(running against candidate, with the allowed growth) and the violations, for the evidence.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .errors import AdaptError
+from .scoring import ScoreSet
+
+# Defaults (docs/adaptive.md, "The operator's policy"): an account may wait a quarter longer
+# (more when it runs above its share), a size class's p95 wait may double, and ten minutes of
+# wait are never a violation.
+ACCOUNT_TOLERANCE = 0.25
+SIZE_TOLERANCE = 1.0
+WAIT_SLACK = 600.0
+MIN_JOBS = 5.0
+FAIRSHARE = "PriorityWeightFairshare"
+# The default floor where the cluster configures fair share (an association tree): fair share's
+# weight at least half the largest priority weight
+FAIRSHARE_FLOOR = 0.5
+
+
+@dataclass(frozen=True)
+class Effect:
+    """One account's or size class's wait under the running config and the candidate (s: the
+    account's average, the class's p95), with the growth allowed and whether it holds."""
+
+    kind: str  # "account" or "size"
+    name: str
+    jobs: float  # judged jobs a sample, on average
+    running: float
+    candidate: float
+    allowed: float  # the candidate may wait up to running + allowed
+    holds: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "name": self.name, "jobs": self.jobs, "running": self.running,
+                "candidate": self.candidate, "allowed": self.allowed, "holds": self.holds}
+
+
+@dataclass(frozen=True)
+class Check:
+    """What `PolicyConstraints.check` found: every effect and every violation (one line each)."""
+
+    effects: tuple[Effect, ...]
+    violations: tuple[str, ...]
+
+    @property
+    def holds(self) -> bool:
+        return not self.violations
+
+
+@dataclass(frozen=True)
+class PolicyConstraints:
+    """The constraints a decision respects (see the module doc); None turns one off.
+
+    ``shares``: each account's share of the cluster (normalised here; empty: equal shares among
+    the accounts that ran), as the twin knows them from the association tree."""
+
+    account_tolerance: float | None = ACCOUNT_TOLERANCE
+    size_tolerance: float | None = SIZE_TOLERANCE
+    wait_slack: float = WAIT_SLACK
+    min_jobs: float = MIN_JOBS
+    fairshare_floor: float | None = None
+    pins: tuple[str, ...] = ()
+    weights: tuple[str, ...] = ()  # the policy's priority weights (for the fair-share floor)
+    shares: Mapping[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        for name in ("account_tolerance", "size_tolerance", "fairshare_floor"):
+            v = getattr(self, name)
+            if v is not None and not (math.isfinite(v) and v >= 0):
+                raise AdaptError(f"{name.replace('_', ' ')} must be a number >= 0 (got {v})")
+        if not (math.isfinite(self.wait_slack) and self.wait_slack >= 0 and self.min_jobs >= 0):
+            raise AdaptError(f"wait slack and min jobs must be >= 0 (got {self.wait_slack}, {self.min_jobs})")
+
+    def check(self, running: ScoreSet, candidate: ScoreSet, running_config: Mapping[str, Any],
+              config: Mapping[str, Any]) -> Check:
+        """The candidate `config` (scored `candidate`) against the running one (`running`), on
+        the same samples."""
+        effects: list[Effect] = []
+        bad: list[str] = []
+        if self.account_tolerance is not None:
+            effects += self._accounts(running, candidate, self.account_tolerance)
+        if self.size_tolerance is not None:
+            effects += self._sizes(running, candidate, self.size_tolerance)
+        for e in effects:
+            if not e.holds:
+                what = "average wait" if e.kind == "account" else "p95 wait"
+                bad.append(f"{e.kind} {e.name}: {what} {e.running / 60:.0f} -> {e.candidate / 60:.0f} min, "
+                           f"more than the {e.allowed / 60:.0f} min allowed")
+        for k in self.pins:
+            if k in config and config[k] != running_config.get(k):
+                bad.append(f"{k} is pinned at {running_config.get(k)!r}")
+        floor = self._floor(running_config)
+        if floor is not None and (frac := fairshare_fraction(config, self.weights)) is not None \
+                and frac < floor - 1e-9:
+            bad.append(f"{FAIRSHARE} {config[FAIRSHARE]} is {frac:.0%} of the largest priority weight, "
+                       f"below the floor of {floor:.0%}")
+        return Check(tuple(effects), tuple(bad))
+
+    def _floor(self, running_config: Mapping[str, Any]) -> float | None:
+        """The fair-share floor for this round: the configured one, or the running config's own
+        fraction when that is lower (a change need not raise fair share to pass)."""
+        if self.fairshare_floor is None or FAIRSHARE not in running_config:
+            return None
+        own = fairshare_fraction(running_config, self.weights)
+        return self.fairshare_floor if own is None else min(self.fairshare_floor, own)
+
+    def _accounts(self, running: ScoreSet, candidate: ScoreSet, tol: float) -> list[Effect]:
+        r, c = running.mean_by("account_wait", "account_jobs"), candidate.mean_by("account_wait", "account_jobs")
+        usage = running.mean_by("account_usage", "account_jobs")
+        total = sum(u for u, _ in usage.values())
+        counted = [a for a in r if a in c and r[a][1] >= self.min_jobs]
+        shares = self._shares(list(usage))
+        out = []
+        for a in counted:
+            above = (usage[a][0] / total) / shares[a] if total > 0 and shares.get(a) else 1.0
+            allowed = r[a][0] * tol * max(1.0, above) + self.wait_slack
+            out.append(Effect("account", a, r[a][1], r[a][0], c[a][0], allowed, c[a][0] - r[a][0] <= allowed))
+        return out
+
+    def _sizes(self, running: ScoreSet, candidate: ScoreSet, tol: float) -> list[Effect]:
+        r, c = running.mean_by("size_p95_wait", "size_jobs"), candidate.mean_by("size_p95_wait", "size_jobs")
+        out = []
+        for k in r:
+            if k in c and r[k][1] >= self.min_jobs:
+                allowed = r[k][0] * tol + self.wait_slack
+                out.append(Effect("size", k, r[k][1], r[k][0], c[k][0], allowed, c[k][0] - r[k][0] <= allowed))
+        return out
+
+    def _shares(self, accounts: list[str]) -> dict[str, float]:
+        given = {a: float(self.shares[a]) for a in accounts if a in self.shares}
+        if not given:
+            return {a: 1.0 / len(accounts) for a in accounts} if accounts else {}
+        total = sum(self.shares.values())
+        return {a: s / total for a, s in given.items()} if total > 0 else {}
+
+
+def fairshare_fraction(config: Mapping[str, Any], weights: tuple[str, ...]) -> float | None:
+    """``PriorityWeightFairshare`` over the largest of `weights` in `config` (None: no such knob,
+    or every weight 0: no order to keep fair share in)."""
+    if FAIRSHARE not in config:
+        return None
+    top = max((float(config[w]) for w in weights if w in config), default=0.0)
+    return float(config[FAIRSHARE]) / top if top > 0 else None

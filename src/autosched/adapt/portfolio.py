@@ -1,0 +1,238 @@
+"""A round's portfolio: the configs a decision compares, scored paired on one set of samples.
+
+A search of 16 trials on 4 samples finds a config that wins on those samples; the guardrail then
+judged that one config on 8 others. A config that would have passed (small first, when a queue
+of small jobs forms behind large ones) was never offered to it when the search's samples ranked
+another first. So each round compares a portfolio, on the samples the guardrail decides on:
+
+- the running config;
+- the search's best and the last rounds' winners;
+- the policy's archetypes (`ConfigSpace.archetypes`: for ``multifactor`` small first, age only,
+  GPU first, fair-share heavy and two backfill-heavy ``bf_*`` corners), each laid over the
+  running config, pinned knobs kept, clamped into the searched ranges (bounds, maximum step).
+
+`race` scores them all on the first samples, drops those clearly worse than the running config,
+scores the rest on the guardrail's samples, and picks the leader: the best mean paired gain
+among the candidates that keep the operator's policy (`constraints`). The guardrail judges the
+leader against the running config on those samples, with its ``k`` raised for the number of
+configs compared (picking the best of ten on the samples that judge it would otherwise reward
+luck). While the paired standard error does not decide (the gain is above the margin but within
+``k`` s.e., or could still reach it), the sample count doubles, up to a budget; only the
+running config and the leader are scored on the new samples.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from statistics import NormalDist
+from typing import Any
+
+from ..space import Config, ConfigError, ConfigSpace, Float, Int
+from ..trace.table import Trace
+from .constraints import Check, PolicyConstraints
+from .errors import AdaptError
+from .guardrail import Guardrail, Verdict, pair_gains
+from .scoring import Score, ScoreSet
+
+RUNNING = "running"
+SEARCH_BEST = "search's best"
+PRUNE_SE = 2.0  # a candidate whose mean gain + this many s.e. is below 0 is dropped early
+
+
+@dataclass(frozen=True)
+class Candidate:
+    name: str  # "running", "search's best", "winner 1" (the last round's), or an archetype's label
+    config: Config
+
+
+def candidates(space: ConfigSpace, running: Config, winners: Sequence[Config],
+               best: Config | None) -> list[Candidate]:
+    """The portfolio, running config first, each config once (its first name kept). `space` is
+    the searched space (a restricted one: its pinned knobs and ranges hold); `winners` oldest
+    first, as the controller keeps them."""
+    out = [Candidate(RUNNING, dict(running))]
+    if best is not None:
+        out.append(Candidate(SEARCH_BEST, dict(best)))
+    out += [Candidate(f"winner {i}", dict(w)) for i, w in enumerate(reversed(winners), start=1)]
+    for label, partial in space.archetypes.items():
+        laid = overlay(space, running, partial)
+        if laid is not None:
+            out.append(Candidate(label, laid))
+    seen: set[tuple[tuple[str, str], ...]] = set()
+    kept: list[Candidate] = []
+    for c in out:
+        key = tuple(sorted((k, repr(v)) for k, v in c.config.items()))
+        if key not in seen:
+            seen.add(key)
+            kept.append(c)
+    return kept
+
+
+def overlay(space: ConfigSpace, running: Mapping[str, Any], partial: Mapping[str, Any]) -> Config | None:
+    """`partial` (an archetype) laid over `running`: its values for the knobs `space` does not
+    pin, numeric ones clamped into `space`'s ranges; weights above their range are first scaled
+    down together (their ratios are the order). None when no valid config results."""
+    config = {**running, **{k: v for k, v in partial.items() if k not in space.pinned}}
+    weights = [w for w in space.weights if w in config]
+    tops = {w: _high(space, w) for w in weights}
+    over = [w for w in weights if tops[w] is not None and config[w] > tops[w]]
+    if over:
+        factor = min(tops[w] / config[w] for w in over)  # type: ignore[operator]
+        config.update({w: type(config[w])(config[w] * factor) for w in weights})
+    for k in space:
+        if isinstance(k, (Int, Float)) and k.name in config and k.name not in space.pinned:
+            config[k.name] = type(k.default)(min(max(config[k.name], k.low), k.high))
+    try:
+        return space.validate(config)
+    except ConfigError:
+        return None
+
+
+def _high(space: ConfigSpace, name: str) -> float | None:
+    k = space[name]
+    return float(k.high) if isinstance(k, (Int, Float)) else None
+
+
+def multiple_k(k: float, compared: int) -> float:
+    """The guardrail's ``k`` for the best of `compared` configs: the one-sided tail ``k`` leaves
+    (P(Z > k)), shared among them (Šidák-like, Bonferroni's split). 1 config: ``k`` itself; k = 1
+    over 10 configs: 2.14."""
+    if k <= 0 or compared <= 1:
+        return k
+    return -NormalDist().inv_cdf(NormalDist().cdf(-k) / compared)
+
+
+@dataclass(frozen=True)
+class Budget:
+    """How many samples a round's portfolio is scored on: every candidate on the first `screen`,
+    the guardrail decides on at least `decide`, doubling up to `most` while undecided."""
+
+    screen: int
+    decide: int
+    most: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.screen <= self.decide <= self.most:
+            raise AdaptError(f"portfolio samples: need 1 <= screen {self.screen} <= decide {self.decide} <= "
+                             f"most {self.most}")
+
+
+@dataclass(frozen=True)
+class Standing:
+    """A candidate's paired gain over the running config after the race (on `samples` samples)."""
+
+    name: str
+    config: Config
+    gain: float
+    se: float
+    samples: int
+    dropped: str = ""  # why it left the race ("" for one still in it at the end)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "gain": self.gain, "se": self.se, "samples": self.samples,
+                "dropped": self.dropped}
+
+
+@dataclass(frozen=True)
+class RaceResult:
+    """What a race found: the leader (None: no candidate other than the running config was left,
+    or none keeps the policy), the guardrail's verdict on it, every candidate's standing, the
+    running config's and the leader's scores on the final samples, and the leader's policy
+    check."""
+
+    leader: Candidate | None
+    verdict: Verdict
+    standings: tuple[Standing, ...]
+    running: ScoreSet
+    scores: ScoreSet | None
+    check: Check | None
+    samples: int
+    k: float  # the guardrail's k for the number of configs compared
+
+
+Scorer = Callable[[Config, Sequence[Trace]], list[Score]]
+Draw = Callable[[int, int], list[Trace]]  # (first sample index, how many) -> workloads
+
+
+def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Budget,
+         guardrail: Guardrail, constraints: PolicyConstraints, minimize: bool = True) -> RaceResult:
+    """Score `portfolio` (running config first) on samples from `draw` and judge its leader (see
+    the module doc). `scorer(config, workloads)` scores a config on workloads, one `Score` each.
+    A deterministic source gives fewer samples than asked (one replay): the race then decides
+    on what it has."""
+    if not portfolio or portfolio[0].name != RUNNING:
+        raise AdaptError("a portfolio starts with the running config")
+    running = portfolio[0]
+    work = draw(0, budget.screen)
+    if not work:
+        raise AdaptError("no sample to score the portfolio on")
+    sets = {c.name: ScoreSet(tuple(scorer(c.config, work))) for c in portfolio}
+    standing: dict[str, Standing] = {}
+    alive = [c for c in portfolio[1:]]
+    compared = len(alive)
+    k = multiple_k(guardrail.k, compared)
+    judge = Guardrail(k, guardrail.margin, guardrail.max_loss)
+    n = len(work)
+
+    def gains(name: str) -> tuple[float, float]:
+        return _mean_se(pair_gains(sets[RUNNING].values, sets[name].values, minimize))
+
+    def drop(c: Candidate, why: str) -> None:
+        g, se = gains(c.name)
+        standing[c.name] = Standing(c.name, c.config, g, se, len(sets[c.name]), why)
+
+    # the screen: what is clearly worse than the running config goes
+    for c in list(alive):
+        g, se = gains(c.name)
+        if n > 1 and g + PRUNE_SE * se < 0:
+            drop(c, f"clearly worse on the first {n} samples")
+            alive.remove(c)
+    if alive and n == budget.screen and budget.decide > n:
+        more = draw(n, budget.decide - n)
+        for c in (running, *alive):
+            sets[c.name] = sets[c.name].extended(scorer(c.config, more))
+        n += len(more)
+    checks: dict[str, Check] = {}
+    while True:
+        feasible = []
+        for c in alive:
+            checks[c.name] = constraints.check(sets[RUNNING], sets[c.name], running.config, c.config)
+            if checks[c.name].holds:
+                feasible.append(c)
+        leader = max(feasible, key=lambda c: gains(c.name)[0], default=None)
+        if leader is None:
+            for c in alive:
+                drop(c, "breaks the policy: " + "; ".join(checks[c.name].violations))
+            why = ("no candidate but the running config is left" if not alive else
+                   "every candidate better than the running config breaks the operator's policy")
+            return RaceResult(None, Verdict(False, 0.0, 0.0, why), tuple(standing.values()), sets[RUNNING],
+                              None, None, n, k)
+        verdict = judge.judge(sets[RUNNING].values, sets[leader.name].values, minimize)
+        hopeless = verdict.gain + guardrail.k * verdict.spread <= guardrail.margin
+        if verdict.deploy or hopeless or n >= budget.most:
+            break
+        more = draw(n, min(n, budget.most - n))
+        if not more:  # a deterministic source: nothing more to draw
+            break
+        for c in alive:
+            if c is not leader:
+                drop(c, f"behind the leader on {n} samples")
+        alive = [leader]
+        for c in (running, leader):
+            sets[c.name] = sets[c.name].extended(scorer(c.config, more))
+        n += len(more)
+    for c in alive:
+        g, se = gains(c.name)
+        standing[c.name] = Standing(c.name, c.config, g, se, len(sets[c.name]),
+                                    "" if c is leader else "behind the leader")
+    ordered = tuple(standing[c.name] for c in portfolio[1:] if c.name in standing)
+    return RaceResult(leader, verdict, ordered, sets[RUNNING], sets[leader.name], checks[leader.name], n, k)
+
+
+def _mean_se(gains: Sequence[float]) -> tuple[float, float]:
+    n = len(gains)
+    mean = sum(gains) / n
+    se = math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1) / n) if n > 1 else 0.0
+    return mean, se

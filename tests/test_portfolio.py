@@ -1,0 +1,197 @@
+"""A round's portfolio (adapt/portfolio.py) and the operator's policy (adapt/constraints.py) on
+hand-made scores: which candidates a race drops, which leads, when the sample count grows, what
+the guardrail decides, and what breaks the policy."""
+
+from __future__ import annotations
+
+import pytest
+
+from autosched.adapt.constraints import PolicyConstraints, fairshare_fraction
+from autosched.adapt.errors import AdaptError
+from autosched.adapt.guardrail import Guardrail
+from autosched.adapt.portfolio import Budget, Candidate, candidates, multiple_k, overlay, race
+from autosched.adapt.scoring import Score, ScoreSet
+from autosched.policies import get_policy
+from autosched.space import Subspace
+
+NO_POLICY = PolicyConstraints(account_tolerance=None, size_tolerance=None)
+
+
+def sc(value: float, waits: dict[str, float] | None = None, usage: dict[str, float] | None = None,
+       p95: dict[str, float] | None = None, jobs: int = 10) -> Score:
+    waits = waits or {}
+    return Score(value=value, jobs=jobs, account_jobs={a: jobs for a in waits}, account_wait=waits,
+                 account_usage=usage or {a: 1.0 for a in waits}, size_jobs={k: jobs for k in p95 or {}},
+                 size_p95_wait=p95 or {})
+
+
+def table_race(values: dict[str, list[float]], budget: Budget, constraints=NO_POLICY, extra=None):
+    """Race candidates named as `values`' keys ("running" first); config {"name": key}; sample i
+    of a candidate scores values[key][i] (and `extra[key][i]`'s waits, when given)."""
+    port = [Candidate(name, {"name": name}) for name in values]
+    asked: list[tuple[int, int]] = []
+
+    def draw(start: int, count: int):
+        asked.append((start, count))
+        return list(range(start, min(start + count, len(values["running"]))))
+
+    def scorer(config, work):
+        name = config["name"]
+        return [extra[name][i] if extra else sc(values[name][i]) for i in work]
+
+    return race(port, draw, scorer, budget, Guardrail(1.0, 0.01), constraints), asked
+
+
+def test_multiple_k_shares_the_tail_among_the_configs_compared():
+    # P(Z > 1) = 0.1587; over 3 configs 0.0529 each -> z = 1.617; one config: k itself; k = 0 stays 0
+    assert multiple_k(1.0, 1) == 1.0 and multiple_k(0.0, 10) == 0.0
+    assert multiple_k(1.0, 3) == pytest.approx(1.617, abs=1e-3)
+    assert multiple_k(1.0, 10) == pytest.approx(2.14, abs=1e-2)
+
+
+def test_race_drops_the_clearly_worse_then_deploys_a_clear_leader():
+    values = {"running": [100.0] * 8,
+              "A": [80.0, 82, 78, 80, 81, 79, 80, 80],  # about +20%: the leader
+              "B": [120.0] * 8,  # -20% on every sample: out at the screen
+              "C": [99.0] * 8}  # +1%: no better than the margin, behind A
+    res, asked = table_race(values, Budget(4, 8, 16))
+    # the screen on samples 0-3, then 4 more for the three left; the guardrail decides at 8
+    assert asked == [(0, 4), (4, 4)]
+    assert res.leader is not None and res.leader.name == "A" and res.verdict.deploy and res.samples == 8
+    assert res.k == pytest.approx(multiple_k(1.0, 3))
+    got = {s.name: (s.samples, s.dropped) for s in res.standings}
+    assert got == {"A": (8, ""), "B": (4, "clearly worse on the first 4 samples"), "C": (8, "behind the leader")}
+    assert res.verdict.gain == pytest.approx(sum(1 - v / 100 for v in values["A"]) / 8)
+
+
+def test_race_grows_the_samples_while_undecided_and_stops_at_the_budget():
+    # A swings +-30% around the running config: a mean of 0 within a wide s.e. is undecided at 8,
+    # so 8 more samples are drawn (only the running config and A are scored on them), and at the
+    # budget of 16 it is kept
+    swing = [70.0, 130.0] * 8
+    res, asked = table_race({"running": [100.0] * 16, "A": swing}, Budget(4, 8, 16))
+    assert asked == [(0, 4), (4, 4), (8, 8)]
+    assert res.samples == 16 and not res.verdict.deploy and len(res.running) == 16
+    assert res.verdict.gain == pytest.approx(0.0)
+
+
+def test_race_stops_growing_when_the_gain_cannot_reach_the_margin():
+    # A is 0.5% better on every sample (s.e. 0): it cannot pass a 1% margin, no more samples
+    res, asked = table_race({"running": [100.0] * 16, "A": [99.5] * 16}, Budget(4, 8, 16))
+    assert asked == [(0, 4), (4, 4)] and not res.verdict.deploy and "below the margin" in res.verdict.reason
+
+
+def test_race_leader_keeps_the_operators_policy():
+    # A gains 20% but makes account "chem" wait 30 min instead of 10 (allowed: 25% of 10 min +
+    # 10 min of slack = 12.5 min more); C gains 10% and keeps chem's wait
+    run = [sc(100.0, {"phys": 600.0, "chem": 600.0})] * 8
+    a = [sc(80.0, {"phys": 300.0, "chem": 1800.0})] * 8
+    c = [sc(90.0, {"phys": 500.0, "chem": 600.0})] * 8
+    values = {"running": [100.0] * 8, "A": [80.0] * 8, "C": [90.0] * 8}
+    res, _ = table_race(values, Budget(4, 8, 8), PolicyConstraints(size_tolerance=None),
+                        extra={"running": run, "A": a, "C": c})
+    assert res.leader is not None and res.leader.name == "C" and res.verdict.deploy
+    assert res.check is not None and res.check.holds
+    effects = {(e.kind, e.name): (e.running, e.candidate, e.allowed) for e in res.check.effects}
+    assert effects[("account", "chem")] == (600.0, 600.0, 600 * 0.25 + 600)
+    # A alone: nothing keeps the policy
+    res, _ = table_race({"running": [100.0] * 8, "A": [80.0] * 8}, Budget(4, 8, 8),
+                        PolicyConstraints(size_tolerance=None), extra={"running": run, "A": a})
+    assert res.leader is None and not res.verdict.deploy
+    (a_row,) = res.standings
+    assert a_row.dropped == "breaks the policy: account chem: average wait 10 -> 30 min, more than the 12 min allowed"
+
+
+def test_an_account_above_its_share_may_wait_longer():
+    # 60/40 shares; phys ran 90% of the GPU-seconds (1.5x its share): its tolerance is 1.5 x 25%.
+    # chem ran 10% (below its share): 25%. No slack, to see the tolerance alone.
+    run = ScoreSet((sc(1.0, {"phys": 1000.0, "chem": 1000.0}, usage={"phys": 9.0, "chem": 1.0}),))
+    cand = ScoreSet((sc(1.0, {"phys": 1370.0, "chem": 1260.0}, usage={"phys": 9.0, "chem": 1.0}),))
+    policy = PolicyConstraints(wait_slack=0.0, size_tolerance=None, shares={"phys": 60, "chem": 40}, min_jobs=1)
+    check = policy.check(run, cand, {}, {})
+    allowed = {e.name: e.allowed for e in check.effects}
+    assert allowed == pytest.approx({"phys": 1000 * 0.25 * 1.5, "chem": 250.0})
+    assert check.violations == ("account chem: average wait 17 -> 21 min, more than the 4 min allowed",)
+
+
+def test_size_class_p95_and_too_few_jobs():
+    run = ScoreSet((sc(1.0, p95={"1": 600.0, "5-8": 3600.0}, jobs=10),))
+    cand = ScoreSet((sc(1.0, p95={"1": 60.0, "5-8": 9000.0}, jobs=10),))
+    check = PolicyConstraints(account_tolerance=None).check(run, cand, {}, {})
+    # 5-8 GPUs: 60 -> 150 min against 60 + 10 min allowed (tolerance 1: it may double)
+    assert check.violations == ("size 5-8: p95 wait 60 -> 150 min, more than the 70 min allowed",)
+    # with 4 jobs a sample the class does not count
+    few = PolicyConstraints(account_tolerance=None, min_jobs=11).check(run, cand, {}, {})
+    assert few.holds and few.effects == ()
+
+
+def test_pins_and_the_fairshare_floor():
+    weights = get_policy("multifactor").space.weights
+    running = {"PriorityWeightFairshare": 10000, "PriorityWeightAge": 1000, "PriorityWeightJobSize": 1000,
+               "PriorityWeightTRES.GRES/gpu": 2000, "PriorityWeightTRES.CPU": 0, "bf_window": 1440}
+    policy = PolicyConstraints(account_tolerance=None, size_tolerance=None, fairshare_floor=0.5,
+                               pins=("bf_window",), weights=weights)
+    empty = ScoreSet((sc(1.0),))
+    # fair share 10000 against job size 15000: 67%, above the floor; against 20000: 50%, at it
+    assert policy.check(empty, empty, running, {**running, "PriorityWeightJobSize": 15000}).holds
+    ok = policy.check(empty, empty, running, {**running, "PriorityWeightJobSize": 20000})
+    assert ok.holds
+    low = policy.check(empty, empty, running, {**running, "PriorityWeightFairshare": 0})
+    assert low.violations == ("PriorityWeightFairshare 0 is 0% of the largest priority weight, below the floor of 50%",)
+    moved = policy.check(empty, empty, running, {**running, "bf_window": 2880})
+    assert moved.violations == ("bf_window is pinned at 1440",)
+    # a running config already below the floor: the floor is its own fraction (20%)
+    lower = {**running, "PriorityWeightJobSize": 50000}
+    assert policy.check(empty, empty, lower, {**lower, "PriorityWeightAge": 2000}).holds
+    assert not policy.check(empty, empty, lower, {**lower, "PriorityWeightFairshare": 5000}).holds
+    assert fairshare_fraction({"PriorityWeightFairshare": 0, "PriorityWeightAge": 0}, weights) is None
+
+
+def test_the_portfolio_holds_the_archetypes_over_the_running_config_within_the_search():
+    space = get_policy("multifactor").space
+    running = space.default()
+    port = candidates(space, running, winners=[], best=None)
+    names = [c.name for c in port]
+    assert names == ["running", "age only (FIFO)", "small first", "GPU first", "fair-share heavy",
+                     "deep backfill", "frequent backfill"]
+    small = dict(port[2].config)
+    assert (small["PriorityWeightJobSize"], small["PriorityFavorSmall"], small["PriorityWeightFairshare"]) == \
+        (100000, True, 0)
+    assert small["bf_window"] == running["bf_window"]  # the rest is the running config
+    # Fairshare bounded to [5000, 100000] and bf_window pinned: small first keeps fair share at
+    # its bound's low, deep backfill is the running config (dropped as a duplicate)
+    sub = Subspace.of(pinned={"bf_window": 1440}, bounds={"PriorityWeightFairshare": (5000, 100000)},
+                      start={"PriorityWeightFairshare": 10000})
+    bounded = space.restrict(sub)
+    small = overlay(bounded, bounded.default(), space.archetypes["small first"])
+    assert small is not None and small["PriorityWeightFairshare"] == 5000 and small["bf_window"] == 1440
+    names = [c.name for c in candidates(bounded, bounded.default(), [], None)]
+    assert "deep backfill" in names  # (its other bf_* knobs still move)
+    # the search's best and winners come before the archetypes; a duplicate keeps its first name
+    best = {**running, "PriorityWeightAge": 5000}
+    port = candidates(space, running, winners=[running, best], best=best)
+    assert [c.name for c in port][:2] == ["running", "search's best"] and "winner 1" not in [c.name for c in port]
+
+
+def test_budget_and_portfolio_are_checked():
+    with pytest.raises(AdaptError, match="screen 5 <= decide 4"):
+        Budget(5, 4, 8)
+    with pytest.raises(AdaptError, match="starts with the running config"):
+        race([Candidate("A", {})], lambda a, b: [0], lambda c, w: [sc(1.0)], Budget(1, 1, 1), Guardrail(), NO_POLICY)
+
+
+def test_a_score_judges_the_jobs_the_config_decides_for():
+    from autosched.adapt.scoring import score
+    from autosched.cluster import ClusterSpec
+    from autosched.trace import Trace
+
+    # 1x4 under fifo: R (running at the round, submitted 60 s before it) holds the node 940-1040;
+    # then Q (account a, 1 GPU, 50 s) 1040-1090 and P (account b, 4 GPUs, 10 s) 1090-1100.
+    # Judged: Q and P (submitted at the round, 1000): JCT 90 and 100, waits 40 and 90.
+    w = Trace.from_columns({"job_id": ["R", "Q", "P"], "submit_time": [940.0, 1000.0, 1000.0],
+                            "num_gpus": [4, 1, 4], "duration": [100.0, 50.0, 10.0], "account": ["a", "a", "b"]})
+    s = score(get_policy("fifo"), {}, w, ClusterSpec.uniform_nodes(1, 4), 1000.0, "avg_jct")
+    assert (s.value, s.jobs) == (95.0, 2)
+    assert (s.account_wait, s.account_jobs, s.account_usage) == ({"a": 40.0, "b": 90.0}, {"a": 1, "b": 1},
+                                                                 {"a": 50.0, "b": 40.0})
+    assert (s.size_p95_wait, s.size_jobs) == ({"1": 40.0, "2-4": 90.0}, {"1": 1, "2-4": 1})
