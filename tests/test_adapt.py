@@ -287,12 +287,12 @@ def test_controller_refuses_a_config_predicted_worse():
     cl = ClusterSpec.uniform_nodes(2, 4)
     sim = Simulator(tr, cl, Tiresias()).run(until=2 * DAY)
     # the portfolio (running config and the search's best: tiresias has no archetypes) drops
-    # the search's best at the screen, clearly worse on the first 4 fresh samples
+    # the search's best at the screen: worse on the first 4 fresh samples, it cannot reach the margin
     ctrl = _controller(WorseTuner, cl)
     d = ctrl.decide(observe(sim, 2 * DAY, 0))
     assert not d.deployed and d.reason == "no candidate but the running config is left"
     assert [(r["name"], r["samples"], r["dropped"]) for r in d.portfolio] == [
-        ("search's best", 4, "clearly worse on the first 4 samples")]
+        ("search's best", 4, "cannot reach the margin on the first 4 samples")]
     assert d.portfolio[0]["gain"] < 0 and ctrl.running == Tiresias.space.default()
     # without the portfolio, the guardrail judges the search's best on the 3 fresh samples
     ctrl = _controller(WorseTuner, cl, portfolio=False)

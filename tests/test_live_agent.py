@@ -257,8 +257,8 @@ def test_a_change_that_helped_in_the_counterfactual_is_kept(tmp_path):
     assert (o.predicted_gain, o.counterfactual_gain) == (0.1, pytest.approx(0.8 / 3, abs=0.005))
     assert o.twin_error < 0.005
     assert o.verdict.startswith("kept: avg_jct 500.0 -> 366.7 s in the twin on the recorded times "
-                                f"(+26.7%), {o.counterfactual_text()} with submit times jittered (3 "
-                                "jobs, 0 unfinished at the period's end); twin error 0.")
+                                f"(+26.7%), {o.counterfactual_text()} with submit times jittered (judged 3 "
+                                "jobs: 3 finished, 0 censored at ") and "); twin error 0." in o.verdict
     assert o.verdict.endswith("% (mean of 5 replays)")
     assert o.period == {"start": at, "end": at + 600, "running_at_change": 1, "queued_at_change": 1,
                         "imputed": 0}

@@ -119,6 +119,20 @@ def test_unfinished_jobs_are_censored_at_the_period_end_in_every_figure():
     assert cf.imputed == 1
 
 
+def test_a_judge_that_waits_censors_later_and_judges_the_same_jobs():
+    # The period is T to T + 250; C (the whole node, like Q) comes at T + 300, after it. Censored
+    # at T + 250, none of Q, A, B had finished (Q ran 100-400). Waiting to T + 700 judges the same
+    # three, now all finished, with C replayed beside them (after them in either order: in small
+    # first C ties with Q on size and comes later): the figures of the by-hand cases above.
+    rows = (*FIFO_ROWS, job("C", 300, 600, 650, cpus=8))
+    h = history(*rows)
+    short = counterfactual(h, ONE_NODE, "multifactor", SMALL_FIRST, FIFO, T, T + 250, T + 700)
+    assert (short.end, short.realized.jobs, short.realized.finished) == (T + 250, 3, 0)
+    late = counterfactual(h, ONE_NODE, "multifactor", SMALL_FIRST, FIFO, T, T + 250, T + 700, censor=T + 700)
+    assert late.end == T + 700
+    assert (late.realized, late.new, late.old) == (approx(FIFO_FIGURES), approx(FIFO_FIGURES), approx(SMALL_FIGURES))
+
+
 def test_a_job_still_queued_at_the_period_end_counts_its_wait_so_far():
     # C (T + 400, 1 CPU, 300 s) had not started by T + 600 on the cluster; it ran later, so its
     # real duration is known (the round is at T + 1200). Under either config the node is busy

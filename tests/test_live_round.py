@@ -128,7 +128,7 @@ def test_the_mean_over_the_replays_rolls_back_where_the_recorded_replay_alone_wo
     assert isinstance(plan, RollBack) and plan.to == 1
     assert plan.why == ("worse: avg_jct 100.0 -> 104.0 s in the twin on the recorded times (-4.0%), "
                         "-8.8% ± 2.7% (range -10.0% to -4.0%, 5 replays) with submit times jittered "
-                        "(10 jobs, 0 unfinished at the period's end), margin 5.0%; twin error 8.8% "
+                        "(judged 10 jobs: 10 finished, 0 censored at 2027-01-15T08:10:00Z), margin 5.0%; twin error 8.8% "
                         "(mean of 5 replays); rolled back")
     j = plan.judged
     assert (j.counterfactual_gain, j.twin_error) == (pytest.approx(-0.088), pytest.approx(0.088))
@@ -147,7 +147,7 @@ def test_the_mean_over_the_replays_keeps_what_the_recorded_replay_alone_would_ro
     assert isinstance(plan, Tune)
     assert plan.judged.verdict == ("kept: avg_jct 100.0 -> 120.0 s in the twin on the recorded times "
                                    "(-20.0%), -4.0% ± 8.9% (range -20.0% to +0.0%, 5 replays) with "
-                                   "submit times jittered (10 jobs, 0 unfinished at the period's end); "
+                                   "submit times jittered (judged 10 jobs: 10 finished, 0 censored at 2027-01-15T08:10:00Z); "
                                    "twin error 4.0% (mean of 5 replays)")
     assert (plan.judged.counterfactual_gain, plan.judged.twin_error) == (pytest.approx(-0.04), pytest.approx(0.04))
 
@@ -168,8 +168,8 @@ def test_a_worse_change_is_rolled_back_with_the_judges_figures():
     plan = decide(seen(running=rev(2, gain=0.1), counterfactual=replay(125, 100, 120, unfinished=3)),
                   RULES, T + 700)
     assert isinstance(plan, RollBack) and plan.to == 1
-    assert plan.why == ("worse: avg_jct 100.0 -> 120.0 s in the twin (-20.0%; 10 jobs, 3 unfinished "
-                        "at the period's end), margin 5.0%; twin error 4.0%; rolled back")
+    assert plan.why == ("worse: avg_jct 100.0 -> 120.0 s in the twin (-20.0%; judged 10 jobs: 7 finished, "
+                        "3 censored at 2027-01-15T08:10:00Z), margin 5.0%; twin error 4.0%; rolled back")
     j = plan.judged
     assert (j.metric, j.predicted_gain, j.counterfactual_gain, j.twin_error) == (
         "avg_jct", 0.1, pytest.approx(-0.2), pytest.approx(0.04))
@@ -179,12 +179,35 @@ def test_a_worse_change_is_rolled_back_with_the_judges_figures():
                         "imputed": 0}
 
 
+def test_the_judge_has_no_verdict_while_most_judged_jobs_are_unfinished():
+    # 7 of 10 judged jobs unfinished at T + 600 (censored): the twin's 100 -> 130 s (-30%) and its
+    # 30% error say nothing yet. No outcome is recorded, nothing is rolled back or tuned: the
+    # judge waits, up to a period past the period (T + 1200)
+    cf = replay(100, 100, 130, unfinished=7)
+    plan = decide(seen(running=rev(2, gain=0.1), counterfactual=cf), RULES, T + 700)
+    assert plan == Stop(Action.WAIT, "no verdict yet on revision 2: judged 10 jobs: 3 finished, 7 censored "
+                        "at 2027-01-15T08:10:00Z; the judge waits for most to finish, until "
+                        "2027-01-15T08:20:00Z at the latest", blocked="")
+    # half finished (5 of 10): a verdict
+    assert isinstance(decide(seen(counterfactual=replay(100, 100, 104, unfinished=5)), RULES, T + 700), Tune)
+    # censored at the wait's end, still mostly unfinished: an outcome without a gain, the change
+    # stands (no rollback, no freeze) and the round goes on
+    late = replace(cf, end=T + 1200)
+    plan = decide(seen(running=rev(2, gain=0.1), counterfactual=late), RULES, T + 1300)
+    assert isinstance(plan, Tune) and plan.judged.counterfactual_gain is None and plan.judged.twin_error is None
+    assert plan.judged.verdict == ("no verdict: judged 10 jobs: 3 finished, 7 censored at 2027-01-15T08:20:00Z, "
+                                   "after waiting 600 s past the period; the queue outlasts it, the change stands")
+    # when the judge censors: the round's time, at most the wait's end
+    assert (RULES.censor_time(T, T + 700), RULES.censor_time(T, T + 5000)) == (T + 700, T + 1200)
+    assert replace(RULES, verdict_wait=60.0).censor_time(T, T + 5000) == T + 660
+
+
 def test_a_change_within_the_margin_is_kept_and_the_round_goes_on():
     # 100 s -> 104 s: -4%, inside the 5% margin; the twin's 104 s against the real 100 s: 4%
     plan = decide(seen(counterfactual=replay(100, 100, 104)), RULES, T + 700)
     assert isinstance(plan, Tune) and plan.running.id == 2
-    assert plan.judged.verdict == ("kept: avg_jct 100.0 -> 104.0 s in the twin (-4.0%; 10 jobs, 0 "
-                                   "unfinished at the period's end); twin error 4.0%")
+    assert plan.judged.verdict == ("kept: avg_jct 100.0 -> 104.0 s in the twin (-4.0%; judged 10 jobs: 10 "
+                                   "finished, 0 censored at 2027-01-15T08:10:00Z); twin error 4.0%")
 
 
 def test_a_twin_that_missed_the_period_freezes_the_agent_instead_of_deciding():
@@ -192,8 +215,8 @@ def test_a_twin_that_missed_the_period_freezes_the_agent_instead_of_deciding():
     # (-30%) would roll the change back; the agent freezes instead and says why.
     plan = decide(seen(running=rev(2, gain=0.1), counterfactual=replay(100, 100, 130)), RULES, T + 700)
     why = ("twin not trusted: it gave 130.0 s where the cluster had 100.0 s (avg_jct, error 30.0%, "
-           "over the 25% limit); avg_jct 100.0 -> 130.0 s in the twin (-30.0%; 10 jobs, 0 unfinished "
-           "at the period's end); frozen instead of deciding")
+           "over the 25% limit); avg_jct 100.0 -> 130.0 s in the twin (-30.0%; judged 10 jobs: 10 "
+           "finished, 0 censored at 2027-01-15T08:10:00Z); frozen instead of deciding")
     assert plan == Stop(Action.FROZEN, why, judged=plan.judged, freeze=why)
     assert (plan.judged.counterfactual_gain, plan.judged.twin_error) == (pytest.approx(-0.3), pytest.approx(0.3))
     # at the limit the twin is trusted: 125 s against 100 s is 25%, and -25% rolls back

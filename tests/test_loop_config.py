@@ -209,7 +209,8 @@ def test_settings_are_saved_nested_and_read_back_the_same(tmp_path):
     s.save(tmp_path)
     saved = json.loads((tmp_path / SETTINGS_FILE).read_text())
     assert set(saved) == {"connector", "mode", "min_jobs", "bounds", "max_step", "fixed", "seed_history",
-                          "rollback_margin", "max_twin_error", "notify", "time_scale", "loop"}
+                          "rollback_margin", "max_twin_error", "notify", "time_scale", "cooldown", "brake",
+                          "verdict_wait", "loop"}
     assert saved["loop"]["guard_k"] == 0.5 and set(saved["loop"]) == set(LOOP_FIELDS)
     assert AgentSettings.load(tmp_path) == s
 
@@ -229,8 +230,8 @@ def test_any_settings_round_trip_and_any_wrong_value_is_one_error_naming_the_fil
     s = AgentSettings(connector={"kind": "fake", "directory": "/x"}, **loop)
     data = json.loads(json.dumps(s.to_json()))
     assert AgentSettings.from_json(data, "x") == s
-    if bad is None and field == "guard_max_loss":
-        return  # None is a valid max loss
+    if bad is None and field in ("guard_max_loss", "account_tolerance", "size_tolerance", "fairshare_floor"):
+        return  # None is a valid max loss, and turns a constraint off (the floor: its default)
     data["loop"][field] = bad
     with pytest.raises(LiveError, match=r"^state/settings\.json: "):
         AgentSettings.from_json(data, "state/settings.json")

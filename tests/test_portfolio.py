@@ -49,36 +49,45 @@ def test_multiple_k_shares_the_tail_among_the_configs_compared():
     assert multiple_k(1.0, 10) == pytest.approx(2.14, abs=1e-2)
 
 
-def test_race_drops_the_clearly_worse_then_deploys_a_clear_leader():
+def test_race_drops_what_cannot_pass_then_deploys_a_clear_leader():
     values = {"running": [100.0] * 8,
               "A": [80.0, 82, 78, 80, 81, 79, 80, 80],  # about +20%: the leader
               "B": [120.0] * 8,  # -20% on every sample: out at the screen
-              "C": [99.0] * 8}  # +1%: no better than the margin, behind A
+              "C": [99.0] * 8,  # +1%, at the margin: no better than it, behind A
+              "D": [99.0] * 8}  # as C on every sample: the same schedule, out at the screen
     res, asked = table_race(values, Budget(4, 8, 16))
-    # the screen on samples 0-3, then 4 more for the three left; the guardrail decides at 8
+    # the screen on samples 0-3, then 4 more for the two left; the guardrail decides at 8
     assert asked == [(0, 4), (4, 4)]
     assert res.leader is not None and res.leader.name == "A" and res.verdict.deploy and res.samples == 8
-    assert res.k == pytest.approx(multiple_k(1.0, 3))
+    assert res.k == pytest.approx(multiple_k(1.0, 4))
     got = {s.name: (s.samples, s.dropped) for s in res.standings}
-    assert got == {"A": (8, ""), "B": (4, "clearly worse on the first 4 samples"), "C": (8, "behind the leader")}
+    assert got == {"A": (8, ""), "B": (4, "cannot reach the margin on the first 4 samples"),
+                   "C": (8, "behind the leader"), "D": (4, "scheduled as C on the first 4 samples")}
     assert res.verdict.gain == pytest.approx(sum(1 - v / 100 for v in values["A"]) / 8)
 
 
-def test_race_grows_the_samples_while_undecided_and_stops_at_the_budget():
-    # A swings +-30% around the running config: a mean of 0 within a wide s.e. is undecided at 8,
-    # so 8 more samples are drawn (only the running config and A are scored on them), and at the
-    # budget of 16 it is kept
-    swing = [70.0, 130.0] * 8
-    res, asked = table_race({"running": [100.0] * 16, "A": swing}, Budget(4, 8, 16))
-    assert asked == [(0, 4), (4, 4), (8, 8)]
-    assert res.samples == 16 and not res.verdict.deploy and len(res.running) == 16
-    assert res.verdict.gain == pytest.approx(0.0)
+def test_race_grows_the_samples_while_undecided():
+    # A gains +25% and -15% by turns: a mean of 5% with s.e. 0.2 / sqrt(n - 1) on n samples (k = 1,
+    # one config compared). At 8: 7.6% s.e., within noise; the budget's 32 could decide (s.e.
+    # 7.6% x sqrt(8/32) = 3.8% < 5%), so 8 more; at 16: 5.2%, still within, 3.7% projected: 16
+    # more; at 32: 3.6% and the gain passes. Only the running config and A are scored on them.
+    res, asked = table_race({"running": [100.0] * 32, "A": [75.0, 115.0] * 16}, Budget(4, 8, 32))
+    assert asked == [(0, 4), (4, 4), (8, 8), (16, 16)]
+    assert res.samples == 32 and res.verdict.deploy and len(res.running) == 32
+    assert res.verdict.spread == pytest.approx(0.2 / 31 ** 0.5)
+    # with a budget of 16 the projected s.e. (7.6% x sqrt(8/16) = 5.3%) leaves 5% within it:
+    # futile, kept at 8
+    res, asked = table_race({"running": [100.0] * 32, "A": [75.0, 115.0] * 16}, Budget(4, 8, 16))
+    assert asked == [(0, 4), (4, 4)] and res.samples == 8 and not res.verdict.deploy
 
 
-def test_race_stops_growing_when_the_gain_cannot_reach_the_margin():
-    # A is 0.5% better on every sample (s.e. 0): it cannot pass a 1% margin, no more samples
-    res, asked = table_race({"running": [100.0] * 16, "A": [99.5] * 16}, Budget(4, 8, 16))
+def test_race_stops_when_the_gain_cannot_reach_the_margin():
+    # A swings +-30% about the running config: a mean of 0, below the margin: no more samples
+    res, asked = table_race({"running": [100.0] * 16, "A": [70.0, 130.0] * 8}, Budget(4, 8, 16))
     assert asked == [(0, 4), (4, 4)] and not res.verdict.deploy and "below the margin" in res.verdict.reason
+    # 0.5% better on every sample (s.e. 0) cannot pass a 1% margin: out at the screen
+    res, asked = table_race({"running": [100.0] * 16, "A": [99.5] * 16}, Budget(4, 8, 16))
+    assert asked == [(0, 4)] and res.leader is None and res.verdict.reason == "no candidate but the running config is left"
 
 
 def test_race_leader_keeps_the_operators_policy():

@@ -113,7 +113,7 @@ class LoopConfig:
     portfolio: bool = setting(True, "each round compares a portfolio (the running config, the search's best, the "
                               "last winners, the policy's archetypes) on the guardrail's samples; "
                               "--no-portfolio: the search's best alone", "--portfolio/--no-portfolio")
-    max_validation_samples: int = setting(32, "the portfolio's samples double from --validation-samples up to "
+    max_validation_samples: int = setting(16, "the portfolio's samples double from --validation-samples up to "
                                           "this many while the paired standard error does not decide",
                                           "--max-validation-samples", low=1)
     # The operator's policy (`constraints.PolicyConstraints`), relative to the running config.

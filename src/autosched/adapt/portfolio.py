@@ -11,14 +11,16 @@ another first. So each round compares a portfolio, on the samples the guardrail 
   GPU first, fair-share heavy and two backfill-heavy ``bf_*`` corners), each laid over the
   running config, pinned knobs kept, clamped into the searched ranges (bounds, maximum step).
 
-`race` scores them all on the first samples, drops those clearly worse than the running config,
-scores the rest on the guardrail's samples, and picks the leader: the best mean paired gain
+`race` scores them all on the first samples, drops those that cannot reach the guardrail's
+margin there (their gain + 2 s.e. below it) and those that scheduled exactly as another did,
+scores the two best of the rest on the guardrail's samples, and picks the leader: the best mean
+paired gain
 among the candidates that keep the operator's policy (`constraints`). The guardrail judges the
 leader against the running config on those samples, with its ``k`` raised for the number of
 configs compared (picking the best of ten on the samples that judge it would otherwise reward
 luck). While the paired standard error does not decide (the gain is above the margin but within
-``k`` s.e., or could still reach it), the sample count doubles, up to a budget; only the
-running config and the leader are scored on the new samples.
+``k`` s.e.) and the budget's samples could (`futile`), the sample count doubles, up to the
+budget; only the running config and the leader are scored on the new samples.
 """
 
 from __future__ import annotations
@@ -38,7 +40,8 @@ from .scoring import Score, ScoreSet
 
 RUNNING = "running"
 SEARCH_BEST = "search's best"
-PRUNE_SE = 2.0  # a candidate whose mean gain + this many s.e. is below 0 is dropped early
+PRUNE_SE = 2.0  # a candidate whose mean gain + this many s.e. is below the margin is dropped early
+FINALISTS = 2  # the candidates that go on from the screen to the guardrail's samples
 
 
 @dataclass(frozen=True)
@@ -183,12 +186,23 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
         g, se = gains(c.name)
         standing[c.name] = Standing(c.name, c.config, g, se, len(sets[c.name]), why)
 
-    # the screen: what is clearly worse than the running config goes
+    # the screen: what cannot reach the margin goes, and what scheduled exactly as another did
+    # (on a trace without accounts, fair-share heavy orders as age only)
+    seen: dict[tuple[float, ...], str] = {tuple(sets[RUNNING].values): RUNNING}
     for c in list(alive):
         g, se = gains(c.name)
-        if n > 1 and g + PRUNE_SE * se < 0:
-            drop(c, f"clearly worse on the first {n} samples")
+        twin = seen.setdefault(tuple(sets[c.name].values), c.name)
+        if twin != c.name:
+            drop(c, f"scheduled as {twin} on the first {n} samples")
             alive.remove(c)
+        elif n > 1 and g + PRUNE_SE * se < guardrail.margin:
+            drop(c, f"cannot reach the margin on the first {n} samples")
+            alive.remove(c)
+    # the best `FINALISTS` of the rest (by their gain on the screen) go on to the guardrail's samples
+    alive.sort(key=lambda c: -gains(c.name)[0])
+    for c in alive[FINALISTS:]:
+        drop(c, f"behind the {FINALISTS} best on the first {n} samples")
+    alive = alive[:FINALISTS]
     if alive and n == budget.screen and budget.decide > n:
         more = draw(n, budget.decide - n)
         for c in (running, *alive):
@@ -210,8 +224,7 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
             return RaceResult(None, Verdict(False, 0.0, 0.0, why), tuple(standing.values()), sets[RUNNING],
                               None, None, n, k)
         verdict = judge.judge(sets[RUNNING].values, sets[leader.name].values, minimize)
-        hopeless = verdict.gain + guardrail.k * verdict.spread <= guardrail.margin
-        if verdict.deploy or hopeless or n >= budget.most:
+        if verdict.deploy or n >= budget.most or futile(verdict, n, budget.most, k, guardrail):
             break
         more = draw(n, min(n, budget.most - n))
         if not more:  # a deterministic source: nothing more to draw
@@ -229,6 +242,16 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
                                     "" if c is leader else "behind the leader")
     ordered = tuple(standing[c.name] for c in portfolio[1:] if c.name in standing)
     return RaceResult(leader, verdict, ordered, sets[RUNNING], sets[leader.name], checks[leader.name], n, k)
+
+
+def futile(verdict: Verdict, n: int, most: int, k: float, guardrail: Guardrail) -> bool:
+    """Whether more samples cannot make the guardrail deploy: the gain is below the margin,
+    or even the full budget's smaller standard error (s.e. x sqrt(n / most), the gains' spread
+    staying what it is) would leave it within ``k`` of them. Growing the samples costs two
+    simulations each; a gain this close to the noise is not worth them."""
+    if verdict.gain <= guardrail.margin:
+        return True
+    return verdict.gain <= k * verdict.spread * math.sqrt(n / most)
 
 
 def _mean_se(gains: Sequence[float]) -> tuple[float, float]:

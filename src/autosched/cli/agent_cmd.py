@@ -98,7 +98,8 @@ def _pairs(items: list[str], what: str, form: str = "KNOB=VALUE") -> dict[str, s
 # `agent init`'s options for the agent's own declared settings (AgentSettings); the connector's,
 # --auto, --bound, --fix and --seed-history are read into their settings below.
 LIVE_FLAGS = declared_flags(AgentSettings, ("min_jobs", "max_step", "rollback_margin", "max_twin_error",
-                                            "notify", "time_scale"))
+                                            "notify", "time_scale", "cooldown", "brake",
+                                            "verdict_wait"))
 
 
 @agent_app.command("init")

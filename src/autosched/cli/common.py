@@ -174,16 +174,20 @@ def declared_flags(cls: type, names: Iterable[str] | None = None) -> tuple[LoopF
     from ..adapt.setting import settings_of
 
     hints = typing.get_type_hints(cls)
-    return tuple(LoopFlag(name, s.flags, s.help, str if s.duration else _option_type(hints[name]),
+    return tuple(LoopFlag(name, s.flags, s.help, _option_type(hints[name], s.duration),
                           s.duration, s.hidden)
                  for name, s in settings_of(cls).items()
                  if s.flags and (names is None or name in names))
 
 
-def _option_type(hint: Any) -> Any:
-    """The option's type for a setting's annotation (`X | None` as typer reads it)."""
+def _option_type(hint: Any, duration: bool = False) -> Any:
+    """The option's type for a setting's annotation (`X | None` as typer reads it; a duration is
+    typed as text: 7d)."""
     import types
     import typing
+
+    if duration:
+        return Optional[str] if isinstance(hint, types.UnionType) else str
 
     if isinstance(hint, types.UnionType):
         args = [a for a in typing.get_args(hint) if a is not type(None)]
@@ -257,7 +261,7 @@ def split_loop(arguments: Mapping[str, Any], settings: type,
             value = old if old is not None else value
         if flag.kind == list[str]:  # a repeatable option: the settings hold a tuple
             value = tuple(value or ())
-        loop[flag.field] = parse_duration(value, flag.decls[0]) if flag.duration else value
+        loop[flag.field] = parse_duration(value, flag.decls[0]) if flag.duration and value is not None else value
     return loop, rest
 
 
@@ -279,7 +283,7 @@ def _shown(flag: LoopFlag, default: Any) -> Any:
     as a list)."""
     if flag.kind == list[str]:
         return list(default)
-    return format_duration(default) if flag.duration else default
+    return format_duration(default) if flag.duration and default is not None else default
 
 
 def _alias(spelling: str) -> str:

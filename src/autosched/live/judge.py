@@ -177,9 +177,12 @@ class Replay:
     imputed: int
 
 
-def period_rows(jobs: LiveJobs, change: float, until: float) -> tuple[np.ndarray, np.ndarray]:
+def period_rows(jobs: LiveJobs, change: float, until: float,
+                censor: float | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Which jobs of `jobs` the period [`change`, `until`) replays (bool masks): those running at
-    the change, and those it judges (queued at the change, or submitted in the period)."""
+    the change, and those it judges (queued at the change, or submitted in the period). With a
+    `censor` time after `until`, the jobs submitted in [`until`, `censor`) are replayed too (they
+    compete with the judged ones until then), not judged: in neither mask."""
     started = ~np.isnan(jobs.start) & (jobs.start < change)
     ended = ~np.isnan(jobs.end) & (jobs.end <= change)
     before = jobs.submit < change
@@ -189,12 +192,15 @@ def period_rows(jobs: LiveJobs, change: float, until: float) -> tuple[np.ndarray
 
 
 def replay_trace(jobs: LiveJobs, change: float, until: float, now: float, seed: int = 0,
-                 copy: int = 0) -> Replay:
+                 copy: int = 0, censor: float | None = None) -> Replay:
     """The jobs of the period [`change`, `until`) to replay from the backlog at `change` (see
     the module doc), with their durations as known at `now` (>= `until`): on their recorded
-    times (`copy` 0), or on jittered copy `copy` (`arrival_jitter`)."""
+    times (`copy` 0), or on jittered copy `copy` (`arrival_jitter`). With a later `censor`
+    time, the jobs submitted up to it come too, not judged."""
     running, judged = period_rows(jobs, change, until)
-    idx = np.flatnonzero(running | judged)
+    later = np.zeros(len(jobs.submit), dtype=bool) if censor is None else \
+        (jobs.submit >= until) & (jobs.submit < censor)
+    idx = np.flatnonzero(running | judged | later)
     total = durations_at(jobs, now, seed)
     # when each job arrives in the replay, and how long before that it was really submitted (a
     # copy moves the submission as much as the arrival: the age at arrival stays as recorded)
@@ -210,7 +216,7 @@ def replay_trace(jobs: LiveJobs, change: float, until: float, now: float, seed: 
     trace = job_trace(jobs, idx, arrive - origin, np.maximum(total[idx], 1.0), jobs.time_limit[idx])
     trace = trace.replace(age=age)
     r = running[idx]
-    return Replay(trace, origin, ~r, jobs.submit[idx], int(r.sum()), int((~jobs.finished[idx]).sum()))
+    return Replay(trace, origin, judged[idx], jobs.submit[idx], int(r.sum()), int((~jobs.finished[idx]).sum()))
 
 
 def simulate_period(replay: Replay, cluster: ClusterSpec, policy: str, config: Mapping[str, Any],
@@ -226,19 +232,22 @@ def simulate_period(replay: Replay, cluster: ClusterSpec, policy: str, config: M
 
 def counterfactual(jobs: LiveJobs, cluster: ClusterSpec, policy: str, old: Mapping[str, Any],
                    new: Mapping[str, Any], change: float, until: float, now: float,
-                   seed: int = 0, jitters: int = JITTERS) -> Counterfactual:
+                   seed: int = 0, jitters: int = JITTERS, censor: float | None = None) -> Counterfactual:
     """The period [`change`, `until`) of `jobs` (the history at `now`, which is at or after
     `until`): the judged jobs' real figures and their replays under the `old` and the `new`
-    config (whole configs of `policy`) on `cluster`, all censored at `until`, on the recorded
+    config (whole configs of `policy`) on `cluster`, all censored at `censor` (default `until`;
+    later: the judge waited for more of them to finish, `Counterfactual.end`), on the recorded
     times and on `jitters` jittered copies (seeded by `seed`)."""
+    end = until if censor is None else max(censor, until)
+
     def pair(copy: int) -> tuple[Replay, PeriodFigures, PeriodFigures]:
-        replay = replay_trace(jobs, change, until, now, seed, copy)
-        return (replay, simulate_period(replay, cluster, policy, old, until),
-                simulate_period(replay, cluster, policy, new, until))
+        replay = replay_trace(jobs, change, until, now, seed, copy, end)
+        return (replay, simulate_period(replay, cluster, policy, old, end),
+                simulate_period(replay, cluster, policy, new, end))
 
     replay, f_old, f_new = pair(0)
     copies = tuple(pair(k)[1:] for k in range(1, jitters + 1))
     _, m = period_rows(jobs, change, until)
-    realized = censored_figures(jobs.submit[m], jobs.start[m], jobs.end[m], until)
-    return Counterfactual(change, until, realized, f_old, f_new, replay.running_at_change,
+    realized = censored_figures(jobs.submit[m], jobs.start[m], jobs.end[m], end)
+    return Counterfactual(change, end, realized, f_old, f_new, replay.running_at_change,
                           int((m & (jobs.submit < change)).sum()), replay.imputed, copies)

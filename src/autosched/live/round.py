@@ -12,6 +12,7 @@ A round is observe -> decide -> act (`RoundStep.step`):
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import Enum
@@ -26,6 +27,10 @@ from .records import Evidence, Flags, HistoryCounts, JudgedOutcome, Revision, Re
 from .twin import ClusterSetup
 
 FIRST_RETRY = 30.0  # s: the first wait after a temporary failure; it doubles, up to a period
+# A judged period where fewer than half its jobs had finished says little: censored jobs count
+# alike in the cluster and the twin, so both the twin error and the gain are squeezed towards 0
+# (an operator's test saw "twin error 0.1%, kept" with every judged job unfinished).
+MIN_FINISHED = 0.5
 
 # `agent step`'s exit codes (docs/slurm.md); 2 stays the one-line error of every command
 EXIT_OK = 0
@@ -110,6 +115,20 @@ class RoundRules:
     metric: str
     rollback_margin: float  # a counterfactual loss beyond it rolls a change back
     max_twin_error: float  # a twin error beyond it freezes the agent instead of judging
+    # While fewer than `min_finished` of the judged jobs have finished, the judge has no verdict
+    # yet and waits, censoring later, up to `verdict_wait` s after the period (None: a period)
+    min_finished: float = MIN_FINISHED
+    verdict_wait: float | None = None
+
+    @property
+    def longest_wait(self) -> float:
+        """How long after the judged period the judge waits for its jobs to finish."""
+        return self.period if self.verdict_wait is None else self.verdict_wait
+
+    def censor_time(self, applied: float, now: float) -> float:
+        """When a change applied at `applied` is judged at `now`: its figures are censored then,
+        at the latest the wait's end."""
+        return min(now, applied + self.period + self.longest_wait)
 
 
 # -- what a round decides -------------------------------------------------------------------
@@ -171,6 +190,8 @@ def decide(obs: Observed, rules: RoundRules, now: float) -> Plan:
         why = "the round read no history"
         return Stop(Action.BLOCKED, why, blocked=why)
     judged = judge(running, obs, rules, now)
+    if isinstance(judged, NoVerdictYet):  # the change stands, unjudged, and nothing else moves
+        return Stop(Action.WAIT, judged.why, blocked="")
     if judged is not None and not trusted(judged, rules):
         return Stop(Action.FROZEN, judged.verdict, judged=judged, freeze=judged.verdict)
     if (costly := overrun(running, obs.backfill)) is not None and \
@@ -227,11 +248,22 @@ def rolls_back(outcome: JudgedOutcome, rules: RoundRules) -> bool:
         and trusted(outcome, rules)
 
 
-def judge(running: Revision, obs: Observed, rules: RoundRules, now: float) -> JudgedOutcome | None:
+@dataclass(frozen=True)
+class NoVerdictYet:
+    """Most of the judged jobs had not finished when the round replayed the period: the judge
+    waits (`RoundRules.verdict_wait`) and records nothing; the round changes nothing either."""
+
+    why: str
+
+
+def judge(running: Revision, obs: Observed, rules: RoundRules,
+          now: float) -> JudgedOutcome | NoVerdictYet | None:
     """The judge's record of the running revision when it is due (`judge_due`; None otherwise),
     from the round's counterfactual (`Observed.counterfactual`): the twin's error on the period
     and the change's counterfactual gain, each a mean over the replays (the gain with its
-    spread), and the verdict the round's rules give them."""
+    spread), and the verdict the round's rules give them. While most judged jobs are unfinished
+    at the counterfactual's end (censored), no verdict yet (`NoVerdictYet`), up to the wait's
+    end; then an outcome without a gain ("no verdict: ...": no rollback, no freeze)."""
     if not judge_due(running, rules, now):
         return None
     predicted = running.evidence.predicted_gain
@@ -251,11 +283,20 @@ def judge(running: Revision, obs: Observed, rules: RoundRules, now: float) -> Ju
                             realized=cf.realized.to_dict(), simulated_old=cf.old.to_dict(),
                             simulated_new=cf.new.to_dict(), period=cf.period(), replays=n,
                             copies=[[o.to_dict(), w.to_dict()] for o, w in cf.copies])
+    total, done = cf.realized.jobs, cf.realized.finished
+    counted = f"judged {total} jobs: {done} finished, {total - done} censored at {_clock(cf.end)}"
+    if done < rules.min_finished * total:
+        assert running.applied_at is not None  # (judge_due)
+        wait_end = running.applied_at + rules.period + rules.longest_wait
+        if cf.end < wait_end:
+            return NoVerdictYet(f"no verdict yet on revision {running.id}: {counted}; the judge waits "
+                                f"for most to finish, until {_clock(wait_end)} at the latest")
+        return replace(figures, verdict=f"no verdict: {counted}, after waiting {rules.longest_wait:g} s "
+                                        "past the period; the queue outlasts it, the change stands")
     if error is None:
         return figures
     sd, (lo, hi) = cf.gain_sd(metric), cf.gain_range(metric)
-    jobs = (f"{cf.realized.jobs} jobs, {cf.realized.jobs - cf.realized.finished} unfinished at "
-            "the period's end")
+    jobs = counted
     if n == 1:
         said = f"{metric} {old:.1f} -> {new:.1f} s in the twin ({gain:+.1%}; {jobs})"
         missed = f"it gave {new:.1f} s where the cluster had {real:.1f} s ({metric}, error {error:.1%}"
@@ -276,6 +317,11 @@ def judge(running: Revision, obs: Observed, rules: RoundRules, now: float) -> Ju
         verdict = f"kept: {said}; {erred}"
     return replace(figures, verdict=verdict, counterfactual_gain=gain, twin_error=error,
                    gain_sd=sd, gain_min=lo, gain_max=hi)
+
+
+def _clock(t: float) -> str:
+    """A unix time as the judge's verdicts say it (UTC, to the second)."""
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(t))
 
 
 # -- what came of a round -------------------------------------------------------------------

@@ -26,6 +26,7 @@ from ..space import Float, Int
 from .errors import LiveError
 from .history import check_seed
 from .knobs import LiveSpace, live_space
+from .restraint import BRAKE_AFTER
 
 SETTINGS_FILE = "settings.json"
 MODES = ("propose", "auto")
@@ -100,11 +101,22 @@ class AgentSettings(LoopConfig):
     time_scale: float = setting(1.0, "a test bed that replays jobs N times faster than their own time: N, so "
                                 "the workload model fits and samples on the jobs' clock (1 on a real "
                                 "cluster)", "--time-scale")
+    # What holds the agent back (live/restraint.py).
+    cooldown: float | None = setting(None, "a config an operator rejected is not proposed again for this long "
+                                     "(e.g. 7d; default: a week)", "--cooldown", duration=True, low=0, unit="s")
+    brake: int = setting(BRAKE_AFTER, "auto mode proposes instead of applying after this many judged changes in "
+                         "a row whose judged gain was under half the predicted one (0: never)", "--brake", low=0)
+    verdict_wait: float | None = setting(None, "how long past a judged period the judge waits for most of its "
+                                         "jobs to finish before it records no verdict (e.g. 1d; default: a "
+                                         "period)", "--verdict-wait", duration=True, low=0, unit="s")
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.mode not in MODES:
             raise LiveError(f"mode {self.mode!r}: use propose or auto")
+        if self.brake < 0 or any(v is not None and not v >= 0 for v in (self.cooldown, self.verdict_wait)):
+            raise LiveError(f"cooldown, brake and verdict wait must be >= 0 (got {self.cooldown}, {self.brake}, "
+                            f"{self.verdict_wait})")
         if self.period < MIN_PERIOD:
             raise LiveError(f"period {self.period:g} s: at least {MIN_PERIOD:g} s (Slurm recalculates "
                             "priorities once a minute at most)")
@@ -126,6 +138,21 @@ class AgentSettings(LoopConfig):
             from .notify import check_url  # urllib.request: imported when a URL is given
 
             check_url(self.notify)
+
+    def single_replay(self) -> str:
+        """Why auto mode would act on evidence without a spread ("": it would not): the replay
+        model gives one workload. ``agent init`` refuses it; a settings file written before says
+        so and the agent proposes instead of applying."""
+        if self.mode != "auto" or self.model != "replay":
+            return ""
+        return ("auto mode applies a change only on evidence with a spread; --model replay gives one workload "
+                "and none (a single replay of a busy period can swing from +39% to -75%): use a sampling model "
+                "(stat, hybrid) in auto mode, or propose mode")
+
+    @property
+    def cooldown_seconds(self) -> float:
+        """How long a rejected config is not proposed again (`cooldown`, default a week)."""
+        return 7 * DAY if self.cooldown is None else self.cooldown
 
     def model_source(self, factory: Any = None, time_scale: float | None = None) -> ModelSource:
         """The loop's workloads (`LoopConfig.model_source`), the model on the jobs' own clock
