@@ -164,6 +164,7 @@ class StrategyResult:
     timeline: list[tuple[float, Config]]  # (time, config deployed then)
     decisions: list[Decision]
     seconds: float
+    cpu_seconds: float = 0.0  # this process's CPU time (with --workers 1, the strategy's whole cost)
 
     def to_dict(self) -> dict[str, Any]:
         m = self.metrics
@@ -177,7 +178,7 @@ class StrategyResult:
                         for p in self.periods],
             "timeline": [{"time": t, "config": c} for t, c in self.timeline],
             "decisions": [d.to_dict() for d in self.decisions],
-            "seconds": self.seconds,
+            "seconds": self.seconds, "cpu_seconds": self.cpu_seconds,
         })
 
 
@@ -270,7 +271,7 @@ def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Sett
     progress = progress or (lambda what, done, total: None)
     results: dict[str, StrategyResult] = {}
     for name in strategies:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         say = functools.partial(_say, progress, name)
         # No early rounds for an oracle: each of its rounds is a search of ORACLE_FACTOR x the
         # budget, and with them the README's run took 2.6x the CPU with a cold cache. The oracles
@@ -288,7 +289,8 @@ def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Sett
         records, timeline, decisions = res
         results[name] = StrategyResult(
             name, name in ORACLES, DESCRIPTIONS[name], _metrics(records, trace, cluster),
-            period_metrics(records, trace, cluster, bounds), timeline, decisions, time.perf_counter() - t0)
+            period_metrics(records, trace, cluster, bounds), timeline, decisions, time.perf_counter() - t0,
+            time.process_time() - c0)
     return ExperimentResult(settings, cluster.describe(), trace.source, len(trace), bounds, results,
                             workload_series(trace, cluster), cpu_sizing(trace, cluster))
 
