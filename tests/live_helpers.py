@@ -55,7 +55,10 @@ def make(tmp_path, sacct=None, pin=None, connector=None, **kw):
     fixed, not the wall clock: sacct's whole-second times round each job differently as the
     clock's fraction moves, and one round in some tens then chose otherwise. `pin`: pin the clock
     there for a history given as `sacct` (or seeded) too. `connector`: a class to open the fake
-    cluster with (a `FakeConnector` that fails in a way of its own)."""
+    cluster with (a `FakeConnector` that fails in a way of its own). Propose mode replays the
+    last period (one workload, deterministic); auto mode, which refuses evidence without a
+    spread, samples the hybrid model (on the jobs' clock: the history's 20 minutes are 20 hours
+    of a real cluster's jobs, as a test bed replays them)."""
     from autosched.live.agent import AgentSettings, init_agent
     from autosched.live.fake import FakeConnector
 
@@ -67,6 +70,8 @@ def make(tmp_path, sacct=None, pin=None, connector=None, **kw):
     opts = dict(connector={"kind": "fake", "directory": str(tmp_path / "fake")}, period=600,
                 history=3600, min_jobs=10, budget=12, model="replay", guard_margin=0.0, guard_k=0.0,
                 rollback_margin=0.0)
+    if kw.get("mode") == "auto":  # auto mode applies only on evidence with a spread: a few samples
+        opts.update(model="hybrid", time_scale=60.0, samples=2, validation_samples=4, max_validation_samples=4)
     opts.update(kw)
     conn = None if connector is None else connector(fake.dir)
     agent = init_agent(tmp_path / "state", AgentSettings(**opts), conn)

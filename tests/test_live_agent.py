@@ -404,7 +404,7 @@ def test_run_starts_a_round_early_when_the_workload_drifts(tmp_path):
 
     def drifted(now=None):
         calls.append(ft.t)
-        return "arrival rate x3.00 (rate-ratio test p=1e-09)" if ft.t >= 300 else ""
+        return "drift: arrival rate x3.00 (rate-ratio test p=1e-09)" if ft.t >= 300 else ""
 
     agent.tuning.drifted = drifted
     out = agent.run(rounds=2, poll=150, sleep=ft.sleep, clock=ft.clock)
@@ -535,7 +535,7 @@ def test_a_restarted_agent_sees_drift_against_the_reference_in_the_store(tmp_pat
     fake.update(sacct=contended(PINNED_NOW) + "\n".join(burst) + "\n", clock=PINNED_NOW + 700)
     restarted = open_agent(tmp_path / "state")
     why = restarted.drifted()
-    assert why.startswith("arrival rate x"), why
+    assert why.startswith("drift: arrival rate x"), why
     assert make(tmp_path / "fresh", guard_margin=0.9)[0].drifted() == ""  # no round tuned: no reference
 
 

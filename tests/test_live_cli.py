@@ -110,6 +110,15 @@ def test_init_saves_whether_the_backlog_keeps_its_past(tmp_path):
     assert inspect.signature(init_cmd).parameters["backlog_history"].default.default is BACKLOG_HISTORY
 
 
+def test_auto_mode_refuses_single_replay_evidence(tmp_path):
+    FakeConnector.create(tmp_path / "fake", sacct=contended(PINNED_NOW), nodes=1, gpus_per_node=8)
+    r = cli("agent", "init", "--state", str(tmp_path / "state"), "--fake", str(tmp_path / "fake"), "--auto",
+            "--model", "replay")
+    assert r.exit_code == 2 and r.output.startswith("error: auto mode applies a change only on evidence with a "
+                                                    "spread; --model replay gives one workload"), r.output
+    assert not (tmp_path / "state").exists()  # a refused init writes nothing
+
+
 def test_step_exits_with_a_code_that_says_why_it_did_not_go_on(tmp_path):
     """0 a round that ran, 3 frozen, 4 blocked by something temporary (retried), 5 blocked until
     someone acts, 6 a failure (here: an apply in auto mode that Slurm did not take)."""
@@ -117,8 +126,9 @@ def test_step_exits_with_a_code_that_says_why_it_did_not_go_on(tmp_path):
     fake.update(clock=PINNED_NOW)
     st = str(tmp_path / "state")
     assert cli("agent", "init", "--state", st, "--fake", str(tmp_path / "fake"), "--period", "10m",
-               "--history", "1h", "--min-jobs", "10", "--budget", "12", "--model", "replay",
-               "--margin", "0", "--auto").exit_code == 0
+               "--history", "1h", "--min-jobs", "10", "--budget", "12", "--model", "hybrid", "--time-scale", "60",
+               "--samples", "2", "--validation-samples", "4", "--max-validation-samples", "4", "--margin", "0",
+               "--noise-k", "0", "--auto").exit_code == 0
     fake.update(down=True)
     r = cli("agent", "step", "--state", st)
     assert r.exit_code == 4 and r.output.startswith("blocked: Slurm does not answer: ")

@@ -172,7 +172,9 @@ def test_a_step_keeps_the_archetypes_with_their_weights_scaled_into_it():
 
     sub = live_subspace("multifactor", running=Multifactor.space.default(), max_step=0.25)
     got = SearchSpace.of([Multifactor], sub).archetypes("multifactor")
-    assert len(got) == len(Multifactor.space.archetypes)
+    # all but "deep backfill": its bf_window of a week is beyond a quarter step from a day
+    assert len(got) == len(Multifactor.space.archetypes) - 1
+    assert not any(c["bf_window"] == 10080 for c in got)
     small = next(c for c in got if c["PriorityFavorSmall"])
     assert {w: small[w] for w in Multifactor.space.weights} == {
         "PriorityWeightAge": 0, "PriorityWeightFairshare": 0, "PriorityWeightJobSize": 26000,
@@ -199,10 +201,13 @@ def test_scaling_an_archetype_never_loses_a_weight_it_sets():
 
     # fair-share heavy (age 1,000, fair-share 10,000) under fair-share <= 3 would need age 0.3:
     # it is left out rather than become fair-share alone; the others fit as declared
+    # (the two backfill corners keep the running weights: age 1,000, fair-share 0, job size 1,000)
     assert archetypes({"PriorityWeightFairshare": 0}, {"PriorityWeightFairshare": (0, 3)}) == [
-        (0, 0, 0), (0, 0, 100000), (10000, 0, 0)]  # GPU first, small first, age only
-    # a high of 0 under the weight small first sets: small first is left out, not all zeros
+        (0, 0, 0), (0, 0, 100000), (1000, 0, 1000), (1000, 0, 1000), (10000, 0, 0),
+        (100000, 0, 100000)]  # GPU first, small first, the corners, age only, small first aged
+    # a high of 0 under the weight small first sets: small first (and aged) is left out, not all
+    # zeros (the corners: the running weights, fair-share heavy's here)
     assert archetypes({"PriorityWeightJobSize": 0}, {"PriorityWeightJobSize": (0, 0)}) == [
-        (0, 0, 0), (1000, 10000, 0), (10000, 0, 0)]  # GPU first, fair-share heavy, age only
+        (0, 0, 0), (1000, 10000, 0), (1000, 10000, 0), (1000, 10000, 0), (10000, 0, 0)]
     # fair-share <= 5,000: fair-share heavy scaled by half, the same order
     assert (500, 5000, 0) in archetypes({"PriorityWeightFairshare": 0}, {"PriorityWeightFairshare": (0, 5000)})

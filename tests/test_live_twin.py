@@ -81,10 +81,34 @@ def test_the_test_clusters_setup_read_from_slurms_output():
     assert s.warnings() == []
     # what `simulate --cluster 4x8 --slurm-assoc … --slurm-partitions …` builds from the same
     # listings (a partitions CSV "gpu,0-3,1,CPU=1.0,GRES/gpu=4.0" and "urgent,0-1,2,…")
+    # (the node's 8 CPUs; no DefCpuPerGPU: a job that asks for no CPUs gets one, one task)
     assert s.cluster_spec() == ClusterSpec.uniform_nodes(4, 8, associations=s.associations, slurm_partitions=(
         SlurmPartition("gpu", (0, 1, 2, 3), 1, (("CPU", 1.0), ("GRES/gpu", 4.0))),
-        SlurmPartition("urgent", (0, 1), 2, (("CPU", 2.0), ("GRES/gpu", 8.0)))))
+        SlurmPartition("urgent", (0, 1), 2, (("CPU", 2.0), ("GRES/gpu", 8.0)))), node_cpus=8, def_cpu_per_gpu=0.0)
+    assert (s.cpus, s.def_cpu_per_gpu, s.def_mem_per_gpu) == (8, None, None)
     assert s.pinned(["PriorityFlags", "placement"]) == {"PriorityFlags": "FAIR_TREE"}
+
+
+def test_the_twin_sizes_jobs_by_slurms_job_defaults():
+    # slurm.conf's DefCpuPerGPU=2 and DefMemPerGPU=300 (as `scontrol show config` prints them:
+    # the test cluster with the keys added); 8 CPUs and 4096 MB a node
+    nodes = NODES.replace("CPUTot=8", "CPUTot=8 RealMemory=4096")
+    s = cluster_of_testbed(config=CONFIG + "JobDefaults             = DefCpuPerGPU=2,DefMemPerGPU=300\n", nodes=nodes)
+    assert (s.cpus, s.memory, s.def_cpu_per_gpu, s.def_mem_per_gpu) == (8, 4096, 2.0, 300.0)
+    spec = s.cluster_spec()
+    assert (spec.cpus_per_node, spec.cpus_per_gpu) == (8, 2.0)
+    # 2 CPUs for each of 8 GPUs is 16, more than the node's 8; 300 MB x 8 = 2400 MB fits in 4096
+    assert s.warnings() == ["DefCpuPerGPU=2 asks 16 CPUs for a node's 8 GPUs, which has 8: Slurm fills a node's "
+                            "CPUs before its GPUs, the twin places by GPUs alone"]
+    # the default partition's own JobDefaults win for its jobs
+    parts = PARTITIONS.replace("TRESBillingWeights=CPU=1.0,GRES/gpu=4.0", "TRESBillingWeights=CPU=1.0,GRES/gpu=4.0 "
+                               "JobDefaults=DefCpuPerGPU=1", 1)
+    own = cluster_of_testbed(config=CONFIG + "JobDefaults             = DefCpuPerGPU=2\n", partitions=parts)
+    assert own.def_cpu_per_gpu == 1.0 and own.warnings() == []
+    assert ClusterSetup.from_dict(json.loads(json.dumps(s.to_dict()))) == s
+    # a setup recorded before the twin read them: none
+    old = {k: v for k, v in s.to_dict().items() if k not in ("cpus", "memory", "def_cpu_per_gpu", "def_mem_per_gpu")}
+    assert (ClusterSetup.from_dict(old).cpus, ClusterSetup.from_dict(old).def_cpu_per_gpu) == (0, None)
 
 
 def test_default_partition_first_and_slurms_default_billing():
@@ -317,7 +341,7 @@ def test_agent_twin_prints_what_the_twin_models(tmp_path):
     r = runner.invoke(build_app(), ["agent", "twin", "--state", st])
     assert r.exit_code == 0, r.output
     lines = r.output.splitlines()
-    assert lines[0] == "twin of slurm cluster testcluster: 4x8 (32 GPUs)"
+    assert lines[0] == "twin of slurm cluster testcluster: 4x8 (32 GPUs), CPUs=8, DefCpuPerGPU=0"
     assert "  gpu (default): nodes n1,n2,n3,n4, PriorityTier 1, billing CPU=1,GRES/gpu=4" in lines
     assert "  account alice under root: 60" in lines and "  user bob in bob: 1" in lines
     assert f"history: {60 - carol} jobs in the window; carrying time_limit {60 - carol}, user " \

@@ -66,8 +66,9 @@ def test_the_agents_cluster_spec_is_the_one_simulate_builds(slurm_testbed, agent
     assoc.write_text(bed.run("sacctmgr", "-P", "show", "assoc", "format=Account,User,ParentName,Share").stdout)
     parts = tmp_path / "parts.csv"
     parts.write_text(PARTITIONS_CSV)
-    # what simulate.py does with --cluster 4x8 --slurm-assoc assoc.txt --slurm-partitions parts.csv
-    simulated = replace(parse_cluster("4x8"), associations=read_associations(assoc),
+    # what simulate.py does with --cluster 4x8,CPUs=8,DefCpuPerGPU=0 --slurm-assoc assoc.txt
+    # --slurm-partitions parts.csv (the nodes' 8 CPUs; no DefCpuPerGPU: one CPU a job, one task)
+    simulated = replace(parse_cluster("4x8,CPUs=8,DefCpuPerGPU=0"), associations=read_associations(assoc),
                         slurm_partitions=read_slurm_partitions(parts))
     setup = agent.connector.setup()
     assert setup.cluster_spec() == simulated

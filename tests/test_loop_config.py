@@ -127,7 +127,7 @@ def test_run_json_keeps_the_order_and_shape_of_its_settings():
                        "level_sd", "model", "with_replay", "metric", "seed", "drift", "check_every", "first_decision",
                        "early_rounds", "guard_k", "guard_margin", "guard_max_loss", "carry_backlog",
                        "backlog_history", "search", "execution", "trigger", "frame_running", "portfolio", "max_validation_samples",
-                       "account_tolerance", "size_tolerance", "fairshare_floor", "pins"]
+                       "account_tolerance", "size_tolerance", "queue_tolerance", "fairshare_floor", "pins"]
     assert d["search"] == {"budget": 16, "seed": 0, "sampler": "tpe", "screening": False, "initial_design": None,
                            "patience": 5, "subspace": None}
     assert d["oracle_budget"] == 160
@@ -230,7 +230,8 @@ def test_any_settings_round_trip_and_any_wrong_value_is_one_error_naming_the_fil
     s = AgentSettings(connector={"kind": "fake", "directory": "/x"}, **loop)
     data = json.loads(json.dumps(s.to_json()))
     assert AgentSettings.from_json(data, "x") == s
-    if bad is None and field in ("guard_max_loss", "account_tolerance", "size_tolerance", "fairshare_floor"):
+    if bad is None and field in ("guard_max_loss", "account_tolerance", "size_tolerance", "queue_tolerance",
+                                 "fairshare_floor", "max_validation_samples"):
         return  # None is a valid max loss, and turns a constraint off (the floor: its default)
     data["loop"][field] = bad
     with pytest.raises(LiveError, match=r"^state/settings\.json: "):

@@ -283,7 +283,7 @@ def test_run_options_default_to_the_settings_defaults():
         "first_decision"].default.help
 
 
-_TIMINGS = {"seconds", "tuning_seconds", "trial_seconds", "wall_seconds"}
+_TIMINGS = {"seconds", "cpu_seconds", "tuning_seconds", "trial_seconds", "wall_seconds"}
 
 
 def _timeless(obj):

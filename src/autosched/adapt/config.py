@@ -25,7 +25,7 @@ from ..space import Knob
 from ..tune import Objective, SearchConfig
 from ..workload import get_model
 from ..workload.base import MAX_HORIZON
-from .constraints import ACCOUNT_TOLERANCE, FAIRSHARE_FLOOR, SIZE_TOLERANCE, PolicyConstraints
+from .constraints import ACCOUNT_TOLERANCE, FAIRSHARE_FLOOR, QUEUE_TOLERANCE, SIZE_TOLERANCE, PolicyConstraints
 from .errors import AdaptError
 from .guardrail import Guardrail
 from .observe import BACKLOG_HISTORY
@@ -113,9 +113,10 @@ class LoopConfig:
     portfolio: bool = setting(True, "each round compares a portfolio (the running config, the search's best, the "
                               "last winners, the policy's archetypes) on the guardrail's samples; "
                               "--no-portfolio: the search's best alone", "--portfolio/--no-portfolio")
-    max_validation_samples: int = setting(16, "the portfolio's samples double from --validation-samples up to "
-                                          "this many while the paired standard error does not decide",
-                                          "--max-validation-samples", low=1)
+    max_validation_samples: int | None = setting(None, "the portfolio's samples double from --validation-samples "
+                                                 "up to this many while the paired standard error does not "
+                                                 "decide (default: twice --validation-samples)",
+                                                 "--max-validation-samples", low=1)
     # The operator's policy (`constraints.PolicyConstraints`), relative to the running config.
     account_tolerance: float | None = setting(ACCOUNT_TOLERANCE, "the operator's policy: no account may wait "
                                               "longer on average than under the running config by more than "
@@ -124,6 +125,10 @@ class LoopConfig:
     size_tolerance: float | None = setting(SIZE_TOLERANCE, "the operator's policy: no GPU-size class's p95 wait "
                                            "may grow by more than this fraction of the running config's, plus "
                                            "10 minutes", "--size-tolerance", low=0)
+    queue_tolerance: float | None = setting(QUEUE_TOLERANCE, "the operator's policy: the jobs queued at a round "
+                                            "may wait longer, in all, by at most this fraction of what they wait "
+                                            "under the running config, plus 10 minutes each", "--queue-tolerance",
+                                            low=0)
     fairshare_floor: float | None = setting(None, "the operator's policy: PriorityWeightFairshare at least this "
                                             "fraction of the largest priority weight (default: 0.5 where the "
                                             "cluster has an association tree; 0: none)", "--fairshare-floor",
@@ -153,8 +158,8 @@ class LoopConfig:
         # The source's, the guardrail's and the seed counts' own checks.
         check_model_source(self.samples, self.validation_samples, self.level_sd)
         check_sample_counts(self.samples, self.validation_samples)
-        check_sample_counts(self.samples, self.max_validation_samples)
-        if self.max_validation_samples < self.validation_samples:
+        check_sample_counts(self.samples, self.most_validation_samples)
+        if self.most_validation_samples < self.validation_samples:
             raise AdaptError(f"max validation samples {self.max_validation_samples} is below the validation "
                              f"samples {self.validation_samples}")
         self.guardrail()
@@ -167,6 +172,11 @@ class LoopConfig:
     def objective(self) -> Objective:
         return Objective(metric=self.metric)
 
+    @property
+    def most_validation_samples(self) -> int:
+        """The portfolio's sample budget: `max_validation_samples`, or twice `validation_samples`."""
+        return 2 * self.validation_samples if self.max_validation_samples is None else self.max_validation_samples
+
     def guardrail(self) -> Guardrail:
         return Guardrail(self.guard_k, self.guard_margin, self.guard_max_loss)
 
@@ -176,7 +186,8 @@ class LoopConfig:
         floor = self.fairshare_floor
         if floor is None:
             floor = FAIRSHARE_FLOOR if cluster.associations else None
-        return PolicyConstraints(self.account_tolerance, self.size_tolerance, fairshare_floor=floor or None,
+        return PolicyConstraints(self.account_tolerance, self.size_tolerance, self.queue_tolerance,
+                                 fairshare_floor=floor or None,
                                  pins=self.pins, weights=get_policy(self.policy).space.weights,
                                  shares=account_shares(cluster.associations))
 

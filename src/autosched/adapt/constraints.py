@@ -9,6 +9,11 @@ and refused when:
   ``wait_slack`` s (waits of a few minutes are noise, not policy);
 - a GPU-size class's (1, 2-4, 5-8, >8 GPUs) 95th-percentile wait grows by more than
   ``size_tolerance`` of the running one's, plus ``wait_slack``;
+- the jobs already queued at the round wait longer, in all, by more than ``queue_tolerance`` of
+  what they wait under the running config, plus ``wait_slack`` each: a change must not make the
+  people already waiting pay for it (a switch to small first at a boundary, with ten multi-node
+  jobs queued, left them a third longer in the queue on ITP cluster02 and made their week 8%
+  worse than the default's, though it then halved the next week's average JCT);
 - a pinned knob moves (``pins``: the operator's; the search never moves them either);
 - where fair share is configured (``fairshare_floor`` set), ``PriorityWeightFairshare`` falls
   below that fraction of the largest priority weight (or below the running config's own
@@ -30,10 +35,11 @@ from .errors import AdaptError
 from .scoring import ScoreSet
 
 # Defaults (docs/adaptive.md, "The operator's policy"): an account may wait a quarter longer
-# (more when it runs above its share), a size class's p95 wait may double, and ten minutes of
-# wait are never a violation.
+# (more when it runs above its share), a size class's p95 wait may double, the queue at the round
+# a quarter longer in all, and ten minutes of wait (a job) are never a violation.
 ACCOUNT_TOLERANCE = 0.25
 SIZE_TOLERANCE = 1.0
+QUEUE_TOLERANCE = 0.25
 WAIT_SLACK = 600.0
 MIN_JOBS = 5.0
 FAIRSHARE = "PriorityWeightFairshare"
@@ -45,9 +51,10 @@ FAIRSHARE_FLOOR = 0.5
 @dataclass(frozen=True)
 class Effect:
     """One account's or size class's wait under the running config and the candidate (s: the
-    account's average, the class's p95), with the growth allowed and whether it holds."""
+    account's average, the class's p95, the queue's total), with the growth allowed and whether
+    it holds."""
 
-    kind: str  # "account" or "size"
+    kind: str  # "account", "size" or "queue"
     name: str
     jobs: float  # judged jobs a sample, on average
     running: float
@@ -81,6 +88,7 @@ class PolicyConstraints:
 
     account_tolerance: float | None = ACCOUNT_TOLERANCE
     size_tolerance: float | None = SIZE_TOLERANCE
+    queue_tolerance: float | None = QUEUE_TOLERANCE
     wait_slack: float = WAIT_SLACK
     min_jobs: float = MIN_JOBS
     fairshare_floor: float | None = None
@@ -89,7 +97,7 @@ class PolicyConstraints:
     shares: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("account_tolerance", "size_tolerance", "fairshare_floor"):
+        for name in ("account_tolerance", "size_tolerance", "queue_tolerance", "fairshare_floor"):
             v = getattr(self, name)
             if v is not None and not (math.isfinite(v) and v >= 0):
                 raise AdaptError(f"{name.replace('_', ' ')} must be a number >= 0 (got {v})")
@@ -106,11 +114,14 @@ class PolicyConstraints:
             effects += self._accounts(running, candidate, self.account_tolerance)
         if self.size_tolerance is not None:
             effects += self._sizes(running, candidate, self.size_tolerance)
+        if self.queue_tolerance is not None:
+            effects += self._queue(running, candidate, self.queue_tolerance)
         for e in effects:
             if not e.holds:
-                what = "average wait" if e.kind == "account" else "p95 wait"
-                bad.append(f"{e.kind} {e.name}: {what} {e.running / 60:.0f} -> {e.candidate / 60:.0f} min, "
-                           f"more than the {e.allowed / 60:.0f} min allowed")
+                what = {"account": "average wait", "size": "p95 wait", "queue": "total wait"}[e.kind]
+                unit, scale = ("h", 3600) if e.kind == "queue" else ("min", 60)
+                bad.append(f"{e.kind} {e.name}: {what} {e.running / scale:.0f} -> {e.candidate / scale:.0f} {unit}, "
+                           f"more than the {e.allowed / scale:.0f} {unit} allowed")
         for k in self.pins:
             if k in config and config[k] != running_config.get(k):
                 bad.append(f"{k} is pinned at {running_config.get(k)!r}")
@@ -150,6 +161,18 @@ class PolicyConstraints:
                 allowed = r[k][0] * tol + self.wait_slack
                 out.append(Effect("size", k, r[k][1], r[k][0], c[k][0], allowed, c[k][0] - r[k][0] <= allowed))
         return out
+
+    def _queue(self, running: ScoreSet, candidate: ScoreSet, tol: float) -> list[Effect]:
+        """The jobs queued at the round: their total wait, a mean over the samples (the queue is
+        the same in every sample: only its order differs)."""
+        n = len(running)
+        jobs = sum(s.queued_jobs for s in running.scores) / n
+        if not jobs:
+            return []
+        r = sum(s.queued_wait for s in running.scores) / n
+        c = sum(s.queued_wait for s in candidate.scores) / len(candidate)
+        allowed = r * tol + self.wait_slack * jobs
+        return [Effect("queue", "at the round", jobs, r, c, allowed, c - r <= allowed)]
 
     def _shares(self, accounts: list[str]) -> dict[str, float]:
         given = {a: float(self.shares[a]) for a in accounts if a in self.shares}

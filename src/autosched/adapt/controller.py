@@ -85,6 +85,7 @@ class Decision:
     portfolio: list[dict[str, Any]] = field(default_factory=list)
     leader: str = ""
     guard_k: float | None = None
+    guard_samples: int = 0  # the samples the guardrail decided on (0: it did not decide)
     effects: list[dict[str, Any]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
 
@@ -366,12 +367,15 @@ class Controller:
 
     # ------------------------------------------------------------------------------ a round
 
-    def decide(self, obs: Observation, trigger: str = "period", drift: DriftReport | None = None) -> Decision:
+    def decide(self, obs: Observation, trigger: str = "period", drift: DriftReport | None = None,
+               avoid: Callable[[Config], str] | None = None) -> Decision:
         """One round at ``obs.now`` (see the class docstring): tune on workloads for the coming
         period and let the guardrail say whether the winner replaces the running config.
         `trigger` (``period``, ``first round`` or ``early round`` inside period 0, or ``drift: ...``) and the
         `drift` report that caused it are recorded
-        in the returned `Decision`, which is also appended to ``decisions``."""
+        in the returned `Decision`, which is also appended to ``decisions``. `avoid(config)` says
+        why a portfolio candidate must not be offered ("" : it may; the live agent's cooldown of
+        configs an operator rejected)."""
         t0 = time.perf_counter()
         round_seed = round_seed_of(self.config.seed, self._round_offset + len(self.decisions))
         self._last_round = obs.now
@@ -400,7 +404,7 @@ class Controller:
         self._remember(candidate)
         if self.config.portfolio:
             return self._decide_portfolio(obs, round_seed, workloads, tuner, candidate, winners, base,
-                                          evidence, t0)
+                                          evidence, t0, avoid)
         if candidate == self.running:
             return self._keep(base, t0, "the tuner's best is the running config", candidate=candidate, **evidence)
         validation: str = "tuning"
@@ -441,7 +445,7 @@ class Controller:
 
     def _decide_portfolio(self, obs: Observation, round_seed: int, tuning: list[Trace], tuner: RoundTuner,
                           best: Config, winners: list[Config], base: dict[str, Any], evidence: dict[str, Any],
-                          t0: float) -> Decision:
+                          t0: float, avoid: Callable[[Config], str] | None = None) -> Decision:
         """The round's portfolio raced on the guardrail's samples (`portfolio.race`): the
         leader, if the guardrail passes it, replaces the running config."""
         cfg = self.config
@@ -465,13 +469,16 @@ class Controller:
             return [score(cls, config, w, self.cluster, obs.now, self.objective.metric) for w in work]
 
         screen = min(PORTFOLIO_SCREEN, cfg.validation_samples)
-        budget = Budget(screen, cfg.validation_samples, cfg.max_validation_samples)
+        budget = Budget(screen, cfg.validation_samples, cfg.most_validation_samples)
         port = candidates(self.searched, self.running, winners, best)
+        held = [(c, avoid(c.config)) for c in port[1:]] if avoid is not None else []
+        port = [c for c in port if not any(c is h for h, why in held if why)]
         result = race(port, draw, scorer, budget, self.guardrail, self.constraints, self.objective.minimize)
         verdict, leader = result.verdict, result.leader
         rows = [s.to_dict() for s in result.standings]
+        rows += [{"name": c.name, "gain": None, "se": None, "samples": 0, "dropped": why} for c, why in held if why]
         extra: dict[str, Any] = dict(portfolio=rows, validation="fresh" if fresh else "tuning",
-                     validation_seeds=drawn, guard_k=result.k,
+                     validation_seeds=drawn, guard_k=result.k, guard_samples=result.samples,
                      effects=[e.to_dict() for e in result.check.effects] if result.check else [],
                      violations=[r["dropped"] for r in rows if r["dropped"].startswith("breaks")])
         if leader is None or result.scores is None:

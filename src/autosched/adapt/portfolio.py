@@ -12,7 +12,8 @@ another first. So each round compares a portfolio, on the samples the guardrail 
   running config, pinned knobs kept, clamped into the searched ranges (bounds, maximum step).
 
 `race` scores them all on the first samples, drops those that cannot reach the guardrail's
-margin there (their gain + 2 s.e. below it) and those that scheduled exactly as another did,
+margin there (their gain + 2 s.e. below it), those that scheduled exactly as another did and
+those that break the operator's policy (`constraints`) there,
 scores the two best of the rest on the guardrail's samples, and picks the leader: the best mean
 paired gain
 among the candidates that keep the operator's policy (`constraints`). The guardrail judges the
@@ -198,6 +199,9 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
         elif n > 1 and g + PRUNE_SE * se < guardrail.margin:
             drop(c, f"cannot reach the margin on the first {n} samples")
             alive.remove(c)
+        elif not (early := constraints.check(sets[RUNNING], sets[c.name], running.config, c.config)).holds:
+            drop(c, f"breaks the policy on the first {n} samples: " + "; ".join(early.violations))
+            alive.remove(c)
     # the best `FINALISTS` of the rest (by their gain on the screen) go on to the guardrail's samples
     alive.sort(key=lambda c: -gains(c.name)[0])
     for c in alive[FINALISTS:]:
@@ -219,8 +223,10 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
         if leader is None:
             for c in alive:
                 drop(c, "breaks the policy: " + "; ".join(checks[c.name].violations))
-            why = ("no candidate but the running config is left" if not alive else
-                   "every candidate better than the running config breaks the operator's policy")
+            best = max(alive, key=lambda c: gains(c.name)[0], default=None)
+            why = ("no candidate but the running config is left" if best is None else
+                   f"every candidate left breaks the operator's policy (the best, {best.name}, "
+                   f"{gains(best.name)[0]:+.2%})")
             return RaceResult(None, Verdict(False, 0.0, 0.0, why), tuple(standing.values()), sets[RUNNING],
                               None, None, n, k)
         verdict = judge.judge(sets[RUNNING].values, sets[leader.name].values, minimize)

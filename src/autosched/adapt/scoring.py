@@ -30,7 +30,7 @@ class Score:
     jobs. Per account (the trace's ``account``, else its ``vc``; none without either) and per
     GPU-size class (1, 2-4, 5-8, >8 GPUs): the judged jobs' count and their queueing waits (s),
     the account's average and the class's 95th percentile, and each account's GPU-seconds run
-    (its usage, against its share)."""
+    (its usage, against its share). And the jobs already queued at the round: their total wait."""
 
     value: float
     jobs: int
@@ -39,6 +39,10 @@ class Score:
     account_usage: Mapping[str, float]
     size_jobs: Mapping[str, int]
     size_p95_wait: Mapping[str, float]
+    # the jobs queued at the round (submitted at `since` itself: the backlog that waits): how
+    # many, and the waits they add up to (s)
+    queued_jobs: int = 0
+    queued_wait: float = 0.0
 
 
 def score(policy: type[Policy], config: Mapping[str, Any], workload: Trace, cluster: ClusterSpec,
@@ -73,10 +77,12 @@ def score_records(rec: JobRecords, workload: Trace, cluster: ClusterSpec, since:
         if mine.any():
             size_jobs[name] = int(mine.sum())
             size_p95[name] = float(np.percentile(wait[mine], 95))
+    queued = sub.submit == since
     return Score(value=float(getattr(metrics, metric)), jobs=int(judged.sum()),
                  account_jobs={a: int(v[0]) for a, v in out_acct.items()},
                  account_wait={a: float(v[1]) for a, v in out_acct.items()}, account_usage=usage,
-                 size_jobs=size_jobs, size_p95_wait=size_p95)
+                 size_jobs=size_jobs, size_p95_wait=size_p95, queued_jobs=int(queued.sum()),
+                 queued_wait=float(wait[queued].sum()))
 
 
 @dataclass(frozen=True)

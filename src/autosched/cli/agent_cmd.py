@@ -144,6 +144,8 @@ def init_cmd(
     settings = AgentSettings(
         **loop, **live, connector=connector, mode="auto" if auto else "propose", bounds=bounds,
         fixed=_pairs(fix, "fix"), seed_history=str(real_path(seed_history)) if seed_history else None)
+    if why := settings.single_replay():  # an older settings file says so; a new one is refused
+        raise InputError(why)
     st = state or default_state()
     again = (st / "settings.json").exists()
     agent = init_agent(st, settings)
@@ -311,6 +313,12 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         if ev.history_jobs and ev.imputed_durations:
             typer.echo(f"  durations imputed: {ev.imputed_durations} of {ev.history_jobs} "
                        f"history jobs ({ev.imputed_durations / ev.history_jobs:.0%}, unfinished)")
+        if ev.held:
+            typer.echo(f"  proposed, not applied: {ev.held}")
+        for line in ev.portfolio_lines():
+            typer.echo(f"  portfolio: {line}")
+        for line in ev.effect_lines():
+            typer.echo(f"  effect: {line}")
     if st.judged:
         j = st.judged
         typer.echo(f"judged: revision {j.revision}: predicted gain {_pct(j.predicted_gain)}, "

@@ -105,7 +105,8 @@ class Agent:
         """The settings a round's rules read."""
         s = self.settings
         return RoundRules(period=s.period, history=s.history, min_jobs=s.min_jobs, metric=s.metric,
-                          rollback_margin=s.rollback_margin, max_twin_error=s.max_twin_error)
+                          rollback_margin=s.rollback_margin, max_twin_error=s.max_twin_error,
+                          verdict_wait=s.verdict_wait)
 
     # -- reading ------------------------------------------------------------------------------
     def status(self, history: int = 10, now: float | None = None) -> AgentStatus:

@@ -1,9 +1,10 @@
-"""``agent run``'s loop: a round every period, sooner when the workload drifts or a round said
-when to try again, until stopped.
+"""``agent run``'s loop: a round every period, sooner when contention arrives, the workload
+drifts or a round said when to try again, until stopped.
 
 Between rounds the loop beats (the store's heartbeat: the status says whether the loop is alive)
 and, every `poll` seconds, looks at Slurm (the age of the last reading; a stale block cleared)
-and tests for drift against the reference in the store. A frozen agent asks Slurm nothing. A
+and checks the queue against what the last round saw (contention) and the workload against the
+drift reference in the store. A frozen agent asks Slurm nothing. A
 stop (`Stopping.request`, or `should_stop`) ends the wait at once and gives up a round that only
 reads or tunes.
 """
@@ -119,8 +120,9 @@ class Loop:
 
     def _wait(self, deadline: float, poll: float, started: float, stopped: Callable[[], bool],
               sleep: Sleep, clock: Clock) -> str:
-        """Wait until `deadline`, beating and polling; returns the next round's trigger: "drift:
-        ..." when the workload drifted meanwhile (the round starts at once), else "period"."""
+        """Wait until `deadline`, beating and polling; returns the next round's trigger:
+        "contention: ..." when the queue grew past what the last round saw, "drift: ..." when the
+        workload drifted meanwhile (the round starts at once), else "period"."""
         while clock() < deadline and not stopped():
             sleep(max(0.0, min(poll, deadline - clock())))
             if stopped():
@@ -133,12 +135,12 @@ class Loop:
                     self.view.live_values()
             except LiveError:
                 pass  # the next round reads again, and says what it found
-            if self.settings.drift and clock() < deadline and not self.stopping.requested:
+            if (self.settings.drift or self.settings.trigger) and clock() < deadline and not self.stopping.requested:
                 try:
                     with self.stopping.abandonable():
                         why = self.tuning.drifted()
                 except LiveError:
                     why = ""
                 if why:
-                    return f"drift: {why}"
+                    return why
         return "period"

@@ -105,7 +105,8 @@ class Observer:
         running, setup, jobs = seen.running, seen.setup, seen.jobs
         assert running is not None and setup is not None and jobs is not None  # (read above)
         s = self.view.settings
-        if not judge_due(running, self.rules(), seen.now):
+        rules = self.rules()
+        if not judge_due(running, rules, seen.now):
             return seen
         assert running.applied_at is not None and running.parent is not None  # (`judge_due`)
         change = running.applied_at
@@ -115,6 +116,12 @@ class Observer:
             with self.stopping.abandonable():  # five replays of a period: minutes on a busy cluster
                 cf = counterfactual(jobs, setup.cluster_spec(), s.policy, old, new, change,
                                     change + s.period, seen.now, s.seed)
+                if cf.realized.finished < rules.min_finished * cf.realized.jobs and seen.now > cf.end:
+                    # most judged jobs were unfinished at the period's end: censored later, now
+                    # (at the latest when the judge's wait ends), more of them have finished
+                    cf = counterfactual(jobs, setup.cluster_spec(), s.policy, old, new, change,
+                                        change + s.period, seen.now, s.seed,
+                                        censor=rules.censor_time(change, seen.now))
         except AutoschedError as e:
             return replace(seen, unjudged=f"the twin could not replay the period: {e}")
         return replace(seen, counterfactual=cf)

@@ -164,10 +164,56 @@ class Evidence:
     backfill: dict[str, Any] | None = stored(mapping)
     rollback_of: int | None = stored(integer)  # a rollback: the running revision it replaced
     to: int | None = stored(integer)  # a rollback: the revision whose config it brings back
+    # the round's portfolio (`adapt.portfolio`): which candidate led, each candidate's paired
+    # gain over the running config with its s.e. and sample count (or why it left the race),
+    # the guardrail's k for the number compared, and the leader's effects per account and GPU
+    # size class (`adapt.constraints.Effect`) with what broke the operator's policy
+    leader: str | None = stored(text_or_none)
+    portfolio: list[Any] | None = stored(listing)
+    guard_k: float | None = stored(finite)
+    effects: list[Any] | None = stored(listing)
+    violations: list[Any] | None = stored(listing)
+    # how a proposal that auto mode did not apply was held back (the brake, one workload)
+    held: str | None = stored(text_or_none)
 
     def to_dict(self) -> dict[str, Any]:
         """Every field under its own name, None included (the stored JSON has every key)."""
         return asdict(self)
+
+    def portfolio_lines(self) -> list[str]:
+        """The portfolio's standings in words, the leader first: "small first: +24.4% ± 3.1% on
+        16 samples (the leader)", "GPU first: +0.2% ± 0.1% on 4 samples, cannot reach ..."."""
+        rows = [r for r in self.portfolio or [] if isinstance(r, Mapping)]
+        rows.sort(key=lambda r: r.get("name") != self.leader)
+        out = []
+        for r in rows:
+            gain, se, n = r.get("gain"), r.get("se"), r.get("samples")
+            figure = (f"{gain:+.1%} ± {se:.1%} on {n} samples" if isinstance(gain, (int, float))
+                      and isinstance(se, (int, float)) else "not scored")
+            why = " (the leader)" if r.get("name") == self.leader else \
+                (f", {r['dropped']}" if r.get("dropped") else "")
+            out.append(f"{r.get('name')}: {figure}{why}")
+        return out
+
+    def effect_lines(self) -> list[str]:
+        """The leader's effects per account, GPU-size class and the queue at the round in words:
+        "account chemistry: average wait 15 -> 12 min (up to 24)", "size 5-8 GPUs: p95 wait 60
+        -> 150 min (up to 70): breaks the policy"."""
+        out = []
+        for e in self.effects or []:
+            if not isinstance(e, Mapping):
+                continue
+            kind = e.get("kind")
+            what = {"account": "average wait", "size": "p95 wait"}.get(str(kind), "total wait")
+            name = {"account": f"account {e.get('name')}", "size": f"size {e.get('name')} GPUs"}.get(
+                str(kind), f"the queue {e.get('name')}")
+            try:
+                run, cand, allowed = (float(e[k]) / 60 for k in ("running", "candidate", "allowed"))
+            except (KeyError, TypeError, ValueError):
+                continue
+            broken = "" if e.get("holds", True) else ": breaks the policy"
+            out.append(f"{name}: {what} {run:.0f} -> {cand:.0f} min (up to {run + allowed:.0f}){broken}")
+        return out
 
     def predicted_text(self) -> str:
         """The predicted gain as the status and the page word it: "+8.0% ± 2.0%"; "+12.7% (one
@@ -190,12 +236,14 @@ class Evidence:
         copied into evidence."""
         return cls(
             predicted_gain=d.predicted_gain, spread=d.spread, samples=d.samples,
-            validation_samples=len(d.validation_seeds), tuning_cost=d.tuning_cost,
+            validation_samples=d.guard_samples or len(d.validation_seeds), tuning_cost=d.tuning_cost,
             causal_graph=d.causal_graph, screened_knobs=d.screened_knobs, metric=metric,
             running_value=d.running_value, candidate_value=d.candidate_value, reason=d.reason,
             tuning_seconds=d.tuning_seconds, history_jobs=d.history_jobs,
             imputed_durations=d.imputed_durations, history_origin=history_origin, model=model,
-            dropped_knobs=list(d.dropped_knobs), knob_shares=dict(d.knob_shares))
+            dropped_knobs=list(d.dropped_knobs), knob_shares=dict(d.knob_shares),
+            leader=d.leader or None, portfolio=list(d.portfolio) or None, guard_k=d.guard_k,
+            effects=list(d.effects) or None, violations=list(d.violations) or None)
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any] | None) -> Evidence:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .store import Revision, RevisionState
+from .records import Revision, RevisionState
 
 OVERSHOOT = 0.5  # a judged gain under this fraction of the predicted one overshot
 BRAKE_AFTER = 2  # consecutive overshoots that put on the brake (0: never)
@@ -70,6 +70,8 @@ def cooling(revisions: Sequence[Revision], config: Mapping[str, Any], now: float
     """The revision an operator rejected within `cooldown` s of `now` whose config is `config`
     (None: no such one). The agent's own refusals (a stale proposal, ``agent:`` actors) do not
     count: only an operator's judgement does."""
+    if cooldown <= 0:
+        return None
     for r in revisions:
         last = r.events[-1]
         if (r.state is RevisionState.REJECTED and not last.actor.startswith("agent:")

@@ -19,6 +19,7 @@ import selectors
 import signal
 import subprocess
 import time
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -324,12 +325,42 @@ def setup_from_slurm(config: dict[str, str], nodes: list[dict[str, str]],
                     for k in ("PriorityWeightQOS", "PriorityWeightPartition", "PriorityWeightAssoc"))
     flags = tuple(f.strip() for f in config.get("PriorityFlags", "").split(",")
                   if f.strip() and f.strip().lower() != "(null)")
+    shapes = [n for n in nodes if node_gpus(n.get("Gres", "")) > 0]
+    defaults = job_defaults(config.get("JobDefaults", ""))
+    default_part = next((rec for rec in partitions if rec.get("Default", "").upper() == "YES"), None)
+    if default_part is not None:  # a partition's own JobDefaults override slurm.conf's for its jobs
+        defaults = {**defaults, **job_defaults(default_part.get("JobDefaults", ""))}
     return ClusterSetup(nodes=tuple((n, g) for n, g, _ in gpu_nodes), partitions=tuple(parts),
                         associations=associations, priority_flags=flags,
                         qos=tuple((r[0].strip(), _int(r[1] if len(r) > 1 else "", 0))
                                   for r in qos_rows if r[0].strip()),
                         weights=weights, notes=tuple(notes),
-                        source=f"slurm cluster {config.get('ClusterName', '')}".strip())
+                        source=f"slurm cluster {config.get('ClusterName', '')}".strip(),
+                        cpus=_most(_int(n.get("CPUTot"), 0) for n in shapes),
+                        memory=_most(_int(n.get("RealMemory"), 0) for n in shapes),
+                        def_cpu_per_gpu=defaults.get("DefCpuPerGPU"),
+                        def_mem_per_gpu=defaults.get("DefMemPerGPU"))
+
+
+def job_defaults(text: str) -> dict[str, float]:
+    """``JobDefaults`` as ``scontrol show config`` (and ``show partition``) print it,
+    ``DefCpuPerGPU=2,DefMemPerGPU=300`` (``(null)``: none), as numbers by name; a pair that is
+    not NAME=number is left out."""
+    out = {}
+    for item in text.split(","):
+        name, sep, value = item.strip().partition("=")
+        try:
+            if sep:
+                out[name.strip()] = float(value)
+        except ValueError:
+            continue
+    return out
+
+
+def _most(values: Any) -> int:
+    """The most common of `values` (0 when there are none)."""
+    counts = Counter(values)
+    return counts.most_common(1)[0][0] if counts else 0
 
 
 def _int(text: str | None, default: int) -> int:

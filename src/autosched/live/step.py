@@ -18,7 +18,8 @@ from .applying import Applier
 from .errors import ActionNotAllowed
 from .failures import Part, caught, failure
 from .observe import Observer
-from .records import RevisionKind, RevisionState
+from .records import Evidence, RevisionKind, RevisionState
+from .restraint import brake, calibration
 from .round import (
     Action,
     HistoryCounts,
@@ -119,14 +120,20 @@ class RoundStep:
         if new == running.config:
             return RoundOutcome(Action.NONE, "the winner rounds to the running config in Slurm's units",
                                 evidence=evidence), memory
-        actor = "agent:auto" if s.mode == "auto" else "agent:propose"
+        if why := self.tuning.cooling(d.candidate, observed.now):  # (the portfolio left it out)
+            return RoundOutcome(Action.NONE, f"the winner was {why}", evidence=evidence), memory
+        held = self.held_back(evidence)
+        auto = s.mode == "auto" and not held
+        actor = "agent:auto" if auto else "agent:propose"
+        evidence = replace(evidence, held=held or None)
         try:
             rev = self.store.create(new, kind=RevisionKind.PROPOSAL, trigger=observed.trigger,
                                     actor=actor, evidence=evidence, note=d.reason, parent=running.id)
         except caught(Part.PROPOSE) as e:
             return failure(Part.PROPOSE, e, self._retry(observed)).outcome(), memory
-        if s.mode == "propose":
-            return RoundOutcome(Action.PROPOSED, d.reason, revision=rev.id), memory
+        if not auto:
+            why = d.reason if not held else f"{d.reason}; proposed, not applied: {held}"
+            return RoundOutcome(Action.PROPOSED, why, revision=rev.id), memory
         try:
             self.applier.apply(rev, actor, f"applied in auto mode: {d.reason}", min_interval=s.period)
         except caught(Part.APPLY) as e:
@@ -135,6 +142,19 @@ class RoundStep:
                                       note=f"not applied: {e}")
             return failure(Part.APPLY, e, self._retry(observed), revision=rev.id).outcome(rev.id), memory
         return RoundOutcome(Action.APPLIED, d.reason, revision=rev.id), memory
+
+
+    def held_back(self, evidence: Evidence) -> str:
+        """Why auto mode proposes this round's winner instead of applying it ("": it applies, or
+        the agent is in propose mode): evidence without a spread (the replay model, or one
+        workload left to judge on), or the brake, the last judged changes' predictions having
+        overshot (live/restraint.py)."""
+        s = self.settings
+        if s.mode != "auto":
+            return ""
+        if not s.single_replay() and (evidence.validation_samples or 0) < 2:
+            return "the guardrail judged on one workload: no spread measured"
+        return s.single_replay() or brake(calibration(self.store.history()), s.brake)
 
 
 def _counts(observed: Observed) -> HistoryCounts | None:

@@ -1,5 +1,5 @@
 """The agent's tuning: the `Controller` it runs on the live history, the memory that carries it
-from one round (and one process) to the next, and the drift test between rounds.
+from one round (and one process) to the next, and the checks between rounds (contention, drift).
 
 The controller simulates the cluster as the round read its setup (`ClusterSetup.cluster_spec`)
 and tunes the live part of the policy's space (`export.live.live_subspace`). Its memory (warm
@@ -10,12 +10,15 @@ is not used.
 
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .activity import Listeners
 from .history import observation
 from .records import Evidence, Revision
+from .restraint import cooling
 from .round import Observed, Tune
 from .twin import ClusterSetup, twin_jobs
 from .view import ClusterView
@@ -33,16 +36,28 @@ class Tuning:
 
     def run(self, observed: Observed, plan: Tune) -> tuple[Decision, Evidence, str]:
         """One Controller round on the planned history, going on from the stored memory: its
-        decision, the evidence a revision records of it, and the memory after it (JSON)."""
+        decision, the evidence a revision records of it, and the memory after it (JSON). A
+        config an operator rejected within the cooldown is not offered (`restraint.cooling`)."""
         s = self.settings
         obs, origin = observation(plan.jobs, observed.now, s.history, seed=s.seed,
                                   backlog_history=s.backlog_history)
         ctl = self.controller(plan.running, plan.setup)
-        d = ctl.decide(obs, trigger=observed.trigger)
+        d = ctl.decide(obs, trigger=observed.trigger, avoid=lambda c: self.cooling(c, observed.now))
         evidence = self.evidence(d, origin)
         if observed.backfill is not None:  # what backfill costs before the change
             evidence = replace(evidence, backfill=observed.backfill.to_dict())
         return d, evidence, ctl.memory().to_json()
+
+    def cooling(self, config: Mapping[str, Any], now: float) -> str:
+        """Why `config` (a whole config of the policy) is not proposed now ("": it may be): an
+        operator rejected it, as Slurm would run it, within the cooldown."""
+        managed = self.view.space.quantized(config)
+        hit = cooling(self.store.history(), managed, now, self.settings.cooldown_seconds)
+        if hit is None:
+            return ""
+        rejected = hit.events[-1]
+        return (f"rejected by {rejected.actor} as revision {hit.id}; not proposed again until "
+                f"{time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime(rejected.time + self.settings.cooldown_seconds))}")
 
     def evidence(self, d: Decision, origin: float) -> Evidence:
         """What a revision (or a round that proposed nothing) records of the decision `d` made
@@ -117,12 +132,15 @@ class Tuning:
         return memory if memory.policy == self.settings.policy else None
 
     def drifted(self, now: float | None = None) -> str:
-        """Why the workload drifted since the last tuning round ("" if it did not, or no round
-        tuned yet). Called between rounds by the loop; reads the drift reference from the store,
-        so it works in a process that has not tuned itself."""
+        """Why a round should run before its time ("" if not, or no round tuned yet): the queue
+        grew past what the last round saw ("contention: ...", with the trigger on), or the
+        workload drifted ("drift: ...", with drift on). Called between rounds by the loop; reads
+        the last round's queue and drift reference from the store, so it works in a process that
+        has not tuned itself."""
+        s = self.settings
         memory = self.memory()
         running = self.store.running()
-        if memory is None or memory.reference is None or running is None:
+        if memory is None or running is None or not (s.trigger or (s.drift and memory.reference is not None)):
             return ""
         # the setup the last round read (the rounds read it; a poll only reads the history)
         setup = self.view.recorded_setup() or self.view.connector.setup()
@@ -133,5 +151,7 @@ class Tuning:
         ctl = self.new_controller(running, setup)
         if not self._restore(ctl, memory):
             return ""
+        if why := ctl.check_contention(obs):
+            return f"contention: {why}"
         rep = ctl.check_drift(obs)
-        return rep.reason if rep is not None and rep.drifted else ""
+        return f"drift: {rep.reason}" if rep is not None and rep.drifted else ""

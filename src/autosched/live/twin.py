@@ -77,6 +77,14 @@ class ClusterSetup:
     weights: tuple[tuple[str, int], ...] = ()
     notes: tuple[str, ...] = ()
     source: str = field(default="", compare=False)
+    # What sizes a job as Slurm sizes it: a GPU node's CPUs and memory (MB; the most common; 0:
+    # not known), and the CPUs and memory (MB) a job that does not ask gets per GPU (slurm.conf's
+    # DefCpuPerGPU and DefMemPerGPU, `JobDefaults`; None: not set). Slurm's job-size factor counts
+    # CPUs: without DefCpuPerGPU a job that asks for none gets one (one task).
+    cpus: int = 0
+    memory: int = 0
+    def_cpu_per_gpu: float | None = None
+    def_mem_per_gpu: float | None = None
 
     def __post_init__(self) -> None:
         if not self.nodes or any(g < 1 for _, g in self.nodes):
@@ -107,7 +115,17 @@ class ClusterSetup:
                                      p.priority_tier, p.billing_weights)
                       for p in self.ordered_partitions())
         return ClusterSpec.uniform_nodes(len(self.nodes), self.gpus_per_node, source=self.source,
-                                         associations=self.associations, slurm_partitions=parts)
+                                         associations=self.associations, slurm_partitions=parts,
+                                         node_cpus=self.cpus, def_cpu_per_gpu=self._def_cpu_per_gpu())
+
+    def _def_cpu_per_gpu(self) -> float | None:
+        """The CPUs a job that asks for none gets per GPU in the twin: DefCpuPerGPU; unset on a
+        cluster whose nodes were read (Slurm gives such a job one CPU, one task: 0, one per
+        node); None, the simulator's node-shape rule, when nothing of the nodes is known (the
+        fake connector's setup)."""
+        if self.def_cpu_per_gpu is not None:
+            return self.def_cpu_per_gpu
+        return 0.0 if self.cpus else None
 
     def pinned(self, names: Iterable[str]) -> dict[str, Any]:
         """Values of the knobs in `names` (a policy's fixed knobs in live mode) that the cluster
@@ -154,6 +172,22 @@ class ClusterSetup:
         if len(gpus) > 1:
             out.append(f"nodes have {gpus[0]} to {gpus[-1]} GPUs; the twin gives every node "
                        f"{self.gpus_per_node} (the most common count)")
+        out += self._sizing_warnings()
+        return out
+
+    def _sizing_warnings(self) -> list[str]:
+        """Where a node's CPUs or memory, not its GPUs, bound how many default-sized jobs it
+        runs (the twin places by GPUs alone)."""
+        out = []
+        g = self.gpus_per_node
+        if self.def_cpu_per_gpu and self.cpus and self.def_cpu_per_gpu * g > self.cpus:
+            out.append(f"DefCpuPerGPU={self.def_cpu_per_gpu:g} asks {self.def_cpu_per_gpu * g:g} CPUs for a node's "
+                       f"{g} GPUs, which has {self.cpus}: Slurm fills a node's CPUs before its GPUs, the twin "
+                       "places by GPUs alone")
+        if self.def_mem_per_gpu and self.memory and self.def_mem_per_gpu * g > self.memory:
+            out.append(f"DefMemPerGPU={self.def_mem_per_gpu:g} MB asks {self.def_mem_per_gpu * g:g} MB for a "
+                       f"node's {g} GPUs, which has {self.memory} MB: memory, not GPUs, bounds how many jobs "
+                       "a node runs in Slurm; the twin places by GPUs alone")
         return out
 
     # -- JSON -----------------------------------------------------------------------------------
@@ -165,7 +199,9 @@ class ClusterSetup:
             "associations": [association_dict(a) for a in self.associations],
             "priority_flags": list(self.priority_flags),
             "qos": [{"name": n, "priority": p} for n, p in self.qos],
-            "weights": dict(self.weights), "notes": list(self.notes), "source": self.source})
+            "weights": dict(self.weights), "notes": list(self.notes), "source": self.source,
+            "cpus": self.cpus, "memory": self.memory, "def_cpu_per_gpu": self.def_cpu_per_gpu,
+            "def_mem_per_gpu": self.def_mem_per_gpu})
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> "ClusterSetup":
@@ -180,9 +216,17 @@ class ClusterSetup:
                 priority_flags=tuple(str(f) for f in d.get("priority_flags") or ()),
                 qos=tuple((str(q["name"]), int(q["priority"])) for q in d.get("qos") or ()),
                 weights=tuple((str(k), int(v)) for k, v in dict(d.get("weights") or {}).items()),
-                notes=tuple(str(n) for n in d.get("notes") or ()), source=str(d.get("source", "")))
+                notes=tuple(str(n) for n in d.get("notes") or ()), source=str(d.get("source", "")),
+                # (a setup a round recorded before the twin read them has none)
+                cpus=int(d.get("cpus") or 0), memory=int(d.get("memory") or 0),
+                def_cpu_per_gpu=_number(d.get("def_cpu_per_gpu")),
+                def_mem_per_gpu=_number(d.get("def_mem_per_gpu")))
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise LiveError(f"not a cluster setup ({type(e).__name__}: {e})") from None
+
+
+def _number(x: Any) -> float | None:
+    return None if x is None else float(x)
 
 
 def association_dict(a: Association) -> dict[str, Any]:

@@ -35,9 +35,13 @@ WEIGHTS = ("PriorityWeightAge", "PriorityWeightFairshare", "PriorityWeightJobSiz
 _NONE = dict.fromkeys(WEIGHTS, 0)
 # Configs a search tries first, and a round's portfolio compares: the orders operators reach
 # for, and two backfill corners.
-ARCHETYPES = {
+ARCHETYPES: dict[str, dict[str, Any]] = {
     "age only (FIFO)": {**_NONE, "PriorityWeightAge": 10000},
     "small first": {**_NONE, "PriorityWeightJobSize": 100000, "PriorityFavorSmall": True},
+    # small first, but a job that has waited a day ranks with the smallest: the queue a switch
+    # finds is not left behind the small jobs that come after it
+    "small first, aged": {**_NONE, "PriorityWeightJobSize": 100000, "PriorityFavorSmall": True,
+                          "PriorityWeightAge": 100000, "PriorityMaxAge": 86400.0},
     "GPU first": {**_NONE, GPU_TRES: 10000},
     "fair-share heavy": {**_NONE, "PriorityWeightFairshare": 10000, "PriorityWeightAge": 1000},
     # backfill-heavy corners of the bf_* knobs, the priority order kept: a window as long as the

@@ -235,7 +235,10 @@ def _pending(rev: Revision | None, running: Revision | None,
          f"({ev.imputed_durations / ev.history_jobs:.0%}: unfinished, drawn)"
          if ev.history_jobs and ev.imputed_durations is not None else None),
         ("backfill before", " id=backfill-before",
-         escape(before.text()) if before is not None else None))
+         escape(before.text()) if before is not None else None),
+        ("proposed, not applied", " id=held", escape(ev.held) if ev.held else None),
+        ("portfolio", " id=portfolio", "<br>".join(map(escape, ev.portfolio_lines())) or None),
+        ("per account and GPU size", " id=effects", "<br>".join(map(escape, ev.effect_lines())) or None))
         if text is not None)
     return (f'<section id=pending><h2>Pending proposal: revision {rev.id}</h2>'
             f'<dl><dt>Predicted gain</dt><dd id=predicted-gain>{escape(ev.predicted_text())}</dd>'
