@@ -34,12 +34,24 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "src"))
 
 RUNS = REPO / "benchmarks" / "results" / "runs"
+# The runs made before jobs were sized by CPUs per GPU, the round framed as Slurm has it, the
+# portfolio and the contention trigger: their tables stay beside the new ones, as they were.
+BEFORE = REPO / "benchmarks" / "results" / "runs-before"
+# today's loop's cost per trace, for the cost target (see LOOP_COST's docstring in the file)
+LOOP_COST = REPO / "benchmarks" / "results" / "loop-cost-today.json"
 DOC = REPO / "docs" / "results.md"
 IMG = REPO / "docs" / "img"
 POLICIES = ("tiresias", "multifactor")  # a section each, in this order, whether or not runs exist
 DAY = 86400.0
 TARGET_SHARE = 0.60  # of oracle_static's gain, on average over the traces
 TARGET_WORST = 1.02  # no period worse than the default by more than 2%
+# multifactor (live knobs): this share of oracle_static's gain on every trace where it gains this much
+TARGET_LIVE_SHARE, CEILING = 0.60, 0.05
+TARGET_TIRESIAS_SHARE = 0.80  # tiresias: on average over the traces
+TARGET_COST = 3.0  # the loop's CPU seconds against today's loop, on every trace
+# the operator's policy against the default, per period (autosched.adapt.constraints' defaults:
+# an account's average wait a quarter longer, a size class's p95 wait twice, ten minutes each)
+POLICY_ACCOUNT, POLICY_SIZE, POLICY_SLACK = 0.25, 1.0, 600.0
 
 
 BUNDLED_PATH = "src/autosched/data/philly_2017-10-02_28d.csv.gz"
@@ -156,6 +168,14 @@ class Row:
     better_seeds: int  # seeds on which autosched beat the default
     deployed: tuple[int, int]  # autosched's rounds deployed, of all (over the seeds)
     notes: list[str] = field(default_factory=list)
+    cpus: str = ""  # how the run sized jobs in CPUs ("" for a run before it said)
+    cpu: Stat | None = None  # autosched's CPU seconds over the seeds (None: not recorded)
+    # the worst account (its average wait) and GPU-size class (its p95 wait) of autosched
+    # against the default over every period of every seed: (name, period, default s, autosched s)
+    worst_account: tuple[str, int, float, float] | None = None
+    worst_size: tuple[str, int, float, float] | None = None
+    policy_breaks: int = 0  # (period, seed) pairs where the policy's rules against the default break
+    periods: int = 0  # (period, seed) pairs looked at
 
 
 def seeds_of(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -234,8 +254,12 @@ def options(settings: dict[str, Any], strategies: list[str], n_seeds: int) -> li
         out.append("--first-decision " + ("off" if first is None else _duration(round(first * settings["period"]))))
     for key, on, off in (("with_replay", "--with-replay", "--model-only"), ("drift", "--drift", "--no-drift"),
                          ("early_rounds", "--early-rounds", "--no-early-rounds"),
-                         ("backlog_history", "--backlog-history", "--no-backlog-history")):
-        if settings[key] != default[key]:
+                         ("backlog_history", "--backlog-history", "--no-backlog-history"),
+                         ("trigger", "--trigger", "--no-trigger"),
+                         ("frame_running", "--frame-running", "--requeue-running"),
+                         ("portfolio", "--portfolio", "--no-portfolio")):
+        # (a run made before a setting existed does not have it: nothing to say)
+        if key in settings and settings[key] != default[key]:
             out.append(on if settings[key] else off)
     if settings["search"]["screening"] != default["search"]["screening"]:
         out.append("--screening" if settings["search"]["screening"] else "--no-screening")
@@ -275,7 +299,43 @@ def read_row(path: Path) -> tuple[str, Row]:
               rel, share, lead, Stat.of(worsts) if has_worst else None, max(worsts) if has_worst else None,
               sum(r["summary"]["relative_avg_jct"]["autosched"] < 1 for r in runs) if "autosched" in rel else 0,
               (sum(bool(d["deployed"]) for d in decisions), len(decisions)))
+    row.cpus = str((data.get("cpus") or {}).get("rule", ""))
+    cpu = [r["strategies"]["autosched"].get("cpu_seconds") for r in runs if "autosched" in r["strategies"]]
+    row.cpu = Stat.of(cpu) if cpu and None not in cpu else None
+    if {"default", "autosched"} <= set(names):
+        policy_against_default(row, runs)
     return settings["policy"], row
+
+
+def policy_against_default(row: Row, runs: list[dict[str, Any]]) -> None:
+    """The operator's policy over every period of every seed, autosched against the default:
+    the worst account (largest growth of its average wait) and GPU-size class (of its p95 wait),
+    and how many (period, seed) pairs break the rules' default tolerances. A run recorded before
+    the periods kept their accounts and sizes leaves the row as it is."""
+    worst_a: tuple[float, tuple[str, int, float, float]] | None = None
+    worst_s: tuple[float, tuple[str, int, float, float]] | None = None
+    for r in runs:
+        pairs = zip(r["strategies"]["default"].get("periods", []), r["strategies"]["autosched"].get("periods", []))
+        for p_def, p_auto in pairs:
+            if "accounts" not in p_def:
+                return
+            row.periods += 1
+            broken = False
+            for kind, key, tol in (("accounts", "avg_queue", POLICY_ACCOUNT), ("sizes", "p95_queue", POLICY_SIZE)):
+                for name, d in p_def[kind].items():
+                    a = p_auto[kind].get(name)
+                    if a is None:
+                        continue
+                    grow = a[key] - d[key]
+                    entry = (grow, (name, p_def["index"], d[key], a[key]))
+                    if kind == "accounts" and (worst_a is None or grow > worst_a[0]):
+                        worst_a = entry
+                    if kind == "sizes" and (worst_s is None or grow > worst_s[0]):
+                        worst_s = entry
+                    broken |= grow > tol * d[key] + POLICY_SLACK
+            row.policy_breaks += broken
+    row.worst_account = worst_a[1] if worst_a else None
+    row.worst_size = worst_s[1] if worst_s else None
 
 
 def read_rows(runs: Path) -> dict[str, list[Row]]:
@@ -385,6 +445,89 @@ def live_targets_table(rows: list[Row]) -> list[str]:
     return out
 
 
+def load_costs(path: Path = LOOP_COST) -> dict[str, float]:
+    """Today's loop's CPU seconds per run (``POLICY-NAME``), as measured (see the file's
+    ``how``); empty when the file is missing."""
+    if not path.exists():
+        return {}
+    return {k: float(v) for k, v in json.loads(path.read_text())["cpu_seconds"].items()}
+
+
+def _minutes(seconds: float) -> str:
+    return f"{seconds / 60:,.0f} min"
+
+
+def policy_cost_table(policy: str, rows: list[Row], costs: dict[str, float]) -> list[str]:
+    """Per trace: how jobs were sized, the worst account and GPU-size class against the default
+    over every period of every seed, the (period, seed) pairs within the operator's policy, and
+    the loop's CPU seconds against today's loop's."""
+    out = ["| trace | jobs sized | worst account vs the default (average wait) | worst GPU-size class vs the "
+           "default (p95 wait) | periods within the policy | autosched's CPU s a seed | today's loop | ratio |",
+           "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        acct = (f"{r.worst_account[0]}, period {r.worst_account[1]}: {_minutes(r.worst_account[2])} -> "
+                f"{_minutes(r.worst_account[3])}") if r.worst_account else "n/a"
+        size = (f"{r.worst_size[0]} GPUs, period {r.worst_size[1]}: {_minutes(r.worst_size[2])} -> "
+                f"{_minutes(r.worst_size[3])}") if r.worst_size else "n/a"
+        within = f"{r.periods - r.policy_breaks} of {r.periods}" if r.periods else "n/a"
+        cpu = f"{r.cpu.mean:,.0f} ± {r.cpu.sd:,.0f}" if r.cpu else "n/a"
+        today = costs.get(f"{policy}-{r.name}")
+        ratio = f"{r.cpu.mean / today:.1f}×" if r.cpu and today else "n/a"
+        out.append(f"| {r.name} | {r.cpus or 'n/a'} | {acct} | {size} | {within} | {cpu} "
+                   f"| {f'{today:,.0f}' if today else 'n/a'} | {ratio} |")
+    return out
+
+
+def decision_targets_table(policy: str, rows: list[Row], costs: dict[str, float]) -> list[str]:
+    """The targets of the decision core: per policy the gain targets, then the operator's
+    policy, the loop's cost and the jobs' sizing on every trace."""
+    def met(ok: bool) -> str:
+        return "met" if ok else "**not met**"
+
+    n = len(rows)
+    out = ["| target | result | |", "|---|---|---|"]
+    if policy == "tiresias":
+        better = [r for r in rows if "autosched" in r.relative and r.better_seeds == len(r.seeds)]
+        out.append(f"| better than the default on every trace, on every seed | on {len(better)} of {n} traces "
+                   f"| {met(len(better) == n and n > 0)} |")
+        shares = [r.share.mean for r in rows if r.share is not None]
+        mean = sum(shares) / len(shares) if shares else float("nan")
+        out.append(f"| ≥ {TARGET_TIRESIAS_SHARE:.0%} of oracle_static's gain, on average over the traces | "
+                   f"{mean:.1%} over {len(shares)} traces | {met(len(shares) == n and mean >= TARGET_TIRESIAS_SHARE)} |")
+    else:
+        gains = [r for r in rows if "oracle_static" in r.relative and 1 - r.relative["oracle_static"].mean >= CEILING]
+        short = [r for r in gains if r.share is None or r.share.mean < TARGET_LIVE_SHARE]
+        said = ", ".join(f"{r.name} {'n/a' if r.share is None else f'{r.share.mean:.0%}'}" for r in gains)
+        out.append(f"| ≥ {TARGET_LIVE_SHARE:.0%} of oracle_static's gain on every trace where it gains "
+                   f"{CEILING:.0%} or more | {said or 'no such trace'} | {met(not short)} |")
+    leads = [r for r in rows if r.lead is not None]
+    behind = [r for r in leads if r.lead is not None and r.lead.mean < 0]
+    said = ", ".join(f"{r.name} {pct(r.lead.mean)} (s.e. {r.lead.se:.1%})" for r in behind if r.lead is not None)
+    out.append(f"| at least as good as last_period on every trace (mean over seeds) | on {len(leads) - len(behind)} "
+               f"of {n} traces{'; behind: ' + said if said else ''} | {met(not behind and len(leads) == n > 0)} |")
+    worst = [r for r in rows if r.worst_max is not None]
+    over = ", ".join(f"{r.name} {pct(r.worst_max - 1)}" for r in worst
+                     if r.worst_max is not None and r.worst_max > TARGET_WORST)
+    out.append(f"| no period worse than the default by more than {TARGET_WORST - 1:.0%}, on any seed | "
+               f"{'worst: ' + over if over else f'on {len(worst)} of {n} traces'} | "
+               f"{met(not over and len(worst) == n > 0)} |")
+    breaks = [r for r in rows if r.policy_breaks]
+    out.append("| the operator's policy in every period of every run, against the default (an account's "
+               f"average wait at most {POLICY_ACCOUNT:.0%} longer, a GPU-size class's p95 wait at most "
+               f"{POLICY_SIZE + 1:.0f}×, each plus {POLICY_SLACK / 60:.0f} min) | "
+               + (", ".join(f"{r.name}: {r.policy_breaks} of {r.periods} (period, seed) pairs break it"
+                            for r in breaks) or "in every period") + f" | {met(not breaks)} |")
+    ratios = {r.name: r.cpu.mean / costs[f"{policy}-{r.name}"] for r in rows
+              if r.cpu is not None and costs.get(f"{policy}-{r.name}")}
+    said = ", ".join(f"{k} {v:.1f}×" for k, v in ratios.items())
+    out.append(f"| the loop's CPU seconds at most {TARGET_COST:g}× today's loop's, on every trace | "
+               f"{said or 'not measured'} | {met(len(ratios) == n and all(v <= TARGET_COST for v in ratios.values()))} |")
+    sized = [r for r in rows if "per GPU" in r.cpus]
+    out.append(f"| jobs without CPU counts sized by CPUs per GPU | on {len(sized)} of {n} traces | "
+               f"{met(len(sized) == n)} |")
+    return out
+
+
 def plot_data(rows: list[Row]) -> list[tuple[str, str, float, float]]:
     """(trace, strategy, mean % against the default, sd %) of every bar, rounded as printed."""
     return [(r.label, s, round(100 * (r.relative[s].mean - 1), 1), round(100 * r.relative[s].sd, 1))
@@ -395,8 +538,9 @@ def digest(data: list[tuple[str, str, float, float]]) -> str:
     return hashlib.sha256(json.dumps(data).encode()).hexdigest()[:16]
 
 
-def section(policy: str, rows: list[Row]) -> list[str]:
-    """The generated part of one policy's section (between its markers)."""
+def section(policy: str, rows: list[Row], before: bool = False, costs: dict[str, float] | None = None) -> list[str]:
+    """The generated part of one policy's section (between its markers); `before`: the runs
+    made before the decision core (their own targets, as they were shown)."""
     if not rows:
         plan = runs_of(policy)
         flags = ([] if policy == "tiresias" else [f"--policy {policy}"]) + [*plan.flags, f"--seeds {plan.seeds}"]
@@ -410,9 +554,17 @@ def section(policy: str, rows: list[Row]) -> list[str]:
            "change minus autosched's (> 0: autosched better), with its standard error. Oracles read "
            "the real future.", ""]
     out += results_table(rows)
-    out += ["", f"![{policy}: average JCT against the default, per trace and strategy](img/results-{policy}.png)", "",
+    img = f"results-{policy}{'-before' if before else ''}.png"
+    out += ["", f"![{policy}: average JCT against the default, per trace and strategy](img/{img})", "",
             f"<!-- plot data digest: {digest(plot_data(rows))} -->", "", "**Targets:**", ""]
-    out += live_targets_table(rows) if runs_of(policy).limits else targets_table(rows)
+    if before:
+        out += live_targets_table(rows) if runs_of(policy).limits else targets_table(rows)
+    else:
+        out += decision_targets_table(policy, rows, costs or {})
+        out += ["", "**The operator's policy and the loop's cost**, per trace (the worst account and size "
+                "class over every period of every seed; today's loop: its CPU seconds on the same trace, "
+                "`benchmarks/results/loop-cost-today.json`):", ""]
+        out += policy_cost_table(policy, rows, costs or {})
     out += ["", "The runs (a `--seeds` run of every strategy per trace, the oracles' searches cached), "
             "then the tables:", "", "```sh"]
     out += [c for r in rows for c in r.commands]
@@ -457,30 +609,41 @@ def plot(policy: str, rows: list[Row], path: Path) -> None:
 
 # -- the document ---------------------------------------------------------------------------------
 
-def marker(policy: str, end: bool = False) -> str:
-    return f"<!-- results: {'END' if end else 'BEGIN'} {policy} -->"
+def marker(policy: str, end: bool = False, before: bool = False) -> str:
+    return f"<!-- results: {'END' if end else 'BEGIN'} {policy}{' before' if before else ''} -->"
 
 
-def render(doc: str, rows: dict[str, list[Row]]) -> str:
-    """`doc` with each policy's generated section replaced (the text outside the markers is kept)."""
+def render(doc: str, rows: dict[str, list[Row]], before: dict[str, list[Row]] | None = None,
+           costs: dict[str, float] | None = None) -> str:
+    """`doc` with each policy's generated sections replaced (the text outside the markers is
+    kept): the runs' and, where the doc has its markers, the runs made before the decision core."""
     for policy in sorted(set(POLICIES) | set(rows), key=lambda p: (p not in POLICIES, p)):
-        begin, end = marker(policy), marker(policy, end=True)
-        pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.S)
-        if not pattern.search(doc):
-            raise SystemExit(f"{DOC}: no markers {begin} ... {end} for the runs of {policy}")
-        body = "\n".join([begin, *section(policy, rows.get(policy, [])), end])
-        doc = pattern.sub(lambda _: body, doc)
+        doc = _replace(doc, marker(policy), marker(policy, end=True),
+                       section(policy, rows.get(policy, []), costs=costs or {}), policy)
+        old = (before or {}).get(policy)
+        if old and marker(policy, before=True) in doc:
+            doc = _replace(doc, marker(policy, before=True), marker(policy, end=True, before=True),
+                           section(policy, old, before=True), policy)
     return doc
 
 
-def stale_plots(doc: str, rows: dict[str, list[Row]], img: Path) -> list[str]:
+def _replace(doc: str, begin: str, end: str, body: list[str], policy: str) -> str:
+    pattern = re.compile(re.escape(begin) + r"\n.*?" + re.escape(end), re.S)
+    if not pattern.search(doc):
+        raise SystemExit(f"{DOC}: no markers {begin} ... {end} for the runs of {policy}")
+    text = "\n".join([begin, *body, end])
+    return pattern.sub(lambda _: text, doc)
+
+
+def stale_plots(doc: str, rows: dict[str, list[Row]], img: Path, before: bool = False) -> list[str]:
     """Policies whose plot is missing or shows other figures than the doc's digest says."""
     out = []
     for policy, rs in rows.items():
         if not rs:
             continue
-        shown = re.search(re.escape(marker(policy)) + r".*?plot data digest: (\w+)", doc, re.S)
-        if not (img / f"results-{policy}.png").exists() or shown is None or shown.group(1) != digest(plot_data(rs)):
+        shown = re.search(re.escape(marker(policy, before=before)) + r".*?plot data digest: (\w+)", doc, re.S)
+        name = f"results-{policy}{'-before' if before else ''}.png"
+        if not (img / name).exists() or shown is None or shown.group(1) != digest(plot_data(rs)):
             out.append(policy)
     return out
 
@@ -493,19 +656,23 @@ def main() -> None:
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if the doc or a plot is not current")
     args = ap.parse_args()
     rows = read_rows(args.runs)
+    before = read_rows(BEFORE)
     old = args.doc.read_text()
-    new = render(old, rows)
+    new = render(old, rows, before, load_costs())
     stale = stale_plots(old, rows, args.img)
+    stale_before = [p for p in stale_plots(old, before, args.img, before=True) if marker(p, before=True) in old]
     if args.check:
-        if new != old or stale:
+        if new != old or stale or stale_before:
             print(f"{args.doc}: not current with {args.runs}"
-                  + (f" (plots: {', '.join(stale)})" if stale else "")
+                  + (f" (plots: {', '.join(stale + stale_before)})" if stale or stale_before else "")
                   + "; run PYTHONPATH=src python benchmarks/results_tables.py", file=sys.stderr)
             raise SystemExit(1)
         print(f"{args.doc}: current ({sum(map(len, rows.values()))} runs)")
         return
     for policy in stale:
         plot(policy, rows[policy], args.img / f"results-{policy}.png")
+    for policy in stale_before:
+        plot(policy, before[policy], args.img / f"results-{policy}-before.png")
     if new != old:
         args.doc.write_text(new)
     print(f"{args.doc}: {sum(map(len, rows.values()))} runs; plots redrawn: {', '.join(stale) or 'none'}")

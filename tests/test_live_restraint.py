@@ -3,8 +3,8 @@ the brake, the cooldown of a rejected config."""
 
 from __future__ import annotations
 
-from autosched.live.restraint import Calibrated, brake, calibration, cooling
 from autosched.live.records import Event, Evidence, JudgedOutcome, Revision, RevisionKind, RevisionState
+from autosched.live.restraint import Calibrated, brake, calibration, cooling
 
 S = RevisionState
 T = 1_800_000_000.0

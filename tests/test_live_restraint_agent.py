@@ -3,8 +3,8 @@ brake turns auto mode's apply into a proposal, and a proposal's evidence shows i
 
 from __future__ import annotations
 
-from autosched.live.round import Action
 from autosched.live.records import Evidence, JudgedOutcome, RevisionKind, RevisionState
+from autosched.live.round import Action
 from live_helpers import make
 
 

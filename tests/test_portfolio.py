@@ -186,6 +186,13 @@ def test_the_portfolio_holds_the_archetypes_over_the_running_config_within_the_s
     assert [c.name for c in port][:2] == ["running", "search's best"] and "winner 1" not in [c.name for c in port]
 
 
+def test_a_race_without_a_job_in_its_samples_keeps_the_running_config():
+    port = [Candidate("running", {"name": "running"}), Candidate("A", {"name": "A"})]
+    res = race(port, lambda a, b: [], lambda c, w: [], Budget(4, 8, 16), Guardrail(), NO_POLICY)
+    assert res.leader is None and not res.verdict.deploy and res.samples == 0
+    assert res.verdict.reason == "no job in the fresh samples of the coming period"
+
+
 def test_budget_and_portfolio_are_checked():
     with pytest.raises(AdaptError, match="screen 5 <= decide 4"):
         Budget(5, 4, 8)
@@ -225,3 +232,23 @@ def test_the_jobs_queued_at_the_round_may_wait_a_quarter_longer_in_all():
     assert (e.kind, e.jobs, e.allowed) == ("queue", 2.0, 10 * 3600 * 0.25 + 2 * 600)
     # no queue: nothing to check
     assert policy.check(ScoreSet((sc(1.0),)), ScoreSet((sc(2.0),)), {}, {}).effects == ()
+
+
+def test_the_policy_of_a_cluster_with_an_association_tree():
+    from autosched.adapt.config import LoopConfig
+    from autosched.associations import Association
+    from autosched.cluster import ClusterSpec
+
+    tree = (Association("root"), Association("physics", "", "root", 60), Association("physics", "alice", "physics", 1),
+            Association("chemistry", "", "root", 40), Association("chemistry", "bob", "chemistry", 1),
+            Association("theory", "", "physics", 5))  # a sub-account: its share is among physics' own
+    cluster = ClusterSpec.uniform_nodes(4, 8, associations=tree)
+    policy = LoopConfig(policy="multifactor").constraints(cluster)
+    # fair share is configured: its floor is half the largest weight; the shares are the top level's
+    assert policy.fairshare_floor == 0.5 and dict(policy.shares) == {"physics": 60.0, "chemistry": 40.0}
+    assert LoopConfig(policy="multifactor", fairshare_floor=0.0).constraints(cluster).fairshare_floor is None
+    # no tree (a replayed trace): no floor unless given, equal shares
+    plain = LoopConfig(policy="multifactor").constraints(ClusterSpec.uniform_nodes(4, 8))
+    assert plain.fairshare_floor is None and dict(plain.shares) == {}
+    assert LoopConfig(policy="multifactor", fairshare_floor=0.3).constraints(ClusterSpec.uniform_nodes(4, 8)) \
+        .fairshare_floor == 0.3

@@ -170,8 +170,9 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
         raise AdaptError("a portfolio starts with the running config")
     running = portfolio[0]
     work = draw(0, budget.screen)
-    if not work:
-        raise AdaptError("no sample to score the portfolio on")
+    if not work:  # every fresh sample of the coming period was empty
+        return RaceResult(None, Verdict(False, 0.0, 0.0, "no job in the fresh samples of the coming period"), (),
+                          ScoreSet(()), None, None, 0, guardrail.k)
     sets = {c.name: ScoreSet(tuple(scorer(c.config, work))) for c in portfolio}
     standing: dict[str, Standing] = {}
     alive = [c for c in portfolio[1:]]

@@ -299,7 +299,9 @@ def status_cmd(state: Optional[Path] = _state_opt(),
         ev = p.evidence
         # a proposal made by hand (or by an older agent) may lack a figure: say so, never "+0.0%"
         metric = f" {ev.metric}" if ev.metric else ""
-        over = "" if ev.samples is None or ev.samples == 1 else f" over {ev.samples} workload(s)"
+        # the guardrail's samples (fresh ones, or the tuning workloads of a deterministic source)
+        judged = ev.validation_samples or ev.samples
+        over = "" if judged is None or judged == 1 else f" over {judged} workload(s)"
         typer.echo(f"pending: revision {p.id} ({p.trigger}), predicted{metric} gain "
                    f"{ev.predicted_text()}{over}")
         shares = ev.knob_shares or {}
