@@ -41,7 +41,7 @@ ACCOUNT_TOLERANCE = 0.25
 SIZE_TOLERANCE = 1.0
 QUEUE_TOLERANCE = 0.25
 WAIT_SLACK = 600.0
-MIN_JOBS = 5.0
+JOBS_COUNTED = 5.0  # judged jobs a sample an account or a size class needs to count
 FAIRSHARE = "PriorityWeightFairshare"
 # The default floor where the cluster configures fair share (an association tree): fair share's
 # weight at least half the largest priority weight
@@ -90,7 +90,7 @@ class PolicyConstraints:
     size_tolerance: float | None = SIZE_TOLERANCE
     queue_tolerance: float | None = QUEUE_TOLERANCE
     wait_slack: float = WAIT_SLACK
-    min_jobs: float = MIN_JOBS
+    min_jobs: float = JOBS_COUNTED
     fairshare_floor: float | None = None
     pins: tuple[str, ...] = ()
     weights: tuple[str, ...] = ()  # the policy's priority weights (for the fair-share floor)

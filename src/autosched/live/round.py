@@ -30,7 +30,7 @@ FIRST_RETRY = 30.0  # s: the first wait after a temporary failure; it doubles, u
 # A judged period where fewer than half its jobs had finished says little: censored jobs count
 # alike in the cluster and the twin, so both the twin error and the gain are squeezed towards 0
 # (an operator's test saw "twin error 0.1%, kept" with every judged job unfinished).
-MIN_FINISHED = 0.5
+FINISHED_FOR_VERDICT = 0.5
 
 # `agent step`'s exit codes (docs/slurm.md); 2 stays the one-line error of every command
 EXIT_OK = 0
@@ -117,7 +117,7 @@ class RoundRules:
     max_twin_error: float  # a twin error beyond it freezes the agent instead of judging
     # While fewer than `min_finished` of the judged jobs have finished, the judge has no verdict
     # yet and waits, censoring later, up to `verdict_wait` s after the period (None: a period)
-    min_finished: float = MIN_FINISHED
+    min_finished: float = FINISHED_FOR_VERDICT
     verdict_wait: float | None = None
 
     @property
