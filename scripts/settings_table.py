@@ -36,13 +36,13 @@ def _option(s: Setting) -> str:
 
 
 def _default(s: Setting, value: Any) -> str:
-    if s.duration:
+    if s.duration and value is not None:
         return format_duration(value)
     if isinstance(value, bool):
         return "on" if value else "off"
     if value is None:
         return "none"
-    if isinstance(value, (dict, list)):
+    if isinstance(value, (dict, list, tuple)):
         return "none" if not value else str(value)
     return f"{value:g}" if isinstance(value, float) else str(value)
 
