@@ -16,13 +16,12 @@ both on 32x8. Prints each pair's ratio (multifactor / tiresias: the same jobs, s
 and their median. The planner is the installed one (the lazy one).
 
 ``queue``: seconds of simulation per simulated day against the pending queue's length, for both
-planners, in process: the first `--days` (2) days of the sample's four weeks laid over one week
-(45,548 jobs in 7 days, as for ``agent``) on clusters of 128, 64, 32 and 16 nodes of 8 GPUs
-(offered load about 1, 2, 4 and 8: the smaller the cluster, the longer the queue), run a day at a
-time
-(`Simulator.run(until=...)`). Each day gives a point: its mean number of waiting jobs over the
-backfill cycles, and the CPU seconds it took (less moved by other work on the machine than wall
-time). Prints the points and, with --plot, draws them.
+planners, in process: the first `--days` (3) days of the sample's four weeks laid over one week
+(45,548 jobs in 7 days, as for ``agent``) on clusters of 128, 64, 32, 16 and 8 nodes of 8 GPUs
+(offered load about 1, 2, 4, 8 and 16: the smaller the cluster, the longer the queue, up to
+about 13,600 waiting), run a day at a time (`Simulator.run(until=...)`). Each day gives a point:
+its mean number of waiting jobs over the backfill cycles, and the CPU seconds it took (less moved
+by other work on the machine than wall time). Prints the points and, with --plot, draws them.
 
 ``agent``: one round of the live agent (`Agent.step`, its default settings: 20 trials on 3
 samples of a day, guardrail) against a fake cluster of 128x8 (1,024 GPUs) whose history is a
@@ -121,7 +120,7 @@ def queue(days: int, plot: str | None) -> None:
     trace = week.window(week.start, week.start + days * DAY)
     policy = get_policy("multifactor")
     points: dict[str, list[tuple[float, float]]] = {"reference": [], "lazy": []}
-    for nodes in (128, 64, 32, 16):
+    for nodes in (128, 64, 32, 16, 8):
         for planner in points:
             Multifactor.reference_planner = planner == "reference"
             sim = Simulator(trace, parse_cluster(f"{nodes}x8"), policy(policy.space.validate({})))
@@ -145,25 +144,30 @@ def queue(days: int, plot: str | None) -> None:
                           f"({wall:.2f} s wall)", flush=True)
     Multifactor.reference_planner = False
     if plot:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
+        draw(points, days, plot)
 
-        fig, ax = plt.subplots(figsize=(6.4, 4.0))
-        for planner, marker in (("reference", "o"), ("lazy", "s")):
-            q, s = zip(*points[planner])
-            ax.scatter(q, s, marker=marker, label=f"{planner} planner", alpha=0.8)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_xlabel("waiting jobs (mean over the day's backfill cycles)")
-        ax.set_ylabel("CPU seconds per simulated day")
-        ax.set_title(f"multifactor with limits, 4 weeks of the sample in one, first {days} days, 128/64/32/16 x 8 GPUs",
-                     fontsize=9)
-        ax.legend()
-        ax.grid(True, which="both", alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(plot, dpi=100, metadata={"Software": None})
-        print(f"wrote {plot}")
+
+def draw(points: dict[str, list[tuple[float, float]]], days: int, plot: str) -> None:
+    """The queue points of each planner (mean waiting, CPU seconds per day), on log axes."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for planner, marker in (("reference", "o"), ("lazy", "s")):
+        q, s = zip(*points[planner])
+        ax.scatter(q, s, marker=marker, label=f"{planner} planner", alpha=0.8)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("waiting jobs (mean over the day's backfill cycles)")
+    ax.set_ylabel("CPU seconds per simulated day")
+    ax.set_title(f"multifactor with limits: the sample's 4 weeks in one, days 1-{days}, 128 to 8 nodes of 8 GPUs",
+                 fontsize=8)
+    ax.legend()
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(plot, dpi=100, metadata={"Software": None})
+    print(f"wrote {plot}")
 
 
 def agent_round(planner: str) -> None:
@@ -213,7 +217,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("what", choices=("tiresias", "queue", "agent"))
     ap.add_argument("--pairs", type=int, default=5, help="tiresias: runs of each policy, in turn")
-    ap.add_argument("--days", type=int, default=2, help="queue: days simulated")
+    ap.add_argument("--days", type=int, default=3, help="queue: days simulated")
     ap.add_argument("--plot", help="queue: write the plot here (.png)")
     ap.add_argument("--planner", choices=("lazy", "reference"), default="lazy", help="agent: which planner")
     ap.add_argument("--traces", default=str(simulator.SHARED.parent), help="the shared traces directory")
