@@ -70,7 +70,7 @@ from autosched.trace.table import Trace  # noqa: E402
 from autosched.workload import MODELS  # noqa: E402
 
 DAY = 86400.0
-NODES, GPUS_PER_NODE = 4, 8
+NODES, GPUS_PER_NODE = tw.NODES, tw.GPUS_PER_NODE  # the test cluster
 GPUS = NODES * GPUS_PER_NODE
 SAMPLE = REPO / "src" / "autosched" / "data" / "philly_2017-10-02_28d.csv.gz"
 # the real traces beside the checkout (README, "Tests on the real traces"), or where AUTOSCHED_TRACES says
@@ -372,7 +372,7 @@ def seed_history(before: Sequence[tw.Job], t0: float, config: dict, assoc_path: 
         "num_gpus": [j.gpus for j in before], "duration": [float(j.seconds) for j in before],
         "time_limit": [60.0 * j.limit_min for j in before], "user": [j.user for j in before],
         "account": [j.account for j in before], "name": [j.name for j in before]})
-    spec = ClusterSpec.uniform_nodes(NODES, GPUS_PER_NODE)
+    spec = tw.testbed_cluster()
     if assoc_path is not None:
         from autosched.associations import read_associations
 

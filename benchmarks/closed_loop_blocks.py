@@ -53,7 +53,7 @@ from autosched.policies import get_policy  # noqa: E402
 from autosched.sim import Simulator  # noqa: E402
 from autosched.trace.table import Trace  # noqa: E402
 
-NODES, GPUS_PER_NODE = 4, 8
+NODES, GPUS_PER_NODE = tw.NODES, tw.GPUS_PER_NODE  # the test cluster
 PLACEMENT = "first_fit"
 PARTITION = "gpu"  # the testbed's default partition: every job of the window runs in it
 PIN = "pin-"  # + a node number: the one-node partition a replayed job is held to
@@ -76,7 +76,7 @@ testcluster|physics|carol||1
 def testbed_spec(clocks: SlurmClocks = SlurmClocks()) -> ClusterSpec:
     """The test cluster as the twin models it: 4 nodes of 8 GPUs, its association tree."""
     assoc = parse_associations([ln.split("|") for ln in TESTBED_ASSOC.splitlines()], "testbed")
-    return ClusterSpec.uniform_nodes(NODES, GPUS_PER_NODE, associations=assoc, clocks=clocks)
+    return tw.testbed_cluster(associations=assoc, clocks=clocks)
 
 
 def pinned(spec: ClusterSpec) -> ClusterSpec:
