@@ -214,6 +214,34 @@ def _readme_commands() -> list[str]:
     return re.findall(r"```sh\n(.*?)\n```", (REPO / "README.md").read_text(), re.S)
 
 
+ab = script_module("benchmarks/ablation.py")
+
+
+def test_the_ablation_table_regenerates_byte_identical_from_the_committed_runs():
+    doc = ab.DOC.read_text()
+    assert ab.render(doc, ab.table()) == doc, "docs/adaptive.md's ablation is not current: run benchmarks/ablation.py"
+
+
+def test_an_ablation_row_worked_out_by_hand(tmp_path):
+    # autosched at 0.8 and 0.7 of the default: mean -25%, sd sqrt(2 x 0.05^2 / 1) = 7.07%; worst
+    # period the larger of 1.03 and 0.95; 2 of the 3 rounds deployed; CPU (10 + 20) / 2 = 15 s
+    runs, parts = tmp_path / "runs", tmp_path / "ablation"
+    runs.mkdir()
+    parts.mkdir()
+
+    def seed(rel: float, worst: float, deployed: list[bool], cpu: float) -> dict:
+        return {"strategies": {"autosched": {"decisions": [{"deployed": d} for d in deployed], "cpu_seconds": cpu}},
+                "summary": {"relative_avg_jct": {"autosched": rel}, "worst_period_vs_default": {"autosched": worst}}}
+
+    run = {**seed(0.8, 1.03, [True, False], 10.0), "runs": [seed(0.7, 0.95, [True], 20.0)]}
+    (parts / "no-trigger-cluster02.json").write_text(json.dumps(run))
+    lines = ab.table(runs, parts)
+    assert "| cluster02 | without the contention trigger | -25.0% ± 7.1% | 2 | +3.0% | 2 of 3 | 15 |" in lines
+    assert "| cluster02 | without the portfolio (the search's best alone) | not run |  |  |  |  |" in lines
+    assert not any(line.startswith("| cluster07") for line in lines)  # a trace with no run at all is left out
+    assert ab.command(ab.PARTS[0], ab.TRACES[0]) in lines
+
+
 def test_every_benchmark_script_is_in_the_benchmarks_readme_with_a_doc_that_names_it():
     readme = (REPO / "benchmarks" / "README.md").read_text()
     rows = dict(re.findall(r"^\| `([\w.]+\.py)` \|.*\| ([^|]+) \|$", readme, flags=re.M))
