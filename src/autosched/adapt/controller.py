@@ -431,17 +431,9 @@ class Controller:
         if verdict.deploy and self.smallest_change:
             candidate, cand_vals, verdict, dropped, shares = self._smallest(
                 tuner, workloads, candidate, run_vals, cand_vals, verdict)
-        changed = {k: (self.running[k], candidate[k]) for k in self.space.names if self.running[k] != candidate[k]}
-        if verdict.deploy:
-            self.running = candidate
-        d = Decision(**base, deployed=verdict.deploy, config=dict(self.running), candidate=candidate,
-                     predicted_gain=verdict.gain, spread=verdict.spread,
-                     running_value=_mean(run_vals), candidate_value=_mean(cand_vals), knobs_changed=changed,
-                     reason=verdict.reason, tuning_seconds=time.perf_counter() - t0, validation=validation,
-                     validation_seeds=val_seeds if validation == "fresh" else [],
-                     dropped_knobs=dropped, knob_shares=shares, **evidence)
-        self.decisions.append(d)
-        return d
+        return self._conclude(base, t0, candidate, run_vals, cand_vals, verdict, dropped, shares,
+                              validation=validation, validation_seeds=val_seeds if validation == "fresh" else [],
+                              **evidence)
 
     def _decide_portfolio(self, obs: Observation, round_seed: int, tuning: list[Trace], tuner: RoundTuner,
                           best: Config, winners: list[Config], base: dict[str, Any], evidence: dict[str, Any],
@@ -500,14 +492,22 @@ class Controller:
             judge = Guardrail(result.k, self.guardrail.margin, self.guardrail.max_loss)
             candidate, cand_vals, verdict, dropped, shares = self._cut(values, judge, candidate, run_vals,
                                                                        cand_vals, verdict)
+        return self._conclude(base, t0, candidate, run_vals, cand_vals, verdict, dropped, shares,
+                              leader=leader.name, **evidence, **extra)
+
+    def _conclude(self, base: dict[str, Any], t0: float, candidate: Config, run_vals: list[float],
+                  cand_vals: list[float], verdict: Verdict, dropped: list[str], shares: dict[str, float],
+                  **evidence: Any) -> Decision:
+        """The round's decision on its judged candidate: deployed (it becomes the running config)
+        when the verdict says so, recorded either way."""
         changed = {k: (self.running[k], candidate[k]) for k in self.space.names if self.running[k] != candidate[k]}
         if verdict.deploy:
             self.running = candidate
         d = Decision(**base, deployed=verdict.deploy, config=dict(self.running), candidate=candidate,
                      predicted_gain=verdict.gain, spread=verdict.spread,
                      running_value=_mean(run_vals), candidate_value=_mean(cand_vals), knobs_changed=changed,
-                     reason=verdict.reason, tuning_seconds=time.perf_counter() - t0, dropped_knobs=dropped, knob_shares=shares,
-                     leader=leader.name, **evidence, **extra)
+                     reason=verdict.reason, tuning_seconds=time.perf_counter() - t0, dropped_knobs=dropped,
+                     knob_shares=shares, **evidence)
         self.decisions.append(d)
         return d
 
