@@ -17,9 +17,8 @@ reference planner (`policies/backfill.py`) instead of the lazy one (`policies/la
 start is identical.
 
 --compare runs both planners in turn (reference, lazy, reference, lazy, ... --repeat times each)
-under the default config, the four archetypes of `multifactor` (small first, age only, GPU
-first, fair-share heavy) and five random configs of the knobs the live agent writes (seed 0,
-the others at their defaults), prints per config the best time of each and their ratio, and
+under the default config, every archetype of `multifactor` (`multifactor.ARCHETYPES`) and five
+random configs of the knobs the live agent writes (seed 0, the others at their defaults), prints per config the best time of each and their ratio, and
 fails unless every start is identical under every config.
 
 --order also times, at every backfill cycle of one run and on that cycle's real queue, how the
@@ -123,7 +122,7 @@ def main() -> None:
 
 
 def configs(base: dict) -> list[tuple[str, dict]]:
-    """The default, the four archetypes, and five random configs of the live knobs (seed 0)."""
+    """The default, every archetype, and five random configs of the live knobs (seed 0)."""
     space = get_policy("multifactor").space
     live = space.restrict(live_subspace("multifactor"))
     rng = random.Random(0)
