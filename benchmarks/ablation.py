@@ -56,7 +56,7 @@ class Trace:
     args: str = "--span 21d"
 
 
-TRACES = (Trace("cluster02", "11x8"), Trace("cluster07", "40x8"), Trace("cluster06", "15x8"))
+TRACES = (Trace("cluster02", "11x8"), Trace("cluster06", "15x8"), Trace("cluster07", "40x8"))
 
 
 def command(part: Part, trace: Trace) -> str:
