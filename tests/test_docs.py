@@ -224,7 +224,8 @@ def test_the_ablation_table_regenerates_byte_identical_from_the_committed_runs()
 
 def test_an_ablation_row_worked_out_by_hand(tmp_path):
     # autosched at 0.8 and 0.7 of the default: mean -25%, sd sqrt(2 x 0.05^2 / 1) = 7.07%; worst
-    # period the larger of 1.03 and 0.95; 2 of the 3 rounds deployed; CPU (10 + 20) / 2 = 15 s
+    # period the larger of 1.03 and 0.95; 2 of the 3 rounds deployed; CPU (10 + 20) / 2 = 15 s;
+    # against a full core at 0.9 and 0.6: differences -0.1 and +0.1, mean 0, s.e. sqrt(0.02 / 1 / 2) = 10%
     runs, parts = tmp_path / "runs", tmp_path / "ablation"
     runs.mkdir()
     parts.mkdir()
@@ -235,9 +236,12 @@ def test_an_ablation_row_worked_out_by_hand(tmp_path):
 
     run = {**seed(0.8, 1.03, [True, False], 10.0), "runs": [seed(0.7, 0.95, [True], 20.0)]}
     (parts / "no-trigger-cluster02.json").write_text(json.dumps(run))
+    full = {**seed(0.9, 1.0, [False], 5.0), "runs": [seed(0.6, 1.0, [True], 5.0)]}
+    (runs / "multifactor-cluster02.json").write_text(json.dumps(full))
     lines = ab.table(runs, parts)
-    assert "| cluster02 | without the contention trigger | -25.0% ± 7.1% | 2 | +3.0% | 2 of 3 | 15 |" in lines
-    assert "| cluster02 | without the portfolio (the search's best alone) | not run |  |  |  |  |" in lines
+    assert "| cluster02 | without the contention trigger | -25.0% ± 7.1% | 2 | +0.0% (10.0%) | +3.0% | 2 of 3 | 15 |" in lines
+    assert "| cluster02 | the full core (the run of [Results](results.md)) | -25.0% ± 21.2% | 2 | — | +0.0% | 1 of 2 | 5 |" in lines
+    assert "| cluster02 | without the portfolio (the search's best alone) | not run |  |  |  |  |  |" in lines
     assert not any(line.startswith("| cluster06") for line in lines)  # a trace with no run at all is left out
     assert ab.command(ab.PARTS[0], ab.TRACES[0]) in lines
 
