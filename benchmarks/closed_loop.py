@@ -60,6 +60,7 @@ from autosched import switchback as sb  # noqa: E402
 from autosched.cluster import ClusterSpec  # noqa: E402
 from autosched.errors import AutoschedError, InputError  # noqa: E402
 from autosched.export.slurm import slurm_conf_lines  # noqa: E402
+from autosched.live.records import Evidence  # noqa: E402
 from autosched.policies import get_policy  # noqa: E402
 from autosched.sim import Simulator  # noqa: E402
 from autosched.space import Float, Int  # noqa: E402
@@ -138,6 +139,9 @@ class Plan:
     # a replicate: arm 1 is the config the agent chose in this run (a name in the same --out), no
     # agent round of its own; its pairs and the first run's are read together (closed_loop_blocks.pool)
     decision_from: str = ""
+    # the blocks run even when the agent changed nothing (both arms the baseline): the "ci" plan,
+    # which checks the harness, not a gain; a measuring run ends after such a round (`measures`)
+    run_unchanged: bool = False
 
     @property
     def day(self) -> float:
@@ -159,7 +163,8 @@ PLANS = {
     "aa": Plan("aa", start_day=9.0, aa=True),
     "ci": Plan("ci", start_day=1.0, days=1.0, before_days=1.0, load=0.3, scale=1440.0,
                cap=6 * 3600.0, budget=3, samples=1, validation_samples=2, min_jobs=20,
-               history_days=2.0, model_trace_time=True, design="crossover", blocks=4, max_step=1.0),
+               history_days=2.0, model_trace_time=True, design="crossover", blocks=4, max_step=1.0,
+               run_unchanged=True),
     "sb-aa": Plan("sb-aa", start_day=18.0, aa=True, **BLOCKS),
     "sb-s18": Plan("sb-s18", start_day=18.0, **BLOCKS),
     # ITP cluster02 is sparse: the two days before day 21 hold 80 jobs once thinned, 47 of them
@@ -598,7 +603,8 @@ def run(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: tuple[in
         finally:
             stop_all(beds)
             shutil.rmtree(state, ignore_errors=True)  # what matters of it is exported
-    log(f"{plan.name}: run {info['wall_run']:.0f} s, all in {info['wall_total']:.0f} s")
+    log(f"{plan.name}: " + (f"run {info['wall_run']:.0f} s, " if "wall_run" in info else "")
+        + f"all in {info['wall_total']:.0f} s")
     return info
 
 
@@ -700,6 +706,13 @@ def agent_decision(bed: Testbed, state: Path, plan: Plan, seed: Path, outdir: Pa
     return decision_of(status, base)
 
 
+def measures(plan: Plan, dec: Decision) -> bool:
+    """Whether a block run goes on after the agent's round: when the agent changed the config
+    (or the plan runs its blocks anyway). Without a change both arms are the baseline, and 35
+    minutes of blocks would measure an A/A run the design has measured already."""
+    return dec.revision is not None or plan.run_unchanged
+
+
 def decision_of(status: Mapping[str, Any], base: Mapping[str, Any]) -> Decision:
     """The decision an `agent status --json` records after one round: the running revision's
     config over the baseline; a change if that revision is not the baseline's."""
@@ -750,7 +763,8 @@ def run_blocks(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: t
         finally:
             stop_all(beds)
             shutil.rmtree(state, ignore_errors=True)  # what matters of it is exported
-    log(f"{plan.name}: run {info['wall_run']:.0f} s, all in {info['wall_total']:.0f} s")
+    log(f"{plan.name}: " + (f"run {info['wall_run']:.0f} s, " if "wall_run" in info else "")
+        + f"all in {info['wall_total']:.0f} s")
     return info
 
 
@@ -783,6 +797,10 @@ def run_schedule(plan: Plan, sel: Selection, lens: cb.Lengths, sched: sb.Schedul
         log(f"{plan.name}: the agent's round ({info['wall_agent']:.0f} s): "
             + (f"revision {dec.revision}, {dec.diff}, predicted {dec.predicted_gain}" if dec.revision
                else f"no change ({dec.why})"))
+        if not measures(plan, dec):
+            info.update(configs=[dict(base), dict(base)], unchanged=True, t0=None)  # no window played
+            log(f"{plan.name}: both arms would be the baseline: nothing to measure, the run ends here")
+            return
     configs = (base, treat)
     info["configs"] = [dict(c) for c in configs]
     t0 = time.time() + lead
@@ -1202,10 +1220,11 @@ def analyse(root: Path, check: bool, plot: bool = True) -> int:
     dirs = run_dirs(root)
     if not dirs:
         raise InputError(f"--out {root}: no run in it (a run is a directory with a run.json)")
-    blocks = [analyse_block_run(d) for d in dirs if is_block_run(d)]
+    unchanged = [unchanged_run(d) for d in dirs if is_block_run(d) and run_info(d).get("unchanged")]
+    blocks = [analyse_block_run(d) for d in dirs if is_block_run(d) and not run_info(d).get("unchanged")]
     sides = [analyse_run(d) for d in dirs if not is_block_run(d)]
     tables = render_tables(sides) if sides else "No side-by-side run is committed.\n"
-    block_tables = cb.render(blocks) if blocks else "No block-design run is committed yet.\n"
+    block_tables = cb.render(blocks, unchanged) if blocks or unchanged else "No block-design run is committed yet.\n"
     print(block_tables)
     print(tables)
     doc = DOC.read_text()
@@ -1243,6 +1262,19 @@ def unit_run(outdir: Path, label: str, info: Mapping[str, Any], unit: int) -> tu
                  for sw in sorted(info["switches"], key=lambda sw: sw["at"]) if sw["unit"] == unit]
     spec = tw.twin_spec(real, base, outdir / "assoc.txt")
     return cb.UnitRun(real, float(info["t0"]) - real.day0, switches, nodes), spec
+
+
+def unchanged_run(outdir: Path) -> cb.Unchanged:
+    """A block run that ended after its round because the agent changed nothing: the window and
+    the round's account (`agent-step.json`: why, and its portfolio's standings)."""
+    info = run_info(outdir)
+    try:
+        step = json.loads((outdir / "agent-step.json").read_text())
+        why, ev = str(step["why"]), Evidence.from_dict(step.get("evidence"))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        raise InputError(f"{outdir / 'agent-step.json'}: not the round's JSON ({e})") from None
+    return cb.Unchanged(outdir.name, info["plan"], int(info["jobs"]), float(info["offered_load"]),
+                        int(step.get("history_jobs") or 0), why, tuple(ev.portfolio_lines()))
 
 
 def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult:
@@ -1312,6 +1344,8 @@ def check_decision(source: Path, plan: Plan) -> None:
     info = run_info(source)
     if "decision" not in info:
         raise InputError(f"--decision-from {source.name}: {source / 'run.json'} holds no agent decision (an A/A run?)")
+    if info.get("unchanged"):
+        raise InputError(f"--decision-from {source.name}: its agent changed nothing; a replicate would be an A/A run")
     theirs = Plan(**info["plan"])
     differ = [k for k in cb.POOL_KEYS if k not in ("aa",) and getattr(theirs, k) != getattr(plan, k)]
     if differ:

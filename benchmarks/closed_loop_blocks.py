@@ -441,7 +441,36 @@ def gain_ci(e: sb.Effect) -> str:
     return f"{pct(g)} [{pct(lo)}, {pct(hi)}]"
 
 
-def render(results: Sequence[BlockResult]) -> str:
+@dataclass(frozen=True)
+class Unchanged:
+    """A block run that ended after the agent's round because it changed nothing (both arms would
+    have been the baseline): its window and the round's account."""
+
+    name: str
+    plan: dict[str, Any]
+    jobs: int
+    offered_load: float
+    history_jobs: int  # the jobs of the seed history the agent read
+    why: str  # the round's reason
+    portfolio: tuple[str, ...]  # each candidate's standing (Evidence.portfolio_lines)
+
+
+def render_unchanged(runs: Sequence[Unchanged]) -> list[str]:
+    """The table of the windows where the agent changed nothing."""
+    out = ["", "**Windows where the agent changed nothing** (the run ends after its round: both arms "
+           "would be the baseline). The portfolio: each candidate's gain in average JCT over the running "
+           "config on the workload model's samples, ± its standard error, and why it left the race:", "",
+           "| run | trace | window (trace days) | jobs | offered load | history the agent read (jobs) | "
+           "the agent's round | its portfolio |", "|---|---|---|---|---|---|---|---|"]
+    for u in runs:
+        p = u.plan
+        out.append(f"| {u.name} | {Path(str(p.get('trace', ''))).name} | {p['start_day']:g}-"
+                   f"{p['start_day'] + p['days']:g} | {u.jobs} | {u.offered_load:.2f} | {u.history_jobs} | "
+                   f"no change: {u.why} | {'; '.join(u.portfolio) or '—'} |")
+    return out
+
+
+def render(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ()) -> str:
     """The markdown of docs/closed-loop.md's section on the block designs."""
     out = ["| run | design | window (trace days) | jobs | offered load | blocks × length (washout), wall s | "
            "in sacct | the agent's change | predicted | the twin's gain: blocks (window) | "
@@ -463,6 +492,8 @@ def render(results: Sequence[BlockResult]) -> str:
                    f"{r.offered_load:.2f} | {lens.blocks} × {lens.block:.0f} ({lens.washout:.0f}) | {sacct} | "
                    f"{change} | {pred} | {pct(r.twin_block_gain['avg_jct'])} ({pct(r.twin_window_gain)}) | "
                    f"{gain_ci(e)} | {gain_ci(r.main('avg_wait'))} | {e.p_value:.2f} |")
+    if unchanged:
+        out += render_unchanged(unchanged)
     pooled = [x for x in pool(results) if len(x.runs) > 1]
     if pooled:
         out += ["", "**Replicate runs read together** (the same window and configs; every run's pairs, "
@@ -499,7 +530,7 @@ def render(results: Sequence[BlockResult]) -> str:
             out.append(f"| {r.name} | {row.block} | {'AB'[row.unit]} | {row.arm} | {f.jobs} | {_s(f.avg_jct)} | "
                        f"{_s(t0.avg_jct)} | {_s(t1.avg_jct)} | {rng} | {_s(f.avg_wait)} | {_s(t0.avg_wait)} | "
                        f"{_s(t1.avg_wait)} |")
-    out += ["", "**Targets:**", ""] + [f"- {t}" for t in targets(results)]
+    out += ["", "**Targets:**", ""] + [f"- {t}" for t in targets(results, unchanged)]
     return "\n".join(out) + "\n"
 
 
@@ -558,8 +589,9 @@ def pool(results: Sequence[BlockResult]) -> list[Experiment]:
     return list(groups.values())
 
 
-def targets(results: Sequence[BlockResult]) -> list[str]:
-    """The block designs' targets, met or not, in words; replicate runs read together."""
+def targets(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ()) -> list[str]:
+    """The block designs' targets, met or not, in words; replicate runs read together, and the
+    windows where the agent changed nothing named."""
     lines = []
     lost = [f"{r.name} {label}: {a.submitted - a.recorded}" for r in results
             for label, a in r.accounted.items() if a.recorded < a.submitted]
@@ -580,6 +612,7 @@ def targets(results: Sequence[BlockResult]) -> list[str]:
     lines.append(f"the agent's config: the CI excludes 0 on the side of improvement on {len(better)} window(s)"
                  + (f" ({', '.join(better)})" if better else "") + ", on the side of harm on "
                  + (", ".join(worse) if worse else "none")
+                 + (f"; no change on {', '.join(u.name for u in unchanged)}" if unchanged else "")
                  + (" — met" if len(better) >= 2 and not worse else " — not met"))
     far = []
     for x in runs:
