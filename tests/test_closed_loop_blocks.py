@@ -261,3 +261,32 @@ def test_a_replicate_takes_a_finished_runs_decision(tmp_path):
     cl.check_decision(tmp_path / "w", cl.Plan("w-2", start_day=9.0, design="switchback", design_seed=1))
     with pytest.raises(InputError, match="only a block design"):
         cl.check_decision(tmp_path / "w", cl.PLANS["w1"])
+
+
+def test_a_measuring_run_goes_on_only_after_a_change():
+    kept = cl.Decision({}, None, {}, None, None, "gain +2.04% within noise")
+    applied = cl.Decision({}, 2, {"bf_window": [12, 2172]}, 0.1, 0.01, "applied")
+    assert not cl.measures(cl.PLANS["sb-s18"], kept)
+    assert cl.measures(cl.PLANS["sb-s18"], applied)
+    assert cl.measures(cl.PLANS["ci"], kept)  # it checks the harness, whatever the agent does
+
+
+def test_an_unchanged_window_in_the_tables_and_the_targets(tmp_path):
+    u = cb.Unchanged("s18", {"trace": "/x/sample.csv.gz", "start_day": 18.0, "days": 2.5}, 1667, 0.8876, 424,
+                     "gain +2.04% within noise", ("deep backfill: +2.0% ± 1.7% on 8 samples (the leader)",
+                                                  "GPU first: +4.5% ± 4.2% on 4 samples, breaks the policy"))
+    lines = cb.render([], [u]).splitlines()
+    assert ("| s18 | sample.csv.gz | 18-20.5 | 1667 | 0.89 | 424 | no change: gain +2.04% within noise | "
+            "deep backfill: +2.0% ± 1.7% on 8 samples (the leader); GPU first: +4.5% ± 4.2% on 4 samples, "
+            "breaks the policy |") in lines
+    assert lines[-2] == ("- the agent's config: the CI excludes 0 on the side of improvement on 0 window(s), on the "
+                         "side of harm on none; no change on s18 — not met")
+    assert lines[-1] == ("- prediction within a factor of 2 of the realized gain on each window with a change: "
+                         "no window with a change yet")
+    # a replicate of it would be an A/A run
+    info = {"plan": vars(cl.PLANS["sb-s18"]), "baseline": {}, "t0": None, "fraction": 1, "offered_load": 1,
+            "decision": {"config": {}, "revision": None}, "unchanged": True}
+    (tmp_path / "sb-s18").mkdir()
+    (tmp_path / "sb-s18" / "run.json").write_text(json.dumps(info))
+    with pytest.raises(InputError, match="its agent changed nothing"):
+        cl.check_decision(tmp_path / "sb-s18", cl.PLANS["sb-s18"])
