@@ -1266,15 +1266,19 @@ def unit_run(outdir: Path, label: str, info: Mapping[str, Any], unit: int) -> tu
 
 def unchanged_run(outdir: Path) -> cb.Unchanged:
     """A block run that ended after its round because the agent changed nothing: the window and
-    the round's account (`agent-step.json`: why, and its portfolio's standings)."""
+    the round's account (`agent-step.json`: why, and the candidate of its portfolio that gained
+    most on the samples, with why it was not applied)."""
     info = run_info(outdir)
     try:
         step = json.loads((outdir / "agent-step.json").read_text())
         why, ev = str(step["why"]), Evidence.from_dict(step.get("evidence"))
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise InputError(f"{outdir / 'agent-step.json'}: not the round's JSON ({e})") from None
+    scored = [r for r in ev.portfolio or [] if isinstance(r, Mapping) and isinstance(r.get("gain"), (int, float))]
+    best = max(scored, key=lambda r: r["gain"], default=None)  # the first of equals: the one the others copy
+    line = replace(ev, portfolio=[best]).portfolio_lines()[0] if best else "—"
     return cb.Unchanged(outdir.name, info["plan"], int(info["jobs"]), float(info["offered_load"]),
-                        int(step.get("history_jobs") or 0), why, tuple(ev.portfolio_lines()))
+                        int(step.get("history_jobs") or 0), why, line)
 
 
 def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult:

@@ -452,21 +452,22 @@ class Unchanged:
     offered_load: float
     history_jobs: int  # the jobs of the seed history the agent read
     why: str  # the round's reason
-    portfolio: tuple[str, ...]  # each candidate's standing (Evidence.portfolio_lines)
+    best: str  # the portfolio's candidate that gained most on the samples, its standing in words
 
 
 def render_unchanged(runs: Sequence[Unchanged]) -> list[str]:
     """The table of the windows where the agent changed nothing."""
     out = ["", "**Windows where the agent changed nothing** (the run ends after its round: both arms "
-           "would be the baseline). The portfolio: each candidate's gain in average JCT over the running "
-           "config on the workload model's samples, ± its standard error, and why it left the race:", "",
+           "would be the baseline). The best candidate: of the round's portfolio, the one with the largest "
+           "gain in average JCT over the running config on the workload model's samples, ± its standard "
+           "error, and why it left the race (none: it led and the guardrail kept the running config):", "",
            "| run | trace | window (trace days) | jobs | offered load | history the agent read (jobs) | "
-           "the agent's round | its portfolio |", "|---|---|---|---|---|---|---|---|"]
+           "the agent's round | the best candidate |", "|---|---|---|---|---|---|---|---|"]
     for u in runs:
         p = u.plan
         out.append(f"| {u.name} | {Path(str(p.get('trace', ''))).name} | {p['start_day']:g}-"
                    f"{p['start_day'] + p['days']:g} | {u.jobs} | {u.offered_load:.2f} | {u.history_jobs} | "
-                   f"no change: {u.why} | {'; '.join(u.portfolio) or '—'} |")
+                   f"no change: {u.why} | {u.best} |")
     return out
 
 
