@@ -142,6 +142,9 @@ class Plan:
     # the blocks run even when the agent changed nothing (both arms the baseline): the "ci" plan,
     # which checks the harness, not a gain; a measuring run ends after such a round (`measures`)
     run_unchanged: bool = False
+    # a positive control: arm 1 is this archetype (ARCHETYPES) over the baseline, an operator's
+    # config with no agent round; does the design see an effect the twin says is there?
+    control: str = ""
 
     @property
     def day(self) -> float:
@@ -785,6 +788,8 @@ def run_schedule(plan: Plan, sel: Selection, lens: cb.Lengths, sched: sb.Schedul
         info["decision"] = dict(run_info(outdir.parent / plan.decision_from)["decision"],
                                 decision_from=plan.decision_from)
         treat = dict(info["decision"]["config"])
+    elif plan.control:
+        treat = {**base, **ARCHETYPES[plan.control]}
     elif not plan.aa:
         t_seed = time.time() + lead
         (outdir / "seed.sacct").write_text(seed_history(sel.before, t_seed, base, outdir / "assoc.txt"))
@@ -1391,11 +1396,14 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
                                  ("seed", args.seed), ("load", args.load), ("model", args.model),
                                  ("model_trace_time", args.model_trace_time), ("design", args.design),
                                  ("design_seed", args.design_seed), ("blocks", args.blocks),
-                                 ("decision_from", args.decision_from))
+                                 ("decision_from", args.decision_from), ("control", args.control))
                if v is not None}
     plan = replace(plan, name=name, **changes)
     if plan.decision_from:
         check_decision(args.out / plan.decision_from, plan)
+    if plan.control and (plan.aa or plan.decision_from or plan.design == "side-by-side"):
+        raise InputError(f"--control {plan.control!r}: a control is arm 1 of a block design, without an agent "
+                         "(not with an A/A plan, --decision-from or the side-by-side design)")
     path = Path(plan.trace)
     trace = trace_of(path)
     sel = select(trace, plan)
@@ -1442,6 +1450,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--blocks", type=int, help=f"blocks of a block design (even; {cb.MIN_BLOCKS} by default)")
     ap.add_argument("--decision-from", metavar="RUN", help="a replicate: arm 1 is the config the agent chose in "
                     "run RUN (in --out), with no agent round of its own; both runs' pairs are read together")
+    ap.add_argument("--control", choices=sorted(ARCHETYPES), help="a positive control: arm 1 is this "
+                    "archetype over the baseline, with no agent round")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--roots", default="/tmp/cl-A,/tmp/cl-B", help="the two clusters' TESTBED_ROOTs")
     ap.add_argument("--port-base", type=int, default=23000, help="cluster A's; B's is 100 above")

@@ -411,6 +411,11 @@ class BlockResult:
         return bool(self.plan.get("aa"))
 
     @property
+    def control(self) -> str:
+        """The archetype arm 1 runs in a positive control ("": the agent's config, or an A/A run)."""
+        return str(self.plan.get("control") or "")
+
+    @property
     def changed(self) -> bool:
         return self.decision is not None and self.decision.get("revision") is not None
 
@@ -482,6 +487,8 @@ def render(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ()) 
         sacct = ", ".join(f"{a.recorded}/{a.submitted}" for a in r.accounted.values())
         if r.aa:
             change, pred = "A/A: none (both arms the baseline)", "—"
+        elif r.control:
+            change, pred = f"control: {r.control} (an operator's config, no agent)", "—"
         elif not r.changed:
             change, pred = f"none: {r.decision['why'] if r.decision else ''}", "—"
         else:
@@ -607,7 +614,13 @@ def targets(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ())
         lines.append(f"A/A ({x.name}): the 95% CI of the gain in average JCT [{pct(lo)}, {pct(hi)}] "
                      + ("contains 0 — met" if lo <= 0 <= hi else "excludes 0 — NOT met")
                      + f"; its half-width, the design's resolution on this machine: {(hi - lo) / 2:.1%}")
-    runs = [x for x in experiments if not x.first.aa]
+    for x in (x for x in experiments if x.first.control):
+        g, lo, hi = x.main().gain()
+        lines.append(f"positive control ({x.name}, {x.first.control}; the twin's gain in the blocks "
+                     f"{pct(x.first.twin_block_gain['avg_jct'])}): {pct(g)} [{pct(lo)}, {pct(hi)}], "
+                     + ("the CI excludes 0: the design sees the effect" if lo > 0 or hi < 0 else
+                        "the CI contains 0: the design does not see it"))
+    runs = [x for x in experiments if not x.first.aa and not x.first.control]
     better = [x.name for x in runs if x.main().gain()[1] > 0]
     worse = [x.name for x in runs if x.main().gain()[2] < 0]
     lines.append(f"the agent's config: the CI excludes 0 on the side of improvement on {len(better)} window(s)"
@@ -664,7 +677,7 @@ def draw(results: Sequence[BlockResult], path: Path) -> None:
         seen = [abs(x) for x in (*est, *twin, g, lo, hi) if math.isfinite(x)]
         lim = min(1.0, max(0.2, 1.6 * max(seen, default=0.2)))
         ax.set_ylim(-lim, lim)  # a jittered range beyond it is cut at the frame
-        ax.set_title(f"{r.name}: {r.plan['design']}, {'A/A' if r.aa else 'the agent vs the baseline'}, "
+        ax.set_title(f"{r.name}: {r.plan['design']}, {'A/A' if r.aa else f'control: {r.control}' if r.control else 'the agent vs the baseline'}, "
                      f"gain {pct(g)} [{pct(lo)}, {pct(hi)}]", fontsize=9)
         ax.set_ylabel("gain, avg JCT")
         ax.set_xticks(k)

@@ -334,6 +334,7 @@ def no_clusters(monkeypatch):
     (["--roots", "/tmp/a,"], "--roots '/tmp/a,': give the two clusters' roots, comma-separated"),
     (["--start-day", "-3"], "--start-day -3.0: must be a day >= 0 of the trace"),
     (["--seed", "-1"], "--seed -1: a seed is an integer >= 0"),
+    (["--control", "age only"], "--control 'age only': a control is arm 1 of a block design"),  # w1: side by side
 ])
 def test_a_bad_flag_is_one_error_line_before_anything_starts(flags, message, no_clusters, tmp_path, capsys):
     assert cl.main(["--run", "w1", "--out", str(tmp_path), *flags]) == 2
