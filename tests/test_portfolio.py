@@ -115,6 +115,29 @@ def test_race_leader_keeps_the_operators_policy():
                              "more than the 12 min allowed") and a_row.samples == 4
 
 
+def test_of_two_that_schedule_alike_the_one_that_keeps_the_policy_stays():
+    # age only and fair-share heavy give the same schedule (one user: fair share orders nothing),
+    # 20% better on every sample; age only's fair-share weight 0 breaks the floor of half the
+    # largest weight, fair-share heavy's 10000 of 10000 keeps it: it stays in the race and leads
+    weights = get_policy("multifactor").space.weights
+    running = {"PriorityWeightFairshare": 10000, "PriorityWeightAge": 1000, "PriorityWeightJobSize": 1000,
+               "PriorityWeightTRES.GRES/gpu": 2000, "PriorityWeightTRES.CPU": 1000}
+    none = dict.fromkeys(running, 0)
+    port = [Candidate("running", running), Candidate("age only", {**none, "PriorityWeightAge": 10000}),
+            Candidate("fair-share heavy", {**none, "PriorityWeightFairshare": 10000, "PriorityWeightAge": 1000})]
+    policy = PolicyConstraints(account_tolerance=None, size_tolerance=None, fairshare_floor=0.5, weights=weights)
+
+    def scorer(config, work):
+        return [sc(100.0 if config is running else 80.0) for _ in work]
+
+    res = race(port, lambda start, count: list(range(start, min(start + count, 8))), scorer, Budget(4, 8, 8),
+               Guardrail(1.0, 0.01), policy)
+    assert res.leader is not None and res.leader.name == "fair-share heavy" and res.verdict.deploy
+    got = {s.name: s.dropped for s in res.standings}
+    assert got == {"fair-share heavy": "", "age only": "breaks the policy on the first 4 samples: "
+                   "PriorityWeightFairshare 0 is 0% of the largest priority weight, below the floor of 50%"}
+
+
 def test_an_account_above_its_share_may_wait_longer():
     # 60/40 shares; phys ran 90% of the GPU-seconds (1.5x its share): its tolerance is 1.5 x 25%.
     # chem ran 10% (below its share): 25%. No slack, to see the tolerance alone.

@@ -188,13 +188,16 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
         g, se = gains(c.name)
         standing[c.name] = Standing(c.name, c.config, g, se, len(sets[c.name]), why)
 
-    # the screen: what cannot reach the margin goes, and what scheduled exactly as another did
-    # (on a trace without accounts, fair-share heavy orders as age only)
+    # the screen: what cannot reach the margin goes, what breaks the policy, and what scheduled
+    # exactly as a candidate still in the race did (on a trace without accounts, fair-share heavy
+    # orders as age only). Only a candidate that stays stands for its schedule: the policy reads
+    # the config too, so of two that schedule alike one may keep it (fair-share heavy) and the
+    # other not (age only, its fair-share weight 0)
     seen: dict[tuple[float, ...], str] = {tuple(sets[RUNNING].values): RUNNING}
     for c in list(alive):
         g, se = gains(c.name)
-        twin = seen.setdefault(tuple(sets[c.name].values), c.name)
-        if twin != c.name:
+        twin = seen.get(tuple(sets[c.name].values))
+        if twin is not None:
             drop(c, f"scheduled as {twin} on the first {n} samples")
             alive.remove(c)
         elif n > 1 and g + PRUNE_SE * se < guardrail.margin:
@@ -203,6 +206,8 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
         elif not (early := constraints.check(sets[RUNNING], sets[c.name], running.config, c.config)).holds:
             drop(c, f"breaks the policy on the first {n} samples: " + "; ".join(early.violations))
             alive.remove(c)
+        else:
+            seen[tuple(sets[c.name].values)] = c.name
     # the best `FINALISTS` of the rest (by their gain on the screen) go on to the guardrail's samples
     alive.sort(key=lambda c: -gains(c.name)[0])
     for c in alive[FINALISTS:]:
