@@ -1226,6 +1226,9 @@ def analyse(root: Path, check: bool, plot: bool = True) -> int:
     if not dirs:
         raise InputError(f"--out {root}: no run in it (a run is a directory with a run.json)")
     unchanged = [unchanged_run(d) for d in dirs if is_block_run(d) and run_info(d).get("unchanged")]
+    # by trace (the bundled sample first) and window, not by name (sb-s10 before sb-s3)
+    unchanged.sort(key=lambda u: (Path(str(u.plan.get("trace", ""))).name != SAMPLE.name,
+                                  str(u.plan.get("trace", "")), float(u.plan["start_day"])))
     blocks = [analyse_block_run(d) for d in dirs if is_block_run(d) and not run_info(d).get("unchanged")]
     sides = [analyse_run(d) for d in dirs if not is_block_run(d)]
     tables = render_tables(sides) if sides else "No side-by-side run is committed.\n"
