@@ -1318,9 +1318,14 @@ def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult
     jobs = runs[0].real.trace
     window = 1 - (float(cb.simulate(jobs, specs[0], [(0.0, configs[1])]).records().jct.mean())
                   / float(cb.simulate(jobs, specs[0], [(0.0, configs[0])]).records().jct.mean()))
+    archetypes = {}
+    if plan.get("aa"):
+        for name, arch in ARCHETYPES.items():
+            other = cb.Timeline(lens.block, lens.washout, sched, (configs[0], {**configs[0], **arch}))
+            archetypes[name] = cb.twin_block_gain(cb.block_rows(runs, specs, other, jitters=0))
     return cb.BlockResult(outdir.name, plan, len(names), float(info["offered_load"]), lens, sched, accounted,
                           rows, effects, gains, window, aa, tau, info.get("decision"), info.get("wall_run"),
-                          info.get("wall_total"), configs)
+                          info.get("wall_total"), configs, archetypes)
 
 
 # The flags a run takes, each checked before anything starts (`checked_plan`): a bad value costs

@@ -34,7 +34,7 @@ import json
 import math
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -405,6 +405,9 @@ class BlockResult:
     wall_run: float | None
     wall_total: float | None
     configs: tuple[dict[str, Any], dict[str, Any]] = ({}, {})  # arm 0's and arm 1's, whole
+    # an A/A run: each archetype's gain in the blocks (average JCT) as the twin replays them from
+    # the run's real block states, against the baseline: the effect a run of it could see here
+    archetypes: dict[str, float] = field(default_factory=dict)
 
     @property
     def aa(self) -> bool:
@@ -526,6 +529,14 @@ def render(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ()) 
         half = " / ".join(f"{(g[2] - g[1]) / 2:.1%}" if math.isfinite(g[2] - g[1]) else "∞" for g in hw)
         out.append(f"| {r.name} | {gain_ci(ef[ESTIMATES[0]])} | {gain_ci(ef[ESTIMATES[1]])} | "
                    f"{gain_ci(ef[ESTIMATES[2]])} | {aa} | {half} | {ef[ESTIMATES[0]].pairs_for(0.05)} |")
+    seen = [r for r in results if r.archetypes]
+    if seen:
+        names = list(seen[0].archetypes)
+        out += ["", "**What an archetype could show in these blocks**: its gain in average JCT over the "
+                "baseline, the twin replaying each block of the A/A run from the run's real block states "
+                "under it (as the analysis replays a run's other arm):", "",
+                "| run | " + " | ".join(names) + " |", "|---|" + "---|" * len(names)]
+        out += [f"| {r.name} | " + " | ".join(pct(r.archetypes.get(n)) for n in names) + " |" for r in seen]
     out += ["", "**Every block** (wall s; the twin replays the block's measured jobs from its real starting "
             "state under each arm, and under the arm in force on 4 jittered copies: their range):", "",
             "| run | block | cluster | arm | jobs | avg JCT real | twin, baseline | twin, other arm | "

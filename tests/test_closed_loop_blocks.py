@@ -325,3 +325,15 @@ def test_a_positive_control_is_read_apart_from_the_agents_windows():
                         "on the side of harm on none — not met")
     ctl.effects = {m: {k: ctl.main() for k in cb.ESTIMATES} for m in ("avg_jct", "avg_wait")}
     assert "| control: fair-share heavy (an operator's config, no agent) | — |" in cb.render([ctl])
+
+
+def test_what_an_archetype_could_show_in_an_aa_runs_blocks():
+    aa = _result("aa", 0.01, -0.04, 0.06, aa=True)
+    aa.effects = {m: {k: aa.main() for k in cb.ESTIMATES} for m in ("avg_jct", "avg_wait")}
+    aa.archetypes = {"age only": 0.0192, "GPU first": -0.0286}
+    lines = cb.render([aa]).splitlines()
+    at = lines.index("| run | age only | GPU first |")
+    assert lines[at + 1:at + 3] == ["|---|---|---|", "| aa | +1.9% | -2.9% |"]
+    aa.archetypes = {}
+    assert "| run | age only | GPU first |" not in cb.render([aa])
+
