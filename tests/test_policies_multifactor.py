@@ -4,9 +4,12 @@ its slurm.conf export."""
 import math
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from autosched.export.slurm import slurm_conf_lines, slurm_time
 from autosched.policies import get_policy
+from autosched.policies.multifactor import WaitingJobs
 from autosched.sim import Simulator
 from autosched.space import ConfigError
 from simkit import cluster, jct, make_trace, run, starts
@@ -236,3 +239,18 @@ def test_job_size_counts_cpus_per_gpu(shape, b_start, c_start):
     cfg = {**ONLY, "PriorityWeightJobSize": 1000, "PriorityFavorSmall": True}
     sim = run([(0, 4, 100), (1, 4, 50), (2, 1, 50)], "multifactor", cfg, **shape)
     assert starts(sim) == [0, b_start, c_start]
+
+
+@given(st.lists(st.tuples(st.booleans(), st.integers(0, 19)), max_size=60))
+def test_the_waiting_jobs_are_the_set_of_those_added_and_not_removed(steps):
+    # a Python set told the same adds and removes (a remove only of a member) is the answer
+    waiting, want = WaitingJobs(20), set()
+    for add, j in steps:
+        if add:
+            waiting.add(j)
+            want.add(j)
+        elif j in want:
+            waiting.remove(j)
+            want.discard(j)
+        got = waiting.array().tolist()
+        assert len(got) == len(set(got)) == len(waiting) and set(got) == want

@@ -320,17 +320,24 @@ class _Cycle:
 
     def run(self) -> list[tuple[int, float]]:
         now, cutoff, inf = self.now, self.cutoff, math.inf
+        sizes, lims, one = self.sizes, self.lims, self.denied is None  # (`_more` extends the lists)
         deferred: list[int] = []
-        i = 0
-        while i < self.stop:
-            if i == len(self.sizes):
+        i = have = 0
+        stop = self.stop  # (only a start moves it)
+        while i < stop:
+            if i == have:
                 self._more()
-            g = self.sizes[i]
-            key: object = g if self.denied is None else (self.mask(i), g)
+                have = len(sizes)
+            g = sizes[i]
+            key: object = g if one else (self.mask(i), g)
             t = cutoff.get(key)
             if t is None:
                 t = cutoff[key] = self._cutoff(self.mask(i), g)
-            if not ((now + self.lims[i] < t or t == inf) and self._try_start(i, deferred)):
+            if now + lims[i] < t or t == inf:
+                if not self._try_start(i, deferred):
+                    deferred.append(i)
+                stop = self.stop
+            else:
                 deferred.append(i)
             i += 1
         return self.planned
@@ -483,6 +490,18 @@ class _Cycle:
             # (b) holds for a limit lim_d with held <= now + lim_d, the reference's own test
             nodes.append((bit, frees, self.plan.held_from(bit, hs)))
         sizes, lims, denied, piece = self.sizes, self.lims, self.denied, self.piece
+        if len(nodes) == 1 and denied is None and self.placement != "spread":
+            # the common case, as below: a job of g <= gpn GPUs takes g on its node, a larger
+            # one at least piece(g)
+            _, frees, held = nodes[0]
+            gpn = self.gpn
+            for k in range(len(deferred) - 1, -1, -1):
+                d = deferred[k]
+                g_d = sizes[d]
+                if ((g_d <= frees or g_d > gpn and piece(g_d) <= frees)
+                        and (held == inf or now + lims[d] < held)):
+                    return k + 1
+            return 0
         for k in range(len(deferred) - 1, -1, -1):
             d = deferred[k]
             for bit, frees, held in nodes:

@@ -286,7 +286,7 @@ class Multifactor(Policy):
         # priorities as last computed, negated so that ascending order is best first.
         self.by_size: dict[int, list[int]] = {}
         self.neg: npt.NDArray[np.float64] = np.zeros(n)
-        self.waiting: dict[int, None] = {}
+        self.waiting = WaitingJobs(n)
         self._dirty = True  # something changed since the last backfill cycle (Slurm's _more_work)
         # An event asked for the main scheduler (Slurm's job_sched_cnt) since its last pass, and
         # when that pass ran (Slurm's last_sched_time).
@@ -331,7 +331,7 @@ class Multifactor(Policy):
             self.fairshare[:] = self.tree.classic(self.used, self.known)
         if not self.waiting:
             return
-        js = np.fromiter(self.waiting, dtype=np.int64, count=len(self.waiting))
+        js = self.waiting.array()
         neg = self.neg[js] = -self.priorities(js, t)
         g = self._gpus[js].astype(np.int64)
         order = np.lexsort((js, neg, g))  # by size, then best first
@@ -371,7 +371,7 @@ class Multifactor(Policy):
         self._dirty = self._queued = True
         g = self.jobs.gpus[j]
         self.neg[j] = -self.priority(j, now)
-        self.waiting[j] = None
+        self.waiting.add(j)
         same = self.by_size.get(g)
         if same is None:
             self.by_size[g] = [j]
@@ -496,7 +496,7 @@ class Multifactor(Policy):
         same.remove(j)
         if not same:
             del self.by_size[g]
-        del self.waiting[j]
+        self.waiting.remove(j)
 
     def _consume_main(self, now: float) -> bool:
         """Whether the main scheduler runs at `now` for a queued event; if so the request is
@@ -533,7 +533,7 @@ class Multifactor(Policy):
         # one lexsort of their keys. Per cycle on real queues (benchmarks/slurm_backfill.py
         # --order) it costs a fifth of a sort with a Python key on queues of ~1,000 jobs and less
         # on short ones; a lazy merge of the by-size queues costs more than either on short ones.
-        js = np.fromiter(self.waiting, dtype=np.int64, count=len(self.waiting))
+        js = self.waiting.array()
         order = js[np.lexsort((js, self.neg[js]))][:self.bf.max_job_test]
 
         def start(j: int, exclude: int) -> bool:
@@ -552,7 +552,7 @@ class Multifactor(Policy):
 
     def _pop(self, g: int) -> None:
         same = self.by_size[g]
-        del self.waiting[same[0]]
+        self.waiting.remove(same[0])
         del same[0]
         if not same:
             del self.by_size[g]
@@ -593,3 +593,37 @@ def _partitions_of(parts: tuple[SlurmPartition, ...], jobs: JobInfo) -> list[int
                                   f"cluster's Slurm partitions ({', '.join(index)})")
         out.append(k)
     return out
+
+
+class WaitingJobs:
+    """The waiting jobs of a run (job numbers below n): a set whose members are also the first
+    entries of an array, in no particular order, so that each backfill cycle and priority
+    recalculation takes them as they are instead of copying a Python collection into numpy
+    (their order is then sorted out by priority and job number, which are unique)."""
+
+    def __init__(self, n: int):
+        self._array = np.empty(n, dtype=np.int64)
+        self._at: dict[int, int] = {}  # job -> its index in the array
+
+    def __len__(self) -> int:
+        return len(self._at)
+
+    def add(self, j: int) -> None:
+        if j in self._at:
+            return
+        k = len(self._at)
+        self._array[k] = j
+        self._at[j] = k
+
+    def remove(self, j: int) -> None:
+        """Take job j out: the last entry moves to its place."""
+        k = self._at.pop(j)
+        last = len(self._at)
+        if k != last:
+            moved = int(self._array[last])
+            self._array[k] = moved
+            self._at[moved] = k
+
+    def array(self) -> npt.NDArray[np.int64]:
+        """The waiting jobs (a view, valid until the next add or remove)."""
+        return self._array[:len(self._at)]
