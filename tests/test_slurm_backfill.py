@@ -312,7 +312,7 @@ def test_a_backfill_cycle_looks_at_the_waiting_jobs_in_priority_order(case, max_
 
     def spy(self, part, order, *args, **kw):
         neg = pol.neg
-        seen.append((order.tolist(), sorted(pol.waiting, key=lambda k: (neg[k], k))[:max_job_test]))
+        seen.append((order.tolist(), sorted(pol.waiting.array().tolist(), key=lambda k: (neg[k], k))[:max_job_test]))
         return real(self, part, order, *args, **kw)
 
     with patch.object(LazyBackfill, "cycle", spy):
