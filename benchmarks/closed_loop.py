@@ -41,7 +41,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
@@ -599,10 +599,18 @@ def run(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: tuple[in
     info: dict[str, Any] = {"plan": asdict(plan), "baseline": config, "jobs": len(sel.jobs),
                             "seed_jobs": len(sel.before), "fraction": sel.fraction,
                             "full_load": sel.full_load, "offered_load": sel.offered_load}
+    return recorded_run(plan, info, outdir, t_begin, beds, log,
+                        lambda state: run_side_by_side(plan, sel, beds, state, outdir, info, lead, log))
+
+
+def recorded_run(plan: Plan, info: dict[str, Any], outdir: Path, t_begin: float, beds: Sequence[Testbed], log,
+                 body: Callable[[Path], None]) -> dict[str, Any]:
+    """Run `body` on a fresh agent state directory, recorded into `info` (and `outdir`), every
+    test cluster in `beds` stopped and the state removed after, whatever happens."""
     state = Path(tempfile.mkdtemp(prefix="cl-agent-"))
     with recording(info, outdir, t_begin):
         try:
-            run_side_by_side(plan, sel, beds, state, outdir, info, lead, log)
+            body(state)
         finally:
             stop_all(beds)
             shutil.rmtree(state, ignore_errors=True)  # what matters of it is exported
@@ -759,16 +767,8 @@ def run_blocks(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: t
                             "seed_jobs": len(sel.before), "fraction": sel.fraction,
                             "full_load": sel.full_load, "offered_load": sel.offered_load,
                             "lengths": asdict(lens), "schedule": sched.to_dict(), "commit": commit()}
-    state = Path(tempfile.mkdtemp(prefix="cl-agent-"))
-    with recording(info, outdir, t_begin):
-        try:
-            run_schedule(plan, sel, lens, sched, beds, state, outdir, info, lead, log)
-        finally:
-            stop_all(beds)
-            shutil.rmtree(state, ignore_errors=True)  # what matters of it is exported
-    log(f"{plan.name}: " + (f"run {info['wall_run']:.0f} s, " if "wall_run" in info else "")
-        + f"all in {info['wall_total']:.0f} s")
-    return info
+    return recorded_run(plan, info, outdir, t_begin, beds, log,
+                        lambda state: run_schedule(plan, sel, lens, sched, beds, state, outdir, info, lead, log))
 
 
 def run_schedule(plan: Plan, sel: Selection, lens: cb.Lengths, sched: sb.Schedule, beds: Sequence[Testbed],
