@@ -396,16 +396,22 @@ def seed_history(before: Sequence[tw.Job], t0: float, config: dict, assoc_path: 
         end = t0 + first + float(rec.end[k])
         if end >= t0:
             continue  # still running or queued when the window begins: not on the cluster
-        j = by_name[str(names[k])]
-        tres = f"billing={4 * j.gpus + 1},cpu=1,gres/gpu={j.gpus},mem=512M,node=1"
-        row = {"JobID": str(SEED_JOB_ID + k), "JobName": j.name, "User": j.user,
-               "Account": j.account, "Partition": "gpu",
-               "Submit": stamp(t0 + first + float(rec.submit[k])),
-               "Start": stamp(t0 + first + float(rec.first_start[k])), "End": stamp(end),
-               "State": "COMPLETED", "Timelimit": slurm_minutes(j.limit_min), "AllocTRES": tres,
-               "ReqTRES": tres, "NCPUS": "1"}
-        lines.append("|".join(row[f] for f in SACCT_FIELDS))
+        lines.append(sacct_row(SEED_JOB_ID + k, by_name[str(names[k])], t0 + first + float(rec.submit[k]),
+                               t0 + first + float(rec.first_start[k]), end))
     return "\n".join(lines) + "\n"
+
+
+def sacct_row(job_id: int, j: tw.Job, submit: float, start: float | None, end: float | None) -> str:
+    """A job's row as the test cluster's sacct prints it (unix times; None: not yet): PENDING
+    without a start (its TRES requested, none allocated), RUNNING without an end, else COMPLETED."""
+    tres = f"billing={4 * j.gpus + 1},cpu=1,gres/gpu={j.gpus},mem=512M,node=1"
+    state = "PENDING" if start is None else "RUNNING" if end is None else "COMPLETED"
+    row = {"JobID": str(job_id), "JobName": j.name, "User": j.user, "Account": j.account,
+           "Partition": "gpu", "Submit": stamp(submit), "Start": "Unknown" if start is None else stamp(start),
+           "End": "Unknown" if end is None else stamp(end), "State": state,
+           "Timelimit": slurm_minutes(j.limit_min), "AllocTRES": "" if start is None else tres,
+           "ReqTRES": tres, "NCPUS": "1"}
+    return "|".join(row[f] for f in SACCT_FIELDS)
 
 
 def read_sacct(path: Path) -> list[dict[str, str]]:
@@ -494,16 +500,21 @@ def agent_env(bed: Testbed) -> dict[str, str]:
     return dict(bed.env, PYTHONPATH=str(REPO / "src") + (os.pathsep + path if path else ""))
 
 
+def agent_options(plan: Plan, seed: Path) -> list[str]:
+    """`agent init`'s options of a run but the connector's: auto mode, the plan's settings."""
+    return ["--auto", "--period", f"{plan.day:g}",
+            "--history", f"{plan.history_days * plan.day:g}", "--min-jobs", str(plan.min_jobs),
+            "--budget", str(plan.budget), "--samples", str(plan.samples),
+            "--validation-samples", str(plan.validation_samples), "--model", plan.model,
+            "--seed-history", str(seed), "--fix", f"placement={PLACEMENT}",
+            "--time-scale", f"{plan.scale if plan.model_trace_time else 1:g}",
+            "--max-step", f"{plan.max_step:g}"]
+
+
 def agent_init(bed: Testbed, state: Path, plan: Plan, seed: Path) -> None:
     env = agent_env(bed)
     cmd = autosched("agent", "init", "--state", str(state), "--slurm-conf", env["SLURM_CONF"],
-                    "--include", str(bed.include), "--auto", "--period", f"{plan.day:g}",
-                    "--history", f"{plan.history_days * plan.day:g}", "--min-jobs", str(plan.min_jobs),
-                    "--budget", str(plan.budget), "--samples", str(plan.samples),
-                    "--validation-samples", str(plan.validation_samples), "--model", plan.model,
-                    "--seed-history", str(seed), "--fix", f"placement={PLACEMENT}",
-                    "--time-scale", f"{plan.scale if plan.model_trace_time else 1:g}",
-                    "--max-step", f"{plan.max_step:g}")
+                    "--include", str(bed.include), *agent_options(plan, seed))
     res = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=300)
     if res.returncode != 0:
         raise RuntimeError(f"`autosched agent init` exited {res.returncode}: {res.stderr.strip()}")

@@ -1,0 +1,326 @@
+"""What the shipped agent would do on a window of a block run, in the twin only (no Slurm).
+
+A real block run (benchmarks/closed_loop.py) takes 36 minutes and, when the agent's round before
+the window changes nothing, measures nothing. This screen asks the agent itself, cheaply: the
+agent's own loop (`Agent.run`: a round every period, the contention and drift checks every poll
+between rounds, as `agent run` does) runs on a clock of its own over the whole window, against
+`TwinCluster`: a fake Slurm (`autosched.live.fake.FakeConnector`) whose job history is the twin
+replaying the window's jobs as the harness submits them, under the baseline and, from each apply
+on, under the config the agent applied. Its seed history, settings and cluster setup are a real
+run's: the plan's `agent init` options, the window before simulated under the baseline
+(`closed_loop.seed_history`), the test cluster's setup as its slurmctld reported it.
+
+The loop's own contention check cannot fire inside a period: `Controller.check_contention` asks
+only from one period after the last round on (`drift_window` is the period), when the period's
+round is due anyway; and its floor of GPU-hours is on the cluster's clock, 120 times the jobs' on
+the test cluster. So at each poll `queue_check` asks the trigger without the gate and with its
+floor on the jobs' clock, and where it fires (a burst inside the window) the agent's round runs
+then (`--at-trigger`, on by default): what an agent that acted at the burst would decide.
+
+    PYTHONPATH=src nice -n 10 python benchmarks/closed_loop_screen.py --run sb-itp21 --days 41-57
+    PYTHONPATH=src nice -n 10 python benchmarks/closed_loop_screen.py --run sb-s18 --days 3-25
+
+Each window prints the agent's rounds (the time in trace days from the window's start, the
+trigger, what it did and why, the predicted gain of a change), where the trigger fired and, when
+the agent changed the config, the twin's gain of the agent's run over the baseline's, on the
+window and in the design's blocks. A round takes no time on the screen's clock (on the test
+cluster, 5-10 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+import closed_loop as cl  # noqa: E402
+import closed_loop_blocks as cb  # noqa: E402
+import slurm_twin as tw  # noqa: E402
+
+from autosched import switchback as sb  # noqa: E402
+from autosched.adapt.trigger import ContentionTrigger, Queue  # noqa: E402
+from autosched.errors import InputError  # noqa: E402
+from autosched.live.agent import Agent, start_agent  # noqa: E402
+from autosched.live.fake import FakeConnector  # noqa: E402
+from autosched.live.history import observation  # noqa: E402
+from autosched.live.twin import ClusterSetup, twin_jobs  # noqa: E402
+from autosched.sim import JobRecords  # noqa: E402
+
+T0 = 1_800_000_000.0  # the window's first instant on the screen's clock (unix s; any will do)
+# The test cluster's setup as its slurmctld reported it to the agent (a real run's round recorded it)
+SETUP_RUN = cl.RESULTS / "sb-itp21"
+
+
+def testbed_setup(run: Path = SETUP_RUN) -> tuple[ClusterSetup, dict[str, str]]:
+    """The setup and the baseline's live settings (as `scontrol show config` spells them) that the
+    agent's round read from the real test cluster in `run` (its agent-store.json, agent-status.json)."""
+    rounds = json.loads((run / "agent-store.json").read_text())["state.db"]["rounds"]
+    summary = rounds[0]["summary"]
+    setup = ClusterSetup.from_dict((json.loads(summary) if isinstance(summary, str) else summary)["setup"])
+    live = json.loads((run / "agent-status.json").read_text())["live"]["knobs"]
+    # a flag (bf_continue) is "" when set and absent when not, as the connector reads Slurm's
+    flags = {k for k, v in live.items() if k.startswith("bf_") and v in ("YES", "NO")}
+    return setup, {**{str(k): str(v) for k, v in live.items() if k not in flags},
+                   **{k: "" for k in flags if live[k] == "YES"}}
+
+
+class TwinCluster(FakeConnector):
+    """A fake cluster whose clock and sacct are the twin's: the window's jobs (`window_trace`,
+    submit times in s from `t0`) replayed under the configs in force, each from the time it was
+    applied (`switch`). `elapsed` is the clock, in s from `t0`; `sacct_rows` shows every job
+    submitted by then, as PENDING, RUNNING or COMPLETED at that moment (a twin run to the end is
+    the same up to any moment before the next switch: the past does not depend on the future)."""
+
+    def __init__(self, directory: str | Path, jobs: Sequence[tw.Job], t0: float, config: Mapping[str, Any]):
+        super().__init__(directory)
+        self.trace = cb.window_trace(jobs)
+        self.jobs = {j.name: j for j in jobs}
+        self.t0, self.elapsed = t0, 0.0
+        self.switches: list[tuple[float, dict[str, Any]]] = [(0.0, dict(config))]
+        self._records: JobRecords | None = None
+        self.spec = cb.testbed_spec()
+
+    def switch(self, config: Mapping[str, Any]) -> None:
+        """From now on the cluster runs `config` (whole)."""
+        self.switches.append((self.elapsed, dict(config)))
+        self._records = None
+
+    def records(self) -> JobRecords:
+        if self._records is None:
+            self._records = cb.simulate(self.trace, self.spec, self.switches).records()
+        return self._records
+
+    def now(self) -> float:
+        return self.t0 + self.elapsed
+
+    def sacct_rows(self, since: float, until: float) -> str:
+        self._log("sacct")
+        return window_sacct(self.trace, self.jobs, self.records(), self.t0, self.elapsed)
+
+
+def window_sacct(trace: Any, jobs: Mapping[str, tw.Job], rec: JobRecords, t0: float, at: float) -> str:
+    """The window's jobs submitted by `at` (s from `t0`) as sacct shows them then (`cl.sacct_row`),
+    job ids from 1 in submit order, as a fresh cluster numbers them."""
+    lines = ["|".join(cl.SACCT_FIELDS)]
+    names = trace.name
+    for k in range(len(trace)):
+        if rec.submit[k] > at:
+            continue
+        start = float(rec.first_start[k])
+        end = float(rec.end[k])
+        lines.append(cl.sacct_row(k + 1, jobs[str(names[k])], t0 + float(rec.submit[k]),
+                                  None if start > at else t0 + start, None if end > at else t0 + end))
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class Round:
+    """One of the agent's rounds on the screen: when (s from the window's start), why, what."""
+
+    at: float
+    trigger: str
+    action: str
+    why: str
+    diff: dict[str, Any]
+    predicted_gain: float | None
+
+
+def queue_check(agent: Agent) -> str:
+    """What the agent's contention trigger says of the queue now against the one its last round
+    saw, as `Tuning.drifted` reads them, but without the loop's gate (`Controller.check_contention`
+    asks only from one period after the last round on, when the period's round is due anyway)
+    and with its floor of GPU-hours on the jobs' clock (`ContentionTrigger.floor_hours` is on the
+    cluster's: under `--time-scale` 120 one hour of the test cluster's GPUs is 120 trace hours):
+    "" when it would not fire, or before any round."""
+    memory = agent.tuning.memory()
+    if memory is None or memory.queue is None:
+        return ""
+    s, view = agent.tuning.settings, agent.view
+    setup = view.recorded_setup() or view.connector.setup()
+    now = view.connector.now()
+    jobs, _ = twin_jobs(view.jobs(now), setup)
+    obs, _ = observation(jobs, now, s.history, seed=s.seed, backlog_history=s.backlog_history)
+    trigger = ContentionTrigger()
+    trigger = replace(trigger, floor_hours=trigger.floor_hours / agent.settings.time_scale)
+    return trigger.fires(Queue.of(obs), Queue.from_dict(memory.queue), setup.cluster_spec().gpus)
+
+
+@dataclass(frozen=True)
+class Screened:
+    """One window: its jobs and load, the agent's rounds, and (when it changed the config) the
+    twin's gain in average JCT of the agent's run over the baseline's, on the window and in the
+    design's blocks (arm 1 running what the agent ran at that moment)."""
+
+    start_day: float
+    jobs: int
+    offered_load: float
+    rounds: list[Round]
+    fired: list[tuple[float, str]]  # (s from the window's start, why) where `queue_check` fired
+    switches: list[tuple[float, dict[str, Any]]]
+    window_gain: float | None
+    block_gain: float | None
+
+    @property
+    def changed(self) -> bool:
+        return len(self.switches) > 1
+
+
+def agent_rounds(plan: cl.Plan, sel: cl.Selection, work: Path, at_trigger: bool = True,
+                 fired: list[tuple[float, str]] | None = None) -> tuple[list[Round], TwinCluster]:
+    """The agent's loop over the window on `TwinCluster` (see the module doc). At each of its
+    polls `queue_check` looks at the queue; where it fires, the moment goes to `fired` and, with
+    `at_trigger`, the agent's round runs then (`Agent.step`, trigger "contention: ..."), as the
+    loop would run it if its trigger were not gated by the period."""
+    base = cl.baseline(plan.scale)
+    seed = work / "seed.sacct"
+    assoc = work / "assoc.txt"
+    assoc.write_text(cb.TESTBED_ASSOC)
+    seed.write_text(cl.seed_history(sel.before, T0, base, assoc))
+    fake = work / "cluster"
+    setup, live = testbed_setup()
+    FakeConnector.create(fake, base=live, setup=setup)
+    res = subprocess.run(cl.autosched("agent", "init", "--state", str(work / "state"), "--fake", str(fake),
+                                      *cl.agent_options(plan, seed)),
+                         capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        raise RuntimeError(f"`autosched agent init` exited {res.returncode}: {res.stderr.strip()}")
+    cluster = TwinCluster(fake, sel.jobs, T0, base)
+    agent = start_agent(work / "state", cluster, log=lambda m: None)
+    horizon = plan.days * plan.day
+    times: list[float] = []  # each round's moment: rounds take no time on this clock
+    in_force: list[int | None] = [None]
+
+    def after_rounds() -> None:
+        """The rounds since the last look happened now; one that applied runs from now on."""
+        times.extend([cluster.elapsed] * (len(agent.store.rounds(limit=100_000)) - len(times)))
+        rev = agent.store.running()
+        if rev is not None and rev.id != in_force[-1]:
+            in_force.append(rev.id)
+            if rev.parent is not None:  # (the baseline's revision, recorded by the first round, runs already)
+                cluster.switch({**base, **dict(rev.config)})
+
+    def sleep(dt: float) -> None:
+        after_rounds()
+        cluster.elapsed = min(horizon, cluster.elapsed + dt)
+        # (as the loop, only between rounds: at a period's end its own round comes first)
+        due = not times or cluster.elapsed - times[-1] >= plan.day
+        if dt > 0 and cluster.elapsed < horizon and not due and (why := queue_check(agent)):
+            if fired is not None:
+                fired.append((cluster.elapsed, why))
+            if at_trigger:
+                agent.step(f"contention: {why}")
+                after_rounds()
+
+    agent.run(should_stop=lambda: cluster.elapsed >= horizon, sleep=sleep, clock=lambda: cluster.elapsed)
+    after_rounds()
+    rounds: list[Round] = []
+    for at, r in zip(times, reversed(agent.store.rounds(limit=100_000))):
+        rev = agent.store.get(r.revision) if r.revision is not None else None
+        ev = rev.evidence if rev is not None else r.evidence
+        rounds.append(Round(at, r.trigger.split(":")[0], r.action, r.why, dict(rev.diff) if rev is not None else {},
+                            None if ev is None else ev.predicted_gain))
+    return rounds, cluster
+
+
+def twin_gains(plan: cl.Plan, sel: cl.Selection, cluster: TwinCluster) -> tuple[float, float]:
+    """The twin's gain in average JCT of the agent's run (its switches) over the baseline's: on
+    the whole window, and in the design's blocks (the pseudo-real run of the switchback, arm 1
+    the agent's config in force at each block's start)."""
+    base = cl.baseline(plan.scale)
+    agent_jct = float(cluster.records().jct.mean())
+    base_jct = float(cb.simulate(cluster.trace, cluster.spec, [(0.0, base)]).records().jct.mean())
+    lens = cb.lengths(sel.jobs, plan.days * plan.day, plan.blocks)
+    sched = sb.schedule("switchback", lens.blocks, plan.design_seed)
+    # the blocks: arm 1 the agent's latest config (its last switch), as the harness runs it
+    tl = cb.Timeline(lens.block, lens.washout, sched, (base, cluster.switches[-1][1]))
+    block = cb.twin_block_gain(cb.block_rows([cb.simulate_run(cluster.trace, cluster.spec, tl, 0)],
+                                             cluster.spec, tl))
+    return 1 - agent_jct / base_jct, block
+
+
+def screen(plan: cl.Plan, trace: Any, at_trigger: bool = True) -> Screened:
+    """One window (see the module doc)."""
+    sel = cl.select(trace, plan)
+    fired: list[tuple[float, str]] = []
+    with tempfile.TemporaryDirectory(prefix="clscreen-") as d:
+        rounds, cluster = agent_rounds(plan, sel, Path(d), at_trigger, fired)
+    gains: tuple[float | None, float | None] = (None, None)
+    if len(cluster.switches) > 1:
+        gains = twin_gains(plan, sel, cluster)
+    return Screened(plan.start_day, len(sel.jobs), sel.offered_load, rounds, fired, cluster.switches, *gains)
+
+
+def row(s: Screened, plan: cl.Plan) -> str:
+    """The window as a table row."""
+    said = "; ".join(f"{r.at / plan.day:.2f} d {r.trigger}: {r.action}"
+                     + (f" {r.diff} predicted {r.predicted_gain:+.1%}" if r.diff and r.predicted_gain is not None
+                        else f" ({r.why})") for r in s.rounds)
+    gain = "" if s.window_gain is None else f"{s.window_gain:+.1%} ({s.block_gain:+.1%})"
+    fired = "; ".join(f"{t / plan.day:.2f} d: {why}" for t, why in s.fired)
+    return f"| {s.start_day:g} | {s.jobs} | {s.offered_load:.2f} | {said} | {fired} | {gain} |"
+
+
+HEADER = ("| start day | jobs | offered load | the agent's rounds (trace days into the window) | "
+          "the contention trigger at the polls, ungated, floor on the jobs' clock | twin gain of its run: window (blocks) |\n"
+          "|---|---|---|---|---|---|")
+
+
+def days_of(text: str) -> list[float]:
+    """--days: "41-57" (every day), or "3,7,21"."""
+    try:
+        if "-" in text:
+            a, b = (float(x) for x in text.split("-", 1))
+            return [float(d) for d in np.arange(a, b + 1e-9, 1.0)]
+        return [float(x) for x in text.split(",")]
+    except ValueError:
+        raise InputError(f"--days {text!r}: a range A-B or a list A,B,C of trace days") from None
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--run", choices=sorted(cl.PLANS), default="sb-itp21", help="the plan whose settings the agent has")
+    ap.add_argument("--days", required=True, help="the windows' start days: A-B or A,B,C")
+    ap.add_argument("--trace", help="another trace than the plan's (canonical CSV)")
+    ap.add_argument("--load", type=float, help="offered load the thinning aims at")
+    ap.add_argument("--at-trigger", action=argparse.BooleanOptionalAction, default=True,
+                    help="a round where the contention trigger, ungated, fires (queue_check)")
+    args = ap.parse_args(argv)
+    try:
+        plan = cl.PLANS[args.run]
+        cl.check_load(args.load)
+        if args.load is not None:
+            plan = replace(plan, load=args.load)
+        if args.trace:
+            plan = replace(plan, trace=args.trace)
+        trace = cl.trace_of(Path(plan.trace))
+        days = days_of(args.days)
+    except InputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(f"{Path(plan.trace).name}, the agent as in {plan.name} (max step {plan.max_step:g}, period "
+          f"{plan.day:g} s = 1 trace day, history {plan.history_days:g} days)\n\n{HEADER}", flush=True)
+    for day in days:
+        p = replace(plan, start_day=day)
+        try:
+            s = screen(p, trace, args.at_trigger)
+        except InputError as e:
+            print(f"| {day:g} | | | {e} | |", flush=True)
+            continue
+        print(row(s, p), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,103 @@
+"""benchmarks/closed_loop_screen.py: the shipped agent's own loop over a window, in the twin.
+
+The fake cluster's sacct is checked on a tiny window worked out by hand; the loop is run over a
+short window (the "ci" plan's small budget) and must run the agent's rounds inside the window at
+its period, not only the one before it that the block runs had."""
+
+from __future__ import annotations
+
+import csv
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from autosched.live.history import ACTIVE_STATES
+from conftest import script_module
+
+cl = script_module("benchmarks/closed_loop.py")
+cs = script_module("benchmarks/closed_loop_screen.py")
+tw = script_module("benchmarks/slurm_twin.py")
+T0 = 1_700_000_000.0  # 2023-11-14T22:13:20 UTC
+
+
+def _rows(text: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(text.splitlines(), delimiter="|"))
+
+
+def _cluster(tmp_path: Path, jobs: list) -> object:
+    setup, live = cs.testbed_setup()
+    cs.FakeConnector.create(tmp_path / "fake", base=live, setup=setup)
+    return cs.TwinCluster(tmp_path / "fake", jobs, T0, cl.baseline(120.0))
+
+
+def test_the_twin_clusters_sacct_is_the_window_as_it_stands_at_its_clock(tmp_path):
+    # four 8-GPU jobs of 100 s at 0 fill the 32 GPUs; a fifth, at 1 s, waits for them (they end at
+    # 100 s) and runs 10 s; a sixth is submitted at 300 s. At 50 s: four RUNNING, one PENDING
+    # (no start, no GPUs allocated), the sixth not there; at 200 s: five COMPLETED.
+    jobs = [tw.Job(f"cl-{i:04d}", 0.0, 8, 100, 2, "alice", "physics") for i in range(4)]
+    jobs += [tw.Job("cl-0004", 1.0, 8, 10, 2, "bob", "chemistry"), tw.Job("cl-0005", 300.0, 1, 5, 1, "bob", "physics")]
+    cluster = _cluster(tmp_path, jobs)
+    cluster.elapsed = 50.0
+    assert cluster.now() == T0 + 50
+    rows = _rows(cluster.sacct_rows(T0 - 3600, T0 + 50))
+    assert [r["JobName"] for r in rows] == [f"cl-{i:04d}" for i in range(5)]
+    assert [r["JobID"] for r in rows] == ["1", "2", "3", "4", "5"]
+    assert [r["State"] for r in rows] == ["RUNNING"] * 4 + ["PENDING"]
+    assert {r["State"] for r in rows} <= set(ACTIVE_STATES)
+    assert [r["End"] for r in rows] == ["Unknown"] * 5
+    assert rows[4]["Start"] == "Unknown" and rows[4]["AllocTRES"] == "" and "gres/gpu=8" in rows[4]["ReqTRES"]
+    assert rows[0]["Start"] == "2023-11-14T22:13:20" and rows[4]["Submit"] == "2023-11-14T22:13:21"
+    cluster.elapsed = 200.0
+    rows = _rows(cluster.sacct_rows(T0, T0 + 200))
+    assert [r["State"] for r in rows] == ["COMPLETED"] * 5
+    assert [r["End"] for r in rows[:4]] == ["2023-11-14T22:15:00"] * 4  # T0 + 100
+
+
+def test_a_switch_runs_the_new_config_from_its_moment_on(tmp_path):
+    # the cluster's jobs replayed under the baseline, then (from 50 s) under age only: the same
+    # records as the twin's replay of those two configs with the switch at 50 s
+    jobs = [tw.Job(f"cl-{i:04d}", float(i), 1 + i % 8, 30 + 7 * i, 2, cl.tw.USERS[i % 3], cl.tw.ACCOUNTS[i % 2])
+            for i in range(60)]
+    cluster = _cluster(tmp_path, jobs)
+    base = cl.baseline(120.0)
+    other = {**base, **cl.ARCHETYPES["age only"]}
+    cluster.elapsed = 50.0
+    cluster.switch(other)
+    want = cs.cb.simulate(cluster.trace, cluster.spec, [(0.0, base), (50.0, other)]).records()
+    got = cluster.records()
+    assert np.array_equal(got.first_start, want.first_start) and np.array_equal(got.end, want.end)
+    assert cluster.switches == [(0.0, base), (50.0, other)]
+
+
+def test_the_agent_runs_its_rounds_inside_the_window_at_its_period(tmp_path):
+    # a window of 2.5 periods: `agent run`'s own loop rounds at 0, 1 and 2 periods in (the block
+    # runs had only the first); the "ci" plan's budget keeps it short
+    plan = replace(cl.PLANS["ci"], days=2.5, design="switchback")
+    trace = cl.trace_of(Path(plan.trace))
+    sel = cl.select(trace, plan)
+    rounds, cluster = cs.agent_rounds(plan, sel, tmp_path, at_trigger=False)
+    assert [r.at for r in rounds] == [0.0, plan.day, 2 * plan.day]
+    assert [r.trigger for r in rounds] == ["period"] * 3
+    assert all(r.why for r in rounds)
+    # every config it applied runs on the twin from its round on (none: the baseline throughout)
+    changed = [r for r in rounds if r.diff]
+    assert [t for t, _ in cluster.switches[1:]] == [r.at for r in changed]
+
+
+def test_a_burst_inside_the_window_gets_a_round_at_the_next_poll(tmp_path):
+    # the "ci" plan: a period of 60 s, polls every 30 s (`agent run`: a quarter period, at least
+    # 30 s). 40 one-GPU jobs of 5 s in the window before (history for the model); in the window,
+    # 60 jobs of 8 GPUs for 20 s at 24 s: 4 run, 56 wait at the poll at 30 s, against an empty
+    # queue at the round at 0 (the trigger asks 2 x max(seen, 10 jobs) and 2 x max(seen, 1 h of
+    # the 32 GPUs on the jobs' clock, 1440x faster) GPU-hours). A round there, then the period's
+    # at 60 s and 120 s; the queue the 30 s round saw (56) never doubles after.
+    plan = replace(cl.PLANS["ci"], days=2.5, design="switchback")
+    before = [tw.Job(f"cls-{i:04d}", -120.0 + 3 * i, 1, 5, 1, "alice", "physics") for i in range(40)]
+    jobs = [tw.Job(f"cl-{i:04d}", 24.0, 8, 20, 1, tw.USERS[i % 3], tw.ACCOUNTS[i % 2]) for i in range(60)]
+    sel = cl.Selection(jobs, before, 1.0, 1.0, 1.0)
+    fired: list = []
+    rounds, _ = cs.agent_rounds(plan, sel, tmp_path, fired=fired)
+    assert [(r.at, r.trigger) for r in rounds] == [(0.0, "period"), (30.0, "contention"), (60.0, "period"),
+                                                   (120.0, "period")]
+    assert [t for t, _ in fired] == [30.0] and fired[0][1].startswith("queue 56 jobs")
