@@ -145,6 +145,10 @@ class Plan:
     # a positive control: arm 1 is this archetype (ARCHETYPES) over the baseline, an operator's
     # config with no agent round; does the design see an effect the twin says is there?
     control: str = ""
+    # the agent's loop runs through the window as in production (`agent run`, its rounds each
+    # period and at a burst: closed_loop_screen.shadow), on the cluster's jobs and clock with its
+    # applies kept apart; arm 1 of each block is the config it runs at the block's start
+    in_window: bool = False
 
     @property
     def day(self) -> float:
@@ -168,6 +172,11 @@ PLANS = {
                cap=6 * 3600.0, budget=3, samples=1, validation_samples=2, min_jobs=20,
                history_days=2.0, model_trace_time=True, design="crossover", blocks=4, max_step=1.0,
                run_unchanged=True),
+    # the same with the agent's loop through the window (its rounds each period and at a burst)
+    "ci-loop": Plan("ci-loop", start_day=1.0, days=1.0, before_days=1.0, load=0.3, scale=1440.0,
+                    cap=6 * 3600.0, budget=3, samples=1, validation_samples=2, min_jobs=20,
+                    history_days=2.0, model_trace_time=True, design="crossover", blocks=4, max_step=1.0,
+                    in_window=True),
     "sb-aa": Plan("sb-aa", start_day=18.0, aa=True, **BLOCKS),
     "sb-s18": Plan("sb-s18", start_day=18.0, **BLOCKS),
     # ITP cluster02 is sparse: the two days before day 21 hold 80 jobs once thinned, 47 of them
@@ -801,6 +810,8 @@ def run_schedule(plan: Plan, sel: Selection, lens: cb.Lengths, sched: sb.Schedul
         treat = dict(info["decision"]["config"])
     elif plan.control:
         treat = {**base, **ARCHETYPES[plan.control]}
+    elif plan.in_window:
+        loop, arm1 = start_loop(beds[0], state, plan, sel, outdir, base, lead, info, log)
     elif not plan.aa:
         t_seed = time.time() + lead
         (outdir / "seed.sacct").write_text(seed_history(sel.before, t_seed, base, outdir / "assoc.txt"))
@@ -817,20 +828,25 @@ def run_schedule(plan: Plan, sel: Selection, lens: cb.Lengths, sched: sb.Schedul
             info.update(configs=[dict(base), dict(base)], unchanged=True, t0=None)  # no window played
             log(f"{plan.name}: both arms would be the baseline: nothing to measure, the run ends here")
             return
+    if not plan.in_window:
+        loop, arm1 = None, lambda: dict(treat)
     configs = (base, treat)
     info["configs"] = [dict(c) for c in configs]
     t0 = time.time() + lead
     info["t0"] = t0
     switches: list[dict[str, Any]] = []
     errors: list[str] = []
+    by_block: list[dict[str, Any]] = []  # arm 1's config at each block's start
 
     def switch() -> None:
         for k in range(sched.blocks):
             time.sleep(max(0.0, t0 + k * lens.block - time.time()))
+            by_block.append(arm1())
             for u, b in enumerate(beds):
                 arm = int(sched.arms[k, u])
+                cfg = by_block[-1] if arm else base
                 try:
-                    switches.append({"block": k, "unit": u, "arm": arm, "at": apply_config(b, configs[arm])})
+                    switches.append({"block": k, "unit": u, "arm": arm, "at": apply_config(b, cfg), "config": cfg})
                 except Exception as e:  # noqa: BLE001 - recorded: the run fails below
                     errors.append(f"switch to block {k} on cluster {b.label}: {e}")
 
@@ -847,6 +863,7 @@ def run_schedule(plan: Plan, sel: Selection, lens: cb.Lengths, sched: sb.Schedul
         th.join()
     info["wall_submitted"] = time.time() - t0
     info["switches"] = switches
+    info["arm1"] = by_block
     info["submit_errors"] = errors
     log(f"{plan.name}: submitted in {info['wall_submitted']:.0f} s" + (f"; errors: {errors}" if errors else ""))
     if errors:
@@ -855,7 +872,75 @@ def run_schedule(plan: Plan, sel: Selection, lens: cb.Lengths, sched: sb.Schedul
     for b in beds:
         b.cluster().wait_done(names, timeout=4 * plan.day + plan.cap / plan.scale)
     info["wall_run"] = time.time() - t0
+    if loop is not None:
+        end_loop(loop, beds[0], state, outdir, base, info)
     export_clusters(beds, t0, outdir)
+
+
+def start_loop(bed: Testbed, state: Path, plan: Plan, sel: Selection, outdir: Path, base: dict[str, Any],
+               lead: float, info: dict[str, Any], log) -> tuple[subprocess.Popen[bytes], Callable[[], dict[str, Any]]]:
+    """The agent's loop through the window (`Plan.in_window`): `agent init --fake` on a fake
+    holding the cluster's live settings and setup, the seed history, then the loop
+    (closed_loop_screen.py --shadow) from the window's start; returns once its first round is
+    recorded, with the process and what gives arm 1's config (the agent's running one)."""
+    from autosched.live.agent import make_connector
+    from autosched.live.errors import LiveError
+    from autosched.live.fake import FakeConnector
+    from autosched.live.store import RevisionStore
+
+    env = agent_env(bed)
+    slurm = make_connector({"kind": "slurm", "slurm_conf": env["SLURM_CONF"], "include": str(bed.include),
+                            "timeout": 30.0})
+    fake = state / "settings-fake"  # (removed with the state)
+    FakeConnector.create(fake, base=slurm.live_values(), setup=slurm.setup())
+    t_seed = time.time() + lead
+    seed = outdir / "seed.sacct"
+    seed.write_text(seed_history(sel.before, t_seed, base, outdir / "assoc.txt"))
+    res = subprocess.run(autosched("agent", "init", "--state", str(state), "--fake", str(fake),
+                                   *agent_options(plan, seed)), env=env, capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        raise RuntimeError(f"`autosched agent init` exited {res.returncode}: {res.stderr.strip()}")
+    time.sleep(max(0.0, t_seed - time.time()))
+    log_file = open(outdir / "agent.log", "wb")
+    loop = subprocess.Popen([sys.executable, str(REPO / "benchmarks" / "closed_loop_screen.py"), "--shadow",
+                             str(state), str(fake), env["SLURM_CONF"], str(bed.include)],
+                            env=env, stdout=log_file, stderr=subprocess.STDOUT)
+    log_file.close()
+    store = RevisionStore(state)
+    while store.last_round() is None:
+        if loop.poll() is not None:
+            raise RuntimeError(f"the agent's loop exited {loop.returncode} before its first round "
+                               f"(see {outdir / 'agent.log'})")
+        time.sleep(0.5)
+    info["wall_agent"] = time.time() - t_seed
+    round0 = store.last_round()
+    log(f"{plan.name}: the agent's loop runs; its first round ({info['wall_agent']:.0f} s): "
+        f"{round0.action if round0 else ''} ({round0.why if round0 else ''})")
+
+    last = [dict(base)]
+
+    def arm1() -> dict[str, Any]:  # (as `decision_of` reads the running revision)
+        try:
+            rev = store.running()
+        except LiveError as e:  # the store busy past its timeout: the config read last, said
+            log(f"{plan.name}: the agent's store: {e}; arm 1 keeps the config read last")
+            return last[0]
+        last[0] = {**base, **(dict(rev.config) if rev is not None else {})}
+        return last[0]
+
+    return loop, arm1
+
+
+def end_loop(loop: subprocess.Popen[bytes], bed: Testbed, state: Path, outdir: Path, base: dict[str, Any],
+             info: dict[str, Any]) -> None:
+    """Stop the agent's loop (SIGTERM; the round under way finishes), export its store, and record
+    its last change as the run's decision."""
+    stop_agent(loop)
+    export_agent(bed, state, outdir)
+    status = json.loads((outdir / "agent-status.json").read_text())
+    dec = decision_of(status, base)
+    info["decision"] = asdict(dec)
+    info["configs"] = [dict(base), dict(dec.config)]
 
 
 def stop_agent(p: subprocess.Popen[bytes]) -> None:
@@ -1277,7 +1362,7 @@ def unit_run(outdir: Path, label: str, info: Mapping[str, Any], unit: int) -> tu
     by_id = {r["JobID"]: r.get("NodeList", "") for r in real.rows}
     nodes = np.array([node_of(by_id.get(str(j), "")) for j in real.ids])
     switches: list[tuple[float, dict[str, Any]]] = [(-math.inf, dict(base))]
-    switches += [(float(sw["at"]) - real.day0, dict(configs[sw["arm"]]))
+    switches += [(float(sw["at"]) - real.day0, dict(sw.get("config") or configs[sw["arm"]]))
                  for sw in sorted(info["switches"], key=lambda sw: sw["at"]) if sw["unit"] == unit]
     spec = tw.twin_spec(real, base, outdir / "assoc.txt")
     return cb.UnitRun(real, float(info["t0"]) - real.day0, switches, nodes), spec
@@ -1323,7 +1408,7 @@ def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult
         whole = cb.simulate(run_u.real.trace, spec, [(t if math.isfinite(t) else 0.0, c) for t, c in run_u.switches])
         tau[label] = tw.agreement(run_u.real, whole, info["baseline"]["bf_interval"])["tau"]
     configs = (dict(info["configs"][0]), dict(info["configs"][1]))
-    tl = cb.Timeline(lens.block, lens.washout, sched, configs)
+    tl = cb.Timeline(lens.block, lens.washout, sched, configs, tuple(dict(c) for c in info.get("arm1") or ()))
     rows = cb.block_rows(runs, specs, tl, jitters=jitters, seed=int(plan.get("seed", 0)))
     effects, gains, aa = cb.analyse_rows(rows, sched)
     jobs = runs[0].real.trace
@@ -1415,11 +1500,15 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
                                  ("seed", args.seed), ("load", args.load), ("model", args.model),
                                  ("model_trace_time", args.model_trace_time), ("design", args.design),
                                  ("design_seed", args.design_seed), ("blocks", args.blocks),
-                                 ("decision_from", args.decision_from), ("control", args.control))
+                                 ("decision_from", args.decision_from), ("control", args.control),
+                                 ("in_window", args.in_window))
                if v is not None}
     plan = replace(plan, name=name, **changes)
     if plan.decision_from:
         check_decision(args.out / plan.decision_from, plan)
+    if plan.in_window and (plan.aa or plan.decision_from or plan.control or plan.design == "side-by-side"):
+        raise InputError("--in-window: the agent's loop through the window of a block design (not with an A/A "
+                         "plan, --decision-from, --control or the side-by-side design)")
     if plan.control and (plan.aa or plan.decision_from or plan.design == "side-by-side"):
         raise InputError(f"--control {plan.control!r}: a control is arm 1 of a block design, without an agent "
                          "(not with an A/A plan, --decision-from or the side-by-side design)")
@@ -1471,6 +1560,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "run RUN (in --out), with no agent round of its own; both runs' pairs are read together")
     ap.add_argument("--control", choices=sorted(ARCHETYPES), help="a positive control: arm 1 is this "
                     "archetype over the baseline, with no agent round")
+    ap.add_argument("--in-window", action=argparse.BooleanOptionalAction, help="the agent's loop runs through "
+                    "the window (its rounds each period and at a burst), arm 1 its config at each block's start")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--roots", default="/tmp/cl-A,/tmp/cl-B", help="the two clusters' TESTBED_ROOTs")
     ap.add_argument("--port-base", type=int, default=23000, help="cluster A's; B's is 100 above")

@@ -169,14 +169,21 @@ class Timeline:
     washout: float
     schedule: sb.Schedule
     configs: tuple[dict[str, Any], dict[str, Any]]
+    # arm 1's config block by block, when it changed during the run (an agent whose loop ran
+    # through the window: `closed_loop.Plan.in_window`); empty: configs[1] throughout
+    arm1: tuple[dict[str, Any], ...] = ()
 
     def bounds(self, k: int) -> tuple[float, float, float]:
         """Block k's start, the end of its washout, its end."""
         s = k * self.block
         return s, s + self.washout, s + self.block
 
+    def arm_config(self, k: int, arm: int) -> dict[str, Any]:
+        """The whole config of `arm` in block k."""
+        return self.arm1[k] if arm == 1 and self.arm1 else self.configs[arm]
+
     def config(self, k: int, unit: int) -> dict[str, Any]:
-        return self.configs[int(self.schedule.arms[k, unit])]
+        return self.arm_config(k, int(self.schedule.arms[k, unit]))
 
     def switches(self, unit: int) -> list[tuple[float, dict[str, Any]]]:
         """(time, config) of the unit's planned switches: one at each block's start."""
@@ -332,8 +339,8 @@ def block_rows(runs: Sequence[UnitRun], spec: ClusterSpec | Sequence[ClusterSpec
         s, m, e = timeline.bounds(k)
         for u, (run, spec_u) in enumerate(zip(runs, specs)):
             arm = int(timeline.schedule.arms[k, u])
-            twin = tuple(replay_block(run, spec_u, s, m, e, timeline.configs[a]) for a in (0, 1))
-            jit = tuple(replay_block(run, spec_u, s, m, e, timeline.configs[arm], copy=c, seed=seed)
+            twin = tuple(replay_block(run, spec_u, s, m, e, timeline.arm_config(k, a)) for a in (0, 1))
+            jit = tuple(replay_block(run, spec_u, s, m, e, timeline.arm_config(k, arm), copy=c, seed=seed)
                         for c in range(1, jitters + 1))
             rows.append(BlockRow(k, u, arm, realized(run, m, e), (twin[0], twin[1]), jit))
     return rows

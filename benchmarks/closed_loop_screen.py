@@ -31,9 +31,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -110,6 +113,53 @@ class TwinCluster(FakeConnector):
         return window_sacct(self.trace, self.jobs, self.records(), self.t0, self.elapsed)
 
 
+class ShadowCluster(FakeConnector):
+    """The real test cluster as the agent of a block run with rounds in the window sees it
+    (`closed_loop.Plan.in_window`): its clock, jobs, setup and backfill statistics are the
+    cluster's (`slurm`), its settings a fake's. The agent's applies land in the fake; the harness
+    runs the agent's running config in arm 1's blocks and the baseline in arm 0's, so an apply
+    must not touch the cluster, and the agent must not read the harness's switches as hand edits."""
+
+    def __init__(self, directory: str | Path, slurm: Any):
+        super().__init__(directory)
+        self.slurm = slurm
+
+    def now(self) -> float:
+        return float(self.slurm.now())
+
+    def sacct_rows(self, since: float, until: float) -> str:
+        return str(self.slurm.sacct_rows(since, until))
+
+    def setup(self) -> ClusterSetup:
+        return self.slurm.setup()  # type: ignore[no-any-return]
+
+    def backfill_stats(self) -> Any:
+        return self.slurm.backfill_stats()
+
+
+def shadow(state: Path, fake: Path, slurm_conf: str, include: str) -> int:
+    """`--shadow`: the agent's loop on the real cluster through `ShadowCluster`, its contention
+    rounds as the screen's (`trigger_round`), until SIGTERM (the round under way finishes)."""
+    from autosched.live.agent import make_connector
+
+    slurm = make_connector({"kind": "slurm", "slurm_conf": slurm_conf, "include": include, "timeout": 30.0})
+    agent = start_agent(state, ShadowCluster(fake, slurm), log=lambda m: print(m, flush=True))
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    period = agent.settings.period
+
+    def sleep(dt: float) -> None:
+        if stop.wait(dt):
+            return
+        last = agent.store.last_round()
+        due = last is None or time.time() >= last.time + period - 1.0
+        if why := trigger_round(agent, due):
+            print(f"contention round: {why}", flush=True)
+
+    agent.run(should_stop=stop.is_set, sleep=sleep)
+    return 0
+
+
 def window_sacct(trace: Any, jobs: Mapping[str, tw.Job], rec: JobRecords, t0: float, at: float) -> str:
     """The window's jobs submitted by `at` (s from `t0`) as sacct shows them then (`cl.sacct_row`),
     job ids from 1 in submit order, as a fresh cluster numbers them."""
@@ -155,6 +205,15 @@ def queue_check(agent: Agent) -> str:
     trigger = ContentionTrigger()
     trigger = replace(trigger, floor_hours=trigger.floor_hours / agent.settings.time_scale)
     return trigger.fires(Queue.of(obs), Queue.from_dict(memory.queue), setup.cluster_spec().gpus)
+
+
+def trigger_round(agent: Agent, due: bool) -> str:
+    """At a poll between rounds (`due`: the period's round comes now, and goes first): where
+    `queue_check` fires, the agent's round runs now (trigger "contention: ..."); says why ("": none)."""
+    if due or not (why := queue_check(agent)):
+        return ""
+    agent.step(f"contention: {why}")
+    return why
 
 
 @dataclass(frozen=True)
@@ -216,12 +275,15 @@ def agent_rounds(plan: cl.Plan, sel: cl.Selection, work: Path, at_trigger: bool 
         cluster.elapsed = min(horizon, cluster.elapsed + dt)
         # (as the loop, only between rounds: at a period's end its own round comes first)
         due = not times or cluster.elapsed - times[-1] >= plan.day
-        if dt > 0 and cluster.elapsed < horizon and not due and (why := queue_check(agent)):
-            if fired is not None:
-                fired.append((cluster.elapsed, why))
-            if at_trigger:
-                agent.step(f"contention: {why}")
-                after_rounds()
+        if dt <= 0 or cluster.elapsed >= horizon or due:
+            return
+        if at_trigger:
+            why = trigger_round(agent, due)
+            after_rounds()
+        else:
+            why = queue_check(agent)
+        if why and fired is not None:
+            fired.append((cluster.elapsed, why))
 
     agent.run(should_stop=lambda: cluster.elapsed >= horizon, sleep=sleep, clock=lambda: cluster.elapsed)
     after_rounds()
@@ -236,15 +298,15 @@ def agent_rounds(plan: cl.Plan, sel: cl.Selection, work: Path, at_trigger: bool 
 
 def twin_gains(plan: cl.Plan, sel: cl.Selection, cluster: TwinCluster) -> tuple[float, float]:
     """The twin's gain in average JCT of the agent's run (its switches) over the baseline's: on
-    the whole window, and in the design's blocks (the pseudo-real run of the switchback, arm 1
-    the agent's config in force at each block's start)."""
+    the whole window, and in the design's blocks (the twin's switchback, arm 1 in each block the
+    config the agent ran at the block's start, as `closed_loop.Plan.in_window` runs it)."""
     base = cl.baseline(plan.scale)
     agent_jct = float(cluster.records().jct.mean())
     base_jct = float(cb.simulate(cluster.trace, cluster.spec, [(0.0, base)]).records().jct.mean())
     lens = cb.lengths(sel.jobs, plan.days * plan.day, plan.blocks)
     sched = sb.schedule("switchback", lens.blocks, plan.design_seed)
-    # the blocks: arm 1 the agent's latest config (its last switch), as the harness runs it
-    tl = cb.Timeline(lens.block, lens.washout, sched, (base, cluster.switches[-1][1]))
+    arm1 = tuple(next(c for t, c in reversed(cluster.switches) if t <= k * lens.block) for k in range(lens.blocks))
+    tl = cb.Timeline(lens.block, lens.washout, sched, (base, cluster.switches[-1][1]), arm1)
     block = cb.twin_block_gain(cb.block_rows([cb.simulate_run(cluster.trace, cluster.spec, tl, 0)],
                                              cluster.spec, tl))
     return 1 - agent_jct / base_jct, block
@@ -291,12 +353,17 @@ def days_of(text: str) -> list[float]:
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--run", choices=sorted(cl.PLANS), default="sb-itp21", help="the plan whose settings the agent has")
-    ap.add_argument("--days", required=True, help="the windows' start days: A-B or A,B,C")
+    ap.add_argument("--days", default="", help="the windows' start days: A-B or A,B,C")
     ap.add_argument("--trace", help="another trace than the plan's (canonical CSV)")
     ap.add_argument("--load", type=float, help="offered load the thinning aims at")
     ap.add_argument("--at-trigger", action=argparse.BooleanOptionalAction, default=True,
                     help="a round where the contention trigger, ungated, fires (queue_check)")
+    ap.add_argument("--shadow", nargs=4, metavar=("STATE", "FAKE", "SLURM_CONF", "INCLUDE"),
+                    help="(for closed_loop.py) the agent's loop on a real test cluster (ShadowCluster)")
     args = ap.parse_args(argv)
+    if args.shadow:
+        state, fake, conf, include = args.shadow
+        return shadow(Path(state), Path(fake), conf, include)
     try:
         plan = cl.PLANS[args.run]
         cl.check_load(args.load)

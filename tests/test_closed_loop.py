@@ -335,6 +335,7 @@ def no_clusters(monkeypatch):
     (["--start-day", "-3"], "--start-day -3.0: must be a day >= 0 of the trace"),
     (["--seed", "-1"], "--seed -1: a seed is an integer >= 0"),
     (["--control", "age only"], "--control 'age only': a control is arm 1 of a block design"),  # w1: side by side
+    (["--in-window"], "--in-window: the agent's loop through the window of a block design"),  # w1: side by side
 ])
 def test_a_bad_flag_is_one_error_line_before_anything_starts(flags, message, no_clusters, tmp_path, capsys):
     assert cl.main(["--run", "w1", "--out", str(tmp_path), *flags]) == 2
@@ -404,9 +405,11 @@ def test_analyse_names_an_unfinished_run(info, message, doc_copy, tmp_path, caps
 # -- on two real clusters -------------------------------------------------------------------
 
 @pytest.mark.slurm
-def test_ci_run_on_two_real_clusters_accounts_for_every_job(tmp_path):
+@pytest.mark.parametrize("name", ["ci", "ci-loop"])
+def test_ci_run_on_two_real_clusters_accounts_for_every_job(name, tmp_path):
     # the "ci" plan: a crossover of 4 blocks on two real clusters, about 80 jobs, the agent's one
-    # round first; it checks the harness and that every job is accounted for, not the gain
+    # round first; "ci-loop": the agent's loop through the window, arm 1 what it runs at each
+    # block's start. It checks the harness and that every job is accounted for, not the gain
     reason = missing_slurm()
     if reason:
         unavailable(reason)
@@ -417,8 +420,8 @@ def test_ci_run_on_two_real_clusters_accounts_for_every_job(tmp_path):
     roots = tuple(Path(tempfile.mkdtemp(prefix=f"astb-{x}", dir="/tmp")) for x in "AB")
     for r in roots:
         r.chmod(0o755)
-    out = tmp_path / "ci"
-    plan = cl.PLANS["ci"]
+    out = tmp_path / name
+    plan = cl.PLANS[name]
     trace, _ = load_trace(Path(plan.trace))
     t = time.monotonic()
     try:
@@ -449,10 +452,16 @@ def test_ci_run_on_two_real_clusters_accounts_for_every_job(tmp_path):
         (k, u, int(sched.arms[k, u])) for k in range(4) for u in range(2)]
     for s in info["switches"]:
         assert 0 <= s["at"] - (info["t0"] + s["block"] * block) < 5
-    # the agent's one round: its baseline revision is the config the harness wrote, with --max-step 1
+    # the agent's round(s): its baseline revision is the config the harness wrote, with --max-step 1
     status = json.loads((out / "agent-status.json").read_text())
     assert any(r["trigger"] == "baseline" for r in status["history"])
-    assert json.loads((out / "agent-step.json").read_text())
+    if plan.in_window:  # its loop's log, and arm 1 in each block the config it ran then
+        assert (out / "agent.log").exists() and status["last_round"]["trigger"]
+        assert len(info["arm1"]) == 4 and info["arm1"][-1] == info["configs"][1]
+        assert all(s["config"] == (info["arm1"][s["block"]] if s["arm"] else info["configs"][0])
+                   for s in info["switches"])
+    else:
+        assert json.loads((out / "agent-step.json").read_text())
     settings = json.loads((out / "agent-settings.json").read_text())
     assert settings["time_scale"] == plan.scale and settings["max_step"] == 1.0
     assert (out / "seed.sacct").read_text().count("\n") > plan.min_jobs

@@ -53,6 +53,34 @@ def test_the_timeline_by_hand():
     assert tl.switches(1) == [(0.0, a), (100.0, b)]
 
 
+
+def test_arm_1_changes_block_by_block_when_the_agents_loop_ran_through_the_window():
+    # an agent that changed its config at block 1: arm 1 is b in block 0 and c from block 1 on;
+    # arm 0 stays a
+    s = sb.Schedule("switchback", 0, np.array([[1], [0], [1]]))
+    a, b, c = {"x": 0}, {"x": 1}, {"x": 2}
+    tl = cb.Timeline(100.0, 40.0, s, (a, c), arm1=(b, c, c))
+    assert [tl.arm_config(k, 1) for k in range(3)] == [b, c, c]
+    assert [tl.arm_config(k, 0) for k in range(3)] == [a, a, a]
+    assert tl.switches(0) == [(0.0, b), (100.0, a), (200.0, c)]
+
+
+def test_a_block_replayed_under_a_changing_arm_1_gives_back_what_happened():
+    # as below, with arm 1 the baseline in the first two blocks (an agent that had changed
+    # nothing yet) and GPU first from then on: a replay under the config in force is the run
+    base = cl.baseline(120.0)
+    other = {**base, **cl.ARCHETYPES["GPU first"]}
+    sched = sb.schedule("switchback", 6, 3)
+    tl = cb.Timeline(100.0, 50.0, sched, (base, other), arm1=(base, base, other, other, other, other))
+    spec = cb.testbed_spec()
+    run = cb.simulate_run(_workload(), spec, tl, 0)
+    for r in cb.block_rows([run], spec, tl):
+        same = r.twin[r.arm]
+        assert same.avg_jct == pytest.approx(r.realized.avg_jct, abs=1e-6)
+        if r.block < 2:  # both arms the baseline: the replays agree
+            assert r.twin[0].avg_jct == pytest.approx(r.twin[1].avg_jct, abs=1e-6)
+
+
 # -- the replay from a block's real starting state --------------------------------------------
 
 def _run(submit, start, end, gpus, nodes, seconds=None) -> "cb.UnitRun":

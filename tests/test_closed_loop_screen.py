@@ -101,3 +101,21 @@ def test_a_burst_inside_the_window_gets_a_round_at_the_next_poll(tmp_path):
     assert [(r.at, r.trigger) for r in rounds] == [(0.0, "period"), (30.0, "contention"), (60.0, "period"),
                                                    (120.0, "period")]
     assert [t for t, _ in fired] == [30.0] and fired[0][1].startswith("queue 56 jobs")
+
+
+def test_the_shadow_cluster_reads_the_cluster_and_keeps_the_agents_applies_apart(tmp_path):
+    # the agent of a run with rounds in the window reads the real cluster's clock, jobs and setup
+    # (here a fake in its place) but applies to its own fake: the cluster's settings stay the
+    # harness's
+    setup, live = cs.testbed_setup()
+    real = cs.FakeConnector.create(tmp_path / "real", base=live, setup=setup,
+                                   sacct="JobID|Submit|Start|End|AllocTRES\n7|x|x|x|gres/gpu=1\n")
+    real.update(clock=T0 + 5)
+    cs.FakeConnector.create(tmp_path / "own", base=live, setup=setup)
+    shadow = cs.ShadowCluster(tmp_path / "own", real)
+    assert shadow.now() == T0 + 5 and shadow.sacct_rows(T0, T0 + 5).startswith("JobID") and "\n7|" in \
+        shadow.sacct_rows(T0, T0 + 5)
+    assert shadow.setup() == setup
+    shadow.apply({**live, "PriorityWeightAge": "5"})
+    assert shadow.live_values()["PriorityWeightAge"] == "5"
+    assert real.live_values() == live
