@@ -1378,11 +1378,16 @@ def unchanged_run(outdir: Path) -> cb.Unchanged:
         why, ev = str(step["why"]), Evidence.from_dict(step.get("evidence"))
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         raise InputError(f"{outdir / 'agent-step.json'}: not the round's JSON ({e})") from None
+    return cb.Unchanged(outdir.name, info["plan"], int(info["jobs"]), float(info["offered_load"]),
+                        int(step.get("history_jobs") or 0), why, best_candidate(ev))
+
+
+def best_candidate(ev: Evidence) -> str:
+    """Of a round's portfolio, the candidate with the largest gain on the samples, in the
+    evidence's words (its gain ± s.e., and why it left the race); "—" when none was scored."""
     scored = [r for r in ev.portfolio or [] if isinstance(r, Mapping) and isinstance(r.get("gain"), (int, float))]
     best = max(scored, key=lambda r: r["gain"], default=None)  # the first of equals: the one the others copy
-    line = replace(ev, portfolio=[best]).portfolio_lines()[0] if best else "—"
-    return cb.Unchanged(outdir.name, info["plan"], int(info["jobs"]), float(info["offered_load"]),
-                        int(step.get("history_jobs") or 0), why, line)
+    return replace(ev, portfolio=[best]).portfolio_lines()[0] if best else "—"
 
 
 def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult:

@@ -185,6 +185,7 @@ class Round:
     why: str
     diff: dict[str, Any]
     predicted_gain: float | None
+    best: str = ""  # the portfolio's best candidate on the samples (`closed_loop.best_candidate`)
 
 
 def queue_check(agent: Agent) -> str:
@@ -292,7 +293,8 @@ def agent_rounds(plan: cl.Plan, sel: cl.Selection, work: Path, at_trigger: bool 
         rev = agent.store.get(r.revision) if r.revision is not None else None
         ev = rev.evidence if rev is not None else r.evidence
         rounds.append(Round(at, r.trigger.split(":")[0], r.action, r.why, dict(rev.diff) if rev is not None else {},
-                            None if ev is None else ev.predicted_gain))
+                            None if ev is None else ev.predicted_gain,
+                            "" if r.evidence is None else cl.best_candidate(r.evidence)))
     return rounds, cluster
 
 
@@ -328,7 +330,8 @@ def row(s: Screened, plan: cl.Plan) -> str:
     """The window as a table row."""
     said = "; ".join(f"{r.at / plan.day:.2f} d {r.trigger}: {r.action}"
                      + (f" {r.diff} predicted {r.predicted_gain:+.1%}" if r.diff and r.predicted_gain is not None
-                        else f" ({r.why})") for r in s.rounds)
+                        else f" ({r.why}; best: {r.best})" if r.best and r.best != "—" else f" ({r.why})")
+                     for r in s.rounds)
     gain = "" if s.window_gain is None else f"{s.window_gain:+.1%} ({s.block_gain:+.1%})"
     fired = "; ".join(f"{t / plan.day:.2f} d: {why}" for t, why in s.fired)
     return f"| {s.start_day:g} | {s.jobs} | {s.offered_load:.2f} | {said} | {fired} | {gain} |"
