@@ -600,3 +600,37 @@ def test_an_agent_state_directory_from_before_revision_kinds_opens_and_runs(tmp_
     # the fake cluster runs its own defaults, not revision 7's PriorityWeightAge=7: a hand edit
     out = agent.step()
     assert out.action is Action.BLOCKED and "PriorityWeightAge is 1000 live, 7 in revision 7" in out.why
+
+
+def _queued(n: int, gpus: int, now: float) -> str:
+    """`n` jobs submitted in the last minutes before `now`, all still PENDING."""
+    return "".join(row(f"q{i}", now - 200 + i, None, None, gpus) + "\n" for i in range(n))
+
+
+def test_a_burst_inside_the_period_asks_for_a_round_at_the_next_poll(tmp_path):
+    """The agent checks its trigger at every poll from its last round on, not only once a period
+    has passed (by then the period's own round is due and the burst's gain is gone). The round at
+    PINNED_NOW saw no queue (every job of `contended` ended); 300 s later, half the 600-s period,
+    40 jobs of 8 GPUs wait, each imputed a duration from the history (225 s here): 40 >= 2 x 10
+    jobs, and 40 x 8 x 225 / 3600 = 20 GPU-hours >= 2 x 8 (one hour of the 8 GPUs)."""
+    agent, fake = make(tmp_path, guard_margin=0.9, drift=False)
+    assert agent.step().action is Action.NONE
+    fake.update(sacct=contended(PINNED_NOW) + _queued(40, 8, PINNED_NOW + 300), clock=PINNED_NOW + 300)
+    why = open_agent(tmp_path / "state").drifted()
+    assert why.startswith("contention: queue 40 jobs, 20 GPU-hours; the last round saw 0, 0"), why
+    few, fake = make(tmp_path / "few", guard_margin=0.9, drift=False)
+    assert few.step().action is Action.NONE
+    fake.update(sacct=contended(PINNED_NOW) + _queued(19, 8, PINNED_NOW + 300), clock=PINNED_NOW + 300)
+    assert open_agent(tmp_path / "few" / "state").drifted() == ""  # 19 jobs: not twice the floor of 10
+
+
+def test_the_trigger_floor_is_on_the_jobs_clock_on_a_test_bed(tmp_path):
+    """Under `time_scale` 60 the bed's second is a minute of the jobs' own time. 25 queued jobs
+    of 1 GPU, each imputed 184 s from the history, hold 1.28 GPU-hours of the bed's clock: under
+    twice one hour of 8 GPUs (16) it would never fire, but it is 77 hours of the jobs' own time,
+    and the floor taken on their clock is 2 x 8 / 60 = 0.27 of the bed's."""
+    agent, fake = make(tmp_path, guard_margin=0.9, drift=False, time_scale=60.0)
+    assert agent.step().action is Action.NONE
+    fake.update(sacct=contended(PINNED_NOW) + _queued(25, 1, PINNED_NOW + 700), clock=PINNED_NOW + 700)
+    why = open_agent(tmp_path / "state").drifted()
+    assert why.startswith("contention: queue 25 jobs, 1 GPU-hours; the last round saw 0, 0"), why

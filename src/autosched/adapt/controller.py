@@ -236,13 +236,19 @@ class Controller:
     be unset (refused): a study file belongs to one problem, and every round tunes on new workloads.
     With `smallest_change` (the live agent's), a deployed winner is first cut to the knobs that
     carry its gain, on the guardrail's workloads (`guardrail.smallest_change`).
+    The contention trigger (``config.trigger``) is `trigger` (None: `ContentionTrigger`'s
+    defaults) and asks for a round from `contention_gap` after the last one (None:
+    `drift_window`, as `autosched run` checks once a day). The live agent checks at every poll
+    from the last round on (0): the trigger itself asks for the queue to double past what that
+    round saw, so one burst costs one round.
     """
 
     def __init__(self, config: LoopConfig, cluster: ClusterSpec, source: WorkloadSource, *,
                  policy: str | type[Policy] | None = None, initial_config: Mapping[str, Any] | None = None,
                  tuner_factory: TunerFactory | None = None, execution: ExecutionConfig | None = None,
                  subspace: Subspace | None = None, drift_window: float = DAY, prior_keep: int = PRIOR_KEEP,
-                 smallest_change: bool = False):
+                 smallest_change: bool = False, contention_gap: float | None = None,
+                 trigger: ContentionTrigger | None = None):
         if not isinstance(config, LoopConfig):
             raise AdaptError(f"controller: {type(config).__name__} is not a LoopConfig")
         if not isinstance(source, WorkloadSource):
@@ -251,6 +257,8 @@ class Controller:
         if not drift_window > 0 or prior_keep < 0:
             raise AdaptError(f"controller: drift window must be longer than 0 and prior_keep >= 0 (got "
                              f"{drift_window:g} s and {prior_keep})")
+        if contention_gap is not None and not contention_gap >= 0:
+            raise AdaptError(f"controller: contention gap must be >= 0 (got {contention_gap:g} s)")
         check_sample_counts(len(source.seeds(0)), len(source.validation_seeds(0)))
         self.config = config
         self.policy: str | type[Policy] = config.policy if policy is None else policy
@@ -279,8 +287,9 @@ class Controller:
                             "tunes on new workloads; tune each round in memory (no study file)")
         self.guardrail = config.guardrail()
         self.drift = DriftTest() if config.drift else None
-        self.trigger = ContentionTrigger() if config.trigger else None
+        self.trigger = (trigger or ContentionTrigger()) if config.trigger else None
         self.drift_window = drift_window
+        self.contention_gap = drift_window if contention_gap is None else contention_gap
         self.tuner_factory: TunerFactory = tuner_factory or default_tuner_factory
         self.warm_keep = WARM_KEEP
         self.smallest_change = smallest_change
@@ -360,8 +369,8 @@ class Controller:
 
     def check_contention(self, obs: Observation) -> str:
         """Why a round should run now, the queue having grown since the last round saw it ("":
-        no; no trigger, no round yet, or one within `drift_window`)."""
-        if self.trigger is None or obs.now - self._last_round < self.drift_window:
+        no; no trigger, no round yet, or one within `contention_gap`)."""
+        if self.trigger is None or obs.now - self._last_round < self.contention_gap:
             return ""
         return self.trigger.fires(Queue.of(obs), self._queue, self.cluster.gpus)
 

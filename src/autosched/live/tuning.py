@@ -74,6 +74,7 @@ class Tuning:
         auto mode, the maximum step from the running values)."""
         from ..adapt.controller import Controller
         from ..adapt.sources import ReplaySource
+        from ..adapt.trigger import ContentionTrigger
         from ..export.live import live_subspace
 
         s = self.settings
@@ -84,8 +85,11 @@ class Tuning:
         # ones bounded), built as `autosched run --live-knobs` builds it.
         subspace = live_subspace(s.policy, space.fixed, full, bounds, s.max_step if s.mode == "auto" else None)
         source = ReplaySource() if s.model == "replay" else s.model_source()
+        # The trigger's floor is GPU-hours of the jobs' own time; a test bed's queue is on its
+        # clock, `time_scale` times shorter.
+        trigger = ContentionTrigger(floor_hours=ContentionTrigger.floor_hours / s.time_scale)
         return Controller(s, setup.cluster_spec(), source, initial_config=full, subspace=subspace,
-                          drift_window=s.period, smallest_change=True)
+                          drift_window=s.period, smallest_change=True, contention_gap=0.0, trigger=trigger)
 
     def controller(self, running: Revision, setup: ClusterSetup) -> Controller:
         """The round's Controller, going on from the memory the last tuning round left (unless
