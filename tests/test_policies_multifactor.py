@@ -4,9 +4,10 @@ its slurm.conf export."""
 import math
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from autosched.cluster import SlurmClocks
 from autosched.export.slurm import slurm_conf_lines, slurm_time
 from autosched.policies import get_policy
 from autosched.policies.multifactor import WaitingJobs
@@ -254,3 +255,32 @@ def test_the_waiting_jobs_are_the_set_of_those_added_and_not_removed(steps):
             want.discard(j)
         got = waiting.array().tolist()
         assert len(got) == len(set(got)) == len(waiting) and set(got) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(anchor=st.floats(0.0, 1e6), minutes=st.integers(1, 30), k=st.integers(0, 1000),
+       off=st.sampled_from([0.0, 1e-9, -1e-9, 1e-7, -1e-7, 0.5, -0.5]),
+       steps=st.lists(st.one_of(st.floats(0.0, 3.0), st.sampled_from([0.0, 1.0, 1 - 1e-6, 1 - 2e-5, 1e-9])),
+                      min_size=1, max_size=30))
+def test_priorities_are_recalculated_when_the_decay_clock_passes_the_last(anchor, minutes, k, off, steps):
+    # `_catch_up` skips its clock arithmetic until just before the next period, and the last
+    # recalculation may be off the decay thread's grid (a reconfiguration recalculates at
+    # once): with steps of whole periods and a hair less, it recalculates exactly when
+    # SlurmClocks.last passes t0.
+    sim = Simulator(make_trace([(0, 1, 10)]), cluster(), get_policy("multifactor")({"PriorityCalcPeriod": minutes}))
+    p = sim.policies[0]
+    p.clocks = SlurmClocks(decay=anchor)
+    p.t0 = now = anchor + k * p.period + off * p.period
+    recalcs: list[float] = []
+
+    def recalc(t: float) -> None:
+        recalcs.append(t)
+        p.t0 = t
+
+    p._recalc = recalc
+    for step in steps:
+        now += step * p.period
+        last = SlurmClocks.last(anchor, p.period, now)
+        expected = [*recalcs, last] if last > p.t0 else list(recalcs)
+        p._catch_up(now)
+        assert recalcs == expected

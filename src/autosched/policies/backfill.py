@@ -39,8 +39,7 @@ def priority_pass(part: Partition, by_size: Mapping[int, Sequence[int]],
     how many jobs are tried (Slurm's ``default_queue_depth``)."""
     tries = 0
     while by_size and part.free > 0:
-        heads = sorted((key(q[0]), q[0], g) for g, q in by_size.items())
-        _, top, g = heads[0]
+        _, top, g = min((key(q[0]), q[0], g) for g, q in by_size.items())
         tries += 1
         if start(top):
             pop(g)
@@ -49,6 +48,7 @@ def priority_pass(part: Partition, by_size: Mapping[int, Sequence[int]],
             continue
         if not may_pass(top) or (depth is not None and tries >= depth):
             return
+        heads = sorted((key(q[0]), q[0], g) for g, q in by_size.items())  # (the top is first)
         for _, j, g in heads[1:]:
             if g <= part.free and start(j):
                 pop(g)

@@ -55,7 +55,12 @@ class LazyBackfill:
 
     def __init__(self, gpus: np.ndarray, limit: np.ndarray):
         self.gpus, self.limit = gpus, limit  # every job's GPUs and time limit (s; inf: none)
+        self.no_cutoffs: list[float | None] = [None] * (int(gpus.max()) + 1 if len(gpus) else 1)
+        # With no limit infinite (or NaN), now + lim < t holds for t = inf: `_Cycle._run_one`
+        # tests that alone.
+        self.finite = bool(np.isfinite(limit).all())
         self._rows: Running = []  # sorted: by end, then start order (as a stable sort)
+        self._ends: list[float] = []  # their planned ends
         self._known: dict[int, Key] = {}  # running job -> its row's sort key
         self._on: list[list[tuple[float, int, int]]] = []  # per node: (end, order, GPUs), sorted
         self.free: list[int] = []  # per node: GPUs free (as the partition's)
@@ -101,7 +106,7 @@ class LazyBackfill:
         if self._on and len(self._known) == len(part.running):
             return
         pool = part.pool
-        self._rows, self._known, self._seq = [], {}, 0
+        self._rows, self._ends, self._known, self._seq = [], [], {}, 0
         self._on = [[] for _ in range(pool.nodes)]
         self.free = list(pool.free)
         self.at_least = [0] * (pool.gpn + 2)
@@ -126,7 +131,9 @@ class LazyBackfill:
         """Running job j has ended (called by the policy at each end)."""
         key = self._known.pop(j, None)
         if key is not None:
-            row = self._rows.pop(bisect.bisect_left(self._rows, key))
+            k = bisect.bisect_left(self._rows, key)
+            row = self._rows.pop(k)
+            del self._ends[k]
             for m, g in row[2]:
                 on = self._on[m]
                 del on[bisect.bisect_left(on, key)]
@@ -147,12 +154,18 @@ class LazyBackfill:
             self._stale.add(m)
         self._seq += 1
         self._known[j] = (end, seq)
-        bisect.insort(self._rows, (end, seq, alloc, mask))
+        k = bisect.bisect_right(self._ends, end)  # (its start order is the largest yet)
+        self._rows.insert(k, (end, seq, alloc, mask))
+        self._ends.insert(k, end)
 
     def running(self) -> Running:
         """The running jobs (planned end (Slurm's whole-second start + limit), start order,
         allocation, node bitmask), by end, then start order."""
         return self._rows
+
+    def ends(self) -> list[float]:
+        """The planned ends of `running`'s rows."""
+        return self._ends
 
     def nodes(self, mask: int) -> list[int]:
         """The node numbers of a bitmask, in increasing order."""
@@ -297,8 +310,8 @@ class _Cycle:
         # before the end of the order): `stop` is where, from the smallest job from each
         # position on.
         self.order = order
-        self.smallest: list[int] = np.minimum.accumulate(planner.gpus[order][::-1])[::-1].tolist()
-        self.stop = bisect.bisect_right(self.smallest, self.free_total)
+        self.smallest = np.minimum.accumulate(planner.gpus[order][::-1])[::-1]
+        self.stop = int(self.smallest.searchsorted(self.free_total, "right"))
         self.jobs: list[int] = []
         self.sizes: list[int] = []
         self.lims: list[float] = []
@@ -316,9 +329,14 @@ class _Cycle:
         self.will_run: dict[tuple[int, int, int], tuple[float, Alloc] | None] = {}
         self.usable_now: dict[tuple[int, float], int] = {}
         self.cutoff: dict[object, float] = {}
+        self.cut = list(planner.no_cutoffs)  # with one partition: `_cutoff` per GPUs (None: not known)
         self.nothing: set[tuple[int, int, float, int]] = set()
+        self._spot_memo: tuple[int, int, int, float, int, list[tuple[int, int, float]]] | None = None
+        self._last_needed: tuple[int, int, int, int, int, int] | None = None
 
     def run(self) -> list[tuple[int, float]]:
+        if self.denied is None and self.planner.finite:
+            return self._run_one()
         now, cutoff, inf = self.now, self.cutoff, math.inf
         sizes, lims, one = self.sizes, self.lims, self.denied is None  # (`_more` extends the lists)
         deferred: list[int] = []
@@ -340,6 +358,33 @@ class _Cycle:
             else:
                 deferred.append(i)
             i += 1
+        return self.planned
+
+    def _run_one(self) -> list[tuple[int, float]]:
+        """`run` with one partition and every limit finite: the cutoff depends on the job's GPUs
+        only, and the jobs up to the next that may start are deferred in one step."""
+        now, cut, everything = self.now, self.cut, self.everything
+        sizes, lims = self.sizes, self.lims  # (`_more` extends the lists)
+        deferred: list[int] = []
+        i = 0
+        while i < self.stop:  # (only a start moves it)
+            if i == len(sizes):
+                self._more()
+            a, end = i, min(len(sizes), self.stop)
+            for i in range(a, end):
+                t = cut[sizes[i]]
+                if t is None:
+                    g = sizes[i]
+                    t = cut[g] = self._cutoff(everything, g)
+                if now + lims[i] < t:
+                    break
+            else:
+                i = end
+            deferred.extend(range(a, i))
+            if i < end:
+                if not self._try_start(i, deferred):
+                    deferred.append(i)
+                i += 1
         return self.planned
 
     def _more(self) -> None:
@@ -370,10 +415,14 @@ class _Cycle:
             if not k:
                 break
             self._plan_job(deferred.pop(0))
-            key: object = g if self.denied is None else (mask, g)
-            t = self.cutoff.get(key)
-            if t is None:
-                t = self.cutoff[key] = self._cutoff(mask, g)
+            if self.denied is None:
+                t = self.cut[g]
+                if t is None:
+                    t = self.cut[g] = self._cutoff(mask, g)
+            else:
+                t = self.cutoff.get((mask, g))
+                if t is None:
+                    t = self.cutoff[(mask, g)] = self._cutoff(mask, g)
             if not (self.now + lim < t or t == math.inf):
                 return False
         # (placement cannot disagree with the plan, which follows the same rules)
@@ -470,36 +519,47 @@ class _Cycle:
         Hs then sees n reserved. Reservations not yet made (deferred jobs before d) only take
         more nodes, and jobs started since the first deferred job only free fewer GPUs, so
         both tests hold in d's own epoch."""
-        g, lim, mask = self.sizes[i], self.lims[i], self.mask(i)
-        now, step, inf = self.now, self.params.resolution, math.inf
-        spot = self._place_now(self._usable_now(mask, lim), g)
-        hs = (math.floor((now + lim) / step) + 1) * step if math.isfinite(lim) else math.inf
-        by = min(hs, math.nextafter(now + self.params.window, math.inf))  # (a): ends before this
-        later = self.started[self.epoch(deferred[0]):]
-        nodes: list[tuple[int, int, float]] = []  # (node bit, GPUs free by then, (b)'s slot begin)
-        while spot:
-            bit = spot & -spot
-            spot ^= bit
-            n = bit.bit_length() - 1
-            # at most: free then (GPUs of jobs started since given back) + freed by then
-            frees = self.free[n] + self.planner.freed_before(n, by)
-            for _, alloc in later:
-                for m, g_m in alloc:
-                    if m == n:
-                        frees += g_m
-            # (b) holds for a limit lim_d with held <= now + lim_d, the reference's own test
-            nodes.append((bit, frees, self.plan.held_from(bit, hs)))
+        k = self._needed_scan(deferred, i)
+        self._last_needed = (i, len(self.plan.resv), len(self.started), len(deferred), self.epoch(deferred[0]), k)
+        return k
+
+    def _needed_scan(self, deferred: list[int], i: int) -> int:
+        """`_needed`'s answer. Asked again after the first deferred job is planned with nothing
+        reserved or started, in the same epoch, it is the last answer less one: the tests'
+        inputs are those of the last call and the same jobs are deferred but the first."""
+        epoch = self.epoch(deferred[0])
+        last = self._last_needed
+        if last is not None and last[:5] == (i, len(self.plan.resv), len(self.started), len(deferred) + 1, epoch):
+            return max(last[5] - 1, 0)
+        now, inf = self.now, math.inf
+        nodes = self._spot_nodes(i)
+        later = self.started[epoch:]
+        if later:  # at most: free then (GPUs of jobs started since given back) + freed by then
+            more = []
+            for bit, frees, held in nodes:
+                n = bit.bit_length() - 1
+                for _, alloc in later:
+                    for m, g_m in alloc:
+                        if m == n:
+                            frees += g_m
+                more.append((bit, frees, held))
+            nodes = more
         sizes, lims, denied, piece = self.sizes, self.lims, self.denied, self.piece
         if len(nodes) == 1 and denied is None and self.placement != "spread":
             # the common case, as below: a job of g <= gpn GPUs takes g on its node, a larger
             # one at least piece(g)
             _, frees, held = nodes[0]
             gpn = self.gpn
+            if held == inf:
+                for k in range(len(deferred) - 1, -1, -1):
+                    g_d = sizes[deferred[k]]
+                    if g_d <= frees or g_d > gpn and piece(g_d) <= frees:
+                        return k + 1
+                return 0
             for k in range(len(deferred) - 1, -1, -1):
                 d = deferred[k]
                 g_d = sizes[d]
-                if ((g_d <= frees or g_d > gpn and piece(g_d) <= frees)
-                        and (held == inf or now + lims[d] < held)):
+                if (g_d <= frees or g_d > gpn and piece(g_d) <= frees) and now + lims[d] < held:
                     return k + 1
             return 0
         for k in range(len(deferred) - 1, -1, -1):
@@ -509,6 +569,37 @@ class _Cycle:
                         and (denied is None or self.mask(d) & bit)):
                     return k + 1
         return 0
+
+    def _spot_nodes(self, i: int) -> list[tuple[int, int, float]]:
+        """For `_needed`: the nodes the job at position i is placed on now, each with (node bit,
+        GPUs free now and freed before (a)'s time, (b)'s slot begin). `_needed` asks again after
+        each deferred job it plans, so the answer is kept for the job: a start changes it; a
+        reservation on none of its nodes changes only (b)'s begins (the slots it splits), as
+        taking other nodes from the usable ones leaves the placement rule's choice where it
+        was (the lowest or fullest node that holds the job, the lowest empty nodes)."""
+        resv, memo = self.plan.resv, self._spot_memo
+        if memo is not None and memo[:2] == (i, len(self.started)):
+            _, _, seen, hs, spot, nodes = memo
+            if seen == len(resv):
+                return nodes
+            if not any(m & spot for _, _, m in resv[seen:]):
+                nodes = [(bit, frees, self.plan.held_from(bit, hs)) for bit, frees, _ in nodes]
+                self._spot_memo = (i, len(self.started), len(resv), hs, spot, nodes)
+                return nodes
+        g, lim, mask = self.sizes[i], self.lims[i], self.mask(i)
+        now, step = self.now, self.params.resolution
+        spot = left = self._place_now(self._usable_now(mask, lim), g)
+        hs = (math.floor((now + lim) / step) + 1) * step if math.isfinite(lim) else math.inf
+        by = min(hs, math.nextafter(now + self.params.window, math.inf))  # (a): ends before this
+        nodes = []
+        while left:
+            bit = left & -left
+            left ^= bit
+            n = bit.bit_length() - 1
+            # (b) holds for a limit lim_d with held <= now + lim_d, the reference's own test
+            nodes.append((bit, self.free[n] + self.planner.freed_before(n, by), self.plan.held_from(bit, hs)))
+        self._spot_memo = (i, len(self.started), len(resv), hs, spot, nodes)
+        return nodes
 
     def _plan_job(self, i: int) -> None:
         """Plan the job at position i as `backfill._slurm_backfill_nodes` does, in its epoch:
@@ -552,6 +643,7 @@ class _Cycle:
             self.planned.append((self.jobs[i], t))
             self.usable_now.clear()
             self.cutoff.clear()
+            self.cut[:] = self.planner.no_cutoffs
             self.nothing.clear()
             return
         self.nothing.add(key)
@@ -562,12 +654,13 @@ class _Cycle:
             return False
         alloc = self.part.allocation(j)  # (the policy has told the planner: free GPUs are down)
         self.free_total -= self.sizes[i]
-        self.stop = min(self.stop, bisect.bisect_right(self.smallest, self.free_total))
+        self.stop = min(self.stop, int(self.smallest.searchsorted(self.free_total, "right")))
         self._epochs.pop(len(self.started), None)  # (its running jobs and table were the live ones)
         self._tables.pop(len(self.started), None)
         self.started.append((j, alloc))
         self.started_at.append(i)
         self.cutoff.clear()
+        self.cut[:] = self.planner.no_cutoffs
         return True
 
     def running(self) -> Running:
@@ -579,7 +672,7 @@ class _Cycle:
         got = self._epochs.get(epoch)
         if got is None:
             if epoch == len(self.started):
-                free, rows = self.free, self.running()
+                free, rows, ends = self.free, self.running(), self.planner.ends()
             else:
                 free = list(self.free)
                 for _, alloc in self.started[epoch:]:
@@ -587,7 +680,8 @@ class _Cycle:
                         free[m] += g
                 skip = self._later(epoch)[0]
                 rows = [r for r in self.running() if r[1] not in skip]
-            got = self._epochs[epoch] = (free, rows, [r[0] for r in rows])
+                ends = [r[0] for r in rows]
+            got = self._epochs[epoch] = (free, rows, ends)
         return got
 
     def _later(self, epoch: int) -> tuple[frozenset[int], int]:

@@ -191,6 +191,7 @@ class Multifactor(Policy):
         self.half_life: float = c["PriorityDecayHalfLife"]
         self.fair_tree = c["PriorityFlags"] == FAIR_TREE
         self.period = 60.0 * float(c["PriorityCalcPeriod"])
+        self._quiet_until = -math.inf  # (`_catch_up`: the period or the clocks may have changed)
         self.backfill: bool = c["backfill"]
         self.reserve_after: float = c["reserve_after"]
         self.bf_interval = float(c["bf_interval"])
@@ -268,6 +269,7 @@ class Multifactor(Policy):
         # Age counts from the first submission (a job re-submitted with its age keeps it).
         self._submit: npt.NDArray[np.float64] = np.asarray(jobs.first_submit, dtype=float)
         self._gpus: npt.NDArray[np.float64] = np.asarray(jobs.gpus, dtype=float)
+        self._gpus_16 = not n or float(self._gpus.max()) < 2 ** 15
         self._planner = None if jobs.time_limit is None else LazyBackfill(
             np.asarray(jobs.gpus, dtype=np.int64), np.asarray(jobs.time_limit, dtype=float))
         self._nodes: npt.NDArray[np.float64] = np.ceil(self._gpus / gpn)
@@ -286,6 +288,14 @@ class Multifactor(Policy):
         # priorities as last computed, negated so that ascending order is best first.
         self.by_size: dict[int, list[int]] = {}
         self.neg: npt.NDArray[np.float64] = np.zeros(n)
+        # The same order as one int64 key per job, (negated priority << shift) + job number,
+        # which a backfill cycle sorts in a third less time than lexsort takes the two keys
+        # (priorities are whole numbers: floor() plus TIER x tier); `_by_key` turns false for
+        # the run if a priority ever gets too large for the key to hold it exactly.
+        self._shift = max(1, n.bit_length())
+        self._key_hi: npt.NDArray[np.int64] = np.zeros(n, dtype=np.int64)
+        self._key_max = float(2 ** (62 - self._shift))
+        self._by_key = True
         self.waiting = WaitingJobs(n)
         self._dirty = True  # something changed since the last backfill cycle (Slurm's _more_work)
         # An event asked for the main scheduler (Slurm's job_sched_cnt) since its last pass, and
@@ -312,11 +322,21 @@ class Multifactor(Policy):
                 + TIER * self._tier[js])
 
     def _catch_up(self, now: float) -> None:
-        last = SlurmClocks.last(self.clocks.decay, self.period, now)
+        if now < self._quiet_until:
+            return
+        anchor, period = self.clocks.decay, self.period
+        last = SlurmClocks.last(anchor, period, now)
         if self.t0 is None:
             self.t0 = last
         elif last > self.t0:
             self._recalc(last)
+        # Until the next grid time less a margin no rounding reaches, `last` stays at or before
+        # t0 (this runs at every event; the test costs less than the clock arithmetic): here
+        # t0 >= SlurmClocks.last(t0) = anchor + k periods (t0 is `last` of a time at or after
+        # it, or at or before `last` of now >= t0), and for x below k + 1 - 1e-5,
+        # floor(x + 1e-6) <= k.
+        k = math.floor((self.t0 - anchor) / period + 1e-6)
+        self._quiet_until = anchor + (k + 1 - 1e-5) * period
 
     def _next_recalc(self, now: float) -> float:
         return SlurmClocks.last(self.clocks.decay, self.period, now) + self.period
@@ -333,9 +353,17 @@ class Multifactor(Policy):
             return
         js = self.waiting.array()
         neg = self.neg[js] = -self.priorities(js, t)
-        g = self._gpus[js].astype(np.int64)
-        order = np.lexsort((js, neg, g))  # by size, then best first
-        g, jobs = g[order], js[order].tolist()
+        self._by_key = self._by_key and float(np.abs(neg).max()) < self._key_max
+        if self._by_key:  # sorted by key (best first), then stably by size (int16: a radix sort)
+            hi = self._key_hi[js] = neg.astype(np.int64) << self._shift
+            best = np.sort(hi + js) & ((1 << self._shift) - 1)
+            g = self._gpus[best].astype(np.int16 if self._gpus_16 else np.int64)
+            order = np.argsort(g, kind="stable")
+            g, jobs = g[order], best[order].tolist()
+        else:
+            g = self._gpus[js].astype(np.int64)
+            order = np.lexsort((js, neg, g))  # by size, then best first
+            g, jobs = g[order], js[order].tolist()
         cuts = [0, *(np.flatnonzero(np.diff(g)) + 1).tolist(), len(g)]
         self.by_size = {int(g[a]): jobs[a:b] for a, b in zip(cuts, cuts[1:])}
 
@@ -370,7 +398,12 @@ class Multifactor(Policy):
         self.known[self.leaf[j]] = True
         self._dirty = self._queued = True
         g = self.jobs.gpus[j]
-        self.neg[j] = -self.priority(j, now)
+        neg_j = self.neg[j] = -self.priority(j, now)
+        if self._by_key:
+            if abs(neg_j) < self._key_max:
+                self._key_hi[j] = int(neg_j) << self._shift
+            else:
+                self._by_key = False
         self.waiting.add(j)
         same = self.by_size.get(g)
         if same is None:
@@ -408,20 +441,19 @@ class Multifactor(Policy):
             # Nothing waits; usage is charged lazily (continuous decay allows it). Slurm's main
             # scheduler still runs for a queued event (its pass then starts nothing), and its
             # time is the one batch_sched_delay counts from.
-            if self.jobs.time_limit is not None and not self._consume_main(now):
+            if self.jobs.time_limit is not None:
                 main = self._main_due()
-                if main is not None:
+                if not self._consume_main(now, main) and main is not None:
                     self.part.wake_at(main)
             return
         self._catch_up(now)  # (may rebuild self.by_size)
-        part, neg = self.part, self.neg
-
-        best = neg.__getitem__  # a job's key: its negated priority
-
-        def start(j: int) -> bool:
-            return self._start(j, now)
-
+        part = self.part
         if self.jobs.time_limit is None:
+            best = self.neg.__getitem__  # a job's key: its negated priority
+
+            def start(j: int) -> bool:
+                return self._start(j, now)
+
             submit, backfill, reserve_after = self._submit, self.backfill, self.reserve_after
             priority_pass(part, self.by_size, best, start, self._pop,
                           lambda top: backfill and now - submit[top] < reserve_after)
@@ -434,12 +466,14 @@ class Multifactor(Policy):
         # seconds after its last pass; and a full pass (no depth limit) every sched_interval,
         # which matters only after a recalculation reorders the queue.
         wakes = []
-        if self._consume_main(now):
+        main = self._main_due()
+        if self._consume_main(now, main):
             self._main_pass(now, self.depth)
+            main = self._main_due()
         elif now >= self._full_due - 1e-6 and self._full_due > self._last_sched:
             self._last_sched = now
             self._main_pass(now, None)
-        main = self._main_due()
+            main = self._main_due()
         if main is not None and self.by_size:
             wakes.append(main)
         if self.backfill and self.by_size:
@@ -498,11 +532,10 @@ class Multifactor(Policy):
             del self.by_size[g]
         self.waiting.remove(j)
 
-    def _consume_main(self, now: float) -> bool:
-        """Whether the main scheduler runs at `now` for a queued event; if so the request is
-        taken and `now` becomes its last pass (Slurm clears job_sched_cnt and sets
-        last_sched_time), whether or not anything waits."""
-        main = self._main_due()
+    def _consume_main(self, now: float, main: float | None) -> bool:
+        """Whether the main scheduler runs at `now` for a queued event (`main`: `_main_due()`);
+        if so the request is taken and `now` becomes its last pass (Slurm clears job_sched_cnt
+        and sets last_sched_time), whether or not anything waits."""
         if main is None or now < main - 1e-6:
             return False
         self._queued = False
@@ -530,11 +563,17 @@ class Multifactor(Policy):
             self.reservations = []
             return
         # The cycle looks at the first bf_max_job_test waiting jobs by (priority, submission):
-        # one lexsort of their keys. Per cycle on real queues (benchmarks/slurm_backfill.py
-        # --order) it costs a fifth of a sort with a Python key on queues of ~1,000 jobs and less
-        # on short ones; a lazy merge of the by-size queues costs more than either on short ones.
+        # one sort of their int64 keys (a lexsort of the two, should a priority outgrow the
+        # key). Per cycle on real queues (benchmarks/slurm_backfill.py --order) the lexsort
+        # costs a fifth of a sort with a Python key on queues of ~1,000 jobs and less on short
+        # ones; a lazy merge of the by-size queues costs more than either on short ones.
         js = self.waiting.array()
-        order = js[np.lexsort((js, self.neg[js]))][:self.bf.max_job_test]
+        if self._by_key:
+            keys = self._key_hi[js] + js
+            keys.sort()
+            order = keys[:self.bf.max_job_test] & ((1 << self._shift) - 1)
+        else:
+            order = js[np.lexsort((js, self.neg[js]))][:self.bf.max_job_test]
 
         def start(j: int, exclude: int) -> bool:
             if not self._start(j, now, exclude):
