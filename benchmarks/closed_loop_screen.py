@@ -10,19 +10,16 @@ on, under the config the agent applied. Its seed history, settings and cluster s
 run's: the plan's `agent init` options, the window before simulated under the baseline
 (`closed_loop.seed_history`), the test cluster's setup as its slurmctld reported it.
 
-The loop's own contention check cannot fire inside a period: `Controller.check_contention` asks
-only from one period after the last round on (`drift_window` is the period), when the period's
-round is due anyway; and its floor of GPU-hours is on the cluster's clock, 120 times the jobs' on
-the test cluster. So at each poll `queue_check` asks the trigger without the gate and with its
-floor on the jobs' clock, and where it fires (a burst inside the window) the agent's round runs
-then (`--at-trigger`, on by default): what an agent that acted at the burst would decide.
+Its contention trigger asks at every poll whether the queue has doubled past what the last
+round saw (its floor of GPU-hours on the jobs' clock), so a burst inside the window gets its
+round at the next poll.
 
     PYTHONPATH=src nice -n 10 python benchmarks/closed_loop_screen.py --run sb-itp21 --days 41-57
     PYTHONPATH=src nice -n 10 python benchmarks/closed_loop_screen.py --run sb-s18 --days 3-25
 
 Each window prints the agent's rounds (the time in trace days from the window's start, the
-trigger, what it did and why, the predicted gain of a change), where the trigger fired and, when
-the agent changed the config, the twin's gain of the agent's run over the baseline's, on the
+trigger, what it did and why, the best candidate, the predicted gain of a change) and, when the
+agent changed the config, the twin's gain of the agent's run over the baseline's, on the
 window and in the design's blocks. A round takes no time on the screen's clock (on the test
 cluster, 5-10 s).
 """
@@ -36,7 +33,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -53,12 +49,10 @@ import closed_loop_blocks as cb  # noqa: E402
 import slurm_twin as tw  # noqa: E402
 
 from autosched import switchback as sb  # noqa: E402
-from autosched.adapt.trigger import ContentionTrigger, Queue  # noqa: E402
 from autosched.errors import InputError  # noqa: E402
-from autosched.live.agent import Agent, start_agent  # noqa: E402
+from autosched.live.agent import start_agent  # noqa: E402
 from autosched.live.fake import FakeConnector  # noqa: E402
-from autosched.live.history import observation  # noqa: E402
-from autosched.live.twin import ClusterSetup, twin_jobs  # noqa: E402
+from autosched.live.twin import ClusterSetup  # noqa: E402
 from autosched.sim import JobRecords  # noqa: E402
 
 T0 = 1_800_000_000.0  # the window's first instant on the screen's clock (unix s; any will do)
@@ -138,25 +132,15 @@ class ShadowCluster(FakeConnector):
 
 
 def shadow(state: Path, fake: Path, slurm_conf: str, include: str) -> int:
-    """`--shadow`: the agent's loop on the real cluster through `ShadowCluster`, its contention
-    rounds as the screen's (`trigger_round`), until SIGTERM (the round under way finishes)."""
+    """`--shadow`: the agent's loop on the real cluster through `ShadowCluster`, until SIGTERM
+    (the round under way finishes)."""
     from autosched.live.agent import make_connector
 
     slurm = make_connector({"kind": "slurm", "slurm_conf": slurm_conf, "include": include, "timeout": 30.0})
     agent = start_agent(state, ShadowCluster(fake, slurm), log=lambda m: print(m, flush=True))
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    period = agent.settings.period
-
-    def sleep(dt: float) -> None:
-        if stop.wait(dt):
-            return
-        last = agent.store.last_round()
-        due = last is None or time.time() >= last.time + period - 1.0
-        if why := trigger_round(agent, due):
-            print(f"contention round: {why}", flush=True)
-
-    agent.run(should_stop=stop.is_set, sleep=sleep)
+    agent.run(should_stop=stop.is_set, sleep=stop.wait)
     return 0
 
 
@@ -188,35 +172,6 @@ class Round:
     best: str = ""  # the portfolio's best candidate on the samples (`closed_loop.best_candidate`)
 
 
-def queue_check(agent: Agent) -> str:
-    """What the agent's contention trigger says of the queue now against the one its last round
-    saw, as `Tuning.drifted` reads them, but without the loop's gate (`Controller.check_contention`
-    asks only from one period after the last round on, when the period's round is due anyway)
-    and with its floor of GPU-hours on the jobs' clock (`ContentionTrigger.floor_hours` is on the
-    cluster's: under `--time-scale` 120 one hour of the test cluster's GPUs is 120 trace hours):
-    "" when it would not fire, or before any round."""
-    memory = agent.tuning.memory()
-    if memory is None or memory.queue is None:
-        return ""
-    s, view = agent.tuning.settings, agent.view
-    setup = view.recorded_setup() or view.connector.setup()
-    now = view.connector.now()
-    jobs, _ = twin_jobs(view.jobs(now), setup)
-    obs, _ = observation(jobs, now, s.history, seed=s.seed, backlog_history=s.backlog_history)
-    trigger = ContentionTrigger()
-    trigger = replace(trigger, floor_hours=trigger.floor_hours / agent.settings.time_scale)
-    return trigger.fires(Queue.of(obs), Queue.from_dict(memory.queue), setup.cluster_spec().gpus)
-
-
-def trigger_round(agent: Agent, due: bool) -> str:
-    """At a poll between rounds (`due`: the period's round comes now, and goes first): where
-    `queue_check` fires, the agent's round runs now (trigger "contention: ..."); says why ("": none)."""
-    if due or not (why := queue_check(agent)):
-        return ""
-    agent.step(f"contention: {why}")
-    return why
-
-
 @dataclass(frozen=True)
 class Screened:
     """One window: its jobs and load, the agent's rounds, and (when it changed the config) the
@@ -227,7 +182,6 @@ class Screened:
     jobs: int
     offered_load: float
     rounds: list[Round]
-    fired: list[tuple[float, str]]  # (s from the window's start, why) where `queue_check` fired
     switches: list[tuple[float, dict[str, Any]]]
     window_gain: float | None
     block_gain: float | None
@@ -237,12 +191,8 @@ class Screened:
         return len(self.switches) > 1
 
 
-def agent_rounds(plan: cl.Plan, sel: cl.Selection, work: Path, at_trigger: bool = True,
-                 fired: list[tuple[float, str]] | None = None) -> tuple[list[Round], TwinCluster]:
-    """The agent's loop over the window on `TwinCluster` (see the module doc). At each of its
-    polls `queue_check` looks at the queue; where it fires, the moment goes to `fired` and, with
-    `at_trigger`, the agent's round runs then (`Agent.step`, trigger "contention: ..."), as the
-    loop would run it if its trigger were not gated by the period."""
+def agent_rounds(plan: cl.Plan, sel: cl.Selection, work: Path) -> tuple[list[Round], TwinCluster]:
+    """The agent's loop over the window on `TwinCluster` (see the module doc)."""
     base = cl.baseline(plan.scale)
     seed = work / "seed.sacct"
     assoc = work / "assoc.txt"
@@ -274,17 +224,6 @@ def agent_rounds(plan: cl.Plan, sel: cl.Selection, work: Path, at_trigger: bool 
     def sleep(dt: float) -> None:
         after_rounds()
         cluster.elapsed = min(horizon, cluster.elapsed + dt)
-        # (as the loop, only between rounds: at a period's end its own round comes first)
-        due = not times or cluster.elapsed - times[-1] >= plan.day
-        if dt <= 0 or cluster.elapsed >= horizon or due:
-            return
-        if at_trigger:
-            why = trigger_round(agent, due)
-            after_rounds()
-        else:
-            why = queue_check(agent)
-        if why and fired is not None:
-            fired.append((cluster.elapsed, why))
 
     agent.run(should_stop=lambda: cluster.elapsed >= horizon, sleep=sleep, clock=lambda: cluster.elapsed)
     after_rounds()
@@ -292,7 +231,7 @@ def agent_rounds(plan: cl.Plan, sel: cl.Selection, work: Path, at_trigger: bool 
     for at, r in zip(times, reversed(agent.store.rounds(limit=100_000))):
         rev = agent.store.get(r.revision) if r.revision is not None else None
         ev = rev.evidence if rev is not None else r.evidence
-        rounds.append(Round(at, r.trigger.split(":")[0], r.action, r.why, dict(rev.diff) if rev is not None else {},
+        rounds.append(Round(at, r.trigger, r.action, r.why, dict(rev.diff) if rev is not None else {},
                             None if ev is None else ev.predicted_gain,
                             "" if r.evidence is None else cl.best_candidate(r.evidence)))
     return rounds, cluster
@@ -314,31 +253,31 @@ def twin_gains(plan: cl.Plan, sel: cl.Selection, cluster: TwinCluster) -> tuple[
     return 1 - agent_jct / base_jct, block
 
 
-def screen(plan: cl.Plan, trace: Any, at_trigger: bool = True) -> Screened:
+def screen(plan: cl.Plan, trace: Any) -> Screened:
     """One window (see the module doc)."""
     sel = cl.select(trace, plan)
-    fired: list[tuple[float, str]] = []
     with tempfile.TemporaryDirectory(prefix="clscreen-") as d:
-        rounds, cluster = agent_rounds(plan, sel, Path(d), at_trigger, fired)
+        rounds, cluster = agent_rounds(plan, sel, Path(d))
     gains: tuple[float | None, float | None] = (None, None)
     if len(cluster.switches) > 1:
         gains = twin_gains(plan, sel, cluster)
-    return Screened(plan.start_day, len(sel.jobs), sel.offered_load, rounds, fired, cluster.switches, *gains)
+    return Screened(plan.start_day, len(sel.jobs), sel.offered_load, rounds, cluster.switches, *gains)
 
 
 def row(s: Screened, plan: cl.Plan) -> str:
     """The window as a table row."""
-    said = "; ".join(f"{r.at / plan.day:.2f} d {r.trigger}: {r.action}"
+    said = "; ".join(f"{r.at / plan.day:.2f} d {r.trigger.split(':')[0]}: {r.action}"
                      + (f" {r.diff} predicted {r.predicted_gain:+.1%}" if r.diff and r.predicted_gain is not None
                         else f" ({r.why}; best: {r.best})" if r.best and r.best != "—" else f" ({r.why})")
                      for r in s.rounds)
     gain = "" if s.window_gain is None else f"{s.window_gain:+.1%} ({s.block_gain:+.1%})"
-    fired = "; ".join(f"{t / plan.day:.2f} d: {why}" for t, why in s.fired)
+    fired = "; ".join(f"{r.at / plan.day:.2f} d: {r.trigger.partition(': ')[2]}" for r in s.rounds
+                      if r.trigger.startswith("contention"))
     return f"| {s.start_day:g} | {s.jobs} | {s.offered_load:.2f} | {said} | {fired} | {gain} |"
 
 
 HEADER = ("| start day | jobs | offered load | the agent's rounds (trace days into the window) | "
-          "the contention trigger at the polls, ungated, floor on the jobs' clock | twin gain of its run: window (blocks) |\n"
+          "the contention trigger, where it fired | twin gain of its run: window (blocks) |\n"
           "|---|---|---|---|---|---|")
 
 
@@ -359,8 +298,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--days", default="", help="the windows' start days: A-B or A,B,C")
     ap.add_argument("--trace", help="another trace than the plan's (canonical CSV)")
     ap.add_argument("--load", type=float, help="offered load the thinning aims at")
-    ap.add_argument("--at-trigger", action=argparse.BooleanOptionalAction, default=True,
-                    help="a round where the contention trigger, ungated, fires (queue_check)")
     ap.add_argument("--shadow", nargs=4, metavar=("STATE", "FAKE", "SLURM_CONF", "INCLUDE"),
                     help="(for closed_loop.py) the agent's loop on a real test cluster (ShadowCluster)")
     args = ap.parse_args(argv)
@@ -384,7 +321,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     for day in days:
         p = replace(plan, start_day=day)
         try:
-            s = screen(p, trace, args.at_trigger)
+            s = screen(p, trace)
         except InputError as e:
             print(f"| {day:g} | | | {e} | |", flush=True)
             continue

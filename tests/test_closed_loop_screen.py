@@ -71,12 +71,13 @@ def test_a_switch_runs_the_new_config_from_its_moment_on(tmp_path):
 
 
 def test_the_agent_runs_its_rounds_inside_the_window_at_its_period(tmp_path):
-    # a window of 2.5 periods: `agent run`'s own loop rounds at 0, 1 and 2 periods in (the block
-    # runs had only the first); the "ci" plan's budget keeps it short
+    # a window of 2.5 periods (the "ci" plan's, whose queue never doubles past what a round saw):
+    # `agent run`'s own loop rounds at 0, 1 and 2 periods in (the block runs had only the first);
+    # the plan's small budget keeps it short
     plan = replace(cl.PLANS["ci"], days=2.5, design="switchback")
     trace = cl.trace_of(Path(plan.trace))
     sel = cl.select(trace, plan)
-    rounds, cluster = cs.agent_rounds(plan, sel, tmp_path, at_trigger=False)
+    rounds, cluster = cs.agent_rounds(plan, sel, tmp_path)
     assert [r.at for r in rounds] == [0.0, plan.day, 2 * plan.day]
     assert [r.trigger for r in rounds] == ["period"] * 3
     assert all(r.why for r in rounds)
@@ -90,17 +91,17 @@ def test_a_burst_inside_the_window_gets_a_round_at_the_next_poll(tmp_path):
     # 30 s). 40 one-GPU jobs of 5 s in the window before (history for the model); in the window,
     # 60 jobs of 8 GPUs for 20 s at 24 s: 4 run, 56 wait at the poll at 30 s, against an empty
     # queue at the round at 0 (the trigger asks 2 x max(seen, 10 jobs) and 2 x max(seen, 1 h of
-    # the 32 GPUs on the jobs' clock, 1440x faster) GPU-hours). A round there, then the period's
-    # at 60 s and 120 s; the queue the 30 s round saw (56) never doubles after.
+    # the 32 GPUs on the jobs' clock, 1440x faster) GPU-hours). The agent's own trigger asks at
+    # every poll: a round there, then the period's a period later, at 90 s (the window ends at
+    # 150 s); the queue the 30 s round saw (56) never doubles after.
     plan = replace(cl.PLANS["ci"], days=2.5, design="switchback")
     before = [tw.Job(f"cls-{i:04d}", -120.0 + 3 * i, 1, 5, 1, "alice", "physics") for i in range(40)]
     jobs = [tw.Job(f"cl-{i:04d}", 24.0, 8, 20, 1, tw.USERS[i % 3], tw.ACCOUNTS[i % 2]) for i in range(60)]
     sel = cl.Selection(jobs, before, 1.0, 1.0, 1.0)
-    fired: list = []
-    rounds, _ = cs.agent_rounds(plan, sel, tmp_path, fired=fired)
-    assert [(r.at, r.trigger) for r in rounds] == [(0.0, "period"), (30.0, "contention"), (60.0, "period"),
-                                                   (120.0, "period")]
-    assert [t for t, _ in fired] == [30.0] and fired[0][1].startswith("queue 56 jobs")
+    rounds, _ = cs.agent_rounds(plan, sel, tmp_path)
+    assert [(r.at, r.trigger.split(":")[0]) for r in rounds] == [(0.0, "period"), (30.0, "contention"),
+                                                                 (90.0, "period")]
+    assert rounds[1].trigger.startswith("contention: queue 56 jobs")
 
 
 def test_the_shadow_cluster_reads_the_cluster_and_keeps_the_agents_applies_apart(tmp_path):
