@@ -1426,7 +1426,7 @@ def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult
             archetypes[name] = cb.twin_block_gain(cb.block_rows(runs, specs, other, jitters=0))
     return cb.BlockResult(outdir.name, plan, len(names), float(info["offered_load"]), lens, sched, accounted,
                           rows, effects, gains, window, aa, tau, info.get("decision"), info.get("wall_run"),
-                          info.get("wall_total"), configs, archetypes)
+                          info.get("wall_total"), configs, archetypes, tl.arm1)
 
 
 # The flags a run takes, each checked before anything starts (`checked_plan`): a bad value costs

@@ -380,6 +380,7 @@ METRICS = ("avg_jct", "avg_wait")
 JITTERS = 4  # jittered copies of every block's replay: the twin's noise floor
 # the estimates reported, (estimator, family of the interval): the first is the one the targets read
 ESTIMATES = (("twin", "twin"), ("twin", "constant"), ("plain", "constant"))
+MIN_APART = 0.5  # the share of a run's blocks whose arms must differ for the targets to judge it
 
 
 @dataclass(frozen=True)
@@ -415,6 +416,16 @@ class BlockResult:
     # an A/A run: each archetype's gain in the blocks (average JCT) as the twin replays them from
     # the run's real block states, against the baseline: the effect a run of it could see here
     archetypes: dict[str, float] = field(default_factory=dict)
+    # arm 1's config block by block when the agent's loop changed it during the run
+    # (`Timeline.arm1`); empty: configs[1] in every block
+    arm1: tuple[dict[str, Any], ...] = ()
+
+    @property
+    def apart(self) -> int:
+        """The blocks whose two arms are different configs."""
+        if not self.arm1:
+            return self.schedule.blocks if self.configs[0] != self.configs[1] else 0
+        return sum(c != self.configs[0] for c in self.arm1)
 
     @property
     def aa(self) -> bool:
@@ -588,6 +599,13 @@ class Experiment:
     def first(self) -> BlockResult:
         return self.runs[0]
 
+    @property
+    def judged(self) -> bool:
+        """Whether the arms differ in at least half the blocks (`MIN_APART`): where they do not,
+        the interval rests mostly on blocks that ran one config twice, and says nothing of the
+        config (a run whose agent changed the config late in its window)."""
+        return sum(r.apart for r in self.runs) >= MIN_APART * sum(r.schedule.blocks for r in self.runs)
+
     def blocks(self, metric: str) -> sb.Blocks:
         parts, offset = [], 0
         for r in self.runs:
@@ -610,7 +628,7 @@ def pool(results: Sequence[BlockResult]) -> list[Experiment]:
     groups: dict[str, Experiment] = {}
     for r in results:
         key = json.dumps([str(Path(r.plan.get("trace", "")).name)] + [r.plan.get(k) for k in POOL_KEYS[1:]]
-                         + [r.configs[0], r.configs[1]], sort_keys=True, default=str)
+                         + [r.configs[0], r.configs[1], list(r.arm1)], sort_keys=True, default=str)
         groups.setdefault(key, Experiment([])).runs.append(r)
     return list(groups.values())
 
@@ -638,13 +656,17 @@ def targets(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ())
                      f"{pct(x.first.twin_block_gain['avg_jct'])}): {pct(g)} [{pct(lo)}, {pct(hi)}], "
                      + ("the CI excludes 0: the design sees the effect" if lo > 0 or hi < 0 else
                         "the CI contains 0: the design does not see it"))
-    runs = [x for x in experiments if not x.first.aa and not x.first.control]
+    agent = [x for x in experiments if not x.first.aa and not x.first.control]
+    runs = [x for x in agent if x.judged]
+    few = [f"{x.name} ({sum(r.apart for r in x.runs)} of {sum(r.schedule.blocks for r in x.runs)})"
+           for x in agent if not x.judged]
     better = [x.name for x in runs if x.main().gain()[1] > 0]
     worse = [x.name for x in runs if x.main().gain()[2] < 0]
     lines.append(f"the agent's config: the CI excludes 0 on the side of improvement on {len(better)} window(s)"
                  + (f" ({', '.join(better)})" if better else "") + ", on the side of harm on "
                  + (", ".join(worse) if worse else "none")
                  + (f"; no change on {', '.join(u.name for u in unchanged)}" if unchanged else "")
+                 + (f"; too few blocks with the arms apart to judge: {', '.join(few)}" if few else "")
                  + (" — met" if len(better) >= 2 and not worse else " — not met"))
     far = []
     for x in runs:
@@ -656,8 +678,9 @@ def targets(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ())
             far.append(f"{x.name} (predicted {pct(pred)}, realized {pct(real)})")
     changed = [x for x in runs if x.first.changed]
     lines.append("prediction within a factor of 2 of the realized gain on each window with a change: "
-                 + ("no window with a change yet" if not changed else
-                    "met" if not far else "not met on " + ", ".join(far)))
+                 + ("met" if changed and not far else "not met on " + ", ".join(far) if far else
+                    "no window with a change the design can judge yet" if any(x.first.changed for x in agent)
+                    else "no window with a change yet"))
     return lines
 
 

@@ -191,7 +191,7 @@ def test_node_of():
     assert [cl.node_of(x) for x in ("n1", "n4", " n2 ", "n[1-2]", "", "None")] == [0, 3, 1, -1, -1, -1]
 
 
-def _result(name, gain, lo, hi, aa=False, predicted=None, lost=0):
+def _result(name, gain, lo, hi, aa=False, predicted=None, lost=0, arm1=()):
     e = sb.Effect("twin", "twin", math.log(1 - gain), math.log(1 - hi), math.log(1 - lo), 0.5, 64, True, 6, 1.0, 1.0)
     decision = None if aa else {"revision": 2 if predicted is not None else None, "predicted_gain": predicted,
                                 "diff": {}, "why": ""}
@@ -200,7 +200,7 @@ def _result(name, gain, lo, hi, aa=False, predicted=None, lost=0):
                           {"A": cb.Accounted(10, 10 - lost, 10 - lost)}, [],
                           {"avg_jct": {cb.ESTIMATES[0]: e}, "avg_wait": {cb.ESTIMATES[0]: e}},
                           {"avg_jct": 0.1, "avg_wait": 0.1}, 0.1, [], {"A": 0.99}, decision, None, None,
-                          ({}, {"run": name}))  # each its own experiment
+                          ({}, {"run": name}), {}, arm1)  # each its own experiment
 
 
 def test_the_targets_in_words():
@@ -220,6 +220,23 @@ def test_the_targets_in_words():
     assert worse[0] == "no job lost: NOT met: aa A: 1"
     assert worse[1].endswith("excludes 0 — NOT met; its half-width, the design's resolution on this machine: 2.0%")
     assert worse[2].endswith("on 1 window(s) (w1), on the side of harm on w2 — not met")
+
+
+def test_a_run_whose_arms_differ_in_few_blocks_is_not_judged():
+    """An agent that changed the config in its run's last block: 1 of 12 blocks has the arms
+    apart, under half, so its interval (here one that excludes 0 on the side of harm) is listed
+    apart, not read as a harm, and its prediction is not compared. Held in 6 of 12 blocks it is
+    judged."""
+    late = _result("late", -0.004, -0.026, -0.0001, predicted=0.185, arm1=({},) * 11 + ({"run": "late"},))
+    assert late.apart == 1
+    lines = cb.targets([late])
+    assert lines[2] == ("the agent's config: the CI excludes 0 on the side of improvement on 0 window(s), on the "
+                        "side of harm on none; too few blocks with the arms apart to judge: late (1 of 12) — not met")
+    assert lines[3] == ("prediction within a factor of 2 of the realized gain on each window with a change: "
+                        "no window with a change the design can judge yet")
+    half = _result("half", -0.004, -0.026, -0.0001, predicted=0.185, arm1=({},) * 6 + ({"run": "half"},) * 6)
+    assert half.apart == 6
+    assert cb.targets([half])[2].endswith("on the side of harm on half — not met")
 
 
 def _rows(arms, jct, twin0, twin1, jobs=10):
