@@ -3,6 +3,7 @@ its slurm.conf export."""
 
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -10,7 +11,7 @@ from hypothesis import strategies as st
 from autosched.cluster import SlurmClocks
 from autosched.export.slurm import slurm_conf_lines, slurm_time
 from autosched.policies import get_policy
-from autosched.policies.multifactor import WaitingJobs
+from autosched.policies.multifactor import Multifactor, WaitingJobs
 from autosched.sim import Simulator
 from autosched.space import ConfigError
 from simkit import cluster, jct, make_trace, run, starts
@@ -284,3 +285,44 @@ def test_priorities_are_recalculated_when_the_decay_clock_passes_the_last(anchor
         expected = [*recalcs, last] if last > p.t0 else list(recalcs)
         p._catch_up(now)
         assert recalcs == expected
+
+
+class _Unshortened(Multifactor):
+    """multifactor with the formulas its shortcuts replace: the main scheduler's delayed tick
+    worked out at every call, the size queues sorted by lexsort and cut by np.diff. What it
+    schedules is what multifactor schedules."""
+
+    def _main_due(self):
+        self._delay_key = None
+        return super()._main_due()
+
+    def _recalc(self, t):
+        super()._recalc(t)
+        if self.waiting:
+            js = self.waiting.array()
+            g = self._gpus[js].astype(np.int64)
+            order = np.lexsort((js, self.neg[js], g))
+            g, jobs = g[order], js[order].tolist()
+            cuts = [0, *(np.flatnonzero(np.diff(g)) + 1).tolist(), len(g)]
+            assert self.by_size == {int(g[a]): jobs[a:b] for a, b in zip(cuts, cuts[1:])}
+
+
+_JOBS = st.lists(st.tuples(st.integers(0, 120), st.sampled_from([1, 2, 3, 4, 8]), st.integers(1, 300),
+                           st.integers(1, 1200), st.sampled_from(["u1", "u2", "u3"])), min_size=1, max_size=25)
+
+
+@settings(max_examples=40, deadline=None)
+@given(_JOBS, st.integers(0, 5), st.integers(1, 5), st.booleans(), st.integers(0, 3))
+def test_the_shortcuts_schedule_as_the_formulas_they_replace(jobs, delay, period, backfill, weights):
+    # time-limited jobs on 2x4, under the Slurm path (main passes, backfill cycles, recalculations)
+    jobs = sorted(jobs)
+    trace = make_trace([(s, g, d) for s, g, d, _, _ in jobs], [u for *_, u in jobs]).replace(
+        time_limit=np.asarray([lim for _, _, _, lim, _ in jobs], dtype=float))
+    w = [{"PriorityWeightAge": 1000}, {"PriorityWeightFairshare": 10000},
+         {"PriorityWeightJobSize": 1000, "PriorityFavorSmall": True}, {}][weights]
+    cfg = {**ONLY, **w, "batch_sched_delay": delay, "PriorityCalcPeriod": period, "backfill": backfill}
+    spec = cluster(2, 4)
+    got = Simulator(trace, spec, Multifactor(cfg), record_segments=True).run()
+    want = Simulator(trace, spec, _Unshortened(cfg), record_segments=True).run()
+    assert got.segments == want.segments
+    assert jct(got) == jct(want)
