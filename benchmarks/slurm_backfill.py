@@ -23,9 +23,9 @@ fails unless every start is identical under every config.
 
 --order also times, at every backfill cycle of one run and on that cycle's real queue, how the
 cycle's job order (the first bf_max_job_test waiting jobs by priority, then submission) is built
-now (one numpy lexsort of the waiting jobs) against how it was built before (Python's sort with a
-key) and a lazy merge of the policy's by-size queues (each already in order), best of 5 each;
-checks that all three agree, and prints the totals.
+now (one numpy sort of an int64 key per job) against how it was built before (a numpy lexsort of
+the two keys; before that Python's sort with a key) and a lazy merge of the policy's by-size
+queues (each already in order), best of 5 each; checks that all four agree, and prints the totals.
 """
 
 from __future__ import annotations
@@ -163,7 +163,7 @@ def time_order(trace, spec: ClusterSpec, policy) -> None:
     pol = sim.policies[0]
     real = LazyBackfill.cycle
     waiting: list[int] = []
-    spent = {"sort": 0.0, "merge": 0.0, "lexsort": 0.0}
+    spent = {"sort": 0.0, "merge": 0.0, "lexsort": 0.0, "key": 0.0}
 
     def best(f) -> float:
         out = math.inf
@@ -180,12 +180,18 @@ def time_order(trace, spec: ClusterSpec, policy) -> None:
             return (neg[k], k)
 
         def lexsort():
-            js = np.fromiter(pol.waiting, dtype=np.int64, count=len(pol.waiting))
+            js = pol.waiting.array()
             return js[np.lexsort((js, neg[js]))][:m].tolist()
 
-        ways = {"sort": lambda: sorted(pol.waiting, key=key)[:m],
+        def by_key():  # (the policy's own: one int64 key per job)
+            js = pol.waiting.array()
+            keys = pol._key_hi[js] + js
+            keys.sort(kind="stable")
+            return (keys[:m] & ((1 << pol._shift) - 1)).tolist()
+
+        ways = {"sort": lambda: sorted(pol.waiting.array().tolist(), key=key)[:m],
                 "merge": lambda: list(islice(heapq.merge(*pol.by_size.values(), key=key), m)),
-                "lexsort": lexsort}
+                "lexsort": lexsort, "key": by_key}
         assert all(f() == order.tolist() for f in ways.values())
         waiting.append(len(pol.waiting))
         for name, f in ways.items():
