@@ -186,7 +186,7 @@ def time_order(trace, spec: ClusterSpec, policy) -> None:
         def by_key():  # (the policy's own: one int64 key per job)
             js = pol.waiting.array()
             keys = pol._key_hi[js] + js
-            keys.sort(kind="stable")
+            keys.sort()
             return (keys[:m] & ((1 << pol._shift) - 1)).tolist()
 
         ways = {"sort": lambda: sorted(pol.waiting.array().tolist(), key=key)[:m],

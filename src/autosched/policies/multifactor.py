@@ -360,7 +360,7 @@ class Multifactor(Policy):
         self._by_key = self._by_key and float(np.abs(neg).max()) < self._key_max
         if self._by_key:  # sorted by key (best first), then stably by size (int16: a radix sort)
             hi = self._key_hi[js] = neg.astype(np.int64) << self._shift
-            best = np.sort(hi + js, kind="stable") & ((1 << self._shift) - 1)
+            best = np.sort(hi + js) & ((1 << self._shift) - 1)
             g = self._gpus[best].astype(np.int16 if self._gpus_16 else np.int64)
             order = np.argsort(g, kind="stable")
             g, jobs = g[order], best[order].tolist()
@@ -583,7 +583,7 @@ class Multifactor(Policy):
         js = self.waiting.array()
         if self._by_key:
             keys = self._key_hi[js] + js
-            keys.sort(kind="stable")  # (the keys are unique; timsort gains from the runs in them)
+            keys.sort()  # (the keys are unique: any sort gives the order)
             order = keys[:self.bf.max_job_test] & ((1 << self._shift) - 1)
         else:
             order = js[np.lexsort((js, self.neg[js]))][:self.bf.max_job_test]
