@@ -76,6 +76,7 @@ class Cell:
     deployed: int
     rounds: int
     cpu: float  # autosched's CPU seconds, mean over the seeds
+    seeds: tuple[int, ...] = ()  # the seed of each of `rel`
 
     def cells(self) -> list[str]:
         n = len(self.rel)
@@ -85,11 +86,12 @@ class Cell:
                 f"{self.cpu:,.0f}"]
 
     def against(self, full: "Cell | None") -> str:
-        """This run's change minus the full core's, paired by seed: mean (its standard error);
-        > 0: the part taken out was worth having."""
-        if full is None or len(full.rel) != len(self.rel):
+        """This run's change minus the full core's, paired by seed over the seeds both ran: mean
+        (its standard error); > 0: the part taken out was worth having."""
+        theirs = dict(zip(full.seeds, full.rel)) if full is not None else {}
+        diffs = [a - theirs[k] for k, a in zip(self.seeds, self.rel) if k in theirs]
+        if not diffs or len(diffs) != len(self.rel):
             return "n/a"
-        diffs = [a - b for a, b in zip(self.rel, full.rel)]
         n = len(diffs)
         mean = sum(diffs) / n
         se = math.sqrt(sum((d - mean) ** 2 for d in diffs) / (n - 1) / n) if n > 1 else 0.0
@@ -106,7 +108,8 @@ def read_cell(path: Path) -> Cell | None:
     return Cell([r["summary"]["relative_avg_jct"]["autosched"] for r in runs],
                 max(r["summary"]["worst_period_vs_default"]["autosched"] for r in runs),
                 sum(bool(d["deployed"]) for d in decisions), len(decisions),
-                sum(float(a.get("cpu_seconds") or 0.0) for a in auto) / len(auto))
+                sum(float(a.get("cpu_seconds") or 0.0) for a in auto) / len(auto),
+                tuple(int(r["settings"]["seed"]) for r in runs))
 
 
 def table(runs: Path = RUNS, ablation: Path = ABLATION) -> list[str]:

@@ -222,6 +222,14 @@ def test_the_ablation_table_regenerates_byte_identical_from_the_committed_runs()
     assert ab.render(doc, ab.table()) == doc, "docs/adaptive.md's ablation is not current: run benchmarks/ablation.py"
 
 
+def test_an_ablation_pairs_by_seed_with_a_full_core_of_more_seeds():
+    # the full core ran seeds 0-3 (0.8, 0.7, 0.9, 0.6), the ablation seeds 0-1 (0.9, 0.9): the
+    # differences on seeds 0 and 1 are +0.1 and +0.2, mean +15%, s.e. sqrt(2 x 0.05^2 / 1 / 2) = 5%
+    full = ab.Cell([0.8, 0.7, 0.9, 0.6], 1.0, 0, 0, 0.0, (0, 1, 2, 3))
+    assert ab.Cell([0.9, 0.9], 1.0, 0, 0, 0.0, (0, 1)).against(full) == "+15.0% (5.0%)"
+    assert ab.Cell([0.9], 1.0, 0, 0, 0.0, (7,)).against(full) == "n/a"  # a seed the full core did not run
+
+
 def test_an_ablation_row_worked_out_by_hand(tmp_path):
     # autosched at 0.8 and 0.7 of the default: mean -25%, sd sqrt(2 x 0.05^2 / 1) = 7.07%; worst
     # period the larger of 1.03 and 0.95; 2 of the 3 rounds deployed; CPU (10 + 20) / 2 = 15 s;
@@ -230,13 +238,14 @@ def test_an_ablation_row_worked_out_by_hand(tmp_path):
     runs.mkdir()
     parts.mkdir()
 
-    def seed(rel: float, worst: float, deployed: list[bool], cpu: float) -> dict:
-        return {"strategies": {"autosched": {"decisions": [{"deployed": d} for d in deployed], "cpu_seconds": cpu}},
+    def seed(k: int, rel: float, worst: float, deployed: list[bool], cpu: float) -> dict:
+        return {"settings": {"seed": k},
+                "strategies": {"autosched": {"decisions": [{"deployed": d} for d in deployed], "cpu_seconds": cpu}},
                 "summary": {"relative_avg_jct": {"autosched": rel}, "worst_period_vs_default": {"autosched": worst}}}
 
-    run = {**seed(0.8, 1.03, [True, False], 10.0), "runs": [seed(0.7, 0.95, [True], 20.0)]}
+    run = {**seed(0, 0.8, 1.03, [True, False], 10.0), "runs": [seed(1, 0.7, 0.95, [True], 20.0)]}
     (parts / "no-trigger-cluster02.json").write_text(json.dumps(run))
-    full = {**seed(0.9, 1.0, [False], 5.0), "runs": [seed(0.6, 1.0, [True], 5.0)]}
+    full = {**seed(0, 0.9, 1.0, [False], 5.0), "runs": [seed(1, 0.6, 1.0, [True], 5.0)]}
     (runs / "multifactor-cluster02.json").write_text(json.dumps(full))
     lines = ab.table(runs, parts)
     assert "| cluster02 | without the contention trigger | -25.0% ± 7.1% | 2 | +0.0% (10.0%) | +3.0% | 2 of 3 | 15 |" in lines
