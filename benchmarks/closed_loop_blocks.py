@@ -209,16 +209,32 @@ class UnitRun:
         return cfg
 
 
+def twin_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The whole config the twin schedules by for a cluster's `cfg` (its knobs, the rest at
+    their defaults): two configs that differ only in knobs left out schedule alike."""
+    return get_policy("multifactor").space.validate({**tw.knobs(dict(cfg)), "placement": PLACEMENT})
+
+
+def same_config(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    """Whether two cluster configs set every knob alike, a knob one leaves out at its default
+    (a run records arm 1 whole, its baseline with the knobs it sets)."""
+    space = get_policy("multifactor").space
+
+    def value(c: Mapping[str, Any], k: str) -> Any:
+        return c[k] if k in c else space[k].default if k in space else None
+
+    return all(value(a, k) == value(b, k) for k in set(a) | set(b))
+
+
 def simulate(trace: Trace, spec: ClusterSpec, switches: Sequence[tuple[float, Mapping[str, Any]]],
              segments: bool = False) -> Simulator:
     """`trace` replayed under the first config of `switches` and from each later time on under
     its config (`Simulator.reconfigure`, as slurmctld's reconfigure)."""
     policy = get_policy("multifactor")
-    sim = Simulator(trace, spec, policy({**tw.knobs(dict(switches[0][1])), "placement": PLACEMENT}),
-                    record_segments=segments)
+    sim = Simulator(trace, spec, policy(twin_config(switches[0][1])), record_segments=segments)
     for t, cfg in switches[1:]:
         sim.run(until=t)
-        sim.reconfigure(policy.space.validate({**tw.knobs(dict(cfg)), "placement": PLACEMENT}))
+        sim.reconfigure(twin_config(cfg))
     return sim.run()
 
 
@@ -422,10 +438,10 @@ class BlockResult:
 
     @property
     def apart(self) -> int:
-        """The blocks whose two arms are different configs."""
+        """The blocks whose two arms are different configs (`same_config`)."""
         if not self.arm1:
-            return self.schedule.blocks if self.configs[0] != self.configs[1] else 0
-        return sum(c != self.configs[0] for c in self.arm1)
+            return 0 if same_config(self.configs[0], self.configs[1]) else self.schedule.blocks
+        return sum(not same_config(c, self.configs[0]) for c in self.arm1)
 
     @property
     def aa(self) -> bool:

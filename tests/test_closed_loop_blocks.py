@@ -234,6 +234,11 @@ def test_a_run_whose_arms_differ_in_few_blocks_is_not_judged():
                         "side of harm on none; too few blocks with the arms apart to judge: late (1 of 12) — not met")
     assert lines[3] == ("prediction within a factor of 2 of the realized gain on each window with a change: "
                         "no window with a change the design can judge yet")
+    # a run records arm 1 whole and its baseline with the knobs it sets: Slurm's default
+    # bf_max_job_test (500) written out is the same config, another value is not
+    whole = {"bf_max_job_test": 500, "bf_continue": False}
+    assert cb.same_config({}, whole) and not cb.same_config({}, {**whole, "bf_max_job_test": 1000})
+    assert _result("w", 0, -0.1, 0.1, predicted=0.1, arm1=(whole,) * 11 + ({"run": "w"},)).apart == 1
     half = _result("half", -0.004, -0.026, -0.0001, predicted=0.185, arm1=({},) * 6 + ({"run": "half"},) * 6)
     assert half.apart == 6
     assert cb.targets([half])[2].endswith("on the side of harm on half — not met")
