@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -281,15 +282,31 @@ HEADER = ("| start day | jobs | offered load | the agent's rounds (trace days in
           "|---|---|---|---|---|---|")
 
 
+MAX_WINDOWS = 1000  # a screen of more windows is a typo (each costs seconds to a minute)
+
+
 def days_of(text: str) -> list[float]:
-    """--days: "41-57" (every day), or "3,7,21"."""
+    """--days: "41-57" (every day), or "3,7,21": finite days >= 0, at most `MAX_WINDOWS`."""
+    rule = f"--days {text!r}: a range A-B or a list A,B,C of trace days (finite, >= 0, at most {MAX_WINDOWS})"
     try:
         if "-" in text:
             a, b = (float(x) for x in text.split("-", 1))
-            return [float(d) for d in np.arange(a, b + 1e-9, 1.0)]
-        return [float(x) for x in text.split(",")]
+            ends = [a, b]
+        else:
+            ends = [float(x) for x in text.split(",")]
     except ValueError:
-        raise InputError(f"--days {text!r}: a range A-B or a list A,B,C of trace days") from None
+        raise InputError(rule) from None
+    if not all(math.isfinite(d) and d >= 0 for d in ends):
+        raise InputError(rule)
+    if "-" not in text:
+        days = ends
+    elif b - a + 1 > MAX_WINDOWS:
+        raise InputError(rule)
+    else:
+        days = [float(d) for d in np.arange(a, b + 1e-9, 1.0)]
+    if not days or len(days) > MAX_WINDOWS:
+        raise InputError(rule)
+    return days
 
 
 def main(argv: Sequence[str] | None = None) -> int:

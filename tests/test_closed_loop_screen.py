@@ -11,7 +11,9 @@ from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
+import pytest
 
+from autosched.errors import InputError
 from autosched.live.history import ACTIVE_STATES
 from conftest import script_module
 
@@ -120,3 +122,17 @@ def test_the_shadow_cluster_reads_the_cluster_and_keeps_the_agents_applies_apart
     shadow.apply({**live, "PriorityWeightAge": "5"})
     assert shadow.live_values()["PriorityWeightAge"] == "5"
     assert real.live_values() == live
+
+
+@pytest.mark.parametrize("text", ["", "nan-3", "1-inf", "-2", "3,nan", "1-1e9", "a,b", "5-3",
+                                  ",".join(["1"] * 1001)])
+def test_days_refuses_what_is_no_list_of_trace_days(text):
+    # a range beyond MAX_WINDOWS would build a billion-day list; NaN, infinity, negative days
+    # and an empty range are no windows
+    with pytest.raises(InputError, match="--days"):
+        cs.days_of(text)
+
+
+def test_days_reads_a_range_and_a_list():
+    assert cs.days_of("41-43") == [41.0, 42.0, 43.0]
+    assert cs.days_of("3,7.5") == [3.0, 7.5]
