@@ -25,6 +25,7 @@ from autosched.policies import get_policy
 from autosched.sim import Simulator
 from autosched.space import dump_config
 from autosched.trace.io import write_trace
+from conftest import script_module
 
 pytestmark = pytest.mark.slurm
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -186,3 +187,12 @@ def test_each_round_reads_the_setup_and_status_shows_what_changed(slurm_testbed,
         bed.run("sacctmgr", "-i", "modify", "account", "where", "name=physics", "set", "fairshare=60")
         bed.run("sacctmgr", "-i", "delete", "account", "biology", check=False)
     assert agent.step().setup_changes == ("account biology removed", "account physics: shares 70 -> 60")
+
+
+def test_the_closed_loops_copy_of_the_testbeds_tree_is_the_testbeds(slurm_testbed):
+    # the closed-loop harness replays windows that have not run on a cluster yet with its own copy
+    # of the test cluster's association tree; it must be the tree the testbed really configures
+    cb = script_module("benchmarks/closed_loop_blocks.py")
+    real = slurm_testbed.run("sacctmgr", "-P", "-n", "show", "assoc",
+                             "format=Cluster,Account,User,ParentName,Share").stdout
+    assert sorted(real.split()) == sorted(cb.TESTBED_ASSOC.split()[1:])
