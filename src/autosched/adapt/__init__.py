@@ -6,6 +6,7 @@ from .drift import DriftReport, DriftTest, Profile, profile
 from .errors import AdaptError
 from .experiment import (
                          DESCRIPTIONS,
+                         KNOWN_STRATEGIES,
                          ORACLES,
                          STRATEGIES,
                          ExperimentResult,
@@ -21,4 +22,4 @@ from .sources import FutureSource, ModelSource, ReplaySource, WorkloadSource
 __all__ = ["AdaptError", "LoopConfig", "Controller", "Decision", "DriftTest", "DriftReport", "Profile", "profile", "Guardrail", "Verdict",
            "Observation", "observe", "ModelSource", "ReplaySource", "FutureSource", "WorkloadSource",
            "Settings", "run_experiment", "ExperimentResult", "StrategyResult", "PeriodResult",
-           "STRATEGIES", "ORACLES", "DESCRIPTIONS"]
+           "STRATEGIES", "KNOWN_STRATEGIES", "ORACLES", "DESCRIPTIONS"]

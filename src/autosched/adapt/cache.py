@@ -119,8 +119,10 @@ class CachedTuner:
         return self.inner.evaluate(policy_name, config, workloads)
 
 
-def cached_factory(inner: TunerFactory, directory: Path | None) -> TunerFactory:
-    """`inner`, with its searches cached in `directory` (None: no cache)."""
+def cached_factory(inner: TunerFactory, directory: Path | None,
+                   extra: Mapping[str, Any] | None = None) -> TunerFactory:
+    """`inner`, with its searches cached in `directory` (None: no cache); `extra`: more of what
+    the outcome depends on, beyond the search's problem and settings (the key's other parts)."""
     if directory is None:
         return inner
 
@@ -130,7 +132,7 @@ def cached_factory(inner: TunerFactory, directory: Path | None) -> TunerFactory:
         settings = asdict(search)  # budget, seed, sampler, screening, design, patience, subspace
         if search.subspace is None:  # the key of a search of the whole space, as before subspaces
             del settings["subspace"]
-        parts = {"policy": cls.name, "cluster": cluster, "objective": objective, "search": settings}
+        parts = {"policy": cls.name, "cluster": cluster, "objective": objective, "search": settings, **(extra or {})}
         return CachedTuner(inner(policy, cluster, objective, search, execution), parts, directory, cls)
 
     return make

@@ -122,15 +122,19 @@ class PolicyConstraints:
                 unit, scale = ("h", 3600) if e.kind == "queue" else ("min", 60)
                 bad.append(f"{e.kind} {e.name}: {what} {e.running / scale:.0f} -> {e.candidate / scale:.0f} {unit}, "
                            f"more than the {e.allowed / scale:.0f} {unit} allowed")
-        for k in self.pins:
-            if k in config and config[k] != running_config.get(k):
-                bad.append(f"{k} is pinned at {running_config.get(k)!r}")
+        return Check(tuple(effects), tuple(bad + self.config_violations(running_config, config)))
+
+    def config_violations(self, running_config: Mapping[str, Any], config: Mapping[str, Any]) -> list[str]:
+        """The rules on the config itself, whatever it does to the waits: the pins and the
+        fair-share floor."""
+        bad = [f"{k} is pinned at {running_config.get(k)!r}" for k in self.pins
+               if k in config and config[k] != running_config.get(k)]
         floor = self._floor(running_config)
         if floor is not None and (frac := fairshare_fraction(config, self.weights)) is not None \
                 and frac < floor - 1e-9:
             bad.append(f"{FAIRSHARE} {config[FAIRSHARE]} is {frac:.0%} of the largest priority weight, "
                        f"below the floor of {floor:.0%}")
-        return Check(tuple(effects), tuple(bad))
+        return bad
 
     def _floor(self, running_config: Mapping[str, Any]) -> float | None:
         """The fair-share floor for this round: the configured one, or the running config's own

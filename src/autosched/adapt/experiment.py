@@ -9,7 +9,10 @@ switched in with ``sim.reconfigure`` (queued and running jobs carry over). Strat
 - ``autosched``: workload model + tuner + guardrail, at each period boundary and on drift;
 - ``last_period``: no workload model; the tuner evaluates on the last period replayed;
 - ``oracle_static``: ORACLE, the best fixed config in hindsight (tuned on the whole real trace);
-- ``oracle_period``: ORACLE, tuned at each boundary on the real jobs of the coming period.
+- ``oracle_period``: ORACLE, tuned at each boundary on the real jobs of the coming period;
+- ``oracle_static_policy`` (on request): ORACLE, oracle_static kept to the operator's policy, the
+  best fixed config in hindsight whose every period holds the policy against the default
+  (`oracle`); the bound of a loop that is held to the policy.
 
 The oracles search with ``Settings.oracle_budget`` trials (default 10x a round's budget): an
 oracle tuned as little as the strategies is one more noisy strategy, and can come out worse than
@@ -36,18 +39,20 @@ from ..policies import Policy, get_policy
 from ..sim import JobRecords, Metrics, Simulator, compute_metrics
 from ..space import Config, Subspace
 from ..trace.table import Trace
-from ..tune import ExecutionConfig
+from ..tune import ExecutionConfig, Objective, SearchConfig
 from .cache import cached_factory
 from .config import DAY, LoopConfig
-from .controller import PRIOR_KEEP, Controller, Decision, TunerFactory, default_tuner_factory
+from .controller import PRIOR_KEEP, Controller, Decision, RoundTuner, TunerFactory, default_tuner_factory, policy_class
 from .drift import GPU_CLASS_NAMES, gpu_classes
 from .errors import AdaptError
 from .observe import observe
-from .scoring import Score, score_records
+from .oracle import PolicyOracleTuner, period_breaks, period_scores
+from .scoring import Score
 from .sources import FutureSource, ReplaySource
 
-STRATEGIES = ("default", "autosched", "last_period", "oracle_static", "oracle_period")
-ORACLES = frozenset({"oracle_static", "oracle_period"})
+STRATEGIES = ("default", "autosched", "last_period", "oracle_static", "oracle_period")  # run by default
+KNOWN_STRATEGIES = (*STRATEGIES, "oracle_static_policy")  # the others run when asked for
+ORACLES = frozenset({"oracle_static", "oracle_period", "oracle_static_policy"})
 DESCRIPTIONS = {
     "default": "the policy's default config, fixed",
     "autosched": "workload model + tuner + guardrail, each period and daily from the first round to the first "
@@ -55,6 +60,8 @@ DESCRIPTIONS = {
     "last_period": "tuned on the last period replayed (no workload model)",
     "oracle_static": "ORACLE: best fixed config in hindsight, tuned on the whole real trace",
     "oracle_period": "ORACLE: tuned each period on the real jobs of that period",
+    "oracle_static_policy": "ORACLE: best fixed config in hindsight that keeps to the operator's policy against "
+                            "the default in every period",
 }
 ORACLE_FACTOR = 10  # an oracle's search: this many times a round's budget
 FIRST_DECISION = 3 / 7  # Settings.first_decision: day 3 of a 7-day first period
@@ -144,6 +151,9 @@ class PeriodResult:
     # the period's jobs per account (average wait) and per GPU-size class (p95 wait): what the
     # operator's policy protects (`scoring.Score`; None: no job)
     waits: Score | None = None
+    # the operator's policy in this period against the default's same period (`oracle.
+    # period_violations`): what it breaks (None: not checked, e.g. no default in the run)
+    breaks: tuple[str, ...] | None = None
 
     def breakdown(self) -> dict[str, Any]:
         """``accounts`` and ``sizes`` as `run --json` gives them."""
@@ -174,7 +184,8 @@ class StrategyResult:
             "utilization": m.utilization, "metrics": m.to_dict(),
             "periods": [{"index": p.index, "start": p.start, "end": p.end, "avg_jct": p.metrics.avg_jct,
                          "p99_jct": p.metrics.p99_jct, "avg_queue": p.metrics.avg_queue,
-                         "utilization": p.metrics.utilization, "jobs": p.metrics.jobs, **p.breakdown()}
+                         "utilization": p.metrics.utilization, "jobs": p.metrics.jobs, **p.breakdown(),
+                         **({} if p.breaks is None else {"policy_breaks": list(p.breaks)})}
                         for p in self.periods],
             "timeline": [{"time": t, "config": c} for t, c in self.timeline],
             "decisions": [d.to_dict() for d in self.decisions],
@@ -216,6 +227,12 @@ class ExperimentResult:
         out["worst_period_vs_default"] = {
             k: max(p.metrics.avg_jct / b.metrics.avg_jct for p, b in zip(v.periods, base.periods) if b.metrics.jobs)
             for k, v in s.items() if v.periods}
+        if "oracle_static_policy" in s:
+            oracle = s["oracle_static_policy"]
+            out["share_of_oracle_static_policy_gain"] = {
+                k: _share(base.metrics.avg_jct, oracle.metrics.avg_jct, v.metrics.avg_jct) for k, v in s.items()}
+        if all(p.breaks is not None for v in s.values() for p in v.periods):
+            out["periods_breaking_policy"] = {k: sum(bool(p.breaks) for p in v.periods) for k, v in s.items()}
         if "autosched" in s and "oracle_period" in s:
             out["autosched_share_of_oracle_period_gain"] = _share(
                 base.metrics.avg_jct, s["oracle_period"].metrics.avg_jct, s["autosched"].metrics.avg_jct)
@@ -259,9 +276,9 @@ def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Sett
                    progress: Progress | None = None, cache: Path | None = None) -> ExperimentResult:
     """Run each strategy on the same trace (already fitted to `cluster`) and cluster. The oracles'
     searches are read from / stored in the directory `cache` (None: not cached)."""
-    unknown = [s for s in strategies if s not in STRATEGIES]
+    unknown = [s for s in strategies if s not in KNOWN_STRATEGIES]
     if unknown:
-        raise AdaptError(f"unknown strategy {', '.join(unknown)}; known: {', '.join(STRATEGIES)}")
+        raise AdaptError(f"unknown strategy {', '.join(unknown)}; known: {', '.join(KNOWN_STRATEGIES)}")
     get_policy(settings.policy)  # fail early on a bad name
     if len(trace) == 0:
         raise AdaptError("the trace has no jobs")
@@ -277,8 +294,10 @@ def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Sett
         # budget, and with them the README's run took 2.6x the CPU with a cold cache. The oracles
         # bound the loop; oracle_period keeps the first round and the boundaries.
         run_settings = replace(settings, seed=ORACLE_SEED, early_rounds=False) if name in ORACLES else settings
-        if name == "oracle_static":
-            config = _tune_static(trace, cluster, run_settings, oracle_factory, say)
+        if name in ("oracle_static", "oracle_static_policy"):
+            factory = oracle_factory if name == "oracle_static" else policy_oracle_factory(
+                tuner_factory, cache, run_settings, cluster, bounds)
+            config = _tune_static(trace, cluster, run_settings, factory, say)
             res = replay(trace, cluster, run_settings, bounds, initial=config, progress=say)
         elif name == "default":
             res = replay(trace, cluster, settings, bounds, progress=say)
@@ -291,6 +310,12 @@ def run_experiment(trace: Trace, cluster: ClusterSpec, settings: Settings = Sett
             name, name in ORACLES, DESCRIPTIONS[name], _metrics(records, trace, cluster),
             period_metrics(records, trace, cluster, bounds), timeline, decisions, time.perf_counter() - t0,
             time.process_time() - c0)
+    if "default" in results:
+        constraints = settings.constraints(cluster)
+        base = [p.waits for p in results["default"].periods]
+        for r in results.values():
+            for p, bad in zip(r.periods, period_breaks(constraints, base, [p.waits for p in r.periods])):
+                p.breaks = bad
     return ExperimentResult(settings, cluster.describe(), trace.source, len(trace), bounds, results,
                             workload_series(trace, cluster), cpu_sizing(trace, cluster))
 
@@ -312,10 +337,11 @@ def summaries_across_seeds(seeds: Sequence[int], summaries: Sequence[dict[str, A
         rel = [s["relative_avg_jct"][name] for s in summaries if name in s.get("relative_avg_jct", {})]
         if rel:
             out["relative_avg_jct"][name] = stats(rel)
-        for key in ("share_of_oracle_static_gain", "share_of_oracle_static_gain_after_p0"):
+        for key in ("share_of_oracle_static_gain", "share_of_oracle_static_gain_after_p0",
+                    "share_of_oracle_static_policy_gain"):
             share = [s[key][name] for s in summaries if s.get(key, {}).get(name) is not None]
-            if share:
-                out[key][name] = stats(share)
+            if share:  # (the policy oracle's key only when a run had it)
+                out.setdefault(key, {})[name] = stats(share)
     if "autosched" in names and "last_period" in names and "default" in names:
         lead = stats([s["relative_avg_jct"]["last_period"] - s["relative_avg_jct"]["autosched"] for s in summaries])
         lead["larger_than_spread"] = lead["n"] > 1 and abs(lead["mean"]) > lead["sd"]
@@ -515,6 +541,25 @@ def check_times(bounds: list[float], settings: Settings, checks: bool) -> list[t
     return sorted(out)
 
 
+def policy_oracle_factory(inner: TunerFactory, cache: Path | None, settings: Settings, cluster: ClusterSpec,
+                          bounds: list[float]) -> TunerFactory:
+    """oracle_static_policy's tuner (`oracle.PolicyOracleTuner` over `inner`'s search), its pick
+    cached in `cache` under the search's key with the policy's rules and the periods."""
+    constraints = settings.constraints(cluster)
+    start = start_config(settings)
+
+    def make(policy: str | type[Policy], cluster: ClusterSpec, objective: Objective, search: SearchConfig,
+             execution: ExecutionConfig) -> RoundTuner:
+        cls = policy_class(policy)
+        space = cls.space if search.subspace is None else cls.space.restrict(search.subspace)
+        return PolicyOracleTuner(inner(policy, cluster, objective, search, execution), cls, space, cluster,
+                                 objective, constraints, bounds, start)
+
+    extra = {"oracle": "static, within the operator's policy", "constraints": repr(constraints),
+             "bounds": [b - bounds[0] for b in bounds]}
+    return cached_factory(make, cache, extra)
+
+
 def _tune_static(trace: Trace, cluster: ClusterSpec, settings: Settings, tuner_factory: TunerFactory,
                  say: Callable[..., None]) -> Config:
     say(f"tuning one config on the whole real trace (oracle, {settings.oracle_trials} trials)")
@@ -535,14 +580,9 @@ def _metrics(rec: JobRecords, trace: Trace, cluster: ClusterSpec, mask: np.ndarr
 
 def period_metrics(rec: JobRecords, trace: Trace, cluster: ClusterSpec, bounds: list[float]) -> list[PeriodResult]:
     """Metrics of the jobs submitted in each period (they may finish after it ends)."""
-    out = []
-    for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:])):
-        mask = (rec.submit >= a) & (rec.submit < b)
-        idx = np.flatnonzero(mask)
-        sub = JobRecords(*(getattr(rec, f)[idx] for f in JobRecords.__dataclass_fields__))
-        waits = score_records(sub, trace.take(idx), cluster, -math.inf, "avg_jct") if len(idx) else None
-        out.append(PeriodResult(i, a, b, _metrics(rec, trace, cluster, mask), waits))
-    return out
+    waits = period_scores(rec, trace, cluster, bounds)
+    return [PeriodResult(i, a, b, _metrics(rec, trace, cluster, (rec.submit >= a) & (rec.submit < b)), waits[i])
+            for i, (a, b) in enumerate(zip(bounds[:-1], bounds[1:]))]
 
 
 def workload_series(trace: Trace, cluster: ClusterSpec, bin_seconds: float = DAY) -> dict[str, Any]:

@@ -40,7 +40,8 @@ def run_cmd(
     cluster: Optional[str] = typer.Option(None, "--cluster", "-c", help="NODESxGPUS[,CPUs=C][,DefCpuPerGPU=D] (e.g. 32x8; 11x8,CPUs=40) or a VC file (vc,nodes); required with a trace"),
     loop: dict[str, Any] = LOOP,
     workers: int = typer.Option(2, "--workers", "-j", help="tuning trials run in parallel processes (1 = in this process)"),
-    strategies: str = typer.Option(DEFAULT_STRATEGIES, "--strategies", help="comma-separated strategies to compare (oracle_* read the real future)"),
+    strategies: str = typer.Option(DEFAULT_STRATEGIES, "--strategies", help="comma-separated strategies to compare (oracle_* read the real future; "
+                                   "oracle_static_policy, kept to the operator's policy, runs when named)"),
     first_decision: Optional[str] = typer.Option(None, "--first-decision", metavar="DURATION|off", help="a first tuning round this long after the start, on the history seen so far (default: 3/7 of the period, day 3 of a week; 'off': none before the first period boundary)"),
     early_rounds: Optional[bool] = typer.Option(None, "--early-rounds/--no-early-rounds", help="after the first round, another round every day until the first period boundary, while the history is young and grows fastest (none without a first round; a long period gets many)  [default: on]", show_default=False),
     live_knobs: bool = typer.Option(False, "--live-knobs", help="search only the knobs the live Slurm agent may write (multifactor's priority and bf_* settings), the others pinned at the cluster's values, as `autosched agent` searches"),
@@ -58,7 +59,7 @@ def run_cmd(
     default, tuning on the last period, and two oracles (best fixed config in hindsight; per-period
     tuning on the real future)."""
     options = RunOptions.of(locals())  # first, while the arguments are all that is bound
-    from ..adapt import STRATEGIES, run_experiment
+    from ..adapt import KNOWN_STRATEGIES, run_experiment
     from ..adapt.cache import default_cache_dir
     from ..adapt.experiment import seeds_document
 
@@ -67,7 +68,7 @@ def run_cmd(
     if seeds < 1:
         fail(f"--seeds must be at least 1 (got {seeds})")
     check_seed(seed + seeds - 1)
-    settings, names, window = options.resolve(STRATEGIES)
+    settings, names, window = options.resolve(KNOWN_STRATEGIES)
     if report is not None:
         require("matplotlib", "--report", "report")
     if settings.model == "neural":
@@ -245,6 +246,15 @@ def _print(result) -> None:
     if after:
         console.print("share of oracle_static's gain on the jobs submitted after period 0 (the others run the "
                       "default in period 0 until their first round): " + ", ".join(f"{k} {v:.0%}" for k, v in after.items()))
+    within = {k: v for k, v in summ.get("share_of_oracle_static_policy_gain", {}).items()
+              if v is not None and k != "default"}
+    if within:
+        console.print("share of oracle_static_policy's gain (ORACLE: the best fixed config that keeps to the "
+                      "operator's policy in every period): " + ", ".join(f"{k} {v:.0%}" for k, v in within.items()))
+    breaks = summ.get("periods_breaking_policy", {})
+    if any(breaks.values()):
+        console.print(f"periods (of {len(result.boundaries) - 1}) that break the operator's policy against the "
+                      "default: " + ", ".join(f"{k} {v}" for k, v in breaks.items() if k != "default"))
     worst = summ.get("worst_period_vs_default", {}).get("autosched")
     if worst is not None:
         console.print(f"autosched's worst period vs the default: {worst - 1:+.1%}")
@@ -270,6 +280,10 @@ def _print_seeds(summary: dict) -> None:
         table.add_row(name, f"{st['mean'] - 1:+.1%} ± {st['sd']:.1%}",
                       *("" if sh is None else f"{sh['mean']:.0%} ± {sh['sd']:.0%}" for sh in shares))
     console.print(table)
+    within = summary.get("share_of_oracle_static_policy_gain", {})
+    if within:
+        console.print("share of oracle_static_policy's gain (ORACLE, within the operator's policy): " + ", ".join(
+            f"{k} {v['mean']:.0%} ± {v['sd']:.0%}" for k, v in within.items() if k != "default"))
     lead = summary.get("autosched_lead_over_last_period")
     if lead is not None:
         verdict = "larger" if lead["larger_than_spread"] else "NOT larger"
