@@ -39,6 +39,11 @@ RUNS = REPO / "benchmarks" / "results" / "runs"
 BEFORE = REPO / "benchmarks" / "results" / "runs-before"
 # today's loop's cost per trace, for the cost target (see LOOP_COST's docstring in the file)
 LOOP_COST = REPO / "benchmarks" / "results" / "loop-cost-today.json"
+# oracle_static_policy for a committed run made without it: ``POLICY-NAME.json``, a run of the
+# same trace with ``--strategies default,oracle_static,oracle_static_policy`` (the oracles do not
+# depend on the seed, nor the default: one seed gives every seed's bound). Used only when its
+# default's average JCT is the run's own.
+POLICY_ORACLE = REPO / "benchmarks" / "results" / "policy-oracle"
 DOC = REPO / "docs" / "results.md"
 IMG = REPO / "docs" / "img"
 POLICIES = ("tiresias", "multifactor")  # a section each, in this order, whether or not runs exist
@@ -49,8 +54,9 @@ TARGET_WORST = 1.02  # no period worse than the default by more than 2%
 TARGET_LIVE_SHARE, CEILING = 0.60, 0.05
 TARGET_TIRESIAS_SHARE = 0.80  # tiresias: on average over the traces
 TARGET_COST = 3.0  # the loop's CPU seconds against today's loop, on every trace
-# the operator's policy against the default, per period (autosched.adapt.constraints' defaults:
-# an account's average wait a quarter longer, a size class's p95 wait twice, ten minutes each)
+# the operator's policy against the default, per period, as a run's settings give it
+# (autosched.adapt.constraints' defaults: an account's average wait a quarter longer, a size
+# class's p95 wait twice, ten minutes each)
 POLICY_ACCOUNT, POLICY_SIZE, POLICY_SLACK = 0.25, 1.0, 600.0
 
 
@@ -176,6 +182,9 @@ class Row:
     worst_size: tuple[str, int, float, float] | None = None
     policy_breaks: int = 0  # (period, seed) pairs where the policy's rules against the default break
     periods: int = 0  # (period, seed) pairs looked at
+    # per strategy, the (period, seed) pairs that break the policy against the default
+    breaks: dict[str, int] = field(default_factory=dict)
+    policy_share: Stat | None = None  # autosched's share of oracle_static_policy's gain
 
 
 def seeds_of(data: dict[str, Any]) -> list[dict[str, Any]]:
@@ -299,6 +308,7 @@ def read_row(path: Path) -> tuple[str, Row]:
               rel, share, lead, Stat.of(worsts) if has_worst else None, max(worsts) if has_worst else None,
               sum(r["summary"]["relative_avg_jct"]["autosched"] < 1 for r in runs) if "autosched" in rel else 0,
               (sum(bool(d["deployed"]) for d in decisions), len(decisions)))
+    add_policy_oracle(row, path, runs)
     row.cpus = str((data.get("cpus") or {}).get("rule", ""))
     cpu = [r["strategies"]["autosched"].get("cpu_seconds") for r in runs if "autosched" in r["strategies"]]
     row.cpu = Stat.of(cpu) if cpu and None not in cpu else None
@@ -307,21 +317,79 @@ def read_row(path: Path) -> tuple[str, Row]:
     return settings["policy"], row
 
 
+def add_policy_oracle(row: Row, path: Path, runs: list[dict[str, Any]]) -> None:
+    """oracle_static_policy's figures and autosched's share of its gain, from the run itself or
+    from its run in POLICY_ORACLE (same trace and default); none when neither has it."""
+    oracle: list[float] = []
+    if all("oracle_static_policy" in r["strategies"] for r in runs):
+        oracle = [r["strategies"]["oracle_static_policy"]["avg_jct"] for r in runs]
+    elif (extra := POLICY_ORACLE / path.name).exists():
+        other = json.loads(extra.read_text())
+        default = other["strategies"]["default"]["avg_jct"]
+        for key in ("trace", "cluster", "boundaries"):
+            if other[key] != runs[0][key]:
+                raise SystemExit(f"{extra}: not a run of the trace of {path.name} (its {key} differs)")
+        if not math.isclose(default, runs[0]["strategies"]["default"]["avg_jct"], rel_tol=1e-9):
+            raise SystemExit(f"{extra}: its default's average JCT is not that of {path.name}")
+        oracle = [other["strategies"]["oracle_static_policy"]["avg_jct"]] * len(runs)
+        tr = trace_run(path, runs[0])
+        row.commands.append(tr.commands(str(other["settings"]["policy"]),
+                                        options(other["settings"], list(other["strategies"]), 1),
+                                        f"benchmarks/results/policy-oracle/{path.name}")[-1])
+        for r in runs:
+            mine = other["strategies"]["oracle_static_policy"]["periods"]
+            r["strategies"] = {**r["strategies"], "oracle_static_policy": {"periods": mine}}
+    if not oracle or "default" not in row.relative:
+        return
+    base = [r["strategies"]["default"]["avg_jct"] for r in runs]
+    row.relative["oracle_static_policy"] = Stat.of([o / b for o, b in zip(oracle, base)])
+    if "autosched" in runs[0]["strategies"] and all(b > o for b, o in zip(base, oracle)):
+        row.policy_share = Stat.of([(b - r["strategies"]["autosched"]["avg_jct"]) / (b - o)
+                                    for b, o, r in zip(base, oracle, runs)])
+
+
+def policy_of(settings: dict[str, Any]) -> Any:
+    """The operator's policy a run kept to (`PolicyConstraints`, the decision core's own check),
+    with the run's tolerances (the defaults for a run made before they were settings)."""
+    from autosched.adapt.constraints import PolicyConstraints
+
+    return PolicyConstraints(settings.get("account_tolerance", POLICY_ACCOUNT),
+                             settings.get("size_tolerance", POLICY_SIZE), None, wait_slack=POLICY_SLACK)
+
+
+def period_score(period: dict[str, Any]) -> Any:
+    """A period's accounts and size classes as run --json records them, as a `Score` (an account's
+    usage is 0 in a run made before it was recorded: its tolerance is then not scaled by it)."""
+    from autosched.adapt.scoring import Score
+
+    acc, sizes = period["accounts"], period["sizes"]
+    return Score(0.0, 0, {a: v["jobs"] for a, v in acc.items()}, {a: v["avg_queue"] for a, v in acc.items()},
+                 {a: v.get("usage", 0.0) for a, v in acc.items()}, {k: v["jobs"] for k, v in sizes.items()},
+                 {k: v["p95_queue"] for k, v in sizes.items()})
+
+
 def policy_against_default(row: Row, runs: list[dict[str, Any]]) -> None:
-    """The operator's policy over every period of every seed, autosched against the default:
-    the worst account (largest growth of its average wait) and GPU-size class (of its p95 wait),
-    and how many (period, seed) pairs break the rules' default tolerances. A run recorded before
-    the periods kept their accounts and sizes leaves the row as it is."""
+    """The operator's policy over every period of every seed, each strategy against the default,
+    checked as the decision core checks it (`PolicyConstraints`, one period's jobs for a sample):
+    per strategy how many (period, seed) pairs break it, and for autosched the worst account
+    (largest growth of its average wait) and GPU-size class (of its p95 wait). A run recorded
+    before the periods kept their accounts and sizes leaves the row as it is."""
+    from autosched.adapt.scoring import ScoreSet
+
     worst_a: tuple[float, tuple[str, int, float, float]] | None = None
     worst_s: tuple[float, tuple[str, int, float, float]] | None = None
     for r in runs:
-        pairs = zip(r["strategies"]["default"].get("periods", []), r["strategies"]["autosched"].get("periods", []))
-        for p_def, p_auto in pairs:
-            if "accounts" not in p_def:
-                return
+        constraints = policy_of(r["settings"])
+        base = r["strategies"]["default"].get("periods", [])
+        if any("accounts" not in p for p in base):
+            return
+        for name, strat in r["strategies"].items():
+            for p_def, p in zip(base, strat.get("periods", [])):
+                check = constraints.check(ScoreSet((period_score(p_def),)), ScoreSet((period_score(p),)), {}, {})
+                row.breaks[name] = row.breaks.get(name, 0) + (not check.holds)
+        for p_def, p_auto in zip(base, r["strategies"]["autosched"].get("periods", [])):
             row.periods += 1
-            broken = False
-            for kind, key, tol in (("accounts", "avg_queue", POLICY_ACCOUNT), ("sizes", "p95_queue", POLICY_SIZE)):
+            for kind, key in (("accounts", "avg_queue"), ("sizes", "p95_queue")):
                 for name, d in p_def[kind].items():
                     a = p_auto[kind].get(name)
                     if a is None:
@@ -332,8 +400,7 @@ def policy_against_default(row: Row, runs: list[dict[str, Any]]) -> None:
                         worst_a = entry
                     if kind == "sizes" and (worst_s is None or grow > worst_s[0]):
                         worst_s = entry
-                    broken |= grow > tol * d[key] + POLICY_SLACK
-            row.policy_breaks += broken
+    row.policy_breaks = row.breaks.get("autosched", 0)
     row.worst_account = worst_a[1] if worst_a else None
     row.worst_size = worst_s[1] if worst_s else None
 
@@ -500,6 +567,7 @@ def decision_targets_table(policy: str, rows: list[Row], costs: dict[str, float]
         said = ", ".join(f"{r.name} {'n/a' if r.share is None else f'{r.share.mean:.0%}'}" for r in gains)
         out.append(f"| ≥ {TARGET_LIVE_SHARE:.0%} of oracle_static's gain on every trace where it gains "
                    f"{CEILING:.0%} or more | {said or 'no such trace'} | {met(not short)} |")
+        out += policy_share_target(rows)
     leads = [r for r in rows if r.lead is not None]
     behind = [r for r in leads if r.lead is not None and r.lead.mean < 0]
     said = ", ".join(f"{r.name} {pct(r.lead.mean)} (s.e. {r.lead.se:.1%})" for r in behind if r.lead is not None)
@@ -525,6 +593,48 @@ def decision_targets_table(policy: str, rows: list[Row], costs: dict[str, float]
     sized = [r for r in rows if "per GPU" in r.cpus]
     out.append(f"| jobs without CPU counts sized by CPUs per GPU | on {len(sized)} of {n} traces | "
                f"{met(len(sized) == n)} |")
+    return out
+
+
+def policy_share_target(rows: list[Row]) -> list[str]:
+    """The share target against oracle_static_policy, on the traces whose runs have it."""
+    have = [r for r in rows if "oracle_static_policy" in r.relative]
+    if not have:
+        return []
+    gains = [r for r in have if 1 - r.relative["oracle_static_policy"].mean >= CEILING]
+    short = [r for r in gains if r.policy_share is None or r.policy_share.mean < TARGET_LIVE_SHARE]
+    said = ", ".join(f"{r.name} {'n/a' if r.policy_share is None else f'{r.policy_share.mean:.0%}'}" for r in gains)
+    small = ", ".join(f"{r.name} {pct(r.relative['oracle_static_policy'].mean - 1)}" for r in have if r not in gains)
+    return [f"| ≥ {TARGET_LIVE_SHARE:.0%} of oracle_static_policy's gain (ORACLE: the best fixed config that keeps "
+            f"the operator's policy in every period) on every trace where it gains {CEILING:.0%} or more | "
+            + "; ".join(x for x in (said, f"it gains less on {small}" if small else "") if x)
+            + f" (measured on {len(have)} of {len(rows)} traces) | {'met' if not short else '**not met**'} |"]
+
+
+def policy_oracle_table(rows: list[Row]) -> list[str]:
+    """Per trace with oracle_static_policy: both static oracles, autosched's share of each one's
+    gain, and the (period, seed) pairs within the operator's policy of each strategy."""
+    have = [r for r in rows if "oracle_static_policy" in r.relative]
+    if not have:
+        return []
+
+    def share(st: Stat | None, oracle: Stat) -> str:
+        if 1 - oracle.mean < CEILING:
+            return f"n/a (it gains {pct(1 - oracle.mean)})"
+        return "n/a" if st is None else f"{round(st.mean, 2) + 0.0:.0%}"
+
+    def within(r: Row, name: str) -> str:
+        return f"{r.periods - r.breaks[name]} of {r.periods}" if name in r.breaks and r.periods else "n/a"
+
+    out = ["| trace | autosched | oracle_static (ORACLE) | oracle_static_policy (ORACLE) | autosched's share of "
+           "oracle_static's gain | of oracle_static_policy's gain | periods within the policy: autosched "
+           "| last_period | oracle_static | oracle_static_policy |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in have:
+        out.append(f"| {r.name} | {cell(r.relative.get('autosched'))} | {cell(r.relative.get('oracle_static'))} "
+                   f"| {cell(r.relative['oracle_static_policy'])} | {share(r.share, r.relative['oracle_static'])} "
+                   f"| {share(r.policy_share, r.relative['oracle_static_policy'])} | {within(r, 'autosched')} "
+                   f"| {within(r, 'last_period')} | {within(r, 'oracle_static')} "
+                   f"| {within(r, 'oracle_static_policy')} |")
     return out
 
 
@@ -565,6 +675,14 @@ def section(policy: str, rows: list[Row], before: bool = False, costs: dict[str,
                 "class over every period of every seed; today's loop: its CPU seconds on the same trace, "
                 "`benchmarks/results/loop-cost-today.json`):", ""]
         out += policy_cost_table(policy, rows, costs or {})
+        table = policy_oracle_table(rows)
+        if table:
+            out += ["", "**Against the oracle held to the operator's policy** (`oracle_static_policy`, an ORACLE: "
+                    "of the configs oracle_static's search tried, the policy's archetypes and the default, the "
+                    "best on the whole real trace whose every period keeps the policy against the default, "
+                    "checked as the decision core checks it; a share only where the oracle gains "
+                    f"{CEILING:.0%} or more; a run without it reads it from "
+                    "`benchmarks/results/policy-oracle/`, made by the commands below):", ""] + table
     out += ["", "The runs (a `--seeds` run of every strategy per trace, the oracles' searches cached), "
             "then the tables:", "", "```sh"]
     out += [c for r in rows for c in r.commands]

@@ -380,3 +380,53 @@ def test_the_decision_cores_targets_worked_out_by_hand(tmp_path):
     assert rt.policy_cost_table(policy, [row], costs)[2] == (
         "| cluster04 | 1 CPU(s) per GPU (the node shape: 8 CPUs, 8 GPUs) | a, period 0: 10 min -> 25 min "
         "| 1 GPUs, period 0: 20 min -> 40 min | 1 of 2 | 120 ± 28 | 60 | 2.0× |")
+
+
+def test_the_policy_oracle_table_worked_out_by_hand(tmp_path, monkeypatch):
+    # The hand-worked two seeds (default 10000 s, autosched 8000 and 7000, oracle_static 7500),
+    # as a multifactor run on cluster04 with one period a seed, and oracle_static_policy at 9000
+    # s from its own run in the policy-oracle directory (the same trace and default). Its gain is
+    # 10%: autosched's shares of it are 2000/1000 and 3000/1000, a mean of 250%. The period:
+    # size class 1 with 10 jobs, p95 wait 20 min under the default; autosched 40 min (20 more,
+    # within 100% of 20 + 10 = 30), last_period 60 min (40 more: broken), oracle_static 35,
+    # oracle_static_policy 20.
+    data = _two_seeds()
+    p95 = {"default": 1200.0, "autosched": 2400.0, "last_period": 3600.0, "oracle_static": 2100.0,
+           "oracle_period": 1200.0}
+    for run in (data, data["runs"][0]):
+        run["settings"] = {**rt.cli_defaults("multifactor"), "seed": run["settings"]["seed"]}
+        run["trace"] = "/anywhere/limits/cluster04.csv"
+        for name, wait in p95.items():
+            run["strategies"][name]["periods"] = [{"index": 0, "accounts": {},
+                                                   "sizes": {"1": {"jobs": 10, "p95_queue": wait}}}]
+    (tmp_path / "runs").mkdir()
+    path = tmp_path / "runs" / "multifactor-cluster04.json"
+    path.write_text(json.dumps(data))
+    oracle = copy.deepcopy({k: data[k] for k in ("settings", "cluster", "trace", "boundaries", "jobs")})
+    oracle["strategies"] = {
+        "default": {"avg_jct": 10000.0, "periods": data["strategies"]["default"]["periods"]},
+        "oracle_static": {"avg_jct": 7500.0, "periods": data["strategies"]["oracle_static"]["periods"]},
+        "oracle_static_policy": {"avg_jct": 9000.0, "periods": [
+            {"index": 0, "accounts": {}, "sizes": {"1": {"jobs": 10, "p95_queue": 1200.0}}}]}}
+    monkeypatch.setattr(rt, "POLICY_ORACLE", tmp_path / "oracle")
+    (tmp_path / "oracle").mkdir()
+    (tmp_path / "oracle" / path.name).write_text(json.dumps(oracle))
+    policy, row = rt.read_row(path)
+    assert row.relative["oracle_static_policy"].mean == pytest.approx(0.9)
+    assert (row.policy_share.mean, row.policy_share.n) == (pytest.approx(2.5), 2)
+    assert row.breaks == {"default": 0, "autosched": 0, "last_period": 2, "oracle_static": 0, "oracle_period": 0,
+                          "oracle_static_policy": 0}
+    assert rt.policy_oracle_table([row])[2] == (
+        "| cluster04 | -25.0% ± 7.1% | -25.0% ± 0.0% | -10.0% ± 0.0% | 100% | 250% | 2 of 2 | 0 of 2 | 2 of 2 "
+        "| 2 of 2 |")
+    assert rt.policy_share_target([row]) == [
+        "| ≥ 60% of oracle_static_policy's gain (ORACLE: the best fixed config that keeps the operator's policy "
+        "in every period) on every trace where it gains 5% or more | cluster04 250% (measured on 1 of 1 traces) "
+        "| met |"]
+    assert row.commands[-1].endswith("--strategies default,oracle_static,oracle_static_policy "
+                                     "--json > benchmarks/results/policy-oracle/multifactor-cluster04.json")
+    # a policy oracle of another default (another trace, or other settings) is refused
+    oracle["strategies"]["default"]["avg_jct"] = 9999.0
+    (tmp_path / "oracle" / path.name).write_text(json.dumps(oracle))
+    with pytest.raises(SystemExit, match="default's average JCT"):
+        rt.read_row(path)

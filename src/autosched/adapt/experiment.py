@@ -160,7 +160,8 @@ class PeriodResult:
         w = self.waits
         if w is None:
             return {"accounts": {}, "sizes": {}}
-        return {"accounts": {a: {"jobs": w.account_jobs[a], "avg_queue": w.account_wait[a]} for a in w.account_wait},
+        return {"accounts": {a: {"jobs": w.account_jobs[a], "avg_queue": w.account_wait[a],
+                                 "usage": w.account_usage.get(a, 0.0)} for a in w.account_wait},
                 "sizes": {k: {"jobs": w.size_jobs[k], "p95_queue": w.size_p95_wait[k]} for k in w.size_p95_wait}}
 
 
