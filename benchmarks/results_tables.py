@@ -285,8 +285,9 @@ def options(settings: dict[str, Any], strategies: list[str], n_seeds: int) -> li
     return out
 
 
-def read_row(path: Path) -> tuple[str, Row]:
-    """(policy, row) of one committed run."""
+def read_row(path: Path, oracles: Path | None = None) -> tuple[str, Row]:
+    """(policy, row) of one committed run; `oracles`: where its oracle_static_policy may be
+    (POLICY_ORACLE for the committed runs)."""
     data = json.loads(path.read_text())
     runs = seeds_of(data)
     settings = data["settings"]
@@ -308,7 +309,7 @@ def read_row(path: Path) -> tuple[str, Row]:
               rel, share, lead, Stat.of(worsts) if has_worst else None, max(worsts) if has_worst else None,
               sum(r["summary"]["relative_avg_jct"]["autosched"] < 1 for r in runs) if "autosched" in rel else 0,
               (sum(bool(d["deployed"]) for d in decisions), len(decisions)))
-    add_policy_oracle(row, path, runs)
+    add_policy_oracle(row, path, runs, oracles)
     row.cpus = str((data.get("cpus") or {}).get("rule", ""))
     cpu = [r["strategies"]["autosched"].get("cpu_seconds") for r in runs if "autosched" in r["strategies"]]
     row.cpu = Stat.of(cpu) if cpu and None not in cpu else None
@@ -317,18 +318,18 @@ def read_row(path: Path) -> tuple[str, Row]:
     return settings["policy"], row
 
 
-def add_policy_oracle(row: Row, path: Path, runs: list[dict[str, Any]]) -> None:
+def add_policy_oracle(row: Row, path: Path, runs: list[dict[str, Any]], oracles: Path | None) -> None:
     """oracle_static_policy's figures and autosched's share of its gain, from the run itself or
-    from its run in POLICY_ORACLE (same trace and default); none when neither has it."""
+    from its run in `oracles` (same trace and default); none when neither has it."""
     oracle: list[float] = []
     if all("oracle_static_policy" in r["strategies"] for r in runs):
         oracle = [r["strategies"]["oracle_static_policy"]["avg_jct"] for r in runs]
-    elif (extra := POLICY_ORACLE / path.name).exists():
+    elif oracles is not None and (extra := oracles / path.name).exists():
         other = json.loads(extra.read_text())
         default = other["strategies"]["default"]["avg_jct"]
-        for key in ("trace", "cluster", "boundaries"):
-            if other[key] != runs[0][key]:
-                raise SystemExit(f"{extra}: not a run of the trace of {path.name} (its {key} differs)")
+        for key in ("cluster", "jobs", "boundaries", "workload"):  # (the trace's per-day series: its content)
+            if other.get(key) != runs[0].get(key) or Path(other["trace"]).name != Path(runs[0]["trace"]).name:
+                raise SystemExit(f"{extra}: not a run of the trace of {path.name} (its {key} or name differs)")
         if not math.isclose(default, runs[0]["strategies"]["default"]["avg_jct"], rel_tol=1e-9):
             raise SystemExit(f"{extra}: its default's average JCT is not that of {path.name}")
         oracle = [other["strategies"]["oracle_static_policy"]["avg_jct"]] * len(runs)
@@ -405,12 +406,12 @@ def policy_against_default(row: Row, runs: list[dict[str, Any]]) -> None:
     row.worst_size = worst_s[1] if worst_s else None
 
 
-def read_rows(runs: Path) -> dict[str, list[Row]]:
+def read_rows(runs: Path, oracles: Path | None = None) -> dict[str, list[Row]]:
     """Every committed run, by policy, each policy's rows in the order of TRACES, then by name."""
     order = {t.name: i for i, t in enumerate(TRACES)}
     out: dict[str, list[Row]] = {}
     for path in sorted(runs.glob("*.json")) if runs.is_dir() else []:
-        policy, row = read_row(path)
+        policy, row = read_row(path, oracles)
         out.setdefault(policy, []).append(row)
     for rows in out.values():
         rows.sort(key=lambda r: (order.get(r.name, len(order)), r.name))
@@ -608,7 +609,8 @@ def policy_share_target(rows: list[Row]) -> list[str]:
     return [f"| ≥ {TARGET_LIVE_SHARE:.0%} of oracle_static_policy's gain (ORACLE: the best fixed config that keeps "
             f"the operator's policy in every period) on every trace where it gains {CEILING:.0%} or more | "
             + "; ".join(x for x in (said, f"it gains less on {small}" if small else "") if x)
-            + f" (measured on {len(have)} of {len(rows)} traces) | {'met' if not short else '**not met**'} |"]
+            + f" (measured on {len(have)} of {len(rows)} traces) | "
+            + ("met" if not short and len(have) == len(rows) else "**not met**") + " |"]
 
 
 def policy_oracle_table(rows: list[Row]) -> list[str]:
@@ -620,7 +622,7 @@ def policy_oracle_table(rows: list[Row]) -> list[str]:
 
     def share(st: Stat | None, oracle: Stat) -> str:
         if 1 - oracle.mean < CEILING:
-            return f"n/a (it gains {pct(1 - oracle.mean)})"
+            return f"n/a (it gains {1 - oracle.mean:.1%})"
         return "n/a" if st is None else f"{round(st.mean, 2) + 0.0:.0%}"
 
     def within(r: Row, name: str) -> str:
@@ -773,7 +775,7 @@ def main() -> None:
     ap.add_argument("--img", type=Path, default=IMG, help="where the plots go (default: %(default)s)")
     ap.add_argument("--check", action="store_true", help="change nothing; exit 1 if the doc or a plot is not current")
     args = ap.parse_args()
-    rows = read_rows(args.runs)
+    rows = read_rows(args.runs, POLICY_ORACLE)
     before = read_rows(BEFORE)
     old = args.doc.read_text()
     new = render(old, rows, before, load_costs())

@@ -23,7 +23,7 @@ rt = script_module("benchmarks/results_tables.py")
 
 def test_results_tables_regenerate_byte_identical_from_the_committed_runs():
     doc = rt.DOC.read_text()
-    rows, before = rt.read_rows(rt.RUNS), rt.read_rows(rt.BEFORE)
+    rows, before = rt.read_rows(rt.RUNS, rt.POLICY_ORACLE), rt.read_rows(rt.BEFORE)
     assert rt.render(doc, rows, before, rt.load_costs()) == doc, \
         "docs/results.md is not current: run benchmarks/results_tables.py"
     assert rt.stale_plots(doc, rows, rt.IMG) == [] and rt.stale_plots(doc, before, rt.IMG, before=True) == []
@@ -382,7 +382,7 @@ def test_the_decision_cores_targets_worked_out_by_hand(tmp_path):
         "| 1 GPUs, period 0: 20 min -> 40 min | 1 of 2 | 120 ± 28 | 60 | 2.0× |")
 
 
-def test_the_policy_oracle_table_worked_out_by_hand(tmp_path, monkeypatch):
+def test_the_policy_oracle_table_worked_out_by_hand(tmp_path):
     # The hand-worked two seeds (default 10000 s, autosched 8000 and 7000, oracle_static 7500),
     # as a multifactor run on cluster04 with one period a seed, and oracle_static_policy at 9000
     # s from its own run in the policy-oracle directory (the same trace and default). Its gain is
@@ -403,15 +403,15 @@ def test_the_policy_oracle_table_worked_out_by_hand(tmp_path, monkeypatch):
     path = tmp_path / "runs" / "multifactor-cluster04.json"
     path.write_text(json.dumps(data))
     oracle = copy.deepcopy({k: data[k] for k in ("settings", "cluster", "trace", "boundaries", "jobs")})
+    oracle["trace"] = "/elsewhere/limits/cluster04.csv"  # the same file made elsewhere
     oracle["strategies"] = {
         "default": {"avg_jct": 10000.0, "periods": data["strategies"]["default"]["periods"]},
         "oracle_static": {"avg_jct": 7500.0, "periods": data["strategies"]["oracle_static"]["periods"]},
         "oracle_static_policy": {"avg_jct": 9000.0, "periods": [
             {"index": 0, "accounts": {}, "sizes": {"1": {"jobs": 10, "p95_queue": 1200.0}}}]}}
-    monkeypatch.setattr(rt, "POLICY_ORACLE", tmp_path / "oracle")
     (tmp_path / "oracle").mkdir()
     (tmp_path / "oracle" / path.name).write_text(json.dumps(oracle))
-    policy, row = rt.read_row(path)
+    policy, row = rt.read_row(path, tmp_path / "oracle")
     assert row.relative["oracle_static_policy"].mean == pytest.approx(0.9)
     assert (row.policy_share.mean, row.policy_share.n) == (pytest.approx(2.5), 2)
     assert row.breaks == {"default": 0, "autosched": 0, "last_period": 2, "oracle_static": 0, "oracle_period": 0,
@@ -429,4 +429,4 @@ def test_the_policy_oracle_table_worked_out_by_hand(tmp_path, monkeypatch):
     oracle["strategies"]["default"]["avg_jct"] = 9999.0
     (tmp_path / "oracle" / path.name).write_text(json.dumps(oracle))
     with pytest.raises(SystemExit, match="default's average JCT"):
-        rt.read_row(path)
+        rt.read_row(path, tmp_path / "oracle")
