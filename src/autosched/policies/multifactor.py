@@ -192,6 +192,7 @@ class Multifactor(Policy):
         self.fair_tree = c["PriorityFlags"] == FAIR_TREE
         self.period = 60.0 * float(c["PriorityCalcPeriod"])
         self._quiet_until = -math.inf  # (`_catch_up`: the period or the clocks may have changed)
+        self._top, self._stuck = -1, False  # (the placement rule may have changed)
         self.backfill: bool = c["backfill"]
         self.reserve_after: float = c["reserve_after"]
         self.bf_interval = float(c["bf_interval"])
@@ -287,6 +288,7 @@ class Multifactor(Policy):
         # Waiting jobs by GPU count, best first (priority descending, then submission); their
         # priorities as last computed, negated so that ascending order is best first.
         self.by_size: dict[int, list[int]] = {}
+        self._smallest = 0  # the smallest GPU count in by_size (while it has any)
         self.neg: npt.NDArray[np.float64] = np.zeros(n)
         # The same order as one int64 key per job, (negated priority << shift) + job number,
         # which a backfill cycle sorts in a third less time than lexsort takes the two keys
@@ -307,6 +309,12 @@ class Multifactor(Policy):
         self._delay_key: tuple[float, float] | None = None
         self._delayed = math.inf
         self._full_due = math.inf
+        # With one Slurm partition, the main scheduler's top job (the first by negated priority,
+        # then job number; -1: not known), kept until a recalculation, a better job's arrival or
+        # its start; and whether the last main pass stopped at it (it did not fit) with no GPU
+        # freed since: a pass would stop there again (fewer free GPUs hold no job that more did
+        # not: the placement rules look only at free GPUs), so it is skipped.
+        self._top, self._stuck = -1, False
         self.reservations: list[tuple[int, float]] = []  # (job, planned start) of the last cycle
         super().bind(part, jobs)
 
@@ -349,6 +357,7 @@ class Multifactor(Policy):
         """Charge usage up to t, recompute fair shares and every waiting job's priority."""
         self._charge(t)
         self._dirty = True
+        self._top, self._stuck = -1, False
         if self.fair_tree:
             self.fairshare[:] = self.tree.fair_tree(self.used, self.known)
         else:
@@ -414,15 +423,21 @@ class Multifactor(Policy):
             else:
                 self._by_key = False
         self.waiting.add(j)
+        top = self._top
+        if top >= 0 and (neg_j, j) < (self.neg[top], top):
+            self._top, self._stuck = j, False
         same = self.by_size.get(g)
         if same is None:
             self.by_size[g] = [j]
+            if len(self.by_size) == 1 or g < self._smallest:
+                self._smallest = g
         else:
             neg = self.neg
             insort(same, j, key=lambda k: (neg[k], k))
 
     def on_finish(self, j: int, now: float) -> None:
         self._dirty = self._queued = True
+        self._stuck = False
         a, w = self.leaf[j], self.bill[j]
         b = self.fresh.pop(j, None)
         if b is None:  # it was held since t0
@@ -466,7 +481,7 @@ class Multifactor(Policy):
             submit, backfill, reserve_after = self._submit, self.backfill, self.reserve_after
             priority_pass(part, self.by_size, best, start, self._pop,
                           lambda top: backfill and now - submit[top] < reserve_after)
-            if self.by_size and 0 < part.free and min(self.by_size) <= part.free:
+            if self.by_size and 0 < part.free and self._smallest <= part.free:
                 # the order may change at the next recalculation and let a job that fits start
                 part.wake_at(self._next_recalc(now))
             return
@@ -478,13 +493,14 @@ class Multifactor(Policy):
         main = self._main_due()
         if self._consume_main(now, main):
             self._main_pass(now, self.depth)
-            main = self._main_due()
+            main = None  # (the request is taken: `_main_due` is None until an event queues one)
         elif now >= self._full_due - 1e-6 and self._full_due > self._last_sched:
             self._last_sched = now
             self._main_pass(now, None)
             main = self._main_due()
         if main is not None and self.by_size:
             wakes.append(main)
+        bf_due = None
         if self.backfill and self.by_size:
             iv = self.bf_interval
             due = SlurmClocks.next(self.clocks.backfill, iv, now)
@@ -492,13 +508,25 @@ class Multifactor(Policy):
                 self._backfill(now, self.jobs.time_limit)
                 due += iv
             if self._dirty and self.by_size:
-                wakes.append(due)
+                bf_due = due
         self._full_due = math.inf
-        if self.by_size and 0 < part.free and min(self.by_size) <= part.free:
+        if self.by_size and 0 < part.free and self._smallest <= part.free:
             # after the next recalculation, the main scheduler's periodic pass may start one
             self._full_due = SlurmClocks.next(self.clocks.tick, self.clocks.tick_period, SlurmClocks.next(
                 0.0, self.sched_interval, self._next_recalc(now)))
             wakes.append(self._full_due)
+        if bf_due is not None:
+            if (wakes and bf_due < self._quiet_until and not self.reference_planner
+                    and not LazyBackfill.may_start(part, self._smallest)):
+                # No waiting job fits on the free GPUs, so the cycle at bf_due would start
+                # nothing and leave the partition as this call does (the same wake-up asked for,
+                # no recalculation by then); until an event sets _dirty again, neither would any
+                # later one. So it is not woken for. (Without another wake-up to ask for, or with
+                # a recalculation due by then, it is: either changes when the next call comes.)
+                self._dirty = False
+                self.reservations = []
+            else:
+                wakes.append(bf_due)
         if wakes:
             part.wake_at(min(wakes))
 
@@ -508,8 +536,20 @@ class Multifactor(Policy):
         _schedule: a job that does not fit takes its partition's nodes out of the pass (no later
         job may use them) and the jobs of that partition are skipped; the others go on."""
         if self._mask is None:
-            priority_pass(self.part, self.by_size, self.neg.__getitem__, lambda j: self._start(j, now),
-                          self._pop, lambda top: False, depth)
+            # (`priority_pass` with no job let past, on the top job kept across passes)
+            part, tries = self.part, 0
+            while not self._stuck and self.by_size and part.free > 0:
+                top = self._top
+                if top < 0:
+                    neg = self.neg
+                    top = self._top = min((neg[q[0]], q[0]) for q in self.by_size.values())[1]
+                tries += 1
+                if not self._start(top, now):
+                    self._stuck = True
+                    return
+                self._take(top)
+                if depth is not None and tries >= depth:
+                    return
             return
         neg, mask = self.neg, self._mask
         blocked = tries = 0
@@ -534,11 +574,15 @@ class Multifactor(Policy):
 
     def _take(self, j: int) -> None:
         """Remove started job j from the queues."""
+        if j == self._top:
+            self._top, self._stuck = -1, False
         g = self.jobs.gpus[j]
         same = self.by_size[g]
         same.remove(j)
         if not same:
             del self.by_size[g]
+            if g == self._smallest and self.by_size:
+                self._smallest = min(self.by_size)
         self.waiting.remove(j)
 
     def _consume_main(self, now: float, main: float | None) -> bool:
@@ -570,7 +614,7 @@ class Multifactor(Policy):
     def _backfill(self, now: float, limit: Sequence[float]) -> None:
         """One cycle of Slurm's backfill scheduler at `now`."""
         self._dirty = False
-        if not self.reference_planner and not LazyBackfill.may_start(self.part, min(self.by_size)):
+        if not self.reference_planner and not LazyBackfill.may_start(self.part, self._smallest):
             # no waiting job fits on the free GPUs: the cycle cannot start one (a planner would
             # only make reservations, which the next cycle makes afresh)
             self.reservations = []
@@ -604,10 +648,14 @@ class Multifactor(Policy):
 
     def _pop(self, g: int) -> None:
         same = self.by_size[g]
+        if same[0] == self._top:
+            self._top, self._stuck = -1, False
         self.waiting.remove(same[0])
         del same[0]
         if not same:
             del self.by_size[g]
+            if g == self._smallest and self.by_size:
+                self._smallest = min(self.by_size)
 
 
 def _leaves_in(tree: ShareTree, jobs: JobInfo) -> npt.NDArray[np.int64]:
