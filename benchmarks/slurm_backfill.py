@@ -24,21 +24,20 @@ fails unless every start is identical under every config.
 --order also times, at every backfill cycle of one run and on that cycle's real queue, how the
 cycle's job order (the first bf_max_job_test waiting jobs by priority, then submission) is built
 now (one numpy sort of an int64 key per job) against how it was built before (a numpy lexsort of
-the two keys; before that Python's sort with a key) and a lazy merge of the policy's by-size
-queues (each already in order), best of 5 each; checks that all four agree, and prints the totals.
+the two keys; before that Python's sort with a key) and a copy into numpy of the start of the
+policy's queue (a Python list of the same keys, kept in order), best of 5 each; checks that all
+four agree, and prints the totals.
 """
 
 from __future__ import annotations
 
 import argparse
-import heapq
 import math
 import random
 import statistics
 import sys
 import tempfile
 import time
-from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -163,7 +162,7 @@ def time_order(trace, spec: ClusterSpec, policy) -> None:
     pol = sim.policies[0]
     real = LazyBackfill.cycle
     waiting: list[int] = []
-    spent = {"sort": 0.0, "merge": 0.0, "lexsort": 0.0, "key": 0.0}
+    spent = {"sort": 0.0, "queue": 0.0, "lexsort": 0.0, "key": 0.0}
 
     def best(f) -> float:
         out = math.inf
@@ -190,7 +189,7 @@ def time_order(trace, spec: ClusterSpec, policy) -> None:
             return (keys[:m] & ((1 << pol._shift) - 1)).tolist()
 
         ways = {"sort": lambda: sorted(pol.waiting.array().tolist(), key=key)[:m],
-                "merge": lambda: list(islice(heapq.merge(*pol.by_size.values(), key=key), m)),
+                "queue": lambda: (np.fromiter(pol.queue[:m], np.int64) & ((1 << pol._shift) - 1)).tolist(),
                 "lexsort": lexsort, "key": by_key}
         assert all(f() == order.tolist() for f in ways.values())
         waiting.append(len(pol.waiting))

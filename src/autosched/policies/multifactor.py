@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import heapq
 import math
-from bisect import insort
+from bisect import bisect_left, insort
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -192,7 +191,7 @@ class Multifactor(Policy):
         self.fair_tree = c["PriorityFlags"] == FAIR_TREE
         self.period = 60.0 * float(c["PriorityCalcPeriod"])
         self._quiet_until = -math.inf  # (`_catch_up`: the period or the clocks may have changed)
-        self._top, self._stuck = -1, False  # (the placement rule may have changed)
+        self._stuck: int | None = None  # (the placement rule may have changed)
         self.backfill: bool = c["backfill"]
         self.reserve_after: float = c["reserve_after"]
         self.bf_interval = float(c["bf_interval"])
@@ -290,10 +289,15 @@ class Multifactor(Policy):
         self.held: npt.NDArray[np.float64] = np.zeros(leaves)
         self.fresh: dict[int, float] = {}
         self.spans: list[tuple[int, float, float, float]] = []
-        # Waiting jobs by GPU count, best first (priority descending, then submission); their
+        # The waiting jobs in order, best first (priority descending, then submission): with
+        # time limits (Slurm's schedulers), one list of the jobs' keys (`queue`: (negated
+        # priority << shift) + job number, Python ints, so any priority fits); without, a list
+        # per GPU count (`by_size`), as the stand-in looks at the best job of each size. The
         # priorities as last computed, negated so that ascending order is best first.
+        self.queue: list[int] = []
         self.by_size: dict[int, list[int]] = {}
-        self._smallest = 0  # the smallest GPU count in by_size (while it has any)
+        self._sizes: dict[int, int] = {}  # GPU count -> waiting jobs of that size
+        self._smallest = 0  # the smallest GPU count waiting (while any job waits)
         self.neg: npt.NDArray[np.float64] = np.zeros(n)
         # The same order as one int64 key per job, (negated priority << shift) + job number,
         # which a backfill cycle sorts in a third less time than lexsort takes the two keys
@@ -314,12 +318,11 @@ class Multifactor(Policy):
         self._delay_key: tuple[float, float] | None = None
         self._delayed = math.inf
         self._full_due = math.inf
-        # With one Slurm partition, the main scheduler's top job (the first by negated priority,
-        # then job number; -1: not known), kept until a recalculation, a better job's arrival or
-        # its start; and whether the last main pass stopped at it (it did not fit) with no GPU
-        # freed since: a pass would stop there again (fewer free GPUs hold no job that more did
-        # not: the placement rules look only at free GPUs), so it is skipped.
-        self._top, self._stuck = -1, False
+        # With one Slurm partition, the key of the job the last main pass stopped at (it did
+        # not fit) while no GPU has been freed since and no recalculation made (None: not so):
+        # while it is still the top job, a pass would stop there again (fewer free GPUs hold no
+        # job that more did not: the placement rules look only at free GPUs), so it is skipped.
+        self._stuck = None
         self.reservations: list[tuple[int, float]] = []  # (job, planned start) of the last cycle
         super().bind(part, jobs)
 
@@ -363,7 +366,7 @@ class Multifactor(Policy):
         """Charge usage up to t, recompute fair shares and every waiting job's priority."""
         self._charge(t)
         self._dirty = True
-        self._top, self._stuck = -1, False
+        self._stuck = None
         if self.fair_tree:
             self.fairshare[:] = self.tree.fair_tree(self.used, self.known)
         else:
@@ -373,13 +376,21 @@ class Multifactor(Policy):
         js = self.waiting.array()
         neg = self.neg[js] = -self.priorities(js, t)
         self._by_key = self._by_key and float(np.abs(neg).max()) < self._key_max
-        if self._by_key:  # sorted by key (best first), then stably by size (int16: a radix sort)
+        if self._by_key:
             hi = self._key_hi[js] = neg.astype(np.int64) << self._shift
-            best = np.sort(hi + js) & ((1 << self._shift) - 1)
+            keys = np.sort(hi + js)  # (best first)
+            if self.jobs.time_limit is not None:
+                self.queue = keys.tolist()
+                return
+            best = keys & ((1 << self._shift) - 1)  # then stably by size (int16: a radix sort)
             g = self._gpus[best].astype(np.int16 if self._gpus_16 else np.int64)
             order = np.argsort(g, kind="stable")
             g, jobs = g[order], best[order].tolist()
         else:
+            if self.jobs.time_limit is not None:
+                best = js[np.lexsort((js, neg))].tolist()
+                self.queue = [(int(self.neg[j]) << self._shift) + j for j in best]
+                return
             g = self._gpus[js].astype(np.int64)
             order = np.lexsort((js, neg, g))  # by size, then best first
             g, jobs = g[order], js[order].tolist()
@@ -435,14 +446,21 @@ class Multifactor(Policy):
             else:
                 self._by_key = False
         self.waiting.add(j)
-        top = self._top
-        if top >= 0 and (neg_j, j) < (self.neg[top], top):
-            self._top, self._stuck = j, False
+        n_g = self._sizes.get(g, 0)
+        self._sizes[g] = n_g + 1
+        if not n_g and (len(self._sizes) == 1 or g < self._smallest):
+            self._smallest = g
+        if self.jobs.time_limit is not None:
+            key = (int(neg_j) << self._shift) + j
+            queue = self.queue
+            if not queue or key > queue[-1]:
+                queue.append(key)  # (often: a new job has waited least)
+            else:
+                insort(queue, key)
+            return
         same = self.by_size.get(g)
         if same is None:
             self.by_size[g] = [j]
-            if len(self.by_size) == 1 or g < self._smallest:
-                self._smallest = g
         elif (neg_j, j) > (self.neg[same[-1]], same[-1]):
             same.append(j)  # (most often: a new job has waited least)
         else:
@@ -451,7 +469,7 @@ class Multifactor(Policy):
 
     def on_finish(self, j: int, now: float) -> None:
         self._dirty = self._queued = True
-        self._stuck = False
+        self._stuck = None
         a, w = self._leaf_list[j], self._bill_list[j]
         b = self.fresh.pop(j, None)
         if b is None:  # it was held since t0
@@ -475,7 +493,7 @@ class Multifactor(Policy):
         return False
 
     def schedule(self, now: float) -> None:
-        if not self.by_size:
+        if not self.waiting:
             # Nothing waits; usage is charged lazily (continuous decay allows it). Slurm's main
             # scheduler still runs for a queued event (its pass then starts nothing), and its
             # time is the one batch_sched_delay counts from.
@@ -484,7 +502,7 @@ class Multifactor(Policy):
                 if not self._consume_main(now, main) and main is not None:
                     self.part.wake_at(main)
             return
-        self._catch_up(now)  # (may rebuild self.by_size)
+        self._catch_up(now)  # (may rebuild the queue)
         part = self.part
         if self.jobs.time_limit is None:
             best = self.neg.__getitem__  # a job's key: its negated priority
@@ -495,7 +513,7 @@ class Multifactor(Policy):
             submit, backfill, reserve_after = self._submit, self.backfill, self.reserve_after
             priority_pass(part, self.by_size, best, start, self._pop,
                           lambda top: backfill and now - submit[top] < reserve_after)
-            if self.by_size and 0 < part.free and self._smallest <= part.free:
+            if self.waiting and 0 < part.free and self._smallest <= part.free:
                 # the order may change at the next recalculation and let a job that fits start
                 part.wake_at(self._next_recalc(now))
             return
@@ -512,26 +530,25 @@ class Multifactor(Policy):
             self._last_sched = now
             self._main_pass(now, None)
             main = self._main_due()
-        if main is not None and self.by_size:
+        if main is not None and self.waiting:
             wakes.append(main)
         bf_due = None
-        if self.backfill and self.by_size:
+        if self.backfill and self.waiting:
             iv = self.bf_interval
             due = SlurmClocks.next(self.clocks.backfill, iv, now)
             if abs(due - now) < 1e-6 and self._dirty:
                 self._backfill(now, self.jobs.time_limit)
                 due += iv
-            if self._dirty and self.by_size:
+            if self._dirty and self.waiting:
                 bf_due = due
         self._full_due = math.inf
-        if self.by_size and 0 < part.free and self._smallest <= part.free:
+        if self.waiting and 0 < part.free and self._smallest <= part.free:
             # after the next recalculation, the main scheduler's periodic pass may start one
             self._full_due = SlurmClocks.next(self.clocks.tick, self.clocks.tick_period, SlurmClocks.next(
                 0.0, self.sched_interval, self._next_recalc(now)))
             wakes.append(self._full_due)
         if bf_due is not None:
-            if (wakes and bf_due < self._quiet_until and not self.reference_planner
-                    and not LazyBackfill.may_start(part, self._smallest)):
+            if wakes and bf_due < self._quiet_until and self._nothing_fits():
                 # No waiting job fits on the free GPUs, so the cycle at bf_due would start
                 # nothing and leave the partition as this call does (the same wake-up asked for,
                 # no recalculation by then); until an event sets _dirty again, neither would any
@@ -549,33 +566,29 @@ class Multifactor(Policy):
         one partition it stops at the first job that does not fit. With several, as 22.05's
         _schedule: a job that does not fit takes its partition's nodes out of the pass (no later
         job may use them) and the jobs of that partition are skipped; the others go on."""
-        if self._mask is None:
-            # (`priority_pass` with no job let past, on the top job kept across passes)
+        queue, low = self.queue, (1 << self._shift) - 1
+        if self._mask is None:  # (`priority_pass` with no job let past)
             part, tries = self.part, 0
-            while not self._stuck and self.by_size and part.free > 0:
-                top = self._top
-                if top < 0:
-                    neg = self.neg
-                    top = self._top = min((neg[q[0]], q[0]) for q in self.by_size.values())[1]
+            while queue and part.free > 0 and queue[0] != self._stuck:
+                top = queue[0]
                 tries += 1
-                if not self._start(top, now):
-                    self._stuck = True
+                if not self._start(top & low, now):
+                    self._stuck = top
                     return
-                self._take(top)
+                self._take(top & low)
                 if depth is not None and tries >= depth:
                     return
             return
-        neg, mask = self.neg, self._mask
+        mask = self._mask
         blocked = tries = 0
         everything = (1 << len(self.part.pool.free)) - 1
-        # Each size's queue is already in (negated priority, job) order, so a lazy merge gives
-        # the whole queue's order without sorting it, and a pass that stops early (depth, or
-        # every node taken out) looks at few jobs. The queues are iterated, so started jobs
-        # leave them after the pass.
+        # A pass that stops early (depth, or every node taken out) looks at few jobs. The queue
+        # is iterated, so started jobs leave it after the pass.
         started = []
-        for j in heapq.merge(*self.by_size.values(), key=lambda k: (neg[k], k)):
+        for key in queue:
             if depth is not None and tries >= depth or blocked == everything:
                 break
+            j = key & low
             if not mask[j] & ~blocked:  # its partition failed (or all its nodes are taken out)
                 continue
             tries += 1
@@ -587,17 +600,25 @@ class Multifactor(Policy):
             self._take(j)
 
     def _take(self, j: int) -> None:
-        """Remove started job j from the queues."""
-        if j == self._top:
-            self._top, self._stuck = -1, False
-        g = self.jobs.gpus[j]
-        same = self.by_size[g]
-        same.remove(j)
-        if not same:
-            del self.by_size[g]
-            if g == self._smallest and self.by_size:
-                self._smallest = min(self.by_size)
+        """Remove started job j from the queue (with time limits)."""
+        queue = self.queue
+        key = (int(self.neg[j]) << self._shift) + j
+        if queue[0] == key:
+            del queue[0]
+        else:
+            del queue[bisect_left(queue, key)]
+        self._left(j, self.jobs.gpus[j])
+
+    def _left(self, j: int, g: int) -> None:
+        """Job j of g GPUs, taken out of the order, no longer waits."""
         self.waiting.remove(j)
+        n_g = self._sizes[g] - 1
+        if n_g:
+            self._sizes[g] = n_g
+        else:
+            del self._sizes[g]
+            if g == self._smallest and self._sizes:
+                self._smallest = min(self._sizes)
 
     def _consume_main(self, now: float, main: float | None) -> bool:
         """Whether the main scheduler runs at `now` for a queued event (`main`: `_main_due()`);
@@ -628,9 +649,7 @@ class Multifactor(Policy):
     def _backfill(self, now: float, limit: Sequence[float]) -> None:
         """One cycle of Slurm's backfill scheduler at `now`."""
         self._dirty = False
-        if not self.reference_planner and not LazyBackfill.may_start(self.part, self._smallest):
-            # no waiting job fits on the free GPUs: the cycle cannot start one (a planner would
-            # only make reservations, which the next cycle makes afresh)
+        if self._nothing_fits():
             self.reservations = []
             return
         # The cycle looks at the first bf_max_job_test waiting jobs by (priority, submission):
@@ -660,16 +679,19 @@ class Multifactor(Policy):
             assert self._planner is not None  # (a trace with time limits: for mypy)
             self.reservations = self._planner.cycle(self.part, order, now, self.bf, start, denied)
 
+    def _nothing_fits(self) -> bool:
+        """Whether no waiting job fits on the free GPUs, so that a backfill cycle now cannot
+        start one (a planner would only make reservations, which the next cycle makes afresh);
+        the lazy planner's shortcut (the reference planner runs every cycle)."""
+        return not self.reference_planner and not LazyBackfill.may_start(self.part, self._smallest)
+
     def _pop(self, g: int) -> None:
+        """Remove the first waiting job of g GPUs, started (without time limits)."""
         same = self.by_size[g]
-        if same[0] == self._top:
-            self._top, self._stuck = -1, False
-        self.waiting.remove(same[0])
-        del same[0]
+        j = same.pop(0)
         if not same:
             del self.by_size[g]
-            if g == self._smallest and self.by_size:
-                self._smallest = min(self.by_size)
+        self._left(j, g)
 
 
 def _leaves_in(tree: ShareTree, jobs: JobInfo) -> npt.NDArray[np.int64]:
