@@ -187,6 +187,30 @@ def test_wake_in_the_past_is_ignored():
     assert sim.records().end.tolist() == [10]
 
 
+def test_a_cancelled_wake_up_brings_no_call():
+    # One job (0-10 s): the policy asks for 20 and 30 at its first call, then drops the request
+    # (or not). Calls: 0 (arrival), 10 (the end), and 30 only while the request stands (the
+    # second request replaced the first).
+    class Asks(get_policy("fifo")):
+        def bind(self, part, jobs):
+            super().bind(part, jobs)
+            self.calls = []
+
+        def schedule(self, now):
+            super().schedule(now)
+            self.calls.append(now)
+            if now == 0:
+                self.part.wake_at(20.0)
+                self.part.wake_at(30.0)
+                if self.cancel:
+                    self.part.cancel_wake()
+
+    for cancel, calls in ((False, [0.0, 10.0, 30.0]), (True, [0.0, 10.0])):
+        Asks.cancel = cancel
+        sim = Simulator(make_trace([(0, 1, 10)]), cluster(), Asks({})).run()
+        assert sim.policies[0].calls == calls
+
+
 def test_a_nan_wake_up_is_a_contract_error():
     """NaN is neither before `now` nor infinite: put on the event heap, it broke the heap's order
     and the run ended with every job "never finished"."""

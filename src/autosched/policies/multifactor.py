@@ -547,17 +547,20 @@ class Multifactor(Policy):
             self._full_due = SlurmClocks.next(self.clocks.tick, self.clocks.tick_period, SlurmClocks.next(
                 0.0, self.sched_interval, self._next_recalc(now)))
             wakes.append(self._full_due)
-        if bf_due is not None:
-            if wakes and bf_due < self._quiet_until and self._nothing_fits():
-                # No waiting job fits on the free GPUs, so the cycle at bf_due would start
-                # nothing and leave the partition as this call does (the same wake-up asked for,
-                # no recalculation by then); until an event sets _dirty again, neither would any
-                # later one. So it is not woken for. (Without another wake-up to ask for, or with
-                # a recalculation due by then, it is: either changes when the next call comes.)
-                self._dirty = False
-                self.reservations = []
-            else:
-                wakes.append(bf_due)
+        if bf_due is not None and bf_due < self._quiet_until and self._nothing_fits():
+            # No waiting job fits on the free GPUs, so the cycle at bf_due would start nothing,
+            # and the call then would ask for the wake-ups this one asks for (or none) and make
+            # no recalculation; until an event sets _dirty again, no later cycle would start a
+            # job either. So it is not woken for: the wake-up the call then would ask for is
+            # asked for now (with none, the pending request is dropped, as that call's would
+            # have been consumed). With a recalculation due by bf_due it is woken for, as the
+            # decayed usage (a float sum) depends on the times it is brought up to.
+            self._dirty = False
+            self.reservations = []
+            if not wakes:
+                part.cancel_wake()
+        elif bf_due is not None:
+            wakes.append(bf_due)
         if wakes:
             part.wake_at(min(wakes))
 

@@ -133,6 +133,11 @@ class Partition(Protocol):
         """
         ...
 
+    def cancel_wake(self) -> None:
+        """Drop the pending ``wake_at`` request, if any: no ``schedule`` call comes for it
+        (arrivals and completions still bring theirs)."""
+        ...
+
     def attained(self, j: int, now: float) -> float:
         """GPU-seconds job j has held its GPUs so far (restart overhead included), with the
         service it received before its submission (the trace's ``attained`` column)."""

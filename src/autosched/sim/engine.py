@@ -118,6 +118,11 @@ class SimPartition:
         self._wake_version += 1
         self.sim._push(t, _WAKE, self.index, self._wake_version)
 
+    def cancel_wake(self) -> None:
+        """Drop the pending request (its heap entry is skipped by its version)."""
+        self._wake_version += 1
+        self._wake_time = math.nan
+
     def attained(self, j: int, now: float) -> float:
         """GPU-seconds job j has held its GPUs so far (restart overhead included; with what it
         held before its submission)."""
