@@ -300,8 +300,8 @@ class _Unshortened(_Recalcs):
     """multifactor with the formulas its shortcuts replace: the main scheduler's delayed tick
     worked out at every call, every main pass run (none skipped because its top job did not fit
     before), a backfill cycle woken for and run whenever one is due (none skipped because no
-    waiting job fits), the queue sorted by lexsort, the smallest waiting size by min(). What it
-    schedules is what multifactor schedules."""
+    waiting job fits), the queue and each cycle's order sorted by lexsort, the smallest waiting
+    size by min(). What it schedules is what multifactor schedules."""
 
     def _main_due(self):
         self._delay_key = None
@@ -313,6 +313,12 @@ class _Unshortened(_Recalcs):
 
     def _nothing_fits(self):
         return False
+
+    def _cycle_order(self):
+        got = super()._cycle_order()
+        js = self.waiting.array()
+        assert got.tolist() == js[np.lexsort((js, self.neg[js]))][:self.bf.max_job_test].tolist()
+        return got
 
     def schedule(self, now):
         if self.waiting:

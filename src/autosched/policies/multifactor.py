@@ -295,6 +295,11 @@ class Multifactor(Policy):
         # per GPU count (`by_size`), as the stand-in looks at the best job of each size. The
         # priorities as last computed, negated so that ascending order is best first.
         self.queue: list[int] = []
+        # The same keys as an array, as last sorted (by a cycle or a recalculation) while no job
+        # has arrived since (None: one has), and whether a job has left it since (a cycle then
+        # drops it instead of sorting again).
+        self._sorted: npt.NDArray[np.int64] | None = None
+        self._gone = False
         self.by_size: dict[int, list[int]] = {}
         self._sizes: dict[int, int] = {}  # GPU count -> waiting jobs of that size
         self._smallest = 0  # the smallest GPU count waiting (while any job waits)
@@ -381,6 +386,7 @@ class Multifactor(Policy):
             keys = np.sort(hi + js)  # (best first)
             if self.jobs.time_limit is not None:
                 self.queue = keys.tolist()
+                self._sorted, self._gone = keys, False
                 return
             best = keys & ((1 << self._shift) - 1)  # then stably by size (int16: a radix sort)
             g = self._gpus[best].astype(np.int16 if self._gpus_16 else np.int64)
@@ -388,6 +394,7 @@ class Multifactor(Policy):
             g, jobs = g[order], best[order].tolist()
         else:
             if self.jobs.time_limit is not None:
+                self._sorted = None
                 best = js[np.lexsort((js, neg))].tolist()
                 self.queue = [(int(self.neg[j]) << self._shift) + j for j in best]
                 return
@@ -451,6 +458,7 @@ class Multifactor(Policy):
         if not n_g and (len(self._sizes) == 1 or g < self._smallest):
             self._smallest = g
         if self.jobs.time_limit is not None:
+            self._sorted = None
             key = (int(neg_j) << self._shift) + j
             queue = self.queue
             if not queue or key > queue[-1]:
@@ -610,6 +618,7 @@ class Multifactor(Policy):
             del queue[0]
         else:
             del queue[bisect_left(queue, key)]
+        self._gone = True
         self._left(j, self.jobs.gpus[j])
 
     def _left(self, j: int, g: int) -> None:
@@ -655,18 +664,7 @@ class Multifactor(Policy):
         if self._nothing_fits():
             self.reservations = []
             return
-        # The cycle looks at the first bf_max_job_test waiting jobs by (priority, submission):
-        # one sort of their int64 keys (a lexsort of the two, should a priority outgrow the
-        # key). Per cycle on real queues (benchmarks/slurm_backfill.py --order) the lexsort
-        # costs a fifth of a sort with a Python key on queues of ~1,000 jobs and less on short
-        # ones; a lazy merge of the by-size queues costs more than either on short ones.
-        js = self.waiting.array()
-        if self._by_key:
-            keys = self._key_hi[js] + js
-            keys.sort()  # (the keys are unique: any sort gives the order)
-            order = keys[:self.bf.max_job_test] & ((1 << self._shift) - 1)
-        else:
-            order = js[np.lexsort((js, self.neg[js]))][:self.bf.max_job_test]
+        order = self._cycle_order()
 
         def start(j: int, exclude: int) -> bool:
             if not self._start(j, now, exclude):
@@ -681,6 +679,26 @@ class Multifactor(Policy):
         else:
             assert self._planner is not None  # (a trace with time limits: for mypy)
             self.reservations = self._planner.cycle(self.part, order, now, self.bf, start, denied)
+
+    def _cycle_order(self) -> npt.NDArray[np.int64]:
+        """The first bf_max_job_test waiting jobs by (priority, submission), for a cycle: one sort
+        of their int64 keys, or the last sort's with the jobs that left since dropped if none
+        has arrived since (a lexsort of the two, should a priority outgrow the key). Per cycle on
+        real queues (benchmarks/slurm_backfill.py --order) the lexsort costs a fifth of a sort
+        with a Python key on queues of ~1,000 jobs and less on short ones; copying the kept
+        queue's Python ints into numpy costs about as much as the sort."""
+        js = self.waiting.array()
+        if not self._by_key:
+            return js[np.lexsort((js, self.neg[js]))][:self.bf.max_job_test]
+        low = (1 << self._shift) - 1
+        keys = self._sorted
+        if keys is None:
+            keys = self._key_hi[js] + js
+            keys.sort()  # (the keys are unique: any sort gives the order)
+        elif self._gone:
+            keys = keys[self.waiting.waits[keys & low]]
+        self._sorted, self._gone = keys, False
+        return keys[:self.bf.max_job_test] & low
 
     def _nothing_fits(self) -> bool:
         """Whether no waiting job fits on the free GPUs, so that a backfill cycle now cannot
@@ -743,6 +761,7 @@ class WaitingJobs:
     def __init__(self, n: int):
         self._array = np.empty(n, dtype=np.int64)
         self._at: dict[int, int] = {}  # job -> its index in the array
+        self.waits = np.zeros(n, dtype=bool)  # per job: whether it waits
 
     def __len__(self) -> int:
         return len(self._at)
@@ -753,10 +772,12 @@ class WaitingJobs:
         k = len(self._at)
         self._array[k] = j
         self._at[j] = k
+        self.waits[j] = True
 
     def remove(self, j: int) -> None:
         """Take job j out: the last entry moves to its place."""
         k = self._at.pop(j)
+        self.waits[j] = False
         last = len(self._at)
         if k != last:
             moved = int(self._array[last])
