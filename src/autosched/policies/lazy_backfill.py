@@ -55,6 +55,7 @@ class LazyBackfill:
 
     def __init__(self, gpus: np.ndarray, limit: np.ndarray):
         self.gpus, self.limit = gpus, limit  # every job's GPUs and time limit (s; inf: none)
+        self._limits: list[float] = limit.tolist()  # (read one job at a time)
         self.no_cutoffs: list[float | None] = [None] * (int(gpus.max()) + 1 if len(gpus) else 1)
         # With no limit infinite (or NaN), now + lim < t holds for t = inf: `_Cycle._run_one`
         # tests that alone.
@@ -79,26 +80,26 @@ class LazyBackfill:
         the reference's for those jobs: the jobs whose reservations could change a start."""
         if part.placement == "count":
             if self._lists is None:
-                self._lists = (self.gpus.tolist(), self.limit.tolist())
+                self._lists = (self.gpus.tolist(), self._limits)
             return slurm_backfill(part, order.tolist(), *self._lists, now, params, start, denied)
         if part.pool.free_gpus == 0 or not len(order):
             return []
         self.sync(part)
         return _Cycle(self, part, now, params, start, order[:params.max_job_test], denied).run()
 
-    @staticmethod
-    def may_start(part: Partition, g: int) -> bool:
+    def may_start(self, part: Partition, g: int) -> bool:
         """Whether a job of g GPUs fits now on the partition's nodes (as `_Cycle._fits` on all
-        of them): if the smallest waiting job does not, a cycle starts nothing."""
-        pool = part.pool
+        of them): if the smallest waiting job does not, a cycle starts nothing. Asked at most
+        events, so it reads the nodes with at least v GPUs free that the planner keeps."""
         if part.placement in ("count", "spread"):
-            return g <= pool.free_gpus
-        free, gpn = pool.free, pool.gpn
+            return g <= part.pool.free_gpus
+        self.sync(part)
+        at_least, gpn = self.at_least, part.pool.gpn
         if g <= gpn:
-            return max(free) >= g
+            return bool(at_least[g])
         whole, rest = divmod(g, gpn)
-        empty = free.count(gpn)
-        return empty >= whole and (not rest or empty > whole or sum(f >= rest for f in free) > whole)
+        empty = at_least[gpn].bit_count()
+        return empty >= whole and (not rest or empty > whole or at_least[rest].bit_count() > whole)
 
     def sync(self, part: Partition) -> None:
         """Build the state from the partition on first use (or if it has been missing starts
@@ -117,15 +118,19 @@ class LazyBackfill:
         self._table = []
         self._stale = set(range(pool.nodes))
         for r in part.running:
-            self._add(r, math.floor(part.run_started(r)) + float(self.limit[r]), part.allocation(r))
+            self._add(r, math.floor(part.run_started(r)) + self._limits[r], part.allocation(r))
 
     def started(self, j: int, part: Partition) -> None:
         """Job j has just started on the partition (called by the policy at each start)."""
         if self._on:
             alloc = part.allocation(j)
-            self._add(j, math.floor(part.run_started(j)) + float(self.limit[j]), alloc)
-            for m, g in alloc:
-                self._set(m, self.free[m] - g)
+            self._add(j, math.floor(part.run_started(j)) + self._limits[j], alloc)
+            free, at_least = self.free, self.at_least
+            for m, g in alloc:  # g fewer free on node m: it leaves the counts f - g + 1 to f
+                f = free[m]
+                free[m] = f - g
+                for v in range(f - g + 1, f + 1):
+                    at_least[v] ^= 1 << m
 
     def ended(self, j: int) -> None:
         """Running job j has ended (called by the policy at each end)."""
@@ -134,17 +139,15 @@ class LazyBackfill:
             k = bisect.bisect_left(self._rows, key)
             row = self._rows.pop(k)
             del self._ends[k]
-            for m, g in row[2]:
+            free, at_least = self.free, self.at_least
+            for m, g in row[2]:  # g more free on node m: it joins the counts f + 1 to f + g
                 on = self._on[m]
                 del on[bisect.bisect_left(on, key)]
                 self._stale.add(m)
-                self._set(m, self.free[m] + g)
-
-    def _set(self, node: int, free: int) -> None:
-        old, bit, at_least = self.free[node], 1 << node, self.at_least
-        self.free[node] = free
-        for v in range(min(old, free) + 1, max(old, free) + 1):
-            at_least[v] ^= bit
+                f = free[m]
+                free[m] = f + g
+                for v in range(f + 1, f + g + 1):
+                    at_least[v] ^= 1 << m
 
     def _add(self, j: int, end: float, alloc: Alloc) -> None:
         mask, seq = 0, self._seq
@@ -310,7 +313,7 @@ class _Cycle:
         # before the end of the order): `stop` is where, from the smallest job from each
         # position on.
         self.order = order
-        self.smallest = np.minimum.accumulate(planner.gpus[order][::-1])[::-1]
+        self.smallest = np.minimum.accumulate(planner.gpus[order[::-1]])[::-1]
         self.stop = int(self.smallest.searchsorted(self.free_total, "right"))
         self.jobs: list[int] = []
         self.sizes: list[int] = []
@@ -440,6 +443,16 @@ class _Cycle:
         while k < n and begins[k] <= now:
             avail &= ~held[k]
             k += 1
+        if g <= self.gpn and self.placement != "spread":  # (`_fits`: a node with g free)
+            room = self.at_least[g]
+            if not avail & room:
+                return -math.inf
+            for k in range(k, n):
+                if avail & held[k]:
+                    avail &= ~held[k]
+                    if not avail & room:
+                        return begins[k]
+            return math.inf
         if not self._fits(avail, g):
             return -math.inf
         for k in range(k, n):
@@ -547,19 +560,19 @@ class _Cycle:
         sizes, lims, denied, piece = self.sizes, self.lims, self.denied, self.piece
         if len(nodes) == 1 and denied is None and self.placement != "spread":
             # the common case, as below: a job of g <= gpn GPUs takes g on its node, a larger
-            # one at least piece(g)
+            # one at least piece(g) = g % gpn or gpn
             _, frees, held = nodes[0]
             gpn = self.gpn
             if held == inf:
                 for k in range(len(deferred) - 1, -1, -1):
                     g_d = sizes[deferred[k]]
-                    if g_d <= frees or g_d > gpn and piece(g_d) <= frees:
+                    if g_d <= frees or g_d > gpn and (g_d % gpn or gpn) <= frees:
                         return k + 1
                 return 0
             for k in range(len(deferred) - 1, -1, -1):
                 d = deferred[k]
                 g_d = sizes[d]
-                if (g_d <= frees or g_d > gpn and piece(g_d) <= frees) and now + lims[d] < held:
+                if (g_d <= frees or g_d > gpn and (g_d % gpn or gpn) <= frees) and now + lims[d] < held:
                     return k + 1
             return 0
         for k in range(len(deferred) - 1, -1, -1):

@@ -579,14 +579,18 @@ class Multifactor(Policy):
         job may use them) and the jobs of that partition are skipped; the others go on."""
         queue, low = self.queue, (1 << self._shift) - 1
         if self._mask is None:  # (`priority_pass` with no job let past)
-            part, tries = self.part, 0
-            while queue and part.free > 0 and queue[0] != self._stuck:
+            part, tries, gpus = self.part, 0, self.jobs.gpus
+            # (whether the top job fits is asked of the planner's free GPUs per node first: a
+            # pass that stops there, most of them, then tries no placement)
+            fits = self._planner.may_start if self._planner is not None else None
+            while queue and queue[0] != self._stuck and part.free > 0:
                 top = queue[0]
                 tries += 1
-                if not self._start(top & low, now):
+                j = top & low
+                if fits is not None and not fits(part, gpus[j]) or not self._start(j, now):
                     self._stuck = top
                     return
-                self._take(top & low)
+                self._take(j)
                 if depth is not None and tries >= depth:
                     return
             return
@@ -704,7 +708,9 @@ class Multifactor(Policy):
         """Whether no waiting job fits on the free GPUs, so that a backfill cycle now cannot
         start one (a planner would only make reservations, which the next cycle makes afresh);
         the lazy planner's shortcut (the reference planner runs every cycle)."""
-        return not self.reference_planner and not LazyBackfill.may_start(self.part, self._smallest)
+        planner = self._planner
+        assert planner is not None  # (a trace with time limits: for mypy)
+        return not self.reference_planner and not planner.may_start(self.part, self._smallest)
 
     def _pop(self, g: int) -> None:
         """Remove the first waiting job of g GPUs, started (without time limits)."""
