@@ -301,11 +301,13 @@ class _Unshortened(_Recalcs):
     worked out at every call, every main pass run (none skipped because its top job did not fit
     before), a backfill cycle woken for and run whenever one is due (none skipped because no
     waiting job fits), the queue and each cycle's order sorted by lexsort, the smallest waiting
-    size by min(). What it schedules is what multifactor schedules."""
+    size by min(); and the main scheduler's periodic pass after the next recalculation, kept
+    for the period, checked against its formula. What it schedules is what multifactor
+    schedules."""
 
-    def _main_due(self):
-        self._delay_key = None
-        return super()._main_due()
+    def _main_due(self, now):
+        self._delay_from = math.nan
+        return super()._main_due(now)
 
     def _main_pass(self, now, depth):
         self._stuck = None
@@ -324,6 +326,10 @@ class _Unshortened(_Recalcs):
         if self.waiting:
             assert self._smallest == min(self.jobs.gpus[j] for j in self.waiting.array().tolist())
         super().schedule(now)
+        if self._full_due < math.inf:  # the periodic pass after the next recalculation, worked out now
+            clocks = self.clocks
+            assert self._full_due == SlurmClocks.next(clocks.tick, clocks.tick_period, SlurmClocks.next(
+                0.0, self.sched_interval, self._next_recalc(now)))
 
     def _recalc(self, t):
         super()._recalc(t)

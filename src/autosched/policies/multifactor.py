@@ -192,6 +192,10 @@ class Multifactor(Policy):
         self.period = 60.0 * float(c["PriorityCalcPeriod"])
         self._quiet_until = -math.inf  # (`_catch_up`: the period or the clocks may have changed)
         self._stuck: int | None = None  # (the placement rule may have changed)
+        # `_main_due`'s first tick batch_sched_delay after the last pass (-inf: none), and the
+        # last pass it was worked out for (NaN: none; batch_sched_delay may have changed)
+        self._delayed = -math.inf
+        self._delay_from = math.nan
         self.backfill: bool = c["backfill"]
         self.reserve_after: float = c["reserve_after"]
         self.bf_interval = float(c["bf_interval"])
@@ -318,10 +322,6 @@ class Multifactor(Policy):
         # when that pass ran (Slurm's last_sched_time).
         self._queued = False
         self._last_sched = -math.inf
-        # `_main_due`'s first tick batch_sched_delay after the last pass, and the (last pass,
-        # delay) it was worked out for
-        self._delay_key: tuple[float, float] | None = None
-        self._delayed = math.inf
         self._full_due = math.inf
         # With one Slurm partition, the key of the job the last main pass stopped at (it did
         # not fit) while no GPU has been freed since and no recalculation made (None: not so):
@@ -363,6 +363,11 @@ class Multifactor(Policy):
         # floor(x + 1e-6) <= k.
         k = math.floor((self.t0 - anchor) / period + 1e-6)
         self._quiet_until = anchor + (k + 1 - 1e-5) * period
+        # So until then `_next_recalc` is anchor + (k + 1) periods (floor(x + 1e-6) is k for every
+        # time from t0 on), and the main scheduler's first periodic pass after it, which
+        # `schedule` asks for at most events, is worked out once.
+        self._full_next = SlurmClocks.next(self.clocks.tick, self.clocks.tick_period, SlurmClocks.next(
+            0.0, self.sched_interval, anchor + k * period + period))
 
     def _next_recalc(self, now: float) -> float:
         return SlurmClocks.last(self.clocks.decay, self.period, now) + self.period
@@ -383,7 +388,8 @@ class Multifactor(Policy):
         self._by_key = self._by_key and float(np.abs(neg).max()) < self._key_max
         if self._by_key:
             hi = self._key_hi[js] = neg.astype(np.int64) << self._shift
-            keys = np.sort(hi + js)  # (best first)
+            keys = hi + js
+            keys.sort()  # (best first)
             if self.jobs.time_limit is not None:
                 self.queue = keys.tolist()
                 self._sorted, self._gone = keys, False
@@ -416,14 +422,15 @@ class Multifactor(Policy):
         assert t0 is not None  # only called once t0 is set (for mypy; not in a loop)
         decay = 2.0 ** (-(t - t0) / h)
         scale = h / math.log(2.0)
-        self.used *= decay
-        self.used += self.held * (scale * (1.0 - decay))  # jobs running through (t0, t]
         self.t0 = t
+        # (on lists, as a few associations are: the same float operations as on arrays)
+        ran = scale * (1.0 - decay)  # jobs running through (t0, t]
+        held = self.held.tolist()
+        used = [u * decay + w * ran for u, w in zip(self.used.tolist(), held)]
         if not self.fresh and not self.spans:
+            self.used[:] = used
             return
-        # (one job at a time on lists, not numpy scalars: the same float operations)
         leaf, bill = self._leaf_list, self._bill_list
-        used, held = self.used.tolist(), self.held.tolist()
         for j, b in list(self.fresh.items()):
             if b < t:  # started in (t0, t): charged from its start, then held like the others
                 used[leaf[j]] += bill[j] * scale * (1.0 - 2.0 ** (-(t - b) / h))
@@ -442,8 +449,9 @@ class Multifactor(Policy):
     # ------------------------------------------------------------------------------ events
 
     def on_arrival(self, j: int, now: float) -> None:
-        self._catch_up(now)
-        self.known[self.leaf[j]] = True
+        if now >= self._quiet_until:
+            self._catch_up(now)
+        self.known[self._leaf_list[j]] = True
         self._dirty = self._queued = True
         g = self.jobs.gpus[j]
         neg_j = self.neg[j] = -self.priority(j, now)
@@ -506,11 +514,12 @@ class Multifactor(Policy):
             # scheduler still runs for a queued event (its pass then starts nothing), and its
             # time is the one batch_sched_delay counts from.
             if self.jobs.time_limit is not None:
-                main = self._main_due()
+                main = self._main_due(now)
                 if not self._consume_main(now, main) and main is not None:
                     self.part.wake_at(main)
             return
-        self._catch_up(now)  # (may rebuild the queue)
+        if now >= self._quiet_until:
+            self._catch_up(now)  # (may rebuild the queue)
         part = self.part
         if self.jobs.time_limit is None:
             best = self.neg.__getitem__  # a job's key: its negated priority
@@ -530,14 +539,14 @@ class Multifactor(Policy):
         # seconds after its last pass; and a full pass (no depth limit) every sched_interval,
         # which matters only after a recalculation reorders the queue.
         wakes = []
-        main = self._main_due()
+        main = self._main_due(now)
         if self._consume_main(now, main):
             self._main_pass(now, self.depth)
             main = None  # (the request is taken: `_main_due` is None until an event queues one)
         elif now >= self._full_due - 1e-6 and self._full_due > self._last_sched:
             self._last_sched = now
             self._main_pass(now, None)
-            main = self._main_due()
+            main = self._main_due(now)
         if main is not None and self.waiting:
             wakes.append(main)
         bf_due = None
@@ -550,10 +559,10 @@ class Multifactor(Policy):
             if self._dirty and self.waiting:
                 bf_due = due
         self._full_due = math.inf
-        if self.waiting and 0 < part.free and self._smallest <= part.free:
+        free = part.free
+        if self.waiting and 0 < free and self._smallest <= free:
             # after the next recalculation, the main scheduler's periodic pass may start one
-            self._full_due = SlurmClocks.next(self.clocks.tick, self.clocks.tick_period, SlurmClocks.next(
-                0.0, self.sched_interval, self._next_recalc(now)))
+            self._full_due = self._full_next
             wakes.append(self._full_due)
         if bf_due is not None and bf_due < self._quiet_until and self._nothing_fits():
             # No waiting job fits on the free GPUs, so the cycle at bf_due would start nothing,
@@ -637,7 +646,7 @@ class Multifactor(Policy):
                 self._smallest = min(self._sizes)
 
     def _consume_main(self, now: float, main: float | None) -> bool:
-        """Whether the main scheduler runs at `now` for a queued event (`main`: `_main_due()`);
+        """Whether the main scheduler runs at `now` for a queued event (`main`: `_main_due(now)`);
         if so the request is taken and `now` becomes its last pass (Slurm clears job_sched_cnt
         and sets last_sched_time), whether or not anything waits."""
         if main is None or now < main - 1e-6:
@@ -646,21 +655,19 @@ class Multifactor(Policy):
         self._last_sched = now
         return True
 
-    def _main_due(self) -> float | None:
-        """When the main scheduler runs for the pending request, if any: the first tick at
-        least batch_sched_delay whole seconds (Slurm compares time_t) after its last pass."""
+    def _main_due(self, now: float) -> float | None:
+        """When the main scheduler runs for the pending request, if any, asked at `now`: the
+        first tick at least batch_sched_delay whole seconds (Slurm compares time_t) after its
+        last pass."""
         if not self._queued:
             return None
         tick, period = self.clocks.tick, self.clocks.tick_period
-        due = SlurmClocks.next(tick, period, self.part.now)
-        if self.batch_delay > 0 and self._last_sched > -math.inf:
+        if self._last_sched != self._delay_from:
             # (the same until the next pass: asked for at every decision in between)
-            key = (self._last_sched, self.batch_delay)
-            if key != self._delay_key:
-                self._delay_key = key
-                self._delayed = SlurmClocks.next(tick, period, math.floor(self._last_sched) + self.batch_delay)
-            due = max(due, self._delayed)
-        return due
+            self._delay_from = last = self._last_sched
+            self._delayed = (SlurmClocks.next(tick, period, math.floor(last) + self.batch_delay)
+                             if self.batch_delay > 0 and last > -math.inf else -math.inf)
+        return max(SlurmClocks.next(tick, period, now), self._delayed)
 
     def _backfill(self, now: float, limit: Sequence[float]) -> None:
         """One cycle of Slurm's backfill scheduler at `now`."""
@@ -758,38 +765,37 @@ def _partitions_of(parts: tuple[SlurmPartition, ...], jobs: JobInfo) -> list[int
     return out
 
 
-class WaitingJobs:
+class WaitingJobs(dict[int, int]):
     """The waiting jobs of a run (job numbers below n): a set whose members are also the first
     entries of an array, in no particular order, so that each backfill cycle and priority
     recalculation takes them as they are instead of copying a Python collection into numpy
-    (their order is then sorted out by priority and job number, which are unique)."""
+    (their order is then sorted out by priority and job number, which are unique). As a dict,
+    each job to its index in the array: the scheduler asks whether any job waits at every
+    event, and a dict answers that (and `len`, and `in`) without a Python call."""
 
     def __init__(self, n: int):
+        super().__init__()
         self._array = np.empty(n, dtype=np.int64)
-        self._at: dict[int, int] = {}  # job -> its index in the array
         self.waits = np.zeros(n, dtype=bool)  # per job: whether it waits
 
-    def __len__(self) -> int:
-        return len(self._at)
-
     def add(self, j: int) -> None:
-        if j in self._at:
+        if j in self:
             return
-        k = len(self._at)
+        k = len(self)
         self._array[k] = j
-        self._at[j] = k
+        self[j] = k
         self.waits[j] = True
 
     def remove(self, j: int) -> None:
         """Take job j out: the last entry moves to its place."""
-        k = self._at.pop(j)
+        k = self.pop(j)
         self.waits[j] = False
-        last = len(self._at)
+        last = len(self)
         if k != last:
             moved = int(self._array[last])
             self._array[k] = moved
-            self._at[moved] = k
+            self[moved] = k
 
     def array(self) -> npt.NDArray[np.int64]:
         """The waiting jobs (a view, valid until the next add or remove)."""
-        return self._array[:len(self._at)]
+        return self._array[:len(self)]
