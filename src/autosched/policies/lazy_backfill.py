@@ -213,17 +213,20 @@ class LazyBackfill:
                skip: frozenset[int] = frozenset()) -> None:
         """Write the node's column of `table` for `free` GPUs free and the running jobs on it
         but those in `skip` (start orders)."""
+        for v in range(1, free + 1):
+            table[v][node] = NOW
         have = free
-        for v in range(1, gpn + 1):
-            table[v][node] = NOW if v <= free else NEVER
         for end, seq, g in self._on[node]:
             if have >= gpn:
                 break
             if seq in skip:
                 continue
+            key = (end, seq)
             for v in range(have + 1, min(have + g, gpn) + 1):
-                table[v][node] = (end, seq)
+                table[v][node] = key
             have += g
+        for v in range(have + 1, gpn + 1):
+            table[v][node] = NEVER
 
 
 class _Slots:
@@ -274,7 +277,12 @@ class _Slots:
         key = (nodes, begin, end)
         got = self._overlaps.get(key)
         if got is None:
-            got = self._overlaps[key] = any(b < end and e > begin and m & nodes for b, e, m in self.resv)
+            got = False
+            for b, e, m in self.resv:
+                if b < end and e > begin and m & nodes:
+                    got = True
+                    break
+            self._overlaps[key] = got
         return got
 
     def held_from(self, node_bit: int, t: float) -> float:
@@ -335,7 +343,8 @@ class _Cycle:
         self.cut = list(planner.no_cutoffs)  # with one partition: `_cutoff` per GPUs (None: not known)
         self.nothing: set[tuple[int, int, float, int]] = set()
         self._spot_memo: tuple[int, int, int, float, int, list[tuple[int, int, float]]] | None = None
-        self._last_needed: tuple[int, int, int, int, int, int] | None = None
+        # `_needed`'s last question (job, reservations, starts, epoch), deferred jobs and answer
+        self._last_needed: tuple[tuple[int, int, int, int], int, int] | None = None
 
     def run(self) -> list[tuple[int, float]]:
         if self.denied is None and self.planner.finite:
@@ -532,18 +541,21 @@ class _Cycle:
         Hs then sees n reserved. Reservations not yet made (deferred jobs before d) only take
         more nodes, and jobs started since the first deferred job only free fewer GPUs, so
         both tests hold in d's own epoch."""
-        k = self._needed_scan(deferred, i)
-        self._last_needed = (i, len(self.plan.resv), len(self.started), len(deferred), self.epoch(deferred[0]), k)
+        epoch = self.epoch(deferred[0])
+        asked = (i, len(self.plan.resv), len(self.started), epoch)
+        last = self._last_needed
+        if last is not None and last[0] == asked and last[1] == len(deferred) + 1:
+            # asked again after the first deferred job was planned with nothing reserved or
+            # started, in the same epoch: the tests' inputs are those of the last call and the
+            # same jobs are deferred but the first, so it is the last answer less one
+            k = max(last[2] - 1, 0)
+        else:
+            k = self._needed_scan(deferred, i, epoch)
+        self._last_needed = (asked, len(deferred), k)
         return k
 
-    def _needed_scan(self, deferred: list[int], i: int) -> int:
-        """`_needed`'s answer. Asked again after the first deferred job is planned with nothing
-        reserved or started, in the same epoch, it is the last answer less one: the tests'
-        inputs are those of the last call and the same jobs are deferred but the first."""
-        epoch = self.epoch(deferred[0])
-        last = self._last_needed
-        if last is not None and last[:5] == (i, len(self.plan.resv), len(self.started), len(deferred) + 1, epoch):
-            return max(last[5] - 1, 0)
+    def _needed_scan(self, deferred: list[int], i: int, epoch: int) -> int:
+        """`_needed`'s answer worked out (`epoch`: the first deferred job's)."""
         now, inf = self.now, math.inf
         nodes = self._spot_nodes(i)
         later = self.started[epoch:]
