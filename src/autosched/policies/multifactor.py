@@ -363,9 +363,9 @@ class Multifactor(Policy):
         # floor(x + 1e-6) <= k.
         k = math.floor((self.t0 - anchor) / period + 1e-6)
         self._quiet_until = anchor + (k + 1 - 1e-5) * period
-        # So until then `_next_recalc` is anchor + (k + 1) periods (floor(x + 1e-6) is k for every
-        # time from t0 on), and the main scheduler's first periodic pass after it, which
-        # `schedule` asks for at most events, is worked out once.
+        # So until then `_next_recalc` is anchor + (k + 1) periods (floor(x + 1e-6) is k from t0
+        # to then), and the main scheduler's first periodic pass after it, which `schedule` asks
+        # for at most events, is worked out once.
         self._full_next = SlurmClocks.next(self.clocks.tick, self.clocks.tick_period, SlurmClocks.next(
             0.0, self.sched_interval, anchor + k * period + period))
 
