@@ -100,7 +100,12 @@ def main(argv: list[str] | None = None) -> int:
     files = args.files or sorted(RUNS.glob("multifactor-*.json"))
     named = []
     for p in files:
-        c = cost_of(seeds_of(json.loads(p.read_text())))
+        try:
+            c = cost_of(seeds_of(json.loads(p.read_text())))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            print(f"error: {p}: not a readable `autosched run --json` result ({type(e).__name__}: {e})",
+                  file=sys.stderr)
+            return 2
         if c.seeds and c.total > 0:
             named.append((p.stem.split("-", 1)[-1], c))
     print("\n".join(table(named)))

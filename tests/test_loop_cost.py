@@ -36,3 +36,12 @@ def test_shares_and_cpu_worked_out_by_hand():
 def test_a_merged_result_gives_each_of_its_seeds():
     merged = {"settings": {"seed": 0}, "runs": [{"settings": {"seed": 1}}, {"settings": {"seed": 2}}]}
     assert [r["settings"]["seed"] for r in lc.seeds_of(merged)] == [0, 1, 2]
+
+
+def test_a_file_that_is_not_a_run_is_named_and_refused(tmp_path, capsys):
+    bad = tmp_path / "bad.json"
+    bad.write_text("not json")
+    assert lc.main([str(bad)]) == 2
+    assert str(bad) in capsys.readouterr().err
+    bad.write_text('{"strategies": {"autosched": {}}}')  # JSON, but no decisions
+    assert lc.main([str(bad)]) == 2
