@@ -43,6 +43,7 @@ Running = list[tuple[float, int, Alloc, int]]  # (planned end, start order, allo
 Key = tuple[float, float]  # a running job's sort key: (planned end, start order)
 NOW: Key = (-math.inf, -1.0)  # before every running job's end
 NEVER: Key = (math.inf, math.inf)  # after every running job's end
+_UNKNOWN = (math.nan, ())  # (a will-run test not yet made)
 
 
 class LazyBackfill:
@@ -260,16 +261,22 @@ class _Slots:
         begins, ends, held = self.begins, self.ends, self.held
         n = len(ends)
         avail, later = part_mask, 0.0
-        for k in range(bisect.bisect_right(ends, start_res), n):
+        k = bisect.bisect_right(ends, start_res)
+        while k < n:  # until `later` is found
             h = held[k]
-            if later == 0 and k + 1 < n and part_mask & ~held[k + 1] & ~(avail & ~h):
+            if k + 1 < n and part_mask & ~held[k + 1] & ~(avail & ~h):
                 later = ends[k]
-            if begins[k] <= end_time:
-                avail &= ~h
-            else:
+            if begins[k] > end_time:
                 if later == 0 and k + 2 < n:
                     later = ends[k + 1]
+                return avail, later
+            avail &= ~h
+            k += 1
+            if later != 0:
                 break
+        # then only the nodes reserved in the slots that begin by end_time are taken away
+        for h in held[k:bisect.bisect_right(begins, end_time, k)]:
+            avail &= ~h
         return avail, later
 
     def overlaps(self, nodes: int, begin: float, end: float) -> bool:
@@ -279,7 +286,7 @@ class _Slots:
         if got is None:
             got = False
             for b, e, m in self.resv:
-                if b < end and e > begin and m & nodes:
+                if m & nodes and b < end and e > begin:  # (most reservations hold other nodes)
                     got = True
                     break
             self._overlaps[key] = got
@@ -629,30 +636,48 @@ class _Cycle:
     def _plan_job(self, i: int) -> None:
         """Plan the job at position i as `backfill._slurm_backfill_nodes` does, in its epoch:
         start it now (only in the current epoch), reserve nodes for it, or neither."""
-        g, lim, part_mask, epoch = self.sizes[i], self.lims[i], self.mask(i), self.epoch(i)
+        g, lim = self.sizes[i], self.lims[i]
+        part_mask = self.everything if self.denied is None else self.mask(i)
+        epoch = bisect.bisect_left(self.started_at, i)  # (`epoch`)
         key = (epoch, g, lim, part_mask)
         if key in self.nothing:
             return
         now, plan, step = self.now, self.plan, self.params.resolution
+        usable, overlaps, will_run = plan.usable, plan.overlaps, self.will_run
+        first = plan.begins[0]  # (the plan's begin: a cut never moves it)
+        finite = math.isfinite(lim)
+        # (the comparisons below are `max` of the reference's, written out: the same values)
         start_res = now
+        horizon = now + self.params.window
         for _ in range(2 * len(plan.ends) + 4):  # each retry moves start_res on to a later slot
-            avail, later = plan.usable(part_mask, start_res, max(start_res, now) + lim)
-            got = self._will_run(epoch, g, avail) if avail else None
+            if start_res > horizon:
+                break  # every trial from here starts beyond the window: no start, no reservation
+            avail, later = usable(part_mask, start_res, (start_res if start_res >= now else now) + lim)
+            if avail:
+                got = will_run.get((epoch, g, avail), _UNKNOWN)
+                if got is _UNKNOWN:
+                    got = self._will_run(epoch, g, avail)
+            else:
+                got = None
             if got is None:
                 if later:
                     start_res = later
                     continue
                 break
             t, spot = got
-            t = max(t, start_res)
-            spot_mask = 0
-            for m, _ in spot:
-                spot_mask |= 1 << m
+            if t < start_res:
+                t = start_res
+            if len(spot) == 1:
+                spot_mask = 1 << spot[0][0]
+            else:
+                spot_mask = 0
+                for m, _ in spot:
+                    spot_mask |= 1 << m
             begin = math.floor(t / step) * step
-            end = math.floor((t + lim) / step) * step if math.isfinite(lim) else math.inf
-            end = max(end, begin + step)  # a reservation holds at least one slot
-            first = plan.begins[0]
-            if t > now and plan.overlaps(spot_mask, max(begin, first), end):
+            end = math.floor((t + lim) / step) * step if finite else math.inf
+            if end < begin + step:
+                end = begin + step  # a reservation holds at least one slot
+            if t > now and overlaps(spot_mask, begin if begin >= first else first, end):
                 start_res = t + (step if start_res == t else 0.0)
                 continue
             if t <= now:
@@ -662,9 +687,9 @@ class _Cycle:
             elif later and t > later:
                 start_res = later
                 continue
-            if t > now + self.params.window:
+            if t > horizon:
                 break  # too far ahead: no reservation
-            plan.add(max(begin, first), end, spot_mask)
+            plan.add(begin if begin >= first else first, end, spot_mask)
             self.planned.append((self.jobs[i], t))
             self.usable_now.clear()
             self.cutoff.clear()
