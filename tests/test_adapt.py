@@ -330,7 +330,7 @@ class _RecordingTuner(WorseTuner):
             _RecordingTuner.evaluated.append(list(workloads))
         return super().evaluate(policy, config, workloads)
 
-    def tune(self, workloads, warm_start=None, progress=None, prior=None):
+    def tune(self, workloads, warm_start=None, progress=None, prior=None, check=None):
         self._tuning = True
         try:
             return super().tune(workloads, warm_start, progress, prior)

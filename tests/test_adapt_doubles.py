@@ -65,7 +65,7 @@ class FakeTuner:
         ms = [simulate(w, self.cluster, get_policy(policy)(config)).metrics for w in workloads]
         return float(np.mean([getattr(m, self.metric) for m in ms])), ms
 
-    def tune(self, workloads, warm_start=None, progress=None, prior=None):
+    def tune(self, workloads, warm_start=None, progress=None, prior=None, check=None):
         self.seen.append(list(workloads))
         self.prior = prior
         rng = random.Random(self.seed)
@@ -79,7 +79,7 @@ class FakeTuner:
 class WorseTuner(FakeTuner):
     """Returns a config that is clearly worse than the default (a broken or misled tuner)."""
 
-    def tune(self, workloads, warm_start=None, progress=None, prior=None):
+    def tune(self, workloads, warm_start=None, progress=None, prior=None, check=None):
         self.seen.append(list(workloads))
         bad = self.space.validate({"queues": 1, "interval": 3600.0})  # FIFO-like, decides hourly
         return FakeResult(best_config=bad, best_value=0.0, default_value=1.0, cost={"simulations": 0})

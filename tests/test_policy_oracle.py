@@ -68,7 +68,7 @@ class TwoTrials:
     def __init__(self, *args: Any) -> None:
         self.searched = 0
 
-    def tune(self, workloads, warm_start=None, progress=None, prior=None):
+    def tune(self, workloads, warm_start=None, progress=None, prior=None, check=None):
         self.searched += 1
         values = {repr(FULL): 1918.0, repr(SHORT): 2146.0}
         return Outcome(FULL, [Tried("complete", c, [_metrics(values[repr(c)])]) for c in (SHORT, FULL)])

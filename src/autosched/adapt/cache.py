@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .. import __version__
 from ..atomic import write_text_atomic
@@ -29,6 +29,9 @@ from ..space import Config
 from ..trace.table import Trace
 from ..tune import ExecutionConfig, Objective, SearchConfig
 from .controller import RoundTuner, TunerFactory, policy_class
+
+if TYPE_CHECKING:
+    from ..tune import TrialCheck
 
 CACHE_FORMAT = 1
 
@@ -77,9 +80,10 @@ class CachedTuner:
 
     def tune(self, workloads: Sequence[Trace], warm_start: Sequence[Mapping[str, Any]] | None = None,
              progress: Callable[[int, int], None] | None = None,
-             prior: Sequence[Sequence[Any]] | None = None) -> Any:
-        if prior:  # earlier rounds' trials change the search; not part of the key: search afresh
-            return self.inner.tune(workloads, warm_start, progress, prior)
+             prior: Sequence[Sequence[Any]] | None = None, check: TrialCheck | None = None) -> Any:
+        # earlier rounds' trials, or a check, change the search; not part of the key: search afresh
+        if prior or check is not None:
+            return self.inner.tune(workloads, warm_start, progress, prior, check)
         path = self.directory / f"{self.key(workloads, warm_start)}.json"
         got = self._read(path)
         if got is not None:

@@ -135,6 +135,15 @@ class LoopConfig:
                                             low=0)
     pins: tuple[str, ...] = setting((), "the operator's policy: a knob held at its running value, by every "
                                     "search and proposal (repeatable)", "--pin")
+    # The search keeps the operator's policy in view (`constraints.PolicySearch`): its trials are
+    # checked on the tuning samples against the running config, from the simulations it runs,
+    # TPE is steered toward configs that keep the policy, and the best of those joins the
+    # portfolio (only with the portfolio: the race alone checks the policy).
+    search_policy: bool = setting(True, "the round's search checks each trial against the operator's policy on "
+                                  "its samples (from the simulations it runs anyway), steers toward configs "
+                                  "that keep it, and offers the best that keeps it to the portfolio; "
+                                  "--no-search-policy: the search ranks on the objective alone",
+                                  "--search-policy/--no-search-policy")
     # Off: at 16 trials a round it searched no better than without it and cost more
     # (docs/tuning.md, "Screening on against off").
     screening: bool = setting(False, "causal knob screening inside each tuning round (off by default: see "

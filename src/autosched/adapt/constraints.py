@@ -22,17 +22,25 @@ and refused when:
 An account or class counts when it has ``min_jobs`` judged jobs a sample on average; fewer make
 its waits noise. `PolicyConstraints.check` is pure: the effects per account and per size class
 (running against candidate, with the allowed growth) and the violations, for the evidence.
+
+`PolicySearch` puts the same check inside a round's search (a `tune.TrialCheck`): each trial's
+simulations on the tuning samples are reduced to `Score`s where they run, and checked against the
+running config's on those samples; the search's sampler reads ``Check.excess`` as a constraint.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..cluster import ClusterSpec
+from ..sim import JobRecords
+from ..space import Config
+from ..trace.table import Trace
 from .errors import AdaptError
-from .scoring import ScoreSet
+from .scoring import Score, ScoreSet, score_records
 
 # Defaults (docs/adaptive.md, "The operator's policy"): an account may wait a quarter longer
 # (more when it runs above its share), a size class's p95 wait may double, the queue at the round
@@ -62,6 +70,13 @@ class Effect:
     allowed: float  # the candidate may wait up to running + allowed
     holds: bool
 
+    @property
+    def excess(self) -> float:
+        """The candidate's wait past what it may reach, relative to that (<= 0: it holds); a
+        limit of 0 (no slack, nothing waited) counts in seconds."""
+        limit = self.running + self.allowed
+        return (self.candidate - limit) / max(limit, 1.0)
+
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "name": self.name, "jobs": self.jobs, "running": self.running,
                 "candidate": self.candidate, "allowed": self.allowed, "holds": self.holds}
@@ -77,6 +92,17 @@ class Check:
     @property
     def holds(self) -> bool:
         return not self.violations
+
+    @property
+    def excess(self) -> float:
+        """How far the candidate is from keeping the policy, as one number (<= 0 exactly when it
+        holds; Optuna's constraint value): the largest relative excess of an effect's wait over
+        the wait it may reach, (candidate - running - allowed) / (running + allowed), at least 1
+        when a rule on the config itself (a pin, the fair-share floor) is broken; 0 when nothing
+        is counted."""
+        worst = max((e.excess for e in self.effects), default=0.0)
+        rules = len(self.violations) - sum(not e.holds for e in self.effects)
+        return max(worst, 1.0) if rules else worst
 
 
 @dataclass(frozen=True)
@@ -193,3 +219,29 @@ def fairshare_fraction(config: Mapping[str, Any], weights: tuple[str, ...]) -> f
         return None
     top = max((float(config[w]) for w in weights if w in config), default=0.0)
     return float(config[FAIRSHARE]) / top if top > 0 else None
+
+
+@dataclass(frozen=True)
+class PolicySearch:
+    """The operator's policy inside a round's search (`autosched.tune.TrialCheck`): every trial
+    checked, as the race checks a candidate, against the running config (`reference`) on the
+    search's own samples. `reduce` runs where the trial's simulation ran (a worker) and keeps
+    only the trial's `Score` (the jobs judged from `since`, the round's time); `value` is
+    `Check.excess` of the trial's scores against the reference's. Picklable: it travels to the
+    search's workers with its samples."""
+
+    constraints: PolicyConstraints
+    reference: Config
+    cluster: ClusterSpec
+    since: float
+    metric: str
+
+    def reduce(self, records: JobRecords, workload: Trace) -> Score:
+        return score_records(records, workload, self.cluster, self.since, self.metric)
+
+    def value(self, reference: Sequence[Any], trial: Sequence[Any], config: Mapping[str, Any]) -> float:
+        return self.check(reference, trial, config).excess
+
+    def check(self, reference: Sequence[Any], trial: Sequence[Any], config: Mapping[str, Any]) -> Check:
+        """The trial's `Check` against the reference (both as `reduce` gave them, in sample order)."""
+        return self.constraints.check(ScoreSet(tuple(reference)), ScoreSet(tuple(trial)), self.reference, config)

@@ -7,7 +7,7 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 
@@ -26,6 +26,7 @@ from .config import (
     check_sample_counts,
     round_seed_of,
 )
+from .constraints import PolicySearch
 from .drift import DriftReport, DriftTest, Profile, profile
 from .errors import AdaptError
 from .guardrail import Guardrail, Verdict, knob_shares, smallest_change
@@ -35,7 +36,10 @@ from .scoring import Score, score
 from .sources import WorkloadSource, concat
 from .trigger import ContentionTrigger, Queue
 
-__all__ = ["Controller", "ControllerMemory", "Decision", "RoundTuner", "TrialRecord", "TunerFactory", "TuningOutcome",
+if TYPE_CHECKING:
+    from ..tune import TrialCheck
+
+__all__ = ["best_within_policy", "Controller", "ControllerMemory", "Decision", "RoundTuner", "TrialRecord", "TunerFactory", "TuningOutcome",
            "default_tuner_factory", "policy_class", "round_workloads", "round_seed_of", "check_sample_counts",
            "VALIDATION_SEED_OFFSET", "ROUND_SEED_STRIDE"]
 
@@ -88,6 +92,9 @@ class Decision:
     guard_samples: int = 0  # the samples the guardrail decided on (0: it did not decide)
     effects: list[dict[str, Any]] = field(default_factory=list)
     violations: list[str] = field(default_factory=list)
+    # with the search held to the policy (`LoopConfig.search_policy`): how many of the search's
+    # trials kept it on the search's samples (None: the trials were not checked)
+    search_within_policy: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -153,6 +160,10 @@ class TrialRecord(Protocol):
     def config(self) -> Config: ...
     @property
     def metrics(self) -> Sequence[Metrics]: ...  # one per workload, in the order given
+    @property
+    def value(self) -> float | None: ...  # the objective over the workloads (None: not complete)
+    @property
+    def check(self) -> float | None: ...  # the tune's `check` value (<= 0: kept; None: unchecked)
 
 
 class TuningOutcome(Protocol):
@@ -175,9 +186,13 @@ class RoundTuner(Protocol):
 
     def tune(self, workloads: Sequence[Trace], warm_start: Sequence[Mapping[str, Any]] | None = None,
              progress: Callable[[int, int], None] | None = None,
-             prior: Sequence[Sequence[Any]] | None = None) -> TuningOutcome: ...
+             prior: Sequence[Sequence[Any]] | None = None,
+             check: TrialCheck | None = None) -> TuningOutcome: ...
     # prior: the trials of earlier rounds (one group per round, as their outcomes gave them); a
     # tuner may pool them for screening (`autosched.tune.Tuner` does) or ignore them.
+    # check: the operator's policy as the search's constraint (`constraints.PolicySearch`); a
+    # tuner that takes it gives each trial its value as ``check`` (`autosched.tune.Tuner` does,
+    # from the simulations it runs) and may steer by it; one that cannot leaves ``check`` None.
 
     def evaluate(self, policy_name: str, config: Mapping[str, Any],
                  workloads: Sequence[Trace]) -> tuple[float, list[Metrics]]: ...
@@ -398,8 +413,9 @@ class Controller:
             return self._keep(base, t0, "no jobs to evaluate in the coming period")
         tuner = self.tuner_factory(self.policy, self.cluster, self.objective,
                                    replace(self.search, seed=round_seed), self.execution)
+        check = self._policy_search(obs)
         res = tuner.tune(workloads, warm_start=self._warm_start(), progress=self.progress,
-                         prior=[list(g) for g in self._prior])
+                         prior=[list(g) for g in self._prior], check=check)
         if self.prior_keep > 0 and res.trials:
             self._prior.append(list(res.trials))
             del self._prior[:-self.prior_keep]
@@ -412,8 +428,11 @@ class Controller:
         winners = list(self._winners)
         self._remember(candidate)
         if self.config.portfolio:
+            within = None
+            if check is not None:
+                within, base["search_within_policy"] = self._within_policy(res)
             return self._decide_portfolio(obs, round_seed, workloads, tuner, candidate, winners, base,
-                                          evidence, t0, avoid)
+                                          evidence, t0, avoid, within)
         if candidate == self.running:
             return self._keep(base, t0, "the tuner's best is the running config", candidate=candidate, **evidence)
         validation: str = "tuning"
@@ -446,9 +465,11 @@ class Controller:
 
     def _decide_portfolio(self, obs: Observation, round_seed: int, tuning: list[Trace], tuner: RoundTuner,
                           best: Config, winners: list[Config], base: dict[str, Any], evidence: dict[str, Any],
-                          t0: float, avoid: Callable[[Config], str] | None = None) -> Decision:
+                          t0: float, avoid: Callable[[Config], str] | None = None,
+                          within: Config | None = None) -> Decision:
         """The round's portfolio raced on the guardrail's samples (`portfolio.race`): the
-        leader, if the guardrail passes it, replaces the running config."""
+        leader, if the guardrail passes it, replaces the running config. `within`: the search's
+        best within the policy, a candidate beside the search's best."""
         cfg = self.config
         val_seed = round_seed + VALIDATION_SEED_OFFSET
         fresh = bool(self.source.validation_seeds(val_seed))
@@ -471,7 +492,7 @@ class Controller:
 
         screen = min(PORTFOLIO_SCREEN, cfg.validation_samples)
         budget = Budget(screen, cfg.validation_samples, cfg.most_validation_samples)
-        port = candidates(self.searched, self.running, winners, best)
+        port = candidates(self.searched, self.running, winners, best, within)
         held = [(c, avoid(c.config)) for c in port[1:]] if avoid is not None else []
         port = [c for c in port if not any(c is h for h, why in held if why)]
         result = race(port, draw, scorer, budget, self.guardrail, self.constraints, self.objective.minimize)
@@ -503,6 +524,20 @@ class Controller:
                                                                        cand_vals, verdict)
         return self._conclude(base, t0, candidate, run_vals, cand_vals, verdict, dropped, shares,
                               leader=leader.name, **evidence, **extra)
+
+    def _policy_search(self, obs: Observation) -> PolicySearch | None:
+        """The round's search held to the operator's policy against the running config
+        (`LoopConfig.search_policy`, with the portfolio: the race is where the policy is
+        checked, and where the search's best within it is offered); None: the search ranks on
+        the objective alone."""
+        if not (self.config.search_policy and self.config.portfolio):
+            return None
+        return PolicySearch(self.constraints, dict(self.running), self.cluster, obs.now, self.objective.metric)
+
+    def _within_policy(self, res: TuningOutcome) -> tuple[Config | None, int]:
+        """`best_within_policy` of the round's search, validated as a config of the policy."""
+        best, kept = best_within_policy(res.trials, self.objective.minimize)
+        return (None if best is None else self.space.validate(best)), kept
 
     def _conclude(self, base: dict[str, Any], t0: float, candidate: Config, run_vals: list[float],
                   cand_vals: list[float], verdict: Verdict, dropped: list[str], shares: dict[str, float],
@@ -611,6 +646,18 @@ def round_workloads(source: WorkloadSource, obs: Observation, period: float, clu
         if len(w):
             out.append(w)
     return out
+
+
+def best_within_policy(trials: Sequence[TrialRecord], minimize: bool = True) -> tuple[Config | None, int]:
+    """The best config on the objective among the complete `trials` whose ``check`` kept the
+    operator's policy (<= 0), and how many kept it (None, 0: none did, or none was checked)."""
+    kept = [t for t in trials if t.state == "complete" and t.value is not None
+            and t.check is not None and t.check <= 0]
+    if not kept:
+        return None, 0
+    sign = 1.0 if minimize else -1.0
+    best = min(kept, key=lambda t: sign * float(t.value))  # type: ignore[arg-type]
+    return dict(best.config), len(kept)
 
 
 def _trial_metrics(res: TuningOutcome, config: Config) -> list[Metrics] | None:

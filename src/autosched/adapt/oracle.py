@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -34,6 +34,9 @@ from .constraints import PolicyConstraints
 from .controller import RoundTuner
 from .portfolio import candidates
 from .scoring import Score, ScoreSet, score_records
+
+if TYPE_CHECKING:
+    from ..tune import TrialCheck
 
 
 def period_scores(rec: JobRecords, trace: Trace, cluster: ClusterSpec, bounds: Sequence[float],
@@ -91,7 +94,9 @@ class PolicyOracleTuner:
 
     def tune(self, workloads: Sequence[Trace], warm_start: Sequence[Mapping[str, Any]] | None = None,
              progress: Callable[[int, int], None] | None = None,
-             prior: Sequence[Sequence[Any]] | None = None) -> PolicyOracleOutcome:
+             prior: Sequence[Sequence[Any]] | None = None, check: TrialCheck | None = None) -> PolicyOracleOutcome:
+        # (a check would hold the search to the policy on the whole trace at once; the pick is
+        # checked period by period below, so the search is left free)
         (trace,) = workloads
         res = self.inner.tune(workloads, warm_start, progress)
         sign = 1.0 if self.objective.minimize else -1.0

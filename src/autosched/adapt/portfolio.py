@@ -6,7 +6,9 @@ of small jobs forms behind large ones) was never offered to it when the search's
 another first. So each round compares a portfolio, on the samples the guardrail decides on:
 
 - the running config;
-- the search's best and the last rounds' winners;
+- the search's best, the search's best within the policy (the best of its trials that keeps
+  the operator's policy on the search's own samples: `constraints.PolicySearch`) and the last
+  rounds' winners;
 - the policy's archetypes (`ConfigSpace.archetypes`: for ``multifactor`` small first, age only,
   GPU first, fair-share heavy and two backfill-heavy ``bf_*`` corners), each laid over the
   running config, pinned knobs kept, clamped into the searched ranges (bounds, maximum step).
@@ -41,6 +43,7 @@ from .scoring import Score, ScoreSet
 
 RUNNING = "running"
 SEARCH_BEST = "search's best"
+SEARCH_WITHIN = "search's best within the policy"
 PRUNE_SE = 2.0  # a candidate whose mean gain + this many s.e. is below the margin is dropped early
 FINALISTS = 2  # the candidates that go on from the screen to the guardrail's samples
 
@@ -52,13 +55,15 @@ class Candidate:
 
 
 def candidates(space: ConfigSpace, running: Config, winners: Sequence[Config],
-               best: Config | None) -> list[Candidate]:
+               best: Config | None, within: Config | None = None) -> list[Candidate]:
     """The portfolio, running config first, each config once (its first name kept). `space` is
     the searched space (a restricted one: its pinned knobs and ranges hold); `winners` oldest
-    first, as the controller keeps them."""
+    first, as the controller keeps them; `within` the search's best within the policy."""
     out = [Candidate(RUNNING, dict(running))]
     if best is not None:
         out.append(Candidate(SEARCH_BEST, dict(best)))
+    if within is not None:
+        out.append(Candidate(SEARCH_WITHIN, dict(within)))
     out += [Candidate(f"winner {i}", dict(w)) for i, w in enumerate(reversed(winners), start=1)]
     for label, partial in space.archetypes.items():
         laid = overlay(space, running, partial)

@@ -15,7 +15,7 @@ from .objective import Constraint, Objective, ObjectiveError
 
 _LAZY = {
     "INTERMEDIATES": ".evaluate", "ConfigScore": ".evaluate", "Evaluator": ".evaluate",
-    "fragmentation": ".evaluate", "simulate_with_extras": ".evaluate",
+    "fragmentation": ".evaluate", "simulate_with_extras": ".evaluate", "TrialCheck": ".evaluate",
     "Executor": ".executor", "InProcessExecutor": ".executor", "TrialRun": ".executor",
     "ProcessExecutor": ".executor", "RayExecutor": ".executor", "make_executor": ".executor",
     "Edge": ".screening", "Screening": ".screening", "screen": ".screening",
@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # `X as X`: a re-export mypy sees (it cannot read `*_LAZY` in
     from .evaluate import INTERMEDIATES as INTERMEDIATES
     from .evaluate import ConfigScore as ConfigScore
     from .evaluate import Evaluator as Evaluator
+    from .evaluate import TrialCheck as TrialCheck
     from .evaluate import fragmentation as fragmentation
     from .evaluate import simulate_with_extras as simulate_with_extras
     from .executor import Executor as Executor

@@ -8,15 +8,15 @@ configs are compared on equal footing.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from ..cluster import ClusterSpec
 from ..policies import Policy
-from ..sim import Metrics, Simulator, result_of
+from ..sim import JobRecords, Metrics, Simulator, result_of
 from ..trace.table import Trace
 from .config import TuneError
 from .objective import Objective
@@ -28,11 +28,34 @@ INTERMEDIATES = ("avg_queue", "utilization", "preemptions", "fragmentation")
 SimFn = Callable[[Trace, ClusterSpec, Policy], "tuple[Metrics, dict[str, float]]"]
 
 
+class TrialCheck(Protocol):
+    """A constraint a search computes from its trials' job records, beyond the objective's own
+    (the adaptive loop's operator's policy: `autosched.adapt.constraints.PolicySearch`): every
+    trial against one `reference` config of the searched policy, on the same workloads.
+
+    `reduce` is called in the worker right after each simulation of a trial (once per workload,
+    in workload order; it and what it returns are pickled to and from process workers), so that
+    the check costs no simulation of its own. `value` is called in the tuner's process when a
+    trial is told, with the reference's reductions and the trial's: how far the trial is from
+    keeping the constraint (<= 0: it keeps it). The tuner gives it to Optuna's sampler as a
+    constraint (`optuna.trial.Trial.set_constraint`) and keeps it as the trial's ``check``."""
+
+    @property
+    def reference(self) -> Mapping[str, Any]: ...
+
+    def reduce(self, records: JobRecords, workload: Trace) -> Any: ...
+
+    def value(self, reference: Sequence[Any], trial: Sequence[Any], config: Mapping[str, Any]) -> float: ...
+
+
 def simulate_with_extras(trace: Trace, cluster: ClusterSpec, policy: Policy) -> tuple[Metrics, dict[str, float]]:
     """The real simulator; also measures fragmentation, which is not a Metrics field."""
-    sim = Simulator(trace, cluster, policy, record_segments=True).run()
-    res = result_of(sim)
-    return res.metrics, {"fragmentation": fragmentation(sim)}
+    return _measured(Simulator(trace, cluster, policy, record_segments=True).run())
+
+
+def _measured(sim: Simulator[Any]) -> tuple[Metrics, dict[str, float]]:
+    """A finished run's metrics, and its fragmentation (not a Metrics field)."""
+    return result_of(sim).metrics, {"fragmentation": fragmentation(sim)}
 
 
 def fragmentation(sim: Simulator[Any]) -> float:
@@ -81,12 +104,14 @@ def fragmentation(sim: Simulator[Any]) -> float:
 @dataclass(frozen=True)
 class ConfigScore:
     """The score of one config on all workloads: the objective's value, each workload's metrics, the
-    constraints' violations and the intermediates' means."""
+    constraints' violations, the intermediates' means and, with a `TrialCheck`, its reduction
+    of each workload's job records."""
 
     value: float
     metrics: tuple[Metrics, ...]
     violations: tuple[float, ...]
     intermediates: dict[str, float] = field(default_factory=dict)  # means over the workloads
+    reduced: tuple[Any, ...] = ()  # `TrialCheck.reduce` per workload (empty without a check)
 
 
 @dataclass
@@ -98,14 +123,25 @@ class Evaluator:
     objective: Objective
     policies: Mapping[str, type[Policy]]
     simulator: SimFn | None = None
+    check: TrialCheck | None = None  # reduces each simulation's job records (needs the real simulator)
+
+    def __post_init__(self) -> None:
+        if self.check is not None and self.simulator is not None:
+            raise TuneError("a trial check reads the real simulator's job records: give no simulator function")
 
     def __call__(self, policy: str, config: Mapping[str, Any]) -> ConfigScore:
         cls = self.policies[policy]
         sim = self.simulator or simulate_with_extras
         metrics: list[Metrics] = []
         extras: list[dict[str, float]] = []
+        reduced: list[Any] = []
         for trace in self.workloads:
-            m, x = sim(trace, self.cluster, cls(config))
+            if self.check is None:
+                m, x = sim(trace, self.cluster, cls(config))
+            else:
+                run = Simulator(trace, self.cluster, cls(config), record_segments=True).run()
+                m, x = _measured(run)
+                reduced.append(self.check.reduce(run.records(), trace))
             metrics.append(m)
             extras.append(x)
         value = self.objective.value(metrics)
@@ -117,4 +153,4 @@ class Evaluator:
             known = [v for v in vals if v is not None]
             if len(known) == len(vals):
                 inter[name] = float(np.mean(known))
-        return ConfigScore(value, tuple(metrics), tuple(self.objective.violations(metrics)), inter)
+        return ConfigScore(value, tuple(metrics), tuple(self.objective.violations(metrics)), inter, tuple(reduced))

@@ -30,7 +30,7 @@ from ..sim import Metrics
 from ..space import Bool, Categorical, Config, Float, Int, Knob, dump_config
 from ..trace.table import Trace
 from .config import SAMPLERS, STUDY_NAME, ExecutionConfig, SearchConfig, TuneError
-from .evaluate import ConfigScore, Evaluator, SimFn
+from .evaluate import ConfigScore, Evaluator, SimFn, TrialCheck
 from .executor import TrialRun, make_executor
 from .objective import Objective
 from .screening import Screening, gaussian_ranks, screen
@@ -110,6 +110,9 @@ class Trial:
     intermediates: dict[str, float] = field(default_factory=dict)
     attempts: int = 1  # simulations of the workloads (0: a repeat, result reused)
     repeat_of: int | None = None  # a config already simulated in this study: that trial's number
+    check: float | None = None  # a search with a `TrialCheck`: its value (<= 0: kept); None: unchecked
+    # the check's reductions of this trial's job records (kept in memory for a repeat, never stored)
+    reduced: tuple[Any, ...] = field(default=(), repr=False, compare=False)
 
     def __post_init__(self) -> None:
         self.state = TrialState(self.state)  # as JSON holds it too ("complete"): a controller's memory
@@ -127,13 +130,14 @@ class Trial:
 
     def evaluation(self) -> ConfigScore:
         """This complete trial's result, to reuse for a repeat of its config."""
-        return ConfigScore(self.score, tuple(self.metrics), tuple(self.violations), dict(self.intermediates))
+        return ConfigScore(self.score, tuple(self.metrics), tuple(self.violations), dict(self.intermediates),
+                           self.reduced)
 
     def to_dict(self) -> dict[str, Any]:
         return {"number": self.number, "policy": self.policy, "config": self.config, "value": self.value,
                 "state": self.state.value, "error": self.error, "duration": self.duration,
                 "violations": self.violations, "intermediates": self.intermediates,
-                "attempts": self.attempts, "repeat_of": self.repeat_of,
+                "attempts": self.attempts, "repeat_of": self.repeat_of, "check": self.check,
                 "metrics": [m.to_dict() for m in self.metrics]}
 
 
@@ -203,6 +207,11 @@ class Tuner:
         self.simulator = simulator
         # Complete trials of earlier searches, one group per search (`tune`'s `prior`), for screening.
         self._prior: list[list[Trial]] = []
+        # A search's check (`tune`'s `check`), its reference's reductions, and the simulations of
+        # a reference no trial asked for
+        self._check: TrialCheck | None = None
+        self._ref_reduced: tuple[Any, ...] | None = None
+        self._unasked = 0
         if self.search.sampler == "gp":
             _require_torch()
         if self.search.screening:
@@ -210,12 +219,13 @@ class Tuner:
 
     # ---------------------------------------------------------------------------- evaluation
 
-    def evaluator(self, workloads: Sequence[Trace]) -> Evaluator:
-        """What scores one config on `workloads` (what an executor ships to its workers)."""
+    def evaluator(self, workloads: Sequence[Trace], check: TrialCheck | None = None) -> Evaluator:
+        """What scores one config on `workloads` (what an executor ships to its workers), with
+        `check`'s reductions of each simulation's job records."""
         if not workloads:
             raise TuneError("no workloads to evaluate on")
         return Evaluator(self.cluster, tuple(workloads), self.objective,
-                         {p.name: p for p in self.space.policies}, self.simulator)
+                         {p.name: p for p in self.space.policies}, self.simulator, check)
 
     def evaluate(self, policy_name: str, config: Mapping[str, Any], workloads: Sequence[Trace]) -> tuple[float, list[Metrics]]:
         """Score one config on the workloads (in this process). Any config of the policy: the
@@ -258,7 +268,7 @@ class Tuner:
 
     def tune(self, workloads: Sequence[Trace], warm_start: "Sequence[Mapping[str, Any] | Trial] | None" = None,
              progress: Callable[[int, int], None] | None = None,
-             prior: "Sequence[Sequence[Trial]] | None" = None) -> TuneResult:
+             prior: "Sequence[Sequence[Trial]] | None" = None, check: TrialCheck | None = None) -> TuneResult:
         """Search, and return the best config with the evidence. With a study file, the file is
         held for the whole run (a second run on it is refused) and a killed run resumes.
 
@@ -266,20 +276,28 @@ class Tuner:
         scored on its own workloads, e.g. an adaptive loop's earlier rounds). Screening pools them
         with this search's trials, each group's objective and intermediates ranked within the group
         (values on different workloads are not comparable, rankings are), so that a search too
-        small for a causal graph of its own can still screen."""
+        small for a causal graph of its own can still screen.
+
+        `check`: a constraint computed from each trial's job records against its reference
+        config (`TrialCheck`; the first policy's). The reference is simulated first (its result
+        is then reused by the trial that asks for it, as a repeat is); each trial's value is
+        stored as its ``check`` (a user attribute of the study's trial) and given to the
+        sampler as a constraint, so that TPE (and GP) model where the feasible configs lie. The
+        best config stays the objective's best; the caller picks among the trials that keep the
+        check. Trials of a resumed study that were told before this run have no check."""
         path = self.execution.study
         if path is None:
-            return self._tune(workloads, warm_start, progress, prior)
+            return self._tune(workloads, warm_start, progress, prior, check)
         check_study_path(path)
         with StudyLock(path):
             check_study_file(path)
-            return self._tune(workloads, warm_start, progress, prior)
+            return self._tune(workloads, warm_start, progress, prior, check)
 
     def _tune(self, workloads: Sequence[Trace], warm_start: "Sequence[Mapping[str, Any] | Trial] | None",
               progress: Callable[[int, int], None] | None,
-              prior: "Sequence[Sequence[Trial]] | None" = None) -> TuneResult:
+              prior: "Sequence[Sequence[Trial]] | None" = None, check: TrialCheck | None = None) -> TuneResult:
         t0 = time.perf_counter()
-        evaluator = self.evaluator(workloads)
+        evaluator = self.evaluator(workloads, check)
         self._n_workloads = len(workloads)
         study, storage = self._open_study(workloads)
         budget = self.search.budget
@@ -309,6 +327,12 @@ class Tuner:
         executor = make_executor(self.execution.executor, self.execution.workers,
                                  self.execution.trial_timeout, self.execution.address)
         executor.start(evaluator)
+        self._check, self._ref_reduced, self._unasked = check, None, 0
+        ref_key, ref_run = None, None
+        if check is not None:
+            ref_name = self.space.names[0]
+            ref_config = self.space.config_space(ref_name).validate(check.reference)
+            ref_key, ref_run = _config_key(ref_name, ref_config), self._run_reference(executor, ref_name, ref_config)
         # Trials asked and not yet told, oldest first. Results are told strictly in this order,
         # one at a time, and a new trial is asked right after each tell: what the sampler has
         # seen at each ask is then fixed by the seed and the worker count, not by which worker
@@ -333,10 +357,14 @@ class Tuner:
                     trial.set_user_attr("policy", name)
                     trial.set_user_attr("config", config)
                     asked[trial.number] = (trial, name, config)
-                    same = known.get(_config_key(name, config))
+                    key = _config_key(name, config)
+                    same = known.get(key)
                     if same is not None:  # the simulator is deterministic: reuse, do not re-run
                         trial.set_user_attr("repeat_of", same.number)
                         ready[trial.number] = TrialRun(trial.number, same.evaluation(), None, 0.0, attempts=0)
+                    elif ref_run is not None and key == ref_key:  # the reference, simulated first
+                        ready[trial.number] = replace(ref_run, key=trial.number)
+                        ref_run = None
                     else:
                         executor.submit(trial.number, name, config)
                 if not asked:
@@ -350,7 +378,7 @@ class Tuner:
                         ready[out.key] = out
                 trial, name, config = asked.pop(head)
                 out = ready.pop(head)
-                self._tell(study, trial, out)
+                self._tell(study, trial, out, config)
                 done += 1
                 if out.evaluation is not None:
                     key = _config_key(name, config)
@@ -370,7 +398,24 @@ class Tuner:
             for trial, _, _ in asked.values():  # interrupted (Ctrl-C): not counted, not lost
                 trial.set_user_attr("interrupted", True)
                 study.tell(trial, state=optuna.trial.TrialState.FAIL)
+        if ref_run is not None:
+            self._unasked = ref_run.attempts * len(workloads)
         return self._result(study, screening, time.perf_counter() - t0)
+
+    def _run_reference(self, executor: Any, name: str, config: Config) -> TrialRun | None:
+        """The check's reference config simulated before any trial (key -1), its reductions
+        kept; None when it failed (the trials then go unchecked)."""
+        executor.submit(-1, name, config)
+        out: TrialRun | None = None
+        while out is None:
+            got = executor.collect()
+            if not got:
+                raise RuntimeError("the executor lost the check's reference run")
+            out = next((o for o in got if o.key == -1), None)
+        if out.evaluation is None:
+            return None
+        self._ref_reduced = out.evaluation.reduced
+        return out
 
     # --------------------------------------------------------------------------- the study
 
@@ -442,7 +487,7 @@ class Tuner:
             raise TuneError(f"warm-start config is for policy {name!r}, not one of {', '.join(self.space.names)}")
         return name, dict(knobs)
 
-    def _tell(self, study: optuna.Study, trial: optuna.Trial, out: TrialRun) -> None:
+    def _tell(self, study: optuna.Study, trial: optuna.Trial, out: TrialRun, config: Config) -> None:
         trial.set_user_attr("duration", out.duration)
         trial.set_user_attr("attempts", out.attempts)
         ev: ConfigScore | None = out.evaluation
@@ -454,6 +499,10 @@ class Tuner:
         trial.set_user_attr("violations", list(ev.violations))
         for c, v in zip(self.objective.constraints, ev.violations):
             trial.set_constraint(str(c), v)  # <= 0 is feasible; TPE and GP model the constraints
+        if self._check is not None and self._ref_reduced is not None and ev.reduced:
+            value = float(self._check.value(self._ref_reduced, ev.reduced, config))
+            trial.set_user_attr("check", value)
+            trial.set_constraint("check", value)
         trial.set_user_attr("intermediates", ev.intermediates)
         study.tell(trial, ev.value)
 
@@ -565,7 +614,8 @@ class Tuner:
         searched = [self.space.param_name(p.name, k) for p in self.space.policies
                     for k in self.space.searched(p.name)]
         run = [t for t in trials if t.state is not TrialState.PRUNED]
-        cost = {"trials": len(run), "simulations": sum(t.attempts for t in run) * self._n_workloads,
+        cost = {"trials": len(run),
+                "simulations": sum(t.attempts for t in run) * self._n_workloads + self._unasked,
                 "trial_seconds": sum(t.duration for t in run), "wall_seconds": seconds, "seconds": seconds}
         return TuneResult(
             objective=self.objective,
@@ -689,7 +739,7 @@ def _trial_of(policy: str, config: Config, number: int, out: TrialRun) -> Trial:
     ev = out.evaluation
     assert ev is not None
     return Trial(number, policy, config, ev.value, list(ev.metrics), TrialState.COMPLETE,
-                 violations=list(ev.violations), intermediates=dict(ev.intermediates))
+                 violations=list(ev.violations), intermediates=dict(ev.intermediates), reduced=ev.reduced)
 
 
 def _trials(study: optuna.Study) -> list[Trial]:
@@ -704,6 +754,7 @@ def _trials(study: optuna.Study) -> list[Trial]:
             error=a.get("error"), duration=float(a.get("duration", 0.0)),
             violations=list(a.get("violations", [])), intermediates=dict(a.get("intermediates", {})),
             attempts=int(a.get("attempts", 1)), repeat_of=a.get("repeat_of"),
+            check=None if a.get("check") is None else float(a["check"]),
         ))
     return out
 
