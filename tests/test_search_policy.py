@@ -193,3 +193,16 @@ def test_the_option_off_decides_as_before():
 def test_loop_config_declares_the_option_once():
     assert LoopConfig.KNOBS["search_policy"].default is True
     assert replace(LoopConfig(), search_policy=False).search_policy is False
+
+
+def test_a_reference_outside_the_searched_space_is_simulated_for_the_check():
+    """The running config outside what the search searches (an operator's bound, here a pin):
+    no trial asks for it, so it is simulated on its own, once, and counted in the cost."""
+    from autosched.space import Subspace
+
+    sub = Subspace.of(pinned={"PriorityWeightAge": 5000})  # the default runs with 1000
+    tuner = Tuner("multifactor", CLUSTER, Objective(), SearchConfig(budget=2, seed=0, subspace=sub))
+    res = tuner.tune([tiny()], check=PolicySearch(SIZES, dict(DEFAULT), CLUSTER, 0.0, "avg_jct"))
+    assert len(res.trials) == 2 and all(t.check is not None for t in res.trials)
+    assert all(t.config["PriorityWeightAge"] == 5000 for t in res.trials)
+    assert res.cost["simulations"] == 3  # the two trials and the reference, one workload each

@@ -331,7 +331,8 @@ class Tuner:
         ref_key, ref_run = None, None
         if check is not None:
             ref_name = self.space.names[0]
-            ref_config = self.space.config_space(ref_name).validate(check.reference)
+            # the full space: the running config may lie outside what the search searches (a bound)
+            ref_config = self.space.policy(ref_name).space.validate(check.reference)
             ref_key, ref_run = _config_key(ref_name, ref_config), self._run_reference(executor, ref_name, ref_config)
         # Trials asked and not yet told, oldest first. Results are told strictly in this order,
         # one at a time, and a new trial is asked right after each tell: what the sampler has
