@@ -552,8 +552,7 @@ class Multifactor(Policy):
         bf_due = None
         if self.backfill and self.waiting:
             iv = self.bf_interval
-            anchor = self.clocks.backfill
-            due = anchor + math.ceil((now - anchor) / iv - 1e-6) * iv  # (SlurmClocks.next)
+            due = SlurmClocks.next(self.clocks.backfill, iv, now)
             if abs(due - now) < 1e-6 and self._dirty:
                 self._backfill(now, self.jobs.time_limit)
                 due += iv
@@ -668,9 +667,7 @@ class Multifactor(Policy):
             self._delay_from = last = self._last_sched
             self._delayed = (SlurmClocks.next(tick, period, math.floor(last) + self.batch_delay)
                              if self.batch_delay > 0 and last > -math.inf else -math.inf)
-        # (SlurmClocks.next and max written out, at every decision: the same float operations)
-        due = tick + math.ceil((now - tick) / period - 1e-6) * period
-        return self._delayed if self._delayed > due else due
+        return max(SlurmClocks.next(tick, period, now), self._delayed)
 
     def _backfill(self, now: float, limit: Sequence[float]) -> None:
         """One cycle of Slurm's backfill scheduler at `now`."""
