@@ -31,7 +31,7 @@ from .drift import DriftReport, DriftTest, Profile, profile
 from .errors import AdaptError
 from .guardrail import Guardrail, Verdict, knob_shares, smallest_change
 from .observe import Observation, carried_over
-from .portfolio import Budget, candidates, race
+from .portfolio import Budget, candidates, milder_variants, race
 from .scoring import Score, score
 from .sources import WorkloadSource, concat
 from .trigger import ContentionTrigger, Queue
@@ -495,7 +495,8 @@ class Controller:
         port = candidates(self.searched, self.running, winners, best, within)
         held = [(c, avoid(c.config)) for c in port[1:]] if avoid is not None else []
         port = [c for c in port if not any(c is h for h, why in held if why)]
-        result = race(port, draw, scorer, budget, self.guardrail, self.constraints, self.objective.minimize)
+        result = race(port, draw, scorer, budget, self.guardrail, self.constraints, self.objective.minimize,
+                      milder=milder_variants(self.searched, self.running))
         verdict, leader = result.verdict, result.leader
         rows = [s.to_dict() for s in result.standings]
         rows += [{"name": c.name, "gain": None, "se": None, "samples": 0, "dropped": why} for c, why in held if why]

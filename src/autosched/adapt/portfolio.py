@@ -15,7 +15,9 @@ another first. So each round compares a portfolio, on the samples the guardrail 
 
 `race` scores them all on the first samples, drops those that cannot reach the guardrail's
 margin there (their gain + 2 s.e. below it), those that scheduled exactly as another did and
-those that break the operator's policy (`constraints`) there,
+those that break the operator's policy (`constraints`) there (a candidate that breaks it with a
+gain past the margin is screened again milder, part of the way from the running config toward it:
+`toward`),
 scores the two best of the rest on the guardrail's samples, and picks the leader: the best mean
 paired gain
 among the candidates that keep the operator's policy (`constraints`). The guardrail judges the
@@ -46,6 +48,10 @@ SEARCH_BEST = "search's best"
 SEARCH_WITHIN = "search's best within the policy"
 PRUNE_SE = 2.0  # a candidate whose mean gain + this many s.e. is below the margin is dropped early
 FINALISTS = 2  # the candidates that go on from the screen to the guardrail's samples
+# how far a milder variant of a candidate that breaks the policy goes from the running config
+# toward it: a change that takes a gain by making one class wait far longer often keeps most of
+# the gain, and the policy, when it goes half or a quarter of the way
+MILDER = ((0.5, "halfway"), (0.25, "a quarter of the way"))
 
 
 @dataclass(frozen=True)
@@ -102,6 +108,45 @@ def overlay(space: ConfigSpace, running: Mapping[str, Any], partial: Mapping[str
 def _high(space: ConfigSpace, name: str) -> float | None:
     k = space[name]
     return float(k.high) if isinstance(k, (Int, Float)) else None
+
+
+def toward(space: ConfigSpace, running: Mapping[str, Any], target: Mapping[str, Any], t: float) -> Config | None:
+    """The config `t` (0 < t < 1) of the way from `running` to `target` in `space`: a numeric knob
+    that `target` changes moves that part of the way (on a log-scale knob geometrically, when both
+    values are positive), any other knob `target` changes takes its value; pinned knobs stay.
+    None when no valid config results."""
+    config = dict(running)
+    for k in space:
+        name = k.name
+        if name in space.pinned or name not in target or target[name] == running.get(name):
+            continue
+        a, b = running.get(name), target[name]
+        if isinstance(k, (Int, Float)) and not isinstance(a, bool) and isinstance(a, (int, float)):
+            if k.log and a > 0 and b > 0:
+                x = math.exp(math.log(a) + t * (math.log(b) - math.log(a)))
+            else:
+                x = a + t * (b - a)
+            config[name] = type(k.default)(round(x) if isinstance(k, Int) else x)
+        else:
+            config[name] = b
+    try:
+        return space.validate(config)
+    except ConfigError:
+        return None
+
+
+def milder_variants(space: ConfigSpace, running: Mapping[str, Any]) -> Callable[[Candidate], list[Candidate]]:
+    """The milder variants of a candidate (`MILDER`, each `toward` it from `running`), for `race`."""
+
+    def variants(c: Candidate) -> list[Candidate]:
+        out = []
+        for t, how in MILDER:
+            config = toward(space, running, c.config, t)
+            if config is not None and config != dict(running) and config != c.config:
+                out.append(Candidate(f"{c.name}, {how}", config))
+        return out
+
+    return variants
 
 
 def multiple_k(k: float, compared: int) -> float:
@@ -166,11 +211,13 @@ Draw = Callable[[int, int], list[Trace]]  # (first sample index, how many) -> wo
 
 
 def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Budget,
-         guardrail: Guardrail, constraints: PolicyConstraints, minimize: bool = True) -> RaceResult:
+         guardrail: Guardrail, constraints: PolicyConstraints, minimize: bool = True,
+         milder: Callable[[Candidate], list[Candidate]] | None = None) -> RaceResult:
     """Score `portfolio` (running config first) on samples from `draw` and judge its leader (see
     the module doc). `scorer(config, workloads)` scores a config on workloads, one `Score` each.
-    A deterministic source gives fewer samples than asked (one replay): the race then decides
-    on what it has."""
+    `milder(c)`: the variants screened in place of a candidate that breaks the policy with a gain
+    past the margin (`milder_variants`; None: none). A deterministic source gives fewer samples
+    than asked (one replay): the race then decides on what it has."""
     if not portfolio or portfolio[0].name != RUNNING:
         raise AdaptError("a portfolio starts with the running config")
     running = portfolio[0]
@@ -180,10 +227,8 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
                           ScoreSet(()), None, None, 0, guardrail.k)
     sets = {c.name: ScoreSet(tuple(scorer(c.config, work))) for c in portfolio}
     standing: dict[str, Standing] = {}
-    alive = [c for c in portfolio[1:]]
-    compared = len(alive)
-    k = multiple_k(guardrail.k, compared)
-    judge = Guardrail(k, guardrail.margin, guardrail.max_loss)
+    entrants = list(portfolio[1:])  # the candidates raced, milder variants added where they arise
+    alive = list(entrants)
     n = len(work)
 
     def gains(name: str) -> tuple[float, float]:
@@ -199,7 +244,9 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
     # the config too, so of two that schedule alike one may keep it (fair-share heavy) and the
     # other not (age only, its fair-share weight 0)
     seen: dict[tuple[float, ...], str] = {tuple(sets[RUNNING].values): RUNNING}
-    for c in list(alive):
+    queue = list(alive)
+    while queue:
+        c = queue.pop(0)
         g, se = gains(c.name)
         twin = seen.get(tuple(sets[c.name].values))
         if twin is not None:
@@ -211,8 +258,18 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
         elif not (early := constraints.check(sets[RUNNING], sets[c.name], running.config, c.config)).holds:
             drop(c, f"breaks the policy on the first {n} samples: " + "; ".join(early.violations))
             alive.remove(c)
+            if milder is not None and c in portfolio and g > guardrail.margin:
+                for m in milder(c):
+                    if m.name not in sets:
+                        sets[m.name] = ScoreSet(tuple(scorer(m.config, work)))
+                        entrants.append(m)
+                        alive.append(m)
+                        queue.append(m)
         else:
             seen[tuple(sets[c.name].values)] = c.name
+    # every config scored counts in the guardrail's k, the milder variants too
+    k = multiple_k(guardrail.k, len(entrants))
+    judge = Guardrail(k, guardrail.margin, guardrail.max_loss)
     # the best `FINALISTS` of the rest (by their gain on the screen) go on to the guardrail's samples
     alive.sort(key=lambda c: -gains(c.name)[0])
     for c in alive[FINALISTS:]:
@@ -257,7 +314,7 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
         g, se = gains(c.name)
         standing[c.name] = Standing(c.name, c.config, g, se, len(sets[c.name]),
                                     "" if c is leader else "behind the leader")
-    ordered = tuple(standing[c.name] for c in portfolio[1:] if c.name in standing)
+    ordered = tuple(standing[c.name] for c in entrants if c.name in standing)
     return RaceResult(leader, verdict, ordered, sets[RUNNING], sets[leader.name], checks[leader.name], n, k)
 
 
