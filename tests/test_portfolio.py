@@ -11,10 +11,11 @@ import pytest
 from autosched.adapt.constraints import PolicyConstraints, fairshare_fraction
 from autosched.adapt.errors import AdaptError
 from autosched.adapt.guardrail import Guardrail
-from autosched.adapt.portfolio import Budget, Candidate, candidates, multiple_k, overlay, race
+from autosched.adapt.portfolio import (Budget, Candidate, candidates, milder_variants, multiple_k, overlay, race,
+                                       toward)
 from autosched.adapt.scoring import Score, ScoreSet
 from autosched.policies import get_policy
-from autosched.space import Subspace
+from autosched.space import Bool, Categorical, ConfigSpace, Float, Int, Subspace
 
 NO_POLICY = PolicyConstraints(account_tolerance=None, size_tolerance=None)
 
@@ -275,3 +276,76 @@ def test_the_policy_of_a_cluster_with_an_association_tree():
     assert plain.fairshare_floor is None and dict(plain.shares) == {}
     assert LoopConfig(policy="multifactor", fairshare_floor=0.3).constraints(ClusterSpec.uniform_nodes(4, 8)) \
         .fairshare_floor == 0.3
+
+
+SPACE = ConfigSpace([Int("w", "a weight", low=0, high=200000, default=1000),
+                     Float("h", "a log knob", low=60.0, high=1e6, default=600.0, log=True),
+                     Bool("b", "a flag"), Categorical("c", "a choice", choices=("a", "b"), default="a"),
+                     Int("p", "held", low=0, high=10, default=5)])
+
+
+def test_toward_moves_each_changed_knob_part_of_the_way():
+    held = SPACE.restrict(Subspace.of(pinned={"p": 5}))
+    running = {"w": 1000, "h": 600.0, "b": False, "c": "a", "p": 5}
+    target = {"w": 101000, "h": 60000.0, "b": True, "c": "b", "p": 5}
+    # halfway: the weight linearly (1000 + 100000 / 2), the log knob geometrically (sqrt(600 x
+    # 60000) = 6000), the flag and the choice as the target has them, the pinned knob kept
+    half = toward(held, running, target, 0.5)
+    assert half == {"w": 51000, "h": pytest.approx(6000.0), "b": True, "c": "b", "p": 5}
+    # a quarter: 1000 + 25000; 600 x 100 ** 0.25 = 1897.37
+    assert toward(held, running, target, 0.25) == {"w": 26000, "h": pytest.approx(1897.366, abs=1e-3),
+                                                     "b": True, "c": "b", "p": 5}
+    # a knob the target leaves as it runs stays; an unchanged target gives the running config
+    assert toward(held, running, {**running, "w": 3000}, 0.5) == {**running, "w": 2000}
+    assert toward(held, running, running, 0.5) == running
+    # a running config the space refuses (a pinned knob elsewhere) gives none
+    assert toward(held, {**running, "p": 7}, target, 0.5) is None
+
+
+def test_milder_variants_skip_the_running_config_and_the_candidate_itself():
+    running = {"w": 1000, "h": 600.0, "b": False, "c": "a", "p": 5}
+    variants = milder_variants(SPACE, running)
+    got = variants(Candidate("small first", {**running, "w": 5000}))
+    assert [(c.name, c.config["w"]) for c in got] == [("small first, halfway", 3000),
+                                                       ("small first, a quarter of the way", 2000)]
+    # a step of 1 rounds back to the running value (halfway: 1000.5 -> 1000) or to the candidate
+    assert variants(Candidate("x", {**running, "w": 1001})) == []
+
+
+def milder_race(wait_per_x: float, gain_per_x: float = 0.002):
+    """A race on one knob x (0 running): a config with x scores 100 x (1 - gain_per_x x) on
+    every sample, and makes account "chem" wait 600 + wait_per_x x s (the others 600)."""
+    space = ConfigSpace([Int("x", "x", low=0, high=100, default=0)])
+
+    def scorer(config, work):
+        x = config["x"]
+        return [sc(100.0 * (1 - gain_per_x * x), {"phys": 600.0, "chem": 600.0 + wait_per_x * x}) for _ in work]
+
+    port = [Candidate("running", {"x": 0}), Candidate("A", {"x": 100})]
+    return race(port, lambda start, count: list(range(start, min(start + count, 8))), scorer, Budget(4, 8, 8),
+                Guardrail(1.0, 0.01), PolicyConstraints(size_tolerance=None),
+                milder=milder_variants(space, {"x": 0}))
+
+
+def test_race_screens_a_milder_variant_of_what_breaks_the_policy():
+    # chem may wait 600 x 0.25 + 600 = 750 s longer. A (x = 100): 20% better, chem 600 -> 1800 s:
+    # breaks. Halfway (x = 50): 10% better, 600 -> 1200 s: keeps; a quarter (x = 25): 5%, keeps.
+    res = milder_race(wait_per_x=12.0)
+    assert res.leader is not None and res.leader.name == "A, halfway" and res.leader.config == {"x": 50}
+    assert res.verdict.deploy and res.verdict.gain == pytest.approx(0.10)
+    # three configs compared: A and its two variants
+    assert res.k == pytest.approx(multiple_k(1.0, 3))
+    got = {s.name: (s.samples, s.dropped.split(":")[0]) for s in res.standings}
+    assert got == {"A": (4, "breaks the policy on the first 4 samples"), "A, halfway": (8, ""),
+                   "A, a quarter of the way": (8, "behind the leader")}
+    # chem at 30 s per x: halfway waits 2100 s and breaks too; a quarter (1350 s, 750 more) keeps
+    res = milder_race(wait_per_x=30.0)
+    assert res.leader is not None and res.leader.name == "A, a quarter of the way"
+    assert res.verdict.gain == pytest.approx(0.05)
+
+
+def test_race_offers_no_milder_variant_of_a_candidate_short_of_the_margin():
+    # A gains 0.5% (x = 100 at 0.005% per x) and breaks the policy: nothing milder is tried
+    res = milder_race(wait_per_x=12.0, gain_per_x=0.00005)
+    assert res.leader is None and [s.name for s in res.standings] == ["A"]
+    assert res.k == 1.0

@@ -250,7 +250,9 @@ class Controller:
     derived from ``config.seed``, and `execution` (workers, executor, ...). ``execution.study`` must
     be unset (refused): a study file belongs to one problem, and every round tunes on new workloads.
     With `smallest_change` (the live agent's), a deployed winner is first cut to the knobs that
-    carry its gain, on the guardrail's workloads (`guardrail.smallest_change`).
+    carry its gain, on the guardrail's workloads (`guardrail.smallest_change`). `baseline` is the
+    operator's own config (default: `initial_config`): the race holds a candidate to the
+    operator's policy against it as well as against the running config.
     The contention trigger (``config.trigger``) is `trigger` (None: `ContentionTrigger`'s
     defaults) and asks for a round from `contention_gap` after the last one (None:
     `drift_window`, as `autosched run` checks once a day). The live agent checks at every poll
@@ -263,7 +265,7 @@ class Controller:
                  tuner_factory: TunerFactory | None = None, execution: ExecutionConfig | None = None,
                  subspace: Subspace | None = None, drift_window: float = DAY, prior_keep: int = PRIOR_KEEP,
                  smallest_change: bool = False, contention_gap: float | None = None,
-                 trigger: ContentionTrigger | None = None):
+                 trigger: ContentionTrigger | None = None, baseline: Mapping[str, Any] | None = None):
         if not isinstance(config, LoopConfig):
             raise AdaptError(f"controller: {type(config).__name__} is not a LoopConfig")
         if not isinstance(source, WorkloadSource):
@@ -288,6 +290,9 @@ class Controller:
         self.period = config.period
         self.objective = config.objective()
         self.running: Config = self.space.validate(initial_config or {})
+        # the operator's own config: a change keeps the policy against it as well as against the
+        # running config, so that small changes cannot add up to one that breaks it
+        self.baseline: Config = self.space.validate(baseline) if baseline is not None else dict(self.running)
         if config.pins:  # the operator's pins: held at the running values, in every search
             subspace = (subspace or Subspace()).with_pins({k: self.running[k] for k in config.pins})
         self.search = config.search if subspace is None else replace(config.search, subspace=subspace)
@@ -496,7 +501,7 @@ class Controller:
         held = [(c, avoid(c.config)) for c in port[1:]] if avoid is not None else []
         port = [c for c in port if not any(c is h for h, why in held if why)]
         result = race(port, draw, scorer, budget, self.guardrail, self.constraints, self.objective.minimize,
-                      milder=milder_variants(self.searched, self.running))
+                      milder=milder_variants(self.searched, self.running), reference=self.baseline)
         verdict, leader = result.verdict, result.leader
         rows = [s.to_dict() for s in result.standings]
         rows += [{"name": c.name, "gain": None, "se": None, "samples": 0, "dropped": why} for c, why in held if why]

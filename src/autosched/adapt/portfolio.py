@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from statistics import NormalDist
 from typing import Any
 
@@ -44,6 +44,7 @@ from .guardrail import Guardrail, Verdict, pair_gains
 from .scoring import Score, ScoreSet
 
 RUNNING = "running"
+REFERENCE = "the operator's config"
 SEARCH_BEST = "search's best"
 SEARCH_WITHIN = "search's best within the policy"
 PRUNE_SE = 2.0  # a candidate whose mean gain + this many s.e. is below the margin is dropped early
@@ -212,12 +213,16 @@ Draw = Callable[[int, int], list[Trace]]  # (first sample index, how many) -> wo
 
 def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Budget,
          guardrail: Guardrail, constraints: PolicyConstraints, minimize: bool = True,
-         milder: Callable[[Candidate], list[Candidate]] | None = None) -> RaceResult:
+         milder: Callable[[Candidate], list[Candidate]] | None = None,
+         reference: Config | None = None) -> RaceResult:
     """Score `portfolio` (running config first) on samples from `draw` and judge its leader (see
     the module doc). `scorer(config, workloads)` scores a config on workloads, one `Score` each.
     `milder(c)`: the variants screened in place of a candidate that breaks the policy with a gain
-    past the margin (`milder_variants`; None: none). A deterministic source gives fewer samples
-    than asked (one replay): the race then decides on what it has."""
+    past the margin (`milder_variants`; None: none). `reference`: the operator's own config,
+    when it is not the running one: it is scored on the same samples, and a candidate keeps the
+    policy only if it keeps it against both (changes that each keep it against the config before
+    them must not add up to one that does not). A deterministic source gives fewer samples than
+    asked (one replay): the race then decides on what it has."""
     if not portfolio or portfolio[0].name != RUNNING:
         raise AdaptError("a portfolio starts with the running config")
     running = portfolio[0]
@@ -226,6 +231,12 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
         return RaceResult(None, Verdict(False, 0.0, 0.0, "no job in the fresh samples of the coming period"), (),
                           ScoreSet(()), None, None, 0, guardrail.k)
     sets = {c.name: ScoreSet(tuple(scorer(c.config, work))) for c in portfolio}
+    ref = reference if reference is not None and dict(reference) != dict(running.config) else None
+    if ref is not None:
+        sets[REFERENCE] = ScoreSet(tuple(scorer(ref, work)))
+
+    def policy(c: Candidate) -> Check:
+        return _policy_check(constraints, sets, running, ref, c)
     standing: dict[str, Standing] = {}
     entrants = list(portfolio[1:])  # the candidates raced, milder variants added where they arise
     alive = list(entrants)
@@ -255,7 +266,7 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
         elif n > 1 and g + PRUNE_SE * se < guardrail.margin:
             drop(c, f"cannot reach the margin on the first {n} samples")
             alive.remove(c)
-        elif not (early := constraints.check(sets[RUNNING], sets[c.name], running.config, c.config)).holds:
+        elif not (early := policy(c)).holds:
             drop(c, f"breaks the policy on the first {n} samples: " + "; ".join(early.violations))
             alive.remove(c)
             if milder is not None and c in portfolio and g > guardrail.margin:
@@ -279,12 +290,14 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
         more = draw(n, budget.decide - n)
         for c in (running, *alive):
             sets[c.name] = sets[c.name].extended(scorer(c.config, more))
+        if ref is not None:
+            sets[REFERENCE] = sets[REFERENCE].extended(scorer(ref, more))
         n += len(more)
     checks: dict[str, Check] = {}
     while True:
         feasible = []
         for c in alive:
-            checks[c.name] = constraints.check(sets[RUNNING], sets[c.name], running.config, c.config)
+            checks[c.name] = policy(c)
             if checks[c.name].holds:
                 feasible.append(c)
         leader = max(feasible, key=lambda c: gains(c.name)[0], default=None)
@@ -309,6 +322,8 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
         alive = [leader]
         for c in (running, leader):
             sets[c.name] = sets[c.name].extended(scorer(c.config, more))
+        if ref is not None:
+            sets[REFERENCE] = sets[REFERENCE].extended(scorer(ref, more))
         n += len(more)
     for c in alive:
         g, se = gains(c.name)
@@ -316,6 +331,20 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
                                     "" if c is leader else "behind the leader")
     ordered = tuple(standing[c.name] for c in entrants if c.name in standing)
     return RaceResult(leader, verdict, ordered, sets[RUNNING], sets[leader.name], checks[leader.name], n, k)
+
+
+def _policy_check(constraints: PolicyConstraints, sets: Mapping[str, ScoreSet], running: Candidate,
+                  reference: Config | None, c: Candidate) -> Check:
+    """`c`'s policy check against the running config and, when given, against the operator's
+    `reference` too (scored in ``sets[REFERENCE]``): the effects that break it against the
+    reference join the evidence, named so."""
+    check = constraints.check(sets[RUNNING], sets[c.name], running.config, c.config)
+    if reference is None:
+        return check
+    far = constraints.check(sets[REFERENCE], sets[c.name], reference, c.config)
+    broken = [e for e in far.effects if not e.holds]
+    return Check(check.effects + tuple(replace(e, name=f"{e.name}, against {REFERENCE}") for e in broken),
+                 check.violations + tuple(f"against {REFERENCE}: {v}" for v in far.violations[:len(broken)]))
 
 
 def futile(verdict: Verdict, n: int, most: int, k: float, guardrail: Guardrail) -> bool:

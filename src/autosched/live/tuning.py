@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from .activity import Listeners
 from .history import observation
-from .records import Evidence, Revision
+from .records import Evidence, Revision, RevisionKind
 from .restraint import cooling
 from .round import Observed, Tune
 from .twin import ClusterSetup, twin_jobs
@@ -88,8 +88,16 @@ class Tuning:
         # The trigger's floor is GPU-hours of the jobs' own time; a test bed's queue is on its
         # clock, `time_scale` times shorter.
         trigger = ContentionTrigger(floor_hours=ContentionTrigger.floor_hours / s.time_scale)
+        own = self.operator_config()
         return Controller(s, setup.cluster_spec(), source, initial_config=full, subspace=subspace,
-                          drift_window=s.period, smallest_change=True, contention_gap=0.0, trigger=trigger)
+                          drift_window=s.period, smallest_change=True, contention_gap=0.0, trigger=trigger,
+                          baseline=None if own is None else space.full(own.config))
+
+    def operator_config(self) -> Revision | None:
+        """The newest config the operator set, the one a change keeps the policy against beside
+        the running one: the config the agent found live, or a hand edit it adopted."""
+        own = (RevisionKind.BASELINE, RevisionKind.ADOPTED)
+        return next((r for r in self.store.history() if r.kind in own), None)
 
     def controller(self, running: Revision, setup: ClusterSetup) -> Controller:
         """The round's Controller, going on from the memory the last tuning round left (unless
