@@ -70,3 +70,22 @@ def test_a_proposals_evidence_shows_its_portfolio_and_the_status_says_it(tmp_pat
     assert lines[0].startswith(f"{ev.leader}: ") and lines[0].endswith("(the leader)")
     status = CliRunner().invoke(build_app(), ["agent", "status", "--state", str(agent.state_dir)]).output
     assert f"  portfolio: {lines[0]}" in status
+
+
+def test_the_agent_holds_a_change_to_the_policy_against_the_operators_config(tmp_path):
+    agent, _ = make(tmp_path)
+    base = agent.view.running_or_baseline()
+    setup = agent.view.connector.setup()
+    full = agent.view.twin_space(setup).full
+    # running a config of the agent's own (age weight 5): the controller's baseline stays the
+    # config the agent found live
+    mine = agent.store.create(dict(base.config, PriorityWeightAge=5), kind=RevisionKind.PROPOSAL, trigger="period",
+                              actor="agent:propose", parent=base.id)
+    ctl = agent.tuning.controller(mine, setup)
+    assert ctl.running == full(mine.config) and ctl.baseline == full(base.config) != ctl.running
+    assert agent.tuning.operator_config() == base
+    # a hand edit the operator kept becomes the config the policy is held against
+    kept = agent.store.create(dict(base.config, PriorityWeightAge=9), kind=RevisionKind.ADOPTED, trigger="adopted",
+                              actor="operator:alice")
+    assert agent.tuning.operator_config() == kept
+    assert agent.tuning.controller(mine, setup).baseline == full(kept.config)

@@ -349,3 +349,45 @@ def test_race_offers_no_milder_variant_of_a_candidate_short_of_the_margin():
     res = milder_race(wait_per_x=12.0, gain_per_x=0.00005)
     assert res.leader is None and [s.name for s in res.standings] == ["A"]
     assert res.k == 1.0
+
+
+def reference_race(reference):
+    """Running at x = 10, candidate A at x = 20; a config with x scores 100 (1 - 0.002 x) and
+    makes account "chem" wait 600 + 40 x s. Returns the race and the samples each x was scored on."""
+    space = ConfigSpace([Int("x", "x", low=0, high=100, default=0)])
+    scored: dict[int, list[int]] = {}
+
+    def scorer(config, work):
+        scored.setdefault(config["x"], []).extend(work)
+        return [sc(100.0 * (1 - 0.002 * config["x"]), {"phys": 600.0, "chem": 600.0 + 40.0 * config["x"]})
+                for _ in work]
+
+    port = [Candidate("running", {"x": 10}), Candidate("A", {"x": 20})]
+    res = race(port, lambda start, count: list(range(start, min(start + count, 8))), scorer, Budget(4, 8, 8),
+               Guardrail(1.0, 0.01), PolicyConstraints(size_tolerance=None),
+               milder=milder_variants(space, {"x": 10}), reference=reference)
+    return res, scored
+
+
+def test_race_holds_a_candidate_to_the_policy_against_the_operators_config_too():
+    # against the running config (x = 10, chem 1000 s) A's 1400 s is 400 s more, within 0.25 x
+    # 1000 + 600 = 850: A leads, 96 against 98, +2.04%
+    res, scored = reference_race(None)
+    assert res.leader is not None and res.leader.name == "A" and res.verdict.gain == pytest.approx(2 / 98)
+    assert 0 not in scored
+    # the operator's config (x = 0, chem 600 s) allows 0.25 x 600 + 600 = 750 s more: A's 800
+    # breaks it; halfway (x = 15, 1200 s: 600 more) keeps it, 97 against 98 (+1.02%); a quarter
+    # (x = 12.5 -> 12, +0.41%) cannot reach the margin
+    res, scored = reference_race({"x": 0})
+    assert res.leader is not None and res.leader.name == "A, halfway" and res.verdict.deploy
+    assert res.verdict.gain == pytest.approx(1 / 98)
+    rows = {s.name: s.dropped for s in res.standings}
+    assert rows["A"] == ("breaks the policy on the first 4 samples: against the operator's config: account chem: "
+                         "average wait 10 -> 23 min, more than the 12 min allowed")
+    assert rows["A, a quarter of the way"] == "cannot reach the margin on the first 4 samples"
+    # the operator's config is scored on every sample the running config is
+    assert scored[0] == scored[10] == list(range(8))
+    assert res.check is not None and res.check.holds
+    # a reference equal to the running config adds nothing
+    res, scored = reference_race({"x": 10})
+    assert res.leader is not None and res.leader.name == "A" and scored[10] == list(range(8))

@@ -15,7 +15,7 @@ from autosched.adapt import LoopConfig
 from autosched.adapt.constraints import Check, Effect, PolicyConstraints, PolicySearch
 from autosched.adapt.controller import Controller, best_within_policy
 from autosched.adapt.observe import observe
-from autosched.adapt.portfolio import RUNNING, SEARCH_BEST, SEARCH_WITHIN, candidates, overlay
+from autosched.adapt.portfolio import MILDER, RUNNING, SEARCH_BEST, SEARCH_WITHIN, candidates, overlay
 from autosched.cluster import ClusterSpec
 from autosched.policies import get_policy
 from autosched.policies.multifactor import ARCHETYPES
@@ -185,8 +185,10 @@ OFF_CANDIDATE = {**DEFAULT, "PriorityWeightAge": 0, "PriorityWeightFairshare": 0
 def test_the_option_off_decides_as_before():
     d = _round(False)
     assert (d.deployed, d.leader, round(d.predicted_gain, 6), round(d.spread, 6)) == OFF_DECISION
-    assert [(r["name"], None if r["gain"] is None else round(r["gain"], 6), r["samples"]) for r in d.portfolio] \
-        == OFF_PORTFOLIO
+    # (the milder variants of what breaks the policy came after that commit: not compared here)
+    milder = tuple(f", {how}" for _, how in MILDER)
+    assert [(r["name"], None if r["gain"] is None else round(r["gain"], 6), r["samples"]) for r in d.portfolio
+            if not r["name"].endswith(milder)] == OFF_PORTFOLIO
     assert d.candidate == OFF_CANDIDATE
 
 
