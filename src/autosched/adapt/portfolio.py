@@ -16,11 +16,11 @@ another first. So each round compares a portfolio, on the samples the guardrail 
 `race` scores them all on the first samples, drops those that cannot reach the guardrail's
 margin there (their gain + 2 s.e. below it), those that scheduled exactly as another did and
 those that break the operator's policy (`constraints`) there (a candidate that breaks it with a
-gain past the margin is screened again milder, part of the way from the running config toward it:
-`toward`),
-scores the two best of the rest on the guardrail's samples, and picks the leader: the best mean
-paired gain
-among the candidates that keep the operator's policy (`constraints`). The guardrail judges the
+gain past the margin is screened again milder, part of the way from the running config toward
+it: `toward`), scores the two best of the rest on the guardrail's samples, and picks the leader:
+the best mean paired gain among the candidates that keep the operator's policy, against the
+running config and, once a change has been made, against the operator's own config too (small
+changes must not add up to one that breaks it). The guardrail judges the
 leader against the running config on those samples, with its ``k`` raised for the number of
 configs compared (picking the best of ten on the samples that judge it would otherwise reward
 luck). While the paired standard error does not decide (the gain is above the margin but within
