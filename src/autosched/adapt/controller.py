@@ -501,7 +501,8 @@ class Controller:
         held = [(c, avoid(c.config)) for c in port[1:]] if avoid is not None else []
         port = [c for c in port if not any(c is h for h, why in held if why)]
         result = race(port, draw, scorer, budget, self.guardrail, self.constraints, self.objective.minimize,
-                      milder=milder_variants(self.searched, self.running), reference=self.baseline)
+                      milder=milder_variants(self.searched, self.running) if self.config.milder else None,
+                      reference=self.baseline)
         verdict, leader = result.verdict, result.leader
         rows = [s.to_dict() for s in result.standings]
         rows += [{"name": c.name, "gain": None, "se": None, "samples": 0, "dropped": why} for c, why in held if why]
