@@ -15,9 +15,9 @@ another first. So each round compares a portfolio, on the samples the guardrail 
 
 `race` scores them all on the first samples, drops those that cannot reach the guardrail's
 margin there (their gain + 2 s.e. below it), those that scheduled exactly as another did and
-those that break the operator's policy (`constraints`) there (a candidate that breaks it with a
-gain past the margin is screened again milder, part of the way from the running config toward
-it: `toward`), scores the two best of the rest on the guardrail's samples, and picks the leader:
+those that break the operator's policy (`constraints`) there (given `milder`, a candidate that
+breaks it with a gain past the margin is screened again milder, part of the way from the running
+config toward it: `toward`), scores the two best of the rest on the guardrail's samples, and picks the leader:
 the best mean paired gain among the candidates that keep the operator's policy, against the
 running config and, once a change has been made, against the operator's own config too (small
 changes must not add up to one that breaks it). The guardrail judges the
@@ -50,7 +50,7 @@ SEARCH_WITHIN = "search's best within the policy"
 PRUNE_SE = 2.0  # a candidate whose mean gain + this many s.e. is below the margin is dropped early
 FINALISTS = 2  # the candidates that go on from the screen to the guardrail's samples
 # how far a milder variant of a candidate that breaks the policy goes from the running config
-# toward it: a change that takes a gain by making one class wait far longer often keeps most of
+# toward it: a change that takes a gain by making one class wait far longer may keep part of
 # the gain, and the policy, when it goes half or a quarter of the way
 MILDER = ((0.5, "halfway"), (0.25, "a quarter of the way"))
 
