@@ -391,3 +391,24 @@ def test_race_holds_a_candidate_to_the_policy_against_the_operators_config_too()
     # a reference equal to the running config adds nothing
     res, scored = reference_race({"x": 10})
     assert res.leader is not None and res.leader.name == "A" and scored[10] == list(range(8))
+
+
+def test_against_the_operators_config_a_change_back_toward_it_is_no_break():
+    # the running config (x = 10) makes chem wait 1600 s where the operator's (x = 0) made it
+    # wait 600: past the 750 s more allowed already. B (x = 8, 1400 s, 5% better) breaks the
+    # policy against the operator's config too but less than the running config does: it may
+    # lead. C (x = 12, 1800 s, 10% better) keeps it against the running config (200 s more of
+    # 0.25 x 1600 + 600 allowed) and makes the operator's break worse: refused.
+    value = {0: 110.0, 8: 95.0, 10: 100.0, 12: 90.0}
+
+    def scorer(config, work):
+        x = config["x"]
+        return [sc(value[x], {"phys": 600.0, "chem": 600.0 + 100.0 * x}) for _ in work]
+
+    port = [Candidate("running", {"x": 10}), Candidate("B", {"x": 8}), Candidate("C", {"x": 12})]
+    res = race(port, lambda start, count: list(range(start, min(start + count, 8))), scorer, Budget(4, 8, 8),
+               Guardrail(1.0, 0.01), PolicyConstraints(size_tolerance=None), reference={"x": 0})
+    assert res.leader is not None and res.leader.name == "B" and res.verdict.gain == pytest.approx(0.05)
+    rows = {s.name: s.dropped for s in res.standings}
+    assert rows["C"] == ("breaks the policy on the first 4 samples: against the operator's config: account chem: "
+                         "average wait 10 -> 30 min, more than the 12 min allowed")

@@ -336,15 +336,21 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
 def _policy_check(constraints: PolicyConstraints, sets: Mapping[str, ScoreSet], running: Candidate,
                   reference: Config | None, c: Candidate) -> Check:
     """`c`'s policy check against the running config and, when given, against the operator's
-    `reference` too (scored in ``sets[REFERENCE]``): the effects that break it against the
-    reference join the evidence, named so."""
+    `reference` too (scored in ``sets[REFERENCE]``). Against the reference, a wait counts as
+    broken only where `c` makes it longer than the running config does: where the running config
+    is past the policy already (the workload moved), a change back toward it is no break. The
+    effects that break it against the reference join the evidence, named so."""
     check = constraints.check(sets[RUNNING], sets[c.name], running.config, c.config)
     if reference is None:
         return check
     far = constraints.check(sets[REFERENCE], sets[c.name], reference, c.config)
-    broken = [e for e in far.effects if not e.holds]
-    return Check(check.effects + tuple(replace(e, name=f"{e.name}, against {REFERENCE}") for e in broken),
-                 check.violations + tuple(f"against {REFERENCE}: {v}" for v in far.violations[:len(broken)]))
+    now = {(e.kind, e.name): e.candidate
+           for e in constraints.check(sets[REFERENCE], sets[RUNNING], reference, running.config).effects}
+    failing = [e for e in far.effects if not e.holds]
+    broken = [(e, line) for e, line in zip(failing, far.violations)
+              if e.candidate > now.get((e.kind, e.name), -math.inf)]
+    return Check(check.effects + tuple(replace(e, name=f"{e.name}, against {REFERENCE}") for e, _ in broken),
+                 check.violations + tuple(f"against {REFERENCE}: {line}" for _, line in broken))
 
 
 def futile(verdict: Verdict, n: int, most: int, k: float, guardrail: Guardrail) -> bool:
