@@ -11,8 +11,7 @@ import pytest
 from autosched.adapt.constraints import PolicyConstraints, fairshare_fraction
 from autosched.adapt.errors import AdaptError
 from autosched.adapt.guardrail import Guardrail
-from autosched.adapt.portfolio import (Budget, Candidate, candidates, milder_variants, multiple_k, overlay, race,
-                                       toward)
+from autosched.adapt.portfolio import Budget, Candidate, candidates, milder_variants, multiple_k, overlay, race, toward
 from autosched.adapt.scoring import Score, ScoreSet
 from autosched.policies import get_policy
 from autosched.space import Bool, Categorical, ConfigSpace, Float, Int, Subspace

@@ -17,10 +17,10 @@ another first. So each round compares a portfolio, on the samples the guardrail 
 margin there (their gain + 2 s.e. below it), those that scheduled exactly as another did and
 those that break the operator's policy (`constraints`) there (given `milder`, a candidate that
 breaks it with a gain past the margin is screened again milder, part of the way from the running
-config toward it: `toward`), scores the two best of the rest on the guardrail's samples, and picks the leader:
-the best mean paired gain among the candidates that keep the operator's policy, against the
-running config and, once a change has been made, against the operator's own config too (small
-changes must not add up to one that breaks it). The guardrail judges the
+config toward it: `toward`), scores the two best of the rest on the guardrail's samples, and
+picks the leader: the best mean paired gain among the candidates that keep the operator's
+policy, against the running config and, once a change has been made, against the operator's own
+config too (small changes must not add up to one that breaks it). The guardrail judges the
 leader against the running config on those samples, with its ``k`` raised for the number of
 configs compared (picking the best of ten on the samples that judge it would otherwise reward
 luck). While the paired standard error does not decide (the gain is above the margin but within
@@ -122,7 +122,7 @@ def toward(space: ConfigSpace, running: Mapping[str, Any], target: Mapping[str, 
         if name in space.pinned or name not in target or target[name] == running.get(name):
             continue
         a, b = running.get(name), target[name]
-        if isinstance(k, (Int, Float)) and not isinstance(a, bool) and isinstance(a, (int, float)):
+        if isinstance(k, (Int, Float)) and isinstance(a, (int, float)):
             if k.log and a > 0 and b > 0:
                 x = math.exp(math.log(a) + t * (math.log(b) - math.log(a)))
             else:
