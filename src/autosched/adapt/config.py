@@ -152,6 +152,14 @@ class LoopConfig:
     milder: bool = setting(False, "a portfolio candidate that breaks the operator's policy with a gain is raced "
                            "again halfway and a quarter of the way from the running config (off by default: "
                            "see docs/history.md)", "--milder/--no-milder")
+    # The policy also held against the config the loop started from (`portfolio.race`'s
+    # reference): changes that each keep it against the one before cannot add up past it. Off:
+    # in these replays it refused second changes worth having (the bundled sample under
+    # tiresias, seed 0: -27.0% where it had -31.1%) (docs/history.md, "milder variants").
+    cumulative_policy: bool = setting(False, "the operator's policy also holds against the config the loop "
+                                      "started from (the agent's: the config it found live, or the newest hand "
+                                      "edit it adopted), so that changes cannot add up past it (off by default: "
+                                      "see docs/history.md)", "--cumulative-policy/--no-cumulative-policy")
     # Off: at 16 trials a round it searched no better than without it and cost more
     # (docs/tuning.md, "Screening on against off").
     screening: bool = setting(False, "causal knob screening inside each tuning round (off by default: see "

@@ -251,8 +251,8 @@ class Controller:
     be unset (refused): a study file belongs to one problem, and every round tunes on new workloads.
     With `smallest_change` (the live agent's), a deployed winner is first cut to the knobs that
     carry its gain, on the guardrail's workloads (`guardrail.smallest_change`). `baseline` is the
-    operator's own config (default: `initial_config`): the race holds a candidate to the
-    operator's policy against it as well as against the running config.
+    operator's own config (default: `initial_config`): with ``config.cumulative_policy`` the race
+    holds a candidate to the operator's policy against it as well as against the running config.
     The contention trigger (``config.trigger``) is `trigger` (None: `ContentionTrigger`'s
     defaults) and asks for a round from `contention_gap` after the last one (None:
     `drift_window`, as `autosched run` checks once a day). The live agent checks at every poll
@@ -290,8 +290,8 @@ class Controller:
         self.period = config.period
         self.objective = config.objective()
         self.running: Config = self.space.validate(initial_config or {})
-        # the operator's own config: a change keeps the policy against it as well as against the
-        # running config, so that small changes cannot add up to one that breaks it
+        # the operator's own config: with `cumulative_policy` a change keeps the policy against it
+        # as well as against the running config, so that small changes cannot add up past it
         self.baseline: Config = self.space.validate(baseline) if baseline is not None else dict(self.running)
         if config.pins:  # the operator's pins: held at the running values, in every search
             subspace = (subspace or Subspace()).with_pins({k: self.running[k] for k in config.pins})
@@ -502,7 +502,7 @@ class Controller:
         port = [c for c in port if not any(c is h for h, why in held if why)]
         result = race(port, draw, scorer, budget, self.guardrail, self.constraints, self.objective.minimize,
                       milder=milder_variants(self.searched, self.running) if self.config.milder else None,
-                      reference=self.baseline)
+                      reference=self.baseline if self.config.cumulative_policy else None)
         verdict, leader = result.verdict, result.leader
         rows = [s.to_dict() for s in result.standings]
         rows += [{"name": c.name, "gain": None, "se": None, "samples": 0, "dropped": why} for c, why in held if why]
