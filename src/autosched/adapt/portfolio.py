@@ -235,8 +235,23 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
     if ref is not None:
         sets[REFERENCE] = ScoreSet(tuple(scorer(ref, work)))
 
+    past: dict[int, dict[tuple[str, str], float]] = {}  # sample count -> running's waits against ref
+
     def policy(c: Candidate) -> Check:
-        return _policy_check(constraints, sets, running, ref, c)
+        if ref is None:
+            return constraints.check(sets[RUNNING], sets[c.name], running.config, c.config)
+        n_now = len(sets[RUNNING])
+        if n_now not in past:
+            past[n_now] = {(e.kind, e.name): e.candidate for e in
+                           constraints.check(sets[REFERENCE], sets[RUNNING], ref, running.config).effects}
+        return _policy_check(constraints, sets, running, ref, past[n_now], c)
+
+    def extend(configs: Sequence[Candidate], more: list[Trace]) -> None:
+        """Score `configs` (and the operator's config, when held) on the new samples too."""
+        for c in configs:
+            sets[c.name] = sets[c.name].extended(scorer(c.config, more))
+        if ref is not None:
+            sets[REFERENCE] = sets[REFERENCE].extended(scorer(ref, more))
     standing: dict[str, Standing] = {}
     entrants = list(portfolio[1:])  # the candidates raced, milder variants added where they arise
     alive = list(entrants)
@@ -288,10 +303,7 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
     alive = alive[:FINALISTS]
     if alive and n == budget.screen and budget.decide > n:
         more = draw(n, budget.decide - n)
-        for c in (running, *alive):
-            sets[c.name] = sets[c.name].extended(scorer(c.config, more))
-        if ref is not None:
-            sets[REFERENCE] = sets[REFERENCE].extended(scorer(ref, more))
+        extend((running, *alive), more)
         n += len(more)
     checks: dict[str, Check] = {}
     while True:
@@ -320,10 +332,7 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
             if c is not leader:
                 drop(c, f"behind the leader on {n} samples")
         alive = [leader]
-        for c in (running, leader):
-            sets[c.name] = sets[c.name].extended(scorer(c.config, more))
-        if ref is not None:
-            sets[REFERENCE] = sets[REFERENCE].extended(scorer(ref, more))
+        extend((running, leader), more)
         n += len(more)
     for c in alive:
         g, se = gains(c.name)
@@ -334,18 +343,15 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
 
 
 def _policy_check(constraints: PolicyConstraints, sets: Mapping[str, ScoreSet], running: Candidate,
-                  reference: Config | None, c: Candidate) -> Check:
-    """`c`'s policy check against the running config and, when given, against the operator's
-    `reference` too (scored in ``sets[REFERENCE]``). Against the reference, a wait counts as
-    broken only where `c` makes it longer than the running config does: where the running config
-    is past the policy already (the workload moved), a change back toward it is no break. The
-    effects that break it against the reference join the evidence, named so."""
+                  reference: Config, now: Mapping[tuple[str, str], float], c: Candidate) -> Check:
+    """`c`'s policy check against the running config and against the operator's `reference` too
+    (scored in ``sets[REFERENCE]``; `now`: the running config's waits against it, by effect).
+    Against the reference, a wait counts as broken only where `c` makes it longer than the running
+    config does: where the running config is past the policy already (the workload moved), a
+    change back toward it is no break. The effects that break it against the reference join the
+    evidence, named so."""
     check = constraints.check(sets[RUNNING], sets[c.name], running.config, c.config)
-    if reference is None:
-        return check
     far = constraints.check(sets[REFERENCE], sets[c.name], reference, c.config)
-    now = {(e.kind, e.name): e.candidate
-           for e in constraints.check(sets[REFERENCE], sets[RUNNING], reference, running.config).effects}
     failing = [e for e in far.effects if not e.holds]
     broken = [(e, line) for e, line in zip(failing, far.violations)
               if e.candidate > now.get((e.kind, e.name), -math.inf)]
