@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from statistics import NormalDist
 from typing import Any
 
@@ -225,121 +225,185 @@ def race(portfolio: Sequence[Candidate], draw: Draw, scorer: Scorer, budget: Bud
     asked (one replay): the race then decides on what it has."""
     if not portfolio or portfolio[0].name != RUNNING:
         raise AdaptError("a portfolio starts with the running config")
-    running = portfolio[0]
     work = draw(0, budget.screen)
     if not work:  # every fresh sample of the coming period was empty
         return RaceResult(None, Verdict(False, 0.0, 0.0, "no job in the fresh samples of the coming period"), (),
                           ScoreSet(()), None, None, 0, guardrail.k)
-    sets = {c.name: ScoreSet(tuple(scorer(c.config, work))) for c in portfolio}
-    ref = reference if reference is not None and dict(reference) != dict(running.config) else None
-    if ref is not None:
-        sets[REFERENCE] = ScoreSet(tuple(scorer(ref, work)))
-
-    past: dict[int, dict[tuple[str, str], float]] = {}  # sample count -> running's waits against ref
-
-    def policy(c: Candidate) -> Check:
-        if ref is None:
-            return constraints.check(sets[RUNNING], sets[c.name], running.config, c.config)
-        n_now = len(sets[RUNNING])
-        if n_now not in past:
-            past[n_now] = {(e.kind, e.name): e.candidate for e in
-                           constraints.check(sets[REFERENCE], sets[RUNNING], ref, running.config).effects}
-        return _policy_check(constraints, sets, running, ref, past[n_now], c)
-
-    def extend(configs: Sequence[Candidate], more: list[Trace]) -> None:
-        """Score `configs` (and the operator's config, when held) on the new samples too."""
-        for c in configs:
-            sets[c.name] = sets[c.name].extended(scorer(c.config, more))
-        if ref is not None:
-            sets[REFERENCE] = sets[REFERENCE].extended(scorer(ref, more))
-    standing: dict[str, Standing] = {}
-    entrants = list(portfolio[1:])  # the candidates raced, milder variants added where they arise
-    alive = list(entrants)
-    n = len(work)
-
-    def gains(name: str) -> tuple[float, float]:
-        return _mean_se(pair_gains(sets[RUNNING].values, sets[name].values, minimize))
-
-    def drop(c: Candidate, why: str) -> None:
-        g, se = gains(c.name)
-        standing[c.name] = Standing(c.name, c.config, g, se, len(sets[c.name]), why)
-
-    # the screen: what cannot reach the margin goes, what breaks the policy, and what scheduled
-    # exactly as a candidate still in the race did (on a trace without accounts, fair-share heavy
-    # orders as age only). Only a candidate that stays stands for its schedule: the policy reads
-    # the config too, so of two that schedule alike one may keep it (fair-share heavy) and the
-    # other not (age only, its fair-share weight 0)
-    seen: dict[tuple[float, ...], str] = {tuple(sets[RUNNING].values): RUNNING}
-    queue = list(alive)
-    while queue:
-        c = queue.pop(0)
-        g, se = gains(c.name)
-        twin = seen.get(tuple(sets[c.name].values))
-        if twin is not None:
-            drop(c, f"scheduled as {twin} on the first {n} samples")
-            alive.remove(c)
-        elif n > 1 and g + PRUNE_SE * se < guardrail.margin:
-            drop(c, f"cannot reach the margin on the first {n} samples")
-            alive.remove(c)
-        elif not (early := policy(c)).holds:
-            drop(c, f"breaks the policy on the first {n} samples: " + "; ".join(early.violations))
-            alive.remove(c)
-            if milder is not None and c in portfolio and g > guardrail.margin:
-                for m in milder(c):
-                    if m.name not in sets:
-                        sets[m.name] = ScoreSet(tuple(scorer(m.config, work)))
-                        entrants.append(m)
-                        alive.append(m)
-                        queue.append(m)
-        else:
-            seen[tuple(sets[c.name].values)] = c.name
+    held = reference if reference is not None and dict(reference) != dict(portfolio[0].config) else None
+    state = _Race(portfolio, scorer, constraints, minimize, held)
+    state.start(work)
+    alive = state.screen(work, guardrail.margin, milder)
     # every config scored counts in the guardrail's k, the milder variants too
-    k = multiple_k(guardrail.k, len(entrants))
-    judge = Guardrail(k, guardrail.margin, guardrail.max_loss)
-    # the best `FINALISTS` of the rest (by their gain on the screen) go on to the guardrail's samples
-    alive.sort(key=lambda c: -gains(c.name)[0])
-    for c in alive[FINALISTS:]:
-        drop(c, f"behind the {FINALISTS} best on the first {n} samples")
-    alive = alive[:FINALISTS]
-    if alive and n == budget.screen and budget.decide > n:
+    judge = Guardrail(multiple_k(guardrail.k, len(state.entrants)), guardrail.margin, guardrail.max_loss)
+    alive = state.finalists(alive, len(work))
+    n = len(work)
+    if alive and n == budget.screen and budget.decide > n:  # fewer than asked: a replay, it has no more
         more = draw(n, budget.decide - n)
-        extend((running, *alive), more)
+        state.extend((state.running, *alive), more)
         n += len(more)
-    checks: dict[str, Check] = {}
-    while True:
+    return state.decide(alive, n, draw, budget.most, judge)
+
+
+@dataclass
+class _Race:
+    """One race's state: every config's scores by name (the operator's config's as `REFERENCE`),
+    the candidates raced (`entrants`: milder variants join where they arise), the standings of
+    those that left and the finalists' last policy checks. `reference`: the operator's config,
+    None when it is the running one."""
+
+    portfolio: Sequence[Candidate]
+    scorer: Scorer
+    constraints: PolicyConstraints
+    minimize: bool
+    reference: Config | None
+    sets: dict[str, ScoreSet] = field(default_factory=dict)
+    entrants: list[Candidate] = field(default_factory=list)
+    standing: dict[str, Standing] = field(default_factory=dict)
+    checks: dict[str, Check] = field(default_factory=dict)
+    # the running config's waits against the reference, by sample count: they change only when
+    # the samples grow, and every candidate's check reads them
+    past: dict[int, dict[tuple[str, str], float]] = field(default_factory=dict)
+
+    @property
+    def running(self) -> Candidate:
+        return self.portfolio[0]
+
+    def start(self, work: list[Trace]) -> None:
+        """Score the portfolio, and the reference when held, on the first samples."""
+        for c in self.portfolio:
+            self.sets[c.name] = ScoreSet(tuple(self.scorer(c.config, work)))
+        if self.reference is not None:
+            self.sets[REFERENCE] = ScoreSet(tuple(self.scorer(self.reference, work)))
+        self.entrants = list(self.portfolio[1:])
+
+    def policy(self, c: Candidate) -> Check:
+        """`c`'s policy check against the running config, and against the reference when held."""
+        running = self.sets[RUNNING]
+        if self.reference is None:
+            return self.constraints.check(running, self.sets[c.name], self.running.config, c.config)
+        n = len(running)
+        if n not in self.past:
+            effects = self.constraints.check(self.sets[REFERENCE], running, self.reference, self.running.config).effects
+            self.past[n] = {(e.kind, e.name): e.candidate for e in effects}
+        return _policy_check(self.constraints, self.sets, self.running, self.reference, self.past[n], c)
+
+    def extend(self, configs: Sequence[Candidate], more: list[Trace]) -> None:
+        """Score `configs`, and the reference when held, on the new samples `more` too."""
+        for c in configs:
+            self.sets[c.name] = self.sets[c.name].extended(self.scorer(c.config, more))
+        if self.reference is not None:
+            self.sets[REFERENCE] = self.sets[REFERENCE].extended(self.scorer(self.reference, more))
+
+    def gains(self, name: str) -> tuple[float, float]:
+        """The mean paired gain of `name` over the running config, and its standard error."""
+        return _mean_se(pair_gains(self.sets[RUNNING].values, self.sets[name].values, self.minimize))
+
+    def drop(self, c: Candidate, why: str) -> None:
+        """Record `c`'s standing as it leaves the race (`why` "": the leader, at the end)."""
+        g, se = self.gains(c.name)
+        self.standing[c.name] = Standing(c.name, c.config, g, se, len(self.sets[c.name]), why)
+
+    def screen(self, work: list[Trace], margin: float,
+               milder: Callable[[Candidate], list[Candidate]] | None) -> list[Candidate]:
+        """The entrants left after the first samples `work`, in order: what scheduled exactly as
+        one still in the race did, what cannot reach the `margin` and what breaks the policy leave
+        (with `milder`, a candidate of the portfolio that breaks it with a gain past the margin
+        gives way to its milder variants, scored on `work` and screened in turn)."""
+        # twins: on a trace without accounts, fair-share heavy orders as age only. Only a
+        # candidate that stays stands for its schedule: the policy reads the config too, so of two
+        # that schedule alike one may keep it (fair-share heavy) and the other not (age only, its
+        # fair-share weight 0)
+        n = len(work)
+        alive = list(self.entrants)
+        queue = list(alive)
+        seen: dict[tuple[float, ...], str] = {tuple(self.sets[RUNNING].values): RUNNING}
+        while queue:
+            c = queue.pop(0)
+            g, se = self.gains(c.name)
+            twin = seen.get(tuple(self.sets[c.name].values))
+            if twin is not None:
+                self.drop(c, f"scheduled as {twin} on the first {n} samples")
+            elif n > 1 and g + PRUNE_SE * se < margin:
+                self.drop(c, f"cannot reach the margin on the first {n} samples")
+            elif not (early := self.policy(c)).holds:
+                self.drop(c, f"breaks the policy on the first {n} samples: " + "; ".join(early.violations))
+                if milder is not None and c in self.portfolio and g > margin:
+                    variants = self.enter(milder(c), work)
+                    alive += variants
+                    queue += variants
+            else:
+                seen[tuple(self.sets[c.name].values)] = c.name
+                continue
+            alive.remove(c)
+        return alive
+
+    def enter(self, variants: Sequence[Candidate], work: list[Trace]) -> list[Candidate]:
+        """Those of `variants` not scored yet (by name), scored on `work` and entered."""
+        new = []
+        for m in variants:
+            if m.name not in self.sets:
+                self.sets[m.name] = ScoreSet(tuple(self.scorer(m.config, work)))
+                self.entrants.append(m)
+                new.append(m)
+        return new
+
+    def finalists(self, alive: Sequence[Candidate], n: int) -> list[Candidate]:
+        """The best `FINALISTS` of `alive` by their gain on the first `n` samples; the rest leave."""
+        ranked = sorted(alive, key=lambda c: -self.gains(c.name)[0])
+        for c in ranked[FINALISTS:]:
+            self.drop(c, f"behind the {FINALISTS} best on the first {n} samples")
+        return ranked[:FINALISTS]
+
+    def decide(self, alive: list[Candidate], n: int, draw: Draw, most: int, judge: Guardrail) -> RaceResult:
+        """`judge`'s verdict on the leader of `alive` on the `n` samples scored; while it does not
+        decide and more samples could, they double (up to `most`), for the leader alone."""
+        while True:
+            leader = self.lead(alive)
+            if leader is None:
+                return self.no_leader(alive, n, judge.k)
+            verdict = judge.judge(self.sets[RUNNING].values, self.sets[leader.name].values, self.minimize)
+            if verdict.deploy or n >= most or futile(verdict, n, most, judge.k, judge):
+                break
+            more = draw(n, min(n, most - n))
+            if not more:  # a deterministic source: nothing more to draw
+                break
+            n = self.grow(alive, leader, n, more)
+            alive = [leader]
+        for c in alive:
+            self.drop(c, "" if c is leader else "behind the leader")
+        ordered = tuple(self.standing[c.name] for c in self.entrants if c.name in self.standing)
+        return RaceResult(leader, verdict, ordered, self.sets[RUNNING], self.sets[leader.name], self.checks[leader.name],
+                          n, judge.k)
+
+    def lead(self, alive: Sequence[Candidate]) -> Candidate | None:
+        """The best of `alive` by its gain among those that keep the policy (None: none does)."""
         feasible = []
         for c in alive:
-            checks[c.name] = policy(c)
-            if checks[c.name].holds:
+            self.checks[c.name] = self.policy(c)
+            if self.checks[c.name].holds:
                 feasible.append(c)
-        leader = max(feasible, key=lambda c: gains(c.name)[0], default=None)
-        if leader is None:
-            for c in alive:
-                drop(c, "breaks the policy: " + "; ".join(checks[c.name].violations))
-            best = max(alive, key=lambda c: gains(c.name)[0], default=None)
-            why = ("no candidate but the running config is left" if best is None else
-                   f"every candidate left breaks the operator's policy (the best, {best.name}, "
-                   f"{gains(best.name)[0]:+.2%})")
-            return RaceResult(None, Verdict(False, 0.0, 0.0, why), tuple(standing.values()), sets[RUNNING],
-                              None, None, n, k)
-        verdict = judge.judge(sets[RUNNING].values, sets[leader.name].values, minimize)
-        if verdict.deploy or n >= budget.most or futile(verdict, n, budget.most, k, guardrail):
-            break
-        more = draw(n, min(n, budget.most - n))
-        if not more:  # a deterministic source: nothing more to draw
-            break
+        return max(feasible, key=lambda c: self.gains(c.name)[0], default=None)
+
+    def grow(self, alive: Sequence[Candidate], leader: Candidate, n: int, more: list[Trace]) -> int:
+        """The sample count once the running config and the `leader` are scored on `more` too;
+        the rest of `alive` leave."""
         for c in alive:
             if c is not leader:
-                drop(c, f"behind the leader on {n} samples")
-        alive = [leader]
-        extend((running, leader), more)
-        n += len(more)
-    for c in alive:
-        g, se = gains(c.name)
-        standing[c.name] = Standing(c.name, c.config, g, se, len(sets[c.name]),
-                                    "" if c is leader else "behind the leader")
-    ordered = tuple(standing[c.name] for c in entrants if c.name in standing)
-    return RaceResult(leader, verdict, ordered, sets[RUNNING], sets[leader.name], checks[leader.name], n, k)
+                self.drop(c, f"behind the leader on {n} samples")
+        self.extend((self.running, leader), more)
+        return n + len(more)
+
+    def no_leader(self, alive: Sequence[Candidate], n: int, k: float) -> RaceResult:
+        """The result when no candidate of `alive` keeps the policy: the running config stays.
+        The standings go in the order the candidates left."""
+        for c in alive:
+            self.drop(c, "breaks the policy: " + "; ".join(self.checks[c.name].violations))
+        best = max(alive, key=lambda c: self.gains(c.name)[0], default=None)
+        why = ("no candidate but the running config is left" if best is None else
+               f"every candidate left breaks the operator's policy (the best, {best.name}, "
+               f"{self.gains(best.name)[0]:+.2%})")
+        return RaceResult(None, Verdict(False, 0.0, 0.0, why), tuple(self.standing.values()), self.sets[RUNNING],
+                          None, None, n, k)
 
 
 def _policy_check(constraints: PolicyConstraints, sets: Mapping[str, ScoreSet], running: Candidate,
