@@ -11,7 +11,17 @@ import pytest
 from autosched.adapt.constraints import PolicyConstraints, fairshare_fraction
 from autosched.adapt.errors import AdaptError
 from autosched.adapt.guardrail import Guardrail
-from autosched.adapt.portfolio import Budget, Candidate, candidates, milder_variants, multiple_k, overlay, race, toward
+from autosched.adapt.portfolio import (
+    Budget,
+    Candidate,
+    candidates,
+    milder_variants,
+    multiple_k,
+    overlay,
+    race,
+    toward,
+    within_rules,
+)
 from autosched.adapt.scoring import Score, ScoreSet
 from autosched.policies import get_policy
 from autosched.space import Bool, Categorical, ConfigSpace, Float, Int, Subspace
@@ -207,6 +217,36 @@ def test_the_portfolio_holds_the_archetypes_over_the_running_config_within_the_s
     best = {**running, "PriorityWeightAge": 5000}
     port = candidates(space, running, winners=[running, best], best=best)
     assert [c.name for c in port][:2] == ["running", "search's best"] and "winner 1" not in [c.name for c in port]
+
+
+def test_where_fair_share_has_a_floor_the_archetypes_keep_it():
+    space = get_policy("multifactor").space
+    running = space.default()  # fair share 10,000 of weights up to 10,000: its fraction is 1
+    rules = PolicyConstraints(fairshare_floor=0.5, weights=space.weights)
+    port = {c.name: c.config for c in candidates(space, running, [], None, rules=rules)}
+    # small first (job size 100,000, fair share 0) is raced as small first with fair share at
+    # half of it, 50,000; age only (10,000) with 5,000; GPU first (GPU weight 10,000) with 5,000
+    assert "small first" not in port and port["small first, fair share at the floor"]["PriorityWeightFairshare"] == 50000
+    assert port["small first, fair share at the floor"]["PriorityWeightJobSize"] == 100000
+    assert port["age only (FIFO), fair share at the floor"]["PriorityWeightFairshare"] == 5000
+    assert port["GPU first, fair share at the floor"]["PriorityWeightFairshare"] == 5000
+    # an archetype that keeps the floor, and the backfill corners, as they were
+    assert port["fair-share heavy"]["PriorityWeightFairshare"] == 10000 and "deep backfill" in port
+    assert all(not rules.config_violations(running, c) for c in port.values())
+    # fair share's range caps it: a floor of 0.5 under a job-size weight of 100,000 with fair
+    # share at most 20,000 scales the weights down together (job size 40,000, fair share 20,000)
+    capped = space.restrict(Subspace.of(bounds={"PriorityWeightFairshare": (0, 20000)},
+                                        start={"PriorityWeightFairshare": 10000}))
+    small = within_rules(capped, rules, capped.default(), {**capped.default(), "PriorityWeightJobSize": 100000,
+                                                            "PriorityFavorSmall": True, "PriorityWeightFairshare": 0})
+    assert small is not None and (small["PriorityWeightJobSize"], small["PriorityWeightFairshare"]) == (40000, 20000)
+    # a running config below the floor already is the floor: fair share at a quarter of job size
+    # (10,000 of 40,000) lets small first keep a quarter, 25,000 of 100,000
+    low = {**running, "PriorityWeightJobSize": 40000}
+    small = within_rules(space, rules, low, {**low, "PriorityWeightJobSize": 100000, "PriorityWeightFairshare": 0})
+    assert small is not None and small["PriorityWeightFairshare"] == 25000
+    # without rules, the archetypes as they are
+    assert "small first" in [c.name for c in candidates(space, running, [], None)]
 
 
 def test_a_race_without_a_job_in_its_samples_keeps_the_running_config():

@@ -155,14 +155,14 @@ class PolicyConstraints:
         fair-share floor."""
         bad = [f"{k} is pinned at {running_config.get(k)!r}" for k in self.pins
                if k in config and config[k] != running_config.get(k)]
-        floor = self._floor(running_config)
+        floor = self.floor(running_config)
         if floor is not None and (frac := fairshare_fraction(config, self.weights)) is not None \
                 and frac < floor - 1e-9:
             bad.append(f"{FAIRSHARE} {config[FAIRSHARE]} is {frac:.0%} of the largest priority weight, "
                        f"below the floor of {floor:.0%}")
         return bad
 
-    def _floor(self, running_config: Mapping[str, Any]) -> float | None:
+    def floor(self, running_config: Mapping[str, Any]) -> float | None:
         """The fair-share floor for this round: the configured one, or the running config's own
         fraction when that is lower (a change need not raise fair share to pass)."""
         if self.fairshare_floor is None or FAIRSHARE not in running_config:

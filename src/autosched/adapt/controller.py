@@ -497,7 +497,7 @@ class Controller:
 
         screen = min(PORTFOLIO_SCREEN, cfg.validation_samples)
         budget = Budget(screen, cfg.validation_samples, cfg.most_validation_samples)
-        port = candidates(self.searched, self.running, winners, best, within)
+        port = candidates(self.searched, self.running, winners, best, within, rules=self.constraints)
         held = [(c, avoid(c.config)) for c in port[1:]] if avoid is not None else []
         port = [c for c in port if not any(c is h for h, why in held if why)]
         result = race(port, draw, scorer, budget, self.guardrail, self.constraints, self.objective.minimize,

@@ -106,7 +106,7 @@ class PolicyOracleTuner:
                 scored.setdefault(_key(t.config), (sign * float(getattr(t.metrics[0], self.objective.metric)),
                                                    self.space.validate(t.config), None))
         base = self._replay(trace, self.start)
-        for c in candidates(self.space, self.start, [], None):  # the start, then the archetypes
+        for c in candidates(self.space, self.start, [], None, rules=self.constraints):  # the start, the archetypes
             periods = base if c.config == self.start else self._replay(trace, c.config)
             scored[_key(c.config)] = (sign * self._value(periods, trace, c.config), c.config, periods)
         refused = replayed = 0

@@ -38,7 +38,7 @@ from typing import Any
 
 from ..space import Config, ConfigError, ConfigSpace, Float, Int
 from ..trace.table import Trace
-from .constraints import Check, PolicyConstraints
+from .constraints import FAIRSHARE, Check, PolicyConstraints, fairshare_fraction
 from .errors import AdaptError
 from .guardrail import Guardrail, Verdict, pair_gains
 from .scoring import Score, ScoreSet
@@ -47,6 +47,7 @@ RUNNING = "running"
 REFERENCE = "the operator's config"
 SEARCH_BEST = "search's best"
 SEARCH_WITHIN = "search's best within the policy"
+FLOORED = "fair share at the floor"  # an archetype fitted to the operator's rules (`within_rules`)
 PRUNE_SE = 2.0  # a candidate whose mean gain + this many s.e. is below the margin is dropped early
 FINALISTS = 2  # the candidates that go on from the screen to the guardrail's samples
 # how far a milder variant of a candidate that breaks the policy goes from the running config
@@ -62,10 +63,13 @@ class Candidate:
 
 
 def candidates(space: ConfigSpace, running: Config, winners: Sequence[Config],
-               best: Config | None, within: Config | None = None) -> list[Candidate]:
+               best: Config | None, within: Config | None = None,
+               rules: PolicyConstraints | None = None) -> list[Candidate]:
     """The portfolio, running config first, each config once (its first name kept). `space` is
     the searched space (a restricted one: its pinned knobs and ranges hold); `winners` oldest
-    first, as the controller keeps them; `within` the search's best within the policy."""
+    first, as the controller keeps them; `within` the search's best within the policy. `rules`:
+    the operator's policy, whose rules on the config itself each archetype is fitted to
+    (`within_rules`)."""
     out = [Candidate(RUNNING, dict(running))]
     if best is not None:
         out.append(Candidate(SEARCH_BEST, dict(best)))
@@ -74,6 +78,9 @@ def candidates(space: ConfigSpace, running: Config, winners: Sequence[Config],
     out += [Candidate(f"winner {i}", dict(w)) for i, w in enumerate(reversed(winners), start=1)]
     for label, partial in space.archetypes.items():
         laid = overlay(space, running, partial)
+        if laid is not None and rules is not None and rules.config_violations(running, laid):
+            laid = within_rules(space, rules, running, laid)
+            label = f"{label}, {FLOORED}"
         if laid is not None:
             out.append(Candidate(label, laid))
     seen: set[tuple[tuple[str, str], ...]] = set()
@@ -104,6 +111,22 @@ def overlay(space: ConfigSpace, running: Mapping[str, Any], partial: Mapping[str
         return space.validate(config)
     except ConfigError:
         return None
+
+
+def within_rules(space: ConfigSpace, rules: PolicyConstraints, running: Config, config: Config) -> Config | None:
+    """`config` fitted to the operator's rules on the config itself (`PolicyConstraints.
+    config_violations`): pinned knobs back at their running values, and fair share's weight
+    raised to its floor (the other weights scaled down together where that is past its range),
+    so that an archetype that sets fair share to 0 is raced as the nearest order the operator
+    allows instead of being refused whatever it schedules. None when no such config is valid."""
+    fitted = {**config, **{k: running[k] for k in rules.pins if k in running}}
+    floor = rules.floor(running)
+    frac = fairshare_fraction(fitted, rules.weights)
+    if floor is not None and frac is not None and frac < floor:
+        top = max((float(fitted[w]) for w in rules.weights if w in fitted and w != FAIRSHARE), default=0.0)
+        fitted[FAIRSHARE] = type(fitted[FAIRSHARE])(math.ceil(floor * top))
+    laid = overlay(space, running, fitted)
+    return None if laid is None or rules.config_violations(running, laid) else laid
 
 
 def _high(space: ConfigSpace, name: str) -> float | None:
