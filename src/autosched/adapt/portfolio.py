@@ -385,7 +385,7 @@ class _Race:
             if leader is None:
                 return self.no_leader(alive, n, judge.k)
             verdict = judge.judge(self.sets[RUNNING].values, self.sets[leader.name].values, self.minimize)
-            if verdict.deploy or n >= most or futile(verdict, n, most, judge.k, judge):
+            if verdict.deploy or n >= most or futile(verdict, n, most, judge):
                 break
             more = draw(n, min(n, most - n))
             if not more:  # a deterministic source: nothing more to draw
@@ -446,14 +446,14 @@ def _policy_check(constraints: PolicyConstraints, sets: Mapping[str, ScoreSet], 
                  check.violations + tuple(f"against {REFERENCE}: {line}" for _, line in broken))
 
 
-def futile(verdict: Verdict, n: int, most: int, k: float, guardrail: Guardrail) -> bool:
-    """Whether more samples cannot make the guardrail deploy: the gain is below the margin,
-    or even the full budget's smaller standard error (s.e. x sqrt(n / most), the gains' spread
-    staying what it is) would leave it within ``k`` of them. Growing the samples costs two
+def futile(verdict: Verdict, n: int, most: int, judge: Guardrail) -> bool:
+    """Whether more samples cannot make `judge` deploy: the gain is below its margin, or even
+    the full budget's smaller standard error (s.e. x sqrt(n / most), the gains' spread staying
+    what it is) would leave it within its ``k`` of them. Growing the samples costs two
     simulations each; a gain this close to the noise is not worth them."""
-    if verdict.gain <= guardrail.margin:
+    if verdict.gain <= judge.margin:
         return True
-    return verdict.gain <= k * verdict.spread * math.sqrt(n / most)
+    return verdict.gain <= judge.k * verdict.spread * math.sqrt(n / most)
 
 
 def _mean_se(gains: Sequence[float]) -> tuple[float, float]:
