@@ -611,13 +611,14 @@ def test_a_burst_inside_the_period_asks_for_a_round_at_the_next_poll(tmp_path):
     """The agent checks its trigger at every poll from its last round on, not only once a period
     has passed (by then the period's own round is due and the burst's gain is gone). The round at
     PINNED_NOW saw no queue (every job of `contended` ended); 300 s later, half the 600-s period,
-    40 jobs of 8 GPUs wait, each imputed a duration from the history (225 s here): 40 >= 2 x 10
-    jobs, and 40 x 8 x 225 / 3600 = 20 GPU-hours >= 2 x 8 (one hour of the 8 GPUs)."""
+    40 jobs of 8 GPUs wait, each weighed at the mean run time of the history's 30 finished jobs of
+    5-8 GPUs (216.1 s): 40 >= 2 x 10 jobs, and 40 x 8 x 216.1 / 3600 = 19.2 GPU-hours >= 2 x 8 (one
+    hour of the 8 GPUs)."""
     agent, fake = make(tmp_path, guard_margin=0.9, drift=False)
     assert agent.step().action is Action.NONE
     fake.update(sacct=contended(PINNED_NOW) + _queued(40, 8, PINNED_NOW + 300), clock=PINNED_NOW + 300)
     why = open_agent(tmp_path / "state").drifted()
-    assert why.startswith("contention: queue 40 jobs, 20 GPU-hours; the last round saw 0, 0"), why
+    assert why.startswith("contention: queue 40 jobs, 19 GPU-hours; the last round saw 0, 0"), why
     few, fake = make(tmp_path / "few", guard_margin=0.9, drift=False)
     assert few.step().action is Action.NONE
     fake.update(sacct=contended(PINNED_NOW) + _queued(19, 8, PINNED_NOW + 300), clock=PINNED_NOW + 300)
@@ -626,11 +627,12 @@ def test_a_burst_inside_the_period_asks_for_a_round_at_the_next_poll(tmp_path):
 
 def test_the_trigger_floor_is_on_the_jobs_clock_on_a_test_bed(tmp_path):
     """Under `time_scale` 60 the bed's second is a minute of the jobs' own time. 25 queued jobs
-    of 1 GPU, each imputed 184 s from the history, hold 1.28 GPU-hours of the bed's clock: under
-    twice one hour of 8 GPUs (16) it would never fire, but it is 77 hours of the jobs' own time,
-    and the floor taken on their clock is 2 x 8 / 60 = 0.27 of the bed's."""
+    of 1 GPU, each weighed at the mean run time of the history's 60 finished jobs (none of 1 GPU:
+    233.0 s), hold 1.62 GPU-hours of the bed's clock: under twice one hour of 8 GPUs (16) it would
+    never fire, but it is 97 hours of the jobs' own time, and the floor taken on their clock is
+    2 x 8 / 60 = 0.27 of the bed's."""
     agent, fake = make(tmp_path, guard_margin=0.9, drift=False, time_scale=60.0)
     assert agent.step().action is Action.NONE
     fake.update(sacct=contended(PINNED_NOW) + _queued(25, 1, PINNED_NOW + 700), clock=PINNED_NOW + 700)
     why = open_agent(tmp_path / "state").drifted()
-    assert why.startswith("contention: queue 25 jobs, 1 GPU-hours; the last round saw 0, 0"), why
+    assert why.startswith("contention: queue 25 jobs, 2 GPU-hours; the last round saw 0, 0"), why

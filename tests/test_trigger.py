@@ -28,16 +28,42 @@ def test_the_queue_counts_the_waiting_jobs_only():
     assert Queue.of(unknown) == Queue(3, 21.0)
 
 
-def test_the_trigger_fires_when_the_queue_doubled_in_jobs_and_gpu_hours():
-    t = ContentionTrigger()  # x2 over the larger of what was seen and 10 jobs / 1 hour of the cluster
+def test_the_queue_weighs_each_job_at_its_size_classs_mean_run_time():
+    # history: 30 finished 1-GPU jobs of 1 h and 30 of 3 h (mean 2 h), 2 finished 4-GPU jobs of
+    # 10 h (too few for their class: the mean of all 62, (30 + 90 + 20) / 62 h), one unfinished
+    # 1-GPU job of 100 h so far (not counted)
+    dur = np.concatenate([np.full(30, 3600.0), np.full(30, 3 * 3600.0), np.full(2, 36000.0), [360000.0]])
+    gpus = np.concatenate([np.ones(60, np.int64), [4, 4], [1]])
+    n = len(dur)
+    history = Trace.from_columns({"job_id": [f"h{i}" for i in range(n)], "submit_time": np.zeros(n),
+                                  "num_gpus": gpus, "duration": dur})
+    finished = np.arange(n) < n - 1
+    # the backlog's durations are one imputed draw each, far from the means: they do not count
+    backlog = Trace.from_columns({"job_id": ["Q1", "Q2", "Q3"], "submit_time": [0.0] * 3, "num_gpus": [1, 1, 2],
+                                  "duration": [99999.0, 5.0, 1e6]})
+    obs = Observation(0.0, 0.0, history, finished, np.zeros(n), backlog, 1, np.zeros(3, bool))
+    # Q1, Q2: 1 GPU x 2 h each; Q3: 2 GPUs x 140/62 h
+    assert Queue.of(obs).jobs == 3
+    assert Queue.of(obs).gpu_hours == pytest.approx(2 + 2 + 2 * 140 / 62)
+    # the same queue under another draw of its imputed durations weighs the same
+    redrawn = Observation(0.0, 0.0, history, finished, np.zeros(n),
+                          backlog.replace(duration=np.array([1.0, 7e5, 3.0])), 1, np.zeros(3, bool))
+    assert Queue.of(redrawn) == Queue.of(obs)
+
+
+def test_the_trigger_fires_when_the_jobs_doubled_and_the_queue_is_not_trivial():
+    t = ContentionTrigger()  # jobs x2 over the larger of what was seen and 10; 2 hours of the cluster
     seen = Queue(5, 10.0)
-    # on 16 GPUs: 2 x max(5, 10) = 20 jobs and 2 x max(10, 16) = 32 GPU-hours
+    # on 16 GPUs: 2 x max(5, 10) = 20 jobs and 2 x 16 = 32 GPU-hours
     assert t.fires(Queue(20, 32.0), seen, 16) == "queue 20 jobs, 32 GPU-hours; the last round saw 5, 10"
     assert t.fires(Queue(19, 100.0), seen, 16) == ""  # jobs short
-    assert t.fires(Queue(100, 31.9), seen, 16) == ""  # GPU-hours short
+    assert t.fires(Queue(100, 31.9), seen, 16) == ""  # a queue of small jobs: under the floor
     assert t.fires(Queue(100, 100.0), None, 16) == ""  # no round yet
-    # a big queue seen: it must double again
+    # a big queue seen: its jobs must double again
     assert t.fires(Queue(100, 1000.0), Queue(60, 600.0), 16) == ""
+    # a burst of many small jobs behind a few large ones: the jobs sixfold, the GPU-hours not
+    # doubled; the new jobs are what a new order would rank
+    assert t.fires(Queue(59, 1554.0), Queue(10, 1075.0), 88) != ""
     with pytest.raises(AdaptError, match="factor must be > 1"):
         ContentionTrigger(factor=1.0)
 

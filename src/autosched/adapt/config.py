@@ -84,7 +84,7 @@ class LoopConfig:
     # last round saw (`trigger.ContentionTrigger`).
     trigger: bool = setting(True, "a round when contention arrives: between rounds (run: daily; agent run: every "
                             "--poll) the queue is compared with what the last round saw, and a round runs when "
-                            "it grew 2x in jobs and GPU-hours", "--trigger/--no-trigger")
+                            "its waiting jobs doubled (at least 20) and hold 2 hours of the cluster's GPUs", "--trigger/--no-trigger")
     # The guardrail (`Guardrail`): deploy when the mean paired gain > guard_k x its standard error
     # and > guard_margin, and (if set) no workload loses more than guard_max_loss.
     guard_k: float = setting(Guardrail.k, "guardrail: deploy (the agent: propose) only if the predicted gain "

@@ -8,11 +8,19 @@ and nothing a week later). The workload model's samples need no change to see it
 burst is in the backlog, every sample starts with it.
 
 So at each check between rounds (daily in `autosched run`, every poll in `agent run`) the queue
-is measured (`Queue.of`: the jobs waiting, not running, and the GPU-hours they hold, as imputed)
-and compared with the queue the last round saw. A round runs when both grew `factor` times over
-the larger of that queue and a floor (`min_jobs`; `floor_hours` hours of the whole cluster's
-GPUs): a queue that merely wobbles, or a small one that doubles, does not cost a round. Pure: no
-simulation, a few array sums.
+is measured (`Queue.of`: the jobs waiting, not running, and the GPU-hours they hold, each job at
+the mean run time of the finished jobs of its GPU-size class) and compared with the queue the
+last round saw. A round runs when the waiting jobs grew `factor` times over the larger of that
+count and `min_jobs`, and the queue holds at least `factor` times `floor_hours` hours of the
+whole cluster's GPUs: a queue that merely wobbles, or a queue of a few short jobs, does not cost
+a round. Pure: no simulation, a few array sums.
+
+The jobs' count is what must grow, not the GPU-hours: a burst of small jobs behind a few large
+ones queued at the last round (ITP cluster02's day 8: 10 multi-node jobs, then 59 jobs) is what
+a new order ranks, though it hardly doubles the GPU-hours. And the GPU-hours are an expectation,
+not the backlog's imputed durations: those are one random draw per job from a heavy-tailed
+estimate, so the same ten queued jobs held 200 GPU-hours on one seed and 2,426 on another, and a
+trigger on them fired or not on the draw.
 """
 
 from __future__ import annotations
@@ -24,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .errors import AdaptError
-from .observe import Observation
+from .observe import GPU_CLASSES, MIN_EVENTS, Observation
 
 
 @dataclass(frozen=True)
@@ -36,10 +44,13 @@ class Queue:
 
     @classmethod
     def of(cls, obs: Observation) -> "Queue":
-        """The queue in `obs`'s backlog (every backlog job when it does not say which run)."""
+        """The queue in `obs`'s backlog (every backlog job when it does not say which run), each
+        job's hours `expected_duration`."""
         b = obs.backlog
         waiting = np.ones(len(b), dtype=bool) if obs.running is None else ~obs.running
-        return cls(int(waiting.sum()), float((b.num_gpus[waiting] * b.duration[waiting]).sum()) / 3600.0)
+        gpus = b.num_gpus[waiting]
+        hours = expected_duration(obs, gpus, b.duration[waiting]) / 3600.0
+        return cls(int(waiting.sum()), float((gpus * hours).sum()))
 
     def to_dict(self) -> dict[str, Any]:
         return {"jobs": self.jobs, "gpu_hours": self.gpu_hours}
@@ -47,6 +58,24 @@ class Queue:
     @classmethod
     def from_dict(cls, d: Any) -> "Queue":
         return cls(int(d["jobs"]), float(d["gpu_hours"]))
+
+
+def expected_duration(obs: Observation, gpus: np.ndarray, fallback: np.ndarray) -> np.ndarray:
+    """Per job of `gpus` GPUs, the mean duration of the history's finished jobs of its GPU-size
+    class (of all finished jobs where the class has fewer than `MIN_EVENTS`; `fallback`, the
+    imputed durations, where none has finished): the same queue always weighs the same."""
+    done = obs.finished.astype(bool)
+    if not done.any():
+        return np.asarray(fallback, dtype=np.float64)
+    durations = obs.history.duration[done]
+    classes = np.searchsorted(GPU_CLASSES, obs.history.num_gpus[done], side="left")
+    mine = np.searchsorted(GPU_CLASSES, gpus, side="left")
+    out = np.full(len(gpus), float(durations.mean()))
+    for c in np.unique(mine):
+        ours = classes == c
+        if np.count_nonzero(ours) >= MIN_EVENTS:
+            out[mine == c] = durations[ours].mean()
+    return out
 
 
 @dataclass(frozen=True)
@@ -68,7 +97,7 @@ class ContentionTrigger:
         if seen is None:
             return ""
         jobs = self.factor * max(seen.jobs, self.min_jobs)
-        hours = self.factor * max(seen.gpu_hours, self.floor_hours * cluster_gpus)
+        hours = self.factor * self.floor_hours * cluster_gpus
         if now.jobs >= jobs and now.gpu_hours >= hours:
             return (f"queue {now.jobs} jobs, {now.gpu_hours:,.0f} GPU-hours; the last round saw {seen.jobs}, "
                     f"{seen.gpu_hours:,.0f}")
