@@ -249,6 +249,24 @@ def test_where_fair_share_has_a_floor_the_archetypes_keep_it():
     assert "small first" in [c.name for c in candidates(space, running, [], None)]
 
 
+def test_an_archetype_fitted_to_the_pins_alone_is_named_for_them():
+    # the operator pins the job-size weight, the searched space does not: small first (job size
+    # 100,000) gets it back at 1,000 and keeps fair share 0 (no floor); its name says so
+    space = get_policy("multifactor").space
+    running = space.default()
+    rules = PolicyConstraints(pins=("PriorityWeightJobSize",), weights=space.weights)
+    port = {c.name: c.config for c in candidates(space, running, [], None, rules=rules)}
+    small = port["small first, the pins kept"]
+    assert (small["PriorityWeightJobSize"], small["PriorityWeightFairshare"]) == (1000, 0)
+    assert not any(name.endswith("fair share at the floor") for name in port)
+    # with the floor too, both are named: fair share at half the largest weight left, the pinned
+    # job size's 1,000
+    both = PolicyConstraints(pins=("PriorityWeightJobSize",), fairshare_floor=0.5, weights=space.weights)
+    port = {c.name: c.config for c in candidates(space, running, [], None, rules=both)}
+    small = port["small first, fair share at the floor and the pins kept"]
+    assert (small["PriorityWeightJobSize"], small["PriorityWeightFairshare"]) == (1000, 500)
+
+
 def test_a_race_without_a_job_in_its_samples_keeps_the_running_config():
     port = [Candidate("running", {"name": "running"}), Candidate("A", {"name": "A"})]
     res = race(port, lambda a, b: [], lambda c, w: [], Budget(4, 8, 16), Guardrail(), NO_POLICY)

@@ -47,7 +47,9 @@ RUNNING = "running"
 REFERENCE = "the operator's config"
 SEARCH_BEST = "search's best"
 SEARCH_WITHIN = "search's best within the policy"
-FLOORED = "fair share at the floor"  # an archetype fitted to the operator's rules (`within_rules`)
+# what fitting an archetype to the operator's rules changed (`within_rules`), named in its label
+FLOORED = "fair share at the floor"
+PINS_KEPT = "the pins kept"
 PRUNE_SE = 2.0  # a candidate whose mean gain + this many s.e. is below the margin is dropped early
 FINALISTS = 2  # the candidates that go on from the screen to the guardrail's samples
 # how far a milder variant of a candidate that breaks the policy goes from the running config
@@ -79,8 +81,10 @@ def candidates(space: ConfigSpace, running: Config, winners: Sequence[Config],
     for label, partial in space.archetypes.items():
         laid = overlay(space, running, partial)
         if laid is not None and rules is not None and rules.config_violations(running, laid):
-            laid = within_rules(space, rules, running, laid)
-            label = f"{label}, {FLOORED}"
+            fitted = within_rules(space, rules, running, laid)
+            if fitted is not None:
+                label = f"{label}, {fitting(laid, fitted, rules.pins)}"
+            laid = fitted
         if laid is not None:
             out.append(Candidate(label, laid))
     seen: set[tuple[tuple[str, str], ...]] = set()
@@ -127,6 +131,15 @@ def within_rules(space: ConfigSpace, rules: PolicyConstraints, running: Config, 
         fitted[FAIRSHARE] = type(fitted[FAIRSHARE])(math.ceil(floor * top))
     laid = overlay(space, running, fitted)
     return None if laid is None or rules.config_violations(running, laid) else laid
+
+
+def fitting(config: Config, fitted: Config, pins: Sequence[str]) -> str:
+    """What `within_rules` changed in `config`: fair share raised to its floor (the other weights
+    scaled with it where its range is short), the `pins` put back, or both."""
+    what = [FLOORED] if fitted.get(FAIRSHARE) != config.get(FAIRSHARE) else []
+    if any(k in fitted and fitted[k] != config.get(k) for k in pins):
+        what.append(PINS_KEPT)
+    return " and ".join(what)
 
 
 def _high(space: ConfigSpace, name: str) -> float | None:
