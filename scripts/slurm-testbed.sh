@@ -108,10 +108,19 @@ fail_with_log() { # NAME MESSAGE: show the tail of the daemon's log (or its stde
 }
 
 # Start a daemon in the foreground of its own session, so $! is its PID and it outlives this script.
+# Return once the fork has exec'd (setsid, then the daemon): until then /proc shows a copy of this
+# shell, which `alive` cannot tell from a daemon that exited, and on a loaded machine the first
+# check after a launch came that early ("slurmctld exited during start-up", with no log yet).
 launch() { # NAME COMMAND...
-    local name=$1; shift
+    local name=$1 pid shell i; shift
     setsid "$@" </dev/null >>"$LOG/$name.out" 2>&1 &
-    echo $! >"$RUN/$name.pid"
+    pid=$!
+    echo "$pid" >"$RUN/$name.pid"
+    shell=$(readlink "/proc/$$/exe")
+    for ((i = 0; i < 200; i++)); do
+        [[ $(readlink "/proc/$pid/exe" 2>/dev/null) == "$shell" ]] || return 0
+        sleep 0.05
+    done
 }
 
 wait_until() { # NAME TIMEOUT CHECK...: poll CHECK while the daemon lives
