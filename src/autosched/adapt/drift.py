@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .errors import AdaptError
-from .observe import GPU_CLASSES, Observation
+from .observe import GPU_CLASSES, Observation, gpu_class
 
 GPU_CLASS_NAMES = ("1", "2-4", "5-8", ">8")
 
@@ -49,7 +49,7 @@ def profile(obs: Observation, start: float, end: float) -> Profile:
 
 
 def gpu_classes(gpus: np.ndarray) -> np.ndarray:
-    return np.bincount(np.searchsorted(GPU_CLASSES, gpus, side="left"), minlength=len(GPU_CLASSES) + 1)
+    return np.bincount(gpu_class(gpus), minlength=len(GPU_CLASSES) + 1)
 
 
 @dataclass(frozen=True)

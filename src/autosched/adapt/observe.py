@@ -44,6 +44,11 @@ ESTIMATE_AGE = 10 * DURATION_HALF_LIFE
 GPU_CLASSES = (1, 4, 8)  # upper bounds of the classes 1, 2-4, 5-8; the rest is >8
 
 
+def gpu_class(gpus: np.ndarray) -> np.ndarray:
+    """Each job's GPU-size class: 0 for 1 GPU, 1 for 2-4, 2 for 5-8, 3 for more."""
+    return np.searchsorted(GPU_CLASSES, gpus, side="left")
+
+
 @dataclass(frozen=True)
 class Observation:
     """The cluster as the controller sees it at `now`.
@@ -157,7 +162,7 @@ def impute_from_past(duration: np.ndarray, finished: np.ndarray, submit: np.ndar
     run so far), the estimate built from all of them, per GPU-count class, recent jobs weighing
     more (``DURATION_HALF_LIFE``). The simulator's `observe` and the live agent's history both
     read their windows out of it."""
-    cls = np.searchsorted(GPU_CLASSES, gpus, side="left")  # large jobs run longer
+    cls = gpu_class(gpus)  # large jobs run longer
     age = np.maximum(now - submit, 0.0)
     recency = 0.5 ** (age / DURATION_HALF_LIFE)
     # Finished jobs older than ESTIMATE_AGE weigh under 2**-10 and are left out of the estimate, so

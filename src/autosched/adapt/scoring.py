@@ -21,7 +21,7 @@ from ..policies import Policy
 from ..sim import JobRecords, Simulator, compute_metrics
 from ..trace.table import Trace
 from .drift import GPU_CLASS_NAMES
-from .observe import GPU_CLASSES
+from .observe import gpu_class
 
 
 @dataclass(frozen=True)
@@ -70,7 +70,7 @@ def score_records(rec: JobRecords, workload: Trace, cluster: ClusterSpec, since:
             mine = names == a
             out_acct[a] = [int(mine.sum()), float(wait[mine].mean())]
             usage[a] = float(run[mine].sum())
-    cls = np.searchsorted(GPU_CLASSES, sub.gpus, side="left")
+    cls = gpu_class(sub.gpus)
     size_jobs, size_p95 = {}, {}
     for k, name in enumerate(GPU_CLASS_NAMES):
         mine = cls == k

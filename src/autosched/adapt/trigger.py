@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from .errors import AdaptError
-from .observe import GPU_CLASSES, MIN_EVENTS, Observation
+from .observe import MIN_EVENTS, Observation, gpu_class
 
 
 @dataclass(frozen=True)
@@ -68,8 +68,8 @@ def expected_duration(obs: Observation, gpus: np.ndarray, fallback: np.ndarray) 
     if not done.any():
         return np.asarray(fallback, dtype=np.float64)
     durations = obs.history.duration[done]
-    classes = np.searchsorted(GPU_CLASSES, obs.history.num_gpus[done], side="left")
-    mine = np.searchsorted(GPU_CLASSES, gpus, side="left")
+    classes = gpu_class(obs.history.num_gpus[done])
+    mine = gpu_class(gpus)
     out = np.full(len(gpus), float(durations.mean()))
     for c in np.unique(mine):
         ours = classes == c
