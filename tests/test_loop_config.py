@@ -127,7 +127,7 @@ def test_run_json_keeps_the_order_and_shape_of_its_settings():
                        "level_sd", "model", "with_replay", "metric", "seed", "drift", "check_every", "first_decision",
                        "early_rounds", "guard_k", "guard_margin", "guard_max_loss", "carry_backlog",
                        "backlog_history", "search", "execution", "trigger", "frame_running", "portfolio", "max_validation_samples",
-                       "account_tolerance", "size_tolerance", "queue_tolerance", "fairshare_floor", "pins",
+                       "account_tolerance", "size_tolerance", "queue_tolerance", "queue_k", "fairshare_floor", "pins",
                        "search_policy", "milder", "cumulative_policy"]
     assert d["search"] == {"budget": 16, "seed": 0, "sampler": "tpe", "screening": False, "initial_design": None,
                            "patience": 5, "subspace": None}

@@ -315,6 +315,33 @@ def test_the_jobs_queued_at_the_round_may_wait_a_quarter_longer_in_all():
     assert policy.check(ScoreSet((sc(1.0),)), ScoreSet((sc(2.0),)), {}, {}).effects == ()
 
 
+def test_the_queue_rule_asks_the_mean_added_wait_plus_a_standard_error():
+    # 2 jobs queued wait 10 h under the running config in each of 4 samples; a candidate cuts
+    # them to 8 h in three and stretches them to 20 h in one (a burst): added -2, -2, -2, +10 h,
+    # mean +1 h, sd 6 h, standard error 3 h. The mean alone is within the 2 h 50 min allowed
+    # (a quarter of 10 h, 10 minutes a job); the mean plus one standard error, 4 h, is not.
+    def queued(hours: float) -> Score:
+        return replace(sc(1.0), queued_jobs=2, queued_wait=hours * 3600)
+
+    run = ScoreSet(tuple(queued(10.0) for _ in range(4)))
+    burst = ScoreSet((queued(8.0), queued(8.0), queued(8.0), queued(20.0)))
+    check = PolicyConstraints(account_tolerance=None, size_tolerance=None).check(run, burst, {}, {})
+    assert check.violations == ("queue at the round: total wait 10 -> 14 h, more than the 3 h allowed",)
+    (e,) = check.effects
+    assert (e.running, e.allowed) == (36000.0, 10 * 3600 * 0.25 + 2 * 600)
+    assert e.candidate == pytest.approx(14 * 3600.0)
+    # k = 0: the mean alone (11 h) holds; k = 2: 10 + 1 + 6 h
+    mean_only = PolicyConstraints(account_tolerance=None, size_tolerance=None, queue_k=0.0).check(run, burst, {}, {})
+    assert mean_only.holds and mean_only.effects[0].candidate == pytest.approx(11 * 3600.0)
+    two = PolicyConstraints(account_tolerance=None, size_tolerance=None, queue_k=2.0).check(run, burst, {}, {})
+    assert two.effects[0].candidate == pytest.approx(17 * 3600.0)
+    # the same added wait in every sample has no spread: the mean decides, as with one sample
+    even = ScoreSet(tuple(queued(12.5) for _ in range(4)))
+    assert PolicyConstraints(account_tolerance=None, size_tolerance=None).check(run, even, {}, {}).holds
+    with pytest.raises(AdaptError, match=r"queue k must be a number >= 0"):
+        PolicyConstraints(queue_k=-1.0)
+
+
 def test_the_policy_of_a_cluster_with_an_association_tree():
     from autosched.adapt.config import LoopConfig
     from autosched.associations import Association

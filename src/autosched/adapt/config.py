@@ -25,7 +25,14 @@ from ..space import Knob
 from ..tune import Objective, SearchConfig
 from ..workload import get_model
 from ..workload.base import MAX_HORIZON
-from .constraints import ACCOUNT_TOLERANCE, FAIRSHARE_FLOOR, QUEUE_TOLERANCE, SIZE_TOLERANCE, PolicyConstraints
+from .constraints import (
+    ACCOUNT_TOLERANCE,
+    FAIRSHARE_FLOOR,
+    QUEUE_K,
+    QUEUE_TOLERANCE,
+    SIZE_TOLERANCE,
+    PolicyConstraints,
+)
 from .errors import AdaptError
 from .guardrail import Guardrail
 from .observe import BACKLOG_HISTORY
@@ -129,6 +136,9 @@ class LoopConfig:
                                             "may wait longer, in all, by at most this fraction of what they wait "
                                             "under the running config, plus 10 minutes each", "--queue-tolerance",
                                             low=0)
+    # The queued jobs pay in the futures where a burst comes: the mean over the samples hides them.
+    queue_k: float = setting(QUEUE_K, "the operator's policy: the queued jobs' added wait is their mean over the "
+                             "samples plus this many standard errors (0: the mean alone)", "--queue-k", low=0)
     fairshare_floor: float | None = setting(None, "the operator's policy: PriorityWeightFairshare at least this "
                                             "fraction of the largest priority weight (default: 0.5 where the "
                                             "cluster has an association tree; 0: none)", "--fairshare-floor",
@@ -212,7 +222,7 @@ class LoopConfig:
         if floor is None:
             floor = FAIRSHARE_FLOOR if cluster.associations else None
         return PolicyConstraints(self.account_tolerance, self.size_tolerance, self.queue_tolerance,
-                                 fairshare_floor=floor or None,
+                                 queue_k=self.queue_k, fairshare_floor=floor or None,
                                  pins=self.pins, weights=get_policy(self.policy).space.weights,
                                  shares=account_shares(cluster.associations))
 
