@@ -45,6 +45,7 @@ from ..sim import JobRecords
 from ..space import Config
 from ..trace.table import Trace
 from .errors import AdaptError
+from .guardrail import mean_se
 from .scoring import Score, ScoreSet, score_records
 
 # Defaults (docs/adaptive.md, "The operator's policy"): an account may wait a quarter longer
@@ -211,9 +212,7 @@ class PolicyConstraints:
         if not jobs:
             return []
         r = [s.queued_wait for s in running.scores]
-        added = [c.queued_wait - w for c, w in zip(candidate.scores, r)]
-        mean = sum(added) / n
-        se = math.sqrt(sum((a - mean) ** 2 for a in added) / (n - 1) / n) if n > 1 else 0.0
+        mean, se = mean_se([c.queued_wait - w for c, w in zip(candidate.scores, r)])
         running_wait = sum(r) / n
         allowed = running_wait * tol + self.wait_slack * jobs
         bound = mean + self.queue_k * se

@@ -49,8 +49,7 @@ class Guardrail:
             raise AdaptError("guardrail: need the same, non-zero number of values for both configs")
         gains = pair_gains(running, candidate, minimize)
         n = len(gains)
-        mean = sum(gains) / n
-        se = math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1) / n) if n > 1 else 0.0
+        mean, se = mean_se(gains)
         if mean <= self.margin:
             why = "predicted worse" if mean < 0 else "gain below the margin"
             return Verdict(False, mean, se, f"{why}: {mean:+.2%} <= margin {self.margin:.2%}")
@@ -76,6 +75,15 @@ class Reduction:
     # each kept knob: the gain lost when only it goes back to its running value, as a fraction
     # of `gain` (they need not add up to 1: knobs interact)
     shares: dict[str, float]
+
+
+def mean_se(values: Sequence[float]) -> tuple[float, float]:
+    """The mean of paired `values` (one a sample) and its standard error (0 with one value: no
+    spread measured)."""
+    n = len(values)
+    mean = sum(values) / n
+    se = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1) / n) if n > 1 else 0.0
+    return mean, se
 
 
 def pair_gains(running: Sequence[float], candidate: Sequence[float], minimize: bool = True) -> list[float]:

@@ -40,7 +40,7 @@ from ..space import Config, ConfigError, ConfigSpace, Float, Int
 from ..trace.table import Trace
 from .constraints import FAIRSHARE, Check, PolicyConstraints, fairshare_fraction
 from .errors import AdaptError
-from .guardrail import Guardrail, Verdict, pair_gains
+from .guardrail import Guardrail, Verdict, mean_se, pair_gains
 from .scoring import Score, ScoreSet
 
 RUNNING = "running"
@@ -332,7 +332,7 @@ class _Race:
 
     def gains(self, name: str) -> tuple[float, float]:
         """The mean paired gain of `name` over the running config, and its standard error."""
-        return _mean_se(pair_gains(self.sets[RUNNING].values, self.sets[name].values, self.minimize))
+        return mean_se(pair_gains(self.sets[RUNNING].values, self.sets[name].values, self.minimize))
 
     def drop(self, c: Candidate, why: str) -> None:
         """Record `c`'s standing as it leaves the race (`why` "": the leader, at the end)."""
@@ -467,10 +467,3 @@ def futile(verdict: Verdict, n: int, most: int, judge: Guardrail) -> bool:
     if verdict.gain <= judge.margin:
         return True
     return verdict.gain <= judge.k * verdict.spread * math.sqrt(n / most)
-
-
-def _mean_se(gains: Sequence[float]) -> tuple[float, float]:
-    n = len(gains)
-    mean = sum(gains) / n
-    se = math.sqrt(sum((g - mean) ** 2 for g in gains) / (n - 1) / n) if n > 1 else 0.0
-    return mean, se
