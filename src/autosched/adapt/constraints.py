@@ -68,7 +68,8 @@ FAIRSHARE_FLOOR = 0.5
 class Effect:
     """One account's or size class's wait under the running config and the candidate (s: the
     account's average, the class's p95, the queue's total), with the growth allowed and whether
-    it holds."""
+    it holds. The queue's candidate figure is the running config's plus the added wait's bound
+    (its mean plus ``queue_k`` standard errors), the figure the rule holds to."""
 
     kind: str  # "account", "size" or "queue"
     name: str
@@ -132,12 +133,10 @@ class PolicyConstraints:
     shares: Mapping[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        for name in ("account_tolerance", "size_tolerance", "queue_tolerance", "fairshare_floor"):
+        for name in ("account_tolerance", "size_tolerance", "queue_tolerance", "queue_k", "fairshare_floor"):
             v = getattr(self, name)
             if v is not None and not (math.isfinite(v) and v >= 0):
                 raise AdaptError(f"{name.replace('_', ' ')} must be a number >= 0 (got {v})")
-        if not (math.isfinite(self.queue_k) and self.queue_k >= 0):
-            raise AdaptError(f"queue k must be a number >= 0 (got {self.queue_k})")
         if not (math.isfinite(self.wait_slack) and self.wait_slack >= 0 and self.min_jobs >= 0):
             raise AdaptError(f"wait slack and min jobs must be >= 0 (got {self.wait_slack}, {self.min_jobs})")
 
