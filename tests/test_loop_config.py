@@ -113,6 +113,11 @@ def test_the_option_defaults_are_each_command_s_settings_defaults():
     ({"guard_max_loss": -0.5}, "guard max loss -0.5: must be at least 0"),
     ({"samples": 0}, "samples 0: must be at least 1"),
     ({"budget": 0}, "budget 0: must be at least 1"),
+    ({"queue_k": -1.0}, "queue k -1.0: must be at least 0"),
+    ({"queue_k": math.nan}, "queue k nan: must be finite"),
+    ({"queue_k": math.inf}, "queue k inf: must be finite"),
+    ({"queue_k": "1"}, "queue k '1': must be a number"),
+    ({"queue_k": None}, "queue k None: must be a number"),
 ])
 def test_a_bad_loop_setting_is_refused_with_its_name(change, message):
     for cls, extra in ((LoopConfig, {}), (Settings, {}), (AgentSettings, {"connector": {"kind": "fake", "directory": "/x"}})):
