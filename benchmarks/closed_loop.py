@@ -63,7 +63,7 @@ from autosched.export.slurm import slurm_conf_lines  # noqa: E402
 from autosched.live.records import Evidence  # noqa: E402
 from autosched.policies import get_policy  # noqa: E402
 from autosched.sim import Simulator  # noqa: E402
-from autosched.space import Float, Int  # noqa: E402
+from autosched.space import ConfigError, Float, Int  # noqa: E402
 from autosched.trace.io import load_trace  # noqa: E402
 from autosched.trace.limits import add_time_limits  # noqa: E402
 from autosched.trace.parsing import wallclock_seconds  # noqa: E402
@@ -142,8 +142,9 @@ class Plan:
     # the blocks run even when the agent changed nothing (both arms the baseline): the "ci" plan,
     # which checks the harness, not a gain; a measuring run ends after such a round (`measures`)
     run_unchanged: bool = False
-    # a positive control: arm 1 is this archetype (ARCHETYPES) over the baseline, an operator's
-    # config with no agent round; does the design see an effect the twin says is there?
+    # a control: arm 1 is this archetype (ARCHETYPES) or these knobs ("KNOB=VALUE,...") over the
+    # baseline, with no agent round (`control_config`); does the design see an effect the twin
+    # says is there?
     control: str = ""
     # the agent's loop runs through the window as in production (`agent run`, its rounds each
     # period and at a burst: closed_loop_screen.shadow), on the cluster's jobs and clock with its
@@ -207,6 +208,22 @@ def baseline(scale: float) -> dict[str, Any]:
             "bf_interval": scaled("bf_interval", 30), "bf_resolution": scaled("bf_resolution", 60),
             # bf_window is in minutes: 1440 (one day) -> one compressed day
             "bf_window": scaled("bf_window", 1440)}
+
+
+def control_config(control: str, base: Mapping[str, Any]) -> dict[str, Any]:
+    """Arm 1 of a control run: a multifactor archetype (ARCHETYPES), or ``KNOB=VALUE`` pairs
+    separated by commas, over `base`; InputError naming --control for anything else."""
+    if control in ARCHETYPES:
+        return {**base, **ARCHETYPES[control]}
+    items = [i for i in control.split(",") if i.strip()]
+    if not items:
+        raise InputError(f"--control {control!r}: name an archetype or give KNOB=VALUE pairs")
+    try:
+        valid = get_policy("multifactor").space.parse_assignments(items, base)
+    except ConfigError as e:
+        raise InputError(f"--control {control!r}: neither an archetype ({', '.join(sorted(ARCHETYPES))}) nor "
+                         f"KNOB=VALUE pairs: {e}") from None
+    return {**base, **{n: valid[n] for n in (i.partition("=")[0].strip() for i in items)}}
 
 
 def time_limit_min(limit: float, secs: int, scale: float) -> int:
@@ -809,7 +826,7 @@ def run_schedule(plan: Plan, sel: Selection, lens: cb.Lengths, sched: sb.Schedul
                                 decision_from=plan.decision_from)
         treat = dict(info["decision"]["config"])
     elif plan.control:
-        treat = {**base, **ARCHETYPES[plan.control]}
+        treat = control_config(plan.control, base)
     elif plan.in_window:
         loop, arm1 = start_loop(beds[0], state, plan, sel, outdir, base, lead, info, log)
     elif not plan.aa:
@@ -1517,6 +1534,8 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
     if plan.control and (plan.aa or plan.decision_from or plan.design == "side-by-side"):
         raise InputError(f"--control {plan.control!r}: a control is arm 1 of a block design, without an agent "
                          "(not with an A/A plan, --decision-from or the side-by-side design)")
+    if plan.control:
+        control_config(plan.control, baseline(plan.scale))
     path = Path(plan.trace)
     trace = trace_of(path)
     sel = select(trace, plan)
@@ -1563,8 +1582,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--blocks", type=int, help=f"blocks of a block design (even; {cb.MIN_BLOCKS} by default)")
     ap.add_argument("--decision-from", metavar="RUN", help="a replicate: arm 1 is the config the agent chose in "
                     "run RUN (in --out), with no agent round of its own; both runs' pairs are read together")
-    ap.add_argument("--control", choices=sorted(ARCHETYPES), help="a positive control: arm 1 is this "
-                    "archetype over the baseline, with no agent round")
+    ap.add_argument("--control", metavar="ARCHETYPE|KNOB=VALUE,...", help="a control: arm 1 is this "
+                    "archetype, or these knobs (e.g. bf_max_job_test=1), over the baseline, with no agent round")
     ap.add_argument("--in-window", action=argparse.BooleanOptionalAction, help="the agent's loop runs through "
                     "the window (its rounds each period and at a burst), arm 1 its config at each block's start")
     ap.add_argument("--out", type=Path, default=RESULTS)

@@ -449,7 +449,8 @@ class BlockResult:
 
     @property
     def control(self) -> str:
-        """The archetype arm 1 runs in a positive control ("": the agent's config, or an A/A run)."""
+        """What arm 1 runs in a control run, an archetype or KNOB=VALUE pairs over the baseline
+        ("": the agent's config, or an A/A run)."""
         return str(self.plan.get("control") or "")
 
     @property
@@ -525,7 +526,7 @@ def render(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ()) 
         if r.aa:
             change, pred = "A/A: none (both arms the baseline)", "—"
         elif r.control:
-            change, pred = f"control: {r.control} (an operator's config, no agent)", "—"
+            change, pred = f"control: {r.control} (no agent)", "—"
         elif not r.changed:
             change, pred = f"none: {r.decision['why'] if r.decision else ''}", "—"
         else:
@@ -668,7 +669,7 @@ def targets(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ())
                      + f"; its half-width, the design's resolution on this machine: {(hi - lo) / 2:.1%}")
     for x in (x for x in experiments if x.first.control):
         g, lo, hi = x.main().gain()
-        lines.append(f"positive control ({x.name}, {x.first.control}; the twin's gain in the blocks "
+        lines.append(f"control ({x.name}, {x.first.control}; the twin's gain in the blocks "
                      f"{pct(x.first.twin_block_gain['avg_jct'])}): {pct(g)} [{pct(lo)}, {pct(hi)}], "
                      + ("the CI excludes 0: the design sees the effect" if lo > 0 or hi < 0 else
                         "the CI contains 0: the design does not see it"))

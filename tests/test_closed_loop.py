@@ -344,6 +344,27 @@ def test_a_bad_flag_is_one_error_line_before_anything_starts(flags, message, no_
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+@pytest.mark.parametrize("control, message", [
+    ("nosuch=1", "--control 'nosuch=1': neither an archetype (GPU first, "),
+    ("fair-share heav", "--control 'fair-share heav': neither an archetype (GPU first, "),
+    ("bf_max_job_test=lots", "--control 'bf_max_job_test=lots': neither an archetype"),
+    (",", "--control ',': name an archetype or give KNOB=VALUE pairs"),
+])
+def test_a_bad_control_is_one_error_line_before_anything_starts(control, message, no_clusters, tmp_path, capsys):
+    assert cl.main(["--run", "sb-s18", "--out", str(tmp_path), "--control", control]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: " + message) and err.count("\n") == 1, err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_control_is_an_archetype_or_knobs_over_the_baseline():
+    base = cl.baseline(120.0)
+    assert cl.control_config("fair-share heavy", base) == {**base, **cl.ARCHETYPES["fair-share heavy"]}
+    got = cl.control_config("bf_max_job_test=1, bf_interval=5", base)
+    assert got == {**base, "bf_max_job_test": 1, "bf_interval": 5}
+    assert isinstance(got["bf_max_job_test"], int)
+
+
 def test_a_garbage_trace_is_named_not_a_traceback(no_clusters, tmp_path, capsys):
     bad = tmp_path / "bad.csv"
     bad.write_text("garbage\n\x00\x01\n")

@@ -369,12 +369,12 @@ def test_a_positive_control_is_read_apart_from_the_agents_windows():
     ctl.plan = dict(ctl.plan, control="fair-share heavy")
     ctl.decision = None
     lines = cb.targets([_result("aa", 0.01, -0.04, 0.06, aa=True), ctl])
-    assert lines[2] == ("positive control (c21, fair-share heavy; the twin's gain in the blocks +10.0%): "
+    assert lines[2] == ("control (c21, fair-share heavy; the twin's gain in the blocks +10.0%): "
                         "+15.0% [+5.0%, +25.0%], the CI excludes 0: the design sees the effect")
     assert lines[3] == ("the agent's config: the CI excludes 0 on the side of improvement on 0 window(s), "
                         "on the side of harm on none — not met")
     ctl.effects = {m: {k: ctl.main() for k in cb.ESTIMATES} for m in ("avg_jct", "avg_wait")}
-    assert "| control: fair-share heavy (an operator's config, no agent) | — |" in cb.render([ctl])
+    assert "| control: fair-share heavy (no agent) | — |" in cb.render([ctl])
 
 
 def test_what_an_archetype_could_show_in_an_aa_runs_blocks():
