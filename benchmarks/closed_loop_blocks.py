@@ -668,11 +668,13 @@ def targets(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ())
                      + ("contains 0 — met" if lo <= 0 <= hi else "excludes 0 — NOT met")
                      + f"; its half-width, the design's resolution on this machine: {(hi - lo) / 2:.1%}")
     for x in (x for x in experiments if x.first.control):
-        g, lo, hi = x.main().gain()
+        e = x.main()
+        g, lo, hi = e.gain()
+        # the twin-shaped interval can exclude 0 where no effect at all is not rejected: both said
         lines.append(f"control ({x.name}, {x.first.control}; the twin's gain in the blocks "
                      f"{pct(x.first.twin_block_gain['avg_jct'])}): {pct(g)} [{pct(lo)}, {pct(hi)}], "
-                     + ("the CI excludes 0: the design sees the effect" if lo > 0 or hi < 0 else
-                        "the CI contains 0: the design does not see it"))
+                     + ("the CI excludes 0" if lo > 0 or hi < 0 else "the CI contains 0")
+                     + f"; no effect in any block: p {e.p_value:.2f}")
     agent = [x for x in experiments if not x.first.aa and not x.first.control]
     runs = [x for x in agent if x.judged]
     few = [f"{x.name} ({sum(r.apart for r in x.runs)} of {sum(r.schedule.blocks for r in x.runs)})"

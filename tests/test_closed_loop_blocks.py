@@ -370,7 +370,7 @@ def test_a_positive_control_is_read_apart_from_the_agents_windows():
     ctl.decision = None
     lines = cb.targets([_result("aa", 0.01, -0.04, 0.06, aa=True), ctl])
     assert lines[2] == ("control (c21, fair-share heavy; the twin's gain in the blocks +10.0%): "
-                        "+15.0% [+5.0%, +25.0%], the CI excludes 0: the design sees the effect")
+                        "+15.0% [+5.0%, +25.0%], the CI excludes 0; no effect in any block: p 0.50")
     assert lines[3] == ("the agent's config: the CI excludes 0 on the side of improvement on 0 window(s), "
                         "on the side of harm on none — not met")
     ctl.effects = {m: {k: ctl.main() for k in cb.ESTIMATES} for m in ("avg_jct", "avg_wait")}
