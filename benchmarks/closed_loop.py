@@ -218,12 +218,15 @@ def control_config(control: str, base: Mapping[str, Any]) -> dict[str, Any]:
     items = [i for i in control.split(",") if i.strip()]
     if not items:
         raise InputError(f"--control {control!r}: name an archetype or give KNOB=VALUE pairs")
+    names = [i.partition("=")[0].strip() for i in items]
+    if twice := sorted({n for n in names if names.count(n) > 1}):
+        raise InputError(f"--control {control!r}: {', '.join(twice)} given more than once")
     try:
         valid = get_policy("multifactor").space.parse_assignments(items, base)
     except ConfigError as e:
         raise InputError(f"--control {control!r}: neither an archetype ({', '.join(sorted(ARCHETYPES))}) nor "
                          f"KNOB=VALUE pairs: {e}") from None
-    return {**base, **{n: valid[n] for n in (i.partition("=")[0].strip() for i in items)}}
+    return {**base, **{n: valid[n] for n in names}}
 
 
 def time_limit_min(limit: float, secs: int, scale: float) -> int:

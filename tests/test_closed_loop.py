@@ -348,6 +348,11 @@ def test_a_bad_flag_is_one_error_line_before_anything_starts(flags, message, no_
     ("nosuch=1", "--control 'nosuch=1': neither an archetype (GPU first, "),
     ("fair-share heav", "--control 'fair-share heav': neither an archetype (GPU first, "),
     ("bf_max_job_test=lots", "--control 'bf_max_job_test=lots': neither an archetype"),
+    ("bf_max_job_test=0", "--control 'bf_max_job_test=0': neither an archetype"),  # below its range
+    ("bf_interval=nan", "--control 'bf_interval=nan': neither an archetype"),
+    ("bf_window=1e400", "--control 'bf_window=1e400': neither an archetype"),
+    ("bf_max_job_test=1,bf_max_job_test=2", "--control 'bf_max_job_test=1,bf_max_job_test=2': "
+                                            "bf_max_job_test given more than once"),
     (",", "--control ',': name an archetype or give KNOB=VALUE pairs"),
 ])
 def test_a_bad_control_is_one_error_line_before_anything_starts(control, message, no_clusters, tmp_path, capsys):
