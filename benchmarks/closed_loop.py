@@ -1474,7 +1474,8 @@ def check_load(load: float | None) -> None:
 
 def check_decision(source: Path, plan: Plan) -> None:
     """--decision-from RUN: RUN must be a finished block run with the agent's decision, on the
-    same window and design as `plan`."""
+    same window as `plan`. The design may differ (the decision is the config, not the blocks):
+    a crossover can measure a decision a switchback made, as an experiment of its own."""
     if plan.design == "side-by-side":
         raise InputError(f"--decision-from {source.name}: only a block design takes another run's decision")
     if not (source / "run.json").is_file():
@@ -1485,10 +1486,10 @@ def check_decision(source: Path, plan: Plan) -> None:
     if info.get("unchanged"):
         raise InputError(f"--decision-from {source.name}: its agent changed nothing; a replicate would be an A/A run")
     theirs = Plan(**info["plan"])
-    differ = [k for k in cb.POOL_KEYS if k not in ("aa",) and getattr(theirs, k) != getattr(plan, k)]
+    differ = [k for k in cb.POOL_KEYS if k not in ("aa", "design", "blocks") and getattr(theirs, k) != getattr(plan, k)]
     if differ:
         raise InputError(f"--decision-from {source.name}: its run differs in {', '.join(differ)}: a replicate "
-                         "runs the same window and design")
+                         "runs the same window")
 
 
 def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tuple[Path, Path]]:

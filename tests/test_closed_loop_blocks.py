@@ -309,6 +309,8 @@ def test_a_replicate_takes_a_finished_runs_decision(tmp_path):
     with pytest.raises(InputError, match="differs in start_day: a replicate runs the same window"):
         cl.check_decision(tmp_path / "w", plan)
     cl.check_decision(tmp_path / "w", cl.Plan("w-2", start_day=9.0, design="switchback", design_seed=1))
+    # the decision, not the blocks: a crossover may measure a switchback's decision
+    cl.check_decision(tmp_path / "w", cl.Plan("w-x", start_day=9.0, design="crossover", blocks=16))
     with pytest.raises(InputError, match="only a block design"):
         cl.check_decision(tmp_path / "w", cl.PLANS["w1"])
 
