@@ -394,8 +394,17 @@ def twin_aa(rows: Sequence[BlockRow], sched: sb.Schedule, metric: str) -> list[s
 
 METRICS = ("avg_jct", "avg_wait")
 JITTERS = 4  # jittered copies of every block's replay: the twin's noise floor
-# the estimates reported, (estimator, family of the interval): the first is the one the targets read
-ESTIMATES = (("twin", "twin"), ("twin", "constant"), ("plain", "constant"))
+# the estimates reported, (estimator, family of the interval); `primary` says which the targets read
+ESTIMATES: tuple[tuple[sb.Estimator, sb.Shape], ...] = (("twin", "twin"), ("twin", "constant"), ("plain", "constant"))
+
+
+def primary(design: str) -> tuple[sb.Estimator, sb.Shape]:
+    """The estimate the targets read. A switchback's arms run different blocks, whose workloads
+    differ by two orders of magnitude: the twin takes that out. A crossover runs both arms in
+    every block on the same jobs, so their plain means are already paired, and the twin's replay
+    of each cluster only adds its own error (the crossover A/A: a half-width of 7.8% plain, 10.4%
+    with the twin)."""
+    return ESTIMATES[2] if design.startswith("crossover") else ESTIMATES[0]
 MIN_APART = 0.5  # the share of a run's blocks whose arms must differ for the targets to judge it
 
 
@@ -420,7 +429,7 @@ class BlockResult:
     schedule: sb.Schedule
     accounted: dict[str, Accounted]  # by cluster label
     rows: list[BlockRow]
-    effects: dict[str, dict[tuple[str, str], sb.Effect]]  # metric -> (estimator, family) -> effect
+    effects: dict[str, dict[tuple[sb.Estimator, sb.Shape], sb.Effect]]  # metric -> (estimator, family) -> effect
     twin_block_gain: dict[str, float]  # metric -> the twin's gain in the blocks
     twin_window_gain: float  # the twin: the whole window under arm 1 against arm 0 (avg JCT)
     twin_aa: list[sb.Effect]  # the estimate on each jittered copy with no effect (avg JCT)
@@ -458,12 +467,12 @@ class BlockResult:
         return self.decision is not None and self.decision.get("revision") is not None
 
     def main(self, metric: str = "avg_jct") -> sb.Effect:
-        """The effect the targets read: the twin estimator, the twin-shaped interval."""
-        return self.effects[metric][ESTIMATES[0]]
+        """The effect the targets read (`primary`)."""
+        return self.effects[metric][primary(str(self.plan.get("design", "")))]
 
 
 def analyse_rows(rows: Sequence[BlockRow], sched: sb.Schedule) -> tuple[
-        dict[str, dict[tuple[str, str], sb.Effect]], dict[str, float], list[sb.Effect]]:
+        dict[str, dict[tuple[sb.Estimator, sb.Shape], sb.Effect]], dict[str, float], list[sb.Effect]]:
     """The effects of every estimate and metric, the twin's gain in the blocks, and the twin's
     A/A estimates on the jittered copies."""
     effects = {m: {(how, shape): sb.effect(blocks_of(rows, sched, m), how, shape)
@@ -551,8 +560,9 @@ def render(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ()) 
             out.append(f"| {x.name} | {e.pairs} | {gain_ci(e)} | {gain_ci(x.main('avg_wait'))} | "
                        f"{e.p_value:.2f} | {e.pairs_for(0.05)} |")
     out += ["", "**The estimators compared** (average JCT; gain [95% CI]): the twin as a control variate "
-            "with the interval shaped by the twin's per-block effects (the one above), the same with a "
-            "constant effect in every block, and the arms' plain job-weighted means without the twin; and "
+            "with the interval shaped by the twin's per-block effects (the one above for a switchback), the "
+            "same with a constant effect in every block, and the arms' plain job-weighted means without the "
+            "twin (the one above for a crossover, whose blocks hold both arms on the same jobs); and "
             "the twin's own A/A: the estimate on each of the jittered copies of the blocks' replays, where "
             "there is no effect but the chaos of a replay.", "",
             "| run | twin, twin-shaped | twin, constant | plain | the twin's A/A (jittered copies) | "
@@ -563,7 +573,7 @@ def render(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ()) 
         hw = [ef[k].gain() for k in (ESTIMATES[0], ESTIMATES[2])]
         half = " / ".join(f"{(g[2] - g[1]) / 2:.1%}" if math.isfinite(g[2] - g[1]) else "∞" for g in hw)
         out.append(f"| {r.name} | {gain_ci(ef[ESTIMATES[0]])} | {gain_ci(ef[ESTIMATES[1]])} | "
-                   f"{gain_ci(ef[ESTIMATES[2]])} | {aa} | {half} | {ef[ESTIMATES[0]].pairs_for(0.05)} |")
+                   f"{gain_ci(ef[ESTIMATES[2]])} | {aa} | {half} | {r.main().pairs_for(0.05)} |")
     seen = [r for r in results if r.archetypes]
     if seen:
         names = list(seen[0].archetypes)
@@ -636,7 +646,7 @@ class Experiment:
         """The effect the targets read (as `BlockResult.main`), over every run's pairs."""
         if len(self.runs) == 1:
             return self.first.main(metric)
-        how, shape = ESTIMATES[0]
+        how, shape = primary(str(self.first.plan.get("design", "")))
         return sb.effect(self.blocks(metric), how, shape)
 
 

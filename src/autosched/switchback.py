@@ -3,10 +3,14 @@ estimate of the difference they make, and its permutation confidence interval.
 
 Two configs (arm 0, the baseline; arm 1, the treatment) take turns in blocks of equal length. On
 one cluster this is a *switchback* (the config in force alternates); on two clusters a
-*crossover* (in each block one cluster runs each arm, swapped from block to block). Blocks come
-in pairs, and within each pair the order of the arms is drawn at random (`schedule`, seeded; the
-drawn arms are recorded beside the seed and checked against it), so that the cluster's own drift,
-or one cluster being slower, cancels within every pair.
+*crossover* (in each block one cluster runs each arm). In a switchback and a crossover, blocks
+come in pairs, and within each pair the order of the arms is drawn at random (`schedule`, seeded;
+the drawn arms are recorded beside the seed and checked against it), so that the cluster's own
+drift, or one cluster being slower, cancels within every pair. In a *crossover by block* each
+block's arms are drawn on their own: every block already holds both arms, on the same jobs, so
+the block is the unit of the randomisation; twice as many units give the test a finer
+distribution, and a slower cluster, no longer cancelled within a pair, adds to the spread but
+not to the estimate (it takes arm 1 as often as arm 0, on average over the draws).
 
 **The estimate.** Every block of every cluster is one observation: the arm in force, how many
 jobs the block measured (those submitted after its washout), their mean figure ``Y`` (average
@@ -28,13 +32,13 @@ real starting state under each arm. Each arm's mean over all blocks is estimated
 The effect is the log ratio of arm 1's mean to arm 0's (a gain of ``1 - exp(effect)``: 0.1 is
 arm 1 10% lower). A block without a measured job weighs nothing.
 
-**The interval.** A permutation test over the design's own randomisation: every pair's order
-flipped or not (all ``2**pairs`` assignments up to `EXACT_PAIRS` pairs, else a seeded sample of
+**The interval.** A permutation test over the design's own randomisation: every unit's
+arms (a pair of blocks, or a block in a crossover by block) flipped or not (all ``2**pairs`` assignments up to `EXACT_PAIRS` pairs, else a seeded sample of
 `SAMPLED`). It is inverted for a constant ratio ``rho`` (each block's figure under arm 1 is
 ``rho`` times its figure under arm 0: the observed ``Y`` of an arm-1 block divided by ``rho`` is
 its figure under arm 0): the 95% interval is every ``log rho`` the test does not reject at 5%. Its
 coverage is exact for a constant ratio when the washout makes a block's figures independent of
-the arms before it. With 4 pairs or fewer no p-value is below 1/16, so no finite interval exists.
+the arms before it. With 4 units or fewer no p-value is below 1/16, so no finite interval exists.
 
 Pure computation: numpy only.
 """
@@ -51,13 +55,13 @@ import numpy.typing as npt
 
 from .errors import InputError
 
-Design = Literal["switchback", "crossover"]
+Design = Literal["switchback", "crossover", "crossover-by-block"]
 Estimator = Literal["twin", "plain"]
 Shape = Literal["twin", "constant"]
-DESIGNS: tuple[Design, ...] = ("switchback", "crossover")
+DESIGNS: tuple[Design, ...] = ("switchback", "crossover", "crossover-by-block")
 ESTIMATORS: tuple[Estimator, ...] = ("twin", "plain")
 SHAPES: tuple[Shape, ...] = ("twin", "constant")
-EXACT_PAIRS = 12  # up to 4,096 assignments: enumerate them all
+EXACT_PAIRS = 12  # units (pairs, or blocks); up to 4,096 assignments: enumerate them all
 SAMPLED = 4000  # beyond: this many drawn assignments (seeded), with the observed one
 ALPHA = 0.05
 MAX_LOG_RATIO = 20.0  # a ratio beyond e^20 is no bound: the interval is unbounded on that side
@@ -83,6 +87,13 @@ class Schedule:
     def units(self) -> int:
         return int(self.arms.shape[1])
 
+    @property
+    def draws(self) -> IntArray:
+        """The unit of the randomisation each block belongs to: its pair, or itself in a
+        crossover by block."""
+        b = np.arange(self.blocks, dtype=np.int64)
+        return b if self.design == "crossover-by-block" else b // 2
+
     def to_dict(self) -> dict[str, Any]:
         return {"design": self.design, "seed": self.seed, "arms": self.arms.tolist()}
 
@@ -102,16 +113,21 @@ class Schedule:
 
 def schedule(design: str, blocks: int, seed: int) -> Schedule:
     """A randomised schedule of `blocks` blocks (even, at least 2): in each pair of blocks, the
-    arm of the first is drawn (from `seed`) and the second runs the other; a crossover's second
-    cluster runs the complement of the first."""
+    arm of the first is drawn (from `seed`) and the second runs the other, or in a crossover by
+    block every block's arm is drawn; a crossover's second cluster runs the complement of the
+    first."""
     if design not in DESIGNS:
         raise InputError(f"design {design!r}: one of {', '.join(DESIGNS)}")
     if blocks < 2 or blocks % 2:
         raise InputError(f"{blocks} blocks: a block design needs an even number, at least 2")
     if seed < 0:
         raise InputError(f"seed {seed}: a seed is an integer >= 0")
-    first = np.random.default_rng(seed).integers(0, 2, blocks // 2)
-    col = np.column_stack([first, 1 - first]).ravel().astype(np.int64)
+    rng = np.random.default_rng(seed)
+    if design == "crossover-by-block":
+        col = rng.integers(0, 2, blocks).astype(np.int64)
+    else:
+        first = rng.integers(0, 2, blocks // 2)
+        col = np.column_stack([first, 1 - first]).ravel().astype(np.int64)
     arms = col[:, None] if design == "switchback" else np.column_stack([col, 1 - col])
     return Schedule(design, seed, arms)  # type: ignore[arg-type]  # checked above
 
@@ -119,7 +135,8 @@ def schedule(design: str, blocks: int, seed: int) -> Schedule:
 @dataclass(frozen=True)
 class Blocks:
     """The observations of a block experiment, one per block and cluster: the arm in force, the
-    pair of blocks it belongs to, how many jobs it measured, their mean figure and the twin's
+    unit of the randomisation it belongs to (`pair`: its pair of blocks, or its block in a
+    crossover by block), how many jobs it measured, their mean figure and the twin's
     mean of them under each arm (columns 0 and 1). Figures of a block without jobs are 0 (they
     weigh nothing)."""
 
@@ -144,7 +161,7 @@ class Blocks:
         has = n_jobs > 0
         if (n_jobs < 0).any() or not (np.isfinite(y[has]).all() and np.isfinite(p[has]).all()):
             raise InputError("a block with jobs has a figure that is not a finite number (or a job count < 0)")
-        pair = np.repeat(np.arange(sched.blocks) // 2, sched.units).astype(np.int64)
+        pair = np.repeat(sched.draws, sched.units).astype(np.int64)
         return cls(sched.arms.reshape(-1), pair, n_jobs, np.where(has, y, 0.0),
                    np.where(has[:, None], p, 0.0))
 
