@@ -389,3 +389,15 @@ def test_what_an_archetype_could_show_in_an_aa_runs_blocks():
     aa.archetypes = {}
     assert "| run | age only | GPU first |" not in cb.render([aa])
 
+
+
+def test_a_crossover_reads_the_plain_estimate_and_a_switchback_the_twins():
+    assert cb.primary("switchback") == ("twin", "twin")
+    assert cb.primary("crossover") == cb.primary("crossover-by-block") == ("plain", "constant")
+    effects = {k: sb.Effect(k[0], k[1], -0.1 * i, -0.2, 0.0, 0.5, 64, True, 6, 1.0, 1.0)
+               for i, k in enumerate(cb.ESTIMATES)}
+    r = _result("x", 0.1, 0.0, 0.2)
+    r.effects = {"avg_jct": effects, "avg_wait": effects}
+    assert r.main().estimator == "twin" and r.main().shape == "twin"
+    r.plan = dict(r.plan, design="crossover-by-block")
+    assert r.main() is effects[("plain", "constant")]

@@ -49,9 +49,26 @@ def test_a_crossovers_second_cluster_runs_the_other_arm():
     assert np.array_equal(s.arms[:, 0], sb.schedule("switchback", 6, 1).arms[:, 0])
 
 
+def test_a_crossover_by_block_draws_every_blocks_arms_on_their_own():
+    s = sb.schedule("crossover-by-block", 12, seed=4)
+    assert s.units == 2 and (s.arms.sum(axis=1) == 1).all()  # both arms in every block
+    assert s.arms[:, 0].tolist() == np.random.default_rng(4).integers(0, 2, 12).tolist()
+    assert np.array_equal(s.arms, sb.schedule("crossover-by-block", 12, 4).arms)
+    assert s.draws.tolist() == list(range(12))  # the block is the unit
+    assert sb.schedule("crossover", 12, 4).draws.tolist() == [k // 2 for k in range(12)]
+    assert np.array_equal(sb.Schedule.from_dict(s.to_dict()).arms, s.arms)
+    with pytest.raises(InputError, match="are not what seed 4 draws"):
+        sb.Schedule.from_dict(dict(s.to_dict(), design="crossover"))
+    # the test flips each block: 2**12 assignments, each flipping both clusters of a block
+    b = sb.Blocks.of(s, np.ones(24), np.ones(24), np.ones((24, 2)))
+    assert b.pair.tolist() == [k // 2 for k in range(24)] and b.pairs == 12
+    arms, exact = sb.assignments(b)
+    assert exact and arms.shape == (4096, 24) and (arms.reshape(4096, 12, 2).sum(axis=2) == 1).all()
+
+
 @pytest.mark.parametrize("args, message", [
     (("switchback", 5, 0), "an even number"), (("switchback", 0, 0), "an even number"),
-    (("zigzag", 4, 0), "one of switchback, crossover"), (("crossover", 4, -1), "seed -1")])
+    (("zigzag", 4, 0), "one of switchback, crossover, crossover-by-block"), (("crossover", 4, -1), "seed -1")])
 def test_bad_schedules(args, message):
     with pytest.raises(InputError, match=message):
         sb.schedule(*args)
@@ -144,18 +161,25 @@ def test_the_interval_is_where_the_test_does_not_reject(shape):
 # -- synthetic experiments ------------------------------------------------------------------
 
 def _synthetic(seed: int, effect: float, blocks: int = 12, design: str = "switchback",
-               twin_effect: float = 0.7) -> sb.Blocks:
+               twin_effect: float = 0.7, shared: bool = False) -> sb.Blocks:
     """Blocks whose mean JCT varies a lot from block to block (the workload: log sd 0.5), which
     the twin follows up to its own error (log sd 0.05), with 0-60 measured jobs each; arm 1's
     figures exp(`effect`) times arm 0's (a constant ratio), the twin's prediction of the ratio
-    exp(`twin_effect` x `effect`); block noise log sd 0.1, the same under either arm."""
+    exp(`twin_effect` x `effect`); block noise log sd 0.1, the same under either arm. `shared`:
+    a crossover's clusters meet the same jobs in a block (one workload and one job count for
+    both, each cluster's noise log sd 0.05)."""
     rng = np.random.default_rng(seed)
     s = sb.schedule(design, blocks, seed)
     n = blocks * s.units
-    base = rng.normal(4, 0.5, n)
+    if shared:
+        base = np.repeat(rng.normal(4, 0.5, blocks), s.units)
+        jobs = np.repeat(rng.integers(0, 61, blocks), s.units)
+        noise = rng.normal(0, 0.05, n)
+    else:
+        base, jobs, noise = rng.normal(4, 0.5, n), rng.integers(0, 61, n), rng.normal(0, 0.1, n)
     twin = np.exp(np.column_stack([base, base + twin_effect * effect]) + rng.normal(0, 0.05, (n, 2)))
-    y = np.exp(base + rng.normal(0, 0.1, n) + effect * s.arms.reshape(-1))
-    return sb.Blocks.of(s, rng.integers(0, 61, n), y, twin)
+    y = np.exp(base + noise + effect * s.arms.reshape(-1))
+    return sb.Blocks.of(s, jobs, y, twin)
 
 
 @pytest.mark.parametrize("how", sb.ESTIMATORS)
@@ -172,17 +196,33 @@ def test_a_known_effect_is_recovered(how):
     assert lo < gain < hi and gain == pytest.approx(1 - math.exp(e.estimate))
 
 
-@pytest.mark.parametrize("design, shape", [("switchback", "twin"), ("crossover", "twin"),
-                                           ("switchback", "constant")])
-def test_the_interval_covers_zero_on_null_data_at_about_the_nominal_rate(design, shape):
-    # 300 experiments of 12 blocks without an effect, the twin right about that: a 95% interval
-    # misses 0 in about 5% of them (binomial sd 1.3%; the permutation test is exact for its
-    # family, and conservative by its discreteness)
+@pytest.mark.parametrize("design, blocks, shape, how", [
+    ("switchback", 12, "twin", "twin"), ("crossover", 12, "twin", "twin"), ("switchback", 12, "constant", "twin"),
+    ("crossover-by-block", 10, "constant", "plain")])
+def test_the_interval_covers_zero_on_null_data_at_about_the_nominal_rate(design, blocks, shape, how):
+    # 300 experiments without an effect, the twin right about that: a 95% interval misses 0 in
+    # about 5% of them (binomial sd 1.3%; the permutation test is exact for its family, and
+    # conservative by its discreteness). A crossover by block of 10 blocks: 1,024 assignments
     covered = []
     for seed in range(300):
-        e = sb.effect(_synthetic(seed, 0.0, design=design, twin_effect=0.0), shape=shape)
+        e = sb.effect(_synthetic(seed, 0.0, blocks=blocks, design=design, twin_effect=0.0, shared=design != "switchback"),
+                      how, shape)
         covered.append(e.low <= 0 <= e.high)
     assert 0.92 <= np.mean(covered) <= 0.99
+
+
+def test_a_crossover_pairs_the_arms_on_the_same_jobs():
+    # both clusters of a block meet the same workload (log sd 0.5 between blocks) and part by
+    # their own chaos (log sd 0.05): the plain contrast needs no twin, and a crossover by block
+    # resolves what a switchback of as many blocks cannot without one
+    covers = 0
+    for seed in range(8):
+        e = sb.effect(_synthetic(seed, -0.2, design="crossover-by-block", shared=True), "plain", "constant")
+        switchback = sb.effect(_synthetic(seed, -0.2), "plain", "constant")
+        assert e.assignments == 4096 and e.high < 0  # every experiment sees the effect
+        assert e.half_width < switchback.half_width / 3
+        covers += e.low <= -0.2 <= e.high
+    assert covers >= 6  # a 95% interval: rarely misses the truth (1 of 8 here)
 
 
 def test_the_twin_narrows_the_interval():
