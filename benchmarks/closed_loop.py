@@ -1486,7 +1486,9 @@ def check_decision(source: Path, plan: Plan) -> None:
     if info.get("unchanged"):
         raise InputError(f"--decision-from {source.name}: its agent changed nothing; a replicate would be an A/A run")
     theirs = Plan(**info["plan"])
-    differ = [k for k in cb.POOL_KEYS if k not in ("aa", "design", "blocks") and getattr(theirs, k) != getattr(plan, k)]
+    def key(p: Plan, k: str) -> Any:  # a trace by its file's name, as `cb.pool` reads it: checkouts differ
+        return Path(p.trace).name if k == "trace" else getattr(p, k)
+    differ = [k for k in cb.POOL_KEYS if k not in ("aa", "design", "blocks") and key(theirs, k) != key(plan, k)]
     if differ:
         raise InputError(f"--decision-from {source.name}: its run differs in {', '.join(differ)}: a replicate "
                          "runs the same window")

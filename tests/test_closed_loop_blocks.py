@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -311,6 +312,9 @@ def test_a_replicate_takes_a_finished_runs_decision(tmp_path):
     cl.check_decision(tmp_path / "w", cl.Plan("w-2", start_day=9.0, design="switchback", design_seed=1))
     # the decision, not the blocks: a crossover may measure a switchback's decision
     cl.check_decision(tmp_path / "w", cl.Plan("w-x", start_day=9.0, design="crossover", blocks=16))
+    # the same trace from another checkout
+    elsewhere = str(Path("/elsewhere") / Path(cl.Plan("w").trace).name)
+    cl.check_decision(tmp_path / "w", cl.Plan("w-y", start_day=9.0, trace=elsewhere))
     with pytest.raises(InputError, match="only a block design"):
         cl.check_decision(tmp_path / "w", cl.PLANS["w1"])
 
