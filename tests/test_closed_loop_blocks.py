@@ -314,7 +314,7 @@ def test_a_replicate_takes_a_finished_runs_decision(tmp_path):
     cl.check_decision(tmp_path / "w", cl.Plan("w-x", start_day=9.0, design="crossover", blocks=16))
     # the same trace from another checkout
     elsewhere = str(Path("/elsewhere") / Path(cl.Plan("w").trace).name)
-    cl.check_decision(tmp_path / "w", cl.Plan("w-y", start_day=9.0, trace=elsewhere))
+    cl.check_decision(tmp_path / "w", cl.Plan("w-y", start_day=9.0, design="switchback", trace=elsewhere))
     with pytest.raises(InputError, match="only a block design"):
         cl.check_decision(tmp_path / "w", cl.PLANS["w1"])
 
