@@ -488,6 +488,12 @@ def pct(x: float | None) -> str:
     return f"{x:+.1%}"
 
 
+def pval(p: float) -> str:
+    """A p-value in a table: two decimals, or two significant digits below 0.01 (4,096
+    assignments reach 0.0005)."""
+    return f"{p:.2f}" if p >= 0.01 else f"{p:.2g}"
+
+
 def gain_ci(e: sb.Effect) -> str:
     g, lo, hi = e.gain()
     return f"{pct(g)} [{pct(lo)}, {pct(hi)}]"
@@ -546,7 +552,7 @@ def render(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ()) 
         out.append(f"| {r.name} | {p['design']} | {p['start_day']:g}-{p['start_day'] + p['days']:g} | {r.jobs} | "
                    f"{r.offered_load:.2f} | {lens.blocks} × {lens.block:.0f} ({lens.washout:.0f}) | {sacct} | "
                    f"{change} | {pred} | {pct(r.twin_block_gain['avg_jct'])} ({pct(r.twin_window_gain)}) | "
-                   f"{gain_ci(e)} | {gain_ci(r.main('avg_wait'))} | {e.p_value:.2f} |")
+                   f"{gain_ci(e)} | {gain_ci(r.main('avg_wait'))} | {pval(e.p_value)} |")
     if unchanged:
         out += render_unchanged(unchanged)
     pooled = [x for x in pool(results) if len(x.runs) > 1]
@@ -558,7 +564,7 @@ def render(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ()) 
         for x in pooled:
             e = x.main()
             out.append(f"| {x.name} | {e.pairs} | {gain_ci(e)} | {gain_ci(x.main('avg_wait'))} | "
-                       f"{e.p_value:.2f} | {e.pairs_for(0.05)} |")
+                       f"{pval(e.p_value)} | {e.pairs_for(0.05)} |")
     out += ["", "**The estimators compared** (average JCT; gain [95% CI]): the twin as a control variate "
             "with the interval shaped by the twin's per-block effects (the one above for a switchback), the "
             "same with a constant effect in every block, and the arms' plain job-weighted means without the "
@@ -684,7 +690,7 @@ def targets(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ())
         lines.append(f"control ({x.name}, {x.first.control}; the twin's gain in the blocks "
                      f"{pct(x.first.twin_block_gain['avg_jct'])}): {pct(g)} [{pct(lo)}, {pct(hi)}], "
                      + ("the CI excludes 0" if lo > 0 or hi < 0 else "the CI contains 0")
-                     + f"; no effect in any block: p {e.p_value:.2f}")
+                     + f"; no effect in any block: p {pval(e.p_value)}")
     agent = [x for x in experiments if not x.first.aa and not x.first.control]
     runs = [x for x in agent if x.judged]
     few = [f"{x.name} ({sum(r.apart for r in x.runs)} of {sum(r.schedule.blocks for r in x.runs)})"
@@ -752,7 +758,7 @@ def draw(results: Sequence[BlockResult], path: Path) -> None:
         ax.set_ylabel("gain, avg JCT")
         ax.set_xticks(k)
         ax.legend(fontsize=7, loc="upper left", ncol=3, framealpha=0.6)
-    axes[-1, 0].set_xlabel("pair of blocks")
+    axes[-1, 0].set_xlabel("pair of blocks (a block in a crossover by block)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90, metadata={"Software": None})

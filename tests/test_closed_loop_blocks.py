@@ -405,3 +405,7 @@ def test_a_crossover_reads_the_plain_estimate_and_a_switchback_the_twins():
     assert r.main().estimator == "twin" and r.main().shape == "twin"
     r.plan = dict(r.plan, design="crossover-by-block")
     assert r.main() is effects[("plain", "constant")]
+
+
+def test_small_p_values_keep_two_digits():
+    assert [cb.pval(p) for p in (0.55, 0.0100, 0.0029296875, 1 / 4096)] == ["0.55", "0.01", "0.0029", "0.00024"]
