@@ -404,7 +404,7 @@ def primary(design: str) -> tuple[sb.Estimator, sb.Shape]:
     every block on the same jobs, so their plain means are already paired, and the twin's replay
     of each cluster only adds its own error (the crossover A/A: a half-width of 7.8% plain, 10.4%
     with the twin)."""
-    return ESTIMATES[2] if design.startswith("crossover") else ESTIMATES[0]
+    return ESTIMATES[2] if design in sb.CROSSOVERS else ESTIMATES[0]
 MIN_APART = 0.5  # the share of a run's blocks whose arms must differ for the targets to judge it
 
 

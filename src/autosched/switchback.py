@@ -32,8 +32,9 @@ real starting state under each arm. Each arm's mean over all blocks is estimated
 The effect is the log ratio of arm 1's mean to arm 0's (a gain of ``1 - exp(effect)``: 0.1 is
 arm 1 10% lower). A block without a measured job weighs nothing.
 
-**The interval.** A permutation test over the design's own randomisation: every unit's
-arms (a pair of blocks, or a block in a crossover by block) flipped or not (all ``2**pairs`` assignments up to `EXACT_PAIRS` pairs, else a seeded sample of
+**The interval.** A permutation test over the design's own randomisation: every unit's arms (a
+pair of blocks, or a block in a crossover by block) flipped or not (all ``2**pairs`` assignments
+up to `EXACT_PAIRS` pairs, else a seeded sample of
 `SAMPLED`). It is inverted for a constant ratio ``rho`` (each block's figure under arm 1 is
 ``rho`` times its figure under arm 0: the observed ``Y`` of an arm-1 block divided by ``rho`` is
 its figure under arm 0): the 95% interval is every ``log rho`` the test does not reject at 5%. Its
@@ -59,6 +60,7 @@ Design = Literal["switchback", "crossover", "crossover-by-block"]
 Estimator = Literal["twin", "plain"]
 Shape = Literal["twin", "constant"]
 DESIGNS: tuple[Design, ...] = ("switchback", "crossover", "crossover-by-block")
+CROSSOVERS: tuple[Design, ...] = ("crossover", "crossover-by-block")  # two clusters, both arms in every block
 ESTIMATORS: tuple[Estimator, ...] = ("twin", "plain")
 SHAPES: tuple[Shape, ...] = ("twin", "constant")
 EXACT_PAIRS = 12  # units (pairs, or blocks); up to 4,096 assignments: enumerate them all
@@ -128,7 +130,7 @@ def schedule(design: str, blocks: int, seed: int) -> Schedule:
     else:
         first = rng.integers(0, 2, blocks // 2)
         col = np.column_stack([first, 1 - first]).ravel().astype(np.int64)
-    arms = col[:, None] if design == "switchback" else np.column_stack([col, 1 - col])
+    arms = np.column_stack([col, 1 - col]) if design in CROSSOVERS else col[:, None]
     return Schedule(design, seed, arms)  # type: ignore[arg-type]  # checked above
 
 
