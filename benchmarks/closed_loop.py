@@ -1597,8 +1597,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--port-base", type=int, default=23000, help="cluster A's; B's is 100 above")
     ap.add_argument("--pick", action="store_true", help="score every window of --trace in the twin "
                     f"(offered load, what the archetypes gain over it and in the blocks) and name those at "
-                    f"a load of {PICK_LOAD[0]:g}-{PICK_LOAD[1]:g} where one gains at least {PICK_GAIN:.0%} "
-                    f"over the window and the blocks show at least {PICK_SEEN:.0%} of it")
+                    f"a load of {PICK_LOAD[0]:g}-{PICK_LOAD[1]:g} where one gains at least {PICK_GAIN:.0%}% "
+                    f"over the window and the blocks show at least {PICK_SEEN:.0%}% of it")
     ap.add_argument("--analyse", action="store_true", help="recompute every table from the "
                     "committed runs in --out, rewrite docs/closed-loop.md's section and the plot")
     ap.add_argument("--check", action="store_true", help="with --analyse: exit 1 if the doc is not current")
