@@ -1434,7 +1434,8 @@ def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult
         tau[label] = tw.agreement(run_u.real, whole, info["baseline"]["bf_interval"])["tau"]
     configs = (dict(info["configs"][0]), dict(info["configs"][1]))
     tl = cb.Timeline(lens.block, lens.washout, sched, configs, tuple(dict(c) for c in info.get("arm1") or ()))
-    rows = cb.block_rows(runs, specs, tl, jitters=jitters, seed=int(plan.get("seed", 0)))
+    memo: dict[tuple[Any, ...], cb.Figures] = {}
+    rows = cb.block_rows(runs, specs, tl, jitters=jitters, seed=int(plan.get("seed", 0)), memo=memo)
     effects, gains, aa = cb.analyse_rows(rows, sched)
     jobs = runs[0].real.trace
     window = 1 - (float(cb.simulate(jobs, specs[0], [(0.0, configs[1])]).records().jct.mean())
@@ -1443,7 +1444,7 @@ def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult
     if plan.get("aa"):
         for name, arch in ARCHETYPES.items():
             other = cb.Timeline(lens.block, lens.washout, sched, (configs[0], {**configs[0], **arch}))
-            archetypes[name] = cb.twin_block_gain(cb.block_rows(runs, specs, other, jitters=0))
+            archetypes[name] = cb.twin_block_gain(cb.block_rows(runs, specs, other, memo=memo))
     return cb.BlockResult(outdir.name, plan, len(names), float(info["offered_load"]), lens, sched, accounted,
                           rows, effects, gains, window, aa, tau, info.get("decision"), info.get("wall_run"),
                           info.get("wall_total"), configs, archetypes, tl.arm1)

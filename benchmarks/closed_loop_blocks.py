@@ -346,19 +346,28 @@ class BlockRow:
 
 
 def block_rows(runs: Sequence[UnitRun], spec: ClusterSpec | Sequence[ClusterSpec], timeline: Timeline,
-               jitters: int = 0, seed: int = 0) -> list[BlockRow]:
+               jitters: int = 0, seed: int = 0, memo: dict[tuple[Any, ...], Figures] | None = None) -> list[BlockRow]:
     """Every block of every cluster (`runs[u]` is cluster u's, its twin `spec[u]`, or one spec for
-    all), block by block."""
+    all), block by block. A replay is computed once for the configs that schedule alike: both
+    arms of an A/A block share it, and `memo` (for these runs and specs only) carries the replays
+    into another call, as an A/A run's archetypes reuse its baseline's."""
     specs = [spec] * len(runs) if isinstance(spec, ClusterSpec) else list(spec)
+    memo = {} if memo is None else memo
     rows = []
     for k in range(timeline.schedule.blocks):
         s, m, e = timeline.bounds(k)
         for u, (run, spec_u) in enumerate(zip(runs, specs)):
+
+            def replay(config: Mapping[str, Any], copy: int = 0) -> Figures:
+                key = (k, u, copy, seed if copy else 0, tuple(sorted(twin_config(config).items())))
+                if key not in memo:
+                    memo[key] = replay_block(run, spec_u, s, m, e, config, copy=copy, seed=seed)
+                return memo[key]
+
             arm = int(timeline.schedule.arms[k, u])
-            twin = tuple(replay_block(run, spec_u, s, m, e, timeline.arm_config(k, a)) for a in (0, 1))
-            jit = tuple(replay_block(run, spec_u, s, m, e, timeline.arm_config(k, arm), copy=c, seed=seed)
-                        for c in range(1, jitters + 1))
-            rows.append(BlockRow(k, u, arm, realized(run, m, e), (twin[0], twin[1]), jit))
+            twin = (replay(timeline.arm_config(k, 0)), replay(timeline.arm_config(k, 1)))
+            jit = tuple(replay(timeline.arm_config(k, arm), c) for c in range(1, jitters + 1))
+            rows.append(BlockRow(k, u, arm, realized(run, m, e), twin, jit))
     return rows
 
 

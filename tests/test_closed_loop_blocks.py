@@ -82,6 +82,30 @@ def test_a_block_replayed_under_a_changing_arm_1_gives_back_what_happened():
             assert r.twin[0].avg_jct == pytest.approx(r.twin[1].avg_jct, abs=1e-6)
 
 
+def test_a_replay_is_computed_once_for_configs_that_schedule_alike(monkeypatch):
+    # an A/A timeline of 4 blocks on one cluster: each block's two arms and its jittered copy
+    # under the baseline are 2 distinct replays, not 3; a second call with GPU first as arm 1
+    # and the same memo adds only GPU first's 4, and its arm 0 figures are the first call's
+    base = cl.baseline(120.0)
+    sched = sb.schedule("switchback", 4, 0)
+    spec = cb.testbed_spec()
+    aa = cb.Timeline(150.0, 75.0, sched, (base, dict(base)))
+    run = cb.simulate_run(_workload(), spec, aa, 0)
+    calls = []
+    replay = cb.replay_block
+    monkeypatch.setattr(cb, "replay_block", lambda *a, **k: calls.append(a[5]) or replay(*a, **k))
+    memo: dict = {}
+    rows = cb.block_rows([run], spec, aa, jitters=1, memo=memo)
+    assert len(calls) == 4 * 2
+    assert all(r.twin[0] == r.twin[1] for r in rows)
+    gpu = cb.Timeline(150.0, 75.0, sched, (base, {**base, **cl.ARCHETYPES["GPU first"]}))
+    again = cb.block_rows([run], spec, gpu, memo=memo)
+    assert len(calls) == 4 * 2 + 4
+    assert [r.twin[0] for r in again] == [r.twin[0] for r in rows]
+    monkeypatch.undo()
+    assert again == cb.block_rows([run], spec, gpu)  # the memo changes no figure
+
+
 # -- the replay from a block's real starting state --------------------------------------------
 
 def _run(submit, start, end, gpus, nodes, seconds=None) -> "cb.UnitRun":
