@@ -14,7 +14,6 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from scipy.stats import norm
 
 from ..trace.table import Trace
 from .base import WorkloadError, check_sample_size
@@ -30,6 +29,8 @@ def scenario_levels(n: int, sd: float) -> np.ndarray:
     check_level_sd(sd)
     if n < 1:
         raise WorkloadError(f"scenario levels: need at least 1 (got {n})")
+    from scipy.stats import norm  # here: scipy.stats takes 1.6 s to import, and every CLI command loads this module
+
     levels = np.exp(sd * norm.ppf((np.arange(n) + 0.5) / n))
     return levels / levels.mean()
 
