@@ -7,6 +7,7 @@ they were."""
 from __future__ import annotations
 
 from dataclasses import replace
+from functools import cache
 
 import optuna
 import pytest
@@ -150,8 +151,14 @@ def test_the_portfolio_gets_the_within_policy_best_beside_the_searchs_best():
     assert SEARCH_WITHIN not in [c.name for c in candidates(MF.space, DEFAULT, [], SMALL_FIRST, DEFAULT)]
 
 
+# The tests that read `_round` share one worker, so that each round is decided once (20-60 s each).
+ROUNDS = pytest.mark.xdist_group("search_policy_rounds")
+
+
+@cache
 def _round(search_policy: bool, milder: bool = True):
-    """One multifactor round on a small synthetic trace, with the real tuner."""
+    """One multifactor round on a small synthetic trace, with the real tuner (the tests only
+    read the decision)."""
     tr = synthetic_trace(days=4, per_day=120, seed=5)
     cl = ClusterSpec.uniform_nodes(1, 4)
     sim = Simulator(tr, cl, MF(DEFAULT)).run(until=2 * 86400)
@@ -162,6 +169,7 @@ def _round(search_policy: bool, milder: bool = True):
     return ctrl.decide(obs)
 
 
+@ROUNDS
 def test_a_round_checks_its_search_and_the_option_off_leaves_it_free():
     on, off = _round(True), _round(False)
     assert off.search_within_policy is None
@@ -182,6 +190,7 @@ OFF_CANDIDATE = {**DEFAULT, "PriorityWeightAge": 0, "PriorityWeightFairshare": 0
                  "PriorityFavorSmall": True}
 
 
+@ROUNDS
 def test_the_option_off_decides_as_before():
     d = _round(False)
     assert (d.deployed, d.leader, round(d.predicted_gain, 6), round(d.spread, 6)) == OFF_DECISION
@@ -192,6 +201,7 @@ def test_the_option_off_decides_as_before():
     assert d.candidate == OFF_CANDIDATE
 
 
+@ROUNDS
 def test_the_milder_variants_join_the_race_unless_turned_off():
     # GPU first breaks the policy there with a gain of 9.6%: raced again halfway; --no-milder: not
     names = [r["name"] for r in _round(False).portfolio]
