@@ -349,8 +349,9 @@ def block_rows(runs: Sequence[UnitRun], spec: ClusterSpec | Sequence[ClusterSpec
                jitters: int = 0, seed: int = 0, memo: dict[tuple[Any, ...], Figures] | None = None) -> list[BlockRow]:
     """Every block of every cluster (`runs[u]` is cluster u's, its twin `spec[u]`, or one spec for
     all), block by block. A replay is computed once for the configs that schedule alike: both
-    arms of an A/A block share it, and `memo` (for these runs and specs only) carries the replays
-    into another call, as an A/A run's archetypes reuse its baseline's."""
+    arms of an A/A block share it, and `memo` (for these runs and specs only; keyed by the
+    block's bounds) carries the replays into another call, as an A/A run's archetypes reuse
+    their baseline's."""
     specs = [spec] * len(runs) if isinstance(spec, ClusterSpec) else list(spec)
     memo = {} if memo is None else memo
     rows = []
@@ -359,7 +360,7 @@ def block_rows(runs: Sequence[UnitRun], spec: ClusterSpec | Sequence[ClusterSpec
         for u, (run, spec_u) in enumerate(zip(runs, specs)):
 
             def replay(config: Mapping[str, Any], copy: int = 0) -> Figures:
-                key = (k, u, copy, seed if copy else 0, tuple(sorted(twin_config(config).items())))
+                key = (s, m, e, u, copy, seed if copy else 0, tuple(sorted(twin_config(config).items())))
                 if key not in memo:
                     memo[key] = replay_block(run, spec_u, s, m, e, config, copy=copy, seed=seed)
                 return memo[key]

@@ -104,6 +104,8 @@ def test_a_replay_is_computed_once_for_configs_that_schedule_alike(monkeypatch):
     assert [r.twin[0] for r in again] == [r.twin[0] for r in rows]
     monkeypatch.undo()
     assert again == cb.block_rows([run], spec, gpu)  # the memo changes no figure
+    shorter = cb.Timeline(100.0, 50.0, sched, (base, dict(base)))  # other bounds: other replays
+    assert cb.block_rows([run], spec, shorter, memo=memo) == cb.block_rows([run], spec, shorter)
 
 
 # -- the replay from a block's real starting state --------------------------------------------
