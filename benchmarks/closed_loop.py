@@ -1513,7 +1513,10 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
         raise InputError(f"--seed {args.seed}: a seed is an integer >= 0")
     if args.design_seed is not None and args.design_seed < 0:
         raise InputError(f"--design-seed {args.design_seed}: a seed is an integer >= 0")
-    if args.blocks is not None and (args.blocks < 2 or args.blocks % 2):
+    by_run = args.design == "crossover-by-run"
+    if args.blocks is not None and by_run and args.blocks != 1:
+        raise InputError(f"--blocks {args.blocks}: a crossover by run is one block, the whole window")
+    if args.blocks is not None and not by_run and (args.blocks < 2 or args.blocks % 2):
         raise InputError(f"--blocks {args.blocks}: an even number of blocks, at least 2 "
                          f"({cb.MIN_BLOCKS} for a 95% interval)")
     if args.model is not None and args.model not in MODELS:
@@ -1528,7 +1531,7 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
     changes = {k: v for k, v in (("trace", args.trace), ("start_day", args.start_day),
                                  ("seed", args.seed), ("load", args.load), ("model", args.model),
                                  ("model_trace_time", args.model_trace_time), ("design", args.design),
-                                 ("design_seed", args.design_seed), ("blocks", args.blocks),
+                                 ("design_seed", args.design_seed), ("blocks", 1 if by_run else args.blocks),
                                  ("decision_from", args.decision_from), ("control", args.control),
                                  ("in_window", args.in_window))
                if v is not None}
@@ -1538,6 +1541,9 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
     if plan.in_window and (plan.aa or plan.decision_from or plan.control or plan.design == "side-by-side"):
         raise InputError("--in-window: the agent's loop through the window of a block design (not with an A/A "
                          "plan, --decision-from, --control or the side-by-side design)")
+    if plan.in_window and plan.design == "crossover-by-run":
+        raise InputError("--in-window: a crossover by run has one block, whose arm 1 is set at the window's start: "
+                         "give it the agent's decision of a finished run (--decision-from)")
     if plan.control and (plan.aa or plan.decision_from or plan.design == "side-by-side"):
         raise InputError(f"--control {plan.control!r}: a control is arm 1 of a block design, without an agent "
                          "(not with an A/A plan, --decision-from or the side-by-side design)")
@@ -1586,7 +1592,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "samples on the trace's clock (agent init --time-scale SCALE), not the compressed one")
     ap.add_argument("--design", choices=("side-by-side", *sb.DESIGNS), help="the plan's design, or another")
     ap.add_argument("--design-seed", type=int, help="the seed of the block order (>= 0)")
-    ap.add_argument("--blocks", type=int, help=f"blocks of a block design (even; {cb.MIN_BLOCKS} by default)")
+    ap.add_argument("--blocks", type=int, help=f"blocks of a block design (even; {cb.MIN_BLOCKS} by default; "
+                    "a crossover by run is one)")
     ap.add_argument("--decision-from", metavar="RUN", help="a replicate: arm 1 is the config the agent chose in "
                     "run RUN (in --out), with no agent round of its own; both runs' pairs are read together")
     ap.add_argument("--control", metavar="ARCHETYPE|KNOB=VALUE,...", help="a control: arm 1 is this "

@@ -122,6 +122,9 @@ class Lengths:
 
     def why(self, scale: float) -> str:
         h = 3600.0 / scale
+        if self.blocks == 1:
+            return (f"one block, the whole window ({self.block:.0f} s, {self.block / h:.1f} trace h), nothing "
+                    "left out: each cluster runs one config from the window's first job, on an empty cluster")
         return (f"{self.blocks} blocks of {self.block:.0f} s ({self.block / h:.1f} trace h), the first "
                 f"{self.washout:.0f} s ({self.washout / h:.1f} trace h) of each left out: the jobs running "
                 f"at a switch release half the GPU-time they hold in {self.half_release:.0f} s, and "
@@ -139,22 +142,25 @@ def release(jobs: Sequence[tw.Job], t: float) -> float:
 
 def lengths(jobs: Sequence[tw.Job], run: float, blocks: int = MIN_BLOCKS) -> Lengths:
     """The blocks of a run of `run` wall s over `jobs`: `blocks` of them (even; `MIN_BLOCKS`, the
-    fewest that give a 95% interval, unless a short check asks for fewer), as long as the run allows, since a config's effect on the backlog builds up
-    over a block and a short block measures less of it; the first half of each is its washout.
-    `half_release` says how long the jobs running at a switch take to release half the GPU-time
-    they hold (`release`): the washout is meant to exceed it, so that the backlog the other
-    config left is mostly started before the block's measured jobs arrive."""
+    fewest that give a 95% interval, unless a short check asks for fewer), as long as the run
+    allows, since a config's effect on the backlog builds up over a block and a short block
+    measures less of it; the first half of each is its washout. `half_release` says how long the
+    jobs running at a switch take to release half the GPU-time they hold (`release`): the washout
+    is meant to exceed it, so that the backlog the other config left is mostly started before the
+    block's measured jobs arrive. One block (a crossover by run) is the whole run, without a
+    washout: the window starts on an empty cluster, and no other config came before it."""
     if not jobs:
         raise InputError("no job: a block design needs the window's jobs")
-    if blocks < 2 or blocks % 2:
+    if blocks != 1 and (blocks < 2 or blocks % 2):
         raise InputError(f"{blocks} blocks: a block design needs an even number (at least {MIN_BLOCKS} "
-                         "for a 95% interval)")
+                         "for a 95% interval), or one for the whole window")
     lo, hi = 0.0, float(max(j.seconds for j in jobs))
     for _ in range(60):  # release() grows with t: bisect for one half
         mid = (lo + hi) / 2
         lo, hi = (mid, hi) if release(jobs, mid) < 0.5 else (lo, mid)
     block = run / blocks
-    return Lengths(blocks, block, block / 2, hi, release(jobs, block / 2))
+    washout = 0.0 if blocks == 1 else block / 2
+    return Lengths(blocks, block, washout, hi, release(jobs, washout))
 
 
 # ----------------------------------------------------------------------------- the design's clock
@@ -308,11 +314,12 @@ def block_trace(run: UnitRun, t_s: float, copy: int = 0, seed: int = 0) -> tuple
 
 
 def replay_block(run: UnitRun, spec: ClusterSpec, t_s: float, t_m: float, t_e: float,
-                 config: Mapping[str, Any], copy: int = 0, seed: int = 0) -> Figures:
+                 config: Mapping[str, Any], copy: int = 0, seed: int = 0, last: bool = False) -> Figures:
     """The twin's figures of the jobs submitted in [t_m, t_e) (window clock) when the block
     [t_s, t_e) runs `config`, replayed from the block's real starting state (module doc). Jobs
     that arrive more than a block's length after the measured jobs really started are left out:
-    they cannot have delayed them."""
+    they cannot have delayed them. After the `last` block no config followed: `config` stays in
+    force until the jobs are done, as the block's own config stayed on the real cluster."""
     o = run.origin
     r = run.real
     m = measured(r, o + t_m, o + t_e)
@@ -322,8 +329,9 @@ def replay_block(run: UnitRun, spec: ClusterSpec, t_s: float, t_m: float, t_e: f
     trace, order = block_trace(run, o + t_s, copy, seed)
     keep = np.flatnonzero(trace.submit_time <= horizon)
     trace, order = trace.take(keep), order[keep]
-    switches = [(0.0, run.config_at(o + t_s - 1e-6)), (o + t_s, config), (o + t_e, run.config_at(o + t_e)),
-                *[(t, c) for t, c in run.switches if o + t_e < t <= horizon]]
+    switches = [(0.0, run.config_at(o + t_s - 1e-6)), (o + t_s, config)]
+    if not last:
+        switches += [(o + t_e, run.config_at(o + t_e)), *[(t, c) for t, c in run.switches if o + t_e < t <= horizon]]
     rec = simulate(trace, pinned(spec), switches).records()
     sub = r.submit[order]
     m = (sub >= o + t_m) & (sub < o + t_e)
@@ -360,9 +368,11 @@ def block_rows(runs: Sequence[UnitRun], spec: ClusterSpec | Sequence[ClusterSpec
         for u, (run, spec_u) in enumerate(zip(runs, specs)):
 
             def replay(config: Mapping[str, Any], copy: int = 0) -> Figures:
-                key = (s, m, e, u, copy, seed if copy else 0, tuple(sorted(twin_config(config).items())))
+                key = (s, m, e, k == timeline.schedule.blocks - 1, u, copy, seed if copy else 0,
+                       tuple(sorted(twin_config(config).items())))
                 if key not in memo:
-                    memo[key] = replay_block(run, spec_u, s, m, e, config, copy=copy, seed=seed)
+                    memo[key] = replay_block(run, spec_u, s, m, e, config, copy=copy, seed=seed,
+                                             last=k == timeline.schedule.blocks - 1)
                 return memo[key]
 
             arm = int(timeline.schedule.arms[k, u])

@@ -336,6 +336,9 @@ def no_clusters(monkeypatch):
     (["--seed", "-1"], "--seed -1: a seed is an integer >= 0"),
     (["--control", "age only"], "--control 'age only': a control is arm 1 of a block design"),  # w1: side by side
     (["--in-window"], "--in-window: the agent's loop through the window of a block design"),  # w1: side by side
+    (["--design", "crossover-by-run", "--blocks", "2"], "--blocks 2: a crossover by run is one block"),
+    (["--design", "crossover-by-block", "--blocks", "1"], "--blocks 1: an even number of blocks"),
+    (["--design", "crossover-by-run", "--in-window"], "--in-window: a crossover by run has one block"),
 ])
 def test_a_bad_flag_is_one_error_line_before_anything_starts(flags, message, no_clusters, tmp_path, capsys):
     assert cl.main(["--run", "w1", "--out", str(tmp_path), *flags]) == 2

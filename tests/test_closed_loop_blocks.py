@@ -41,6 +41,10 @@ def test_release_and_lengths_by_hand():
     assert "12 blocks of 100 s (3.3 trace h)" in lens.why(120.0)
     with pytest.raises(InputError, match="an even number"):
         cb.lengths(jobs, 1200.0, blocks=5)
+    # one block (a crossover by run): the whole run, nothing left out
+    whole = cb.lengths(jobs, 1200.0, blocks=1)
+    assert (whole.blocks, whole.block, whole.washout, whole.released) == (1, 1200.0, 0.0, 0.0)
+    assert whole.why(120.0).startswith("one block, the whole window (1200 s, 40.0 trace h), nothing left out")
     with pytest.raises(InputError, match="no job"):
         cb.lengths([], 1200.0)
 
@@ -182,6 +186,25 @@ def test_a_block_replayed_under_its_own_config_gives_back_what_happened():
         assert same.avg_wait == pytest.approx(r.realized.avg_wait, abs=1e-6)
     # the run is busy enough that the other config changes some block
     assert any(abs(r.twin[1 - r.arm].avg_jct - r.realized.avg_jct) > 0.1 for r in rows)
+
+
+def test_a_crossover_by_run_measures_every_job_of_the_window_on_both_clusters():
+    # the twin plays both clusters of a crossover by run (one block, no washout), and the block is
+    # replayed from the empty cluster the window starts on: every job is measured, on each
+    # cluster under its own config, and the replay under that config gives the run back
+    base = cl.baseline(120.0)
+    other = {**base, **cl.ARCHETYPES["GPU first"]}
+    trace = _workload()
+    spec = cb.testbed_spec()
+    tl = cb.Timeline(600.0, 0.0, sb.schedule("crossover-by-run", 1, 5), (base, other))
+    runs = [cb.simulate_run(trace, spec, tl, u) for u in (0, 1)]
+    rows = cb.block_rows(runs, spec, tl)
+    assert [(r.block, r.unit, r.arm) for r in rows] == [(0, u, int(tl.schedule.arms[0, u])) for u in (0, 1)]
+    for r in rows:
+        assert r.realized.jobs == len(trace)
+        assert r.twin[r.arm].avg_jct == pytest.approx(r.realized.avg_jct, abs=1e-6)
+    # the two clusters ran the two configs on the same jobs
+    assert rows[0].twin == rows[1].twin
 
 
 def test_twin_block_gain_and_blocks_of_by_hand():

@@ -66,8 +66,45 @@ def test_a_crossover_by_block_draws_every_blocks_arms_on_their_own():
     assert exact and arms.shape == (4096, 24) and (arms.reshape(4096, 12, 2).sum(axis=2) == 1).all()
 
 
+def _runs(arms1: list[int], y0: list[float], ratio: float, jobs: float = 200.0) -> sb.Blocks:
+    """Runs of a crossover by run read together, as `closed_loop_blocks.Experiment` reads them:
+    run k's cluster A runs arm ``arms1[k]``, its clusters' figures ``y0[k]`` under arm 0 and
+    ``ratio`` times that under arm 1 (the twin the same as realized)."""
+    arm = np.array([[a, 1 - a] for a in arms1], dtype=np.int64).reshape(-1)
+    # the two clusters of a run part by 1% on the same jobs (cluster B the slower)
+    y = np.repeat(np.asarray(y0, dtype=float), 2) * np.tile([1.0, 1.01], len(arms1)) * np.where(arm == 1, ratio, 1.0)
+    twin = np.column_stack([y / np.where(arm == 1, ratio, 1.0), y / np.where(arm == 1, ratio, 1.0) * ratio])
+    return sb.Blocks(arm, np.repeat(np.arange(len(arms1)), 2).astype(np.int64), np.full(len(arm), jobs), y, twin)
+
+
+def test_a_crossover_by_run_is_one_block_and_each_run_one_unit():
+    s = sb.schedule("crossover-by-run", 1, seed=3)
+    assert s.arms.shape == (1, 2) and s.arms.sum() == 1
+    assert s.arms[0, 0] == np.random.default_rng(3).integers(0, 2, 1)[0]
+    assert s.draws.tolist() == [0]
+    assert np.array_equal(sb.Schedule.from_dict(s.to_dict()).arms, s.arms)
+    # six runs, every one halving the mean JCT, whichever cluster drew the agent's config: the
+    # test flips each run (64 assignments), and only the observed one and its mirror are as far
+    # from 0, so p = 2/64
+    b = _runs([1, 0, 0, 1, 1, 0], [300, 310, 290, 305, 295, 300], 0.5)
+    e = sb.effect(b, "plain", "constant")
+    assert e.exact and e.assignments == 64 and e.pairs == 6
+    assert e.p_value == pytest.approx(2 / 64)
+    assert e.estimate == pytest.approx(math.log(0.5), abs=0.01) and e.low <= math.log(0.5) <= e.high < 0
+    assert e.half_width < 0.02  # six runs that agree within 1% pin the ratio within about 1%
+    # five runs cannot: 32 assignments, and the two extreme ones give p = 1/16
+    assert sb.effect(_runs([1, 0, 0, 1, 1], [300, 310, 290, 305, 295], 0.5), "plain", "constant").p_value \
+        == pytest.approx(2 / 32)
+    # one run that went the other way, and the interval reaches 0
+    mixed = _runs([1, 0, 0, 1, 1, 0], [300, 310, 290, 305, 295, 300], 0.5)
+    flipped = sb.Blocks(mixed.arm, mixed.pair, mixed.jobs, mixed.realized[[1, 0, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11]],
+                        mixed.twin)
+    assert sb.effect(flipped, "plain", "constant").p_value > 0.05
+
+
 @pytest.mark.parametrize("args, message", [
     (("switchback", 5, 0), "an even number"), (("switchback", 0, 0), "an even number"),
+    (("crossover-by-run", 2, 0), "one block, the whole window"), (("crossover-by-block", 1, 0), "an even number"),
     (("zigzag", 4, 0), "one of switchback, crossover, crossover-by-block"), (("crossover", 4, -1), "seed -1")])
 def test_bad_schedules(args, message):
     with pytest.raises(InputError, match=message):

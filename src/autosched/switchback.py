@@ -10,7 +10,11 @@ drift, or one cluster being slower, cancels within every pair. In a *crossover b
 block's arms are drawn on their own: every block already holds both arms, on the same jobs, so
 the block is the unit of the randomisation; twice as many units give the test a finer
 distribution, and a slower cluster, no longer cancelled within a pair, adds to the spread but
-not to the estimate (it takes arm 1 as often as arm 0, on average over the draws).
+not to the estimate (it takes arm 1 as often as arm 0, on average over the draws). In a
+*crossover by run* the whole window is one block: each cluster runs one arm from the window's
+first job to its last, which cluster runs arm 1 is drawn, and a run is one unit: replicate runs
+of the window are read together (a config that acts through the backlog a burst leaves, a day
+later, is measured whole, where shorter blocks split it between arms).
 
 **The estimate.** Every block of every cluster is one observation: the arm in force, how many
 jobs the block measured (those submitted after its washout), their mean figure ``Y`` (average
@@ -56,11 +60,13 @@ import numpy.typing as npt
 
 from .errors import InputError
 
-Design = Literal["switchback", "crossover", "crossover-by-block"]
+Design = Literal["switchback", "crossover", "crossover-by-block", "crossover-by-run"]
 Estimator = Literal["twin", "plain"]
 Shape = Literal["twin", "constant"]
-DESIGNS: tuple[Design, ...] = ("switchback", "crossover", "crossover-by-block")
-CROSSOVERS: tuple[Design, ...] = ("crossover", "crossover-by-block")  # two clusters, both arms in every block
+DESIGNS: tuple[Design, ...] = ("switchback", "crossover", "crossover-by-block", "crossover-by-run")
+# two clusters, both arms in every block
+CROSSOVERS: tuple[Design, ...] = ("crossover", "crossover-by-block", "crossover-by-run")
+BY_BLOCK: tuple[Design, ...] = ("crossover-by-block", "crossover-by-run")  # each block a unit of its own
 ESTIMATORS: tuple[Estimator, ...] = ("twin", "plain")
 SHAPES: tuple[Shape, ...] = ("twin", "constant")
 EXACT_PAIRS = 12  # units (pairs, or blocks); up to 4,096 assignments: enumerate them all
@@ -94,7 +100,7 @@ class Schedule:
         """The unit of the randomisation each block belongs to: its pair, or itself in a
         crossover by block."""
         b = np.arange(self.blocks, dtype=np.int64)
-        return b if self.design == "crossover-by-block" else b // 2
+        return b if self.design in BY_BLOCK else b // 2
 
     def to_dict(self) -> dict[str, Any]:
         return {"design": self.design, "seed": self.seed, "arms": self.arms.tolist()}
@@ -114,18 +120,20 @@ class Schedule:
 
 
 def schedule(design: str, blocks: int, seed: int) -> Schedule:
-    """A randomised schedule of `blocks` blocks (even, at least 2): in each pair of blocks, the
-    arm of the first is drawn (from `seed`) and the second runs the other, or in a crossover by
-    block every block's arm is drawn; a crossover's second cluster runs the complement of the
-    first."""
+    """A randomised schedule of `blocks` blocks (even, at least 2; exactly 1 in a crossover by
+    run): in each pair of blocks, the arm of the first is drawn (from `seed`) and the second runs
+    the other, or in a crossover by block (or by run) every block's arm is drawn; a crossover's
+    second cluster runs the complement of the first."""
     if design not in DESIGNS:
         raise InputError(f"design {design!r}: one of {', '.join(DESIGNS)}")
-    if blocks < 2 or blocks % 2:
+    if design == "crossover-by-run" and blocks != 1:
+        raise InputError(f"{blocks} blocks: a crossover by run is one block, the whole window")
+    if design != "crossover-by-run" and (blocks < 2 or blocks % 2):
         raise InputError(f"{blocks} blocks: a block design needs an even number, at least 2")
     if seed < 0:
         raise InputError(f"seed {seed}: a seed is an integer >= 0")
     rng = np.random.default_rng(seed)
-    if design == "crossover-by-block":
+    if design in BY_BLOCK:
         col = rng.integers(0, 2, blocks).astype(np.int64)
     else:
         first = rng.integers(0, 2, blocks // 2)
