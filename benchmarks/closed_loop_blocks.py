@@ -577,9 +577,10 @@ def render(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ()) 
         out += render_unchanged(unchanged)
     pooled = [x for x in pool(results) if len(x.runs) > 1]
     if pooled:
-        out += ["", "**Replicate runs read together** (the same window and configs; every run's pairs, "
-                "each run's order drawn apart):", "",
-                "| runs | pairs | realized gain, avg JCT [95% CI] | avg wait [95% CI] | p (no effect) | pairs for ±5% |",
+        out += ["", "**Replicate runs read together** (the same window, design and configs; every run's units, "
+                "each run's draw apart; a unit is what the test flips: a pair of blocks, a block of a crossover "
+                "by block, a run of a crossover by run):", "",
+                "| runs | units | realized gain, avg JCT [95% CI] | avg wait [95% CI] | p (no effect) | units for ±5% |",
                 "|---|---|---|---|---|---|"]
         for x in pooled:
             e = x.main()
@@ -592,7 +593,7 @@ def render(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ()) 
             "the twin's own A/A: the estimate on each of the jittered copies of the blocks' replays, where "
             "there is no effect but the chaos of a replay.", "",
             "| run | twin, twin-shaped | twin, constant | plain | the twin's A/A (jittered copies) | "
-            "half-width: twin-shaped / plain | pairs for ±5% |", "|---|---|---|---|---|---|---|"]
+            "half-width: twin-shaped / plain | units for ±5% |", "|---|---|---|---|---|---|---|"]
     for r in results:
         ef = r.effects["avg_jct"]
         aa = ", ".join(pct(a.gain()[0]) for a in r.twin_aa)
@@ -686,6 +687,12 @@ def pool(results: Sequence[BlockResult]) -> list[Experiment]:
     return list(groups.values())
 
 
+def window_of(r: BlockResult) -> tuple[Any, ...]:
+    """The window a run replayed: its trace (by file name), days, load and thinning seed."""
+    p = r.plan
+    return (Path(str(p.get("trace", ""))).name, p.get("start_day"), p.get("days"), p.get("load"), p.get("seed"))
+
+
 def targets(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ()) -> list[str]:
     """The block designs' targets, met or not, in words; replicate runs read together, and the
     windows where the agent changed nothing named."""
@@ -715,14 +722,15 @@ def targets(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ())
     runs = [x for x in agent if x.judged]
     few = [f"{x.name} ({sum(r.apart for r in x.runs)} of {sum(r.schedule.blocks for r in x.runs)})"
            for x in agent if not x.judged]
-    better = [x.name for x in runs if x.main().gain()[1] > 0]
+    better = [x for x in runs if x.main().gain()[1] > 0]
     worse = [x.name for x in runs if x.main().gain()[2] < 0]
-    lines.append(f"the agent's config: the CI excludes 0 on the side of improvement on {len(better)} window(s)"
-                 + (f" ({', '.join(better)})" if better else "") + ", on the side of harm on "
+    windows = {window_of(x.first) for x in better}  # two designs on one window are one window
+    lines.append(f"the agent's config: the CI excludes 0 on the side of improvement on {len(windows)} window(s)"
+                 + (f" ({', '.join(x.name for x in better)})" if better else "") + ", on the side of harm on "
                  + (", ".join(worse) if worse else "none")
                  + (f"; no change on {', '.join(u.name for u in unchanged)}" if unchanged else "")
                  + (f"; too few blocks with the arms apart to judge: {', '.join(few)}" if few else "")
-                 + (" — met" if len(better) >= 2 and not worse else " — not met"))
+                 + (" — met" if len(windows) >= 2 and not worse else " — not met"))
     far = []
     for x in runs:
         if not x.first.changed:
@@ -739,47 +747,93 @@ def targets(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ())
     return lines
 
 
+def by_run(x: "Experiment") -> bool:
+    """Whether an experiment's runs are a crossover by run (each run one unit)."""
+    return x.first.schedule.design == "crossover-by-run"
+
+
+def run_gains(x: "Experiment") -> tuple[np.ndarray, np.ndarray]:
+    """Each run of a crossover by run: its realized gain in average JCT (arm 1's cluster against
+    arm 0's, on the same jobs) and the twin's (both configs replayed over the window)."""
+    real, twin = [], []
+    for r in x.runs:
+        rows = {row.arm: row for row in r.rows}
+        real.append(1 - rows[1].realized.avg_jct / rows[0].realized.avg_jct)
+        twin.append(1 - rows[0].twin[1].avg_jct / rows[0].twin[0].avg_jct)
+    return np.array(real), np.array(twin)
+
+
 def draw(results: Sequence[BlockResult], path: Path) -> None:
-    """Each pair's estimate (gain in average JCT) with the range its jittered copies give, the
-    twin's prediction for the pair, and the run's estimate with its 95% CI; one panel per run."""
+    """One panel per run of a block design: each pair's estimate (gain in average JCT) with the
+    range its jittered copies give, the twin's prediction for the pair, and the run's estimate
+    with its 95% CI. The runs of a crossover by run share one panel: each run's gain, the twin's,
+    and their pooled estimate with its CI."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(results), 1, figsize=(8, 2.3 * len(results)), squeeze=False)
-    for ax, r in zip(axes[:, 0], results):
-        b = blocks_of(r.rows, r.schedule, "avg_jct")
-        est = 1 - np.exp(sb.pair_effects(b))
-        twin = 1 - np.exp(sb.pair_effects(sb.Blocks(b.arm, b.pair, b.jobs, np.where(b.jobs > 0, b.twin[np.arange(len(b.arm)), b.arm], 0.0), b.twin)))
-        spans = []
-        for c in range(len(r.rows[0].jittered) if r.rows else 0):
-            jb = sb.Blocks(b.arm, b.pair, b.jobs, np.array([row.jittered[c].avg_jct if row.realized.jobs else 0.0
-                                                            for row in r.rows]), b.twin)
-            spans.append(1 - np.exp(sb.pair_effects(jb)) - twin)
-        k = np.arange(len(est))
-        if spans:
-            dev = np.array(spans)
-            ax.errorbar(k, est, yerr=[np.maximum(0, -np.nanmin(dev, axis=0)), np.maximum(0, np.nanmax(dev, axis=0))],
-                        fmt="o", color="tab:blue", capsize=3, label="pair: realized (jittered range)")
+    panels: list[BlockResult | Experiment] = [r for r in results if r.schedule.design != "crossover-by-run"]
+    panels += [x for x in pool(results) if by_run(x)]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.3 * len(panels)), squeeze=False)
+    for ax, panel in zip(axes[:, 0], panels):
+        if isinstance(panel, Experiment):
+            _draw_runs(ax, panel)
         else:
-            ax.plot(k, est, "o", color="tab:blue", label="pair: realized")
-        ax.plot(k, twin, "x", color="tab:gray", label="pair: the twin")
-        e = r.main()
-        g, lo, hi = e.gain()
-        ax.axhspan(max(lo, -1), min(hi, 1), color="tab:orange", alpha=0.2, label="run: 95% CI")
-        ax.axhline(g, color="tab:orange")
-        ax.axhline(0, color="black", lw=0.6)
-        seen = [abs(x) for x in (*est, *twin, g, lo, hi) if math.isfinite(x)]
-        lim = min(1.0, max(0.2, 1.6 * max(seen, default=0.2)))
-        ax.set_ylim(-lim, lim)  # a jittered range beyond it is cut at the frame
-        ax.set_title(f"{r.name}: {r.plan['design']}, {'A/A' if r.aa else f'control: {r.control}' if r.control else 'the agent vs the baseline'}, "
-                     f"gain {pct(g)} [{pct(lo)}, {pct(hi)}]", fontsize=9)
-        ax.set_ylabel("gain, avg JCT")
-        ax.set_xticks(k)
-        ax.legend(fontsize=7, loc="upper left", ncol=3, framealpha=0.6)
-    axes[-1, 0].set_xlabel("pair of blocks (a block in a crossover by block)")
+            _draw_blocks(ax, panel)
+    axes[-1, 0].set_xlabel("pair of blocks (a block in a crossover by block; a run in a crossover by run)")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90, metadata={"Software": None})
     plt.close(fig)
+
+
+def _band(ax, e: sb.Effect, points: Sequence[float], label: str) -> tuple[float, float, float]:
+    """The estimate and its 95% CI drawn across the panel, the y-range fitted to the points."""
+    g, lo, hi = e.gain()
+    ax.axhspan(max(lo, -1), min(hi, 1), color="tab:orange", alpha=0.2, label=label)
+    ax.axhline(g, color="tab:orange")
+    ax.axhline(0, color="black", lw=0.6)
+    seen = [abs(v) for v in (*points, g, lo, hi) if math.isfinite(v)]
+    lim = min(1.0, max(0.2, 1.6 * max(seen, default=0.2)))
+    ax.set_ylim(-lim, lim)  # a jittered range beyond it is cut at the frame
+    ax.set_ylabel("gain, avg JCT")
+    return g, lo, hi
+
+
+def _draw_runs(ax, x: "Experiment") -> None:
+    real, twin = run_gains(x)
+    k = np.arange(len(real))
+    ax.plot(k, real, "o", color="tab:blue", label="run: realized")
+    ax.plot(k, twin, "x", color="tab:gray", label="run: the twin")
+    r = x.first
+    g, lo, hi = _band(ax, x.main(), [*real, *twin], f"{len(x.runs)} runs: 95% CI")
+    ax.set_title(f"{r.name} and its {len(x.runs) - 1} replicates: crossover by run, "
+                 f"{'A/A' if r.aa else f'control: {r.control}' if r.control else 'the agent vs the baseline'}, "
+                 f"gain {pct(g)} [{pct(lo)}, {pct(hi)}]", fontsize=9)
+    ax.set_xticks(k, [str(i) for i in k])
+    ax.legend(fontsize=7, loc="upper left", ncol=3, framealpha=0.6)
+
+
+def _draw_blocks(ax, r: BlockResult) -> None:
+    b = blocks_of(r.rows, r.schedule, "avg_jct")
+    est = 1 - np.exp(sb.pair_effects(b))
+    twin = 1 - np.exp(sb.pair_effects(sb.Blocks(b.arm, b.pair, b.jobs, np.where(b.jobs > 0, b.twin[np.arange(len(b.arm)), b.arm], 0.0), b.twin)))
+    spans = []
+    for c in range(len(r.rows[0].jittered) if r.rows else 0):
+        jb = sb.Blocks(b.arm, b.pair, b.jobs, np.array([row.jittered[c].avg_jct if row.realized.jobs else 0.0
+                                                        for row in r.rows]), b.twin)
+        spans.append(1 - np.exp(sb.pair_effects(jb)) - twin)
+    k = np.arange(len(est))
+    if spans:
+        dev = np.array(spans)
+        ax.errorbar(k, est, yerr=[np.maximum(0, -np.nanmin(dev, axis=0)), np.maximum(0, np.nanmax(dev, axis=0))],
+                    fmt="o", color="tab:blue", capsize=3, label="pair: realized (jittered range)")
+    else:
+        ax.plot(k, est, "o", color="tab:blue", label="pair: realized")
+    ax.plot(k, twin, "x", color="tab:gray", label="pair: the twin")
+    g, lo, hi = _band(ax, r.main(), [*est, *twin], "run: 95% CI")
+    ax.set_title(f"{r.name}: {r.plan['design']}, {'A/A' if r.aa else f'control: {r.control}' if r.control else 'the agent vs the baseline'}, "
+                 f"gain {pct(g)} [{pct(lo)}, {pct(hi)}]", fontsize=9)
+    ax.set_xticks(k)
+    ax.legend(fontsize=7, loc="upper left", ncol=3, framealpha=0.6)

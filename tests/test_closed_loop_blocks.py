@@ -207,6 +207,29 @@ def test_a_crossover_by_run_measures_every_job_of_the_window_on_both_clusters():
     assert rows[0].twin == rows[1].twin
 
 
+def test_each_runs_gain_in_a_crossover_by_run_and_its_panel(tmp_path):
+    # run 0: cluster A on arm 1 at 150 s, B on arm 0 at 200 s (the twin: 190 and 210 s);
+    # run 1: A on arm 0 at 100 s, B on arm 1 at 90 s (the twin: 100 and 80 s)
+    f = cb.Figures
+    runs = []
+    for k, (arms, real, twin) in enumerate([((1, 0), (150.0, 200.0), (210.0, 190.0)),
+                                            ((0, 1), (100.0, 90.0), (100.0, 80.0))]):
+        rows = [cb.BlockRow(0, u, a, f(10, y, 1.0), (f(10, twin[0], 1.0), f(10, twin[1], 1.0)))
+                for u, (a, y) in enumerate(zip(arms, real))]
+        r = _result(f"r{k}", 0.1, 0.0, 0.2, predicted=0.2, trace="w")
+        r.rows, r.schedule = rows, sb.Schedule("crossover-by-run", k, np.array([list(arms)]))
+        r.plan, r.configs = dict(r.plan, design="crossover-by-run"), ({}, {"x": 1})
+        runs.append(r)
+    (x,) = cb.pool(runs)
+    real, twin = cb.run_gains(x)
+    assert real.tolist() == pytest.approx([1 - 150 / 200, 1 - 90 / 100])
+    assert twin.tolist() == pytest.approx([1 - 190 / 210, 1 - 80 / 100])
+    assert cb.by_run(x)
+    path = tmp_path / "p.png"
+    cb.draw(runs, path)  # one panel for the two runs
+    assert path.stat().st_size > 1000
+
+
 def test_twin_block_gain_and_blocks_of_by_hand():
     f = cb.Figures
     rows = [cb.BlockRow(0, 0, 1, f(2, 10.0, 4.0), (f(2, 12.0, 5.0), f(2, 10.0, 4.0))),
@@ -241,11 +264,12 @@ def test_node_of():
     assert [cl.node_of(x) for x in ("n1", "n4", " n2 ", "n[1-2]", "", "None")] == [0, 3, 1, -1, -1, -1]
 
 
-def _result(name, gain, lo, hi, aa=False, predicted=None, lost=0, arm1=()):
+def _result(name, gain, lo, hi, aa=False, predicted=None, lost=0, arm1=(), trace=None):
     e = sb.Effect("twin", "twin", math.log(1 - gain), math.log(1 - hi), math.log(1 - lo), 0.5, 64, True, 6, 1.0, 1.0)
     decision = None if aa else {"revision": 2 if predicted is not None else None, "predicted_gain": predicted,
                                 "diff": {}, "why": ""}
-    return cb.BlockResult(name, {"aa": aa, "design": "switchback", "start_day": 1, "days": 1}, 10, 0.9,
+    plan = {"aa": aa, "design": "switchback", "start_day": 1, "days": 1, "trace": f"/x/{trace or name}.csv"}
+    return cb.BlockResult(name, plan, 10, 0.9,
                           cb.Lengths(12, 100.0, 50.0, 20.0, 0.8), sb.schedule("switchback", 12, 0),
                           {"A": cb.Accounted(10, 10 - lost, 10 - lost)}, [],
                           {"avg_jct": {cb.ESTIMATES[0]: e}, "avg_wait": {cb.ESTIMATES[0]: e}},
@@ -270,6 +294,11 @@ def test_the_targets_in_words():
     assert worse[0] == "no job lost: NOT met: aa A: 1"
     assert worse[1].endswith("excludes 0 — NOT met; its half-width, the design's resolution on this machine: 2.0%")
     assert worse[2].endswith("on 1 window(s) (w1), on the side of harm on w2 — not met")
+    # two experiments on one window (by block, by run) are one window
+    same = cb.targets([_result("w1", 0.12, 0.05, 0.19, predicted=0.2),
+                       _result("w1-by-run", 0.2, 0.1, 0.3, predicted=0.2, trace="w1")])
+    assert same[2] == ("the agent's config: the CI excludes 0 on the side of improvement on 1 window(s) "
+                       "(w1, w1-by-run), on the side of harm on none — not met")
 
 
 def test_a_run_whose_arms_differ_in_few_blocks_is_not_judged():
