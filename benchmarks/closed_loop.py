@@ -1454,6 +1454,18 @@ def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult
 # an error line, not two clusters started for 40 minutes.
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]*")  # a run's directory: one plain name inside --out
 MAX_LOAD = 1.5  # above it the backlog grows for the whole run: no config drains it
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_ports() -> tuple[int, int] | None:
+    """The kernel's range of ports for outgoing connections (None where it cannot be read)."""
+    try:
+        lo, hi = (int(x) for x in EPHEMERAL.read_text().split())
+    except (OSError, ValueError):
+        return None
+    return lo, hi
+
+
 B_PORTS = 100  # cluster B's port base is this far above A's
 LAST_PORT = B_PORTS + 19  # a cluster reserves its base and the 19 ports above it (docs/testbed.md)
 
@@ -1524,6 +1536,12 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
     if not 1024 <= args.port_base <= 65535 - LAST_PORT:
         raise InputError(f"--port-base {args.port_base}: must be in 1024-{65535 - LAST_PORT} (cluster B "
                          f"uses ports {B_PORTS}-{LAST_PORT} above it)")
+    eph = ephemeral_ports()
+    if eph and args.port_base <= eph[1] and args.port_base + LAST_PORT >= eph[0]:
+        raise InputError(f"--port-base {args.port_base}: its ports ({args.port_base}-{args.port_base + LAST_PORT}) "
+                         f"reach into the kernel's ephemeral range {eph[0]}-{eph[1]}, where an outgoing "
+                         "connection can take one before a daemon binds it; choose a base below "
+                         f"{eph[0] - LAST_PORT}")
     roots = [r for r in args.roots.split(",")]
     if len(roots) != 2 or not all(roots):
         raise InputError(f"--roots {args.roots!r}: give the two clusters' roots, comma-separated "

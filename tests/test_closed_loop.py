@@ -347,6 +347,24 @@ def test_a_bad_flag_is_one_error_line_before_anything_starts(flags, message, no_
     assert list(tmp_path.iterdir()) == []  # nothing written
 
 
+def test_a_port_base_in_the_ephemeral_range_is_refused(no_clusters, tmp_path, capsys, monkeypatch):
+    # a cluster at base 36400 failed to start when an outgoing connection took its port
+    monkeypatch.setattr(cl, "ephemeral_ports", lambda: (32768, 60999))
+    assert cl.main(["--run", "w1", "--out", str(tmp_path), "--port-base", "32700"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("error: --port-base 32700: its ports (32700-32819) reach into the kernel's ephemeral range "
+                   "32768-60999, where an outgoing connection can take one before a daemon binds it; choose a "
+                   "base below 32649\n")
+    assert list(tmp_path.iterdir()) == []
+    rng = tmp_path / "range"
+    rng.write_text("32768\t60999\n")
+    monkeypatch.undo()
+    monkeypatch.setattr(cl, "EPHEMERAL", rng)
+    assert cl.ephemeral_ports() == (32768, 60999)
+    monkeypatch.setattr(cl, "EPHEMERAL", tmp_path / "none")
+    assert cl.ephemeral_ports() is None
+
+
 @pytest.mark.parametrize("control, message", [
     ("nosuch=1", "--control 'nosuch=1': neither an archetype (GPU first, "),
     ("fair-share heav", "--control 'fair-share heav': neither an archetype (GPU first, "),
