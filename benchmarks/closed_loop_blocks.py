@@ -754,7 +754,8 @@ def by_run(x: "Experiment") -> bool:
 
 def run_gains(x: "Experiment") -> tuple[np.ndarray, np.ndarray]:
     """Each run of a crossover by run: its realized gain in average JCT (arm 1's cluster against
-    arm 0's, on the same jobs) and the twin's (both configs replayed over the window)."""
+    arm 0's, on the same jobs) and the twin's (both configs replayed over the window from the
+    baseline cluster's submissions; the twin can tip the other way from the other cluster's)."""
     real, twin = [], []
     for r in x.runs:
         rows = {row.arm: row for row in r.rows}
