@@ -1525,7 +1525,7 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
         raise InputError(f"--seed {args.seed}: a seed is an integer >= 0")
     if args.design_seed is not None and args.design_seed < 0:
         raise InputError(f"--design-seed {args.design_seed}: a seed is an integer >= 0")
-    by_run = args.design == "crossover-by-run"
+    by_run = (args.design or plan.design) == "crossover-by-run"
     if args.blocks is not None and by_run and args.blocks != 1:
         raise InputError(f"--blocks {args.blocks}: a crossover by run is one block, the whole window")
     if args.blocks is not None and not by_run and (args.blocks < 2 or args.blocks % 2):

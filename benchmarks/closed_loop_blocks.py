@@ -365,14 +365,13 @@ def block_rows(runs: Sequence[UnitRun], spec: ClusterSpec | Sequence[ClusterSpec
     rows = []
     for k in range(timeline.schedule.blocks):
         s, m, e = timeline.bounds(k)
+        last = k == timeline.schedule.blocks - 1
         for u, (run, spec_u) in enumerate(zip(runs, specs)):
 
             def replay(config: Mapping[str, Any], copy: int = 0) -> Figures:
-                key = (s, m, e, k == timeline.schedule.blocks - 1, u, copy, seed if copy else 0,
-                       tuple(sorted(twin_config(config).items())))
+                key = (s, m, e, last, u, copy, seed if copy else 0, tuple(sorted(twin_config(config).items())))
                 if key not in memo:
-                    memo[key] = replay_block(run, spec_u, s, m, e, config, copy=copy, seed=seed,
-                                             last=k == timeline.schedule.blocks - 1)
+                    memo[key] = replay_block(run, spec_u, s, m, e, config, copy=copy, seed=seed, last=last)
                 return memo[key]
 
             arm = int(timeline.schedule.arms[k, u])
