@@ -18,7 +18,7 @@ def stamp(t: float) -> str:
 def row(job_id: str, submit: float, start: float | None, end: float | None, gpus: int,
         state: str | None = None, user: str = "alice", account: str = "physics",
         limit: str = "00:30:00", cpus: int = 1) -> str:
-    tres = f"billing=4,cpu=1,gres/gpu={gpus},node=1"
+    tres = f"billing=4,cpu={cpus},gres/gpu={gpus},node=1"  # a job that asked for `cpus` CPUs
     state = state or ("COMPLETED" if end is not None else "RUNNING" if start is not None else "PENDING")
     return "|".join([job_id, stamp(submit), stamp(start) if start is not None else "Unknown",
                      stamp(end) if end is not None else "Unknown",

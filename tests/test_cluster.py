@@ -92,6 +92,12 @@ def test_node_shape_gives_jobs_cpus_per_gpu():
     assert node.cpu_rule().startswith("one CPU per node")
     # DefCpuPerGPU=2.5 on 8-CPU nodes: rounded, at least one
     assert parse_cluster("2x8,DefCpuPerGPU=2.5").job_cpus(np.array([1, 2]), None).tolist() == [2, 5]
+    # a set DefCpuPerGPU also sizes a job whose count (sacct's request: one CPU) is below it; the
+    # node shape's rule and DefCpuPerGPU=0 keep a job's own count
+    assert parse_cluster("4x8,CPUs=8,DefCpuPerGPU=1").job_cpus(np.array([1, 4, 8, 2]), np.array([1, 1, 1, 6])).tolist() \
+        == [1, 4, 8, 6]
+    assert parse_cluster("4x8,CPUs=8").job_cpus(np.array([4, 8]), np.array([1, 1])).tolist() == [1, 1]
+    assert node.job_cpus(np.array([4, 8]), np.array([1, 3])).tolist() == [1, 3]
 
 
 @pytest.mark.parametrize("bad", ["11x8,CPUs=0", "11x8,CPUs=4.5", "11x8,Mem=40", "11x8,CPUs", "11x8,DefCpuPerGPU=-1"])

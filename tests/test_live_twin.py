@@ -111,6 +111,25 @@ def test_the_twin_sizes_jobs_by_slurms_job_defaults():
     assert (ClusterSetup.from_dict(old).cpus, ClusterSetup.from_dict(old).def_cpu_per_gpu) == (0, None)
 
 
+def test_the_twin_sizes_a_job_by_what_it_asked_for_and_the_clusters_def_cpu_per_gpu():
+    # as the test cluster's sacct shows `--gres=gpu:N` jobs with DefCpuPerGPU=1: ReqTRES one CPU,
+    # the allocation N (and NCPUS N once started, 1 while waiting). The agent reads the request;
+    # the twin gives each job DefCpuPerGPU's CPUs (job size, billing), and its TRES factor weighs
+    # the one CPU asked for, as sprio showed
+    def sized(job_id: str, gpus: int, start: float | None) -> str:
+        asked = f"billing={4 * gpus + 1},cpu=1,gres/gpu={gpus},mem=512M,node=1"
+        given = f"billing={5 * gpus},cpu={gpus},gres/gpu={gpus},mem={512 * gpus}M,node=1"
+        cpus = gpus if start is not None else 1
+        cells = row(job_id, 1000.0, start, None, gpus, cpus=cpus).split("|")
+        cells[4], cells[5] = (given if start is not None else ""), asked
+        return "|".join(cells)
+
+    jobs = read_jobs("\n".join([HEADER, sized("1", 8, 1010.0), sized("2", 4, None), sized("3", 1, None)]) + "\n")
+    assert jobs.cpus.tolist() == [1, 1, 1]
+    spec = replace(ClusterSpec.uniform_nodes(4, 8, node_cpus=8), def_cpu_per_gpu=1.0)
+    assert spec.job_cpus(jobs.gpus, jobs.cpus).tolist() == [8, 4, 1]
+
+
 def test_default_partition_first_and_slurms_default_billing():
     # urgent is listed first but gpu is the default: a job without a partition goes to gpu, the
     # spec's first. A partition without TRESBillingWeights bills CPUs, as Slurm does.

@@ -243,6 +243,27 @@ def test_job_size_counts_cpus_per_gpu(shape, b_start, c_start):
     assert starts(sim) == [0, b_start, c_start]
 
 
+# The CPU TRES factor weighs the CPUs a job asked for, as Slurm's does while it waits (the test
+# cluster with DefCpuPerGPU=1: sprio gives a pending 1-GPU and 8-GPU job the same TRES cpu share,
+# 1 CPU of 32, where their job-size factors are 141 and 250). On 1x4, A (4 GPUs, 0-100) holds the
+# node; C (1 GPU, t=1) and B (4 GPUs, t=2) wait, 50 s each. PriorityWeightTRES.CPU 1000:
+#   no CPU count: each asked for one CPU -> 1000 x 1/4 = 250 each, a tie broken by submission:
+#     C at 100-150, then B 150-200, whatever DefCpuPerGPU gives them when they start;
+#   B asked for 4 CPUs (the trace's num_cpus): 1000 against C's 250: B at 100-150, C 150-200.
+@pytest.mark.parametrize("shape", [{}, {"def_cpu_per_gpu": 1}, {"def_cpu_per_gpu": 0}])
+@pytest.mark.parametrize("b_cpus, b_start, c_start", [(0, 150, 100), (4, 100, 150)])
+def test_the_cpu_tres_factor_weighs_the_cpus_a_job_asked_for(shape, b_cpus, b_start, c_start):
+    from autosched.trace.table import Trace
+
+    tr = make_trace([(0, 4, 100), (1, 1, 50), (2, 4, 50)])
+    tr = Trace.from_columns({"job_id": list(tr.job_id), "submit_time": list(tr.submit_time),
+                             "num_gpus": list(tr.num_gpus), "duration": list(tr.duration),
+                             "num_cpus": [0, 0, b_cpus]})
+    cfg = {**ONLY, "PriorityWeightTRES.CPU": 1000}
+    sim = Simulator(tr, cluster(1, 4, **shape), get_policy("multifactor")(cfg)).run()
+    assert starts(sim) == [0, c_start, b_start]
+
+
 @given(st.lists(st.tuples(st.booleans(), st.integers(0, 19)), max_size=60))
 def test_the_waiting_jobs_are_the_set_of_those_added_and_not_removed(steps):
     # a Python set told the same adds and removes (a remove only of a member) is the answer

@@ -230,12 +230,18 @@ class ClusterSpec:
         return self.cpus_per_node / self.gpus_per_node
 
     def job_cpus(self, gpus: np.ndarray, cpus: np.ndarray | None) -> np.ndarray:
-        """Each job's CPUs: its own count where it has one (> 0), else `cpus_per_gpu` x its
-        GPUs (at least one), or one CPU per node it spans when `cpus_per_gpu` is 0."""
+        """Each job's CPUs when it runs: its own count where it has one (> 0), else `cpus_per_gpu`
+        x its GPUs (at least one), or one CPU per node it spans when `cpus_per_gpu` is 0. Where
+        the cluster sets `def_cpu_per_gpu` (> 0), a job that asked for fewer CPUs gets that many
+        per GPU all the same: sacct's request of a job that asked for GPUs alone is one CPU, and
+        Slurm gives it DefCpuPerGPU's (a job that asked for fewer CPUs by hand keeps them in
+        Slurm; sacct cannot tell the two apart)."""
         g = np.asarray(gpus, dtype=float)
         known = np.zeros(len(g)) if cpus is None else np.asarray(cpus, dtype=float)
         per = self.cpus_per_gpu
         given = np.maximum(np.round(g * per), 1.0) if per > 0 else np.ceil(g / self.gpus_per_node)
+        if self.def_cpu_per_gpu:
+            return np.where(known > 0, np.maximum(known, given), given)
         return np.where(known > 0, known, given)
 
     def cpu_rule(self) -> str:

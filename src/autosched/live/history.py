@@ -33,7 +33,7 @@ from ..errors import InputError
 from ..trace.io import load_trace
 from ..trace.parsing import found_columns, wallclock_seconds
 from ..trace.report import LoadReport, RowCheck
-from ..trace.slurm import UNSET, slurm_duration, tres_gpus
+from ..trace.slurm import UNSET, slurm_duration, tres_cpus, tres_gpus
 from ..trace.table import Trace, TraceError
 from .errors import LiveError
 
@@ -188,7 +188,10 @@ def read_jobs(text: str, source: str = "sacct", *, lines: list[int] | None = Non
                 continue
             duration, finished = 0.0, False
         limit = slurm_duration(r.get("timelimit", ""))  # NaN: no limit (0 is none, as in Slurm)
-        cpus_text = (r.get("alloccpus") or r.get("ncpus") or "").strip()
+        # the CPUs the job asked for (ReqTRES): Slurm's TRES factor weighs them while it waits,
+        # and DefCpuPerGPU adds to them when it starts (ClusterSpec.job_cpus); else those it had
+        asked = tres_cpus(r.get("reqtres", ""))
+        cpus_text = str(asked) if asked else (r.get("alloccpus") or r.get("ncpus") or "").strip()
         for k, v in (("job_id", job_id), ("submit", float(submit)), ("start", start), ("end", end),
                      ("gpus", gpus), ("user", r.get("user", "").strip()),
                      ("account", r.get("account", "").strip()),

@@ -73,7 +73,9 @@ class Multifactor(Policy):
     node shape's; with ``DefCpuPerGPU=0`` one per node, sbatch's one task of one CPU); a node has
     ``ClusterSpec.cpus_per_node`` CPUs (as many as GPUs unless the spec says). GPU demand enters through
     ``PriorityWeightTRES.GRES/gpu`` (job GPUs / partition GPUs), as in ``PriorityWeightTRES=
-    GRES/gpu=N``.
+    GRES/gpu=N``; ``PriorityWeightTRES.CPU`` weighs the CPUs the job asked for (the trace's
+    ``num_cpus``, else one per node): a waiting job's TRES are its request, and DefCpuPerGPU
+    adds CPUs only when it starts (billing counts those).
 
     *Fair share* is over the cluster's configured association tree (``ClusterSpec.associations``,
     from ``sacctmgr``: every association counts, as in slurmctld), else over root -> account ->
@@ -213,7 +215,7 @@ class Multifactor(Policy):
         if c["PriorityFavorSmall"]:
             size = ((nodes - self._nodes) / nodes + (cpus_total - self._cpus) / cpus_total) / 2.0
         self.static: npt.NDArray[np.float64] = (c["PriorityWeightJobSize"] * np.clip(size, 0.0, 1.0)
-                       + c[GPU_TRES] * self._gpus / gpus_total + c[CPU_TRES] * self._cpus / cpus_total)
+                       + c[GPU_TRES] * self._gpus / gpus_total + c[CPU_TRES] * self._asked_cpus / cpus_total)
         self._static_list: list[float] = self.static.tolist()  # (`priority` reads one at a time)
 
     def _configure_usage(self) -> None:
@@ -282,8 +284,14 @@ class Multifactor(Policy):
         self._planner = None if jobs.time_limit is None else LazyBackfill(
             np.asarray(jobs.gpus, dtype=np.int64), np.asarray(jobs.time_limit, dtype=float))
         self._nodes: npt.NDArray[np.float64] = np.ceil(self._gpus / gpn)
-        self._cpus: npt.NDArray[np.float64] = part.cluster.job_cpus(
-            self._gpus, None if jobs.cpus is None else np.asarray(jobs.cpus, dtype=float))
+        known = None if jobs.cpus is None else np.asarray(jobs.cpus, dtype=float)
+        self._cpus: npt.NDArray[np.float64] = part.cluster.job_cpus(self._gpus, known)
+        # The CPUs a job asked for: its own count, else sbatch's one task of one CPU per node.
+        # Slurm's TRES factor reads these while the job waits (measured on the test cluster with
+        # DefCpuPerGPU=1: a pending 8-GPU job's TRES cpu share is 1 CPU's), where its job-size
+        # factor and its billing count the CPUs DefCpuPerGPU gives it.
+        self._asked_cpus: npt.NDArray[np.float64] = (self._nodes if known is None
+                                                     else np.where(known > 0, known, self._nodes))
         self.fairshare: npt.NDArray[np.float64] = np.ones(leaves)  # per association, as of the last recalculation
         self.used: npt.NDArray[np.float64] = np.zeros(leaves)  # per association: decayed billing-seconds as of t0
         self.known: npt.NDArray[np.bool_] = np.zeros(leaves, dtype=bool)  # associations that have submitted here

@@ -221,6 +221,15 @@ def _gpus(check: RowCheck, where: str, tres: str, job: _Job) -> int | None:
     return gpus
 
 
+def tres_cpus(tres: str) -> int:
+    """CPUs in a TRES string (``cpu=N``); 0 when none are listed or the count is not a number."""
+    for item in tres.split(","):
+        key, _, value = item.strip().partition("=")
+        if key == "cpu":
+            return int(value) if value.strip().isdigit() else 0
+    return 0
+
+
 def tres_gpus(tres: str) -> int | None:
     """GPUs in an AllocTRES string; 0 when none are listed, None when a count is not a number."""
     plain, typed = None, 0
