@@ -150,6 +150,11 @@ class Plan:
     # period and at a burst: closed_loop_screen.shadow), on the cluster's jobs and clock with its
     # applies kept apart; arm 1 of each block is the config it runs at the block's start
     in_window: bool = False
+    # The CPUs a job that asks for none gets per GPU: the test clusters' DefCpuPerGPU
+    # (TESTBED_DEF_CPU_PER_GPU), as a site sets it, so that Slurm's job-size factor tells a 1-GPU
+    # job from an 8-GPU one, as the replays of docs/results.md size them; 0: unset, one CPU a job
+    # (the runs before it)
+    def_cpu_per_gpu: int = 0
 
     @property
     def day(self) -> float:
@@ -173,11 +178,12 @@ PLANS = {
                cap=6 * 3600.0, budget=3, samples=1, validation_samples=2, min_jobs=20,
                history_days=2.0, model_trace_time=True, design="crossover", blocks=4, max_step=1.0,
                run_unchanged=True),
-    # the same with the agent's loop through the window (its rounds each period and at a burst)
+    # the same with the agent's loop through the window (its rounds each period and at a burst),
+    # on clusters that size a job by DefCpuPerGPU
     "ci-loop": Plan("ci-loop", start_day=1.0, days=1.0, before_days=1.0, load=0.3, scale=1440.0,
                     cap=6 * 3600.0, budget=3, samples=1, validation_samples=2, min_jobs=20,
                     history_days=2.0, model_trace_time=True, design="crossover", blocks=4, max_step=1.0,
-                    in_window=True),
+                    in_window=True, def_cpu_per_gpu=1),
     "sb-aa": Plan("sb-aa", start_day=18.0, aa=True, **BLOCKS),
     "sb-s18": Plan("sb-s18", start_day=18.0, **BLOCKS),
     # ITP cluster02 is sparse: the two days before day 21 hold 80 jobs once thinned, 47 of them
@@ -343,7 +349,7 @@ def score_window(trace: Trace, plan: Plan) -> WindowScore:
     base = baseline(plan.scale)
     lens = cb.lengths(sel.jobs, plan.days * plan.day, plan.blocks)
     jobs = cb.window_trace(sel.jobs)
-    spec = cb.testbed_spec()
+    spec = cb.testbed_spec(def_cpu_per_gpu=plan.def_cpu_per_gpu)
     sched = sb.schedule("switchback", lens.blocks, plan.design_seed)
     whole = float(cb.simulate(jobs, spec, [(0.0, base)]).records().jct.mean())
     blocks, window = {}, {}
@@ -398,10 +404,12 @@ def slurm_minutes(m: int) -> str:
     return (f"{d}-" if d else "") + f"{rest // 60:02d}:{rest % 60:02d}:00"
 
 
-def seed_history(before: Sequence[tw.Job], t0: float, config: dict, assoc_path: Path | None) -> str:
+def seed_history(before: Sequence[tw.Job], t0: float, config: dict, assoc_path: Path | None,
+                 def_cpu_per_gpu: int = 0) -> str:
     """The window before as the baseline cluster would have run it (the twin, first_fit), written
     as sacct text with absolute times before `t0` (the window's first instant): the jobs that
-    ended by then, COMPLETED, with ids from SEED_JOB_ID."""
+    ended by then, COMPLETED, with ids from SEED_JOB_ID; each job's CPUs as a cluster with
+    DefCpuPerGPU `def_cpu_per_gpu` gives them (`sacct_row`)."""
     header = "|".join(SACCT_FIELDS)
     if not before:
         return header + "\n"
@@ -411,7 +419,7 @@ def seed_history(before: Sequence[tw.Job], t0: float, config: dict, assoc_path: 
         "num_gpus": [j.gpus for j in before], "duration": [float(j.seconds) for j in before],
         "time_limit": [60.0 * j.limit_min for j in before], "user": [j.user for j in before],
         "account": [j.account for j in before], "name": [j.name for j in before]})
-    spec = tw.testbed_cluster()
+    spec = tw.testbed_cluster(def_cpu_per_gpu)
     if assoc_path is not None:
         from autosched.associations import read_associations
 
@@ -426,20 +434,30 @@ def seed_history(before: Sequence[tw.Job], t0: float, config: dict, assoc_path: 
         if end >= t0:
             continue  # still running or queued when the window begins: not on the cluster
         lines.append(sacct_row(SEED_JOB_ID + k, by_name[str(names[k])], t0 + first + float(rec.submit[k]),
-                               t0 + first + float(rec.first_start[k]), end))
+                               t0 + first + float(rec.first_start[k]), end, def_cpu_per_gpu))
     return "\n".join(lines) + "\n"
 
 
-def sacct_row(job_id: int, j: tw.Job, submit: float, start: float | None, end: float | None) -> str:
+def sacct_row(job_id: int, j: tw.Job, submit: float, start: float | None, end: float | None,
+              def_cpu_per_gpu: int = 0) -> str:
     """A job's row as the test cluster's sacct prints it (unix times; None: not yet): PENDING
-    without a start (its TRES requested, none allocated), RUNNING without an end, else COMPLETED."""
-    tres = f"billing={4 * j.gpus + 1},cpu=1,gres/gpu={j.gpus},mem=512M,node=1"
+    without a start (its TRES requested, none allocated), RUNNING without an end, else COMPLETED.
+    The job asks for GPUs alone (ReqTRES: one CPU); once it starts it has `def_cpu_per_gpu` CPUs
+    per GPU (the cluster's DefCpuPerGPU; one when that is 0) and DefMemPerCPU's 512 MB each
+    (AllocTRES, NCPUS), as the test cluster's sacct shows them; billing is the gpu partition's
+    (CPU 1, GPU 4)."""
+    def tres(cpus: int) -> str:
+        mem = 512 * cpus
+        return (f"billing={4 * j.gpus + cpus},cpu={cpus},gres/gpu={j.gpus},"
+                f"mem={f'{mem // 1024}G' if mem % 1024 == 0 else f'{mem}M'},node=1")
+
+    cpus = 1 if start is None else max(1, j.gpus * def_cpu_per_gpu)
     state = "PENDING" if start is None else "RUNNING" if end is None else "COMPLETED"
     row = {"JobID": str(job_id), "JobName": j.name, "User": j.user, "Account": j.account,
            "Partition": "gpu", "Submit": stamp(submit), "Start": "Unknown" if start is None else stamp(start),
            "End": "Unknown" if end is None else stamp(end), "State": state,
-           "Timelimit": slurm_minutes(j.limit_min), "AllocTRES": "" if start is None else tres,
-           "ReqTRES": tres, "NCPUS": "1"}
+           "Timelimit": slurm_minutes(j.limit_min), "AllocTRES": "" if start is None else tres(cpus),
+           "ReqTRES": tres(1), "NCPUS": str(cpus)}
     return "|".join(row[f] for f in SACCT_FIELDS)
 
 
@@ -458,12 +476,14 @@ class Testbed:
     label: str  # A or B
     root: Path
     port_base: int
+    def_cpu_per_gpu: int = 0  # its DefCpuPerGPU (Plan.def_cpu_per_gpu); 0: unset
 
     @property
     def env(self) -> dict[str, str]:
         return dict(os.environ, SLURM_CONF=str(self.root / "etc" / "slurm.conf"), TZ="UTC",
                     SLURM_TIME_FORMAT="standard", TESTBED_ROOT=str(self.root),
-                    TESTBED_PORT_BASE=str(self.port_base))
+                    TESTBED_PORT_BASE=str(self.port_base),
+                    TESTBED_DEF_CPU_PER_GPU=str(self.def_cpu_per_gpu or ""))
 
     @property
     def include(self) -> Path:
@@ -635,7 +655,7 @@ def run(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: tuple[in
     outdir.mkdir(parents=True, exist_ok=True)
     write_jobs(sel.jobs, outdir / "jobs.csv")
     config = baseline(plan.scale)
-    beds = [Testbed(label, root, base) for label, root, base in zip("AB", roots, port_bases)]
+    beds = [Testbed(label, root, base, plan.def_cpu_per_gpu) for label, root, base in zip("AB", roots, port_bases)]
     info: dict[str, Any] = {"plan": asdict(plan), "baseline": config, "jobs": len(sel.jobs),
                             "seed_jobs": len(sel.before), "fraction": sel.fraction,
                             "full_load": sel.full_load, "offered_load": sel.offered_load}
@@ -675,7 +695,8 @@ def run_side_by_side(plan: Plan, sel: Selection, beds: Sequence[Testbed], state:
             "sacctmgr", "-P", "show", "assoc", "format=Cluster,Account,User,ParentName,Share"))
         t0 = time.time() + lead
         if not plan.aa:
-            (outdir / "seed.sacct").write_text(seed_history(sel.before, t0, config, outdir / "assoc.txt"))
+            (outdir / "seed.sacct").write_text(seed_history(sel.before, t0, config, outdir / "assoc.txt",
+                                                            plan.def_cpu_per_gpu))
             agent_init(beds[1], state, plan, outdir / "seed.sacct")
             delay = t0 - time.time()
             if delay > 0:
@@ -802,7 +823,8 @@ def run_blocks(plan: Plan, outdir: Path, roots: tuple[Path, Path], port_bases: t
     outdir.mkdir(parents=True, exist_ok=True)
     write_jobs(sel.jobs, outdir / "jobs.csv")
     base = baseline(plan.scale)
-    beds = [Testbed(label, root, port) for label, root, port in zip("AB", roots, port_bases)][:sched.units]
+    beds = [Testbed(label, root, port, plan.def_cpu_per_gpu)
+            for label, root, port in zip("AB", roots, port_bases)][:sched.units]
     info: dict[str, Any] = {"plan": asdict(plan), "baseline": base, "jobs": len(sel.jobs),
                             "seed_jobs": len(sel.before), "fraction": sel.fraction,
                             "full_load": sel.full_load, "offered_load": sel.offered_load,
@@ -834,7 +856,8 @@ def run_schedule(plan: Plan, sel: Selection, lens: cb.Lengths, sched: sb.Schedul
         loop, arm1 = start_loop(beds[0], state, plan, sel, outdir, base, lead, info, log)
     elif not plan.aa:
         t_seed = time.time() + lead
-        (outdir / "seed.sacct").write_text(seed_history(sel.before, t_seed, base, outdir / "assoc.txt"))
+        (outdir / "seed.sacct").write_text(seed_history(sel.before, t_seed, base, outdir / "assoc.txt",
+                                                        plan.def_cpu_per_gpu))
         time.sleep(max(0.0, t_seed - time.time()))
         t = time.time()
         dec = agent_decision(beds[0], state, plan, outdir / "seed.sacct", outdir, base)
@@ -915,7 +938,7 @@ def start_loop(bed: Testbed, state: Path, plan: Plan, sel: Selection, outdir: Pa
     FakeConnector.create(fake, base=slurm.live_values(), setup=slurm.setup())
     t_seed = time.time() + lead
     seed = outdir / "seed.sacct"
-    seed.write_text(seed_history(sel.before, t_seed, base, outdir / "assoc.txt"))
+    seed.write_text(seed_history(sel.before, t_seed, base, outdir / "assoc.txt", plan.def_cpu_per_gpu))
     res = subprocess.run(autosched("agent", "init", "--state", str(state), "--fake", str(fake),
                                    *agent_options(plan, seed)), env=env, capture_output=True, text=True, timeout=300)
     if res.returncode != 0:
@@ -1123,7 +1146,7 @@ def analyse_run(outdir: Path) -> RunResult:
         series[label] = sorted([round(s - t0, 2), round(st - s, 2)] for s, st, _ in job_times[label].values())
         cl_changes = [] if label == "A" else changes
         real = tw.read_run(outdir / f"sacct-{label}.txt", TAG, load_times(outdir / f"times-{label}.json"))
-        spec = tw.twin_spec(real, base, outdir / "assoc.txt")
+        spec = tw.twin_spec(real, base, outdir / "assoc.txt", def_cpu_per_gpu=plan.def_cpu_per_gpu)
         moves = [(t0 + c.at - real.day0, full[c.revision]) for c in cl_changes]
         got = tw.agreement(real, tw.simulate(real, spec, base, PLACEMENT, moves), base["bf_interval"])
         twins[label] = Twin(got["tau"], got["avg_wait_sim"], got["avg_wait_real"])
@@ -1384,7 +1407,8 @@ def unit_run(outdir: Path, label: str, info: Mapping[str, Any], unit: int) -> tu
     switches: list[tuple[float, dict[str, Any]]] = [(-math.inf, dict(base))]
     switches += [(float(sw["at"]) - real.day0, dict(sw.get("config") or configs[sw["arm"]]))
                  for sw in sorted(info["switches"], key=lambda sw: sw["at"]) if sw["unit"] == unit]
-    spec = tw.twin_spec(real, base, outdir / "assoc.txt")
+    spec = tw.twin_spec(real, base, outdir / "assoc.txt",
+                        def_cpu_per_gpu=int(info["plan"].get("def_cpu_per_gpu", 0)))
     return cb.UnitRun(real, float(info["t0"]) - real.day0, switches, nodes), spec
 
 
@@ -1551,9 +1575,10 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
                                  ("model_trace_time", args.model_trace_time), ("design", args.design),
                                  ("design_seed", args.design_seed), ("blocks", 1 if by_run else args.blocks),
                                  ("decision_from", args.decision_from), ("control", args.control),
-                                 ("in_window", args.in_window))
+                                 ("in_window", args.in_window), ("def_cpu_per_gpu", args.def_cpu_per_gpu))
                if v is not None}
     plan = replace(plan, name=name, **changes)
+    check_cpus_per_gpu(plan.def_cpu_per_gpu)
     if plan.decision_from:
         check_decision(args.out / plan.decision_from, plan)
     if plan.in_window and (plan.aa or plan.decision_from or plan.control or plan.design == "side-by-side"):
@@ -1576,11 +1601,22 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
     return plan, trace, sel, (Path(roots[0]), Path(roots[1]))
 
 
+def check_cpus_per_gpu(n: int) -> int:
+    """--def-cpu-per-gpu: a count the test nodes can give their every GPU (8 CPUs, 8 GPUs: 0 or 1)."""
+    most = tw.CPUS_PER_NODE // tw.GPUS_PER_NODE
+    if not 0 <= n <= most:
+        raise InputError(f"--def-cpu-per-gpu {n}: must be 0-{most}: a test node has {tw.CPUS_PER_NODE} CPUs for "
+                         f"{tw.GPUS_PER_NODE} GPUs, so an {tw.GPUS_PER_NODE}-GPU job could get no node")
+    return n
+
+
 def pick_windows(args: argparse.Namespace) -> int:
     """--pick: the table of every window of the trace, and the picked ones."""
     plan = Plan("pick", design="switchback")
     if args.trace:
         plan = replace(plan, trace=args.trace)
+    if args.def_cpu_per_gpu is not None:
+        plan = replace(plan, def_cpu_per_gpu=check_cpus_per_gpu(args.def_cpu_per_gpu))
     check_load(args.load)
     if args.load is not None:
         plan = replace(plan, load=args.load)
@@ -1618,6 +1654,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     "archetype, or these knobs (e.g. bf_max_job_test=1), over the baseline, with no agent round")
     ap.add_argument("--in-window", action=argparse.BooleanOptionalAction, help="the agent's loop runs through "
                     "the window (its rounds each period and at a burst), arm 1 its config at each block's start")
+    ap.add_argument("--def-cpu-per-gpu", type=int, metavar="N", help="the test clusters' DefCpuPerGPU: a job "
+                    f"that asks for GPUs alone gets N CPUs per GPU (0-{tw.CPUS_PER_NODE // tw.GPUS_PER_NODE}; "
+                    "default 0, unset: one CPU a job, so Slurm's job-size factor sees every job alike)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--roots", default="/tmp/cl-A,/tmp/cl-B", help="the two clusters' TESTBED_ROOTs")
     ap.add_argument("--port-base", type=int, default=23000, help="cluster A's; B's is 100 above")

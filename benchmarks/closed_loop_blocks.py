@@ -73,10 +73,11 @@ testcluster|physics|carol||1
 """
 
 
-def testbed_spec(clocks: SlurmClocks = SlurmClocks()) -> ClusterSpec:
-    """The test cluster as the twin models it: 4 nodes of 8 GPUs, its association tree."""
+def testbed_spec(clocks: SlurmClocks = SlurmClocks(), def_cpu_per_gpu: float = 0.0) -> ClusterSpec:
+    """The test cluster as the twin models it: 4 nodes of 8 GPUs, its association tree, a job
+    that asks for no CPUs given `def_cpu_per_gpu` per GPU (0: one, as without DefCpuPerGPU)."""
     assoc = parse_associations([ln.split("|") for ln in TESTBED_ASSOC.splitlines()], "testbed")
-    return tw.testbed_cluster(associations=assoc, clocks=clocks)
+    return tw.testbed_cluster(def_cpu_per_gpu, associations=assoc, clocks=clocks)
 
 
 def pinned(spec: ClusterSpec) -> ClusterSpec:
@@ -634,7 +635,9 @@ def fmt(v: Any) -> str:
 
 
 # what makes runs replicates of one experiment: the same window, thinning, scale, design and arms
-POOL_KEYS = ("trace", "start_day", "days", "load", "seed", "scale", "cap", "design", "blocks", "aa")
+POOL_KEYS = ("trace", "start_day", "days", "load", "seed", "scale", "cap", "design", "blocks", "aa",
+             "def_cpu_per_gpu")
+POOL_DEFAULTS = {"def_cpu_per_gpu": 0}  # what a run recorded before the key existed ran with
 
 
 @dataclass
@@ -680,7 +683,7 @@ def pool(results: Sequence[BlockResult]) -> list[Experiment]:
     """The runs grouped into experiments (`POOL_KEYS` and both configs alike), in order."""
     groups: dict[str, Experiment] = {}
     for r in results:
-        key = json.dumps([str(Path(r.plan.get("trace", "")).name)] + [r.plan.get(k) for k in POOL_KEYS[1:]]
+        key = json.dumps([str(Path(r.plan.get("trace", "")).name)] + [r.plan.get(k, POOL_DEFAULTS.get(k)) for k in POOL_KEYS[1:]]
                          + [r.configs[0], r.configs[1], list(r.arm1)], sort_keys=True, default=str)
         groups.setdefault(key, Experiment([])).runs.append(r)
     return list(groups.values())

@@ -81,14 +81,16 @@ class TwinCluster(FakeConnector):
     submitted by then, as PENDING, RUNNING or COMPLETED at that moment (a twin run to the end is
     the same up to any moment before the next switch: the past does not depend on the future)."""
 
-    def __init__(self, directory: str | Path, jobs: Sequence[tw.Job], t0: float, config: Mapping[str, Any]):
+    def __init__(self, directory: str | Path, jobs: Sequence[tw.Job], t0: float, config: Mapping[str, Any],
+                 def_cpu_per_gpu: int = 0):
         super().__init__(directory)
         self.trace = cb.window_trace(jobs)
         self.jobs = {j.name: j for j in jobs}
         self.t0, self.elapsed = t0, 0.0
         self.switches: list[tuple[float, dict[str, Any]]] = [(0.0, dict(config))]
         self._records: JobRecords | None = None
-        self.spec = cb.testbed_spec()
+        self.def_cpu_per_gpu = def_cpu_per_gpu
+        self.spec = cb.testbed_spec(def_cpu_per_gpu=def_cpu_per_gpu)
 
     def switch(self, config: Mapping[str, Any]) -> None:
         """From now on the cluster runs `config` (whole)."""
@@ -105,7 +107,7 @@ class TwinCluster(FakeConnector):
 
     def sacct_rows(self, since: float, until: float) -> str:
         self._log("sacct")
-        return window_sacct(self.trace, self.jobs, self.records(), self.t0, self.elapsed)
+        return window_sacct(self.trace, self.jobs, self.records(), self.t0, self.elapsed, self.def_cpu_per_gpu)
 
 
 class ShadowCluster(FakeConnector):
@@ -145,9 +147,10 @@ def shadow(state: Path, fake: Path, slurm_conf: str, include: str) -> int:
     return 0
 
 
-def window_sacct(trace: Any, jobs: Mapping[str, tw.Job], rec: JobRecords, t0: float, at: float) -> str:
-    """The window's jobs submitted by `at` (s from `t0`) as sacct shows them then (`cl.sacct_row`),
-    job ids from 1 in submit order, as a fresh cluster numbers them."""
+def window_sacct(trace: Any, jobs: Mapping[str, tw.Job], rec: JobRecords, t0: float, at: float,
+                 def_cpu_per_gpu: int = 0) -> str:
+    """The window's jobs submitted by `at` (s from `t0`) as sacct shows them then (`cl.sacct_row`,
+    sized by `def_cpu_per_gpu`), job ids from 1 in submit order, as a fresh cluster numbers them."""
     lines = ["|".join(cl.SACCT_FIELDS)]
     names = trace.name
     for k in range(len(trace)):
@@ -156,7 +159,8 @@ def window_sacct(trace: Any, jobs: Mapping[str, tw.Job], rec: JobRecords, t0: fl
         start = float(rec.first_start[k])
         end = float(rec.end[k])
         lines.append(cl.sacct_row(k + 1, jobs[str(names[k])], t0 + float(rec.submit[k]),
-                                  None if start > at else t0 + start, None if end > at else t0 + end))
+                                  None if start > at else t0 + start, None if end > at else t0 + end,
+                                  def_cpu_per_gpu))
     return "\n".join(lines) + "\n"
 
 
@@ -198,16 +202,18 @@ def agent_rounds(plan: cl.Plan, sel: cl.Selection, work: Path) -> tuple[list[Rou
     seed = work / "seed.sacct"
     assoc = work / "assoc.txt"
     assoc.write_text(cb.TESTBED_ASSOC)
-    seed.write_text(cl.seed_history(sel.before, T0, base, assoc))
+    seed.write_text(cl.seed_history(sel.before, T0, base, assoc, plan.def_cpu_per_gpu))
     fake = work / "cluster"
     setup, live = testbed_setup()
+    if plan.def_cpu_per_gpu:  # as the cluster's slurmctld would report its DefCpuPerGPU
+        setup = replace(setup, def_cpu_per_gpu=float(plan.def_cpu_per_gpu))
     FakeConnector.create(fake, base=live, setup=setup)
     res = subprocess.run(cl.autosched("agent", "init", "--state", str(work / "state"), "--fake", str(fake),
                                       *cl.agent_options(plan, seed)),
                          capture_output=True, text=True, timeout=300)
     if res.returncode != 0:
         raise RuntimeError(f"`autosched agent init` exited {res.returncode}: {res.stderr.strip()}")
-    cluster = TwinCluster(fake, sel.jobs, T0, base)
+    cluster = TwinCluster(fake, sel.jobs, T0, base, plan.def_cpu_per_gpu)
     agent = start_agent(work / "state", cluster, log=lambda m: None)
     horizon = plan.days * plan.day
     times: list[float] = []  # each round's moment: rounds take no time on this clock
@@ -315,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--days", default="", help="the windows' start days: A-B or A,B,C")
     ap.add_argument("--trace", help="another trace than the plan's (canonical CSV)")
     ap.add_argument("--load", type=float, help="offered load the thinning aims at")
+    ap.add_argument("--def-cpu-per-gpu", type=int, metavar="N", help="the test cluster's DefCpuPerGPU "
+                    "(closed_loop.py --def-cpu-per-gpu; default: the plan's, 0)")
     ap.add_argument("--shadow", nargs=4, metavar=("STATE", "FAKE", "SLURM_CONF", "INCLUDE"),
                     help="(for closed_loop.py) the agent's loop on a real test cluster (ShadowCluster)")
     args = ap.parse_args(argv)
@@ -328,13 +336,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             plan = replace(plan, load=args.load)
         if args.trace:
             plan = replace(plan, trace=args.trace)
+        if args.def_cpu_per_gpu is not None:
+            plan = replace(plan, def_cpu_per_gpu=cl.check_cpus_per_gpu(args.def_cpu_per_gpu))
         trace = cl.trace_of(Path(plan.trace))
         days = days_of(args.days)
     except InputError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(f"{Path(plan.trace).name}, the agent as in {plan.name} (max step {plan.max_step:g}, period "
-          f"{plan.day:g} s = 1 trace day, history {plan.history_days:g} days)\n\n{HEADER}", flush=True)
+          f"{plan.day:g} s = 1 trace day, history {plan.history_days:g} days"
+          + (f", DefCpuPerGPU={plan.def_cpu_per_gpu}" if plan.def_cpu_per_gpu else "")
+          + f")\n\n{HEADER}", flush=True)
     for day in days:
         p = replace(plan, start_day=day)
         try:

@@ -63,8 +63,9 @@ USERS = ("alice", "bob", "carol")
 ACCOUNTS = ("physics", "chemistry")
 SCRIPT = REPO / "scripts" / "slurm-testbed.sh"
 # The test cluster's nodes as scripts/slurm/slurm.conf.in declares them: 4 of 8 GPUs and 8 CPUs,
-# no DefCpuPerGPU. A job submitted as here (sbatch --gres=gpu:N, no CPU count) gets one task of
-# one CPU, whatever its GPUs: DefCpuPerGPU 0 in the simulator's terms (ClusterSpec.job_cpus).
+# no DefCpuPerGPU unless TESTBED_DEF_CPU_PER_GPU sets one. Without it a job submitted as here
+# (sbatch --gres=gpu:N, no CPU count) gets one task of one CPU, whatever its GPUs: DefCpuPerGPU 0
+# in the simulator's terms (ClusterSpec.job_cpus); with it, that many CPUs per GPU.
 NODES, GPUS_PER_NODE, CPUS_PER_NODE = 4, 8, 8
 
 # Time constants in the scaled units (1 trace minute -> 1 s): PriorityMaxAge 10 min, half-life
@@ -308,17 +309,20 @@ def read_run(sacct_path: Path, tag: str, log: Path | dict | None = None) -> Real
     return RealRun(trace, rows, ids, submit, start, end, day0, lt, precise)
 
 
-def testbed_cluster(**fields: Any) -> ClusterSpec:
-    """The test cluster's nodes as the simulator models them (see NODES), with `fields` of
-    ClusterSpec beside."""
-    return ClusterSpec.uniform_nodes(NODES, GPUS_PER_NODE, node_cpus=CPUS_PER_NODE, def_cpu_per_gpu=0.0, **fields)
+def testbed_cluster(def_cpu_per_gpu: float = 0.0, **fields: Any) -> ClusterSpec:
+    """The test cluster's nodes as the simulator models them (see NODES), a job that asks for no
+    CPUs given `def_cpu_per_gpu` per GPU (the cluster's DefCpuPerGPU; 0: unset, one CPU a job),
+    with `fields` of ClusterSpec beside."""
+    return ClusterSpec.uniform_nodes(NODES, GPUS_PER_NODE, node_cpus=CPUS_PER_NODE, def_cpu_per_gpu=def_cpu_per_gpu,
+                                     **fields)
 
 
-def twin_spec(run: RealRun, config: dict, assoc_path: Path | None, model: bool = True) -> ClusterSpec:
-    """The testbed as the simulator models it for `run`: 4 x 8 GPUs, the config's extra
-    partitions; with `model`, slurmctld's thread clocks (from the log) and the association tree
-    (`sacctmgr show assoc` saved at `assoc_path`)."""
-    spec = testbed_cluster(slurm_partitions=tuple(
+def twin_spec(run: RealRun, config: dict, assoc_path: Path | None, model: bool = True,
+              def_cpu_per_gpu: float = 0.0) -> ClusterSpec:
+    """The testbed as the simulator models it for `run`: 4 x 8 GPUs, `def_cpu_per_gpu` CPUs per
+    GPU (`testbed_cluster`), the config's extra partitions; with `model`, slurmctld's thread
+    clocks (from the log) and the association tree (`sacctmgr show assoc` saved at `assoc_path`)."""
+    spec = testbed_cluster(def_cpu_per_gpu, slurm_partitions=tuple(
         SlurmPartition(name, tuple(nodes), tier) for name, nodes, tier in config.get("_partitions", [])))
     if model:
         clocks = slurm_clocks(run.times, run.ids, run.day0) if run.precise and run.times is not None \

@@ -25,6 +25,10 @@ NODES=(n1 n2 n3 n4)
 GPUS_PER_NODE=8
 USERS=(alice bob carol)
 STOP_GRACE=${TESTBED_STOP_GRACE:-15}     # seconds between SIGTERM and SIGKILL
+# CPUs per GPU a job that asks for none gets (slurm.conf's DefCpuPerGPU), as a site sets it so that
+# the job-size factor tells a 1-GPU job from an 8-GPU one; empty: unset, Slurm's one task of one CPU
+DEF_CPU_PER_GPU=${TESTBED_DEF_CPU_PER_GPU:-}
+[[ -z $DEF_CPU_PER_GPU || $DEF_CPU_PER_GPU == 1 ]] || { echo "testbed: error: TESTBED_DEF_CPU_PER_GPU=$DEF_CPU_PER_GPU: must be 1 or empty (a node has 8 CPUs for its 8 GPUs)" >&2; exit 1; }
 READY_TIMEOUT=${TESTBED_READY_TIMEOUT:-60}
 
 CTLD_PORT=$BASE
@@ -141,7 +145,8 @@ render() { # TEMPLATE DEST
     sed -e "s|@ROOT@|$ROOT|g" -e "s|@HOST@|$HOST|g" -e "s|@CTLD_PORT@|$CTLD_PORT|g" \
         -e "s|@DBD_PORT@|$DBD_PORT|g" -e "s|@MYSQL_PORT@|$MYSQL_PORT|g" \
         -e "s|@SLURMD_PORT_FIRST@|$SLURMD_PORT_FIRST|g" -e "s|@SLURMD_PORT_LAST@|$SLURMD_PORT_LAST|g" \
-        -e "s|@MUNGE_SOCKET@|$MUNGE_SOCKET|g" "$1" >"$2.tmp"
+        -e "s|@MUNGE_SOCKET@|$MUNGE_SOCKET|g" \
+        -e "s|@JOB_DEFAULTS@|${DEF_CPU_PER_GPU:+DefCpuPerGPU=$DEF_CPU_PER_GPU}|g" "$1" >"$2.tmp"
     mv "$2.tmp" "$2"
 }
 

@@ -169,6 +169,48 @@ def test_seed_history_is_sacct_text_autosched_reads(tmp_path):
     assert trace.user[0] == "carol" and trace.account[0] == "chemistry"
 
 
+def test_a_sacct_row_sizes_the_job_as_the_clusters_def_cpu_per_gpu_does():
+    # as the test cluster's sacct shows a `--gres=gpu:4` job: the gpu partition bills CPU 1, GPU
+    # 4; DefMemPerCPU is 512 MB. The request is one CPU; unset, the job runs on one; with
+    # DefCpuPerGPU=1 on 4 and 2 GB (sacct prints whole gigabytes as G). A waiting job has no
+    # allocation and NCPUS 1 either way
+    job = tw.Job("cls-0000", 0.0, 4, 40, 1, "carol", "chemistry")
+
+    def fields(cpg: int, start: float | None = T0 + 1) -> dict[str, str]:
+        return dict(zip(cl.SACCT_FIELDS, cl.sacct_row(7, job, T0, start, None, cpg).split("|")))
+
+    asked = "billing=17,cpu=1,gres/gpu=4,mem=512M,node=1"
+    assert (fields(0)["AllocTRES"], fields(0)["ReqTRES"], fields(0)["NCPUS"]) == (asked, asked, "1")
+    assert (fields(1)["AllocTRES"], fields(1)["ReqTRES"], fields(1)["NCPUS"]) == (
+        "billing=20,cpu=4,gres/gpu=4,mem=2G,node=1", asked, "4")
+    assert (fields(1, None)["AllocTRES"], fields(1, None)["ReqTRES"], fields(1, None)["NCPUS"]) == ("", asked, "1")
+
+
+def test_the_seed_history_carries_the_cpus_a_sized_cluster_gives(tmp_path):
+    # `autosched trace` reads the CPUs a job had (NCPUS); the agent reads what it asked for
+    # (ReqTRES: one), which the twin sizes by the cluster's DefCpuPerGPU (ClusterSpec.job_cpus)
+    from autosched.live.history import read_jobs
+
+    jobs = [tw.Job("cls-0000", -300.0, 2, 40, 1, "carol", "chemistry"),
+            tw.Job("cls-0001", -300.0, 8, 40, 1, "alice", "physics")]
+    for cpg, cpus in ((0, [1, 1]), (1, [2, 8])):
+        path = tmp_path / f"seed-{cpg}.sacct"
+        path.write_text(cl.seed_history(jobs, T0, cl.baseline(120.0), None, cpg))
+        trace, report = load_trace(path, format="slurm")
+        assert not report.drops and trace.num_cpus is not None
+        assert trace.num_cpus.tolist() == cpus
+        assert read_jobs(path.read_text()).cpus.tolist() == [1, 1]
+
+
+@pytest.mark.parametrize("n", [-1, 2])
+def test_a_def_cpu_per_gpu_the_test_nodes_cannot_give_is_refused(n, no_clusters, tmp_path, capsys):
+    assert cl.main(["--run", "sb-s18", "--out", str(tmp_path), "--def-cpu-per-gpu", str(n)]) == 2
+    err = capsys.readouterr().err
+    assert err == (f"error: --def-cpu-per-gpu {n}: must be 0-1: a test node has 8 CPUs for 8 GPUs, so an "
+                   "8-GPU job could get no node\n")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_baseline_scales_the_testbeds_time_constants():
     b = cl.baseline(120.0)
     assert b["PriorityMaxAge"] == 7 * DAY / 120 == 5040.0  # 7 days -> 84 min
@@ -486,11 +528,19 @@ def test_ci_run_on_two_real_clusters_accounts_for_every_job(name, tmp_path):
     assert 60 <= len(jobs) <= 110 and info["submit_errors"] == [] and "failed" not in info
     assert 0.2 <= info["offered_load"] <= 0.6
     names = {j.name for j in jobs}
+    gpus = {j.name: j.gpus for j in jobs}
     for label in "AB":
         rows = [r for r in cl.read_sacct(out / f"sacct-{label}.txt") if r["JobName"] in names]
         assert {r["JobName"] for r in rows} == names, f"cluster {label} lost jobs"
         assert {r["State"] for r in rows} == {"COMPLETED"}
         assert all(cl.node_of(r["NodeList"]) in range(4) for r in rows)
+        # each job got the CPUs the plan's DefCpuPerGPU gives, and its row reads as the harness
+        # writes the seed history's (sacct_row)
+        for r in rows:
+            job = next(j for j in jobs if j.name == r["JobName"])
+            assert r["NCPUS"] == str(max(1, gpus[r["JobName"]] * plan.def_cpu_per_gpu)), r
+            assert r["AllocTRES"] == dict(zip(cl.SACCT_FIELDS, cl.sacct_row(
+                0, job, 0.0, 1.0, 2.0, plan.def_cpu_per_gpu).split("|")))["AllocTRES"], r
     # the schedule as recorded: each block's switch on each cluster, to its arm, on time
     sched = sb.Schedule.from_dict(info["schedule"])
     assert (sched.design, sched.blocks, sched.units) == ("crossover", 4, 2)

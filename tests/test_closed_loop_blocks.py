@@ -155,16 +155,20 @@ def _workload(n=300, seed=0):
 
 
 def test_the_twin_sizes_a_job_as_the_test_cluster_does():
-    # scripts/slurm/slurm.conf.in gives a node CPUs=8 beside gpu:8 and no DefCpuPerGPU, and the
-    # harness submits `sbatch --gres=gpu:N` with no CPU count: Slurm gives every job one task of
-    # one CPU, so a 1-, 4- and 8-GPU job are one CPU each (by the node shape they would be 1, 4, 8)
+    # scripts/slurm/slurm.conf.in gives a node CPUs=8 beside gpu:8 and sets DefCpuPerGPU only from
+    # TESTBED_DEF_CPU_PER_GPU, and the harness submits `sbatch --gres=gpu:N` with no CPU count:
+    # without it Slurm gives every job one task of one CPU, so a 1-, 4- and 8-GPU job are one CPU
+    # each; with DefCpuPerGPU=1 they are 1, 4 and 8, the node shape's
     conf = (tw.REPO / "scripts" / "slurm" / "slurm.conf.in").read_text()
-    assert "CPUs=8 " in conf and "Gres=gpu:8 " in conf and "DefCpuPerGPU" not in conf
+    assert "CPUs=8 " in conf and "Gres=gpu:8 " in conf and "\nDefCpuPerGPU" not in conf
+    assert "\n@JOB_DEFAULTS@\n" in conf
     for spec in (cb.testbed_spec(), tw.testbed_cluster()):
         assert (spec.nodes, spec.gpus_per_node, spec.cpus_per_node) == (4, 8, 8)
         assert spec.job_cpus(np.array([1, 4, 8]), None).tolist() == [1, 1, 1]
         # a job whose CPUs sacct gave keeps them
         assert spec.job_cpus(np.array([1, 4]), np.array([2.0, 0.0])).tolist() == [2, 1]
+    for spec in (cb.testbed_spec(def_cpu_per_gpu=1), tw.testbed_cluster(1)):
+        assert spec.job_cpus(np.array([1, 4, 8]), None).tolist() == [1, 4, 8]
 
 
 def test_a_block_replayed_under_its_own_config_gives_back_what_happened():

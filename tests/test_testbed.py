@@ -242,6 +242,16 @@ def test_start_names_the_busy_ports_and_starts_nothing(script_env):
     assert not Path(script_env["TESTBED_ROOT"], "run").exists()
 
 
+@pytest.mark.parametrize("value", ["2", "one", "-1"])
+@pytest.mark.slurm
+def test_a_def_cpu_per_gpu_the_nodes_cannot_give_is_refused_before_anything_starts(value, script_env):
+    res = _script(dict(script_env, TESTBED_DEF_CPU_PER_GPU=value), "start", "--fresh")
+    assert res.returncode == 1
+    assert res.stderr.strip().splitlines()[-1] == (
+        f"testbed: error: TESTBED_DEF_CPU_PER_GPU={value}: must be 1 or empty (a node has 8 CPUs for its 8 GPUs)")
+    assert not Path(script_env["TESTBED_ROOT"]).exists()
+
+
 @pytest.mark.slurm
 def test_fresh_start_refuses_to_wipe_a_foreign_directory(script_env):
     root = Path(script_env["TESTBED_ROOT"])
