@@ -98,6 +98,12 @@ def test_node_shape_gives_jobs_cpus_per_gpu():
         == [1, 4, 8, 6]
     assert parse_cluster("4x8,CPUs=8").job_cpus(np.array([4, 8]), np.array([1, 1])).tolist() == [1, 1]
     assert node.job_cpus(np.array([4, 8]), np.array([1, 3])).tolist() == [1, 3]
+    # what a job asked for (the TRES factor): its count; where DefCpuPerGPU is set, one CPU per
+    # node without one; under the node shape's rule, what it is given
+    sized = parse_cluster("4x8,CPUs=8,DefCpuPerGPU=1")
+    assert sized.asked_cpus(np.array([1, 8, 16, 2]), np.array([0, 0, 0, 6])).tolist() == [1, 1, 2, 6]
+    assert plain.asked_cpus(np.array([1, 8, 2]), np.array([0, 0, 6])).tolist() == [1, 8, 6]
+    assert node.asked_cpus(np.array([1, 8, 16]), None).tolist() == [1, 1, 2]
 
 
 @pytest.mark.parametrize("bad", ["11x8,CPUs=0", "11x8,CPUs=4.5", "11x8,Mem=40", "11x8,CPUs", "11x8,DefCpuPerGPU=-1"])

@@ -247,11 +247,13 @@ def test_job_size_counts_cpus_per_gpu(shape, b_start, c_start):
 # cluster with DefCpuPerGPU=1: sprio gives a pending 1-GPU and 8-GPU job the same TRES cpu share,
 # 1 CPU of 32, where their job-size factors are 141 and 250). On 1x4, A (4 GPUs, 0-100) holds the
 # node; C (1 GPU, t=1) and B (4 GPUs, t=2) wait, 50 s each. PriorityWeightTRES.CPU 1000:
-#   no CPU count: each asked for one CPU -> 1000 x 1/4 = 250 each, a tie broken by submission:
-#     C at 100-150, then B 150-200, whatever DefCpuPerGPU gives them when they start;
+#   no CPU count, DefCpuPerGPU set (1, or 0): each asked for one CPU -> 1000 x 1/4 = 250 each, a
+#     tie broken by submission: C at 100-150, then B 150-200, whatever DefCpuPerGPU gives them;
+#   no CPU count, the node shape's rule: as if each asked for its 1 CPU per GPU: B 1000, C 250;
 #   B asked for 4 CPUs (the trace's num_cpus): 1000 against C's 250: B at 100-150, C 150-200.
-@pytest.mark.parametrize("shape", [{}, {"def_cpu_per_gpu": 1}, {"def_cpu_per_gpu": 0}])
-@pytest.mark.parametrize("b_cpus, b_start, c_start", [(0, 150, 100), (4, 100, 150)])
+@pytest.mark.parametrize("shape, b_cpus, b_start, c_start", [
+    ({"def_cpu_per_gpu": 1}, 0, 150, 100), ({"def_cpu_per_gpu": 0}, 0, 150, 100), ({}, 0, 100, 150),
+    ({"def_cpu_per_gpu": 1}, 4, 100, 150), ({"def_cpu_per_gpu": 0}, 4, 100, 150), ({}, 4, 100, 150)])
 def test_the_cpu_tres_factor_weighs_the_cpus_a_job_asked_for(shape, b_cpus, b_start, c_start):
     from autosched.trace.table import Trace
 

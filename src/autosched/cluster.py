@@ -244,6 +244,18 @@ class ClusterSpec:
             return np.where(known > 0, np.maximum(known, given), given)
         return np.where(known > 0, known, given)
 
+    def asked_cpus(self, gpus: np.ndarray, cpus: np.ndarray | None) -> np.ndarray:
+        """Each job's CPUs as it asked for them, what Slurm's TRES factor weighs while it waits:
+        its own count where it has one (> 0); else, where the cluster sets `def_cpu_per_gpu`,
+        sbatch's one task of one CPU per node (DefCpuPerGPU adds the rest only when the job
+        starts); else, under the node shape's rule, the CPUs `job_cpus` gives it, as if it had
+        asked for them."""
+        g = np.asarray(gpus, dtype=float)
+        known = np.zeros(len(g)) if cpus is None else np.asarray(cpus, dtype=float)
+        if self.def_cpu_per_gpu is None:
+            return self.job_cpus(g, cpus)
+        return np.where(known > 0, known, np.ceil(g / self.gpus_per_node))
+
     def cpu_rule(self) -> str:
         """How jobs without a CPU count are sized, in words (for `trace inspect` and `run`)."""
         if self.cpus_per_gpu == 0:

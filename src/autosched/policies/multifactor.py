@@ -73,9 +73,10 @@ class Multifactor(Policy):
     node shape's; with ``DefCpuPerGPU=0`` one per node, sbatch's one task of one CPU); a node has
     ``ClusterSpec.cpus_per_node`` CPUs (as many as GPUs unless the spec says). GPU demand enters through
     ``PriorityWeightTRES.GRES/gpu`` (job GPUs / partition GPUs), as in ``PriorityWeightTRES=
-    GRES/gpu=N``; ``PriorityWeightTRES.CPU`` weighs the CPUs the job asked for (the trace's
-    ``num_cpus``, else one per node): a waiting job's TRES are its request, and DefCpuPerGPU
-    adds CPUs only when it starts (billing counts those).
+    GRES/gpu=N``; ``PriorityWeightTRES.CPU`` weighs the CPUs the job asked for
+    (``ClusterSpec.asked_cpus``: the trace's ``num_cpus``; else, where the cluster sets
+    DefCpuPerGPU, one per node, as a waiting job's TRES are its request and DefCpuPerGPU adds
+    CPUs only when it starts; else, under the node shape's rule, the CPUs it is given).
 
     *Fair share* is over the cluster's configured association tree (``ClusterSpec.associations``,
     from ``sacctmgr``: every association counts, as in slurmctld), else over root -> account ->
@@ -286,12 +287,9 @@ class Multifactor(Policy):
         self._nodes: npt.NDArray[np.float64] = np.ceil(self._gpus / gpn)
         known = None if jobs.cpus is None else np.asarray(jobs.cpus, dtype=float)
         self._cpus: npt.NDArray[np.float64] = part.cluster.job_cpus(self._gpus, known)
-        # The CPUs a job asked for: its own count, else sbatch's one task of one CPU per node.
-        # Slurm's TRES factor reads these while the job waits (measured on the test cluster with
-        # DefCpuPerGPU=1: a pending 8-GPU job's TRES cpu share is 1 CPU's), where its job-size
-        # factor and its billing count the CPUs DefCpuPerGPU gives it.
-        self._asked_cpus: npt.NDArray[np.float64] = (self._nodes if known is None
-                                                     else np.where(known > 0, known, self._nodes))
+        # Slurm's TRES factor weighs what a waiting job asked for (ClusterSpec.asked_cpus), its
+        # job-size factor and its billing what it is given
+        self._asked_cpus: npt.NDArray[np.float64] = part.cluster.asked_cpus(self._gpus, known)
         self.fairshare: npt.NDArray[np.float64] = np.ones(leaves)  # per association, as of the last recalculation
         self.used: npt.NDArray[np.float64] = np.zeros(leaves)  # per association: decayed billing-seconds as of t0
         self.known: npt.NDArray[np.bool_] = np.zeros(leaves, dtype=bool)  # associations that have submitted here
