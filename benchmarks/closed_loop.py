@@ -1457,7 +1457,13 @@ def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult
         whole = cb.simulate(run_u.real.trace, spec, [(t if math.isfinite(t) else 0.0, c) for t, c in run_u.switches])
         tau[label] = tw.agreement(run_u.real, whole, info["baseline"]["bf_interval"])["tau"]
     configs = (dict(info["configs"][0]), dict(info["configs"][1]))
-    tl = cb.Timeline(lens.block, lens.washout, sched, configs, tuple(dict(c) for c in info.get("arm1") or ()))
+    arm1 = tuple(dict(c) for c in info.get("arm1") or ())
+    ran = [c for c in arm1 if not cb.same_config(c, configs[0])]
+    if ran and cb.same_config(configs[1], configs[0]):
+        # the agent's loop changed the config and went back to the baseline: its change is the
+        # config arm 1 last ran apart from the baseline, not the baseline it ended on
+        configs = (configs[0], ran[-1])
+    tl = cb.Timeline(lens.block, lens.washout, sched, configs, arm1)
     memo: dict[tuple[Any, ...], cb.Figures] = {}
     rows = cb.block_rows(runs, specs, tl, jitters=jitters, seed=int(plan.get("seed", 0)), memo=memo)
     effects, gains, aa = cb.analyse_rows(rows, sched)
@@ -1471,7 +1477,30 @@ def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult
             archetypes[name] = cb.twin_block_gain(cb.block_rows(runs, specs, other, memo=memo))
     return cb.BlockResult(outdir.name, plan, len(names), float(info["offered_load"]), lens, sched, accounted,
                           rows, effects, gains, window, aa, tau, info.get("decision"), info.get("wall_run"),
-                          info.get("wall_total"), configs, archetypes, tl.arm1)
+                          info.get("wall_total"), configs, archetypes, tl.arm1,
+                          agent_moves(outdir, float(info["t0"]), Plan(**plan).day) if plan.get("in_window") else "")
+
+
+def agent_moves(outdir: Path, t0: float, day: float) -> str:
+    """The changes the agent's loop applied through the window, in order (its store's revisions
+    after the baseline's, each with its time in trace days from `t0` and predicted gain), when
+    there is more than one; "" otherwise (the run's decision says it all)."""
+    path = outdir / "agent-status.json"
+    if not path.exists():
+        return ""
+    revs = sorted((r for r in json.loads(path.read_text()).get("history") or []
+                   if r.get("trigger") != "baseline" and r.get("applied_at") is not None),
+                  key=lambda r: int(r["id"]))
+    if len(revs) < 2:
+        return ""
+    said = []
+    for r in revs:
+        at = (float(r["applied_at"]) - t0) / day
+        diff = ", ".join(f"{k} {cb.fmt(v[0])} → {cb.fmt(v[1])}" for k, v in sorted((r.get("diff") or {}).items()))
+        gain = (r.get("evidence") or {}).get("predicted_gain")
+        why = f"predicted {gain:+.1%}" if gain is not None else str(r.get("trigger") or "")
+        said.append(f"{at:.2f} d: {diff} ({why})")
+    return "; ".join(said)
 
 
 # The flags a run takes, each checked before anything starts (`checked_plan`): a bad value costs

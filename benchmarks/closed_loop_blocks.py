@@ -464,6 +464,9 @@ class BlockResult:
     # arm 1's config block by block when the agent's loop changed it during the run
     # (`Timeline.arm1`); empty: configs[1] in every block
     arm1: tuple[dict[str, Any], ...] = ()
+    # the agent's loop's changes through the window in words, in order, when it made more than
+    # one or went back (closed_loop.agent_moves); "": the decision says it all
+    moves: str = ""
 
     @property
     def apart(self) -> int:
@@ -564,6 +567,8 @@ def render(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ()) 
             change, pred = f"control: {r.control} (no agent)", "—"
         elif not r.changed:
             change, pred = f"none: {r.decision['why'] if r.decision else ''}", "—"
+        elif r.moves:
+            change, pred = r.moves, "(as said)"
         else:
             d = r.decision or {}
             change = ", ".join(f"{k} {fmt(v[0])} → {fmt(v[1])}" for k, v in sorted(d["diff"].items()))

@@ -53,6 +53,7 @@ from autosched.policies import get_policy  # noqa: E402
 from autosched.sim import Simulator  # noqa: E402
 from autosched.trace.io import load_trace  # noqa: E402
 from autosched.trace.parsing import wallclock_seconds  # noqa: E402
+from autosched.trace.slurm import tres_cpus  # noqa: E402
 from autosched.trace.table import Trace  # noqa: E402
 
 # The slice the jobs come from: one of the real traces, which live beside the checkout (README,
@@ -284,6 +285,12 @@ def read_run(sacct_path: Path, tag: str, log: Path | dict | None = None) -> Real
         rows = [r for r in csv.DictReader(f, delimiter="|") if r["JobName"].startswith(tag + "-")]
     with open(sacct_path) as f:
         header = f.readline()
+    # a job's CPUs as it asked for them (ReqTRES), as the agent reads them: the twin gives it
+    # the cluster's DefCpuPerGPU when it starts, and weighs the request in the TRES factor
+    # (ClusterSpec.asked_cpus); NCPUS is what it was given
+    for r in rows:
+        if "NCPUS" in r and (asked := tres_cpus(r.get("ReqTRES") or "")):
+            r["NCPUS"] = str(asked)
     with tempfile.TemporaryDirectory() as d:
         mine = Path(d) / "sacct.txt"
         mine.write_text(header + "".join("|".join(r[k] for k in header.strip().split("|")) + "\n"

@@ -211,6 +211,41 @@ def test_a_def_cpu_per_gpu_the_test_nodes_cannot_give_is_refused(n, no_clusters,
     assert list(tmp_path.iterdir()) == []
 
 
+def test_the_twin_reads_a_real_runs_jobs_with_the_cpus_they_asked_for(tmp_path):
+    # a run on clusters with DefCpuPerGPU=1: sacct gives a started 8-GPU job NCPUS 8 and ReqTRES
+    # cpu=1; the twin takes the request (its TRES factor weighs it) and sizes the job by the
+    # cluster's DefCpuPerGPU again
+    jobs = [tw.Job("cl-0000", 0.0, 8, 40, 1, "carol", "chemistry"), tw.Job("cl-0001", 0.0, 2, 40, 1, "bob", "physics")]
+    rows = [cl.sacct_row(k + 1, j, T0, T0 + 1, T0 + 41, 1) for k, j in enumerate(jobs)]
+    path = tmp_path / "sacct-A.txt"
+    path.write_text("\n".join(["|".join(cl.SACCT_FIELDS), *rows]) + "\n")
+    assert [r.split("|")[-1] for r in rows] == ["8", "2"]
+    real = tw.read_run(path, "cl")
+    assert real.trace.num_cpus is not None and real.trace.num_cpus.tolist() == [1, 1]
+    spec = tw.testbed_cluster(1)
+    assert spec.job_cpus(real.trace.num_gpus, real.trace.num_cpus).tolist() == [8, 2]
+    assert spec.asked_cpus(real.trace.num_gpus, real.trace.num_cpus).tolist() == [1, 1]
+
+
+def test_agent_moves_lists_a_loops_changes_and_its_rollback(tmp_path):
+    # one trace day = 720 s; the change applied 360 s after t0 (0.50 d), rolled back at 1080 s
+    t0 = 1000.0
+    history = [
+        {"id": "3", "trigger": "rollback to 1", "applied_at": t0 + 1080, "evidence": {"predicted_gain": None},
+         "diff": {"PriorityFavorSmall": [True, False]}},
+        {"id": "2", "trigger": "contention: queue 22 jobs", "applied_at": t0 + 360,
+         "evidence": {"predicted_gain": 0.0869}, "diff": {"PriorityFavorSmall": [False, True]}},
+        {"id": "1", "trigger": "baseline", "applied_at": t0, "evidence": {}, "diff": {}},
+    ]
+    (tmp_path / "agent-status.json").write_text(json.dumps({"history": history}))
+    assert cl.agent_moves(tmp_path, t0, 720.0) == (
+        "0.50 d: PriorityFavorSmall False → True (predicted +8.7%); "
+        "1.50 d: PriorityFavorSmall True → False (rollback to 1)")
+    # one change alone: the decision says it all
+    (tmp_path / "agent-status.json").write_text(json.dumps({"history": history[1:]}))
+    assert cl.agent_moves(tmp_path, t0, 720.0) == ""
+
+
 def test_baseline_scales_the_testbeds_time_constants():
     b = cl.baseline(120.0)
     assert b["PriorityMaxAge"] == 7 * DAY / 120 == 5040.0  # 7 days -> 84 min
