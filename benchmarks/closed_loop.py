@@ -1238,7 +1238,7 @@ def render_tables(results: Sequence[RunResult]) -> str:
         day = DAY / r.plan["scale"]
         for ch in r.changes:
             any_change = True
-            what = ", ".join(f"{k} {cb.fmt(v[0])} → {cb.fmt(v[1])}" for k, v in sorted(ch.diff.items()))
+            what = cb.diff_words(ch.diff)
             pred = "—" if ch.predicted_gain is None else (
                 f"{ch.predicted_gain:+.1%} ± {ch.spread:.1%}" if ch.spread is not None else cb.pct(ch.predicted_gain))
             out.append(f"| {r.name} | {ch.revision} | {ch.at / day:.2f} | {what} | {pred} | "
@@ -1496,7 +1496,7 @@ def agent_moves(outdir: Path, t0: float, day: float) -> str:
     said = []
     for r in revs:
         at = (float(r["applied_at"]) - t0) / day
-        diff = ", ".join(f"{k} {cb.fmt(v[0])} → {cb.fmt(v[1])}" for k, v in sorted((r.get("diff") or {}).items()))
+        diff = cb.diff_words(r.get("diff") or {})
         gain = (r.get("evidence") or {}).get("predicted_gain")
         why = f"predicted {gain:+.1%}" if gain is not None else str(r.get("trigger") or "")
         said.append(f"{at:.2f} d: {diff} ({why})")

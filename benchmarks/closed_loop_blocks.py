@@ -571,7 +571,7 @@ def render(results: Sequence[BlockResult], unchanged: Sequence[Unchanged] = ()) 
             change, pred = r.moves, "(as said)"
         else:
             d = r.decision or {}
-            change = ", ".join(f"{k} {fmt(v[0])} → {fmt(v[1])}" for k, v in sorted(d["diff"].items()))
+            change = diff_words(d["diff"])
             pred = pct(d.get("predicted_gain")) + (f" ± {d['spread']:.1%}" if d.get("spread") is not None else "")
         e = r.main()
         out.append(f"| {r.name} | {p['design']} | {p['start_day']:g}-{p['start_day'] + p['days']:g} | {r.jobs} | "
@@ -637,6 +637,11 @@ def _s(x: float) -> str:
 def fmt(v: Any) -> str:
     """A config value in a table: floats to 4 significant digits."""
     return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def diff_words(diff: Mapping[str, Sequence[Any]]) -> str:
+    """A revision's diff (knob -> (old, new)) in a table: "knob old → new, ...", by knob name."""
+    return ", ".join(f"{k} {fmt(v[0])} → {fmt(v[1])}" for k, v in sorted(diff.items()))
 
 
 # what makes runs replicates of one experiment: the same window, thinning, scale, design and arms
