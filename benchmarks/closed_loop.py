@@ -155,6 +155,9 @@ class Plan:
     # job from an 8-GPU one, as the replays of docs/results.md size them; 0: unset, one CPU a job
     # (the runs before it)
     def_cpu_per_gpu: int = 0
+    # the agent's samples follow the last hours' load to this power (`agent init --persistence`);
+    # 0: the history's level (the runs before it)
+    persistence: float = 0.0
 
     @property
     def day(self) -> float:
@@ -557,7 +560,7 @@ def agent_options(plan: Plan, seed: Path) -> list[str]:
             "--validation-samples", str(plan.validation_samples), "--model", plan.model,
             "--seed-history", str(seed), "--fix", f"placement={PLACEMENT}",
             "--time-scale", f"{plan.scale if plan.model_trace_time else 1:g}",
-            "--max-step", f"{plan.max_step:g}"]
+            "--max-step", f"{plan.max_step:g}", "--persistence", f"{plan.persistence:g}"]
 
 
 def agent_init(bed: Testbed, state: Path, plan: Plan, seed: Path) -> None:
@@ -799,6 +802,22 @@ def decision_of(status: Mapping[str, Any], base: Mapping[str, Any]) -> Decision:
                     ev.get("spread"), why)
 
 
+def loop_decision(status: Mapping[str, Any], base: Mapping[str, Any]) -> Decision:
+    """The decision of an agent's loop through the window (`Plan.in_window`): the last change the
+    agent itself made and applied, whatever came after it. A rollback its judge made later goes
+    back to the baseline, so the running revision (`decision_of`) would record the rollback as
+    the decision, and the change it measured would be lost; without a change, `decision_of`."""
+    changes = [r for r in status.get("history") or [] if r.get("kind") not in ("baseline", "rollback", "adopted")
+               and r.get("parent") is not None and r.get("applied_at") is not None]
+    if not changes:
+        return decision_of(status, base)
+    rev = max(changes, key=lambda r: int(r["id"]))
+    ev = rev.get("evidence") or {}
+    why = str((status.get("last_round") or {}).get("why") or "")
+    return Decision({**base, **(rev.get("config") or {})}, int(rev["id"]), dict(rev.get("diff") or {}),
+                    ev.get("predicted_gain"), ev.get("spread"), why)
+
+
 def commit() -> str:
     """The checkout's commit (with "+changes" if the tree differs from it): the code of a run."""
     def git(*a: str) -> str:
@@ -977,11 +996,11 @@ def start_loop(bed: Testbed, state: Path, plan: Plan, sel: Selection, outdir: Pa
 def end_loop(loop: subprocess.Popen[bytes], bed: Testbed, state: Path, outdir: Path, base: dict[str, Any],
              info: dict[str, Any]) -> None:
     """Stop the agent's loop (SIGTERM; the round under way finishes), export its store, and record
-    its last change as the run's decision."""
+    its last change as the run's decision (`loop_decision`)."""
     stop_agent(loop)
     export_agent(bed, state, outdir)
     status = json.loads((outdir / "agent-status.json").read_text())
-    dec = decision_of(status, base)
+    dec = loop_decision(status, base)
     info["decision"] = asdict(dec)
     info["configs"] = [dict(base), dict(dec.config)]
 
@@ -1460,8 +1479,9 @@ def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult
     arm1 = tuple(dict(c) for c in info.get("arm1") or ())
     ran = [c for c in arm1 if not cb.same_config(c, configs[0])]
     if ran and cb.same_config(configs[1], configs[0]):
-        # the agent's loop changed the config and went back to the baseline: its change is the
-        # config arm 1 last ran apart from the baseline, not the baseline it ended on
+        # a run recorded before `loop_decision` (sb-itp07-28): its loop changed the config and its
+        # judge rolled it back, and the rollback was recorded as the decision; the change is the
+        # config arm 1 last ran apart from the baseline
         configs = (configs[0], ran[-1])
     tl = cb.Timeline(lens.block, lens.washout, sched, configs, arm1)
     memo: dict[tuple[Any, ...], cb.Figures] = {}
@@ -1604,10 +1624,13 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
                                  ("model_trace_time", args.model_trace_time), ("design", args.design),
                                  ("design_seed", args.design_seed), ("blocks", 1 if by_run else args.blocks),
                                  ("decision_from", args.decision_from), ("control", args.control),
-                                 ("in_window", args.in_window), ("def_cpu_per_gpu", args.def_cpu_per_gpu))
+                                 ("in_window", args.in_window), ("def_cpu_per_gpu", args.def_cpu_per_gpu),
+                                 ("persistence", args.persistence))
                if v is not None}
     plan = replace(plan, name=name, **changes)
     check_cpus_per_gpu(plan.def_cpu_per_gpu)
+    if not 0 <= plan.persistence <= 1:
+        raise InputError(f"--persistence {plan.persistence:g}: must be in [0, 1]")
     if plan.decision_from:
         check_decision(args.out / plan.decision_from, plan)
     if plan.in_window and (plan.aa or plan.decision_from or plan.control or plan.design == "side-by-side"):
@@ -1686,6 +1709,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--def-cpu-per-gpu", type=int, metavar="N", help="the test clusters' DefCpuPerGPU: a job "
                     f"that asks for GPUs alone gets N CPUs per GPU (0-{tw.CPUS_PER_NODE // tw.GPUS_PER_NODE}; "
                     "default 0, unset: one CPU a job, so Slurm's job-size factor sees every job alike)")
+    ap.add_argument("--persistence", type=float, metavar="P", help="the agent's --persistence: its samples "
+                    "follow the last hours' load to this power (0-1; default 0, as the runs before it)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--roots", default="/tmp/cl-A,/tmp/cl-B", help="the two clusters' TESTBED_ROOTs")
     ap.add_argument("--port-base", type=int, default=23000, help="cluster A's; B's is 100 above")

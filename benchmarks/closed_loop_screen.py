@@ -190,6 +190,10 @@ class Screened:
     switches: list[tuple[float, dict[str, Any]]]
     window_gain: float | None
     block_gain: float | None
+    # the twin's gain of the agent's first change over the period it predicted (`round_gain`)
+    # and that change's predicted gain: the prediction's calibration
+    round_gain: float | None = None
+    predicted: float | None = None
 
     @property
     def changed(self) -> bool:
@@ -260,15 +264,40 @@ def twin_gains(plan: cl.Plan, sel: cl.Selection, cluster: TwinCluster) -> tuple[
     return 1 - agent_jct / base_jct, block
 
 
+def judged_at(submit: np.ndarray, start: np.ndarray, t: float, period: float) -> np.ndarray:
+    """The jobs a round at `t` predicts for, as its samples hold them (`adapt.scoring`): those
+    queued at `t` and those submitted in [t, t + period)."""
+    return ((submit < t) & (start >= t)) | ((submit >= t) & (submit < t + period))
+
+
+def round_gain(trace: Any, spec: Any, base: Mapping[str, Any], change: Mapping[str, Any], t: float,
+               period: float) -> float:
+    """The twin's gain in average JCT of switching from `base` to `change` at `t`, over the jobs
+    the round at `t` predicted for (`judged_at`), each timed from `t` at the earliest: what the
+    round's predicted gain forecasts. Both replays run alike until `t`, so they judge the same jobs."""
+    old = cb.simulate(trace, spec, [(0.0, base)]).records()
+    new = cb.simulate(trace, spec, [(0.0, base), (t, change)]).records()
+    mine = judged_at(old.submit, old.first_start, t, period)
+    if not mine.any():
+        return math.nan
+    since = np.maximum(old.submit[mine], t)
+    return 1 - float(np.mean(new.end[mine] - since)) / float(np.mean(old.end[mine] - since))
+
+
 def screen(plan: cl.Plan, trace: Any) -> Screened:
     """One window (see the module doc)."""
     sel = cl.select(trace, plan)
     with tempfile.TemporaryDirectory(prefix="clscreen-") as d:
         rounds, cluster = agent_rounds(plan, sel, Path(d))
     gains: tuple[float | None, float | None] = (None, None)
+    at_round, predicted = None, None
     if len(cluster.switches) > 1:
         gains = twin_gains(plan, sel, cluster)
-    return Screened(plan.start_day, len(sel.jobs), sel.offered_load, rounds, cluster.switches, *gains)
+        (t, change), first = cluster.switches[1], next(r for r in rounds if r.diff)
+        at_round = round_gain(cluster.trace, cluster.spec, cluster.switches[0][1], change, t, plan.day)
+        predicted = first.predicted_gain
+    return Screened(plan.start_day, len(sel.jobs), sel.offered_load, rounds, cluster.switches, *gains,
+                    at_round, predicted)
 
 
 def row(s: Screened, plan: cl.Plan) -> str:
@@ -280,12 +309,34 @@ def row(s: Screened, plan: cl.Plan) -> str:
     gain = "" if s.window_gain is None else f"{s.window_gain:+.1%} ({s.block_gain:+.1%})"
     fired = "; ".join(f"{r.at / plan.day:.2f} d: {r.trigger.partition(': ')[2]}" for r in s.rounds
                       if r.trigger.startswith("contention"))
-    return f"| {s.start_day:g} | {s.jobs} | {s.offered_load:.2f} | {said} | {fired} | {gain} |"
+    return (f"| {s.start_day:g} | {s.jobs} | {s.offered_load:.2f} | {said} | {fired} | {gain} | "
+            f"{calibration(s)} |")
+
+
+def calibration(s: Screened) -> str:
+    """The first change's predicted gain against the twin's over the period it predicted, and
+    their ratio ("" without a change)."""
+    if s.round_gain is None or s.predicted is None:
+        return ""
+    ratio = s.predicted / s.round_gain if s.round_gain > 0 else math.nan
+    return f"{s.predicted:+.1%} / {s.round_gain:+.1%}" + (f" ({ratio:.2f})" if math.isfinite(ratio) else "")
+
+
+def calibration_summary(screened: Sequence[Screened]) -> str:
+    """How many first changes predicted their period's twin gain within a factor of 2."""
+    pairs = [(s.predicted, s.round_gain) for s in screened if s.predicted is not None and s.round_gain is not None]
+    within = sum(g > 0 and 0.5 <= p / g <= 2 for p, g in pairs)
+    under = sum(g > 0 and p / g < 0.5 for p, g in pairs)
+    ratios = [p / g for p, g in pairs if g > 0]
+    median = f"; median ratio {float(np.median(ratios)):.2f}" if ratios else ""
+    return (f"{len(pairs)} window(s) with a change: the prediction within a factor of 2 of the twin's gain "
+            f"over its period on {within}, under half of it on {under}{median}")
 
 
 HEADER = ("| start day | jobs | offered load | the agent's rounds (trace days into the window) | "
-          "the contention trigger, where it fired | twin gain of its run: window (blocks) |\n"
-          "|---|---|---|---|---|---|")
+          "the contention trigger, where it fired | twin gain of its run: window (blocks) | "
+          "its first change: predicted / the twin's gain over that period (ratio) |\n"
+          "|---|---|---|---|---|---|---|")
 
 
 MAX_WINDOWS = 1000  # a screen of more windows is a typo (each costs seconds to a minute)
@@ -323,6 +374,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--load", type=float, help="offered load the thinning aims at")
     ap.add_argument("--def-cpu-per-gpu", type=int, metavar="N", help="the test cluster's DefCpuPerGPU "
                     "(closed_loop.py --def-cpu-per-gpu; default: the plan's, 0)")
+    ap.add_argument("--persistence", type=float, metavar="P", help="the agent's --persistence (closed_loop.py "
+                    "--persistence; default: the plan's, 0)")
     ap.add_argument("--shadow", nargs=4, metavar=("STATE", "FAKE", "SLURM_CONF", "INCLUDE"),
                     help="(for closed_loop.py) the agent's loop on a real test cluster (ShadowCluster)")
     args = ap.parse_args(argv)
@@ -338,6 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             plan = replace(plan, trace=args.trace)
         if args.def_cpu_per_gpu is not None:
             plan = replace(plan, def_cpu_per_gpu=cl.check_cpus_per_gpu(args.def_cpu_per_gpu))
+        if args.persistence is not None:
+            plan = replace(plan, persistence=args.persistence)
         trace = cl.trace_of(Path(plan.trace))
         days = days_of(args.days)
     except InputError as e:
@@ -346,15 +401,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{Path(plan.trace).name}, the agent as in {plan.name} (max step {plan.max_step:g}, period "
           f"{plan.day:g} s = 1 trace day, history {plan.history_days:g} days"
           + (f", DefCpuPerGPU={plan.def_cpu_per_gpu}" if plan.def_cpu_per_gpu else "")
+          + (f", persistence {plan.persistence:g}" if plan.persistence else "")
           + f")\n\n{HEADER}", flush=True)
+    screened = []
     for day in days:
         p = replace(plan, start_day=day)
         try:
             s = screen(p, trace)
         except InputError as e:
-            print(f"| {day:g} | | | {e} | |", flush=True)
+            print(f"| {day:g} | | | {e} | | | |", flush=True)
             continue
+        screened.append(s)
         print(row(s, p), flush=True)
+    print(f"\n{calibration_summary(screened)}", flush=True)
     return 0
 
 

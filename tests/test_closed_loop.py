@@ -187,19 +187,22 @@ def test_a_sacct_row_sizes_the_job_as_the_clusters_def_cpu_per_gpu_does():
 
 
 def test_the_seed_history_carries_the_cpus_a_sized_cluster_gives(tmp_path):
-    # `autosched trace` reads the CPUs a job had (NCPUS); the agent reads what it asked for
-    # (ReqTRES: one), which the twin sizes by the cluster's DefCpuPerGPU (ClusterSpec.job_cpus)
+    # `autosched trace` and the agent read what a job asked for (ReqTRES: one where the cluster
+    # sizes it by DefCpuPerGPU), which the twin sizes by that DefCpuPerGPU (ClusterSpec.job_cpus);
+    # the allocation (NCPUS) holds the CPUs it had
     from autosched.live.history import read_jobs
 
     jobs = [tw.Job("cls-0000", -300.0, 2, 40, 1, "carol", "chemistry"),
             tw.Job("cls-0001", -300.0, 8, 40, 1, "alice", "physics")]
-    for cpg, cpus in ((0, [1, 1]), (1, [2, 8])):
+    for cpg, given in ((0, [1, 1]), (1, [2, 8])):
         path = tmp_path / f"seed-{cpg}.sacct"
         path.write_text(cl.seed_history(jobs, T0, cl.baseline(120.0), None, cpg))
         trace, report = load_trace(path, format="slurm")
         assert not report.drops and trace.num_cpus is not None
-        assert trace.num_cpus.tolist() == cpus
+        assert trace.num_cpus.tolist() == [1, 1]
         assert read_jobs(path.read_text()).cpus.tolist() == [1, 1]
+        rows = cl.read_sacct(path)
+        assert [int(r["NCPUS"]) for r in rows] == given
 
 
 @pytest.mark.parametrize("n", [-1, 2])

@@ -264,6 +264,25 @@ def test_the_decision_an_agent_status_records():
     assert (none.config, none.revision, none.why) == (base, None, "within noise")
 
 
+def test_a_loops_decision_is_its_last_change_even_when_rolled_back():
+    base = {"PriorityFavorSmall": False, "bf_window": 12}
+    history = [{"id": 3, "kind": "rollback", "parent": 2, "applied_at": 30.0, "config": {"PriorityFavorSmall": False},
+                "diff": {"PriorityFavorSmall": [True, False]}, "evidence": {}},
+               {"id": 2, "kind": "proposal", "parent": 1, "applied_at": 20.0, "config": {"PriorityFavorSmall": True},
+                "diff": {"PriorityFavorSmall": [False, True]}, "evidence": {"predicted_gain": 0.087, "spread": 0.026}},
+               {"id": 1, "kind": "baseline", "parent": None, "applied_at": 10.0, "config": {}, "diff": {}, "evidence": {}}]
+    status = {"running": {"id": 3, "config": {"PriorityFavorSmall": False}}, "last_round": {"why": "kept"},
+              "history": history}
+    d = cl.loop_decision(status, base)
+    assert (d.revision, d.config, d.predicted_gain) == (2, {"PriorityFavorSmall": True, "bf_window": 12}, 0.087)
+    assert cl.decision_of(status, base).revision == 3  # what the running revision alone says
+    # a proposal never applied is no decision; without a change, the baseline
+    unapplied = [dict(history[1], applied_at=None), history[2]]
+    none = cl.loop_decision({"running": {"id": 1, "config": {}}, "last_round": {"why": "none"},
+                             "history": unapplied}, base)
+    assert (none.revision, none.config) == (None, base)
+
+
 def test_node_of():
     assert [cl.node_of(x) for x in ("n1", "n4", " n2 ", "n[1-2]", "", "None")] == [0, 3, 1, -1, -1, -1]
 

@@ -10,12 +10,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from autosched.adapt import ModelSource, observe
+from autosched.adapt.sources import concat
 from autosched.cluster import ClusterSpec
 from autosched.policies.tiresias import Tiresias
 from autosched.sim import Simulator
 from autosched.trace import Trace
 from autosched.workload import WorkloadError
-from autosched.workload.level import rescale, scenario_levels
+from autosched.workload.level import RECENT, recent_level, rescale, scenario_levels
 from test_adapt_doubles import DAY, synthetic_trace
 
 
@@ -113,3 +114,52 @@ def test_rescale_edge_cases_by_hand():
         rescale(tr, -1.0, 0.0, DAY, np.random.default_rng(0))
     with pytest.raises(WorkloadError, match=r"level sd must be in \[0, 2\]"):
         scenario_levels(4, float("nan"))
+
+
+def test_recent_level_by_hand():
+    # 4 days of history, 23 jobs in all; 11 of them in the last 6 hours (one added to each count):
+    # recent rate 12 / 6 h, the history's 24 / 96 h: 8x; to the power 0.5, 2.83; capped at 4
+    now, start = 4 * DAY, 0.0
+    submit = np.concatenate([np.linspace(0.0, 3 * DAY, 12), now - RECENT + np.arange(11) * 600.0])
+    assert recent_level(submit, start, now, 0.5) == pytest.approx(math.sqrt(8.0))
+    assert recent_level(submit, start, now, 1.0) == 4.0  # 8, held at the cap
+    assert recent_level(submit, start, now, 0.0) == 1.0
+    # a quiet last 6 hours: 0 + 1 against 13 / 96 h: 8/13 to the power 0.5
+    quiet = np.linspace(0.0, 3 * DAY, 12)
+    assert recent_level(quiet, start, now, 0.5) == pytest.approx(math.sqrt((1 / 6) / (13 / 96)))
+    # a history no longer than the recent window says nothing of it
+    assert recent_level(submit, now - RECENT, now, 0.5) == 1.0
+    with pytest.raises(WorkloadError, match=r"persistence must be in \[0, 1\]"):
+        recent_level(submit, start, now, 1.5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.floats(0.0, 4 * DAY - 1), max_size=60), st.floats(0.0, 1.0))
+def test_recent_level_is_held_and_grows_with_the_last_hours(times, persistence):
+    submit = np.array(times)
+    lv = recent_level(submit, 0.0, 4 * DAY, persistence)
+    assert 0.25 <= lv <= 4.0
+    busier = np.concatenate([submit, np.full(5, 4 * DAY - 60.0)])  # 5 more jobs a minute ago
+    assert recent_level(busier, 0.0, 4 * DAY, persistence) >= lv - 1e-12
+
+
+def test_model_source_follows_a_burst_at_the_round():
+    """A burst in the last hours before the round: with persistence the samples hold more jobs,
+    each sample rescaled from the plain sample of its seed."""
+    tr = synthetic_trace(days=4, per_day=150, seed=3)
+    burst = Trace.from_columns({"job_id": np.array([f"b{i}" for i in range(120)], dtype=object),
+                                "submit_time": 2 * DAY - 3 * 3600.0 + np.arange(120) * 60.0,
+                                "num_gpus": np.ones(120, dtype=np.int64), "duration": np.full(120, 600.0),
+                                "vc": np.array(["vc0"] * 120, dtype=object)})
+    both = concat(tr.window(0.0, 2 * DAY), burst)
+    sim = Simulator(both, ClusterSpec.uniform_nodes(1, 4), Tiresias()).run(until=2 * DAY)
+    obs = observe(sim, 2 * DAY, 0)
+    src = ModelSource("stat", samples=4, persistence=0.5)
+    level = src.level(obs)
+    assert level > 1.5
+    plain = ModelSource("stat", samples=4).workloads(obs, DAY, seed=5)
+    more = src.workloads(obs, DAY, seed=5)
+    assert np.mean([len(m) for m in more]) > 1.3 * np.mean([len(p) for p in plain])
+    for p, m in zip(plain, more):
+        assert {i for i in m.job_id if "~" not in i} == set(p.job_id)
+    assert ModelSource("stat", samples=4).level(obs) == 1.0

@@ -128,7 +128,7 @@ def test_step_exits_with_a_code_that_says_why_it_did_not_go_on(tmp_path):
     assert cli("agent", "init", "--state", st, "--fake", str(tmp_path / "fake"), "--period", "10m",
                "--history", "1h", "--min-jobs", "10", "--budget", "12", "--model", "hybrid", "--time-scale", "60",
                "--samples", "2", "--validation-samples", "4", "--max-validation-samples", "4", "--margin", "0",
-               "--noise-k", "0", "--auto").exit_code == 0
+               "--noise-k", "0", "--persistence", "0", "--auto").exit_code == 0  # (as live_helpers.agent_on)
     fake.update(down=True)
     r = cli("agent", "step", "--state", st)
     assert r.exit_code == 4 and r.output.startswith("blocked: Slurm does not answer: ")

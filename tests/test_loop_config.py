@@ -52,7 +52,7 @@ def one_error(res) -> str:
 
 # What the agent's loop does differently from `autosched run`'s, on purpose (AgentSettings says why).
 LIVE = {"policy": "multifactor", "period": 86400.0, "budget": 20, "samples": 3, "guard_k": 2.0,
-        "guard_margin": 0.02, "drift": True}
+        "guard_margin": 0.02, "drift": True, "persistence": 0.4}
 
 
 def test_run_and_the_agent_share_the_loop_settings_and_differ_only_in_the_named_live_defaults():
@@ -118,6 +118,7 @@ def test_the_option_defaults_are_each_command_s_settings_defaults():
     ({"queue_k": math.inf}, "queue k inf: must be finite"),
     ({"queue_k": "1"}, "queue k '1': must be a number"),
     ({"queue_k": None}, "queue k None: must be a number"),
+    ({"persistence": 1.5}, "persistence 1.5: must be in [0, 1]"),
 ])
 def test_a_bad_loop_setting_is_refused_with_its_name(change, message):
     for cls, extra in ((LoopConfig, {}), (Settings, {}), (AgentSettings, {"connector": {"kind": "fake", "directory": "/x"}})):
@@ -131,7 +132,7 @@ def test_run_json_keeps_the_order_and_shape_of_its_settings():
     assert list(d) == ["policy", "period", "history", "budget", "oracle_budget", "samples", "validation_samples",
                        "level_sd", "model", "with_replay", "metric", "seed", "drift", "check_every", "first_decision",
                        "early_rounds", "guard_k", "guard_margin", "guard_max_loss", "carry_backlog",
-                       "backlog_history", "search", "execution", "trigger", "frame_running", "portfolio", "max_validation_samples",
+                       "backlog_history", "search", "execution", "persistence", "trigger", "frame_running", "portfolio", "max_validation_samples",
                        "account_tolerance", "size_tolerance", "queue_tolerance", "queue_k", "fairshare_floor", "pins",
                        "search_policy", "milder", "cumulative_policy"]
     assert d["search"] == {"budget": 16, "seed": 0, "sampler": "tpe", "screening": False, "initial_design": None,
@@ -179,7 +180,10 @@ def test_a_flat_settings_file_written_before_the_loop_was_nested_loads():
     assert fake.connector == {"kind": "fake", "directory": "/tmp/loopfx/fake"}
     slurm = AgentSettings.from_json(json.loads((FIXTURES / "agent_settings_flat_slurm.json").read_text()), "s")
     assert slurm.connector["timeout"] == 12.0 and slurm.seed_history == "/tmp/loopfx/slurm.conf"
-    assert slurm.loop_values() == {**LoopConfig().loop_values(), **LIVE}
+    # written before the samples followed the last hours: it samples as it did
+    assert slurm.loop_values() == {**LoopConfig().loop_values(), **LIVE, "persistence": 0.0}
+    new = AgentSettings(connector={"kind": "fake", "directory": "/x"})
+    assert AgentSettings.from_json(new.to_json(), "s.json").persistence == 0.4
 
 
 def test_a_settings_file_from_when_one_margin_did_both_jobs_rolls_back_at_that_margin():

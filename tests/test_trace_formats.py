@@ -144,3 +144,18 @@ def test_canonical_optional_columns_are_not_mixed_up(tmp_path):
     assert trace.user.tolist() == ["ann", "bob"] and trace.vc.tolist() == ["v1", "v2"]
     assert trace.num_cpus.tolist() == [4, 0]
     assert np.array_equal(trace.num_gpus, [1, 2])
+
+
+def test_slurm_cpus_are_what_a_job_asked_for(tmp_path):
+    # DefCpuPerGPU=1: 1101 asked for GPUs alone (ReqTRES cpu=1) and was given 2; 1102 asked for
+    # 6 CPUs; 1103's request lists no CPU count, so its allocation stands
+    path = tmp_path / "sacct.txt"
+    path.write_text("JobID|Submit|Start|End|AllocCPUS|ReqTRES|AllocTRES\n"
+                    "1101|2024-01-01T00:00:00|2024-01-01T00:00:10|2024-01-01T00:01:10|2|"
+                    "billing=1,cpu=1,gres/gpu=2,node=1|cpu=2,gres/gpu=2,node=1\n"
+                    "1102|2024-01-01T00:00:01|2024-01-01T00:00:10|2024-01-01T00:01:10|6|"
+                    "cpu=6,gres/gpu=1|cpu=6,gres/gpu=1\n"
+                    "1103|2024-01-01T00:00:02|2024-01-01T00:00:10|2024-01-01T00:01:10|4|"
+                    "gres/gpu=4|cpu=4,gres/gpu=4\n")
+    trace, _ = load_trace(path)
+    assert trace.num_cpus.tolist() == [1, 6, 4]

@@ -236,8 +236,7 @@ class ClusterSpec:
         per GPU all the same: sacct's request of a job that asked for GPUs alone is one CPU, and
         Slurm gives it DefCpuPerGPU's (a job that asked for fewer CPUs by hand keeps them in
         Slurm; sacct cannot tell the two apart)."""
-        g = np.asarray(gpus, dtype=float)
-        known = np.zeros(len(g)) if cpus is None else np.asarray(cpus, dtype=float)
+        g, known = _counts(gpus, cpus)
         per = self.cpus_per_gpu
         given = np.maximum(np.round(g * per), 1.0) if per > 0 else np.ceil(g / self.gpus_per_node)
         if self.def_cpu_per_gpu:
@@ -250,10 +249,9 @@ class ClusterSpec:
         sbatch's one task of one CPU per node (DefCpuPerGPU adds the rest only when the job
         starts); else, under the node shape's rule, the CPUs `job_cpus` gives it, as if it had
         asked for them."""
-        g = np.asarray(gpus, dtype=float)
-        known = np.zeros(len(g)) if cpus is None else np.asarray(cpus, dtype=float)
         if self.def_cpu_per_gpu is None:
-            return self.job_cpus(g, cpus)
+            return self.job_cpus(gpus, cpus)
+        g, known = _counts(gpus, cpus)
         return np.where(known > 0, known, np.ceil(g / self.gpus_per_node))
 
     def cpu_rule(self) -> str:
@@ -493,3 +491,9 @@ def _ranges(numbers: list[int]) -> str:
         else:
             out.append(str(n))
     return ",".join(out)
+
+
+def _counts(gpus: np.ndarray, cpus: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """Jobs' GPUs and known CPU counts as floats (a count of 0, or no column: not known)."""
+    g = np.asarray(gpus, dtype=float)
+    return g, np.zeros(len(g)) if cpus is None else np.asarray(cpus, dtype=float)

@@ -78,6 +78,10 @@ class LoopConfig:
                                       "round's winner on", "--validation-samples")
     level_sd: float = setting(0.0, "the samples are scenarios of a busier or quieter period: log sd of their "
                               "load level (0: all at the forecast level)", "--level-sd", low=0)
+    persistence: float = setting(0.0, "the samples' load follows the last 6 hours': their arrival rate over the "
+                                 "history's, to this power (0: the history's level; 0.4: as persistent as "
+                                 "arrivals were on the traces; 1: as busy as the last hours)", "--persistence",
+                                 low=0, high=1)
     model: str = setting("stat", "workload model for the coming period: stat, hybrid, replay or neural "
                          "(needs autosched[neural])", "--model")
     with_replay: bool = setting(False, "tune on the last period replayed as well as on the model's samples "
@@ -191,7 +195,7 @@ class LoopConfig:
         get_model(self.model)
         self.objective()
         # The source's, the guardrail's and the seed counts' own checks.
-        check_model_source(self.samples, self.validation_samples, self.level_sd)
+        check_model_source(self.samples, self.validation_samples, self.level_sd, persistence=self.persistence)
         check_sample_counts(self.samples, self.validation_samples)
         check_sample_counts(self.samples, self.most_validation_samples)
         if self.most_validation_samples < self.validation_samples:
@@ -237,7 +241,7 @@ class LoopConfig:
         time, the live agent's settings may say otherwise (`AgentSettings.time_scale`)."""
         return ModelSource(self.model, self.samples, factory=factory, with_replay=self.with_replay,
                            validation_samples=self.validation_samples, level_sd=self.level_sd,
-                           time_scale=time_scale)
+                           time_scale=time_scale, persistence=self.persistence)
 
     def loop_values(self) -> dict[str, Any]:
         """The `LoopConfig` fields of this record (of a subclass too), by name."""

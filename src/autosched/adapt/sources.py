@@ -15,7 +15,7 @@ import numpy as np
 
 from ..trace.table import HISTORY, Trace
 from ..workload import WorkloadModel, get_model
-from ..workload.level import check_level_sd, rescale, scenario_levels
+from ..workload.level import RECENT, check_level_sd, check_persistence, recent_level, rescale, scenario_levels
 from .errors import AdaptError
 from .observe import Observation
 
@@ -77,6 +77,11 @@ class ModelSource:
     mean 1), so a config is chosen, and judged, over the range of load the coming period may
     plausibly carry rather than at last week's level alone (`autosched.workload.level`).
 
+    ``persistence`` > 0: the samples' level follows how busy the last hours were
+    (`autosched.workload.level.recent_level`: the recent arrival rate over the history's, to this
+    power). The model forecasts the history's level; a burst building at the round (the moment a
+    contention round is called) would otherwise be forecast away as the history's average day.
+
     ``time_scale`` N > 1: the cluster runs the jobs N times faster than their own time (a test
     bed that replays a trace compressed). The model is fitted and sampled on the jobs' own clock
     (the history stretched N times about `now`, the samples compressed back), so its time
@@ -88,11 +93,13 @@ class ModelSource:
 
     def __init__(self, model: str = "stat", samples: int = 3, params: Mapping[str, Any] | None = None,
                  factory: ModelFactory | None = None, with_replay: bool = False,
-                 validation_samples: int | None = None, level_sd: float = 0.0, time_scale: float = 1.0):
-        check_model_source(samples, validation_samples, level_sd, time_scale)
+                 validation_samples: int | None = None, level_sd: float = 0.0, time_scale: float = 1.0,
+                 persistence: float = 0.0):
+        check_model_source(samples, validation_samples, level_sd, time_scale, persistence)
         self.model = model
         self.samples = samples
         self.level_sd = level_sd
+        self.persistence = persistence
         self.validation_samples = validation_samples if validation_samples is not None else samples
         self.params = dict(params or {})
         self._factory = factory
@@ -126,6 +133,12 @@ class ModelSource:
         history = obs.history.stretched(c, now) if c != 1 else obs.history
         return factory(self.model)(**self.params).fit(history, now - (now - obs.start) * c, now)
 
+    def level(self, obs: Observation) -> float:
+        """The samples' level from the last hours (`persistence`; 1 without): `RECENT` of the
+        jobs' clock, on the history's."""
+        return recent_level(obs.history.submit_time, obs.start, obs.now, self.persistence,
+                            RECENT / self.time_scale)
+
     def _sample(self, obs: Observation, horizon: float, seeds: list[int]) -> list[Trace]:
         c, now = self.time_scale, obs.now
         # one fit per observation: a round draws its samples in several batches
@@ -133,15 +146,16 @@ class ModelSource:
             self._fitted = (obs, self.fit(obs))
         model = self._fitted[1]
         out = [model.sample(now, horizon * c, seed=s) for s in seeds]
-        if self.level_sd > 0:  # (bursts and days on the jobs' clock too)
-            levels = scenario_levels(len(seeds), self.level_sd)
+        levels = (scenario_levels(len(seeds), self.level_sd) if self.level_sd > 0
+                  else np.ones(len(seeds))) * self.level(obs)
+        if (levels != 1.0).any():  # (bursts and days on the jobs' clock too)
             out = [rescale(w, f, now, horizon * c, np.random.default_rng([s, 1]))
                    for w, f, s in zip(out, levels, seeds)]
         return [w.stretched(1 / c, now) for w in out] if c != 1 else out
 
 
 def check_model_source(samples: int, validation_samples: int | None, level_sd: float,
-                       time_scale: float = 1.0) -> None:
+                       time_scale: float = 1.0, persistence: float = 0.0) -> None:
     """The checks of `ModelSource`'s settings, in one place (`Settings` makes them up front)."""
     check_time_scale(time_scale)
     if samples < 1:
@@ -149,6 +163,7 @@ def check_model_source(samples: int, validation_samples: int | None, level_sd: f
     if validation_samples is not None and validation_samples < 2:
         raise AdaptError(f"validation samples must be at least 2, to measure a spread (got {validation_samples})")
     check_level_sd(level_sd)
+    check_persistence(persistence)
 
 
 def check_time_scale(time_scale: float) -> None:

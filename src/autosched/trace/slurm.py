@@ -2,7 +2,9 @@
 
 Needed columns: ``JobID, Submit, Start, End, AllocTRES``; used when present: ``User``,
 ``Partition`` (-> vc and partition), ``State`` (-> status, first word: "CANCELLED by 0" -> CANCELLED),
-``JobName`` (-> name), ``AllocCPUS`` or ``NCPUS`` (-> num_cpus), ``Account`` (-> account),
+``JobName`` (-> name), ``ReqTRES``'s ``cpu=N``, else ``AllocCPUS`` or ``NCPUS`` (-> num_cpus: the CPUs a
+job asked for, which Slurm's TRES factor weighs; where DefCpuPerGPU sizes a GPU job, sacct
+requests 1 and allocates more), ``Account`` (-> account),
 ``Timelimit`` (-> time_limit in seconds; ``MM``, ``MM:SS``, ``HH:MM:SS``, ``D-HH``, ``D-HH:MM``,
 ``D-HH:MM:SS`` as Slurm prints them; ``UNLIMITED``, ``Partition_Limit`` or empty -> no limit). Times are
 ``YYYY-MM-DDTHH:MM:SS`` (local, no zone); ``Unknown`` or ``None`` mean unset. GPUs come from
@@ -42,8 +44,11 @@ _TIME_RULE = "time is not of the form YYYY-MM-DDTHH:MM:SS"
 _REQUIRED = ("jobid", "submit", "start", "end", "alloctres")
 # canonical column <- sacct column (lower-cased), first one present wins
 _OPTIONAL = {"user": ("user",), "vc": ("partition",), "status": ("state",), "name": ("jobname",),
-             "num_cpus": ("alloccpus", "ncpus"), "account": ("account",), "time_limit": ("timelimit",),
+             "account": ("account",), "time_limit": ("timelimit",),
              "partition": ("partition",)}
+# where a job's CPUs come from, in order: the first that gives a count > 0 (ReqTRES: what the job
+# asked for, which the TRES factor weighs; then the allocation)
+_CPU_COLUMNS = ("reqtres", "alloccpus", "ncpus")
 # how sacct spells the columns, for messages
 _SPELLING = {"jobid": "JobID", "submit": "Submit", "start": "Start", "end": "End", "alloctres": "AllocTRES",
              "alloccpus": "AllocCPUS", "ncpus": "NCPUS"}
@@ -80,8 +85,9 @@ def parse(path: Path, check: RowCheck) -> Columns:
     idx = column_index(path, header, _REQUIRED)
     fold = _fold(check, header, idx, rows)
     extra = _optional_columns(header)
+    cpu_cols = [(c, header.index(c)) for c in _CPU_COLUMNS if c in header]
     stamps: list[int] = []
-    cols = new_columns("job_id", "num_gpus", "duration", *extra)
+    cols = new_columns("job_id", "num_gpus", "duration", *extra, *(["num_cpus"] if cpu_cols else []))
     for job_id, job in fold.jobs.items():
         got = _job(check, idx, job_id, job)
         if got is None:
@@ -93,6 +99,8 @@ def parse(path: Path, check: RowCheck) -> Columns:
         cols["duration"].append(duration)
         for canon, i in extra.items():
             cols[canon].append(_optional_value(canon, cells[i]))
+        if cpu_cols:
+            cols["num_cpus"].append(_cpus(cpu_cols, cells))
     cols["submit_time"] = from_first_day(stamps)
     _notes(check, fold)
     return cols
@@ -111,11 +119,19 @@ def _optional_value(canon: str, text: str) -> str | int | float:
     text = text.strip()
     if canon == "status":
         return text.split()[0] if text else ""
-    if canon == "num_cpus":
-        return int(text) if text.isdigit() else 0
     if canon == "time_limit":
         return slurm_duration(text)
     return text
+
+
+def _cpus(columns: list[tuple[str, int]], cells: list[str]) -> int:
+    """A job's CPUs: the first of `_CPU_COLUMNS` present with a count; 0 (not known) without."""
+    for name, i in columns:
+        text = cells[i].strip()
+        n = tres_cpus(text) if name == "reqtres" else int(text) if text.isdigit() else 0
+        if n > 0:
+            return n
+    return 0
 
 
 def slurm_seconds(text: str) -> float | None:
