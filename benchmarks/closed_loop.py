@@ -1495,10 +1495,33 @@ def analyse_block_run(outdir: Path, jitters: int = cb.JITTERS) -> cb.BlockResult
         for name, arch in ARCHETYPES.items():
             other = cb.Timeline(lens.block, lens.washout, sched, (configs[0], {**configs[0], **arch}))
             archetypes[name] = cb.twin_block_gain(cb.block_rows(runs, specs, other, memo=memo))
+    at_round = None
+    if info.get("decision") and info["decision"].get("revision") is not None:
+        u = int(np.argmin(sched.arms[0]))  # the cluster that ran the baseline first: its submissions
+        at_round = cb.round_gain(runs[u].real.trace, specs[u], configs[0], configs[1],
+                                 runs[u].origin + round_time(outdir, info), Plan(**plan).day)
     return cb.BlockResult(outdir.name, plan, len(names), float(info["offered_load"]), lens, sched, accounted,
                           rows, effects, gains, window, aa, tau, info.get("decision"), info.get("wall_run"),
                           info.get("wall_total"), configs, archetypes, tl.arm1,
-                          agent_moves(outdir, float(info["t0"]), Plan(**plan).day) if plan.get("in_window") else "")
+                          agent_moves(outdir, float(info["t0"]), Plan(**plan).day) if plan.get("in_window") else "",
+                          at_round)
+
+
+def round_time(outdir: Path, info: Mapping[str, Any]) -> float:
+    """When the round that made a run's decision applied it, in wall s from the window's start:
+    the agent's loop through the window records it (its revision's `applied_at`; a replicate
+    reads its source run's); a round before the window, 0."""
+    dec = info["decision"]
+    source = outdir.parent / dec["decision_from"] if dec.get("decision_from") else outdir
+    src = run_info(source) if source != outdir else info
+    if not src["plan"].get("in_window"):
+        return 0.0
+    status = json.loads((source / "agent-status.json").read_text())
+    revs = {int(r["id"]): r for r in status.get("history") or []}
+    rev = revs[int(dec["revision"])]
+    if rev.get("kind") == "rollback":  # recorded before `loop_decision`: the change it undid
+        rev = revs[int(rev["parent"])]
+    return max(0.0, float(rev["applied_at"]) - float(src["t0"]))
 
 
 def agent_moves(outdir: Path, t0: float, day: float) -> str:

@@ -264,26 +264,6 @@ def twin_gains(plan: cl.Plan, sel: cl.Selection, cluster: TwinCluster) -> tuple[
     return 1 - agent_jct / base_jct, block
 
 
-def judged_at(submit: np.ndarray, start: np.ndarray, t: float, period: float) -> np.ndarray:
-    """The jobs a round at `t` predicts for, as its samples hold them (`adapt.scoring`): those
-    queued at `t` and those submitted in [t, t + period)."""
-    return ((submit < t) & (start >= t)) | ((submit >= t) & (submit < t + period))
-
-
-def round_gain(trace: Any, spec: Any, base: Mapping[str, Any], change: Mapping[str, Any], t: float,
-               period: float) -> float:
-    """The twin's gain in average JCT of switching from `base` to `change` at `t`, over the jobs
-    the round at `t` predicted for (`judged_at`), each timed from `t` at the earliest: what the
-    round's predicted gain forecasts. Both replays run alike until `t`, so they judge the same jobs."""
-    old = cb.simulate(trace, spec, [(0.0, base)]).records()
-    new = cb.simulate(trace, spec, [(0.0, base), (t, change)]).records()
-    mine = judged_at(old.submit, old.first_start, t, period)
-    if not mine.any():
-        return math.nan
-    since = np.maximum(old.submit[mine], t)
-    return 1 - float(np.mean(new.end[mine] - since)) / float(np.mean(old.end[mine] - since))
-
-
 def screen(plan: cl.Plan, trace: Any) -> Screened:
     """One window (see the module doc)."""
     sel = cl.select(trace, plan)
@@ -294,7 +274,7 @@ def screen(plan: cl.Plan, trace: Any) -> Screened:
     if len(cluster.switches) > 1:
         gains = twin_gains(plan, sel, cluster)
         (t, change), first = cluster.switches[1], next(r for r in rounds if r.diff)
-        at_round = round_gain(cluster.trace, cluster.spec, cluster.switches[0][1], change, t, plan.day)
+        at_round = cb.round_gain(cluster.trace, cluster.spec, cluster.switches[0][1], change, t, plan.day)
         predicted = first.predicted_gain
     return Screened(plan.start_day, len(sel.jobs), sel.offered_load, rounds, cluster.switches, *gains,
                     at_round, predicted)

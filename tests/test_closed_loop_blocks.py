@@ -247,6 +247,31 @@ def test_twin_block_gain_and_blocks_of_by_hand():
     assert b.twin.tolist() == [[5.0, 4.0], [9.0, 6.0], [0.0, 0.0], [2.0, 2.0]]
 
 
+# -- a round's own period ---------------------------------------------------------------------
+
+def test_the_jobs_a_round_predicts_for_by_hand():
+    submit = np.array([0.0, 5.0, 10.0, 20.0, 40.0])
+    start = np.array([1.0, 12.0, 10.0, 25.0, 41.0])
+    # at 10 with a period of 20: job 1 is queued (started at 12), jobs 2 and 3 are submitted in
+    # [10, 30); job 0 runs already and job 4 comes after the period
+    assert cb.judged_at(submit, start, 10.0, 20.0).tolist() == [False, True, True, True, False]
+
+
+def test_the_twins_gain_over_a_rounds_period_by_hand():
+    # 32 GPUs: a 32-GPU job runs 0-100; queued behind it another (submitted at 10, 100 s) and
+    # four 8-GPU jobs (at 20, 50 s). The baseline's GPU TRES weight starts the big one first:
+    # 100-200, the four 200-250. Small first, switched in at 50, starts the four at 100 (to
+    # 150), the big one 150-250. Timed from the round at 50: (150 + 4 x 200) / 5 = 190 against
+    # (200 + 4 x 100) / 5 = 120
+    jobs = [_job(0, 0, 32, 100), _job(1, 10, 32, 100)] + [_job(2 + i, 20, 8, 50) for i in range(4)]
+    trace, spec = cb.window_trace(jobs), cb.testbed_spec()
+    base = cl.baseline(120.0)
+    small = {**base, "PriorityFavorSmall": True, "PriorityWeightTRES.GRES/gpu": 0}
+    assert cb.round_gain(trace, spec, base, small, 50.0, 720.0) == pytest.approx(1 - 120 / 190)
+    assert cb.round_gain(trace, spec, base, base, 50.0, 720.0) == 0.0
+    assert math.isnan(cb.round_gain(trace, spec, base, small, 5000.0, 720.0))  # nothing left to predict for
+
+
 # -- the agent's decision, and the targets --------------------------------------------------
 
 def test_the_decision_an_agent_status_records():

@@ -136,3 +136,17 @@ def test_days_refuses_what_is_no_list_of_trace_days(text):
 def test_days_reads_a_range_and_a_list():
     assert cs.days_of("41-43") == [41.0, 42.0, 43.0]
     assert cs.days_of("3,7.5") == [3.0, 7.5]
+
+
+def test_the_calibration_of_the_first_changes_by_hand():
+    def window(day, predicted, at_round):
+        return cs.Screened(day, 10, 0.8, [], [(0.0, {}), (1.0, {})], 0.1, 0.1, at_round, predicted)
+
+    screened = [window(1, 0.10, 0.40), window(2, 0.30, 0.20), window(3, 0.05, 0.0),
+                window(4, 0.20, 0.20), cs.Screened(5, 10, 0.8, [], [(0.0, {})], None, None)]
+    assert [cs.calibration(s) for s in screened] == [
+        "+10.0% / +40.0% (0.25)", "+30.0% / +20.0% (1.50)", "+5.0% / +0.0%", "+20.0% / +20.0% (1.00)", ""]
+    # ratios 0.25, 1.5, 1.0 (none where the twin saw no gain): within 2x on two, under half on one
+    assert cs.calibration_summary(screened) == (
+        "4 window(s) with a change: the prediction within a factor of 2 of the twin's gain over its "
+        "period on 2, under half of it on 1; median ratio 1.00")
