@@ -38,6 +38,7 @@ BOUNDS = {
     "autosched.workload.base:MAX_SAMPLE_JOBS": lambda v: f"≤ {v:,} per sample",
     "autosched.workload.evaluate:MAX_ORIGINS": lambda v: f"≤ {v:,}",
     "autosched.workload.level:MAX_LEVEL_SD": lambda v: f"in [0, {v:g}]",
+    "autosched.workload.level:MAX_PERSISTENCE": lambda v: f"in [0, {v:g}]",
     "autosched.adapt.config:MAX_SEED": lambda v: f"[0, {v:,}]",
     "autosched.adapt.config:MAX_SPAN": lambda v: f"> 0 and ≤ {_days(v)}",
     "autosched.live.settings:MIN_PERIOD": lambda v: f"the agent's period ≥ {v:g} s",
@@ -68,6 +69,7 @@ INTERNAL = {
     "autosched.trace.limits:MAX_LIMITS",  # the default maximum time limit's choices, not a bound
     "autosched.adapt.controller:MAX_ROUNDS",  # a stored memory's round count (a damaged one: dropped)
     "autosched.switchback:MAX_LOG_RATIO",  # where an interval stops being a bound: its own arithmetic
+    "autosched.workload.level:MAX_RECENT_LEVEL",  # how far a few hours may scale the samples, not an input
 }
 
 
