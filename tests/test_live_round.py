@@ -152,6 +152,26 @@ def test_the_mean_over_the_replays_keeps_what_the_recorded_replay_alone_would_ro
     assert (plan.judged.counterfactual_gain, plan.judged.twin_error) == (pytest.approx(-0.04), pytest.approx(0.04))
 
 
+def test_a_loss_within_the_replays_noise_rolls_nothing_back():
+    # recorded 100 -> 83 s (+17%), four copies 100 -> 123, 120, 118, 125 s (-23, -20, -18, -25%):
+    # the mean (17 - 86) / 5 = -13.8%, beyond the 5% margin. Their sd: deviations 30.8, -9.2,
+    # -6.2, -4.2, -11.2, squares adding to 1214.8, / 4 = 303.7: 17.43%; its standard error over
+    # 5 replays 7.79%. With k = 2 the loss is within 15.6% of 0: kept; with k = 0, rolled back.
+    # The twin error against the cluster's 100 s: (17 + 23 + 20 + 18 + 25) / 5 = 20.6%
+    cf = with_copies(replay(100, 100, 83), 123, 120, 118, 125)
+    noisy = decide(seen(running=rev(2, gain=0.1), counterfactual=cf), replace(RULES, noise_k=2.0), T + 700)
+    assert isinstance(noisy, Tune)
+    assert noisy.judged.verdict.startswith("kept: a loss within the replays' noise: avg_jct 100.0 -> 83.0 s")
+    assert noisy.judged.verdict.endswith(", 2 x s.e. 7.8%; twin error 20.6% (mean of 5 replays)")
+    assert noisy.judged.counterfactual_gain == pytest.approx(-0.138)
+    assert noisy.judged.gain_sd == pytest.approx(math.sqrt(303.7) / 100)
+    assert isinstance(decide(seen(running=rev(2, gain=0.1), counterfactual=cf), RULES, T + 700), RollBack)
+    # the same loss on consistent replays (all five at -13.8%) is rolled back at k = 2
+    steady = with_copies(replay(100, 100, 113.8), 113.8, 113.8, 113.8, 113.8)
+    plan = decide(seen(running=rev(2, gain=0.1), counterfactual=steady), replace(RULES, noise_k=2.0), T + 700)
+    assert isinstance(plan, RollBack)
+
+
 def test_the_twin_error_that_freezes_is_the_mean_over_the_replays():
     # recorded: the twin gives the cluster's 100 s (error 0); the copies give 140 s (40%):
     # (0 + 4 * 40) / 5 = 32% on average, over the 25% limit

@@ -106,7 +106,7 @@ class Agent:
         s = self.settings
         return RoundRules(period=s.period, history=s.history, min_jobs=s.min_jobs, metric=s.metric,
                           rollback_margin=s.rollback_margin, max_twin_error=s.max_twin_error,
-                          verdict_wait=s.verdict_wait)
+                          verdict_wait=s.verdict_wait, noise_k=s.guard_k)
 
     # -- reading ------------------------------------------------------------------------------
     def status(self, history: int = 10, now: float | None = None) -> AgentStatus:

@@ -12,6 +12,8 @@ A round is observe -> decide -> act (`RoundStep.step`):
 
 from __future__ import annotations
 
+import math
+
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -119,6 +121,10 @@ class RoundRules:
     # yet and waits, censoring later, up to `verdict_wait` s after the period (None: a period)
     min_finished: float = FINISHED_FOR_VERDICT
     verdict_wait: float | None = None
+    # A loss the judge's replays cannot tell from their own spread (within `noise_k` standard
+    # errors of 0 over the replays) rolls nothing back: a rollback is a change too, made on
+    # evidence as strong as the guardrail asked of the change (its k). 0: any loss beyond the margin.
+    noise_k: float = 0.0
 
     @property
     def longest_wait(self) -> float:
@@ -241,11 +247,18 @@ def trusted(outcome: JudgedOutcome, rules: RoundRules) -> bool:
 
 
 def rolls_back(outcome: JudgedOutcome, rules: RoundRules) -> bool:
-    """Whether a judged change made things worse by more than the margin, in a twin trusted on
-    the period."""
+    """Whether a judged change made things worse by more than the margin and its replays' noise
+    (`worse`), in a twin trusted on the period."""
     gain = outcome.counterfactual_gain
-    return gain is not None and gain < -rules.rollback_margin and outcome.twin_error is not None \
-        and trusted(outcome, rules)
+    return gain is not None and worse(gain, outcome.gain_sd, outcome.replays, rules) \
+        and outcome.twin_error is not None and trusted(outcome, rules)
+
+
+def worse(gain: float, sd: float | None, replays: int | None, rules: RoundRules) -> bool:
+    """A counterfactual loss beyond the rollback margin and beyond `RoundRules.noise_k` standard
+    errors of the mean over the replays (one replay has no spread: the margin alone)."""
+    se = (sd or 0.0) / math.sqrt(replays) if replays and replays > 1 else 0.0
+    return gain < -rules.rollback_margin and gain + rules.noise_k * se < 0
 
 
 @dataclass(frozen=True)
@@ -311,8 +324,11 @@ def judge(running: Revision, obs: Observed, rules: RoundRules,
     if error > rules.max_twin_error:
         verdict = (f"twin not trusted: {missed}, over the {rules.max_twin_error:.0%} limit); "
                    f"{said}; frozen instead of deciding")
-    elif gain < -rules.rollback_margin and running.kind is not RevisionKind.ROLLBACK:
+    elif worse(gain, sd, n, rules) and running.kind is not RevisionKind.ROLLBACK:
         verdict = f"worse: {said}, margin {rules.rollback_margin:.1%}; {erred}; rolled back"
+    elif gain < -rules.rollback_margin and running.kind is not RevisionKind.ROLLBACK:
+        verdict = (f"kept: a loss within the replays' noise: {said}, {rules.noise_k:g} x s.e. "
+                   f"{sd / math.sqrt(n):.1%}; {erred}")
     else:
         verdict = f"kept: {said}; {erred}"
     return replace(figures, verdict=verdict, counterfactual_gain=gain, twin_error=error,
