@@ -13,9 +13,9 @@ of the last hours' level the next day keeps: 0, none (the history's level is the
 from __future__ import annotations
 
 import numpy as np
+from weekly_load import RUNS, load_inputs
 
 from autosched.workload.level import RECENT
-from weekly_load import RUNS, load_inputs
 
 DAY, STEP, HISTORY = 86400.0, 3 * 3600.0, 4 * 86400.0
 

@@ -194,7 +194,7 @@ def test_the_seed_history_carries_the_cpus_a_sized_cluster_gives(tmp_path):
 
     jobs = [tw.Job("cls-0000", -300.0, 2, 40, 1, "carol", "chemistry"),
             tw.Job("cls-0001", -300.0, 8, 40, 1, "alice", "physics")]
-    for cpg, given in ((0, [1, 1]), (1, [2, 8])):
+    for cpg, allocated in ((0, [1, 1]), (1, [2, 8])):
         path = tmp_path / f"seed-{cpg}.sacct"
         path.write_text(cl.seed_history(jobs, T0, cl.baseline(120.0), None, cpg))
         trace, report = load_trace(path, format="slurm")
@@ -202,7 +202,7 @@ def test_the_seed_history_carries_the_cpus_a_sized_cluster_gives(tmp_path):
         assert trace.num_cpus.tolist() == [1, 1]
         assert read_jobs(path.read_text()).cpus.tolist() == [1, 1]
         rows = cl.read_sacct(path)
-        assert [int(r["NCPUS"]) for r in rows] == given
+        assert [int(r["NCPUS"]) for r in rows] == allocated
 
 
 @pytest.mark.parametrize("n", [-1, 2])

@@ -13,7 +13,6 @@ A round is observe -> decide -> act (`RoundStep.step`):
 from __future__ import annotations
 
 import math
-
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -328,7 +327,7 @@ def judge(running: Revision, obs: Observed, rules: RoundRules,
         verdict = f"worse: {said}, margin {rules.rollback_margin:.1%}; {erred}; rolled back"
     elif gain < -rules.rollback_margin and running.kind is not RevisionKind.ROLLBACK:
         verdict = (f"kept: a loss within the replays' noise: {said}, {rules.noise_k:g} x s.e. "
-                   f"{sd / math.sqrt(n):.1%}; {erred}")
+                   f"{(sd or 0.0) / math.sqrt(n):.1%}; {erred}")
     else:
         verdict = f"kept: {said}; {erred}"
     return replace(figures, verdict=verdict, counterfactual_gain=gain, twin_error=error,
