@@ -69,6 +69,7 @@ from autosched.trace.limits import add_time_limits  # noqa: E402
 from autosched.trace.parsing import wallclock_seconds  # noqa: E402
 from autosched.trace.table import Trace  # noqa: E402
 from autosched.workload import MODELS  # noqa: E402
+from autosched.workload.level import check_persistence  # noqa: E402
 
 DAY = 86400.0
 NODES, GPUS_PER_NODE = tw.NODES, tw.GPUS_PER_NODE  # the test cluster
@@ -797,6 +798,11 @@ def decision_of(status: Mapping[str, Any], base: Mapping[str, Any]) -> Decision:
     rev = next((r for r in status.get("history") or [] if r.get("id") == running.get("id")), None)
     if rev is None or rev.get("trigger") == "baseline" or rev.get("parent") is None:
         return Decision(config, None, {}, None, None, why)
+    return revision_decision(rev, config, why)
+
+
+def revision_decision(rev: Mapping[str, Any], config: dict[str, Any], why: str) -> Decision:
+    """The decision a revision of `agent status --json` records, with its whole `config`."""
     ev = rev.get("evidence") or {}
     return Decision(config, int(rev["id"]), dict(rev.get("diff") or {}), ev.get("predicted_gain"),
                     ev.get("spread"), why)
@@ -812,10 +818,8 @@ def loop_decision(status: Mapping[str, Any], base: Mapping[str, Any]) -> Decisio
     if not changes:
         return decision_of(status, base)
     rev = max(changes, key=lambda r: int(r["id"]))
-    ev = rev.get("evidence") or {}
     why = str((status.get("last_round") or {}).get("why") or "")
-    return Decision({**base, **(rev.get("config") or {})}, int(rev["id"]), dict(rev.get("diff") or {}),
-                    ev.get("predicted_gain"), ev.get("spread"), why)
+    return revision_decision(rev, {**base, **(rev.get("config") or {})}, why)
 
 
 def commit() -> str:
@@ -1652,8 +1656,10 @@ def checked_plan(args: argparse.Namespace) -> tuple[Plan, Trace, Selection, tupl
                if v is not None}
     plan = replace(plan, name=name, **changes)
     check_cpus_per_gpu(plan.def_cpu_per_gpu)
-    if not 0 <= plan.persistence <= 1:
-        raise InputError(f"--persistence {plan.persistence:g}: must be in [0, 1]")
+    try:
+        check_persistence(plan.persistence)
+    except AutoschedError as e:
+        raise InputError(f"--persistence: {e}") from None
     if plan.decision_from:
         check_decision(args.out / plan.decision_from, plan)
     if plan.in_window and (plan.aa or plan.decision_from or plan.control or plan.design == "side-by-side"):

@@ -205,6 +205,13 @@ def test_the_seed_history_carries_the_cpus_a_sized_cluster_gives(tmp_path):
         assert [int(r["NCPUS"]) for r in rows] == allocated
 
 
+@pytest.mark.parametrize("p", ["-0.1", "1.5", "nan", "inf"])
+def test_a_persistence_out_of_range_is_refused_before_anything_starts(p, no_clusters, tmp_path, capsys):
+    assert cl.main(["--run", "sb-s18", "--out", str(tmp_path), "--persistence", p]) == 2
+    assert capsys.readouterr().err == f"error: --persistence: persistence must be in [0, 1] (got {float(p):g})\n"
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("n", [-1, 2])
 def test_a_def_cpu_per_gpu_the_test_nodes_cannot_give_is_refused(n, no_clusters, tmp_path, capsys):
     assert cl.main(["--run", "sb-s18", "--out", str(tmp_path), "--def-cpu-per-gpu", str(n)]) == 2

@@ -119,6 +119,7 @@ def test_the_option_defaults_are_each_command_s_settings_defaults():
     ({"queue_k": "1"}, "queue k '1': must be a number"),
     ({"queue_k": None}, "queue k None: must be a number"),
     ({"persistence": 1.5}, "persistence 1.5: must be in [0, 1]"),
+    ({"persistence": float("nan")}, "persistence nan: must be finite"),
 ])
 def test_a_bad_loop_setting_is_refused_with_its_name(change, message):
     for cls, extra in ((LoopConfig, {}), (Settings, {}), (AgentSettings, {"connector": {"kind": "fake", "directory": "/x"}})):

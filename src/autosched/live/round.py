@@ -255,9 +255,13 @@ def rolls_back(outcome: JudgedOutcome, rules: RoundRules) -> bool:
 
 def worse(gain: float, sd: float | None, replays: int | None, rules: RoundRules) -> bool:
     """A counterfactual loss beyond the rollback margin and beyond `RoundRules.noise_k` standard
-    errors of the mean over the replays (one replay has no spread: the margin alone)."""
-    se = (sd or 0.0) / math.sqrt(replays) if replays and replays > 1 else 0.0
-    return gain < -rules.rollback_margin and gain + rules.noise_k * se < 0
+    errors of the mean over the replays (`standard_error`)."""
+    return gain < -rules.rollback_margin and gain + rules.noise_k * standard_error(sd, replays) < 0
+
+
+def standard_error(sd: float | None, replays: int | None) -> float:
+    """The standard error of a mean over `replays` replays of spread `sd` (one replay has none)."""
+    return (sd or 0.0) / math.sqrt(replays) if replays and replays > 1 else 0.0
 
 
 @dataclass(frozen=True)
@@ -327,7 +331,7 @@ def judge(running: Revision, obs: Observed, rules: RoundRules,
         verdict = f"worse: {said}, margin {rules.rollback_margin:.1%}; {erred}; rolled back"
     elif gain < -rules.rollback_margin and running.kind is not RevisionKind.ROLLBACK:
         verdict = (f"kept: a loss within the replays' noise: {said}, {rules.noise_k:g} x s.e. "
-                   f"{(sd or 0.0) / math.sqrt(n):.1%}; {erred}")
+                   f"{standard_error(sd, n):.1%}; {erred}")
     else:
         verdict = f"kept: {said}; {erred}"
     return replace(figures, verdict=verdict, counterfactual_gain=gain, twin_error=error,
